@@ -1,0 +1,88 @@
+"""The ``kvsim`` command line: thin click commands over :mod:`kvsim.api`.
+
+Each command lives in its own module under ``kvsim/cli/`` and is imported lazily,
+so ``kvsim fit`` never pays for importing SimPy, Plotly or torch.
+
+NOTE: every user error (:class:`kvsim.errors.InputError`, pydantic validation
+errors, unreadable files) is printed as one line on stderr with exit code 2 and
+no traceback — see :func:`main`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from kvsim import __version__
+from kvsim.errors import InputError, from_validation_error
+
+# command name → "module:attribute" (a click.Command or click.Group)
+COMMANDS: dict[str, str] = {
+    "profiles": "kvsim.cli.profiles:profiles",
+    "fit": "kvsim.cli.fit:fit",
+    "trace": "kvsim.cli.trace:trace",
+    "simulate": "kvsim.cli.simulate:simulate",
+    "plan": "kvsim.cli.plan:plan",
+    "compare": "kvsim.cli.compare:compare",
+    "sweep": "kvsim.cli.sweep:sweep",
+    "report": "kvsim.cli.report:report",
+    "calibrate": "kvsim.cli.calibrate:calibrate",
+    "replay": "kvsim.cli.replay:replay",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(n for n in COMMANDS if _spec_available(COMMANDS[n]))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None
+            raise
+        return getattr(module, attr)
+
+
+def _spec_available(target: str) -> bool:
+    return importlib.util.find_spec(target.split(":")[0]) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kvsim")
+def cli() -> None:
+    """kvsim — predict KV-cache memory, latency, OOM risk and recall for a
+    household's LLM sessions on one GPU, before you buy or tune it."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning user errors into one line and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="kvsim", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+    except InputError as exc:
+        click.echo(f"error: {exc.one_line()}", err=True)
+        sys.exit(2)
+    except Exception as exc:  # noqa: BLE001 - pydantic errors become one line too
+        if type(exc).__name__ == "ValidationError" and hasattr(exc, "errors"):
+            click.echo(f"error: {from_validation_error(exc).one_line()}", err=True)
+            sys.exit(2)
+        raise
+    sys.exit(0)

@@ -1,0 +1,1 @@
+"""Configuration: units, profile value types, engine presets, scenarios and loading."""

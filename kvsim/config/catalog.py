@@ -1,0 +1,125 @@
+"""The profile catalogue: YAML files shipped as package data, loaded by slug.
+
+``hardware_profiles/{gpus,models,links,hosts,engines}/<slug>.yaml`` — one file per
+item.  A name that is not a slug but an existing ``.yaml`` path is loaded from that
+path, so users can keep their own profiles next to their scenarios.
+
+NOTE: loading is pure (reads files, never writes) and memoised per process by
+(kind, name); the returned objects are frozen.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
+from kvsim.errors import InputError, from_validation_error, unknown_name
+
+KINDS = ("gpus", "models", "links", "hosts", "engines")
+_SPEC_BY_KIND: dict[str, type[BaseModel]] = {
+    "gpus": GpuSpec, "models": ModelSpec, "links": LinkSpec, "hosts": HostSpec,
+}
+_FIELD_BY_KIND = {"gpus": "gpu", "models": "model", "links": "link", "hosts": "host",
+                  "engines": "engine"}
+T = TypeVar("T", bound=BaseModel)
+
+
+def _root() -> Path:
+    return Path(str(resources.files("kvsim.hardware_profiles")))
+
+
+def list_names(kind: str) -> list[str]:
+    """Slugs of every shipped profile of one kind, sorted."""
+    if kind not in KINDS:
+        raise InputError("kind", kind, "one of " + ", ".join(KINDS))
+    folder = _root() / kind
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def read_yaml(path: Path, field: str) -> dict[str, Any]:
+    """Read one YAML mapping; malformed or empty files are InputErrors."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(field, str(path), f"cannot read file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(field, str(path), f"not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise InputError(field, str(path), "must be a YAML mapping")
+    return data
+
+
+@functools.lru_cache(maxsize=512)
+def load_raw(kind: str, name: str) -> dict[str, Any]:
+    """The raw mapping of one profile, by slug or by path to a YAML file."""
+    field = _FIELD_BY_KIND.get(kind, kind)
+    as_path = Path(name)
+    if name.endswith((".yaml", ".yml")) and as_path.is_file():
+        return read_yaml(as_path, field)
+    candidate = _root() / kind / f"{name.lower()}.yaml"
+    if not candidate.is_file():
+        raise unknown_name(field, name, list_names(kind))
+    return read_yaml(candidate, field)
+
+
+def _load(kind: str, name: str, spec: type[T]) -> T:
+    raw = load_raw(kind, name)
+    try:
+        return spec.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix=f"{_FIELD_BY_KIND[kind]} '{name}'") from None
+
+
+@functools.lru_cache(maxsize=512)
+def load_gpu(name: str) -> GpuSpec:
+    return _load("gpus", name, GpuSpec)
+
+
+@functools.lru_cache(maxsize=512)
+def load_model(name: str) -> ModelSpec:
+    return _load("models", name, ModelSpec)
+
+
+@functools.lru_cache(maxsize=64)
+def load_link(name: str) -> LinkSpec:
+    return _load("links", name, LinkSpec)
+
+
+@functools.lru_cache(maxsize=64)
+def load_host(name: str) -> HostSpec:
+    return _load("hosts", name, HostSpec)
+
+
+def find_any(name: str) -> tuple[str, dict[str, Any]]:
+    """Look a slug up in every kind (for ``kvsim profiles show NAME``)."""
+    for kind in KINDS:
+        if (_root() / kind / f"{name.lower()}.yaml").is_file():
+            return kind, load_raw(kind, name)
+    everything = [n for k in KINDS for n in list_names(k)]
+    raise unknown_name("name", name, everything)
+
+
+def _workloads_root() -> Path:
+    return Path(str(resources.files("kvsim.workloads")))
+
+
+def list_bundled(kind: str) -> list[str]:
+    """Names of bundled ``workloads/<kind>/*.yaml`` (kind: scenarios or households)."""
+    return sorted(p.stem for p in (_workloads_root() / kind).glob("*.yaml"))
+
+
+def bundled_path(kind: str, name: str) -> Path:
+    """Path of a bundled scenario or household preset, by name."""
+    p = _workloads_root() / kind / f"{name}.yaml"
+    if not p.is_file():
+        field = "scenario" if kind == "scenarios" else "preset"
+        raise unknown_name(field, name, list_bundled(kind))
+    return p

@@ -1,0 +1,160 @@
+"""Engine configuration: one frozen model per allocator family, presets as YAML.
+
+Real engines lay out KV memory in three ways (DESIGN.md §3.2):
+
+- ``paged`` (vLLM, SGLang): one block pool sized by a memory fraction;
+- ``slots`` (llama.cpp with ``--no-kv-unified``, Ollama's runners): ``-c`` split
+  evenly over ``--parallel`` slots;
+- ``unified`` (llama.cpp ``-kvu``): every slot may grow into one shared pool.
+
+A scenario names a preset (``engine: {preset: llama.cpp, parallel: 4}``); the
+preset's YAML under ``hardware_profiles/engines/`` supplies every default with its
+source in ``reference/engines.md``, and the scenario's keys override them.
+``extra="forbid"`` makes a knob that the preset's family does not have an error.
+
+NOTE: ``context_tokens`` means what the engine's own flag means: llama.cpp ``-c``
+(the whole pool, all slots), Ollama ``num_ctx`` (per slot; the runner gets
+``num_ctx × parallel``), vLLM/SGLang ``max_model_len`` (per request).  Use
+:func:`slot_tokens` and :func:`pool_tokens_hint` rather than re-deriving it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvsim.config.catalog import list_names, load_raw
+from kvsim.config.units import Bytes
+from kvsim.errors import InputError, from_validation_error
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+EngineName = Literal["vllm", "sglang", "llama.cpp", "ollama"]
+
+
+class PagedEngineConfig(BaseModel):
+    """vLLM / SGLang: a paged block pool with prefix caching and preemption."""
+
+    model_config = _FROZEN
+
+    preset: Literal["vllm", "sglang"]
+    allocator: Literal["paged"] = "paged"
+    block_tokens: int = Field(gt=0)
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    context_tokens: int = Field(gt=0, description="max_model_len (per request)")
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0, description="token budget per step")
+    enable_prefix_caching: bool = True
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    cuda_graph_bytes: Bytes = 0
+    non_torch_bytes: Bytes = 0
+    activation_bytes: Bytes | None = Field(
+        None, description="profiled peak activation; None = estimate from the model")
+    kv_cache_memory_bytes: Bytes | None = Field(None, description="--kv-cache-memory override")
+    num_gpu_blocks_override: int | None = Field(None, gt=0)
+    swap_space_bytes: Bytes = 0
+    supported_cache_types: tuple[str, ...] = ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "PagedEngineConfig":
+        _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
+                           self.preset)
+        return self
+
+
+class SlotEngineConfig(BaseModel):
+    """llama.cpp / Ollama: per-slot contexts (or one unified pool) allocated at load."""
+
+    model_config = _FROZEN
+
+    preset: Literal["llama.cpp", "ollama"]
+    allocator: Literal["slots", "unified"]
+    context_tokens: int = Field(gt=0, description="llama.cpp -c (all slots) / ollama num_ctx")
+    parallel: int = Field(gt=0, description="--parallel / OLLAMA_NUM_PARALLEL")
+    context_pad_tokens: int = Field(256, gt=0, description="-c is padded to a multiple of this")
+    n_batch: int = Field(2048, gt=0)
+    n_ubatch: int = Field(512, gt=0)
+    flash_attn: bool = True
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    cache_prompt: bool = True
+    slot_prompt_similarity: float = Field(0.10, ge=0, le=1)
+    cache_ram_bytes: Bytes | None = Field(None, description="--cache-ram; None = unlimited")
+    context_shift: bool = False
+    n_keep: int = Field(0, ge=-1)
+    gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
+    gpu_overhead_bytes: Bytes = 0
+    minimum_reserve_bytes: Bytes = 0
+    compute_buffer_bytes: Bytes | None = Field(None, description="None = estimate from the model")
+    supported_cache_types: tuple[str, ...] = (
+        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "SlotEngineConfig":
+        _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
+                           self.preset)
+        if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
+            raise ValueError(
+                f"quantized V cache ({self.cache_type_v}) requires flash attention: the real "
+                "server refuses it ('V cache quantization requires flash_attn'); set flash_attn")
+        if self.allocator == "slots" and self.parallel > self.context_tokens:
+            raise ValueError(f"parallel {self.parallel} exceeds context {self.context_tokens}")
+        return self
+
+
+EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminator="preset")]
+
+
+def _check_cache_types(k: str, v: str, supported: tuple[str, ...], preset: str) -> None:
+    for which, t in (("cache_type_k", k), ("cache_type_v", v)):
+        if t not in supported:
+            raise ValueError(f"{which} {t!r} is not supported by {preset}; "
+                             f"allowed: {', '.join(supported)}")
+
+
+def slot_tokens(cfg: SlotEngineConfig) -> int:
+    """Tokens one slot may hold (llama.cpp ``n_ctx_seq``; Ollama ``num_ctx``)."""
+    pad = cfg.context_pad_tokens
+    if cfg.preset == "ollama":
+        return cfg.context_tokens
+    if cfg.allocator == "unified":
+        return -(-cfg.context_tokens // pad) * pad
+    per = cfg.context_tokens // cfg.parallel
+    return -(-per // pad) * pad
+
+
+def pool_tokens_hint(cfg: SlotEngineConfig) -> int:
+    """KV cells allocated at load (llama.cpp ``n_ctx`` after padding/rounding)."""
+    if cfg.allocator == "unified" and cfg.preset != "ollama":
+        return slot_tokens(cfg)
+    return slot_tokens(cfg) * cfg.parallel
+
+
+def engine_names() -> list[str]:
+    return list_names("engines")
+
+
+def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngineConfig:
+    """Preset defaults (YAML) + overrides → a validated engine config.
+
+    ``spec`` is a preset name or a mapping with a ``preset`` key and overrides.
+    """
+    overrides = {"preset": spec} if isinstance(spec, str) else dict(spec)
+    name = overrides.get("preset")
+    if not isinstance(name, str):
+        raise InputError("engine.preset", name, "one of " + ", ".join(engine_names()))
+    raw = dict(load_raw("engines", name))
+    for meta in ("source", "display_name"):
+        raw.pop(meta, None)
+    merged = {**raw, **overrides, "preset": raw.get("preset", name)}
+    model = PagedEngineConfig if merged.get("allocator", "paged") == "paged" else SlotEngineConfig
+    if merged["preset"] in ("llama.cpp", "ollama"):
+        model = SlotEngineConfig
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="engine") from None

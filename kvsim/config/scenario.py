@@ -1,0 +1,191 @@
+"""Scenario: everything one simulation run needs, resolved and frozen.
+
+A scenario YAML names profiles (``gpu: rtx-4090``, ``model: llama-3.1-8b``), an
+engine preset with overrides, a workload (household preset or trace file), a
+latency model, KV policies and simulation options.  Loading resolves every name
+to its frozen profile so the saved ``scenario.json`` is self-contained, and
+:func:`scenario_hash` is a stable digest of that resolved form (what sweeps key
+their result store on).
+
+NOTE: the hash covers the resolved configuration, not the file it came from —
+two YAML files that resolve to the same scenario share a hash; ``name`` and
+``description`` are labels and do not enter it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kvsim.config.catalog import (
+    bundled_path, load_gpu, load_host, load_link, load_model, read_yaml)
+from kvsim.config.engine import EngineConfig, resolve_engine
+from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
+from kvsim.config.units import Bytes, Seconds
+from kvsim.errors import InputError, from_validation_error
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class WorkloadConfig(BaseModel):
+    """Where requests come from: a household preset, or a trace file."""
+
+    model_config = _FROZEN
+
+    preset: str | None = Field(None, description="household preset, e.g. 'family-4'")
+    trace: str | None = Field(None, description="path to a kvsim trace (.jsonl or .parquet)")
+    days: float = Field(1.0, gt=0, description="generated days (preset only)")
+    start_weekday: int = Field(0, ge=0, le=6, description="0 = Monday (preset only)")
+    params: dict[str, Any] = Field(default_factory=dict, description="preset overrides")
+    max_sessions: int | None = Field(None, gt=0, description="down-sample to whole sessions")
+    time_scale: float = Field(1.0, gt=0, description="multiply arrival times (open loop)")
+
+    @field_validator("trace")
+    @classmethod
+    def _one_source(cls, v: str | None, info: Any) -> str | None:
+        if v is not None and info.data.get("preset") is not None:
+            raise ValueError("give either preset or trace, not both")
+        return v
+
+
+class RooflineLatency(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["roofline"] = "roofline"
+    step_overhead_s: Seconds = Field(0.004, ge=0, description="per-step launch/sync overhead")
+
+
+class CalibratedLatency(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["calibrated"]
+    path: str
+    out_of_range: Literal["clamp", "refuse"] = "clamp"
+
+
+class ConstantLatency(BaseModel):
+    """Fixed costs, for tests and queueing-theory validation."""
+
+    model_config = _FROZEN
+    kind: Literal["constant"]
+    step_s: Seconds = Field(0.02, ge=0, description="fixed time of one engine step")
+    prefill_token_s: Seconds = Field(0.0, ge=0, description="added per prefilled token")
+    decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
+    transfer_latency_s: Seconds = Field(0.0, ge=0)
+
+
+LatencyConfig = Annotated[
+    RooflineLatency | CalibratedLatency | ConstantLatency, Field(discriminator="kind")]
+
+
+class SimOptions(BaseModel):
+    model_config = _FROZEN
+    fidelity: Literal["fast", "step"] = "fast"
+    sample_interval_s: Seconds = Field(1.0, gt=0, description="memory sampling tick")
+    max_sim_time_s: Seconds | None = Field(None, gt=0, description="stop the clock here")
+
+
+class Scenario(BaseModel):
+    """A fully resolved, frozen scenario."""
+
+    model_config = _FROZEN
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    gpu: GpuSpec
+    model: ModelSpec
+    weights: str = Field("q4_k_m", description="weight format, e.g. bf16, q8_0, q4_k_m")
+    engine: EngineConfig
+    link: LinkSpec | None = None
+    host: HostSpec
+    driver_reserve_bytes: Bytes = Field(400 * 2**20, ge=0, description="CUDA context etc.")
+    display_reserve_bytes: Bytes = Field(0, ge=0, description="desktop / other processes")
+    workload: WorkloadConfig
+    latency: LatencyConfig = Field(default_factory=RooflineLatency)
+    policies: tuple[dict[str, Any], ...] = ()
+    sim: SimOptions = Field(default_factory=SimOptions)
+
+
+def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
+    """Apply ``dotted.key=value`` overrides (values parsed as YAML scalars)."""
+    out = copy.deepcopy(raw)
+    for item in sets:
+        if "=" not in item:
+            raise InputError("--set", item, "expected dotted.key=value")
+        key, _, text = item.partition("=")
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise InputError("--set", item, "expected dotted.key=value")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        node = out
+        for p in parts[:-1]:
+            child = node.get(p)
+            if isinstance(child, str) and p in ("engine",):
+                child = {"preset": child}
+            if child is None:
+                child = {}
+            if not isinstance(child, dict):
+                raise InputError("--set", key, f"'{p}' is not a mapping in this scenario")
+            node[p] = child
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def _resolve_named(raw: dict[str, Any], key: str, loader: Any) -> Any:
+    value = raw.get(key)
+    return loader(value) if isinstance(value, str) else value
+
+
+def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scenario:
+    """Resolve profile names and engine presets in a raw mapping → :class:`Scenario`."""
+    data = dict(raw)
+    for key in ("gpu", "model"):
+        if key not in data:
+            raise InputError(key, None, f"a scenario needs '{key}'")
+    data["gpu"] = _resolve_named(data, "gpu", load_gpu)
+    data["model"] = _resolve_named(data, "model", load_model)
+    data["host"] = _resolve_named(data, "host", load_host) if "host" in data else load_host(
+        "desktop-64gb")
+    gpu = data["gpu"]
+    link_name = data.get("link", getattr(gpu, "default_link", None))
+    data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
+    data["engine"] = resolve_engine(data.get("engine", "llama.cpp"))
+    wl = data.get("workload")
+    if isinstance(wl, str):
+        wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}
+    if isinstance(wl, dict) and wl.get("trace") and base_dir is not None:
+        p = Path(wl["trace"])
+        if not p.is_absolute() and (base_dir / p).exists():
+            wl = {**wl, "trace": str(base_dir / p)}
+    data["workload"] = wl
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def load_scenario(path: str | Path, sets: list[str] | None = None) -> Scenario:
+    """Load a scenario YAML (or a bundled scenario name) and apply ``--set`` overrides."""
+    p = Path(path)
+    if not p.is_file():
+        if str(path).endswith((".yaml", ".yml")):
+            raise InputError("scenario", str(path), "file not found")
+        p = bundled_path("scenarios", str(path))
+    raw = read_yaml(p, "scenario")
+    return resolve_scenario(apply_overrides(raw, sets or []), base_dir=p.parent)
+
+
+def scenario_hash(s: Scenario) -> str:
+    """Stable sha256 (hex, 16 chars) of the resolved scenario without its labels."""
+    doc = s.model_dump(mode="json", exclude={"name", "description"})
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,156 @@
+"""Hardware and model profiles as frozen value types.
+
+These are the boundary types between the catalogue (YAML files under
+``hardware_profiles/``) and everything that computes: KV geometry, the roofline
+latency model, the simulator, fit and plan.  They are data, not behaviour: no
+class hierarchies, one model per kind of profile, SI units in every name.
+
+NOTE: every profile carries ``source`` and ``notes`` so each number can be traced
+back to ``shared/reference``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvsim.config.units import Bytes, BytesPerS, Seconds
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuSpec(BaseModel):
+    """One accelerator (discrete card or unified-memory SoC)."""
+
+    model_config = _FROZEN
+
+    name: str = Field(description="slug, e.g. 'rtx-4090'")
+    display_name: str
+    vendor: str
+    segment: str
+    memory_bytes: Bytes = Field(gt=0, description="marketed capacity (binary GiB for GDDR/HBM)")
+    memory_type: str = ""
+    memory_bandwidth_bytes_per_s: BytesPerS = Field(gt=0, description="theoretical peak")
+    fp16_tensor_flops: float = Field(gt=0, description="dense FP16 tensor FLOP/s (FP16 accumulate)")
+    fp16_fp32acc_tensor_flops: float = Field(gt=0, description="dense FP16/BF16, FP32 accumulate")
+    fp8_tensor_flops: float | None = None
+    int8_tensor_ops: float | None = None
+    pcie_gen: int | None = None
+    pcie_lanes: int | None = None
+    unified_memory: bool = False
+    default_link: str | None = Field(None, description="link profile slug; None for unified memory")
+    tdp_w: str = ""
+    launch_price_usd: float | None = None
+    launch_year: int | None = None
+    l2_cache_bytes: Bytes | None = None
+    # Planning efficiencies for the roofline model (sustained / peak).  Documented in
+    # hardware-and-models.md §1: sustained bandwidth is typically 80-92 % of peak.
+    bandwidth_efficiency: float = Field(0.85, gt=0, le=1)
+    compute_efficiency: float = Field(0.5, gt=0, le=1)
+    source: str
+    notes: str = ""
+
+
+class LinkSpec(BaseModel):
+    """Host↔device link (PCIe) with measured effective per-direction bandwidth."""
+
+    model_config = _FROZEN
+
+    name: str
+    display_name: str
+    h2d_bytes_per_s: BytesPerS = Field(gt=0, description="pinned host→device, large copies")
+    d2h_bytes_per_s: BytesPerS = Field(gt=0, description="pinned device→host, large copies")
+    latency_s: Seconds = Field(ge=0, description="per-transfer fixed latency")
+    duplex_factor: float = Field(0.9, gt=0, le=1, description="per-direction rate when both run")
+    pageable_factor: float = Field(0.55, gt=0, le=1, description="pageable / pinned rate")
+    theoretical_bytes_per_s: BytesPerS | None = None
+    source: str
+    notes: str = ""
+
+
+class HostSpec(BaseModel):
+    """Host memory available to the engine for offload and prompt caches."""
+
+    model_config = _FROZEN
+
+    name: str
+    display_name: str
+    memory_bytes: Bytes = Field(gt=0)
+    memory_bandwidth_bytes_per_s: BytesPerS = Field(gt=0)
+    cpu_flops: float = Field(gt=0, description="sustained CPU FLOP/s for layers offloaded to CPU")
+    unified_with_gpu: bool = False
+    source: str
+    notes: str = ""
+
+
+LayerKind = Literal["full", "sliding", "chunked", "mla", "recurrent"]
+
+
+class LayerGroup(BaseModel):
+    """A set of layers that share one KV layout.
+
+    - ``full``: K and V per token per layer: ``n_kv_heads * (head_dim_k + head_dim_v)``.
+    - ``sliding``: as full, but only the most recent ``window_tokens`` are needed.
+    - ``chunked``: as full, but attention stays within fixed ``window_tokens`` chunks.
+    - ``mla``: one latent of ``latent_dim`` values per token per layer (K and V share it).
+    - ``recurrent``: a fixed state of ``state_elements`` values per sequence per layer.
+    """
+
+    model_config = _FROZEN
+
+    kind: LayerKind
+    layers: int = Field(gt=0, description="number of layers in this group")
+    layer_indices: tuple[int, ...] | None = None
+    n_kv_heads: int = Field(0, ge=0)
+    head_dim_k: int = Field(0, ge=0)
+    head_dim_v: int = Field(0, ge=0)
+    window_tokens: int | None = Field(None, gt=0)
+    latent_dim: int = Field(0, ge=0)
+    state_elements: int = Field(0, ge=0, description="recurrent state elements per layer")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LayerGroup":
+        if self.kind in ("full", "sliding", "chunked"):
+            if not (self.n_kv_heads and self.head_dim_k and self.head_dim_v):
+                raise ValueError(f"{self.kind} layers need n_kv_heads, head_dim_k and head_dim_v")
+        if self.kind in ("sliding", "chunked") and not self.window_tokens:
+            raise ValueError(f"{self.kind} layers need window_tokens")
+        if self.kind == "mla" and not self.latent_dim:
+            raise ValueError("mla layers need latent_dim (kv_lora_rank + qk_rope_head_dim)")
+        if self.kind == "recurrent" and not self.state_elements:
+            raise ValueError("recurrent layers need state_elements")
+        if self.layer_indices is not None and len(self.layer_indices) != self.layers:
+            raise ValueError("layer_indices must list exactly `layers` indices")
+        return self
+
+
+class ModelSpec(BaseModel):
+    """A model's geometry: what its weights and its KV cache cost."""
+
+    model_config = _FROZEN
+
+    name: str = Field(description="slug, e.g. 'llama-3.1-8b'")
+    display_name: str
+    hf_repo: str = ""
+    params_total: float = Field(gt=0, description="parameters resident in memory")
+    params_active: float = Field(gt=0, description="parameters read per decoded token (MoE)")
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(ge=0)
+    num_kv_heads: int = Field(ge=0)
+    head_dim: int = Field(ge=0)
+    vocab_size: int = Field(gt=0)
+    max_context_tokens: int = Field(gt=0)
+    layer_groups: tuple[LayerGroup, ...]
+    attention_kind: str = ""
+    source: str
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check_layers(self) -> "ModelSpec":
+        total = sum(g.layers for g in self.layer_groups)
+        if total != self.num_layers:
+            raise ValueError(
+                f"layer_groups cover {total} layers but num_layers is {self.num_layers}")
+        return self

@@ -1,0 +1,136 @@
+"""Unit strings → SI numbers.
+
+Users write "24 GiB", "25 GB/s", "5 ms", "1.5k tokens"; everything inside kvsim is
+SI: bytes, seconds, bytes per second, FLOP/s.  Decimal prefixes (kB, MB, GB, TB)
+are powers of 1000, binary ones (KiB, MiB, GiB, TiB) powers of 1024, exactly as
+the engines print them (llama.cpp prints MiB, vLLM prints GiB, PCIe specs GB/s).
+
+NOTE: plain numbers are accepted and taken as already SI (bytes, seconds, B/s).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+from kvsim.errors import InputError
+
+_BYTE_UNITS = {
+    "b": 1, "byte": 1, "bytes": 1,
+    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+}
+_TIME_UNITS = {
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
+    "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}
+_COUNT_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2**10, "mi": 2**20}
+_NUM = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)"
+_PATTERN = re.compile(rf"^\s*{_NUM}\s*([A-Za-zµ/]*)\s*$")
+
+
+def _split(text: str, field: str, kind: str, example: str) -> tuple[float, str]:
+    m = _PATTERN.match(text)
+    if not m:
+        raise InputError(field, text, f"not a {kind}; write e.g. '{example}'")
+    return float(m.group(1)), m.group(2).lower()
+
+
+def _finite_nonneg(x: float, field: str, raw: Any, kind: str) -> float:
+    if not math.isfinite(x) or x < 0:
+        raise InputError(field, raw, f"{kind} must be a finite number >= 0")
+    return x
+
+
+def parse_bytes(value: Any, field: str = "bytes") -> int:
+    """'24 GiB' → 25769803776; '512 MB' → 512000000; 1024 → 1024 (already bytes)."""
+    if isinstance(value, bool):
+        raise InputError(field, value, "a byte size such as '24 GiB' or an integer")
+    if isinstance(value, (int, float)):
+        return int(round(_finite_nonneg(float(value), field, value, "a byte size")))
+    if not isinstance(value, str):
+        raise InputError(field, value, "a byte size such as '24 GiB' or an integer")
+    num, unit = _split(value, field, "byte size", "24 GiB")
+    if unit not in _BYTE_UNITS:
+        raise InputError(field, value, "unit must be one of B, kB, MB, GB, TB, KiB, MiB, GiB, TiB")
+    return int(round(_finite_nonneg(num * _BYTE_UNITS[unit], field, value, "a byte size")))
+
+
+def parse_bandwidth(value: Any, field: str = "bandwidth") -> float:
+    """'25 GB/s' → 25e9 bytes/s; '1.5 TB/s' → 1.5e12; plain numbers are bytes/s."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(field, value, "a bandwidth such as '25 GB/s'")
+    if not isinstance(value, str):
+        return _finite_nonneg(float(value), field, value, "a bandwidth")
+    num, unit = _split(value, field, "bandwidth", "25 GB/s")
+    if not unit.endswith("/s"):
+        raise InputError(field, value, "bandwidth needs a per-second unit, e.g. '25 GB/s'")
+    base = unit[:-2]
+    if base not in _BYTE_UNITS:
+        raise InputError(field, value, "unit must be B/s, kB/s, MB/s, GB/s, TB/s or KiB/s..TiB/s")
+    return _finite_nonneg(num * _BYTE_UNITS[base], field, value, "a bandwidth")
+
+
+def parse_duration(value: Any, field: str = "duration") -> float:
+    """'5 ms' → 0.005; '2s' → 2.0; '30 min' → 1800.0; plain numbers are seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(field, value, "a duration such as '5 ms' or '2 s'")
+    if not isinstance(value, str):
+        return _finite_nonneg(float(value), field, value, "a duration")
+    num, unit = _split(value, field, "duration", "150 ms")
+    if unit == "":
+        return _finite_nonneg(num, field, value, "a duration")
+    if unit not in _TIME_UNITS:
+        raise InputError(field, value, "unit must be one of ns, us, ms, s, min, h, d")
+    return _finite_nonneg(num * _TIME_UNITS[unit], field, value, "a duration")
+
+
+def parse_count(value: Any, field: str = "count") -> int:
+    """'32k' → 32000; '32Ki' → 32768; 4096 → 4096.  Token counts, slots, etc."""
+    if isinstance(value, bool):
+        raise InputError(field, value, "an integer count such as 4096 or '32Ki'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise InputError(field, value, "an integer count")
+        return int(value)
+    if not isinstance(value, str):
+        raise InputError(field, value, "an integer count such as 4096 or '32Ki'")
+    num, unit = _split(value, field, "count", "32768")
+    if unit not in _COUNT_UNITS:
+        raise InputError(field, value, "suffix must be k, M, Ki or Mi")
+    out = num * _COUNT_UNITS[unit]
+    if not out.is_integer():
+        raise InputError(field, value, "an integer count")
+    return int(out)
+
+
+def format_bytes(n: float) -> str:
+    """Human form in binary units, as engines print memory: '17.00 MiB'."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_duration(s: float) -> str:
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.1f} µs"
+
+
+# Pydantic field types that accept unit strings and store SI numbers.
+Bytes = Annotated[int, BeforeValidator(lambda v: parse_bytes(v, "bytes"))]
+BytesPerS = Annotated[float, BeforeValidator(lambda v: parse_bandwidth(v, "bandwidth"))]
+Seconds = Annotated[float, BeforeValidator(lambda v: parse_duration(v, "duration"))]
+Count = Annotated[int, BeforeValidator(lambda v: parse_count(v, "count"))]

@@ -1,0 +1,54 @@
+"""Errors that reach the user as one line and exit code 2.
+
+Every validation failure in kvsim that is the *user's* fault (a bad name, a bad
+number, a bad file) raises :class:`InputError`.  The CLI turns it into
+``error: <field>: <value> — <allowed>`` on stderr with exit code 2 and no
+traceback.  Programmatic callers can catch it and read the structured fields.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+
+class InputError(ValueError):
+    """Bad user input: names the field, the offending value and what is allowed."""
+
+    def __init__(self, field: str, value: Any, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        shown = repr(self.value) if not isinstance(self.value, str) else f"'{self.value}'"
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        return f"{self.field}: {shown} — {self.allowed}".replace("\n", " ")
+
+
+def closest_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """Closest candidate names for a "did you mean" hint (difflib ratio)."""
+    pool = sorted(set(candidates))
+    hits = difflib.get_close_matches(name.lower(), pool, n=n, cutoff=0.3)
+    return hits or pool[:n]
+
+
+def unknown_name(field: str, name: str, candidates: Iterable[str]) -> InputError:
+    """An :class:`InputError` for a name that is not in a catalogue."""
+    hints = closest_names(name, candidates)
+    return InputError(field, name, "unknown; closest: " + ", ".join(hints))
+
+
+def from_validation_error(exc: Any, prefix: str = "") -> InputError:
+    """Turn the first error of a pydantic ``ValidationError`` into an InputError."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "input")
+    original = (err.get("ctx") or {}).get("error")
+    if isinstance(original, InputError):
+        return InputError(field, original.value, original.allowed)
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return InputError(field, err.get("input"), msg)

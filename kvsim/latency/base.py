@@ -1,0 +1,49 @@
+"""The latency-model boundary: what one engine step and one transfer cost.
+
+The simulator asks two questions (DESIGN.md §3.5):
+
+- ``step_time_s(batch)``: the wall time of one engine step that runs some prefill
+  chunks and some decode tokens together;
+- ``decode_steps_s(contexts, steps)``: the times of ``steps`` consecutive
+  decode-only steps of a fixed batch whose every sequence grows by one token per
+  step — the fast-forward path (DESIGN.md §4) computes a whole stretch with numpy.
+
+NOTE: ``decode_steps_s(c, k)[j]`` must equal ``step_time_s`` of the decode-only
+batch with contexts ``c + j`` to within floating-point rounding: fast and per-step
+fidelity must agree (issue 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """One engine step.
+
+    ``prefill_tokens[i]`` new prompt tokens are computed for a sequence that already
+    holds ``prefill_context[i]`` tokens of KV; each decoding sequence ``j`` reads
+    ``decode_context[j]`` tokens of KV and writes one more.
+    """
+
+    prefill_tokens: tuple[int, ...] = ()
+    prefill_context: tuple[int, ...] = ()
+    decode_context: tuple[int, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.prefill_tokens) + len(self.decode_context)
+
+
+class LatencyModel(Protocol):
+    """What the engine needs from a latency model (roofline, calibrated, constant)."""
+
+    provenance: str  # e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"
+
+    def step_time_s(self, batch: BatchShape) -> float: ...
+
+    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray: ...

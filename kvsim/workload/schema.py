@@ -1,0 +1,133 @@
+"""Trace schema: sessions → turns → reference events (pydantic-validated).
+
+A *session* is one conversation (or one agent run, or one imported request).  Its
+turns arrive closed-loop: the first at ``start_s``, every later one ``think_s``
+after the previous answer ended — or, for open-loop imports, at its own
+``start_s``.  The prompt of turn *i* is the session's whole history (system
+prompt, every earlier turn's tool output, input and answer) plus turn *i*'s new
+tool output and input, unless the session is ``history: none`` (independent
+requests that share only explicit ``prefix`` segments, as in Mooncake traces).
+
+Token *identity* matters for prefix reuse, so a prompt is described as a list of
+:class:`Segment` (a content id and a length): two prompts share a KV prefix
+exactly as far as their segment lists agree token by token.
+
+A :class:`ReferenceEvent` says "this turn depends on that earlier span": the
+accuracy proxy scores it from the state of the KV blocks holding the span.
+
+NOTE: segment ids are deterministic strings — ``sys/<id>``, ``<session>/t<i>/tool``,
+``<session>/t<i>/in``, ``<session>/t<i>/out`` — so the same trace always yields
+the same prefix-hash chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+SpanPart = Literal["system", "prefix", "tool", "input", "output"]
+SessionKind = Literal["chat", "homework", "agent", "voice", "document", "imported"]
+
+
+class Segment(BaseModel):
+    """A run of tokens with one content identity."""
+
+    model_config = _FROZEN
+    id: str = Field(min_length=1)
+    tokens: int = Field(gt=0)
+
+
+class ReferenceEvent(BaseModel):
+    """The turn that carries this event depends on a span of earlier content."""
+
+    model_config = _FROZEN
+    turn: int | None = Field(None, ge=0, description="earlier turn index; None = system prompt")
+    part: SpanPart = "input"
+    offset_tokens: int = Field(0, ge=0, description="start of the span within that part")
+    length_tokens: int = Field(gt=0)
+    content: Literal["exact", "gist"] = "exact"
+
+
+class Turn(BaseModel):
+    model_config = _FROZEN
+    start_s: float | None = Field(None, ge=0, description="absolute arrival (first/open-loop)")
+    think_s: float = Field(0.0, ge=0, description="delay after the previous answer ended")
+    prefix: tuple[Segment, ...] = Field((), description="shared content before this turn's input")
+    tool_tokens: int = Field(0, ge=0, description="tool output appended before the input")
+    input_tokens: int = Field(ge=0, description="new user tokens")
+    output_tokens: int = Field(gt=0, description="tokens the model answers with")
+    references: tuple[ReferenceEvent, ...] = ()
+
+
+class Session(BaseModel):
+    model_config = _FROZEN
+    session_id: str = Field(min_length=1)
+    kind: SessionKind = "chat"
+    member: str = ""
+    system_prompt_id: str | None = None
+    system_prompt_tokens: int = Field(0, ge=0)
+    history: Literal["full", "none"] = "full"
+    turns: tuple[Turn, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Session":
+        if self.turns[0].start_s is None:
+            raise ValueError("the first turn needs start_s")
+        if (self.system_prompt_id is None) != (self.system_prompt_tokens == 0):
+            raise ValueError("system_prompt_id and system_prompt_tokens go together")
+        for i, turn in enumerate(self.turns):
+            for ref in turn.references:
+                if ref.turn is not None and ref.turn > i:
+                    raise ValueError(f"turn {i} refers to a later turn {ref.turn}")
+                if ref.turn is None and ref.part == "system" and not self.system_prompt_tokens:
+                    raise ValueError(f"turn {i} refers to a system prompt the session lacks")
+            if i > 0 and self.history == "none" and turn.start_s is None:
+                raise ValueError(f"turn {i}: history 'none' sessions need start_s on every turn")
+        return self
+
+
+class TraceMeta(BaseModel):
+    model_config = _FROZEN
+    source: str = "generated"
+    description: str = ""
+    seed: int | None = None
+    schema_version: int = 1
+
+
+def turn_segments(session: Session, i: int) -> list[Segment]:
+    """The new content turn *i* appends: its prefix, tool output and input."""
+    t = session.turns[i]
+    sid = session.session_id
+    segs = list(t.prefix)
+    if t.tool_tokens:
+        segs.append(Segment(id=f"{sid}/t{i}/tool", tokens=t.tool_tokens))
+    if t.input_tokens:
+        segs.append(Segment(id=f"{sid}/t{i}/in", tokens=t.input_tokens))
+    return segs
+
+
+def prompt_segments(session: Session, i: int) -> list[Segment]:
+    """Every segment of turn *i*'s prompt, in order (history included)."""
+    segs: list[Segment] = []
+    if session.system_prompt_id is not None:
+        segs.append(Segment(id=f"sys/{session.system_prompt_id}",
+                            tokens=session.system_prompt_tokens))
+    first = 0 if session.history == "full" else i
+    for j in range(first, i):
+        segs.extend(turn_segments(session, j))
+        segs.append(output_segment(session, j))
+    segs.extend(turn_segments(session, i))
+    return segs
+
+
+def output_segment(session: Session, i: int) -> Segment:
+    return Segment(id=f"{session.session_id}/t{i}/out", tokens=session.turns[i].output_tokens)
+
+
+def iter_turns(sessions: list[Session]) -> Iterator[tuple[Session, int]]:
+    for s in sessions:
+        for i in range(len(s.turns)):
+            yield s, i
