@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""Generate the GPU, model, link and host catalogue YAML from the reference CSVs.
+
+The committed YAML files under ``hardware_profiles/`` are the data; this script
+exists so numbers are copied from ``shared/reference/{gpus,models}.csv`` and
+``hardware-and-models.md`` by a program rather than retyped.  Re-run it after the
+reference files change::
+
+    python scripts/gen_profiles.py --reference ../shared/reference
+
+Per-model layer layouts (which layers slide, MLA latent size, recurrent state
+elements) come from each row's ``window_layer_pattern`` and ``kv_formula`` columns;
+they are written out below with the formula they encode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "hardware_profiles"
+GIB = 2**30
+
+GPU_SLUGS = {
+    "GeForce RTX 3060 12GB": "rtx-3060-12gb",
+    "GeForce RTX 3080 10GB": "rtx-3080-10gb",
+    "GeForce RTX 3080 12GB": "rtx-3080-12gb",
+    "GeForce RTX 3090": "rtx-3090",
+    "GeForce RTX 3090 Ti": "rtx-3090-ti",
+    "GeForce RTX 4060 Ti 16GB": "rtx-4060-ti-16gb",
+    "GeForce RTX 4070": "rtx-4070",
+    "GeForce RTX 4070 Ti SUPER": "rtx-4070-ti-super",
+    "GeForce RTX 4080 SUPER": "rtx-4080-super",
+    "GeForce RTX 4090": "rtx-4090",
+    "GeForce RTX 5060 Ti 16GB": "rtx-5060-ti-16gb",
+    "GeForce RTX 5070 Ti": "rtx-5070-ti",
+    "GeForce RTX 5080": "rtx-5080",
+    "GeForce RTX 5090": "rtx-5090",
+    "RTX A4000": "rtx-a4000",
+    "RTX A6000": "rtx-a6000",
+    "RTX 6000 Ada Generation": "rtx-6000-ada",
+    "RTX PRO 6000 Blackwell Workstation Edition": "rtx-pro-6000-blackwell",
+    "TITAN RTX": "titan-rtx",
+    "Radeon RX 7900 XTX": "rx-7900-xtx",
+    "Radeon RX 7900 XT": "rx-7900-xt",
+    "Radeon RX 9070 XT": "rx-9070-xt",
+    "Radeon PRO W7900": "radeon-pro-w7900",
+    "Arc B580": "arc-b580",
+    "Arc A770 16GB": "arc-a770-16gb",
+    "Apple M2 Ultra (76-core GPU)": "apple-m2-ultra",
+    "Apple M3 Max (16-core CPU / 40-core GPU)": "apple-m3-max",
+    "Apple M4 Max (16-core CPU / 40-core GPU)": "apple-m4-max",
+    "NVIDIA DGX Spark (GB10)": "dgx-spark",
+    "NVIDIA Jetson AGX Orin 64GB": "jetson-agx-orin-64gb",
+    "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S)": "strix-halo",
+    "A100 40GB SXM4": "a100-40gb-sxm4",
+    "A100 80GB SXM4": "a100-80gb-sxm4",
+    "L4": "l4",
+    "L40S": "l40s",
+    "H100 SXM5 80GB": "h100-sxm5-80gb",
+    "H100 PCIe 80GB": "h100-pcie-80gb",
+    "H200 SXM 141GB": "h200-sxm-141gb",
+    "B200 (HGX B200, 1000 W)": "b200",
+}
+
+MODEL_SLUGS = {
+    "Llama-3.1-8B": "llama-3.1-8b", "Llama-3.1-70B": "llama-3.1-70b",
+    "Llama-3.2-1B": "llama-3.2-1b", "Llama-3.2-3B": "llama-3.2-3b",
+    "Qwen2.5-7B": "qwen2.5-7b", "Qwen2.5-14B": "qwen2.5-14b", "Qwen2.5-32B": "qwen2.5-32b",
+    "Qwen2.5-72B": "qwen2.5-72b", "Qwen3-4B": "qwen3-4b", "Qwen3-8B": "qwen3-8b",
+    "Qwen3-14B": "qwen3-14b", "Qwen3-32B": "qwen3-32b", "Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Mistral-7B-v0.3": "mistral-7b-v0.3", "Mistral-Nemo-12B-2407": "mistral-nemo-12b",
+    "Mistral-Small-24B-2501": "mistral-small-24b", "Gemma-2-9B": "gemma-2-9b",
+    "Gemma-2-27B": "gemma-2-27b", "Gemma-3-4B": "gemma-3-4b", "Gemma-3-12B": "gemma-3-12b",
+    "Gemma-3-27B": "gemma-3-27b", "Phi-3.5-mini": "phi-3.5-mini", "Phi-4-14B": "phi-4-14b",
+    "DeepSeek-V2-Lite": "deepseek-v2-lite", "DeepSeek-V3": "deepseek-v3",
+    "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+    "Qwen3-Next-80B-A3B": "qwen3-next-80b-a3b", "Llama-4-Scout-17B-16E": "llama-4-scout-17b-16e",
+    "Jamba-v0.1 (52B; same geometry as Jamba-1.5-Mini)": "jamba-v0.1",
+    "Mamba-2-2.7B (pure SSM reference)": "mamba-2-2.7b",
+}
+
+# Recurrent state elements per layer, from the kv_formula column of models.csv.
+RECURRENT_STATE = {
+    # Gated DeltaNet: v_heads*k_dim*v_dim + (kernel-1)*(2*k_heads*k_dim + v_heads*v_dim)
+    "Qwen3-Next-80B-A3B": 32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128),
+    # Mamba-1: d_inner*d_state + d_inner*d_conv, d_inner = 2*4096
+    "Jamba-v0.1 (52B; same geometry as Jamba-1.5-Mini)": 8192 * 16 + 8192 * 4,
+    # Mamba-2: nheads*headdim*d_state + (d_inner + 2*ngroups*d_state)*d_conv
+    "Mamba-2-2.7B (pure SSM reference)": 80 * 64 * 128 + (5120 + 2 * 1 * 128) * 4,
+}
+MLA_LATENT = {"DeepSeek-V2-Lite": 512 + 64, "DeepSeek-V3": 512 + 64}  # kv_lora_rank + qk_rope
+# Mamba-2 has no positional limit; models.csv says "n/a (recurrent)".
+NO_POSITION_LIMIT_TOKENS = 1048576
+
+
+def _num(text: str) -> float | None:
+    text = text.strip()
+    return float(text) if text else None
+
+
+def _int(text: str) -> int | None:
+    """Integer cell, or None when empty or not a number ("MLA latent", "n/a")."""
+    text = text.strip()
+    try:
+        return int(float(text)) if text else None
+    except ValueError:
+        return None
+
+
+def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
+    unified = "unified" in row["segment"].lower()
+    gen, lanes = _int(row["pcie_gen"]), _int(row["pcie_lanes"])
+    fp16 = _num(row["fp16_tensor_tflops_dense"])
+    fp16_32 = _num(row["fp16_tensor_tflops_dense_fp32acc"])
+    fp8, int8 = _num(row["fp8_tensor_tflops_dense"]), _num(row["int8_tops_dense"])
+    l2 = _num(row["l2_cache_mb"])
+    notes = row["notes"].strip()
+    if row["memory_capacity_note"].strip():
+        notes = f"{notes} | memory: {row['memory_capacity_note'].strip()}"
+    if row["interconnect_or_unified"].strip() not in ("", "none"):
+        notes = f"{notes} | interconnect: {row['interconnect_or_unified'].strip()}"
+    return {
+        "name": GPU_SLUGS[row["name"]],
+        "display_name": row["name"],
+        "vendor": row["vendor"],
+        "segment": row["segment"],
+        "memory_bytes": int(float(row["memory_gib"]) * GIB),
+        "memory_type": row["memory_type"],
+        "memory_bandwidth_bytes_per_s": float(row["memory_bandwidth_gbps"]) * 1e9,
+        "fp16_tensor_flops": fp16 * 1e12,
+        "fp16_fp32acc_tensor_flops": fp16_32 * 1e12,
+        "fp8_tensor_flops": fp8 * 1e12 if fp8 else None,
+        "int8_tensor_ops": int8 * 1e12 if int8 else None,
+        "pcie_gen": gen,
+        "pcie_lanes": lanes,
+        "unified_memory": unified,
+        "default_link": None if unified or gen is None else f"pcie{gen}-x{lanes}",
+        "tdp_w": row["tdp_w"],
+        "launch_price_usd": _num(row["launch_msrp_usd"]),
+        "launch_year": _int(row["launch_year"]),
+        # NOTE: "MB" of L2 cache is binary (MiB) on vendor spec sheets.
+        "l2_cache_bytes": int(l2 * 2**20) if l2 else None,
+        "source": row["source"],
+        "notes": notes,
+    }
+
+
+def _attn_group(kind: str, idx: list[int], kv: int, hd: int,
+                window: int | None = None) -> dict[str, Any]:
+    g: dict[str, Any] = {"kind": kind, "layers": len(idx), "layer_indices": idx,
+                         "n_kv_heads": kv, "head_dim_k": hd, "head_dim_v": hd}
+    if window:
+        g["window_tokens"] = window
+    return g
+
+
+def layer_groups(row: dict[str, str]) -> list[dict[str, Any]]:
+    """Layer groups encoded by a models.csv row (pattern + kv_formula columns)."""
+    name, n = row["name"], int(row["num_layers"])
+    every = list(range(n))
+    if name in MLA_LATENT:
+        return [{"kind": "mla", "layers": n, "latent_dim": MLA_LATENT[name]}]
+    if name in RECURRENT_STATE:
+        state = RECURRENT_STATE[name]
+        kv, hd = _int(row["num_kv_heads"]) or 0, _int(row["head_dim"]) or 0
+        if name.startswith("Qwen3-Next"):
+            attn = [i for i in every if (i + 1) % 4 == 0]        # full_attention_interval 4
+        elif name.startswith("Jamba"):
+            attn = [i for i in every if i % 8 == 4]              # period 8, offset 4
+        else:
+            attn = []
+        rec = [i for i in every if i not in attn]
+        groups = [_attn_group("full", attn, kv, hd)] if attn else []
+        groups.append({"kind": "recurrent", "layers": len(rec), "layer_indices": rec,
+                       "state_elements": state})
+        return groups
+    kv, hd = int(row["num_kv_heads"]), int(row["head_dim"])
+    window = _int(row["sliding_window"])
+    if not window:
+        return [_attn_group("full", every, kv, hd)]
+    if name.startswith("Gemma-2") or name.startswith("gpt-oss"):
+        local = [i for i in every if i % 2 == 0]                 # even layers slide
+        kind = "sliding"
+    elif name.startswith("Gemma-3"):
+        local = [i for i in every if (i + 1) % 6 != 0]           # global iff (i+1)%6==0
+        kind = "sliding"
+    elif name.startswith("Llama-4"):
+        local = [i for i in every if (i + 1) % 4 != 0]           # NoPE global every 4th
+        kind = "chunked"
+    else:
+        raise SystemExit(f"no layer pattern for {name}")
+    glob = [i for i in every if i not in local]
+    return [_attn_group("full", glob, kv, hd), _attn_group(kind, local, kv, hd, window)]
+
+
+def model_profile(row: dict[str, str]) -> dict[str, Any]:
+    name = row["name"]
+    groups = layer_groups(row)
+    mla = name in MLA_LATENT
+    max_pos = _int(row["max_position_embeddings"])
+    notes = row["notes"].strip()
+    if max_pos is None:
+        notes += (f" | max_context_tokens: no positional limit (recurrent); "
+                  f"{NO_POSITION_LIMIT_TOKENS} is a kvsim planning cap")
+    if mla:
+        notes += " | num_kv_heads/head_dim describe the one shared MLA latent per layer"
+    return {
+        "name": MODEL_SLUGS[name],
+        "display_name": name,
+        "hf_repo": row["hf_repo"],
+        "params_total": float(row["params_total_b"]) * 1e9,
+        "params_active": float(row["params_active_b"]) * 1e9,
+        "num_layers": int(row["num_layers"]),
+        "hidden_size": int(row["hidden_size"]),
+        "num_attention_heads": int(row["num_attention_heads"]),
+        "num_kv_heads": 1 if mla else (_int(row["num_kv_heads"]) or 0),
+        "head_dim": MLA_LATENT[name] if mla else (_int(row["head_dim"]) or 0),
+        "vocab_size": int(row["vocab_size"]),
+        "max_context_tokens": max_pos or NO_POSITION_LIMIT_TOKENS,
+        "layer_groups": groups,
+        "attention_kind": row["attention_kind"],
+        "source": row["source"],
+        "notes": f"{notes} | kv_formula: {row['kv_formula']}".strip(" |"),
+    }
+
+
+# hardware-and-models.md §3: measured effective pinned bandwidth, midpoints of ranges.
+LINKS = [
+    ("pcie3-x8", "PCIe 3.0 x8", 6.25e9, 7.88e9,
+     "ESTIMATE: half of the Gen3 x16 planning value (12-13 GB/s); no measurement in reference",
+     "hardware-and-models.md §3 (Gen3 x16 row, scaled by lanes)"),
+    ("pcie3-x16", "PCIe 3.0 x16", 12.5e9, 15.75e9,
+     "midpoint of 12-13 GB/s (P100 bandwidthTest 12.15 H2D / 12.89 D2H; 2080 Ti 13.1 H2D)",
+     "hardware-and-models.md §3; mpicbg-scicomp/gearshifft PR #82; usadellab/Helixer #22"),
+    ("pcie4-x8", "PCIe 4.0 x8", 12.5e9, 15.75e9,
+     "ESTIMATE: midpoint of 12-13 GB/s, same link budget as Gen3 x16 (4060 Ti, 5060 Ti, B580)",
+     "hardware-and-models.md §3; hardwareluxx RTX 4060 Ti review (x8, 15.754 GB/s theor.)"),
+    ("pcie4-x16", "PCIe 4.0 x16", 25.0e9, 31.5e9,
+     "midpoint of 24-26 GB/s (A100 measured peak 25 GB/s; 3x4090 staged 25.6-26.2 GB/s)",
+     "hardware-and-models.md §3; ZaidQureshi/bam #54; tinygrad/open-gpu-kernel-modules #6"),
+    ("pcie5-x8", "PCIe 5.0 x8", 26.5e9, 31.5e9,
+     "ESTIMATE: midpoint of 25-28 GB/s, by analogy with Gen4 x16",
+     "hardware-and-models.md §3"),
+    ("pcie5-x16", "PCIe 5.0 x16", 55.0e9, 63.0e9,
+     "midpoint of 53-57 GB/s (RTX 5090 nvbandwidth 56.3 H2D / 57.3 D2H; ~50.9 each way duplex)",
+     "hardware-and-models.md §3; tinygrad/open-gpu-kernel-modules #29"),
+]
+
+
+def link_profiles() -> list[dict[str, Any]]:
+    out = []
+    for slug, disp, bw, theo, note, src in LINKS:
+        out.append({
+            "name": slug, "display_name": disp,
+            "h2d_bytes_per_s": bw, "d2h_bytes_per_s": bw,
+            "latency_s": 7.5e-6, "duplex_factor": 0.9, "pageable_factor": 0.55,
+            "theoretical_bytes_per_s": theo, "source": src,
+            "notes": (f"{note}. Latency 7.5 us = midpoint of 5-10 us per small copy; duplex 0.9x "
+                      "per direction; pageable 0.55 = midpoint of 40-70% of pinned "
+                      "(hardware-and-models.md §3)"),
+        })
+    out.append({
+        "name": "unified", "display_name": "Unified memory (no host-device hop)",
+        "h2d_bytes_per_s": 1e15, "d2h_bytes_per_s": 1e15, "latency_s": 0.0,
+        "duplex_factor": 1.0, "pageable_factor": 1.0, "theoretical_bytes_per_s": None,
+        "source": "hardware-and-models.md §3 (unified-memory machines have no PCIe hop)",
+        "notes": ("Sentinel for Apple M-series, DGX Spark, Jetson, Strix Halo: there is no copy, "
+                  "so offload is only a capacity question. 1 PB/s and 0 latency make transfers "
+                  "free; CPU and GPU share the DRAM bandwidth of the GPU profile."),
+    })
+    return out
+
+
+def host_profiles(gpus: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    ddr5 = 89.6e9   # dual-channel DDR5-5600: 2 x 64 bit x 5600 MT/s
+    desk_note = ("ESTIMATE (not in shared/reference): dual-channel DDR5-5600 desktop, "
+                 "89.6 GB/s theoretical = 2 ch x 8 B x 5600 MT/s; cpu_flops 0.5 TFLOP/s is a "
+                 "planning guess for an 8-16 core AVX2/AVX-512 CPU running offloaded layers")
+    out = []
+    for gb in (32, 64, 128):
+        out.append({"name": f"desktop-{gb}gb", "display_name": f"Desktop, {gb} GB DDR5",
+                    "memory_bytes": gb * GIB, "memory_bandwidth_bytes_per_s": ddr5,
+                    "cpu_flops": 0.5e12, "unified_with_gpu": False,
+                    "source": "kvsim planning estimate", "notes": desk_note})
+    unified = [
+        ("apple-m2-ultra-192gb", "Apple M2 Ultra (76-core GPU)", "Apple M2 Ultra, 192 GB"),
+        ("apple-m3-max-128gb", "Apple M3 Max (16-core CPU / 40-core GPU)", "Apple M3 Max, 128 GB"),
+        ("apple-m4-max-128gb", "Apple M4 Max (16-core CPU / 40-core GPU)", "Apple M4 Max, 128 GB"),
+        ("dgx-spark-128gb", "NVIDIA DGX Spark (GB10)", "NVIDIA DGX Spark, 128 GB"),
+        ("strix-halo-128gb", "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S)",
+         "AMD Strix Halo, 128 GB"),
+        ("jetson-agx-orin-64gb", "NVIDIA Jetson AGX Orin 64GB", "NVIDIA Jetson AGX Orin, 64 GB"),
+    ]
+    for slug, gpu_name, disp in unified:
+        row = gpus[gpu_name]
+        out.append({
+            "name": slug, "display_name": disp,
+            "memory_bytes": int(float(row["memory_gib"]) * GIB),
+            "memory_bandwidth_bytes_per_s": float(row["memory_bandwidth_gbps"]) * 1e9,
+            "cpu_flops": 0.5e12, "unified_with_gpu": True,
+            "source": f"gpus.csv row '{gpu_name}' (memory, bandwidth); {row['source']}",
+            "notes": ("Unified memory: host and GPU share these bytes and this bandwidth. "
+                      f"{row['memory_capacity_note']}. cpu_flops 0.5 TFLOP/s is a planning "
+                      "ESTIMATE. Usable GPU share: hardware-and-models.md §4 (Apple ~65-75% by "
+                      "default, Strix Halo 96 GB carve-out / ~108 GB GTT, Spark ~110-120 GB)"),
+        })
+    return out
+
+
+class _Dumper(yaml.SafeDumper):
+    """Lists of plain numbers (layer indices) in flow style: ``[0, 2, 4]``."""
+
+
+def _list_repr(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(isinstance(x, (int, float)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _list_repr)
+
+
+def _dump(folder: Path, items: list[dict[str, Any]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in items:
+        text = ("# Generated by scripts/gen_profiles.py from shared/reference; "
+                "edit the reference or the script, then re-run.\n")
+        text += yaml.dump(item, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+        (folder / f"{item['name']}.yaml").write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", type=Path, default=REPO.parent / "shared" / "reference")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    with open(args.reference / "gpus.csv", encoding="utf-8") as f:
+        gpu_rows = list(csv.DictReader(f))
+    with open(args.reference / "models.csv", encoding="utf-8") as f:
+        model_rows = list(csv.DictReader(f))
+    _dump(args.out / "gpus", [gpu_profile(r) for r in gpu_rows])
+    _dump(args.out / "models", [model_profile(r) for r in model_rows])
+    _dump(args.out / "links", link_profiles())
+    _dump(args.out / "hosts", host_profiles({r["name"]: r for r in gpu_rows}))
+    print(f"wrote {len(gpu_rows)} gpus, {len(model_rows)} models, "
+          f"{len(LINKS) + 1} links, hosts to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
