@@ -1,0 +1,10 @@
+"""Workloads: the trace schema, household generator, importers, sampling and loading.
+
+The simulator needs only :func:`load_workload` (a ``WorkloadConfig`` and a seed →
+an iterator of :class:`Session` sorted by first ``start_s``).
+"""
+
+from kvsim.workload.loader import load_workload
+from kvsim.workload.schema import ReferenceEvent, Segment, Session, TraceMeta, Turn
+
+__all__ = ["load_workload", "ReferenceEvent", "Segment", "Session", "TraceMeta", "Turn"]

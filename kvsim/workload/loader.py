@@ -1,0 +1,38 @@
+"""The simulator's entry point to workloads: a WorkloadConfig → a stream of sessions.
+
+``preset`` → the household generator (``params`` deep-merged into the preset before
+validation); ``trace`` → streamed from a ``.jsonl``/``.parquet`` trace file.  Then
+``max_sessions`` down-samples whole sessions (reservoir sampling, so a trace file is
+still read once in bounded memory) and ``time_scale`` multiplies arrival times.
+
+NOTE: the result is always sorted by first ``start_s``; a trace file out of order is
+an InputError (sort it with ``kvsim trace sample``/``import --sort``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvsim.config.scenario import WorkloadConfig
+from kvsim.errors import InputError
+from kvsim.workload.generator import generate
+from kvsim.workload.io import iter_sessions
+from kvsim.workload.preset import load_preset
+from kvsim.workload.sampling import reservoir, scale_time
+from kvsim.workload.schema import Session
+
+
+def load_workload(cfg: WorkloadConfig, seed: int) -> Iterator[Session]:
+    """Sessions of a scenario's workload, sorted by first ``start_s``."""
+    if cfg.preset is not None:
+        preset = load_preset(cfg.preset, cfg.params)
+        source: Iterator[Session] = iter(generate(preset, cfg.days, seed, cfg.start_weekday))
+    elif cfg.trace is not None:
+        if cfg.params:
+            raise InputError("workload.params", cfg.params, "only apply to a preset")
+        source = iter_sessions(cfg.trace)
+    else:
+        raise InputError("workload", None, "give a preset or a trace")
+    if cfg.max_sessions is not None:
+        source = iter(reservoir(source, cfg.max_sessions, seed))
+    return scale_time(source, cfg.time_scale)

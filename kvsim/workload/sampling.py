@@ -1,0 +1,96 @@
+"""Down-sampling and time scaling that keep whole sessions.
+
+A session (a conversation, an agent run, an inferred Mooncake prefix chain) is the
+unit: sampling picks whole sessions, never rows, so history growth and prefix
+sharing inside a session survive.  Time scaling multiplies every absolute
+``start_s`` (first turns and open-loop turns); closed-loop ``think_s`` are human
+or tool delays and stay as they are.
+
+NOTE: every function returns sessions sorted by first ``start_s`` (ties by id).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from kvsim.errors import InputError
+from kvsim.workload.schema import Session, Turn
+
+
+def _key(s: Session) -> tuple[float, str]:
+    return (s.turns[0].start_s or 0.0, s.session_id)
+
+
+def request_rate(sessions: list[Session]) -> float:
+    """Requests per second over the span of first-turn arrivals (0 if one instant)."""
+    starts = [s.turns[0].start_s or 0.0 for s in sessions]
+    span = max(starts) - min(starts) if starts else 0.0
+    return sum(len(s.turns) for s in sessions) / span if span > 0 else 0.0
+
+
+def sample(sessions: Iterable[Session], n_sessions: int | None = None,
+           rate: float | None = None, seed: int = 0) -> list[Session]:
+    """Keep a uniform random subset of whole sessions.
+
+    ``n_sessions``: exactly that many (all if fewer).  ``rate``: a target request rate
+    (requests/s, see :func:`request_rate`); keeps ``round(n * rate / current)``
+    sessions — down-sampling only, so a rate above the current one is an error.
+    """
+    if (n_sessions is None) == (rate is None):
+        raise InputError("sample", {"sessions": n_sessions, "rate": rate},
+                         "give exactly one of --sessions or --rate")
+    pool = list(sessions)
+    if not pool:
+        raise InputError("sample", 0, "no sessions to sample from")
+    if rate is not None:
+        current = request_rate(pool)
+        if not rate > 0 or current == 0 or rate > current:
+            raise InputError("--rate", rate, f"must be > 0 and <= the trace's {current:.6g} "
+                             "requests/s (sampling only removes sessions)")
+        n_sessions = max(1, round(len(pool) * rate / current))
+    assert n_sessions is not None
+    if n_sessions <= 0:
+        raise InputError("--sessions", n_sessions, "must be > 0")
+    if n_sessions >= len(pool):
+        return sorted(pool, key=_key)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x5A11,)))
+    keep = rng.choice(len(pool), size=n_sessions, replace=False)
+    return sorted((pool[int(i)] for i in keep), key=_key)
+
+
+def reservoir(sessions: Iterable[Session], n_sessions: int, seed: int = 0) -> list[Session]:
+    """Uniform sample of ``n_sessions`` whole sessions from a stream in O(n) memory."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x5A12,)))
+    heap: list[tuple[float, int, Session]] = []
+    for k, s in enumerate(sessions):
+        tag = float(rng.random())
+        if len(heap) < n_sessions:
+            heapq.heappush(heap, (tag, k, s))
+        elif tag > heap[0][0]:
+            heapq.heapreplace(heap, (tag, k, s))
+    return sorted((s for _, _, s in heap), key=_key)
+
+
+def scale_time(sessions: Iterable[Session], factor: float) -> Iterator[Session]:
+    """Multiply every absolute ``start_s`` by ``factor`` (> 0); streams."""
+    if not factor > 0:
+        raise InputError("time_scale", factor, "must be > 0")
+    for s in sessions:
+        if factor == 1.0:
+            yield s
+            continue
+        turns = tuple(t if t.start_s is None else
+                      Turn(**{**t.model_dump(), "start_s": t.start_s * factor})
+                      for t in s.turns)
+        yield s.model_copy(update={"turns": turns})
+
+
+def scale_to_rate(sessions: list[Session], rate: float) -> list[Session]:
+    """Scale time so the request rate (:func:`request_rate`) becomes ``rate``."""
+    current = request_rate(sessions)
+    if not rate > 0 or current == 0:
+        raise InputError("--scale-to-rate", rate, "must be > 0 (and the trace must span time)")
+    return list(scale_time(sessions, current / rate))
