@@ -1,0 +1,59 @@
+"""``kvsim sweep SWEEP.yaml -o DIR``: many scenarios, one resumable result store.
+
+Every point is resolved before anything runs; finished scenarios are stored by
+hash under ``DIR/results/`` as they complete, so a rerun (after Ctrl-C, SIGKILL
+or a crash) only runs what is missing.  The combined table is written to
+``DIR/sweep.parquet`` and ``DIR/sweep.csv``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kvsim.cli._plan_common import ERR, load_runner, maybe_report, print_table, progress_bar
+from kvsim.plan.executor import make_executor
+from kvsim.plan.replicate import simulate_keep, simulate_run
+from kvsim.plan.store import ResultStore
+from kvsim.plan.sweep import expand, load_sweep, run_sweep, write_outputs
+
+
+@click.command()
+@click.argument("sweep_file", metavar="SWEEP.yaml")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="result store and outputs (reused: finished scenarios are skipped)")
+@click.option("--jobs", "-j", type=int, default=None,
+              help="local worker processes (default: all cores; 1 = in-process)")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786")
+@click.option("--summary-only", is_flag=True,
+              help="store only each run's summary, not its full Results tables")
+@click.option("--no-report", is_flag=True, help="do not write report.html")
+@click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.option("--runner", default=None, hidden=True, help="MODULE:FUNC runner (tests)")
+def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | None,
+          summary_only: bool, no_report: bool, no_progress: bool, runner: str | None) -> None:
+    """Run a factorial (or listed) sweep of scenarios; resume where it stopped."""
+    spec, base_dir = load_sweep(sweep_file)
+    points = expand(spec, base_dir)
+    run = load_runner(runner, simulate_run if summary_only else simulate_keep)
+    executor = make_executor(jobs, dask_address)
+    try:
+        with ResultStore(out_dir) as store:
+            todo = sum(1 for p in points if not store.has(p.hash))
+            ERR.print(f"sweep '{spec.name}': {len(points)} scenarios, {len(points) - todo} "
+                      f"already stored, {todo} to run")
+            with progress_bar("simulating", todo, not no_progress) as advance:
+                outcome = run_sweep(points, store, executor=executor, runner=run,
+                                    progress=advance)
+            paths = write_outputs(outcome.table, out_dir)
+    finally:
+        executor.close()
+    cols = [c for c in outcome.table.columns if "." in c]
+    cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
+                         "oom") if c in outcome.table.columns]
+    print_table(f"sweep {spec.name}", outcome.table.to_dict("records"), ["point", *cols])
+    report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
+    click.echo(f"ran {outcome.ran}, skipped {outcome.skipped} (already stored); "
+               f"wrote {', '.join(str(p) for p in paths)}" + (f", {report}" if report else ""))

@@ -1,0 +1,144 @@
+"""A resumable result store keyed by scenario hash.
+
+A sweep of hundreds of scenarios takes a while, and machines get killed.  Each
+finished scenario is stored under ``<root>/results/<scenario_hash>/`` holding
+``record.json`` (summary, OOM verdict, the sweep point's parameters, provenance)
+and, when the runner returned them, the full Results under ``results/``.
+
+NOTE (atomicity): an entry is built in ``<root>/.tmp/<random>/`` and moved into
+place with one ``os.replace`` of the directory, so an entry either exists whole
+or not at all — a SIGKILL at any instant leaves at most a stray temp directory,
+which the next :meth:`ResultStore.open` removes.  "Finished" means "the entry
+directory exists"; nothing else is consulted.  One sweep writes a store at a time
+(an exclusive ``fcntl`` lock on ``<root>/.lock``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvsim import __version__
+from kvsim.errors import InputError
+
+RECORD = "record.json"
+STORE_FORMAT = 1
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, sort_keys=True, indent=1, default=_jsonable)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "item"):  # numpy scalars
+        return v.item()
+    return str(v)
+
+
+class ResultStore:
+    """``<root>/results/<hash>/record.json`` (+ ``results/``), written atomically."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.entries = self.root / "results"
+        self.tmp = self.root / ".tmp"
+        self.run_id = uuid.uuid4().hex[:12]
+        self._lock_fh: Any = None
+
+    def open(self) -> "ResultStore":
+        """Create the layout, take the lock and drop leftovers of killed runs."""
+        if self.root.exists() and not self.root.is_dir():
+            raise InputError("--out", str(self.root), "exists and is not a directory")
+        self.entries.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(exist_ok=True)
+        fh = open(self.root / ".lock", "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise InputError("--out", str(self.root),
+                             "another sweep is writing this result store; wait for it") from None
+        self._lock_fh = fh
+        for stale in self.tmp.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        return self
+
+    def close(self) -> None:
+        if self._lock_fh is not None:
+            fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def __enter__(self) -> "ResultStore":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def has(self, key: str) -> bool:
+        return (self.entries / key).is_dir()
+
+    def finished(self) -> set[str]:
+        return {p.name for p in self.entries.iterdir() if p.is_dir()} if self.entries.is_dir() \
+            else set()
+
+    def put(self, key: str, record: dict[str, Any], results: Any = None) -> bool:
+        """Store one finished scenario; False if it was already there (kept as is)."""
+        final = self.entries / key
+        if final.exists():
+            return False
+        work = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.tmp))
+        try:
+            doc = {**record, "scenario_hash": key, "kvsim_version": __version__,
+                   "store_format": STORE_FORMAT, "run_id": self.run_id,
+                   "stored_at_unix_s": time.time()}
+            if results is not None:
+                results.save(work / "results")
+            _write_json(work / RECORD, doc)
+            os.replace(work, final)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            if final.is_dir():
+                return False
+            raise
+        return True
+
+    def get(self, key: str) -> dict[str, Any]:
+        path = self.entries / key / RECORD
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise InputError("result store", str(path), "missing or unreadable entry") from None
+
+    def results_dir(self, key: str) -> Path | None:
+        p = self.entries / key / "results"
+        return p if p.is_dir() else None
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    """Write a DataFrame as Parquet or CSV (by suffix) via a temp file + os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

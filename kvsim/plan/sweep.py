@@ -1,0 +1,238 @@
+"""Sweeps: a base scenario, factors over dotted keys, one combined table.
+
+``SWEEP.yaml``::
+
+    name: kv-dtypes
+    base: ../scenarios/family-4.yaml      # a path (relative to this file), a bundled
+                                          # scenario name, or an inline mapping
+    factors:                              # factorial product ...
+      engine.context_tokens: [16384, 32768]
+      engine.cache_type_k,engine.cache_type_v: [[f16, f16], [q8_0, q8_0]]  # linked keys
+    points:                               # ... or listed points (one of the two)
+      - {engine.parallel: 2, engine.context_tokens: 8192}
+
+Every point is resolved to a full :class:`Scenario` *before* anything runs, so a
+key that does not exist in the scenario, a bad value or an empty grid is an
+InputError and the result store is never touched.  Points that resolve to the
+same scenario share one hash and run once.
+
+NOTE: a key must exist in the *resolved* scenario (``model_dump``) — defaults
+count, so ``engine.parallel`` is valid even when the base YAML only says
+``engine: llama.cpp``; only ``workload.params`` is an open mapping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvsim.config.catalog import bundled_path, load_raw, read_yaml
+from kvsim.config.scenario import Scenario, resolve_scenario, scenario_hash
+from kvsim.errors import InputError, from_validation_error
+from kvsim.plan.executor import Executor, InlineExecutor
+from kvsim.plan.replicate import RunOutput, Runner, call_runner, simulate_keep
+from kvsim.plan.store import ResultStore, write_table
+
+OPEN_MAPPINGS = ("workload.params",)
+_PROFILE_KIND = {"gpu": "gpus", "model": "models", "link": "links", "host": "hosts"}
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "sweep"
+    base: str | dict[str, Any]
+    factors: dict[str, list[Any]] | None = None
+    points: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_grid(self) -> "SweepSpec":
+        if (self.factors is None) == (self.points is None):
+            raise ValueError("give exactly one of 'factors' (factorial) or 'points' (listed)")
+        return self
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    index: int
+    params: dict[str, Any]
+    scenario: Scenario
+    hash: str
+
+
+def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("sweep", str(path), "file not found")
+    raw = read_yaml(p, "sweep")
+    try:
+        return SweepSpec.model_validate(raw), p.parent
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="sweep") from None
+
+
+def _base_raw(spec: SweepSpec, base_dir: Path) -> tuple[dict[str, Any], Path]:
+    if isinstance(spec.base, dict):
+        return dict(spec.base), base_dir
+    p = Path(spec.base)
+    p = p if p.is_absolute() else base_dir / p
+    if not p.is_file():
+        if spec.base.endswith((".yaml", ".yml")):
+            raise InputError("sweep.base", spec.base, f"file not found (looked in {base_dir})")
+        p = bundled_path("scenarios", spec.base)
+    return read_yaml(p, "sweep.base"), p.parent
+
+
+def grid(spec: SweepSpec) -> list[dict[str, Any]]:
+    """The points of the sweep, each a ``{dotted.key: value}`` mapping."""
+    if spec.points is not None:
+        pts = [dict(p) for p in spec.points]
+        if not pts or any(not p for p in pts):
+            raise InputError("sweep.points", spec.points, "a non-empty list of non-empty mappings")
+        return pts
+    assert spec.factors is not None
+    if not spec.factors:
+        raise InputError("sweep.factors", {}, "at least one factor with at least one value")
+    axes: list[list[dict[str, Any]]] = []
+    for key, values in spec.factors.items():
+        if not values:
+            raise InputError(f"sweep.factors.{key}", values, "at least one value (empty grid)")
+        axes.append([_linked(key, v) for v in values])
+    return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]
+
+
+def _linked(key: str, value: Any) -> dict[str, Any]:
+    keys = [k.strip() for k in key.split(",")]
+    if len(keys) == 1:
+        return {keys[0]: value}
+    if not isinstance(value, (list, tuple)) or len(value) != len(keys):
+        raise InputError(f"sweep.factors.{key}", value, f"a list of {len(keys)} values")
+    return dict(zip(keys, value))
+
+
+def key_exists(doc: Any, key: str) -> bool:
+    """Does dotted ``key`` name a field of the resolved scenario dump ``doc``?"""
+    node = doc
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if ".".join(parts[:i]) in OPEN_MAPPINGS:
+            return True
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any]) -> None:
+    """Set dotted ``key`` in a raw scenario mapping, expanding profile names on the way."""
+    parts = key.split(".")
+    node: Any = raw
+    for i, part in enumerate(parts[:-1]):
+        child = node[int(part)] if isinstance(node, list) else node.get(part)
+        if isinstance(child, str) and i == 0:
+            child = _expand(part, child)
+        elif child is None:
+            child = {"preset": resolved["engine"]["preset"]} if (i, part) == (0, "engine") else {}
+        if isinstance(node, list):
+            node[int(part)] = child
+        else:
+            node[part] = child
+        node = child
+    last = parts[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _expand(top: str, name: str) -> dict[str, Any]:
+    if top == "engine":
+        return {"preset": name}
+    if top == "workload":
+        return {"trace": name} if name.endswith((".jsonl", ".parquet")) else {"preset": name}
+    if top in _PROFILE_KIND:
+        return dict(load_raw(_PROFILE_KIND[top], name))
+    return {}
+
+
+def expand(spec: SweepSpec, base_dir: Path) -> list[SweepPoint]:
+    """Resolve every point to a Scenario (deduplicated by hash), or raise InputError."""
+    raw, scen_dir = _base_raw(spec, base_dir)
+    base = resolve_scenario(raw, base_dir=scen_dir)
+    dump = base.model_dump(mode="json")
+    points = grid(spec)
+    for key in dict.fromkeys(k for p in points for k in p):
+        if not key_exists(dump, key):
+            raise InputError("sweep key", key, "not a key of the base scenario (see the "
+                             "resolved scenario.json for the available dotted keys)")
+    out: list[SweepPoint] = []
+    seen: set[str] = set()
+    for i, params in enumerate(points):
+        doc = json.loads(json.dumps(raw))
+        for key, value in params.items():
+            set_key(doc, key, value, dump)
+        try:
+            scen = resolve_scenario(doc, base_dir=scen_dir)
+        except InputError as exc:
+            raise InputError(f"sweep point {i} {exc.field}", exc.value, exc.allowed) from None
+        h = scenario_hash(scen)
+        if h not in seen:
+            seen.add(h)
+            out.append(SweepPoint(i, params, scen, h))
+    return out
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    table: pd.DataFrame
+    ran: int
+    skipped: int
+
+
+def run_sweep(points: list[SweepPoint], store: ResultStore, *,
+              executor: Executor | None = None, runner: Runner = simulate_keep,
+              progress: Callable[[int], None] | None = None) -> SweepOutcome:
+    """Run every point not yet in ``store``; store each as it finishes; combine."""
+    todo = [p for p in points if not store.has(p.hash)]
+    ex = executor or InlineExecutor()
+    for i, out in ex.imap_unordered(call_runner, [(runner, p.scenario) for p in todo]):
+        store.put(todo[i].hash, _record(todo[i], out), out.results)
+        if progress is not None:
+            progress(1)
+    table = combined_table(points, store)
+    return SweepOutcome(table, ran=len(todo), skipped=len(points) - len(todo))
+
+
+def _record(p: SweepPoint, out: RunOutput) -> dict[str, Any]:
+    return {"name": p.scenario.name, "params": p.params, "summary": out.summary,
+            "oom": bool(out.oom_reason), "oom_reason": out.oom_reason}
+
+
+def combined_table(points: list[SweepPoint], store: ResultStore) -> pd.DataFrame:
+    """One row per point: point, the factor keys, scenario_hash, name, oom, summary keys."""
+    rows = []
+    for p in points:
+        rec = store.get(p.hash)
+        params = {k: v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+                  for k, v in p.params.items()}
+        rows.append({"point": p.index, **params, "scenario_hash": p.hash,
+                     "name": p.scenario.name, "oom": rec.get("oom", False),
+                     "oom_reason": rec.get("oom_reason", ""), **rec.get("summary", {})})
+    return pd.DataFrame(rows)
+
+
+def write_outputs(table: pd.DataFrame, root: Path) -> list[Path]:
+    paths = [root / "sweep.parquet", root / "sweep.csv"]
+    for path in paths:
+        write_table(table, path)
+    return paths

@@ -1,0 +1,43 @@
+"""Simulate-free runners for testing the planning plumbing (executors, store, sweep).
+
+Each is a top-level function ``Scenario -> RunOutput`` whose summary is a closed-form
+function of the scenario, so expected values can be computed by hand in the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from kvsim.plan.replicate import RunOutput
+
+
+def fake_summary(scenario) -> dict:
+    e = scenario.engine
+    par = getattr(e, "parallel", None) or getattr(e, "max_num_seqs", 1)
+    return {"ttft_p95_s": e.context_tokens / 1e5 + par * 0.01,
+            "peak_device_fraction": e.context_tokens * par / 2e5,
+            "failed_requests": 0, "seed_echo": scenario.seed}
+
+
+def fake_run(scenario) -> RunOutput:
+    return RunOutput(fake_summary(scenario), "")
+
+
+def slow_run(scenario) -> RunOutput:
+    """Slow enough that a test can SIGKILL a sweep half-way; logs each run."""
+    time.sleep(float(os.environ.get("KVSIM_TEST_SLEEP_S", "0.4")))
+    log = os.environ.get("KVSIM_TEST_RUN_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"{scenario.engine.context_tokens} {scenario.engine.parallel}\n")
+    return fake_run(scenario)
+
+
+def coin_run(scenario) -> RunOutput:
+    """OOM with probability workload.params['p_oom'] (default 0.5), drawn from the seed."""
+    p = float(scenario.workload.params.get("p_oom", 0.5))
+    oom = np.random.default_rng(scenario.seed).random() < p
+    return RunOutput(fake_summary(scenario), "Context size has been exceeded." if oom else "")

@@ -1,0 +1,102 @@
+"""Confidence intervals and SLO parsing, checked against closed-form values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kvsim.errors import InputError
+from kvsim.plan.slo import build_constraints, judge, parse_slo
+from kvsim.plan.stats import bootstrap_mean, wilson_interval
+
+Z = 1.959963984540054  # two-sided 95 % normal quantile
+
+
+def wilson_by_hand(k: int, n: int) -> tuple[float, float]:
+    p = k / n
+    denom = 1 + Z * Z / n
+    centre = (p + Z * Z / (2 * n)) / denom
+    half = Z / denom * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n))
+    return centre - half, centre + half
+
+
+@pytest.mark.parametrize("k,n", [(0, 40), (20, 40), (40, 40), (1, 8), (3, 100)])
+def test_wilson_matches_closed_form(k, n):
+    iv = wilson_interval(k, n)
+    lo, hi = wilson_by_hand(k, n)
+    assert iv.estimate == k / n
+    assert iv.low == pytest.approx(max(lo, 0.0), abs=1e-12)
+    assert iv.high == pytest.approx(min(hi, 1.0), abs=1e-12)
+
+
+def test_wilson_zero_of_n_upper_bound_is_z2_over_n_plus_z2():
+    # at p̂ = 0 the Wilson upper bound reduces to z² / (n + z²)
+    assert wilson_interval(0, 40).high == pytest.approx(Z * Z / (40 + Z * Z), rel=1e-12)
+
+
+def test_wilson_rejects_no_trials():
+    with pytest.raises(InputError):
+        wilson_interval(0, 0)
+
+
+def test_bootstrap_constant_and_nan():
+    iv = bootstrap_mean([0.3, 0.3, float("nan"), 0.3])
+    assert (iv.estimate, iv.low, iv.high, iv.n) == (0.3, 0.3, 0.3, 3)
+    empty = bootstrap_mean([float("nan")])
+    assert empty.n == 0 and math.isnan(empty.estimate)
+
+
+def test_bootstrap_width_matches_normal_theory():
+    x = np.random.default_rng(7).normal(10.0, 2.0, 400)
+    iv = bootstrap_mean(x, seed=1)
+    half = Z * x.std(ddof=1) / math.sqrt(len(x))  # CLT: mean ± z·s/√n
+    assert iv.estimate == pytest.approx(x.mean())
+    assert (iv.high - iv.low) / 2 == pytest.approx(half, rel=0.12)
+    assert iv.low < x.mean() < iv.high
+
+
+def test_parse_slo_units():
+    assert parse_slo("ttft_p95=2s").key == "ttft_p95_s"
+    assert parse_slo("ttft_p95=2s").limit_s == 2.0
+    assert parse_slo("itl_p95=150ms").limit_s == pytest.approx(0.150)
+    assert parse_slo("e2e_p99<=1.5 min").limit_s == pytest.approx(90.0)
+
+
+@pytest.mark.parametrize("bad", ["ttft=2s", "ttft_p95", "ttft_p95=fast", "tpot_p95=1s",
+                                 "ttft_p97=1s", "ttft_p95=0s", "ttft_p95=-1s", "itl_p95=3 parsecs"])
+def test_unparsable_slos(bad):
+    with pytest.raises(InputError) as exc:
+        build_constraints([bad])
+    assert "--slo" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("slos,kw", [
+    (["ttft_p95=2s", "ttft_p95=1s"], {}),                 # same metric twice
+    (["ttft_p95=2s", "e2e_p95=1s"], {}),                  # e2e below ttft
+    ([], {"max_device_fraction": 0.0}),
+    ([], {"max_device_fraction": 1.2}),
+    ([], {"max_oom_risk": -0.1}),
+    ([], {"min_recall": 1.5}),
+])
+def test_contradictory_or_impossible_constraints(slos, kw):
+    with pytest.raises(InputError):
+        build_constraints(slos, **kw)
+
+
+def test_same_slo_twice_with_same_value_is_fine():
+    c = build_constraints(["ttft_p95=2s", "ttft_p95=2000ms"])
+    assert len(c.latency) == 1
+
+
+def test_judge_binding_and_recall_note():
+    c = build_constraints(["ttft_p95=2s", "itl_p95=100ms"], max_device_fraction=0.85,
+                          max_oom_risk=0.05, min_recall=0.9)
+    ok = judge(c, {"ttft_p95_s": 1.0, "itl_p95_s": 0.09, "device_fraction": 0.5,
+                   "oom_risk": 0.0})
+    assert ok.feasible and ok.binding == "itl_p95"  # slack 0.1 is the tightest
+    assert any("recall" in n for n in ok.notes)
+    bad = judge(c, {"ttft_p95_s": 3.0, "itl_p95_s": 0.2, "device_fraction": 0.5,
+                    "oom_risk": 0.0, "recall": 1.0})
+    # ttft violated by 50 %, itl by 100 % → itl binds
+    assert not bad.feasible and bad.binding == "itl_p95"
+    assert judge(c, {}, loads=False).binding == "load"
