@@ -1,0 +1,264 @@
+"""The static memory budget: how a real engine lays out device memory at load time.
+
+Device memory = driver/context reserve + display/other processes + weights on the GPU
++ activation/compute buffers + engine overhead + KV reserved (DESIGN.md §3.1).  How
+each row is sized depends on the engine (``shared/reference/engines.md``):
+
+- **llama.cpp** (§3): all ``n_ctx`` KV cells allocated at start, as one unified pool
+  or one stream per slot; SWA layers get a smaller cache; compute buffers; with
+  ``-ngl`` auto the ``--fit`` logic leaves 1 GiB free and spills layers to the CPU.
+- **Ollama** (§4): the same true layout with ``num_ctx × parallel`` cells, but the
+  layer placement follows Ollama's own era-A estimate, which under-counts q8_0/q4_0
+  KV (1 and 0.5 bytes/element) — the estimate and the true figure are both kept.
+- **vLLM** (§1.1): a ``gpu_memory_utilization`` share of the device holds weights,
+  profiled activations, non-torch memory and the KV block pool; CUDA graphs come on
+  top; startup fails if one ``max_model_len`` request does not fit the pool.
+- **SGLang** (§2.1): ``mem_fraction_static`` of the device holds weights + KV pool.
+
+The simulator sizes its pools from :class:`MemoryBudget`: ``kv_pool_tokens`` (cells /
+pool tokens), ``num_gpu_blocks`` and ``block_tokens`` (paged), ``slot_tokens`` (per
+sequence limit), ``kv_reserved_bytes``, ``gpu_layers`` and ``weights_cpu_bytes``.
+
+NOTE: ``total_bytes`` is the sum of the GPU rows and nothing else; KV and weights on
+the CPU are reported but never counted against the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig, resolve_engine
+from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.errors import InputError
+
+MIB = 2**20
+GIB = 2**30
+PLANNING_LIMIT = 0.85                    # DESIGN.md §3.1: stay at or under 85 % at peak
+DEFAULT_DRIVER_RESERVE_BYTES = 400 * MIB  # hardware-and-models.md §4: CUDA context 0.4 GiB
+EngineConfig = PagedEngineConfig | SlotEngineConfig
+
+
+@dataclass(frozen=True)
+class OllamaEstimate:
+    """What Ollama's era-A estimator (engines.md §4.2) believes it needs."""
+
+    kv_bytes: int            # ctx*parallel*(hd_k+hd_v)*n_kv*{2, 1, 0.5} over GPU layers
+    graph_bytes: int         # (n_heads / n_kv_heads) * kv_total / 6
+    reserve_bytes: int       # OLLAMA_GPU_OVERHEAD + 457 MiB + graph
+    total_bytes: int         # reserve + layers it placed on the GPU
+    gpu_layers: int
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """One engine's load-time memory layout on one GPU (all sizes in bytes).
+
+    Pool-sizing fields for the simulator:
+
+    - ``kv_pool_tokens``: KV cells allocated on load — llama.cpp ``n_ctx`` (all slots),
+      Ollama ``num_ctx × parallel``, vLLM ``num_gpu_blocks × block_tokens`` ("GPU KV
+      cache size: N tokens"), SGLang ``max_total_tokens``.
+    - ``slot_tokens``: most tokens one sequence may hold — llama.cpp ``n_ctx_seq``
+      (= ``n_ctx`` when unified), Ollama ``num_ctx``, vLLM/SGLang ``max_model_len``.
+    - ``num_gpu_blocks`` / ``block_tokens``: paged engines (None / 1 for slot engines).
+    - ``kv_reserved_bytes``: KV bytes on the GPU (slot engines: all cells of the GPU
+      layers; paged: the whole pool).  ``kv_cpu_bytes``: KV of layers left on the CPU.
+    - ``gpu_layers`` of ``num_layers`` repeating layers on the GPU;
+      ``weights_cpu_bytes`` stay in host memory (partial offload).
+    - ``kv_needed_bytes``: what ``parallel`` sequences of ``slot_tokens`` need (paged:
+      rounded up to blocks) — equal to ``kv_reserved_bytes`` for slot engines.
+    """
+
+    engine: str
+    allocator: str
+    device_bytes: int
+    driver_reserve_bytes: int
+    display_reserve_bytes: int
+    weights_format: str
+    weights_total_bytes: int
+    weights_gpu_bytes: int
+    weights_cpu_bytes: int
+    gpu_layers: int
+    num_layers: int
+    activation_bytes: int
+    engine_overhead_bytes: int
+    cache_type_k: str
+    cache_type_v: str
+    kv_bytes_per_token: int
+    kv_reserved_bytes: int
+    kv_cpu_bytes: int
+    kv_needed_bytes: int
+    kv_pool_tokens: int
+    slot_tokens: int
+    parallel: int
+    block_tokens: int = 1
+    num_gpu_blocks: int | None = None
+    max_concurrency: float | None = None
+    fits: bool = True
+    failure: str | None = None
+    log_lines: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    estimate: OllamaEstimate | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.driver_reserve_bytes + self.display_reserve_bytes + self.weights_gpu_bytes
+                + self.activation_bytes + self.engine_overhead_bytes + self.kv_reserved_bytes)
+
+    @property
+    def device_fraction(self) -> float:
+        return self.total_bytes / self.device_bytes
+
+    @property
+    def headroom_to_85_bytes(self) -> int:
+        """Bytes left below the 85 % planning line (negative: over it)."""
+        return int(PLANNING_LIMIT * self.device_bytes) - self.total_bytes
+
+    @property
+    def needed_bytes(self) -> int:
+        """Device bytes if the KV row were exactly what ``parallel`` sequences need."""
+        return self.total_bytes - self.kv_reserved_bytes + self.kv_needed_bytes
+
+    @property
+    def needed_fraction(self) -> float:
+        return self.needed_bytes / self.device_bytes
+
+    @property
+    def all_layers_on_gpu(self) -> bool:
+        return self.gpu_layers == self.num_layers
+
+    def rows(self) -> list[tuple[str, int]]:
+        """(label, bytes) rows of the device budget, in the order engines allocate."""
+        return [
+            ("driver / CUDA context reserve", self.driver_reserve_bytes),
+            ("display / other processes", self.display_reserve_bytes),
+            (f"weights on GPU ({self.gpu_layers}/{self.num_layers} layers)",
+             self.weights_gpu_bytes),
+            ("activation & compute buffers", self.activation_bytes),
+            ("engine overhead (non-torch, CUDA graphs)", self.engine_overhead_bytes),
+            (f"KV reserved ({self.cache_type_k}/{self.cache_type_v})", self.kv_reserved_bytes),
+        ]
+
+
+def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
+    """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for one GPU
+    with TP = PP = 1 (engines.md §2.1; 24 GiB → 0.847)."""
+    gpu_mib = gpu_memory_bytes / MIB
+    gib = gpu_memory_bytes / GIB
+    tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
+    chunk, graph_bs = next(((c, b) for lim, c, b in tiers if gib < lim), (16384, 512))
+    reserved_mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * 1 * 1 / 8
+    if gib > 60:
+        reserved_mib = max(reserved_mib, 10 * 1024)
+    return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
+
+
+def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec) -> EngineConfig:
+    """Resolve an engine preset, filling the defaults real engines derive from the GPU
+    for keys the caller did not set: vLLM's batch budget on ≥ 70 GiB non-A100 cards
+    (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1)."""
+    given = {"preset": spec} if isinstance(spec, str) else dict(spec)
+    preset = given.get("preset")
+    fill: dict[str, Any] = {}
+    if preset == "vllm" and gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name:
+        fill = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+    elif preset == "sglang":
+        frac, chunk = sglang_gpu_defaults(gpu.memory_bytes)
+        fill = {"gpu_memory_utilization": frac, "max_num_batched_tokens": chunk}
+    return resolve_engine({**fill, **given})
+
+
+def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
+                  driver_reserve_bytes: int = DEFAULT_DRIVER_RESERVE_BYTES,
+                  display_reserve_bytes: int = 0, parallel: int | None = None) -> MemoryBudget:
+    """The load-time layout of ``engine`` serving ``model`` in ``weights`` on ``gpu``.
+
+    ``parallel`` only matters for paged engines: how many full-length sequences
+    ``kv_needed_bytes`` should hold (default 1).  Slot engines take it from the config.
+    """
+    from kvsim.model import layouts   # NOTE: layouts imports this module's types
+
+    if driver_reserve_bytes < 0 or display_reserve_bytes < 0:
+        raise InputError("reserve", min(driver_reserve_bytes, display_reserve_bytes),
+                         "reserves must be >= 0 bytes")
+    common = dict(gpu=gpu, model=model, weights=weights, driver=driver_reserve_bytes,
+                  display=display_reserve_bytes)
+    if isinstance(engine, SlotEngineConfig):
+        if engine.preset == "ollama":
+            return layouts.ollama_budget(engine=engine, **common)
+        return layouts.llama_cpp_budget(engine=engine, **common)
+    return layouts.paged_budget(engine=engine, parallel=parallel or 1, **common)
+
+
+def _with(engine: EngineConfig, **update: Any) -> EngineConfig | None:
+    try:
+        return type(engine).model_validate({**engine.model_dump(), **update})
+    except Exception:  # noqa: BLE001 - an invalid combination simply does not fit
+        return None
+
+
+def acceptable(b: MemoryBudget, parallel: int, limit: float = PLANNING_LIMIT) -> bool:
+    """Loads, keeps every layer on the GPU, and peaks at or under ``limit`` of memory."""
+    if not (b.fits and b.all_layers_on_gpu and b.needed_fraction <= limit):
+        return False
+    if b.num_gpu_blocks is not None:   # paged: all sequences at full length at once
+        return parallel * b.slot_tokens <= b.kv_pool_tokens and parallel <= b.extra.get(
+            "max_num_seqs", parallel)
+    return True
+
+
+def _largest(lo: int, hi: int, ok: Any) -> int:
+    """Largest integer x in [lo, hi] with ok(x) for a monotone predicate; lo-1 if none."""
+    if hi < lo or not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def _parallel_of(engine: EngineConfig, parallel: int | None) -> int:
+    return engine.parallel if isinstance(engine, SlotEngineConfig) else (parallel or 1)
+
+
+def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
+                   parallel: int | None = None, limit: float = PLANNING_LIMIT,
+                   step_tokens: int = 256, **reserves: int) -> int:
+    """Largest context (the engine's own meaning, a multiple of ``step_tokens``) that
+    stays :func:`acceptable` at this parallelism; 0 if none does."""
+    p = _parallel_of(engine, parallel)
+    per_seq_cap = model.max_context_tokens
+    scale = p if (isinstance(engine, SlotEngineConfig) and engine.preset == "llama.cpp"
+                  and engine.allocator == "slots") else 1
+
+    def ok(k: int) -> bool:
+        cfg = _with(engine, context_tokens=k * step_tokens)
+        return cfg is not None and acceptable(
+            memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
+
+    best = _largest(1, per_seq_cap * scale // step_tokens, ok)
+    return max(0, best) * step_tokens
+
+
+def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
+                    limit: float = PLANNING_LIMIT, cap: int = 1024, **reserves: int) -> int:
+    """Largest parallelism at this context that stays :func:`acceptable`; 0 if none.
+
+    Searched up to ``cap`` and the context itself.  NOTE: in llama.cpp's unified pool
+    extra slots add almost no memory (they share ``-c``), so there the search also
+    stops at one 256-token pad unit of the pool per slot.
+    """
+    hi = min(cap, engine.context_tokens)
+    if isinstance(engine, PagedEngineConfig):
+        hi = min(hi, engine.max_num_seqs)
+    elif engine.allocator == "unified" and engine.preset == "llama.cpp":
+        hi = min(hi, max(1, engine.context_tokens // engine.context_pad_tokens))
+
+    def ok(p: int) -> bool:
+        cfg = _with(engine, parallel=p) if isinstance(engine, SlotEngineConfig) else engine
+        return cfg is not None and acceptable(
+            memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
+
+    return max(0, _largest(1, hi, ok))

@@ -1,0 +1,313 @@
+"""Model profiles from a local Hugging Face ``config.json`` or a GGUF file header.
+
+Both importers read only metadata — the GGUF reader (the ``gguf`` package) maps the
+file and parses the key/value header and tensor descriptors; tensor data is never
+read.  Layer layouts follow ``hardware-and-models.md`` §2:
+
+- sliding windows: ``layer_types`` lists, Gemma 2 (even layers local), Gemma 3
+  (global iff ``(i+1) % sliding_window_pattern == 0``), gpt-oss (even layers local),
+  otherwise every layer when a window is set and not disabled;
+- Llama 4 chunked attention (``attention_chunk_size``, ``no_rope_layers``);
+- MLA latent = ``kv_lora_rank + qk_rope_head_dim``;
+- recurrent state per layer: Mamba-1/Jamba ``d_inner*(d_state + d_conv)``, Mamba-2
+  ``nheads*headdim*d_state + (d_inner + 2*ngroups*d_state)*d_conv``, Gated DeltaNet
+  ``v_heads*k_dim*v_dim + (kernel-1)*(2*k_heads*k_dim + v_heads*v_dim)``.
+
+``params_total`` comes from the GGUF tensor shapes; config.json has no parameter
+count, so it is estimated from the dense/MoE shapes and marked in ``notes``.
+
+NOTE: every problem with the input file is an InputError naming the file, the
+missing or bad field, and what is expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvsim.config.specs import ModelSpec
+from kvsim.errors import InputError, from_validation_error
+
+NO_POSITION_LIMIT_TOKENS = 1048576   # same planning cap as the shipped Mamba-2 profile
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "imported-model"
+
+
+def _attn(kind: str, idx: list[int], kv: int, hk: int, hv: int, window: int | None = None
+          ) -> dict[str, Any]:
+    g: dict[str, Any] = {"kind": kind, "layers": len(idx), "layer_indices": idx,
+                         "n_kv_heads": kv, "head_dim_k": hk, "head_dim_v": hv}
+    if window:
+        g["window_tokens"] = window
+    return g
+
+
+def _split(kinds: list[str], kv: int, hk: int, hv: int, window: int | None,
+           state: int = 0) -> list[dict[str, Any]]:
+    """Layer groups from a per-layer kind list (full/sliding/chunked/recurrent)."""
+    groups = []
+    for kind in ("full", "sliding", "chunked", "recurrent"):
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        if not idx:
+            continue
+        if kind == "recurrent":
+            groups.append({"kind": kind, "layers": len(idx), "layer_indices": idx,
+                           "state_elements": state})
+        else:
+            groups.append(_attn(kind, idx, kv, hk, hv, window if kind != "full" else None))
+    return groups
+
+
+def _build(data: dict[str, Any], where: str) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix=where) from None
+
+
+# ---------------------------------------------------------------- config.json
+
+
+def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    raise InputError(where, keys[0], "missing from config.json (needed for the KV geometry)")
+
+
+def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int) -> int:
+    if mtype == "mamba2":
+        d_state, conv = cfg.get("state_size", 128), cfg.get("conv_kernel", 4)
+        d_inner = cfg.get("expand", 2) * hidden
+        hd = cfg.get("head_dim", 64)
+        nheads = cfg.get("num_heads", d_inner // hd)
+        return nheads * hd * d_state + (d_inner + 2 * cfg.get("n_groups", 1) * d_state) * conv
+    if mtype in ("mamba", "jamba"):
+        d_inner = cfg.get("mamba_expand", cfg.get("expand", 2)) * hidden
+        return d_inner * (cfg.get("mamba_d_state", cfg.get("state_size", 16))
+                          + cfg.get("mamba_d_conv", cfg.get("conv_kernel", 4)))
+    if "linear_num_value_heads" in cfg:   # Gated DeltaNet (Qwen3-Next)
+        vh, kh = cfg["linear_num_value_heads"], cfg["linear_num_key_heads"]
+        kd, vd = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+        return vh * kd * vd + (cfg.get("linear_conv_kernel_dim", 4) - 1) * (2 * kh * kd + vh * vd)
+    return 0
+
+
+def _hf_kinds(cfg: dict[str, Any], mtype: str, n: int) -> tuple[list[str], int | None]:
+    window = cfg.get("sliding_window")
+    if mtype in ("mamba", "mamba2"):
+        return ["recurrent"] * n, None
+    if mtype == "jamba":
+        per, off = cfg.get("attn_layer_period", 8), cfg.get("attn_layer_offset", 4)
+        return ["full" if i % per == off else "recurrent" for i in range(n)], None
+    if isinstance(cfg.get("layer_types"), list) and len(cfg["layer_types"]) == n:
+        names = {"full_attention": "full", "sliding_attention": "sliding",
+                 "chunked_attention": "chunked", "linear_attention": "recurrent"}
+        return [names.get(t, "full") for t in cfg["layer_types"]], window
+    if "full_attention_interval" in cfg:
+        k = cfg["full_attention_interval"]
+        return ["full" if (i + 1) % k == 0 else "recurrent" for i in range(n)], None
+    if cfg.get("attention_chunk_size"):
+        rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        return ["chunked" if rope[i] else "full" for i in range(n)], cfg["attention_chunk_size"]
+    max_pos = cfg.get("max_position_embeddings") or 0
+    if not window or cfg.get("use_sliding_window") is False or window >= max_pos:
+        return ["full"] * n, None
+    if mtype.startswith("gemma2") or mtype.startswith("gpt_oss"):
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
+    if mtype.startswith("gemma3"):
+        p = cfg.get("sliding_window_pattern", 6)
+        return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
+    return ["sliding"] * n, window
+
+
+def _hf_params(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd: int) -> float:
+    """Estimated parameter count (attention + gated MLP or experts + embeddings)."""
+    attn = hidden * heads * hd * 2 + 2 * hidden * kv * hd
+    inter = cfg.get("intermediate_size") or 4 * hidden
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get(
+        "n_routed_experts") or 0
+    mlp = 3 * hidden * (cfg.get("moe_intermediate_size") or inter) * experts if experts \
+        else 3 * hidden * inter
+    embed = cfg["vocab_size"] * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    return float(n * (attn + mlp) + embed)
+
+
+def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a local HF ``config.json``."""
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError("config.json", str(p), f"cannot read file ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InputError("config.json", str(p), "not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise InputError("config.json", str(p), "must be a JSON object")
+    cfg = {**raw, **raw.get("text_config", {})} if isinstance(raw.get("text_config"), dict) \
+        else raw
+    where = f"config.json '{p.name}'"
+    mtype = str(cfg.get("model_type", ""))
+    n = int(_need(cfg, ("num_hidden_layers", "n_layer", "num_layers"), where))
+    hidden = int(_need(cfg, ("hidden_size", "d_model", "n_embd"), where))
+    _need(cfg, ("vocab_size",), where)
+    recurrent_only = mtype in ("mamba", "mamba2")
+    heads = 0 if recurrent_only else int(_need(cfg, ("num_attention_heads", "n_head"), where))
+    kv = 0 if recurrent_only else int(cfg.get("num_key_value_heads") or heads)
+    hd = 0 if recurrent_only else int(cfg.get("head_dim") or hidden // heads)
+    kinds, window = _hf_kinds(cfg, mtype, n)
+    state = _hf_state(cfg, mtype, hidden)
+    if "recurrent" in kinds and not state:
+        raise InputError(where, "state_size", "recurrent layers need their state dimensions")
+    if cfg.get("kv_lora_rank"):
+        latent = int(cfg["kv_lora_rank"]) + int(_need(cfg, ("qk_rope_head_dim",), where))
+        groups: list[dict[str, Any]] = [{"kind": "mla", "layers": n, "latent_dim": latent}]
+        kv, hd = 1, latent
+    else:
+        groups = _split(kinds, kv, hd, hd, window, state)
+    max_pos = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    notes = "imported from config.json; params_total ESTIMATED from layer shapes"
+    if not max_pos:
+        if not recurrent_only:
+            _need(cfg, ("max_position_embeddings",), where)
+        max_pos = NO_POSITION_LIMIT_TOKENS
+        notes += f"; no positional limit, {NO_POSITION_LIMIT_TOKENS} is a planning cap"
+    params = _hf_params(cfg, n, hidden, heads, kv, hd)
+    slug = name or slugify(str(raw.get("_name_or_path") or p.parent.name or "imported"))
+    return _build({
+        "name": slug, "display_name": slug, "hf_repo": str(raw.get("_name_or_path", "")),
+        "params_total": params, "params_active": params, "num_layers": n,
+        "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
+        "head_dim": hd, "vocab_size": int(cfg["vocab_size"]), "max_context_tokens": int(max_pos),
+        "layer_groups": groups, "attention_kind": mtype, "source": f"config.json {p}",
+        "notes": notes}, where)
+
+
+# ---------------------------------------------------------------- GGUF header
+
+
+def _gguf_fields(p: Path) -> tuple[dict[str, Any], float]:
+    """Header key/values and the total parameter count from tensor shapes."""
+    if not p.is_file():
+        raise InputError("gguf", str(p), "file not found")
+    try:
+        from gguf import GGUFReader
+        reader = GGUFReader(p, "r")
+        fields = {k: f.contents() for k, f in reader.fields.items()}
+        params = float(sum(int(t.n_elements) for t in reader.tensors))
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a bad file
+        reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+        raise InputError("gguf", str(p), f"not a GGUF file or truncated header ({reason})"
+                         ) from None
+    return fields, params
+
+
+def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
+                ) -> tuple[list[str], int | None]:
+    if arch in ("mamba", "mamba2"):
+        return ["recurrent"] * n, None
+    if kv_arr is not None:
+        base = ["full" if kv_arr[i] else "recurrent" for i in range(n)]
+    else:
+        base = ["full"] * n
+    window = f.get(f"{arch}.attention.sliding_window")
+    if not window:
+        return base, None
+    pattern = f.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list):      # per-layer booleans: True = sliding
+        return ["sliding" if pattern[i] else base[i] for i in range(n)], window
+    if arch.startswith("gemma3"):
+        p = int(pattern or 6)
+        return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
+    if arch.startswith("gemma2") or arch.startswith("gpt-oss"):
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
+    return ["sliding"] * n, window
+
+
+def _gguf_state(f: dict[str, Any], arch: str) -> int:
+    inner, d_state = f.get(f"{arch}.ssm.inner_size", 0), f.get(f"{arch}.ssm.state_size", 0)
+    conv = f.get(f"{arch}.ssm.conv_kernel", 0)
+    groups = f.get(f"{arch}.ssm.group_count", 0)
+    if groups:   # Mamba-2: nheads = time_step_rank
+        nheads = f.get(f"{arch}.ssm.time_step_rank", 1)
+        return nheads * (inner // nheads) * d_state + (inner + 2 * groups * d_state) * conv
+    return inner * (d_state + conv)
+
+
+def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from the header of a local GGUF file (metadata only)."""
+    p = Path(path)
+    f, params = _gguf_fields(p)
+    where = f"gguf '{p.name}'"
+    arch = f.get("general.architecture")
+    if not isinstance(arch, str):
+        raise InputError(where, "general.architecture", "missing from the GGUF header")
+
+    def need(key: str) -> Any:
+        v = f.get(f"{arch}.{key}")
+        if v is None:
+            raise InputError(where, f"{arch}.{key}", "missing from the GGUF header")
+        return v
+
+    n, hidden = int(need("block_count")), int(need("embedding_length"))
+    ssm_only = arch in ("mamba", "mamba2")
+    heads = 0 if ssm_only else need("attention.head_count")
+    heads = int(max(heads) if isinstance(heads, list) else heads)
+    kv_raw = f.get(f"{arch}.attention.head_count_kv", heads)
+    kv_arr = kv_raw if isinstance(kv_raw, list) else None
+    kv = int(max(kv_raw) if kv_arr else kv_raw)
+    hk = int(f.get(f"{arch}.attention.key_length") or (hidden // heads if heads else 0))
+    hv = int(f.get(f"{arch}.attention.value_length") or hk)
+    vocab = f.get(f"{arch}.vocab_size") or len(f.get("tokenizer.ggml.tokens") or [])
+    if not vocab:
+        raise InputError(where, f"{arch}.vocab_size", "missing (and no tokenizer.ggml.tokens)")
+    kinds, window = _gguf_kinds(f, arch, n, kv_arr)
+    state = _gguf_state(f, arch) if "recurrent" in kinds else 0
+    if "recurrent" in kinds and not state:
+        raise InputError(where, f"{arch}.ssm.state_size", "missing for recurrent layers")
+    lora = f.get(f"{arch}.attention.kv_lora_rank")
+    if lora:
+        latent = int(lora) + int(need("rope.dimension_count"))
+        groups: list[dict[str, Any]] = [{"kind": "mla", "layers": n, "latent_dim": latent}]
+        kv, hk = 1, latent
+    else:
+        groups = _split(kinds, kv, hk, hv, window, state)
+    ctx = f.get(f"{arch}.context_length") or (NO_POSITION_LIMIT_TOKENS if ssm_only else None)
+    if not ctx:
+        need("context_length")
+    notes = "imported from a GGUF header; params_total from tensor shapes"
+    if not params:
+        params = float(n * 12 * hidden * hidden + 2 * vocab * hidden)
+        notes = "imported from a GGUF header without tensors; params_total ESTIMATED (12 h^2/layer)"
+    slug = name or slugify(str(f.get("general.name") or p.stem))
+    return _build({
+        "name": slug, "display_name": str(f.get("general.name") or p.stem), "hf_repo": "",
+        "params_total": params, "params_active": params, "num_layers": n,
+        "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
+        "head_dim": hk, "vocab_size": int(vocab), "max_context_tokens": int(ctx),
+        "layer_groups": groups, "attention_kind": arch, "source": f"GGUF header {p.name}",
+        "notes": notes}, where)
+
+
+def import_model(path: str | Path, name: str | None = None) -> ModelSpec:
+    """Dispatch on the file: ``.gguf`` (or GGUF magic) → header, else config.json."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("path", str(p), "file not found")
+    if p.is_dir():
+        p = p / "config.json"
+        if not p.is_file():
+            raise InputError("path", str(path), "directory without a config.json")
+    with p.open("rb") as fh:
+        magic = fh.read(4)
+    if p.suffix.lower() == ".gguf" or magic == b"GGUF":
+        return model_from_gguf(p, name)
+    return model_from_hf_config(p, name)

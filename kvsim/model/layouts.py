@@ -1,0 +1,300 @@
+"""Per-engine memory layouts behind :func:`kvsim.model.budget.memory_budget`.
+
+Each function reproduces what one engine allocates at load (references are to
+``shared/reference/engines.md``); see budget.py for the resulting fields.
+
+Compute/activation buffers are the one row no reference pins exactly; the
+estimates below are marked ESTIMATE and every preset lets the user paste the
+engine's own figure (``compute_buffer_bytes`` / ``activation_bytes``):
+
+- llama.cpp compute buffer ≈ f32 logits of one micro-batch
+  (``n_ubatch × vocab × 4``) + four f32 hidden-state buffers (``n_ubatch × hidden ×
+  16``) + without flash attention the f32 KQ scores of one layer
+  (``n_heads × n_ubatch × n_kv × 4``, growing with context, §3.2/§8 item 7).
+- vLLM/SGLang peak activation ≈ ``25 × hidden`` bytes per batched token + f32 logits
+  of ``max_num_seqs`` sampled tokens; 25 × hidden reproduces the 2.07 GiB peak of
+  issue #10517 (Llama-3.1-8B, 20,480 batched tokens; §1.1) to within 0.3 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
+from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.config.units import format_bytes
+from kvsim.errors import InputError
+from kvsim.model.budget import MIB, MemoryBudget, OllamaEstimate
+from kvsim.model.dtypes import cache_type
+from kvsim.model.geometry import KvGeometry, kv_geometry
+from kvsim.model.weights import WeightSplit, model_weights
+
+LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
+OLLAMA_EST_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}   # §4.2 (real: 2 / 1.0625 / 0.5625)
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _mib(n: float) -> str:
+    return f"{n / MIB:.2f} MiB"
+
+
+def _check_quant_k(model: ModelSpec, geo: KvGeometry) -> None:
+    """§3.2: quantized K needs head_dim divisible by the block size (32)."""
+    k = cache_type(geo.cache_type_k)
+    for g in model.layer_groups:
+        dims = [g.head_dim_k] if g.kind != "mla" else [g.latent_dim]
+        if k.block_elems > 1 and any(d % k.block_elems for d in dims if d):
+            raise InputError("cache_type_k", geo.cache_type_k,
+                             f"head dim {dims[0]} is not a multiple of {k.block_elems}; "
+                             "use f16 or bf16")
+
+
+def llama_cpp_compute_bytes(model: ModelSpec, n_ubatch: int, n_kv: int,
+                            flash_attn: bool) -> int:
+    """ESTIMATE of llama.cpp's GPU compute buffer (see module docstring)."""
+    logits = n_ubatch * model.vocab_size * 4
+    hidden = n_ubatch * model.hidden_size * 16
+    scores = 0 if flash_attn else model.num_attention_heads * n_ubatch * n_kv * 4
+    return logits + hidden + scores
+
+
+def _slot_kv_bytes(geo: KvGeometry, n_ctx: int, n_ctx_seq: int, parallel: int,
+                   unified: bool, n_ubatch: int) -> tuple[int, list[int]]:
+    """KV bytes of llama.cpp's cache (§3.1, §3.3) and the SWA cell counts."""
+    total = geo.full_bytes_per_token * n_ctx
+    swa_cells = []
+    for w in geo.windowed:
+        per_stream = _pad(min(n_ctx_seq, (w.window_tokens or 0) * (parallel if unified else 1)
+                              + n_ubatch), 256)
+        cells = per_stream if unified else per_stream * parallel
+        swa_cells.append(cells)
+        total += w.bytes_per_token * cells
+    return total + geo.recurrent_bytes_per_seq * parallel, swa_cells
+
+
+def _layout(gpu: GpuSpec, model: ModelSpec, ws: WeightSplit, geo: KvGeometry, engine:
+            SlotEngineConfig, n_ctx: int, n_ctx_seq: int, unified: bool, driver: int,
+            display: int) -> dict:
+    kv_total, swa = _slot_kv_bytes(geo, n_ctx, n_ctx_seq, engine.parallel, unified,
+                                   engine.n_ubatch)
+    compute = engine.compute_buffer_bytes
+    if compute is None:
+        compute = llama_cpp_compute_bytes(model, engine.n_ubatch,
+                                          n_ctx if unified else n_ctx_seq, engine.flash_attn)
+    L = model.num_layers
+
+    def gpu_total(n: int) -> int:
+        return (driver + display + ws.gpu_bytes(n) + compute + kv_total * n // L)
+
+    return dict(kv_total=kv_total, swa=swa, compute=compute, gpu_total=gpu_total)
+
+
+def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: WeightSplit,
+                 geo: KvGeometry, lay: dict, n_layers_gpu: int, n_ctx: int, n_ctx_seq: int,
+                 driver: int, display: int, logs: list[str], notes: list[str],
+                 estimate: OllamaEstimate | None = None,
+                 failure: str | None = None) -> MemoryBudget:
+    L = model.num_layers
+    kv_gpu = lay["kv_total"] * n_layers_gpu // L
+    b = MemoryBudget(
+        engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.memory_bytes,
+        driver_reserve_bytes=driver, display_reserve_bytes=display,
+        weights_format=ws.format, weights_total_bytes=ws.total_bytes,
+        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu), weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu),
+        gpu_layers=n_layers_gpu, num_layers=L, activation_bytes=lay["compute"],
+        engine_overhead_bytes=0, cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
+        kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=kv_gpu,
+        kv_cpu_bytes=lay["kv_total"] - kv_gpu, kv_needed_bytes=kv_gpu, kv_pool_tokens=n_ctx,
+        slot_tokens=n_ctx_seq, parallel=engine.parallel, estimate=estimate,
+        extra={"swa_cells": tuple(lay["swa"])})
+    if failure is None and b.total_bytes > gpu.memory_bytes:
+        failure = (f"cudaMalloc failed: out of memory — needs {format_bytes(b.total_bytes)} of "
+                   f"{format_bytes(gpu.memory_bytes)}")
+    logs.append(f"{engine.preset}: KV cache {n_ctx} cells, {_mib(lay['kv_total'])} in total, "
+                f"{_mib(kv_gpu)} on GPU; compute buffer size = {_mib(lay['compute'])}")
+    return replace(b, fits=failure is None, failure=failure, log_lines=tuple(logs),
+                   notes=tuple(notes))
+
+
+def _auto_layers(gpu: GpuSpec, L: int, gpu_total, target: int) -> int:
+    """--fit: most layers (filled from the back) that leave ``target`` bytes free."""
+    n = L
+    while n > 0 and gpu_total(n) > gpu.memory_bytes - target:
+        n -= 1
+    return n
+
+
+def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,
+                     driver: int, display: int) -> MemoryBudget:
+    """llama-server (§3.1-§3.3, §3.6): -c padded to 256, unified pool or per-slot streams."""
+    geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
+    _check_quant_k(model, geo)
+    ws = model_weights(model, weights)
+    unified = engine.allocator == "unified"
+    n_ctx = _pad(engine.context_tokens, engine.context_pad_tokens)
+    n_ctx_seq = n_ctx if unified else _pad(n_ctx // engine.parallel, engine.context_pad_tokens)
+    n_ctx = n_ctx if unified else n_ctx_seq * engine.parallel
+    lay = _layout(gpu, model, ws, geo, engine, n_ctx, n_ctx_seq, unified, driver, display)
+    L = model.num_layers
+    notes = []
+    if engine.gpu_layers is None:
+        n_gpu = _auto_layers(gpu, L, lay["gpu_total"], LLAMA_FIT_TARGET_BYTES)
+        if n_gpu < L:
+            notes.append(f"--fit: only {n_gpu}/{L} layers leave 1 GiB free; the rest run on "
+                         "the CPU (much slower decode)")
+    else:
+        n_gpu = min(engine.gpu_layers, L)
+    kv_gpu = lay["kv_total"] * n_gpu // L
+    logs = [f"llama_context: n_seq_max = {engine.parallel}, n_ctx = {n_ctx}, n_ctx_seq = "
+            f"{n_ctx_seq}, n_batch = {engine.n_batch}, n_ubatch = {engine.n_ubatch}, "
+            f"flash_attn = {int(engine.flash_attn)}, kv_unified = {str(unified).lower()}",
+            f"load_tensors: offloaded {n_gpu}/{L} layers to GPU",
+            f"llama_kv_cache: CUDA0 KV buffer size = {_mib(kv_gpu)}"]
+    if geo.recurrent_bytes_per_seq:
+        notes.append(f"recurrent state f32: {_mib(geo.recurrent_bytes_per_seq)} per sequence")
+    return _slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
+                        driver, display, logs, notes)
+
+
+def _ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
+                     kv_type: str, free_bytes: int) -> OllamaEstimate:
+    """§4.2 era-A estimator: under-counted KV, graph fallback, layers from the back."""
+    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
+    ctx = engine.context_tokens * engine.parallel
+    kv_total = 0.0
+    for g in model.layer_groups:
+        if g.kind == "recurrent":
+            kv_total += g.state_elements * 4 * g.layers * engine.parallel
+        elif g.kind == "mla":
+            kv_total += ctx * g.latent_dim * per_elem * g.layers
+        else:
+            kv_total += ctx * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem * g.layers
+    ratio = model.num_attention_heads / model.num_kv_heads if model.num_kv_heads else 1.0
+    graph = int(ratio * kv_total / 6)
+    reserve = engine.gpu_overhead_bytes + engine.minimum_reserve_bytes + graph
+    L = model.num_layers
+    per_layer = ws.per_layer_bytes + kv_total / L
+    head = ws.non_repeating_bytes - ws.embedding_bytes
+    if engine.gpu_layers is not None:
+        n = min(engine.gpu_layers, L)
+    elif reserve + L * per_layer + head <= free_bytes:
+        n = L
+    else:
+        n = max(0, min(L - 1, int((free_bytes - reserve) // per_layer)))
+    total = reserve + int(n * per_layer) + (head if n == L else 0)
+    return OllamaEstimate(kv_bytes=int(kv_total * n / L), graph_bytes=graph,
+                          reserve_bytes=reserve, total_bytes=total, gpu_layers=n)
+
+
+def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,
+                  driver: int, display: int) -> MemoryBudget:
+    """Ollama (§4.1-§4.2): layers placed by its own estimate; the true layout is
+    llama.cpp's with ``num_ctx × parallel`` cells in ``parallel`` slots."""
+    notes = []
+    k, v = engine.cache_type_k, engine.cache_type_v
+    if not engine.flash_attn and (k, v) != ("f16", "f16"):
+        notes.append(f"OLLAMA_KV_CACHE_TYPE={v} ignored: flash attention is off, so the "
+                     "cache is f16 (engines.md §4.1)")
+        k = v = "f16"
+    geo = kv_geometry(model, k, v, state_dtype="f32")
+    _check_quant_k(model, geo)
+    ws = model_weights(model, weights)
+    num_ctx = _pad(engine.context_tokens, engine.context_pad_tokens)
+    n_ctx = num_ctx * engine.parallel
+    lay = _layout(gpu, model, ws, geo, engine, n_ctx, num_ctx, False, driver, display)
+    est = _ollama_estimate(model, engine, ws, v, gpu.memory_bytes - display)
+    L = model.num_layers
+    logs = [f"offload to cuda layers.model={L + 1} layers.offload={est.gpu_layers + (est.gpu_layers == L)} "
+            f"memory.required.full={format_bytes(est.total_bytes)} "
+            f"memory.required.kv={format_bytes(est.kv_bytes)} "
+            f"memory.graph.full={format_bytes(est.graph_bytes)}",
+            f"llama_kv_cache: CUDA0 KV buffer size = {_mib(lay['kv_total'] * est.gpu_layers // L)}"]
+    if est.gpu_layers < L:
+        notes.append(f"Ollama spills {L - est.gpu_layers}/{L} layers to CPU RAM "
+                     "(partial offload: works, much slower)")
+    if est.kv_bytes < lay["kv_total"] * est.gpu_layers // L:
+        notes.append("Ollama's estimate under-counts this KV cache type (q8_0 as 1, q4_0 as "
+                     "0.5 bytes/element; real 1.0625 / 0.5625)")
+    failure = None
+    if lay["gpu_total"](est.gpu_layers) > gpu.memory_bytes:
+        failure = ("cudaMalloc failed: out of memory — Ollama estimated "
+                   f"{format_bytes(est.total_bytes)} but the runner needs "
+                   f"{format_bytes(lay['gpu_total'](est.gpu_layers))}")
+    return _slot_budget(engine, gpu, model, ws, geo, lay, est.gpu_layers, n_ctx, num_ctx,
+                        driver, display, logs, notes, estimate=est, failure=failure)
+
+
+def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
+    """ESTIMATE of the profiled peak activation (see module docstring)."""
+    if engine.activation_bytes is not None:
+        return engine.activation_bytes
+    sampled = min(engine.max_num_seqs, engine.max_num_batched_tokens)
+    return engine.max_num_batched_tokens * 25 * model.hidden_size + sampled * model.vocab_size * 4
+
+
+def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
+                 driver: int, display: int, parallel: int) -> MemoryBudget:
+    """vLLM (§1.1) / SGLang (§2.1): a share of the device holds weights + pool."""
+    geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
+    ws = model_weights(model, weights)
+    act = paged_activation_bytes(model, engine)
+    share = int(engine.gpu_memory_utilization * gpu.memory_bytes)
+    vllm = engine.preset == "vllm"
+    inside = ws.total_bytes + (act + engine.non_torch_bytes if vllm else 0)
+    pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
+        else share - inside
+    block = engine.block_tokens
+    per_block = block * geo.kv_bytes_per_token
+    L = model.num_layers
+    if per_block:
+        blocks = max(0, pool - geo.fixed_bytes) // per_block
+    else:   # pure recurrent model: the pool holds states only
+        blocks = max(0, pool) // max(1, geo.recurrent_bytes_per_seq) * (
+            -(-engine.context_tokens // block))
+    if engine.num_gpu_blocks_override is not None:
+        blocks = engine.num_gpu_blocks_override
+    tokens = blocks * block
+    ctx = engine.context_tokens
+    kv_needed = parallel * geo.bytes_for_tokens(_pad(ctx, block))
+    reserved = max(0, pool)
+    overhead = engine.non_torch_bytes + engine.cuda_graph_bytes
+    conc = tokens / ctx
+    failure = None
+    free = gpu.memory_bytes - driver - display
+    if vllm and engine.kv_cache_memory_bytes is None and free < share:
+        failure = (f"Free memory on device ({format_bytes(free)}/{format_bytes(gpu.memory_bytes)})"
+                   f" on startup is less than desired GPU memory utilization "
+                   f"({engine.gpu_memory_utilization}, {format_bytes(share)})")
+    elif pool <= 0 or blocks <= 0:
+        failure = ("No available memory for the cache blocks. Try increasing "
+                   "`gpu_memory_utilization` when initializing the engine.")
+    elif tokens < ctx:
+        failure = (f"The model's max seq len ({ctx}) is larger than the maximum number of "
+                   f"tokens that can be stored in KV cache ({tokens})")
+    logs = [f"GPU KV cache size: {tokens:,} tokens",
+            f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
+    if not vllm:
+        logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
+                       f"max_total_tokens={tokens}, page_size={block}")
+    notes = []
+    if geo.windowed:
+        notes.append("sliding-window layers are counted at full length per block (no hybrid "
+                     "KV manager); the real pool holds more tokens")
+    b = MemoryBudget(
+        engine=engine.preset, allocator="paged", device_bytes=gpu.memory_bytes,
+        driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
+        weights_total_bytes=ws.total_bytes, weights_gpu_bytes=ws.total_bytes,
+        weights_cpu_bytes=0, gpu_layers=L, num_layers=L, activation_bytes=act,
+        engine_overhead_bytes=overhead if vllm else engine.cuda_graph_bytes,
+        cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
+        kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=reserved, kv_cpu_bytes=0,
+        kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
+        block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc, log_lines=tuple(logs),
+        notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share})
+    if failure is None and b.total_bytes > gpu.memory_bytes:
+        failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "
+                   f"{format_bytes(gpu.memory_bytes)}")
+    return replace(b, fits=failure is None, failure=failure)

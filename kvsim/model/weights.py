@@ -1,0 +1,130 @@
+"""Weight memory: bytes per weight format, and the per-layer split for partial offload.
+
+Bits per weight (bpw) are taken from the format's block layout where it is uniform
+and from llama.cpp's published per-model measurements where the format is a mix:
+
+============  =======  ==========================================================
+format        bpw      source
+============  =======  ==========================================================
+bf16 / f16    16       2 bytes per weight
+fp8           8        1 byte per weight (per-tensor scales negligible)
+q8_0          8.5      ggml block: f16 scale + 32 int8 = 34 B / 32 (engines.md §0)
+q6_k          6.5625   ggml block_q6_K: 210 B / 256 values (quantize README: 6.56)
+q5_k_m        5.68     llama.cpp tools/quantize README, Llama-2-7B table (mix of
+                       q5_K and q6_K tensors)
+q4_k_m        4.84     llama.cpp tools/quantize README, Llama-2-7B table; matches
+                       hardware-and-models.md §2 "real Q4_K_M files 4.8-4.9 bpw"
+q4_0          4.5      ggml block: f16 scale + 16 B nibbles = 18 B / 32
+iq4_xs        4.25     ggml block_iq4_xs: 136 B / 256 values
+mxfp4         4.25     32 4-bit values + 1 shared 8-bit exponent = 17 B / 32
+                       (gpt-oss experts; hardware-and-models.md §2 "~4.25 bpw")
+awq / gptq    4.15625  DERIVED: 4-bit + fp16 scale and packed 4-bit zero per
+(int4)                 group of 128 = 4 + 16/128 + 4/128
+============  =======  ==========================================================
+
+Split for partial GPU offload (llama.cpp ``-ngl``, Ollama layer placement): the
+model is ``num_layers`` equal repeating layers plus the non-repeating tensors —
+token embedding (``vocab * hidden``) and output head (another ``vocab * hidden``
+unless the model's notes say its embeddings are tied).
+
+NOTE: ModelSpec has no tied-embeddings flag; the notes of the shipped profiles say
+"tied embeddings" where the HF config does, and that is what is read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.config.specs import ModelSpec
+from kvsim.errors import unknown_name
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    name: str
+    bits_per_weight: float
+    source: str
+
+
+_FORMATS = {f.name: f for f in (
+    WeightFormat("bf16", 16.0, "2 bytes per weight"),
+    WeightFormat("f16", 16.0, "2 bytes per weight"),
+    WeightFormat("fp8", 8.0, "1 byte per weight"),
+    WeightFormat("q8_0", 8.5, "ggml block 34 B / 32 values"),
+    WeightFormat("q6_k", 6.5625, "ggml block_q6_K 210 B / 256 values"),
+    WeightFormat("q5_k_m", 5.68, "llama.cpp tools/quantize README (Llama-2-7B)"),
+    WeightFormat("q4_k_m", 4.84, "llama.cpp tools/quantize README (Llama-2-7B)"),
+    WeightFormat("q4_0", 4.5, "ggml block 18 B / 32 values"),
+    WeightFormat("iq4_xs", 4.25, "ggml block_iq4_xs 136 B / 256 values"),
+    WeightFormat("mxfp4", 4.25, "17 B / 32 values"),
+    WeightFormat("awq", 4.15625, "DERIVED: int4 + fp16 scale + int4 zero per 128"),
+    WeightFormat("gptq", 4.15625, "DERIVED: int4 + fp16 scale + int4 zero per 128"),
+)}
+_ALIASES = {"fp16": "f16", "float16": "f16", "bfloat16": "bf16", "int4_awq": "awq",
+            "awq_int4": "awq", "int4_gptq": "gptq", "gptq_int4": "gptq", "int4": "awq",
+            "fp8_e4m3": "fp8"}
+
+
+def weight_format_names() -> list[str]:
+    return sorted(_FORMATS)
+
+
+def weight_format(name: str, field: str = "weights") -> WeightFormat:
+    key = name.lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in _FORMATS:
+        raise unknown_name(field, name, weight_format_names() + sorted(_ALIASES))
+    return _FORMATS[key]
+
+
+@dataclass(frozen=True)
+class WeightSplit:
+    """Weight bytes of one model in one format, split for per-layer offload."""
+
+    format: str
+    bits_per_weight: float
+    total_bytes: int
+    per_layer_bytes: int          # one repeating layer (attention + MLP / experts)
+    non_repeating_bytes: int      # token embedding + output head
+    embedding_bytes: int          # token embedding alone (part of non_repeating_bytes)
+    num_layers: int
+
+    def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False) -> int:
+        """Bytes on the GPU with ``gpu_layers`` repeating layers offloaded.
+
+        The output head goes to the GPU only with a full offload (llama.cpp offloads the
+        output layer last).  The token embedding stays in host memory in llama.cpp and
+        Ollama (its input layer runs on the CPU); paged engines keep everything on the
+        GPU (``embedding_on_gpu=True``).
+        """
+        n = max(0, min(gpu_layers, self.num_layers))
+        full = n == self.num_layers
+        head = self.non_repeating_bytes - self.embedding_bytes
+        embed = self.embedding_bytes if (embedding_on_gpu and full) else 0
+        return n * self.per_layer_bytes + (head if full else 0) + embed
+
+    def cpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False) -> int:
+        return self.total_bytes - self.gpu_bytes(gpu_layers, embedding_on_gpu=embedding_on_gpu)
+
+
+def _tied(model: ModelSpec) -> bool:
+    return "tied embedding" in model.notes.lower()
+
+
+def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
+    """Bytes of ``model``'s weights in format ``fmt`` (``params_total * bpw / 8``)."""
+    wf = weight_format(fmt)
+    total_params = model.params_total
+    embed_params = model.vocab_size * model.hidden_size
+    head_params = 0 if _tied(model) else embed_params
+    non_rep = min(embed_params + head_params, total_params * 0.5)
+    embed_params = min(embed_params, non_rep)
+    per_layer = (total_params - non_rep) / model.num_layers
+    to_bytes = wf.bits_per_weight / 8
+    per_layer_b = int(per_layer * to_bytes)
+    non_rep_b = int(non_rep * to_bytes)
+    return WeightSplit(
+        format=wf.name, bits_per_weight=wf.bits_per_weight,
+        total_bytes=per_layer_b * model.num_layers + non_rep_b,
+        per_layer_bytes=per_layer_b, non_repeating_bytes=non_rep_b,
+        embedding_bytes=int(embed_params * to_bytes), num_layers=model.num_layers)
