@@ -58,6 +58,9 @@ class RooflineLatency(BaseModel):
     model_config = _FROZEN
     kind: Literal["roofline"] = "roofline"
     step_overhead_s: Seconds = Field(0.004, ge=0, description="per-step launch/sync overhead")
+    kv_dequant_factor: float = Field(
+        0.25, ge=0, description="quantized KV: dequant time as a fraction of its read time "
+        "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
 
 
 class CalibratedLatency(BaseModel):

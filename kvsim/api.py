@@ -1,0 +1,63 @@
+"""Programmatic entry points (the CLI is a thin layer over these)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from kvsim.config.scenario import Scenario, scenario_hash
+from kvsim.core.build import PoolSizing, check_loads, make_scheduler
+from kvsim.core.engine import Engine
+from kvsim.core.step import StepHook
+from kvsim.latency.factory import make_latency_model
+from kvsim.metrics.records import Recorder
+from kvsim.metrics.results import Results, tables_from
+from kvsim.metrics.summary import summarize
+from kvsim.workload.schema import Session
+
+
+def scenario_budget(scenario: Scenario) -> Any:
+    """The engine's load-time memory layout for this scenario (InputError if it cannot load)."""
+    from kvsim.model.budget import memory_budget
+
+    budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
+                           driver_reserve_bytes=scenario.driver_reserve_bytes,
+                           display_reserve_bytes=scenario.display_reserve_bytes)
+    check_loads(budget, scenario.gpu.name, scenario.model.name)
+    return budget
+
+
+def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | None = None,
+             sessions: Iterable[Session] | None = None, hooks: Sequence[StepHook] = (),
+             sizing: PoolSizing | None = None) -> Results:
+    """Simulate ``scenario`` and return its :class:`Results`.
+
+    ``sessions`` replaces the scenario's workload (tests, replays); ``sizing`` replaces
+    the memory budget (tests); ``hooks`` are policy hooks called after every step;
+    ``progress(now_s, requests_done)`` is called at every memory sample.
+    """
+    budget = None
+    if sizing is None:
+        budget = scenario_budget(scenario)
+        sizing = PoolSizing.from_budget(budget)
+    scheduler = make_scheduler(scenario.engine, sizing, link=scenario.link, host=scenario.host)
+    latency = make_latency_model(scenario, budget)
+    if sessions is None:
+        from kvsim.workload import load_workload
+
+        sessions = load_workload(scenario.workload, scenario.seed)
+    recorder = Recorder()
+    engine = Engine(scheduler, latency, recorder=recorder,
+                    sample_interval_s=scenario.sim.sample_interval_s, hooks=hooks,
+                    max_context_tokens=scenario.model.max_context_tokens,
+                    max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress)
+    end_s = engine.run(sessions)
+    tables = tables_from(recorder)
+    evictions = getattr(getattr(scheduler, "pool", None), "evictions", 0)
+    summary = summarize(tables["requests"], tables["itl"], tables["memory"], tables["steps"],
+                        static_device_bytes=sizing.static_device_bytes,
+                        device_bytes=sizing.device_bytes, preemptions=scheduler.preemptions,
+                        evictions=evictions, sim_time_s=end_s)
+    summary["latency_model"] = latency.provenance
+    return Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
+                   scenario_hash=scenario_hash(scenario))

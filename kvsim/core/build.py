@@ -1,0 +1,87 @@
+"""From a resolved scenario and its memory budget to a configured scheduler.
+
+:class:`PoolSizing` is the small value type the pools are sized from — taken from
+:class:`kvsim.model.budget.MemoryBudget` in normal runs, written by hand in tests.
+
+NOTE: bytes per KV cell (slots) and per block (paged) are ``kv_reserved_bytes``
+divided by the number of cells/blocks (floored), so allocated bytes can never exceed
+reserved bytes, and windowed / recurrent layers are spread over the cells exactly as
+the budget reserved them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
+from kvsim.core.scheduler import PagedScheduler
+from kvsim.core.slot_scheduler import SlotScheduler
+from kvsim.errors import InputError
+
+
+@dataclass(frozen=True)
+class PoolSizing:
+    kv_pool_tokens: int
+    slot_tokens: int
+    kv_reserved_bytes: int
+    num_gpu_blocks: int | None = None
+    block_tokens: int = 1
+    static_device_bytes: int = 0  # everything on the device except the KV pool
+    device_bytes: int = 1
+
+    @classmethod
+    def from_budget(cls, b: Any) -> "PoolSizing":
+        return cls(kv_pool_tokens=b.kv_pool_tokens, slot_tokens=b.slot_tokens,
+                   kv_reserved_bytes=b.kv_reserved_bytes, num_gpu_blocks=b.num_gpu_blocks,
+                   block_tokens=b.block_tokens,
+                   static_device_bytes=b.total_bytes - b.kv_reserved_bytes,
+                   device_bytes=b.device_bytes)
+
+
+def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
+    """Refuse a model that cannot even load, with the numbers."""
+    if getattr(budget, "fits", True):
+        return
+    gib = 2**30
+    raise InputError(
+        "model", model_name,
+        f"cannot load on {gpu_name}: needs {budget.total_bytes / gib:.2f} GiB, the card has "
+        f"{budget.device_bytes / gib:.2f} GiB ({budget.failure or 'does not fit'})")
+
+
+def restore_time_fn(link: Any, host: Any):
+    """Seconds to copy ``n`` bytes host→device (the link, or host memory when unified)."""
+    if link is not None:
+        rate, lat = link.h2d_bytes_per_s, link.latency_s
+    else:
+        rate, lat = host.memory_bandwidth_bytes_per_s, 0.0
+    return lambda n: lat + n / rate if n else 0.0
+
+
+def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
+                   link: Any = None, host: Any = None) -> PagedScheduler | SlotScheduler:
+    if isinstance(engine, PagedEngineConfig):
+        blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens
+        if blocks * sizing.block_tokens < engine.context_tokens:
+            raise InputError(
+                "engine.context_tokens", engine.context_tokens,
+                f"the model's max seq len ({engine.context_tokens}) is larger than the "
+                f"maximum number of tokens that can be stored in KV cache "
+                f"({blocks * sizing.block_tokens}); lower it or free memory")
+        return PagedScheduler(
+            num_blocks=blocks, block_tokens=sizing.block_tokens,
+            block_bytes=sizing.kv_reserved_bytes // blocks, max_num_seqs=engine.max_num_seqs,
+            max_num_batched_tokens=engine.max_num_batched_tokens,
+            max_model_len=engine.context_tokens,
+            enable_prefix_caching=engine.enable_prefix_caching)
+    unified = engine.allocator == "unified" and engine.preset == "llama.cpp"
+    cells = sizing.kv_pool_tokens
+    return SlotScheduler(
+        parallel=engine.parallel, slot_tokens=sizing.slot_tokens, pool_cells=cells,
+        unified=unified, bytes_per_token=sizing.kv_reserved_bytes // cells,
+        reserved_bytes=sizing.kv_reserved_bytes, n_batch=engine.n_batch,
+        similarity=engine.slot_prompt_similarity, cache_prompt=engine.cache_prompt,
+        cache_ram_bytes=engine.cache_ram_bytes, context_shift=engine.context_shift,
+        n_keep=engine.n_keep, truncate_prompt=engine.preset == "ollama",
+        restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0))

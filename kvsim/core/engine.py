@@ -1,0 +1,179 @@
+"""The SimPy engine: sessions as processes, one driver running the step loop.
+
+Processes (DESIGN.md §3.4):
+
+- a *feeder* pulls sessions lazily from the workload iterator (sorted by first
+  start) and starts each one at its first turn's ``start_s``;
+- each *session* submits its turns: closed-loop turns arrive ``think_s`` after the
+  previous answer ended (finished or failed), open-loop turns (``start_s`` given) at
+  their own time; a turn's prompt is the whole history (``prompt_segments``);
+- the *driver* runs schedule → run → postprocess: it asks the scheduler for a
+  :class:`~kvsim.core.step.StepPlan`, waits the latency model's step time, applies
+  the plan, records the step, then calls the policy hooks; with nothing to do it
+  sleeps until the next arrival;
+- a *sampler* records KV memory every ``sample_interval_s``.
+
+Only this module (and ``link.py``) imports SimPy; schedulers and pools take
+``now_s`` and are tested without it.
+
+NOTE: ``_execute`` is the seam for fast-forward (issue 6): it may advance several
+decode-only steps at once as long as no boundary (arrival, completion, block
+allocation, sampling tick, hook trigger) falls inside the jump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import simpy
+
+from kvsim.core.requests import Request, seq_from_segments
+from kvsim.core.step import StepHook, StepPlan
+from kvsim.errors import InputError
+from kvsim.metrics.records import Recorder
+from kvsim.workload.schema import Session, output_segment, prompt_segments
+
+
+def make_request(session: Session, i: int, now_s: float) -> Request:
+    turn = session.turns[i]
+    prompt = seq_from_segments([(s.id, s.tokens) for s in prompt_segments(session, i)])
+    return Request(request_id=f"{session.session_id}#{i}", session_id=session.session_id,
+                   turn=i, arrival_s=now_s, prompt=prompt,
+                   output_id=output_segment(session, i).id,
+                   max_output_tokens=turn.output_tokens, member=session.member,
+                   kind=session.kind)
+
+
+class Engine:
+    """One inference server simulated over a stream of sessions."""
+
+    def __init__(self, scheduler: Any, latency: Any, *, recorder: Recorder | None = None,
+                 sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
+                 max_context_tokens: int | None = None, max_sim_time_s: float | None = None,
+                 progress: Callable[[float, int], None] | None = None) -> None:
+        self.env = simpy.Environment()
+        self.scheduler = scheduler
+        self.latency = latency
+        self.recorder = recorder or Recorder()
+        self.sample_interval_s = sample_interval_s
+        self.hooks = list(hooks)
+        self.max_context_tokens = max_context_tokens
+        self.max_sim_time_s = max_sim_time_s
+        self.progress = progress
+        self._done_events: dict[str, simpy.Event] = {}
+        self._wake: simpy.Event | None = None
+        self._active_sessions = 0
+        self._feeder_done = False
+        self._finished = False
+        self.requests_done = 0
+
+    # -- processes ----------------------------------------------------------------
+    def _feeder(self, sessions: Iterator[Session]):
+        for s in sessions:
+            start = s.turns[0].start_s or 0.0
+            if start > self.env.now:
+                yield self.env.timeout(start - self.env.now)
+            self._active_sessions += 1
+            self.env.process(self._session(s))
+        self._feeder_done = True
+        self._poke()
+
+    def _session(self, s: Session):
+        prev: simpy.Event | None = None
+        for i, turn in enumerate(s.turns):
+            if i > 0 and turn.start_s is None:
+                if prev is not None:
+                    yield prev
+                if turn.think_s:
+                    yield self.env.timeout(turn.think_s)
+            elif turn.start_s is not None and turn.start_s > self.env.now:
+                yield self.env.timeout(turn.start_s - self.env.now)
+            prev = self._submit(make_request(s, i, self.env.now))
+        if prev is not None:
+            yield prev
+        self._active_sessions -= 1
+        self._poke()
+
+    def _submit(self, req: Request) -> simpy.Event:
+        limit = self.max_context_tokens
+        if limit is not None and req.prompt_tokens > limit:
+            raise InputError("workload", f"{req.request_id}: prompt {req.prompt_tokens} tokens",
+                             f"longer than the model's maximum context ({limit} tokens)")
+        done = self.env.event()
+        self._done_events[req.request_id] = done
+        if not self.scheduler.add_request(req, self.env.now):
+            self._finish(req)
+        self._drain_events()
+        self._poke()
+        return done
+
+    def _poke(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _finish(self, req: Request) -> None:
+        self.recorder.request_done(req)
+        self.requests_done += 1
+        self._done_events.pop(req.request_id).succeed()
+
+    def _drain_events(self) -> None:
+        evs = self.scheduler.events
+        if evs:
+            for ev in evs:
+                self.recorder.event(ev)
+            evs.clear()
+
+    def _driver(self):
+        sched = self.scheduler
+        while True:
+            plan = sched.schedule(self.env.now)
+            self._drain_events()
+            if plan is None:
+                if self._feeder_done and not self._active_sessions and not sched.has_work:
+                    break
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            yield from self._execute(plan)
+            stall = sum(h.after_step(sched, plan, self.env.now) for h in self.hooks)
+            self._drain_events()
+            if stall > 0:
+                yield self.env.timeout(stall)
+        self._finished = True
+
+    def _execute(self, plan: StepPlan):
+        """Run one step: wait its time, apply it, record it."""
+        start = self.env.now
+        dt = self.latency.step_time_s(plan.batch) + plan.extra_s
+        if dt > 0:
+            yield self.env.timeout(dt)
+        done = self.scheduler.complete(plan, self.env.now)
+        b = plan.batch
+        self.recorder.step(start, self.env.now, sum(b.prefill_tokens), len(b.decode_context),
+                           len(plan.items))
+        for req in done:
+            self._finish(req)
+
+    def _sampler(self):
+        while not self._finished:
+            self.recorder.sample(self.env.now, self.scheduler.memory())
+            if self.progress is not None:
+                self.progress(self.env.now, self.requests_done)
+            yield self.env.timeout(self.sample_interval_s)
+
+    # -- entry ------------------------------------------------------------------------
+    def run(self, sessions: Iterable[Session]) -> float:
+        """Simulate every session to completion (or ``max_sim_time_s``); return the end time."""
+        self.env.process(self._feeder(iter(sessions)))
+        driver = self.env.process(self._driver())
+        self.env.process(self._sampler())
+        until: Any = driver
+        if self.max_sim_time_s is not None:
+            until = self.env.any_of([driver, self.env.timeout(self.max_sim_time_s)])
+        self.env.run(until=until)
+        self._finished = True
+        self.recorder.sample(self.env.now, self.scheduler.memory())
+        if self.progress is not None:
+            self.progress(self.env.now, self.requests_done)
+        return self.env.now

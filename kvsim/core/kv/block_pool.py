@@ -1,0 +1,154 @@
+"""The paged KV block pool (vLLM v1 ``BlockPool``), engines.md §1.2–§1.3.
+
+Every block exists from start-up.  A block with ``ref_cnt == 0`` sits in the *free
+queue*, a doubly linked list in eviction order (head = evicted first).  A free
+block may still carry a prefix hash: it is "free but cached" and can be revived by
+a prefix hit (``touch``) until an allocation pops it from the head, which evicts
+its hash.  Freed blocks are appended to the tail in *reverse* order (the caller
+passes them last-block-first) so a request's prefix blocks are evicted last.
+
+NOTE: invariants (checked by the hypothesis state machine in tests/core):
+``num_free + num_active == num_blocks``; every block in the free queue has
+``ref_cnt == 0``; every hash in ``cached`` points at a block carrying that hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class Block:
+    """One KV block: an id, a reference count, an optional prefix hash."""
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev", "next")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: int | None = None
+        self.prev: Block | None = None
+        self.next: Block | None = None
+
+    def __repr__(self) -> str:
+        return f"Block({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
+
+
+class FreeBlockQueue:
+    """Doubly linked list of free blocks with O(1) pop-head, append and remove."""
+
+    def __init__(self, blocks: Iterable[Block]) -> None:
+        self._head = Block(-1)  # sentinels
+        self._tail = Block(-2)
+        self._head.next, self._tail.prev = self._tail, self._head
+        self.num_free = 0
+        for b in blocks:
+            self.append(b)
+
+    def append(self, block: Block) -> None:
+        last = self._tail.prev
+        assert last is not None
+        last.next, block.prev = block, last
+        block.next, self._tail.prev = self._tail, block
+        self.num_free += 1
+
+    def remove(self, block: Block) -> None:
+        prev, nxt = block.prev, block.next
+        assert prev is not None and nxt is not None, "block is not in the free queue"
+        prev.next, nxt.prev = nxt, prev
+        block.prev = block.next = None
+        self.num_free -= 1
+
+    def popleft(self) -> Block:
+        first = self._head.next
+        if first is None or first is self._tail:
+            raise IndexError("no free blocks")
+        self.remove(first)
+        return first
+
+    def __iter__(self):  # head → tail, eviction order
+        b = self._head.next
+        while b is not None and b is not self._tail:
+            yield b
+            b = b.next
+
+
+class BlockPool:
+    """All GPU KV blocks of one paged engine, with the prefix-hash index."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+        if num_blocks <= 0:
+            raise ValueError("num_blocks must be positive")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_queue = FreeBlockQueue(self.blocks)
+        self.cached: dict[int, Block] = {}
+        self.evictions = 0
+        self._cached_free = 0  # free blocks that still carry an indexed hash
+
+    @property
+    def num_free(self) -> int:
+        """Blocks that an allocation may take (free, cached or not)."""
+        return self.free_queue.num_free
+
+    @property
+    def num_active(self) -> int:
+        return self.num_blocks - self.free_queue.num_free
+
+    @property
+    def num_cached_free(self) -> int:
+        """Free blocks that still hold a reusable prefix (evictable cache)."""
+        return self._cached_free
+
+    def get_cached_block(self, block_hash: int) -> Block | None:
+        return self.cached.get(block_hash) if self.enable_caching else None
+
+    def touch(self, blocks: Iterable[Block]) -> None:
+        """Take a reference on prefix-hit blocks (removing free ones from the queue)."""
+        for b in blocks:
+            if b.ref_cnt == 0:
+                self.free_queue.remove(b)
+                if b.block_hash is not None:
+                    self._cached_free -= 1
+            b.ref_cnt += 1
+
+    def get_new_blocks(self, n: int) -> list[Block]:
+        """Pop ``n`` blocks from the head of the free queue, evicting their hashes."""
+        if n > self.num_free:
+            raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
+        out = []
+        for _ in range(n):
+            b = self.free_queue.popleft()
+            if b.block_hash is not None:
+                if self.cached.get(b.block_hash) is b:
+                    del self.cached[b.block_hash]
+                    self.evictions += 1
+                    self._cached_free -= 1
+                b.block_hash = None
+            b.ref_cnt = 1
+            out.append(b)
+        return out
+
+    def cache_full_block(self, block: Block, block_hash: int) -> None:
+        """Register a block that just became full under its chained hash."""
+        if not self.enable_caching or block.block_hash is not None:
+            return
+        block.block_hash = block_hash
+        # NOTE: duplicates may exist (append-only block tables); the index keeps the first.
+        self.cached.setdefault(block_hash, block)
+
+    def free_blocks(self, ordered: Iterable[Block]) -> None:
+        """Drop one reference per block; blocks reaching zero go to the queue tail.
+
+        ``ordered`` must already be in eviction order (vLLM passes a request's blocks
+        reversed, so its last block is evicted first and its prefix last).
+        """
+        for b in ordered:
+            b.ref_cnt -= 1
+            assert b.ref_cnt >= 0, "ref_cnt below zero"
+            if b.ref_cnt == 0:
+                if b.block_hash is not None and self.cached.get(b.block_hash) is not b:
+                    b.block_hash = None  # an uncached duplicate: plain free block
+                if b.block_hash is not None:
+                    self._cached_free += 1
+                self.free_queue.append(b)

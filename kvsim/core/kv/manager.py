@@ -1,0 +1,104 @@
+"""KV cache manager for paged engines (vLLM v1 ``KVCacheManager``), engines.md §1.2–§1.4.
+
+The scheduler asks two questions per request and step: which leading blocks are
+already cached (``get_computed_blocks``, only for a request with nothing computed)
+and whether the step's new tokens fit (``allocate_slots``, which either allocates
+everything or nothing).  Blocks are allocated lazily: a decode step needs a new
+block only when it crosses a block boundary.
+
+NOTE: the prefix hit is capped at ``num_tokens − 1`` tokens rounded down to whole
+blocks (``floor((prompt_len − 1) / block) · block`` for a fresh prompt): at least one
+token must be computed to get logits, and computed tokens stay block-aligned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.core.kv.block_pool import Block, BlockPool
+from kvsim.core.kv.prefix import extend_block_hashes
+from kvsim.core.requests import Request
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    """Cached leading blocks found for a request (not yet referenced)."""
+
+    blocks: tuple[Block, ...] = ()
+    num_tokens: int = 0
+
+
+class KVCacheManager:
+    """Per-request block tables over one :class:`BlockPool`."""
+
+    def __init__(self, pool: BlockPool, block_tokens: int) -> None:
+        self.pool = pool
+        self.block_tokens = block_tokens
+        self.req_blocks: dict[str, list[Block]] = {}
+        self.req_num_hashed: dict[str, int] = {}  # leading blocks already registered
+        self.query_tokens = 0
+        self.hit_tokens = 0
+
+    def _hashes(self, req: Request, num_blocks: int) -> list[int]:
+        return extend_block_hashes(req.block_hashes, req.all_tokens(), self.block_tokens,
+                                   num_blocks)
+
+    def get_computed_blocks(self, req: Request) -> PrefixHit:
+        """Longest run of cached leading blocks, capped so one token stays to compute."""
+        if not self.pool.enable_caching or req.num_computed_tokens:
+            return PrefixHit()
+        max_blocks = (req.num_tokens - 1) // self.block_tokens
+        hits: list[Block] = []
+        for h in self._hashes(req, max_blocks)[:max_blocks]:
+            b = self.pool.get_cached_block(h)
+            if b is None:
+                break
+            hits.append(b)
+        self.query_tokens += req.num_tokens
+        self.hit_tokens += len(hits) * self.block_tokens
+        return PrefixHit(tuple(hits), len(hits) * self.block_tokens)
+
+    def blocks_needed(self, req: Request, num_new_tokens: int, hit: PrefixHit = PrefixHit()) -> int:
+        """New pool blocks this step would take (prefix-hit blocks that are free count)."""
+        have = len(self.req_blocks.get(req.request_id, ())) + len(hit.blocks)
+        total = req.num_computed_tokens + hit.num_tokens + num_new_tokens
+        need = max(0, -(-total // self.block_tokens) - have)
+        return need + sum(1 for b in hit.blocks if b.ref_cnt == 0)
+
+    def can_allocate(self, req: Request, num_new_tokens: int, hit: PrefixHit = PrefixHit()) -> bool:
+        return self.blocks_needed(req, num_new_tokens, hit) <= self.pool.num_free
+
+    def allocate_slots(self, req: Request, num_new_tokens: int,
+                       hit: PrefixHit = PrefixHit()) -> bool:
+        """Reference the hit blocks and allocate blocks for ``num_new_tokens``; all or nothing."""
+        if not self.can_allocate(req, num_new_tokens, hit):
+            return False
+        blocks = self.req_blocks.setdefault(req.request_id, [])
+        if hit.blocks:
+            self.pool.touch(hit.blocks)
+            blocks.extend(hit.blocks)
+        total = req.num_computed_tokens + hit.num_tokens + num_new_tokens
+        n_new = -(-total // self.block_tokens) - len(blocks)
+        if n_new > 0:
+            blocks.extend(self.pool.get_new_blocks(n_new))
+        if self.pool.enable_caching:
+            # NOTE: blocks that become full during this step are registered at once, so
+            # requests in the same batch (and the request's own output) can reuse them.
+            n_full = total // self.block_tokens
+            done = self.req_num_hashed.get(req.request_id, 0)
+            if n_full > done:
+                hashes = self._hashes(req, n_full)
+                for i in range(done, n_full):
+                    self.pool.cache_full_block(blocks[i], hashes[i])
+                self.req_num_hashed[req.request_id] = n_full
+        return True
+
+    def free(self, req: Request) -> None:
+        """Release a request's blocks, last block first (prefix evicted last)."""
+        blocks = self.req_blocks.pop(req.request_id, None)
+        self.req_num_hashed.pop(req.request_id, None)
+        if blocks:
+            self.pool.free_blocks(reversed(blocks))
+
+    def num_blocks_of(self, req: Request) -> int:
+        return len(self.req_blocks.get(req.request_id, ()))

@@ -1,0 +1,60 @@
+"""Chained prefix hashes over full KV blocks (vLLM automatic prefix caching, §1.3).
+
+Block *i*'s key is ``hash(key of block i−1, pieces of block i)`` where the pieces are
+the ``(content id, start, end)`` runs of the block's tokens — the simulator's stand-in
+for token ids.  Chaining means a hit on block *i* implies blocks ``0..i−1`` match,
+so a lookup walks from the start and stops at the first miss.  Only full blocks are
+hashed; a trailing partial block is never cached.
+
+NOTE: keys use Python's tuple hash (64-bit); string hashing is salted per process,
+but only key *equality* matters to the simulation, so results do not depend on it.
+"""
+
+from __future__ import annotations
+
+from kvsim.core.requests import Piece, TokenSeq
+
+
+def pieces_in_range(seq: TokenSeq, start: int, end: int) -> list[Piece]:
+    """The pieces of ``seq`` covering token positions ``[start, end)``."""
+    out: list[Piece] = []
+    pos = 0
+    for sid, s, e in seq:
+        n = e - s
+        lo, hi = max(start - pos, 0), min(end - pos, n)
+        if lo < hi:
+            out.append((sid, s + lo, s + hi))
+        pos += n
+        if pos >= end:
+            break
+    return out
+
+
+def extend_block_hashes(hashes: list[int], seq: TokenSeq, block_tokens: int,
+                        num_blocks: int) -> list[int]:
+    """Extend ``hashes`` (in place) to the first ``num_blocks`` full blocks of ``seq``."""
+    k = len(hashes)
+    if num_blocks <= k:
+        return hashes
+    parent: int | None = hashes[-1] if hashes else None
+    pieces = pieces_in_range(seq, k * block_tokens, num_blocks * block_tokens)
+    # split the covering pieces at block boundaries
+    cur: list[Piece] = []
+    filled = 0
+    for sid, s, e in pieces:
+        while s < e:
+            take = min(e - s, block_tokens - filled)
+            cur.append((sid, s, s + take))
+            s += take
+            filled += take
+            if filled == block_tokens:
+                parent = hash((parent, tuple(cur)))
+                hashes.append(parent)
+                cur, filled = [], 0
+    return hashes
+
+
+def block_hashes(seq: TokenSeq, block_tokens: int) -> list[int]:
+    """Hashes of every full block of ``seq``."""
+    n = sum(e - s for _, s, e in seq) // block_tokens
+    return extend_block_hashes([], seq, block_tokens, n)

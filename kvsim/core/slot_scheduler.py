@@ -1,0 +1,232 @@
+"""The llama.cpp / Ollama server loop over slots, engines.md §3.4–§3.5 and §4.5.
+
+Each iteration: deferred tasks take idle slots (FCFS, slot choice and prompt-cache
+reuse in :mod:`kvsim.core.kv.slots`); every generating slot contributes its next
+token, then pending prompts are packed until ``n_batch`` tokens (continuous
+batching).  There is no preemption: a task waits for a free slot.
+
+Failures, worded as the real server reports them:
+
+- prompt ≥ the slot's context → HTTP 400 ``exceed_context_size_error``; with context
+  shift on (or Ollama, which truncates on its side) the prompt is truncated instead:
+  keep ``n_keep`` tokens, drop whole blocks of half the remaining context;
+- generation reaching the slot's end → stop (``truncated``), or with context shift
+  keep ``n_keep`` tokens and discard half of the rest;
+- unified pool: a batch that finds no free KV cells first purges idle slots' caches;
+  if that is not enough the batch is halved down to one token, and then every active
+  slot fails with "Context size has been exceeded." (llama.cpp #23652).
+
+NOTE: the step that exhausts the pool is charged the full batch time (the halving
+retries process what fits, then fail), and its tokens are discarded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from kvsim.core.kv.prefix import pieces_in_range
+from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool
+from kvsim.core.requests import Request, Status, common_prefix, seq_append, seq_drop, seq_len
+from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
+
+FAIL_PROMPT_TOO_LONG = "exceed_context_size_error"
+FAIL_POOL_EXHAUSTED = "Context size has been exceeded."
+
+
+class SlotScheduler:
+    """Slots (per-slot or unified KV) with prompt caching and the RAM prompt cache."""
+
+    def __init__(self, *, parallel: int, slot_tokens: int, pool_cells: int, unified: bool,
+                 bytes_per_token: int, reserved_bytes: int, n_batch: int,
+                 similarity: float = 0.10, cache_prompt: bool = True,
+                 cache_ram_bytes: int | None = 0, context_shift: bool = False,
+                 n_keep: int = 0, truncate_prompt: bool = False,
+                 restore_time_s: Callable[[int], float] = lambda b: 0.0) -> None:
+        self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
+                             unified=unified, similarity=similarity)
+        self.ram = PromptCache(cache_ram_bytes, bytes_per_token)
+        self.bytes_per_token = bytes_per_token
+        self.reserved_bytes = reserved_bytes
+        self.n_batch = n_batch
+        self.cache_prompt = cache_prompt
+        self.context_shift = context_shift
+        self.n_keep = n_keep
+        self.truncate_prompt = truncate_prompt or context_shift
+        self.restore_time_s = restore_time_s
+        self.waiting: deque[Request] = deque()
+        self.events: list[EngineEvent] = []
+        self.preemptions = 0  # slots never preempt; kept for a uniform interface
+        self._exhausted: StepPlan | None = None
+
+    @property
+    def cap(self) -> int:
+        """Tokens one slot may hold (the whole pool when unified)."""
+        return self.pool.slot_tokens
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting) or any(not s.idle for s in self.pool.slots)
+
+    @property
+    def running(self) -> list[Request]:
+        return [s.req for s in self.pool.slots if s.req is not None]
+
+    # -- queue entry ---------------------------------------------------------
+    def add_request(self, req: Request, now_s: float) -> bool:
+        if req.prompt_tokens >= self.cap:
+            if not self.truncate_prompt:
+                req.fail(now_s, FAIL_PROMPT_TOO_LONG)
+                self.events.append(EngineEvent(
+                    now_s, "fail", req.request_id,
+                    f"request ({req.prompt_tokens} tokens) exceeds the available context "
+                    f"size ({self.cap} tokens)"))
+                return False
+            keep = max(self.n_keep, 0)
+            block = (self.cap - keep) // 2
+            erased = (req.prompt_tokens - keep - block) // block
+            start, end = keep, keep + erased * block
+            self.events.append(EngineEvent(now_s, "truncate_prompt", req.request_id,
+                                           f"dropped tokens [{start}, {end})"))
+            req.prompt = seq_drop(req.prompt, start, end)
+            req.prompt_tokens = seq_len(req.prompt)
+        self.waiting.append(req)
+        return True
+
+    # -- schedule --------------------------------------------------------------
+    def _assign(self, req: Request, slot: Slot, lcp: int, now_s: float) -> float:
+        """Put ``req`` in ``slot``; return the restore stall in seconds."""
+        stall = 0.0
+        entry = None
+        if self.cache_prompt and self.ram.enabled:
+            room = slot.n_tokens + self.pool.free_cells if self.pool.unified else self.cap
+            entry = self.ram.take_best(req.prompt, lcp, slot.n_tokens, max_tokens=room)
+            keep = common_prefix(entry.seq, req.prompt) if entry else lcp
+            if slot.n_tokens and (entry or keep / slot.n_tokens < SAVE_BELOW_KEEP):
+                saved = self.ram.save(tuple(slot.cache), now_s)
+                self.events.append(EngineEvent(now_s, "cache_save", req.request_id,
+                                               f"slot {slot.slot_id}", saved))
+            if entry is not None:
+                slot.cache, slot.n_tokens, lcp = list(entry.seq), entry.n_tokens, keep
+                stall = self.restore_time_s(entry.bytes)
+                self.events.append(EngineEvent(now_s, "restore", req.request_id,
+                                               f"slot {slot.slot_id}", entry.bytes))
+        n_past = min(lcp, req.prompt_tokens - 1) if self.cache_prompt else 0
+        slot.keep(n_past)
+        slot.req, req.slot_id = req, slot.slot_id
+        req.cached_tokens = n_past
+        req.num_computed_tokens = req.high_water = n_past
+        req.first_scheduled_s = now_s
+        req.status = Status.RUNNING
+        return stall
+
+    def _make_room(self, needed: int, now_s: float) -> bool:
+        """Unified pool: purge idle slots (LRU first) until ``needed`` cells are free."""
+        while self.pool.free_cells < needed:
+            victim = self.pool.lru_idle_with_cache()
+            if victim is None:
+                return False
+            saved = self.ram.save(tuple(victim.cache), now_s) if self.cache_prompt else 0
+            self.events.append(EngineEvent(now_s, "purge_idle_slot", "",
+                                           f"slot {victim.slot_id}", saved))
+            victim.clear()
+        return True
+
+    def schedule(self, now_s: float) -> StepPlan | None:
+        stall = 0.0
+        while self.waiting:
+            sel = self.pool.select(self.waiting[0].prompt)
+            if sel is None:
+                break  # deferred: no idle slot
+            stall += self._assign(self.waiting.popleft(), sel[0], sel[1], now_s)
+        items: list[ScheduledItem] = []
+        busy = [s for s in self.pool.slots if s.req is not None]
+        for s in busy:
+            if s.req.is_decode:
+                items.append(ScheduledItem(s.req, 1, s.n_tokens, True))
+        room = self.n_batch - len(items)
+        for s in busy:
+            if room <= 0:
+                break
+            if not s.req.is_decode and s.req.remaining_tokens:
+                n = min(s.req.remaining_tokens, room, self.cap - s.n_tokens)
+                items.append(ScheduledItem(s.req, n, s.n_tokens, False))
+                room -= n
+        if not items:
+            return None
+        plan = make_plan(items, stall)
+        needed = sum(i.num_new_tokens for i in items)
+        if self.pool.unified and not self._make_room(needed, now_s):
+            self.events.append(EngineEvent(
+                now_s, "batch_halving", "",
+                f"batch of {needed} tokens, {self.pool.free_cells} free cells"))
+            self._exhausted = plan
+        return plan
+
+    # -- postprocess -------------------------------------------------------------
+    def _release(self, slot: Slot, now_s: float) -> None:
+        slot.req = None
+        slot.last_used_s = now_s
+        if not self.cache_prompt:
+            slot.clear()
+
+    def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
+        if self._exhausted is plan:
+            self._exhausted = None
+            return self._fail_all(now_s)
+        done: list[Request] = []
+        for item in plan.items:
+            req = item.req
+            slot = self.pool.slots[req.slot_id]
+            a = req.num_computed_tokens
+            for sid, s, e in pieces_in_range(req.all_tokens(), a, a + item.num_new_tokens):
+                seq_append(slot.cache, sid, s, e)
+            slot.n_tokens += item.num_new_tokens
+            req.record_compute(item.num_new_tokens)
+            if req.remaining_tokens:
+                continue
+            req.sample(now_s)
+            if req.num_output >= req.max_output_tokens:
+                req.finish(now_s)
+            elif slot.n_tokens + 1 >= self.cap:
+                if not self.context_shift:
+                    req.finish(now_s, truncated=True)  # stop_type limit
+                else:
+                    self._shift(slot, now_s)
+                    continue
+            else:
+                continue
+            self._release(slot, now_s)
+            done.append(req)
+        return done
+
+    def _shift(self, slot: Slot, now_s: float) -> None:
+        keep = max(self.n_keep, 0)
+        discard = (slot.n_tokens - keep) // 2
+        slot.cache = list(seq_drop(tuple(slot.cache), keep, keep + discard))
+        slot.n_tokens -= discard
+        self.events.append(EngineEvent(now_s, "context_shift", slot.req.request_id,
+                                       f"kept {keep}, discarded {discard}"))
+
+    def _fail_all(self, now_s: float) -> list[Request]:
+        done = []
+        for slot in self.pool.slots:
+            if slot.req is None:
+                continue
+            req = slot.req
+            req.fail(now_s, FAIL_POOL_EXHAUSTED)
+            self.events.append(EngineEvent(now_s, "fail", req.request_id,
+                                           f"slot {slot.slot_id}: unified KV pool exhausted"))
+            slot.clear()
+            self._release(slot, now_s)
+            done.append(req)
+        return done
+
+    def memory(self) -> MemoryState:
+        bpt = self.bytes_per_token
+        return MemoryState(
+            kv_reserved_bytes=self.reserved_bytes,
+            kv_allocated_bytes=self.pool.used_cells * bpt,
+            kv_cached_bytes=self.pool.idle_cached_cells * bpt,
+            running=sum(1 for s in self.pool.slots if s.req is not None),
+            waiting=len(self.waiting), host_kv_bytes=self.ram.total_bytes)

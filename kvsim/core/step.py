@@ -1,0 +1,99 @@
+"""Value types exchanged between schedulers, the engine loop and policy hooks.
+
+One engine iteration is *schedule → run → postprocess* (nano-vllm / vLLM v1): a
+scheduler turns its queues into a frozen :class:`StepPlan`, the engine asks the
+latency model how long the plan's :class:`BatchShape` takes and advances the clock,
+then hands the plan back to the scheduler to apply.  Nothing here knows SimPy.
+
+A :class:`StepHook` is the seam for KV policies (issue 5: quantize / offload /
+evict transitions, PCIe transfers): the engine calls every hook after each step
+with the scheduler and the time, and a hook may return extra seconds of stall
+(e.g. a blocking restore) that the engine adds before the next step.  Hooks also
+declare the next time they want to act so a fast-forward (issue 6) never jumps
+across a policy trigger.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvsim.core.requests import Request
+from kvsim.latency.base import BatchShape
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledItem:
+    """``num_new_tokens`` of ``req`` computed in this step on top of ``context_tokens``."""
+
+    req: Request
+    num_new_tokens: int
+    context_tokens: int
+    is_decode: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    items: tuple[ScheduledItem, ...]
+    batch: BatchShape
+    extra_s: float = 0.0  # stall inside the step (e.g. restoring a prompt cache)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return not self.batch.prefill_tokens
+
+
+def make_plan(items: list[ScheduledItem], extra_s: float = 0.0) -> StepPlan:
+    pre = [i for i in items if not i.is_decode]
+    dec = [i for i in items if i.is_decode]
+    batch = BatchShape(
+        prefill_tokens=tuple(i.num_new_tokens for i in pre),
+        prefill_context=tuple(i.context_tokens for i in pre),
+        decode_context=tuple(i.context_tokens for i in dec))
+    return StepPlan(tuple(items), batch, extra_s)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    """A discrete event for ``events.parquet`` (preempt, fail, evict, restore, ...)."""
+
+    time_s: float
+    kind: str
+    request_id: str = ""
+    detail: str = ""
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    """KV memory of the engine at one instant (bytes) and its queue lengths."""
+
+    kv_reserved_bytes: int
+    kv_allocated_bytes: int
+    kv_cached_bytes: int
+    running: int
+    waiting: int
+    host_kv_bytes: int = 0
+
+
+class StepHook(Protocol):
+    """A policy that acts between engine steps (issue 5 registers concrete ones)."""
+
+    def after_step(self, scheduler: Any, plan: StepPlan, now_s: float) -> float:
+        """Act on the pools after ``plan`` ran; return extra stall seconds (≥ 0)."""
+        ...
+
+    def next_trigger_s(self, now_s: float) -> float:
+        """Earliest time this hook wants to act again (``math.inf`` = never)."""
+        ...
+
+
+class NullHook:
+    """A hook that never acts (the default: no policies)."""
+
+    def after_step(self, scheduler: Any, plan: StepPlan, now_s: float) -> float:
+        return 0.0
+
+    def next_trigger_s(self, now_s: float) -> float:
+        return math.inf

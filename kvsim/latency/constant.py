@@ -1,0 +1,32 @@
+"""Constant latency: fixed step cost plus optional per-token terms (tests, theory).
+
+With ``prefill_token_s = decode_token_s = 0`` every step takes exactly ``step_s``,
+which makes queueing theory (M/D/1, Little's law) directly checkable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvsim.latency.base import BatchShape
+
+
+class ConstantLatency:
+    """``step_s + prefill_token_s · prefill tokens + decode_token_s · decode tokens``."""
+
+    def __init__(self, step_s: float, prefill_token_s: float = 0.0,
+                 decode_token_s: float = 0.0) -> None:
+        self.step_s = step_s
+        self.prefill_token_s = prefill_token_s
+        self.decode_token_s = decode_token_s
+        self.provenance = f"constant(step {step_s:g} s)"
+
+    def step_time_s(self, batch: BatchShape) -> float:
+        if not batch.num_tokens:
+            return 0.0
+        return (self.step_s + self.prefill_token_s * sum(batch.prefill_tokens)
+                + self.decode_token_s * len(batch.decode_context))
+
+    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        n = len(contexts)
+        return np.full(steps, self.step_s + self.decode_token_s * n if n else 0.0)

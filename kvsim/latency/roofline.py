@@ -1,0 +1,126 @@
+"""Roofline step latency from the hardware profile (DESIGN.md §3.5).
+
+One engine step reads the weights once (the *active* parameters for MoE models),
+reads every decoding sequence's KV, and does ``2 · params_active`` FLOPs per token
+plus attention FLOPs (``4 · heads · head_dim`` per query-key pair per attention
+layer: ``QKᵀ`` and ``AV``, two FLOPs per multiply-add; a prefill chunk of ``n``
+tokens over ``c`` cached ones has ``n·c + n(n+1)/2`` pairs, sliding-window layers
+cap the context at the window).  Layers on the GPU take
+``max(FLOPs / (tensor FLOP/s · compute_efficiency), bytes / (bandwidth ·
+bandwidth_efficiency))``; layers offloaded to the CPU take the same roofline on
+the host's FLOP/s and memory bandwidth (HostSpec).  A fixed per-step overhead
+(kernel launches, sampling, scheduler) is added.
+
+Quantized KV types pay a dequantization cost modelled as a fraction of their KV
+read time (``kv_dequant_factor``, default 0.25): engines.md §3.2 reports that
+quantized KV slows prompt processing on CUDA without giving a number, and
+kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
+a documented planning assumption, settable in the scenario (0 = fused kernels).
+
+NOTE: ``decode_steps_s`` and ``step_time_s`` share :meth:`_times`, so fast-forward
+and per-step fidelity agree to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
+from kvsim.latency.base import BatchShape
+from kvsim.model.geometry import KvGeometry
+from kvsim.model.weights import WeightSplit
+
+DEFAULT_DEQUANT_FACTOR = 0.25
+
+
+class RooflineLatency:
+    """Step times of one model on one card (+ host for offloaded layers)."""
+
+    def __init__(self, *, gpu: GpuSpec, host: HostSpec, model: ModelSpec, geometry: KvGeometry,
+                 weights: WeightSplit, gpu_layers: int | None = None,
+                 step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,
+                 kv_quantized: bool = False) -> None:
+        self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
+        layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
+        full = layers == model.num_layers
+        head = weights.non_repeating_bytes - weights.embedding_bytes
+        # NOTE: the token embedding is a row lookup, never streamed whole.
+        active = model.params_active / model.params_total
+        self.gpu_fraction = layers / model.num_layers
+        self.gpu_weight_bytes = active * (layers * weights.per_layer_bytes + (head if full else 0))
+        self.cpu_weight_bytes = active * ((model.num_layers - layers) * weights.per_layer_bytes
+                                          + (0 if full else head))
+        self.linear_flops_per_token = 2.0 * model.params_active
+        self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
+        self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)
+        self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
+                        if g.window_tokens is not None]
+        self.geometry = geometry
+        self.gpu_flops = gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency
+        self.gpu_bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
+        self.cpu_flops = host.cpu_flops
+        self.cpu_bw = host.memory_bandwidth_bytes_per_s
+        self.overhead_s = step_overhead_s
+        self.dequant = kv_dequant_factor if kv_quantized else 0.0
+
+    # -- vectorised pieces -----------------------------------------------------
+    def kv_bytes(self, n: np.ndarray) -> np.ndarray:
+        """Bytes of KV held by sequences of ``n`` tokens (== geometry.bytes_for_tokens)."""
+        g = self.geometry
+        n = np.asarray(n, dtype=np.int64)
+        total = np.where(n > 0, g.recurrent_bytes_per_seq, 0).astype(np.float64)
+        for grp in g.groups:
+            held = n if grp.window_tokens is None else np.minimum(n, grp.window_tokens)
+            resid = np.minimum(held, g.residual_tokens)
+            total = total + (held - resid) * grp.bytes_per_token \
+                + resid * grp.residual_bytes_per_token
+        return total
+
+    @staticmethod
+    def _keys(a: np.ndarray, w: float) -> np.ndarray:
+        """Sum over positions ``q = 1..a`` of ``min(q, w)`` keys attended."""
+        return np.where(a <= w, a * (a + 1) / 2.0, w * (w + 1) / 2.0 + (a - w) * w)
+
+    def _attended(self, ctx_after: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Layer-weighted query-key pairs for ``new`` tokens ending at ``ctx_after``."""
+        c0 = ctx_after - new
+        pairs = self.full_layers * (new * c0 + new * (new + 1) / 2.0)
+        for w, layers in self.windows:
+            pairs = pairs + layers * (self._keys(ctx_after, w) - self._keys(c0, w))
+        return pairs
+
+    def _times(self, tokens: np.ndarray, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
+        """Step time for arrays of (tokens, attention pairs, KV bytes) per step."""
+        flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
+        f = self.gpu_fraction
+        kv_time_gpu = f * kv_read / self.gpu_bw
+        t_gpu = np.maximum(f * flops / self.gpu_flops,
+                           self.gpu_weight_bytes / self.gpu_bw + kv_time_gpu)
+        t_cpu = 0.0
+        if f < 1.0:
+            kv_time_cpu = (1 - f) * kv_read / self.cpu_bw
+            t_cpu = np.maximum((1 - f) * flops / self.cpu_flops,
+                               self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
+            t_cpu = t_cpu + self.dequant * kv_time_cpu
+        return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
+
+    # -- LatencyModel ------------------------------------------------------------
+    def step_time_s(self, batch: BatchShape) -> float:
+        if not batch.num_tokens:
+            return 0.0
+        pre_n = np.asarray(batch.prefill_tokens, dtype=np.float64)
+        pre_c = np.asarray(batch.prefill_context, dtype=np.float64)
+        dec_c = np.asarray(batch.decode_context, dtype=np.float64)
+        pairs = float(np.sum(self._attended(pre_c + pre_n, pre_n))) \
+            + float(np.sum(self._attended(dec_c + 1, np.ones_like(dec_c))))
+        kv = float(np.sum(self.kv_bytes(pre_c + pre_n))) + float(np.sum(self.kv_bytes(dec_c + 1)))
+        out = self._times(np.array([batch.num_tokens], dtype=np.float64),
+                          np.array([pairs]), np.array([kv]))
+        return float(out[0])
+
+    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
+        ones = np.ones_like(c)
+        pairs = np.sum(self._attended(c + 1, ones), axis=0)
+        kv = np.sum(self.kv_bytes(c + 1), axis=0)
+        return self._times(np.full(steps, float(len(contexts))), pairs, kv)

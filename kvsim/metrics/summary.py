@@ -1,0 +1,69 @@
+"""The run summary: latency percentiles, throughput, memory peaks, cache and failures.
+
+Percentiles use one definition everywhere — the smallest observed value with at
+least q of the samples at or below it (numpy ``inverted_cdf``) — so TTFT/E2E
+percentiles and the count-weighted inter-token percentiles agree, and every
+reported value is one that actually occurred.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.metrics.records import weighted_quantile
+
+QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+
+
+def _pcts(name: str, values: pd.Series) -> dict[str, float]:
+    v = values.dropna().to_numpy(dtype=float)
+    if not len(v):
+        return {f"{name}_{k}_s": math.nan for k, _ in QUANTILES}
+    return {f"{name}_{k}_s": float(np.percentile(v, q * 100, method="inverted_cdf"))
+            for k, q in QUANTILES}
+
+
+def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
+              steps: pd.DataFrame, *, static_device_bytes: int, device_bytes: int,
+              preemptions: int, evictions: int = 0, sim_time_s: float) -> dict[str, Any]:
+    """The flat summary dict written to ``summary.json``."""
+    out: dict[str, Any] = {}
+    out.update(_pcts("ttft", requests["ttft_s"]))
+    out.update(_pcts("queue", requests["queue_s"]))
+    out.update(_pcts("e2e", requests["e2e_s"]))
+    vals, cnts = itl["gap_s"].tolist(), itl["count"].astype(int).tolist()
+    for k, q in QUANTILES:
+        out[f"itl_{k}_s"] = weighted_quantile(vals, cnts, q)
+    n_gaps = sum(cnts)
+    out["itl_mean_s"] = float(np.dot(vals, cnts) / n_gaps) if n_gaps else math.nan
+    output_tokens = int(requests["output_tokens"].sum())
+    span = (requests["finish_s"].max() - requests["arrival_s"].min()) if len(requests) else 0.0
+    out["output_tokens"] = output_tokens
+    out["tokens_per_s"] = float(output_tokens / span) if span and span == span else 0.0
+    peak_res = int(memory["kv_reserved_bytes"].max()) if len(memory) else 0
+    peak_alloc = int(memory["kv_allocated_bytes"].max()) if len(memory) else 0
+    out["peak_kv_reserved_bytes"] = peak_res
+    out["peak_kv_allocated_bytes"] = peak_alloc
+    out["peak_kv_cached_bytes"] = int(memory["kv_cached_bytes"].max()) if len(memory) else 0
+    out["peak_host_kv_bytes"] = int(memory["host_kv_bytes"].max()) if len(memory) else 0
+    out["peak_device_bytes"] = static_device_bytes + peak_res
+    out["device_bytes"] = device_bytes
+    out["peak_device_fraction"] = (static_device_bytes + peak_res) / device_bytes
+    prompt = int(requests["prompt_tokens"].sum())
+    out["prompt_tokens"] = prompt
+    out["cached_tokens"] = int(requests["cached_tokens"].sum())
+    out["computed_prompt_tokens"] = int(requests["computed_prompt_tokens"].sum())
+    out["recomputed_tokens"] = int(requests["recomputed_tokens"].sum())
+    out["prefix_hit_rate"] = out["cached_tokens"] / prompt if prompt else 0.0
+    out["preemptions"] = int(preemptions)
+    out["evictions"] = int(evictions)
+    out["failed_requests"] = int(requests["failed"].sum())
+    out["truncated_requests"] = int(requests["truncated"].sum())
+    out["requests"] = int(len(requests))
+    out["steps"] = int(steps["steps"].sum()) if len(steps) else 0
+    out["sim_time_s"] = float(sim_time_s)
+    return out
