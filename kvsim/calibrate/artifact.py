@@ -1,0 +1,213 @@
+"""The calibration artifact: what a harness run measured, and the latency fit made from it.
+
+One versioned JSON file per device × model (``calibration/DEVICE__MODEL.json``) that
+scenarios reference with ``latency: {kind: calibrated, path: ...}``.  It holds:
+
+- where it was measured (device, software versions, model shape, layers built);
+- the raw timing points (one row per measured engine step or run of steps);
+- measured KV bytes per token per cache dtype (from tensors and from the allocator),
+  host↔device bandwidths, quantize/dequantize costs and attention-output errors;
+- per cache dtype, the fitted step-time coefficients, the fit error (MAPE) and the
+  validity range of every fit feature (what :mod:`kvsim.latency.calibrated` clamps to);
+- the limits a run reached (device memory exhausted at some grid point).
+
+The step-time model (the same for kernel and engine calibrations) is linear in five
+non-negative coefficients over features of one engine step (see :func:`step_features`):
+
+    t = c_step + c_prefill_token·P + c_prefill_attn·A + c_decode_seq·D + c_decode_kv·K
+
+P prefill tokens, A = Σ p_i·(ctx_i + p_i/2) attention pairs of the prefill chunks,
+D decoding sequences and K = Σ decode contexts (KV tokens read by decode).
+
+NOTE: artifacts are frozen pydantic models; unknown keys are rejected and the format
+version is checked on load, so an old artifact fails loudly instead of mis-predicting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvsim.errors import InputError, from_validation_error
+
+ARTIFACT_VERSION = 1
+FEATURES: tuple[str, ...] = (
+    "step", "prefill_token", "prefill_attn", "decode_seq", "decode_kv")
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimingPoint(BaseModel):
+    """One measurement: ``steps`` consecutive steps of the same shape family.
+
+    ``kind="prefill"``: ``batch`` sequences each compute ``tokens`` new tokens on top of
+    ``context`` cached ones, in ``steps`` chunk-steps (``tokens`` split evenly).
+    ``kind="decode"``: ``batch`` sequences, each starting at ``context`` tokens, decode
+    ``steps`` tokens one step at a time (context grows by one per step).
+    ``measured_s`` is the total wall time of those steps.
+    """
+
+    model_config = _FROZEN
+    kind: Literal["prefill", "decode"]
+    cache_type: str
+    batch: int = Field(gt=0)
+    context: int = Field(ge=0)
+    tokens: int = Field(0, ge=0, description="prefill tokens per sequence (prefill only)")
+    steps: int = Field(1, gt=0)
+    measured_s: float = Field(gt=0)
+    repeats: int = Field(1, gt=0, description="measurements the median was taken over")
+
+
+class FeatureRange(BaseModel):
+    model_config = _FROZEN
+    min: float
+    max: float
+
+
+class LatencyFit(BaseModel):
+    """Fitted step-time coefficients for one KV cache dtype."""
+
+    model_config = _FROZEN
+    cache_type: str
+    coefficients_s: dict[str, float] = Field(description="feature name → seconds per unit")
+    mape: float = Field(ge=0, description="mean absolute percentage error over the points")
+    max_ape: float = Field(ge=0)
+    points: int = Field(gt=0)
+    valid: dict[str, FeatureRange] = Field(description="per-step feature ranges measured")
+    max_context: int = Field(ge=0, description="largest context per sequence measured")
+    max_batch: int = Field(gt=0, description="largest number of sequences in a step measured")
+
+
+class KvBytes(BaseModel):
+    model_config = _FROZEN
+    cache_type: str
+    tensor_bytes_per_token: float = Field(description="all layers, from the stored tensors")
+    formula_bytes_per_token: float = Field(description="kv geometry formula, all layers")
+    allocated_bytes_per_token: float | None = None
+    reserved_bytes_per_token: float | None = None
+
+
+class QuantCost(BaseModel):
+    model_config = _FROZEN
+    cache_type: str
+    quantize_s_per_token: float = Field(ge=0, description="per token, all layers")
+    dequantize_s_per_token: float = Field(ge=0, description="per token, all layers")
+    attention_rel_error: float = Field(ge=0, description="‖o_q − o_ref‖ / ‖o_ref‖")
+
+
+class Bandwidth(BaseModel):
+    model_config = _FROZEN
+    direction: Literal["h2d", "d2h", "memcpy"]
+    pinned: bool
+    bytes: int = Field(gt=0)
+    bytes_per_s: float = Field(gt=0)
+
+
+class LimitReached(BaseModel):
+    model_config = _FROZEN
+    what: str = Field(description="grid point or stage that failed")
+    error: str
+
+
+class CalibrationArtifact(BaseModel):
+    """The whole artifact (``format_version`` guards the layout)."""
+
+    model_config = _FROZEN
+    format_version: Literal[1] = ARTIFACT_VERSION
+    source: Literal["kernels", "engine"]
+    device: str = Field(description="e.g. 'cpu' or 'cuda:0 NVIDIA GeForce RTX 4090'")
+    model: str
+    software: dict[str, str] = Field(default_factory=dict)
+    created_utc: str = ""
+    layers_built: int | None = Field(None, description="kernels: layers instantiated")
+    layers_total: int | None = None
+    grid: dict[str, list[int | str]] = Field(default_factory=dict)
+    settings: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    points: tuple[TimingPoint, ...]
+    fits: dict[str, LatencyFit]
+    kv_bytes: tuple[KvBytes, ...] = ()
+    quant: tuple[QuantCost, ...] = ()
+    bandwidth: tuple[Bandwidth, ...] = ()
+    limits_reached: tuple[LimitReached, ...] = ()
+
+    def fit_for(self, cache_type: str) -> LatencyFit:
+        if cache_type not in self.fits:
+            raise InputError("latency.cache_type", cache_type,
+                             "not measured in this artifact; measured: "
+                             + ", ".join(sorted(self.fits)))
+        return self.fits[cache_type]
+
+
+def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
+                  decode_context: np.ndarray) -> np.ndarray:
+    """Feature vector (in :data:`FEATURES` order) of one engine step."""
+    p = np.asarray(prefill_tokens, dtype=float)
+    c = np.asarray(prefill_context, dtype=float)
+    d = np.asarray(decode_context, dtype=float)
+    return np.array([1.0, p.sum(), (p * (c + p / 2.0)).sum(), float(d.size), d.sum()])
+
+
+def point_features(pt: TimingPoint) -> np.ndarray:
+    """Summed features of all steps of a point (the model is linear, so sums add)."""
+    b, s = pt.batch, pt.steps
+    if pt.kind == "prefill":
+        chunk = pt.tokens / s
+        ctx = pt.context + chunk * np.arange(s)
+        per_seq_attn = (chunk * (ctx + chunk / 2.0)).sum()
+        return np.array([s, b * pt.tokens, b * per_seq_attn, 0.0, 0.0])
+    ctx_sum = s * pt.context + s * (s - 1) / 2.0
+    return np.array([s, 0.0, 0.0, b * s, b * ctx_sum])
+
+
+def point_step_ranges(pt: TimingPoint) -> dict[str, tuple[float, float]]:
+    """Per-step feature ranges a point covers (for the validity range)."""
+    f = point_features(pt) / pt.steps
+    if pt.kind == "decode":
+        lo = pt.batch * pt.context
+        hi = pt.batch * (pt.context + pt.steps - 1)
+        return {"prefill_token": (0, 0), "prefill_attn": (0, 0),
+                "decode_seq": (pt.batch, pt.batch), "decode_kv": (lo, hi)}
+    return {"prefill_token": (f[1], f[1]), "prefill_attn": (f[2], f[2]),
+            "decode_seq": (0, 0), "decode_kv": (0, 0)}
+
+
+def load_artifact(path: str | Path) -> CalibrationArtifact:
+    """Read and validate an artifact; errors name the file and the field."""
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError("latency.path", str(p), f"cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError("latency.path", str(p), f"not JSON (line {exc.lineno})") from None
+    if not isinstance(raw, dict):
+        raise InputError("latency.path", str(p), "not a calibration artifact")
+    version = raw.get("format_version")
+    if version != ARTIFACT_VERSION:
+        raise InputError("format_version", version,
+                         f"this kvsim reads calibration format {ARTIFACT_VERSION}")
+    try:
+        return CalibrationArtifact.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix=p.name) from None
+
+
+def save_artifact(artifact: CalibrationArtifact, path: str | Path) -> Path:
+    """Write atomically (temp file + ``os.replace``)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(artifact.model_dump_json(indent=1))
+            fh.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p

@@ -1,0 +1,130 @@
+"""Calibrated latency: step times from a measured, fitted artifact (DESIGN.md §3.5).
+
+The artifact (:mod:`kvsim.calibrate.artifact`) holds, per KV cache dtype, non-negative
+coefficients of a linear step-time model over five step features (a constant, prefill
+tokens, prefill attention pairs, decoding sequences, KV tokens read by decode) and the
+range of each feature that was actually measured.
+
+Outside that range the model never extrapolates silently.  With
+``out_of_range="clamp"`` (default) each sequence's context is clamped to the largest
+measured context, then each per-step feature to its measured maximum, and the step is
+*counted* (:attr:`CalibratedLatencyModel.clamped_steps`, reported in the provenance of
+results); with ``out_of_range="refuse"`` such a step raises :class:`InputError` naming
+the feature, the value and the measured range.
+
+NOTE: lower bounds are not clamped: every feature's range includes 0 (a decode-only
+step has no prefill, a prefill-only step no decode), so values between 0 and the
+measured maximum are interpolation of a linear model, not extrapolation.
+NOTE: ``decode_steps_s(c, k)[j] == step_time_s(decode batch c + j)`` up to rounding;
+both go through the same clamp and the same coefficients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from kvsim.calibrate.artifact import FEATURES, CalibrationArtifact, LatencyFit, load_artifact
+from kvsim.errors import InputError
+from kvsim.latency.base import BatchShape
+
+OutOfRange = Literal["clamp", "refuse"]
+
+
+@dataclass
+class CalibratedLatencyModel:
+    """A :class:`~kvsim.latency.base.LatencyModel` built from one fit of an artifact."""
+
+    fit: LatencyFit
+    out_of_range: OutOfRange = "clamp"
+    source: str = ""
+    h2d_bytes_per_s: float | None = None
+    clamped_steps: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._coef = np.array([self.fit.coefficients_s[n] for n in FEATURES])
+        self._max = np.array([np.inf] + [self.fit.valid[n].max for n in FEATURES[1:]])
+        self.provenance = (f"calibrated({self.source or 'artifact'}, {self.fit.cache_type}, "
+                           f"MAPE {100 * self.fit.mape:.1f}%)")
+
+    @classmethod
+    def from_artifact(cls, artifact: CalibrationArtifact, cache_type: str = "f16",
+                      out_of_range: OutOfRange = "clamp", source: str = ""
+                      ) -> "CalibratedLatencyModel":
+        h2d = [b.bytes_per_s for b in artifact.bandwidth
+               if b.direction in ("h2d", "memcpy") and b.pinned]
+        h2d = h2d or [b.bytes_per_s for b in artifact.bandwidth if b.direction != "d2h"]
+        return cls(artifact.fit_for(cache_type), out_of_range, source or artifact.model,
+                   max(h2d) if h2d else None)
+
+    @classmethod
+    def from_path(cls, path: str | Path, cache_type: str = "f16",
+                  out_of_range: OutOfRange = "clamp") -> "CalibratedLatencyModel":
+        return cls.from_artifact(load_artifact(path), cache_type, out_of_range,
+                                 source=Path(path).name)
+
+    # -- LatencyModel protocol -------------------------------------------------------
+    def step_time_s(self, batch: BatchShape) -> float:
+        cap = self.fit.max_context
+        p = np.asarray(batch.prefill_tokens, dtype=float)
+        c = np.asarray(batch.prefill_context, dtype=float)
+        d = np.asarray(batch.decode_context, dtype=float)
+        clamped = bool((c + p > cap).any() or (d > cap).any())
+        c = np.minimum(c, np.maximum(cap - p, 0.0))
+        d = np.minimum(d, cap)
+        x = np.array([1.0, p.sum(), (p * (c + p / 2.0)).sum(), float(d.size), d.sum()])
+        over = x > self._max
+        if over.any() or clamped:
+            self._out_of_range(x, over, batch)
+            x = np.minimum(x, self._max)
+        return float(x @ self._coef)
+
+    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        ctx = np.asarray(contexts, dtype=float)
+        cap = float(self.fit.max_context)
+        j = np.arange(steps, dtype=float)
+        n = float(ctx.size)
+        raw_kv = ctx.sum() + n * j
+        # NOTE: per-sequence clamp: sum_i min(c_i + j, cap), exact and vectorised.
+        kv = np.minimum(ctx[:, None] + j[None, :], cap).sum(axis=0) if ctx.size else raw_kv
+        clamped = (kv < raw_kv) | (kv > self._max[4]) | (n > self._max[3])
+        if clamped.any():
+            if self.out_of_range == "refuse":
+                first = int(np.argmax(clamped))
+                self._refuse(BatchShape(decode_context=tuple(int(v) for v in ctx + first)))
+            self.clamped_steps += int(clamped.sum())
+        kv = np.minimum(kv, self._max[4])
+        seqs = min(n, self._max[3])
+        return self._coef[0] + self._coef[3] * seqs + self._coef[4] * kv
+
+    # -- transfers -------------------------------------------------------------------
+    def transfer_time_s(self, nbytes: float) -> float:
+        """Host→device copy time at the measured (pinned when measured) bandwidth."""
+        if self.h2d_bytes_per_s is None:
+            raise InputError("latency.path", self.source,
+                             "this artifact measured no host-device bandwidth")
+        return float(nbytes) / self.h2d_bytes_per_s
+
+    # -- out of range ----------------------------------------------------------------
+    def _out_of_range(self, x: np.ndarray, over: np.ndarray, batch: BatchShape) -> None:
+        if self.out_of_range == "refuse":
+            self._refuse(batch)
+        self.clamped_steps += 1
+
+    def _refuse(self, batch: BatchShape) -> None:
+        raise InputError(
+            "latency", f"step with {batch.num_tokens} tokens "
+            f"(max context {max(batch.prefill_context + batch.decode_context, default=0)})",
+            f"outside the calibrated range of {self.source} (contexts ≤ "
+            f"{self.fit.max_context}, batch ≤ {self.fit.max_batch}, prefill tokens ≤ "
+            f"{self.fit.valid['prefill_token'].max:g}); set out_of_range: clamp or "
+            "calibrate a larger grid")
+
+
+def calibrated_latency(path: str | Path, cache_type: str = "f16",
+                       out_of_range: OutOfRange = "clamp") -> CalibratedLatencyModel:
+    """Build the model for a scenario's ``latency: {kind: calibrated, path: ...}``."""
+    return CalibratedLatencyModel.from_path(path, cache_type, out_of_range)

@@ -1,0 +1,109 @@
+"""Fit recovery and the calibrated latency model's range behaviour.
+
+Points are generated from known coefficients by hand-derived step sums, so a perfect
+fit must recover them (MAPE 0) and predictions must equal the hand formula.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvsim.calibrate.artifact import (
+    CalibrationArtifact, TimingPoint, load_artifact, save_artifact)
+from kvsim.calibrate.fit import fit_points
+from kvsim.errors import InputError
+from kvsim.latency.base import BatchShape
+from kvsim.latency.calibrated import CalibratedLatencyModel
+
+C = dict(step=0.01, prefill_token=2e-4, prefill_attn=1e-8, decode_seq=1e-3, decode_kv=2e-6)
+
+
+def _decode_s(batch: int, ctx: int, steps: int) -> float:
+    # Σ_j [c0 + c_seq·B + c_kv·B·(ctx + j)]
+    return sum(C["step"] + C["decode_seq"] * batch + C["decode_kv"] * batch * (ctx + j)
+               for j in range(steps))
+
+
+def _prefill_s(batch: int, ctx: int, tokens: int) -> float:
+    return (C["step"] + C["prefill_token"] * batch * tokens
+            + C["prefill_attn"] * batch * tokens * (ctx + tokens / 2))
+
+
+def _points() -> list[TimingPoint]:
+    pts = []
+    for b in (1, 2, 4):
+        for ctx in (256, 512, 2048):
+            pts.append(TimingPoint(kind="decode", cache_type="f16", batch=b, context=ctx,
+                                   steps=3, measured_s=_decode_s(b, ctx, 3)))
+            for p in (64, 256):
+                pts.append(TimingPoint(kind="prefill", cache_type="f16", batch=b,
+                                       context=ctx - p, tokens=p,
+                                       measured_s=_prefill_s(b, ctx - p, p)))
+    return pts
+
+
+def _artifact() -> CalibrationArtifact:
+    pts = _points()
+    return CalibrationArtifact(source="kernels", device="cpu test", model="test",
+                               points=tuple(pts), fits=fit_points(pts))
+
+
+def test_fit_recovers_known_coefficients() -> None:
+    fit = _artifact().fits["f16"]
+    assert fit.mape < 1e-9
+    for k, v in C.items():
+        assert fit.coefficients_s[k] == pytest.approx(v, rel=1e-6)
+    assert (fit.max_context, fit.max_batch) == (2050, 4)
+    assert fit.valid["prefill_token"].max == 4 * 256
+    assert fit.valid["decode_kv"].max == 4 * 2050
+
+
+def test_step_time_in_range_matches_hand_formula() -> None:
+    m = CalibratedLatencyModel(_artifact().fits["f16"])
+    batch = BatchShape(prefill_tokens=(100,), prefill_context=(300,), decode_context=(500, 700))
+    want = (C["step"] + C["prefill_token"] * 100 + C["prefill_attn"] * 100 * 350
+            + C["decode_seq"] * 2 + C["decode_kv"] * 1200)
+    assert m.step_time_s(batch) == pytest.approx(want, rel=1e-9)
+    assert m.clamped_steps == 0
+
+
+def test_decode_steps_agree_with_step_time() -> None:
+    m = CalibratedLatencyModel(_artifact().fits["f16"])
+    ctx = np.array([100, 2000, 1500])
+    fast = m.decode_steps_s(ctx, 120)  # crosses the 2050-token measured maximum
+    slow = [m.step_time_s(BatchShape(decode_context=tuple(int(c) + j for c in ctx)))
+            for j in range(120)]
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_out_of_range_clamps_and_counts() -> None:
+    m = CalibratedLatencyModel(_artifact().fits["f16"])
+    at_max = m.step_time_s(BatchShape(decode_context=(2050,)))
+    assert m.clamped_steps == 0
+    assert m.step_time_s(BatchShape(decode_context=(100_000,))) == at_max
+    assert m.clamped_steps == 1
+    m.decode_steps_s(np.array([2049]), 5)  # steps j=2..4 exceed 2050
+    assert m.clamped_steps == 1 + 3
+
+
+def test_out_of_range_refuses_when_asked() -> None:
+    m = CalibratedLatencyModel(_artifact().fits["f16"], out_of_range="refuse")
+    with pytest.raises(InputError, match="outside the calibrated range"):
+        m.step_time_s(BatchShape(decode_context=(4096,)))
+    with pytest.raises(InputError, match="outside the calibrated range"):
+        m.decode_steps_s(np.array([2000]), 100)
+
+
+def test_artifact_round_trip_and_bad_files(tmp_path: Path) -> None:
+    path = save_artifact(_artifact(), tmp_path / "cpu__test.json")
+    m = CalibratedLatencyModel.from_path(path)
+    assert m.provenance.startswith("calibrated(cpu__test.json, f16, MAPE 0.0%")
+    with pytest.raises(InputError, match="not measured"):
+        CalibratedLatencyModel.from_path(path, cache_type="q4_0")
+    (tmp_path / "old.json").write_text('{"format_version": 0}')
+    with pytest.raises(InputError, match="format_version"):
+        load_artifact(tmp_path / "old.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(InputError, match="not JSON"):
+        load_artifact(tmp_path / "bad.json")

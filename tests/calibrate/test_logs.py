@@ -1,0 +1,65 @@
+"""Startup-log readers against realistic logs in the formats quoted in engines.md."""
+
+from pathlib import Path
+
+import pytest
+
+from kvsim.calibrate.logs import read_log, read_log_text
+from kvsim.errors import InputError
+
+FIX = Path(__file__).parent / "fixtures"
+MiB, GiB = 2**20, 2**30
+
+
+def test_vllm_v1_kv_tokens_and_concurrency() -> None:
+    f = read_log(FIX / "vllm_v1.log")
+    assert f.engine == "vllm"
+    assert f.kv_cache_tokens == 36944
+    assert (f.max_concurrency_tokens, f.max_concurrency) == (8192, 4.51)
+    assert f.available_kv_bytes == int(round(4.51 * GiB))
+    # the concurrency line is the token count over the request length, as vLLM prints it
+    assert round(f.kv_cache_tokens / f.max_concurrency_tokens, 2) == f.max_concurrency
+
+
+def test_vllm_v0_blocks() -> None:
+    f = read_log(FIX / "vllm_v0.log")
+    assert (f.engine, f.gpu_blocks, f.cpu_blocks, f.kv_cache_tokens) == ("vllm", 2132, 2048, None)
+
+
+def test_llama_server_context_and_kv_sizes() -> None:
+    f = read_log(FIX / "llama_server.log")
+    assert f.engine == "llama.cpp"
+    assert (f.n_seq_max, f.n_ctx, f.n_ctx_seq, f.kv_unified) == (4, 16384, 4096, False)
+    assert f.kv_buffers == {"CUDA0": 2048 * MiB}
+    assert (f.kv_size_bytes, f.kv_cells, f.kv_layers) == (2048 * MiB, 16384, 32)
+    assert (f.k_type, f.v_type, f.k_bytes, f.v_bytes) == ("f16", "f16", 1024 * MiB, 1024 * MiB)
+    # Llama-3.1-8B f16 = 128 KiB per token (engines.md §0): 16384 cells → 2 GiB
+    assert f.kv_size_bytes == 16384 * 128 * 1024
+
+
+def test_llama_old_build_sums_devices_and_reads_self_size() -> None:
+    f = read_log(FIX / "llama_old.log")
+    assert f.kv_buffers == {"CUDA0": 544 * MiB, "CUDA_Host": 32 * MiB}
+    assert f.kv_buffer_bytes == 576 * MiB == f.kv_size_bytes
+    assert (f.k_type, f.n_ctx) == ("q8_0", 8192)
+
+
+def test_ollama_memory_line_and_runner_lines() -> None:
+    f = read_log(FIX / "ollama.log")
+    assert f.engine == "ollama"
+    assert f.ollama_memory["required.kv"] == 1 * GiB
+    assert f.ollama_memory["weights.nonrepeating"] == 411 * MiB
+    assert f.ollama_memory["graph.partial"] == int(677.5 * MiB)
+    assert f.ollama_memory["gpu_overhead"] == 0
+    assert (f.layers_model, f.layers_offload) == (33, 33)
+    assert (f.n_ctx_seq, f.kv_buffer_bytes, f.k_bytes) == (4096, 1024 * MiB, 512 * MiB)
+
+
+def test_unrecognisable_log_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="no vLLM"):
+        read_log_text("hello\nworld\n", "notes.txt")
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read"):
+        read_log(tmp_path / "nope.log")
