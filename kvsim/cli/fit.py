@@ -1,0 +1,218 @@
+"""``kvsim fit``: does this model, context and parallelism fit this card on this engine?
+
+Prints the static memory budget as the engine would lay it out (see
+:mod:`kvsim.model.budget`), a verdict, and the largest context (at the given
+parallelism) and largest parallelism (at the given context) that keep every layer on
+the GPU and peak device use at or under 85 %.
+
+NOTE: ``--context`` means what the engine's own flag means: llama.cpp ``-c`` (all
+slots together), Ollama ``num_ctx`` (per slot), vLLM/SGLang ``max_model_len``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.config.units import format_bytes, parse_bytes, parse_count
+from kvsim.errors import InputError, unknown_name
+
+QUANT_OK_WITHOUT_FA = ("f16", "bf16", "f32")
+
+
+def _positive(value: str | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    n = parse_count(value, flag)
+    if n <= 0:
+        raise InputError(flag, value, "must be a positive integer token/slot count")
+    return n
+
+
+def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: str | None,
+                 kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
+                 gpu_layers: int | None, gpu_util: float | None) -> tuple[dict[str, Any], list]:
+    from kvsim.config.engine import engine_names
+    if engine not in engine_names():
+        raise unknown_name("--engine", engine, engine_names())
+    spec: dict[str, Any] = {"preset": engine}
+    notes: list[str] = []
+    slots = engine in ("llama.cpp", "ollama")
+    if context is not None:
+        spec["context_tokens"] = context
+    if slots:
+        if parallel is not None:
+            spec["parallel"] = parallel
+        if flash_attn is not None:
+            spec["flash_attn"] = flash_attn
+        if gpu_layers is not None:
+            spec["gpu_layers"] = gpu_layers
+    if engine == "llama.cpp":
+        if kv_unified is not None:
+            spec["allocator"] = "unified" if kv_unified else "slots"
+        elif parallel is not None:   # engines.md §3.1: explicit -np without -kvu
+            spec["allocator"] = "slots"
+    elif kv_unified:
+        raise InputError("--kv-unified", engine, "only llama.cpp has a unified KV pool")
+    if gpu_util is not None:
+        if slots:
+            raise InputError("--gpu-util", gpu_util, "only for vllm / sglang")
+        spec["gpu_memory_utilization"] = gpu_util
+    from kvsim.config.engine import resolve_engine
+    preset = resolve_engine(engine)
+    fa = flash_attn if flash_attn is not None else getattr(preset, "flash_attn", True)
+    k = kv_k or preset.cache_type_k
+    v = kv_v or preset.cache_type_v
+    if engine == "llama.cpp" and not fa and v not in QUANT_OK_WITHOUT_FA:
+        raise InputError("--kv-v", v, "a quantized V cache needs flash attention on llama.cpp "
+                         "(the server refuses: 'V cache quantization requires flash_attn'); "
+                         "add --flash-attn or use an f16 V cache")
+    if engine == "ollama" and not fa and (k, v) != ("f16", "f16"):
+        notes.append(f"OLLAMA_KV_CACHE_TYPE={v} ignored: flash attention is off, so Ollama "
+                     "uses an f16 cache (engines.md §4.1); add --flash-attn")
+        k = v = "f16"
+    spec["cache_type_k"], spec["cache_type_v"] = k, v
+    return spec, notes
+
+
+def _verdict(b: Any) -> str:
+    if not b.fits:
+        return f"DOES NOT FIT — {b.failure}"
+    if not b.all_layers_on_gpu:
+        return (f"RUNS WITH CPU OFFLOAD — {b.gpu_layers}/{b.num_layers} layers on the GPU, "
+                f"{format_bytes(b.weights_cpu_bytes)} of weights in host RAM (slow decode)")
+    pct = f"{b.device_fraction:.1%}"
+    if b.device_fraction <= 0.85:
+        return f"FITS — peak {pct} of device memory, under the 85% line"
+    return f"FITS, ABOVE THE 85% LINE — peak {pct} of device memory"
+
+
+def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str]) -> str:
+    doc = {
+        "engine": b.engine, "allocator": b.allocator, "device_bytes": b.device_bytes,
+        "driver_reserve_bytes": b.driver_reserve_bytes,
+        "display_reserve_bytes": b.display_reserve_bytes,
+        "weights_format": b.weights_format, "weights_total_bytes": b.weights_total_bytes,
+        "weights_gpu_bytes": b.weights_gpu_bytes, "weights_cpu_bytes": b.weights_cpu_bytes,
+        "gpu_layers": b.gpu_layers, "num_layers": b.num_layers,
+        "activation_bytes": b.activation_bytes, "engine_overhead_bytes": b.engine_overhead_bytes,
+        "cache_type_k": b.cache_type_k, "cache_type_v": b.cache_type_v,
+        "kv_bytes_per_token": b.kv_bytes_per_token, "kv_reserved_bytes": b.kv_reserved_bytes,
+        "kv_cpu_bytes": b.kv_cpu_bytes, "kv_needed_bytes": b.kv_needed_bytes,
+        "kv_pool_tokens": b.kv_pool_tokens, "slot_tokens": b.slot_tokens,
+        "parallel": b.parallel, "block_tokens": b.block_tokens,
+        "num_gpu_blocks": b.num_gpu_blocks, "max_concurrency": b.max_concurrency,
+        "total_bytes": b.total_bytes, "device_fraction": round(b.device_fraction, 6),
+        "headroom_to_85_bytes": b.headroom_to_85_bytes, "fits": b.fits, "failure": b.failure,
+        "verdict": verdict, "max_context_at_85": max_ctx, "max_parallel_at_85": max_par,
+        "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
+        "estimate": None if b.estimate is None else dict(b.estimate.__dict__),
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
+                 notes: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(width=max(100, Console().width))
+    table = Table(title=title, title_justify="left")
+    table.add_column("row")
+    table.add_column("bytes", justify="right")
+    table.add_column("size", justify="right")
+    for label, n in b.rows():
+        table.add_row(label, str(n), format_bytes(n))
+    table.add_row("total on device", str(b.total_bytes), format_bytes(b.total_bytes),
+                  style="bold")
+    table.add_row("device memory", str(b.device_bytes), format_bytes(b.device_bytes))
+    table.add_row("fraction of device", "", f"{b.device_fraction:.1%}")
+    table.add_row("headroom to the 85% line", str(b.headroom_to_85_bytes),
+                  format_bytes(b.headroom_to_85_bytes))
+    if b.weights_cpu_bytes or b.kv_cpu_bytes:
+        table.add_row("weights on CPU (host RAM)", str(b.weights_cpu_bytes),
+                      format_bytes(b.weights_cpu_bytes))
+        table.add_row("KV on CPU (host RAM)", str(b.kv_cpu_bytes), format_bytes(b.kv_cpu_bytes))
+    console.print(table)
+    console.print(f"KV bytes per token: {b.kv_bytes_per_token}  ·  pool {b.kv_pool_tokens} "
+                  f"tokens  ·  per sequence {b.slot_tokens} tokens", highlight=False)
+    if b.estimate is not None:
+        e = b.estimate
+        console.print(f"Ollama's own estimate: {format_bytes(e.total_bytes)} (KV "
+                      f"{format_bytes(e.kv_bytes)}, graph {format_bytes(e.graph_bytes)}, "
+                      f"{e.gpu_layers}/{b.num_layers} layers) vs true {format_bytes(b.total_bytes)}",
+                      highlight=False)
+    for line in b.log_lines:
+        console.print(f"  [dim]{line}[/dim]", highlight=False)
+    for n in notes + list(b.notes):
+        console.print(f"  note: {n}", highlight=False)
+    console.print(f"[bold]{verdict}[/bold]", highlight=False)
+    console.print(f"largest context at 85% (parallel {b.parallel}): {max_ctx}  ·  largest "
+                  f"parallel at 85% (context {b.slot_tokens if b.allocator == 'paged' else ''}"
+                  f"{'' if b.allocator == 'paged' else 'as given'}): {max_par}", highlight=False)
+
+
+@click.command()
+@click.option("--gpu", required=True, help="GPU profile slug, e.g. rtx-4090")
+@click.option("--model", "model_name", required=True,
+              help="model profile slug (llama-3.1-8b) or path to a model YAML")
+@click.option("--weights", default="q4_k_m", show_default=True,
+              help="weight format: bf16, fp8, q8_0, q6_k, q5_k_m, q4_k_m, q4_0, iq4_xs, awq, gptq")
+@click.option("--engine", default="llama.cpp", show_default=True,
+              help="llama.cpp, ollama, vllm or sglang")
+@click.option("--context", default=None, help="context tokens (engine's meaning; '32k' ok)")
+@click.option("--parallel", default=None, help="slots (llama.cpp/ollama) or concurrent "
+              "full-length requests (vllm/sglang)")
+@click.option("--kv", default=None, help="KV cache type for K and V (f16, q8_0, q4_0, fp8...)")
+@click.option("--kv-k", default=None, help="K cache type (-ctk)")
+@click.option("--kv-v", default=None, help="V cache type (-ctv)")
+@click.option("--kv-unified/--no-kv-unified", default=None,
+              help="llama.cpp: one shared pool (-kvu) or per-slot streams")
+@click.option("--flash-attn/--no-flash-attn", default=None, help="llama.cpp / ollama")
+@click.option("--gpu-layers", default=None, help="-ngl / num_gpu (default: auto)")
+@click.option("--gpu-util", type=float, default=None,
+              help="vllm gpu_memory_utilization / sglang mem_fraction_static")
+@click.option("--display-reserve", default="0", show_default=True,
+              help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
+@click.option("--driver-reserve", default="400 MiB", show_default=True,
+              help="CUDA context and driver reserve")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
+        parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
+        kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
+        gpu_util: float | None, display_reserve: str, driver_reserve: str,
+        as_json: bool) -> None:
+    """Does this model, context and parallelism fit this card on this engine?"""
+    from kvsim.model.budget import (
+        engine_for_gpu, max_context_at, max_parallel_at, memory_budget)
+    from kvsim.model.weights import weight_format
+    ctx = _positive(context, "--context")
+    par = _positive(parallel, "--parallel")
+    if ctx is not None and par is not None and par > ctx:
+        raise InputError("--parallel", par, f"must not exceed --context ({ctx})")
+    ngl = None if gpu_layers is None else parse_count(gpu_layers, "--gpu-layers")
+    if ngl is not None and ngl < 0:
+        raise InputError("--gpu-layers", gpu_layers, "must be >= 0")
+    if gpu_util is not None and not 0 < gpu_util <= 1:
+        raise InputError("--gpu-util", gpu_util, "a fraction in (0, 1]")
+    reserves = {"driver_reserve_bytes": parse_bytes(driver_reserve, "--driver-reserve"),
+                "display_reserve_bytes": parse_bytes(display_reserve, "--display-reserve")}
+    g = load_gpu(gpu)
+    m = load_model(model_name)
+    weight_format(weights, "--weights")
+    spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
+                               flash_attn, ngl, gpu_util)
+    eng = engine_for_gpu(spec, g)
+    b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
+    max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
+    max_par = max_parallel_at(g, m, weights, eng, **reserves)
+    verdict = _verdict(b)
+    if as_json:
+        click.echo(_as_json(b, max_ctx, max_par, verdict, notes))
+        return
+    title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
+             f"context {eng.context_tokens}, parallel {b.parallel}, KV {b.cache_type_k}/"
+             f"{b.cache_type_v}")
+    _print_table(b, title, max_ctx, max_par, verdict, notes)

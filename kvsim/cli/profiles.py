@@ -1,0 +1,155 @@
+"""``kvsim profiles``: list, show and import catalogue profiles.
+
+Answers "which GPUs, models, links, hosts and engine presets does kvsim know?" and
+turns a local ``config.json`` or GGUF header into a model profile YAML.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from kvsim.config.catalog import KINDS, find_any, list_names, load_raw
+from kvsim.config.specs import ModelSpec
+from kvsim.config.units import format_bytes
+from kvsim.errors import InputError
+
+
+def _console() -> Console:
+    return Console(width=max(100, Console().width), soft_wrap=False)
+
+
+def _gpu_row(d: dict[str, Any]) -> list[str]:
+    return [d["name"], d["display_name"], format_bytes(d["memory_bytes"]),
+            f"{d['memory_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s",
+            f"{d['fp16_tensor_flops'] / 1e12:.0f}", d.get("default_link") or "unified"]
+
+
+def _model_row(d: dict[str, Any]) -> list[str]:
+    from kvsim.model.geometry import kv_geometry
+    geo = kv_geometry(ModelSpec.model_validate(d), "f16", "f16", state_dtype="f16")
+    kinds = "+".join(sorted({g["kind"] for g in d["layer_groups"]}))
+    return [d["name"], f"{d['params_total'] / 1e9:.1f}B", str(d["num_layers"]), kinds,
+            f"{geo.full_bytes_per_token / 1024:.1f} KiB", str(d["max_context_tokens"])]
+
+
+def _link_row(d: dict[str, Any]) -> list[str]:
+    return [d["name"], d["display_name"], f"{d['h2d_bytes_per_s'] / 1e9:g} GB/s",
+            f"{d['latency_s'] * 1e6:g} µs"]
+
+
+def _host_row(d: dict[str, Any]) -> list[str]:
+    return [d["name"], d["display_name"], format_bytes(d["memory_bytes"]),
+            f"{d['memory_bandwidth_bytes_per_s'] / 1e9:g} GB/s", str(d["unified_with_gpu"])]
+
+
+def _engine_row(d: dict[str, Any]) -> list[str]:
+    return [d.get("preset", ""), d.get("display_name", ""), d.get("allocator", ""),
+            str(d.get("context_tokens", "")), str(d.get("parallel", d.get("max_num_seqs", "")))]
+
+
+_COLUMNS = {
+    "gpus": (["name", "GPU", "memory", "bandwidth", "FP16 TFLOPS", "link"], _gpu_row),
+    "models": (["name", "params", "layers", "layer kinds", "KV/token f16", "max ctx"],
+               _model_row),
+    "links": (["name", "link", "pinned H2D", "latency"], _link_row),
+    "hosts": (["name", "host", "memory", "bandwidth", "unified"], _host_row),
+    "engines": (["preset", "engine", "allocator", "context", "parallel / max seqs"],
+                _engine_row),
+}
+
+
+@click.group()
+def profiles() -> None:
+    """Which GPUs, models, links, hosts and engine presets kvsim knows."""
+
+
+@profiles.command("list")
+@click.argument("kind", required=False)
+def list_cmd(kind: str | None) -> None:
+    """List profiles of KIND (gpus, models, links, hosts, engines), or all."""
+    if kind is not None and kind not in KINDS:
+        raise InputError("kind", kind, "one of " + ", ".join(KINDS))
+    console = _console()
+    for k in [kind] if kind else list(KINDS):
+        headers, row = _COLUMNS[k]
+        table = Table(title=f"{k} ({len(list_names(k))})", title_justify="left")
+        for h in headers:
+            table.add_column(h, no_wrap=True)
+        for name in list_names(k):
+            table.add_row(*row(dict(load_raw(k, name))))
+        console.print(table)
+
+
+@profiles.command("show")
+@click.argument("name")
+def show_cmd(name: str) -> None:
+    """Print one profile (any kind) as YAML, with its KV geometry for models."""
+    kind, raw = find_any(name)
+    click.echo(f"# {kind[:-1]} profile '{name}'")
+    click.echo(yaml.safe_dump(dict(raw), sort_keys=False, allow_unicode=True, width=100),
+               nl=False)
+    if kind == "models":
+        from kvsim.model.geometry import kv_geometry
+        geo = kv_geometry(ModelSpec.model_validate(raw), "f16", "f16", state_dtype="f16")
+        click.echo("# KV geometry at f16: "
+                   f"full {geo.full_bytes_per_token} B/token, windowed "
+                   f"{geo.windowed_bytes_per_token} B/token (cap {geo.windowed_cap_bytes_per_seq}"
+                   f" B/seq), recurrent {geo.recurrent_bytes_per_seq} B/seq")
+
+
+def profile_yaml(spec: ModelSpec) -> str:
+    data = spec.model_dump(mode="json", exclude_none=True)
+    for g in data["layer_groups"]:
+        for key in [k for k, v in g.items() if v == 0 and k != "layers"]:
+            del g[key]
+    return "# imported by `kvsim profiles import`\n" + yaml.safe_dump(
+        data, sort_keys=False, allow_unicode=True, width=100)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder, then os.replace (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@profiles.command("import")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="write the model profile YAML here (default: print it)")
+@click.option("--name", default=None, help="slug for the profile (default: from the file)")
+def import_cmd(path: Path, output: Path | None, name: str | None) -> None:
+    """Make a model profile from a local config.json or GGUF file header."""
+    from kvsim.model.geometry import kv_geometry
+    from kvsim.model.importers import import_model
+    spec = import_model(path, name)
+    text = profile_yaml(spec)
+    geo = kv_geometry(spec, "f16", "f16", state_dtype="f16")
+    summary = (f"{spec.name}: {spec.num_layers} layers, KV f16 {geo.full_bytes_per_token} "
+               f"B/token (+{geo.windowed_bytes_per_token} windowed), recurrent "
+               f"{geo.recurrent_bytes_per_seq} B/seq")
+    if output is None:
+        click.echo(text, nl=False)
+        click.echo(summary, err=True)
+    else:
+        write_atomic(output, text)
+        click.echo(f"wrote {output} — {summary}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(profiles())
