@@ -19,7 +19,7 @@ from pydantic import BeforeValidator
 from kvsim.errors import InputError
 
 _BYTE_UNITS = {
-    "b": 1, "byte": 1, "bytes": 1,
+    "": 1, "b": 1, "byte": 1, "bytes": 1,
     "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
     "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
