@@ -246,14 +246,14 @@ def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: Engine
                     limit: float = PLANNING_LIMIT, cap: int = 1024, **reserves: int) -> int:
     """Largest parallelism at this context that stays :func:`acceptable`; 0 if none.
 
-    Searched up to ``cap`` and the context itself.  NOTE: in llama.cpp's unified pool
-    extra slots add almost no memory (they share ``-c``), so there the search also
-    stops at one 256-token pad unit of the pool per slot.
+    Searched up to ``cap`` and the context itself.  NOTE: llama.cpp splits (or
+    shares) ``-c`` over the slots, so the search also stops at one 256-token pad unit
+    of ``-c`` per slot — beyond that, padding rather than ``-c`` decides the memory.
     """
     hi = min(cap, engine.context_tokens)
     if isinstance(engine, PagedEngineConfig):
         hi = min(hi, engine.max_num_seqs)
-    elif engine.allocator == "unified" and engine.preset == "llama.cpp":
+    elif engine.preset == "llama.cpp":
         hi = min(hi, max(1, engine.context_tokens // engine.context_pad_tokens))
 
     def ok(p: int) -> bool:
