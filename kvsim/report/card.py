@@ -1,0 +1,134 @@
+"""The scenario card: what was simulated, by which kvsim, with which latency model.
+
+A report is shared without its inputs, so the card carries the resolved scenario
+(collapsible JSON), its hash, the kvsim and results-format versions, the source
+(simulated or measured), the latency model's provenance (roofline, constant, or a
+calibrated artifact with its fit error) and the headline summary numbers.
+
+``card_data`` is pure (tested without HTML); ``card_html`` renders it.
+
+NOTE: everything that came from a user — scenario name and description, paths,
+profile names — is HTML-escaped in ``card_html``; nothing here is trusted markup.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+from kvsim import __version__
+from kvsim.report.data_run import run_config
+
+HEADLINE = (  # (summary key, label, format)
+    ("requests", "requests", "{:,.0f}"), ("failed_requests", "failed requests", "{:,.0f}"),
+    ("ttft_p50_s", "TTFT p50", "{:.3g} s"), ("ttft_p95_s", "TTFT p95", "{:.3g} s"),
+    ("itl_p50_s", "ITL p50", "{:.3g} s"), ("itl_p95_s", "ITL p95", "{:.3g} s"),
+    ("peak_device_fraction", "peak device use", "{:.1%}"),
+    ("peak_kv_allocated_bytes", "peak KV allocated", "gib"),
+    ("prefix_hit_rate", "prefix hit rate", "{:.1%}"), ("preemptions", "preemptions", "{:,.0f}"),
+    ("tokens_per_s", "tokens/s", "{:,.1f}"), ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
+    ("oom_risk", "OOM risk", "{:.3g}"),
+)
+
+
+def latency_provenance(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """Which latency model produced the numbers, and how well it was fitted.
+
+    ``summary["latency_model"]`` is the model's own provenance line written by the
+    simulator (``roofline(gpu, model, weights)``, ``calibrated(path, dtype, MAPE x%)``,
+    ``constant(...)``); the scenario's ``latency`` block adds its settings, and summary
+    keys starting with ``latency_fit_`` (fit errors) are shown as well.
+    """
+    prov = {f"config.{k}": v for k, v in (config.get("latency") or {}).items()}
+    if summary.get("latency_model"):
+        prov["model"] = summary["latency_model"]
+    for key, value in summary.items():
+        if key.startswith("latency_fit_"):
+            prov[key] = value
+    return prov
+
+
+def card_data(results: Any) -> dict[str, Any]:
+    """Plain dict describing one run for the card (see module docstring).
+
+    Reads ``scenario``, ``scenario_hash``, ``source`` and ``summary`` of a Results and
+    an optional ``meta`` dict (``meta.json``: ``kvsim_version``, ``format_version``).
+    """
+    config, digest = run_config(results)
+    meta = dict(getattr(results, "meta", None) or {})
+    summary = dict(getattr(results, "summary", None) or {})
+    gpu, model, engine = (config.get(k) or {} for k in ("gpu", "model", "engine"))
+    facts = [
+        ("GPU", gpu.get("display_name") or gpu.get("name")),
+        ("model", model.get("display_name") or model.get("name")),
+        ("weights", config.get("weights")),
+        ("engine", _engine(engine)),
+        ("workload", _workload(config.get("workload") or {})),
+        ("seed", config.get("seed")),
+        ("source", meta.get("source") or getattr(results, "source", None)),
+        ("kvsim version (results)", meta.get("kvsim_version")),
+        ("results format", meta.get("format_version")),
+        ("kvsim version (report)", __version__),
+        ("scenario hash", digest),
+    ]
+    headline = []
+    for key, label, fmt in HEADLINE:
+        value = summary.get(key)
+        if value is None or isinstance(value, str) or not math.isfinite(float(value)):
+            continue
+        text = f"{float(value) / 2**30:.2f} GiB" if fmt == "gib" else fmt.format(value)
+        headline.append((label, text))
+    return {
+        "name": str(config.get("name") or "scenario"),
+        "description": str(config.get("description") or ""),
+        "facts": [(k, str(v)) for k, v in facts if v not in (None, "")],
+        "latency": latency_provenance(config, summary),
+        "headline": headline,
+        "config_json": json.dumps(config, indent=2, sort_keys=True, default=str),
+    }
+
+
+def _engine(engine: dict[str, Any]) -> str:
+    parts = [str(engine.get("preset") or "")]
+    for key, label in (("allocator", ""), ("context_tokens", "context "),
+                       ("parallel", "parallel "), ("max_num_seqs", "max seqs ")):
+        if engine.get(key) is not None:
+            parts.append(f"{label}{engine[key]}")
+    if engine.get("cache_type_k"):
+        parts.append(f"KV {engine['cache_type_k']}/{engine.get('cache_type_v', '')}")
+    return ", ".join(p for p in parts if p)
+
+
+def _workload(wl: dict[str, Any]) -> str:
+    if wl.get("preset"):
+        return f"{wl['preset']} ({wl.get('days', 1)} d)"
+    return str(wl.get("trace") or "")
+
+
+def card_html(card: dict[str, Any]) -> str:
+    """Render :func:`card_data` output as an escaped HTML block."""
+    e = html.escape
+    facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in card["facts"])
+    lat = card["latency"]
+    lat_rows = "".join(f"<tr><th>{e(str(k))}</th><td>{e(_fmt(v))}</td></tr>"
+                       for k, v in sorted(lat.items()))
+    heads = "".join(f"<div class='kpi'><span>{e(label)}</span><b>{e(text)}</b></div>"
+                    for label, text in card["headline"])
+    desc = f"<p>{e(card['description'])}</p>" if card["description"] else ""
+    return (
+        f"<section class='card'><h2>{e(card['name'])}</h2>{desc}"
+        f"<div class='kpis'>{heads}</div>"
+        f"<div class='cols'><table class='facts'>{facts}</table>"
+        f"<table class='facts'><caption>latency model</caption>{lat_rows}</table></div>"
+        f"<details><summary>resolved scenario</summary><pre>{e(card['config_json'])}</pre>"
+        f"</details></section>")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)

@@ -1,0 +1,190 @@
+"""Plotly figures for one run (or several runs overlaid), one function per figure.
+
+Each function takes the plain data returned by :mod:`kvsim.report.data_run` and
+returns a ``plotly.graph_objects.Figure`` (optuna.visualization style); it never
+reads files and never computes metrics beyond unit conversion.
+
+NOTE: every user-provided string (scenario names, session ids, failure reasons)
+passes through :func:`esc` before it reaches a label: Plotly renders a subset of
+HTML in labels, so an unescaped ``<script>`` or ``<a href=…>`` in a session id must
+be shown as text, never interpreted.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from kvsim.report.data_run import GIB, time_scale
+
+PLAN_LINE = 0.85  # the planning rule: stay at or under ~85% of device memory (DESIGN §3.1)
+PHASE_COLORS = {"think": "#d9d9d9", "queue": "#f4a582", "prefill": "#4393c3",
+                "decode": "#2166ac"}
+LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=70, r=30, t=60, b=50),
+              legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+
+
+def esc(text: Any) -> str:
+    """HTML-escape a user-provided string for a Plotly label."""
+    return html.escape(str(text), quote=True)
+
+
+def memory_figure(data: dict, title: str) -> go.Figure:
+    """Stacked device memory (GiB) over time, total line, capacity and 85% lines, host tier."""
+    t = np.asarray(data["time_s"], float)
+    div, xlabel = time_scale(float(t[-1] - t[0]) if len(t) else 0.0)
+    x = t / div
+    fig = go.Figure()
+    for label, values in data["device_layers"]:
+        fig.add_trace(go.Scatter(x=x, y=np.asarray(values) / GIB, name=label, mode="lines",
+                                 line=dict(width=0.5), stackgroup="device",
+                                 hovertemplate="%{y:.3f} GiB"))
+    total = np.asarray(data["device_total_bytes"]) / GIB
+    fig.add_trace(go.Scatter(x=x, y=total, name="device total", mode="lines",
+                             line=dict(color="black", width=1.2), hovertemplate="%{y:.3f} GiB"))
+    for label, values in data["host_layers"]:
+        fig.add_trace(go.Scatter(x=x, y=np.asarray(values) / GIB, name=f"host: {label}",
+                                 mode="lines", line=dict(dash="dot", width=1.5),
+                                 hovertemplate="%{y:.3f} GiB"))
+    peak = data["peak_device_bytes"] / GIB
+    fig.add_trace(go.Scatter(x=[data["peak_time_s"] / div], y=[peak], mode="markers+text",
+                             name="peak", marker=dict(color="crimson", size=9, symbol="x"),
+                             text=[f"peak {peak:.2f} GiB"], textposition="top center"))
+    cap = data.get("capacity_bytes")
+    if cap:
+        fig.add_hline(y=cap / GIB, line=dict(color="crimson", width=1.5),
+                      annotation_text=f"capacity {cap / GIB:.1f} GiB")
+        fig.add_hline(y=PLAN_LINE * cap / GIB, line=dict(color="orange", dash="dash"),
+                      annotation_text="85% planning line", annotation_position="bottom right")
+    fig.update_layout(title=esc(title), xaxis_title=xlabel, yaxis_title="memory (GiB)",
+                      **LAYOUT)
+    return fig
+
+
+def sessions_figure(phases: pd.DataFrame, markers: pd.DataFrame | None, title: str,
+                    max_sessions: int = 300) -> go.Figure:
+    """Gantt-style timeline: one row per session, bars per phase, failure/preempt marks."""
+    order = list(dict.fromkeys(phases["session_id"]))[:max_sessions]
+    keep = phases[phases["session_id"].isin(order)]
+    span = float(keep["end_s"].max() - keep["start_s"].min()) if len(keep) else 0.0
+    div, xlabel = time_scale(span)
+    fig = go.Figure()
+    for phase, color in PHASE_COLORS.items():
+        sub = keep[keep["phase"] == phase]
+        if sub.empty:
+            continue
+        fig.add_trace(go.Bar(
+            y=[esc(s) for s in sub["session_id"]], base=sub["start_s"] / div,
+            x=(sub["end_s"] - sub["start_s"]) / div, orientation="h", name=phase,
+            marker=dict(color=color), customdata=sub["turn"],
+            hovertemplate=f"{phase} turn %{{customdata}}: %{{x:.3g}} ({xlabel[6:-1]})"))
+    if markers is not None and len(markers):
+        marks = markers[markers["session_id"].isin(order)]
+        for kind, symbol, color in (("preempt", "triangle-down", "darkorange"),
+                                    ("failed", "x", "crimson")):
+            sub = marks[marks["kind"] == kind]
+            if sub.empty:
+                continue
+            fig.add_trace(go.Scatter(
+                y=[esc(s) for s in sub["session_id"]], x=sub["time_s"] / div, mode="markers",
+                name=kind, marker=dict(symbol=symbol, size=10, color=color),
+                text=[esc(d) for d in sub["detail"]], hovertemplate="%{text}"))
+    height = max(300, min(1600, 22 * len(order) + 120))
+    fig.update_layout(**{**LAYOUT, "height": height}, title=esc(title), barmode="overlay",
+                      xaxis_title=xlabel,
+                      yaxis=dict(type="category", autorange="reversed", title="session"))
+    return fig
+
+
+def cdf_figure(curves: Sequence[tuple[str, dict]], title: str, xlabel: str,
+               slo_s: float | None = None) -> go.Figure:
+    """CDFs (one per run) with the p95 level and an optional SLO line."""
+    fig = go.Figure()
+    for label, data in curves:
+        fig.add_trace(go.Scatter(
+            x=data["x_s"], y=data["p"], mode="lines", line=dict(shape="hv"),
+            name=f"{esc(label)} (p95 {data['p95_s']:.3g} s, n={data['n']})"))
+    fig.add_hline(y=0.95, line=dict(color="grey", dash="dot"), annotation_text="p95",
+                  annotation_position="bottom left")
+    if slo_s is not None:
+        fig.add_vline(x=slo_s, line=dict(color="crimson", dash="dash"),
+                      annotation_text=f"SLO {slo_s:.3g} s")
+    fig.update_layout(title=esc(title), xaxis_title=xlabel, yaxis_title="share ≤ x",
+                      yaxis_range=[0, 1.02], **LAYOUT)
+    return fig
+
+
+def concurrency_figure(data: dict, title: str) -> go.Figure:
+    """Running / waiting requests and the engine batch size over time."""
+    times = [np.asarray(d["time_s"], float) for d in (data.get("samples"), data.get("steps"))
+             if d is not None]
+    span = max(float(t.max() - t.min()) for t in times if len(t))
+    div, xlabel = time_scale(span)
+    fig = go.Figure()
+    if "samples" in data:
+        s = data["samples"]
+        for col, color in (("running", "#2166ac"), ("waiting", "#d6604d")):
+            fig.add_trace(go.Scatter(x=np.asarray(s["time_s"]) / div, y=s[col], name=col,
+                                     mode="lines", line=dict(shape="hv", color=color)))
+    if "steps" in data:
+        st = data["steps"]
+        fig.add_trace(go.Scatter(x=np.asarray(st["time_s"]) / div, y=st["batch_size"],
+                                 name="batch size", mode="lines",
+                                 line=dict(shape="hv", color="#1b7837", width=1)))
+    fig.update_layout(title=esc(title), xaxis_title=xlabel, yaxis_title="requests", **LAYOUT)
+    return fig
+
+
+def pcie_figure(data: dict, title: str) -> go.Figure:
+    """Cumulative PCIe traffic per direction (GiB), totals in the legend."""
+    names = {"h2d": "host → device", "d2h": "device → host"}
+    ends = [float(v) for s in data["series"].values() for v in (s["time_s"][0], s["time_s"][-1])]
+    div, xlabel = time_scale(max(ends) - min(ends))
+    fig = go.Figure()
+    for d, s in data["series"].items():
+        total = data["totals_bytes"][d] / GIB
+        fig.add_trace(go.Scatter(x=np.asarray(s["time_s"]) / div,
+                                 y=np.asarray(s["cumulative_bytes"]) / GIB, mode="lines+markers",
+                                 line=dict(shape="hv"), marker=dict(size=4),
+                                 name=f"{names[d]} (total {total:.3g} GiB)"))
+    fig.update_layout(title=esc(title), xaxis_title=xlabel,
+                      yaxis_title="transferred so far (GiB)", **LAYOUT)
+    return fig
+
+
+def prefix_figure(curves: Sequence[tuple[str, dict]], title: str) -> go.Figure:
+    """Cumulative token-weighted prefix hit rate by arrival time, one line per run."""
+    span = max(float(d["time_s"][-1] - d["time_s"][0]) for _, d in curves)
+    div, xlabel = time_scale(span)
+    fig = go.Figure()
+    for label, d in curves:
+        fig.add_trace(go.Scatter(x=np.asarray(d["time_s"]) / div, y=d["hit_rate"],
+                                 mode="lines", name=f"{esc(label)} (overall "
+                                 f"{100 * d['overall']:.1f}%)"))
+    fig.update_layout(title=esc(title), xaxis_title=xlabel,
+                      yaxis=dict(title="cached / prompt tokens so far", range=[0, 1.02],
+                                 tickformat=".0%"), **LAYOUT)
+    return fig
+
+
+def accuracy_figure(table: pd.DataFrame, title: str, max_sessions: int = 60) -> go.Figure:
+    """Accuracy proxy per session: mean bar, worst marker, share below 0.5 in hover."""
+    t = table.head(max_sessions)
+    names = [esc(s) for s in t["session_id"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=t["mean"], name="mean", marker_color="#4393c3",
+                         customdata=np.stack([t["events"], t["below_half"]], axis=1),
+                         hovertemplate="mean %{y:.3f}<br>%{customdata[0]} events<br>"
+                                       "share < 0.5: %{customdata[1]:.0%}"))
+    fig.add_trace(go.Scatter(x=names, y=t["worst"], mode="markers", name="worst",
+                             marker=dict(symbol="line-ew-open", size=16, color="crimson",
+                                         line=dict(width=3))))
+    fig.add_hline(y=0.5, line=dict(color="grey", dash="dot"))
+    fig.update_layout(title=esc(title), yaxis=dict(title="score multiplier", range=[0, 1.05]),
+                      xaxis=dict(type="category", title="session"), **LAYOUT)
+    return fig

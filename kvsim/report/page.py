@@ -1,0 +1,202 @@
+"""One self-contained HTML report for simulate, plan, compare and sweep.
+
+The page carries plotly.js inline exactly once (in ``<head>``), so it opens
+offline; every figure is a ``<div>`` plus a small script calling ``Plotly.newPlot``
+with JSON that Plotly escapes (``<``, ``>`` and ``/`` become ``\\u003c``… so a
+string can never close the script tag).  Figures whose data is absent are replaced
+by a one-line note rather than drawn empty.
+
+NOTE: output is deterministic — figure div ids are numbered, never random — so the
+same results give byte-identical reports.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from kvsim import __version__
+from kvsim.report import data_plan as dp
+from kvsim.report import data_run as dr
+from kvsim.report import figures_plan as fp
+from kvsim.report import figures_run as fr
+from kvsim.report.card import card_data, card_html
+
+MAX_DETAILED_RUNS = 4   # per-run figures (memory, sessions, ...) for the first runs only
+MAX_OVERLAID_RUNS = 12  # CDF / prefix overlays
+PLOT_CONFIG = {"responsive": True, "displaylogo": False}
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;
+max-width:1200px;padding:1em 2em;color:#222}
+h1{margin-bottom:.2em} .note{color:#777;font-style:italic;margin:.3em 0 1em}
+.card{border:1px solid #ddd;border-radius:8px;padding:.5em 1.2em;margin:1em 0}
+.kpis{display:flex;flex-wrap:wrap;gap:.6em} .kpi{background:#f4f6fa;padding:.4em .8em;
+border-radius:6px} .kpi span{display:block;font-size:.8em;color:#555}
+.cols{display:flex;gap:2em;flex-wrap:wrap;margin:.8em 0;align-items:flex-start} .facts th{text-align:left;
+padding-right:1em;font-weight:600;color:#444} caption{text-align:left;font-weight:600}
+pre{white-space:pre-wrap;font-size:.8em;background:#f8f8f8;padding:.8em}
+.figure{margin:1.5em 0} code{background:#f4f6fa;padding:.2em .4em}
+"""
+
+
+class _Page:
+    """Collects sections in order; each figure gets a deterministic div id."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.figures = 0
+        self.notes: list[str] = []
+
+    def figure(self, fig: Any) -> None:
+        self.figures += 1
+        div = pio.to_html(fig, full_html=False, include_plotlyjs=False,
+                          div_id=f"fig-{self.figures}", config=PLOT_CONFIG)
+        self.parts.append(f"<section class='figure'>{div}</section>")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        self.parts.append(f"<p class='note'>{html.escape(text)}</p>")
+
+    def raw(self, markup: str) -> None:
+        self.parts.append(markup)
+
+
+def _label(res: Any) -> str:
+    config, _ = dr.run_config(res)
+    return str(config.get("name") or "run")
+
+
+def _maybe(page: _Page, data: Any, make: Callable[[Any], Any], absent: str) -> None:
+    if data is None or (hasattr(data, "__len__") and len(data) == 0):
+        page.note(absent)
+    else:
+        page.figure(make(data))
+
+
+def _run_sections(page: _Page, res: Any, label: str) -> None:
+    tbl = lambda name: getattr(res, name, None)  # noqa: E731 - tiny accessor
+    _maybe(page, dr.memory_stack(tbl("memory"), tbl("summary"), tbl("scenario")),
+           lambda d: fr.memory_figure(d, f"Device memory — {label}"),
+           f"{label}: no memory samples (measured run?); memory timeline omitted.")
+    phases = dr.session_phases(tbl("requests"))
+    _maybe(page, phases, lambda d: fr.sessions_figure(
+        d, dr.session_markers(tbl("requests"), tbl("events")), f"Sessions — {label}"),
+        f"{label}: no requests; session timeline omitted.")
+    _maybe(page, dr.concurrency(tbl("memory"), tbl("steps")),
+           lambda d: fr.concurrency_figure(d, f"Concurrency and batch — {label}"),
+           f"{label}: no step or sample data; concurrency omitted.")
+    _maybe(page, dr.pcie_traffic(tbl("events"), tbl("transfers")),
+           lambda d: fr.pcie_figure(d, f"PCIe traffic — {label}"),
+           f"{label}: no PCIe traffic (nothing offloaded or restored); figure omitted.")
+    _maybe(page, dr.accuracy_per_session(tbl("references")),
+           lambda d: fr.accuracy_figure(d, f"Recall proxy per session — {label}"),
+           f"{label}: no reference events; accuracy proxy omitted.")
+
+
+def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -> None:
+    labeled = [(_label(r), r) for r in runs[:MAX_OVERLAID_RUNS]]
+    specs = (("TTFT", lambda r: dr.ttft_cdf(getattr(r, "requests", None)), "ttft_p95_s",
+              "time to first token (s)"),
+             ("Inter-token latency", lambda r: dr.itl_cdf(getattr(r, "itl", None)),
+              "itl_p95_s", "gap between tokens (s)"))
+    for name, fn, slo_key, xlabel in specs:
+        curves = [(lab, d) for lab, r in labeled if (d := fn(r)) is not None]
+        _maybe(page, curves, lambda c: fr.cdf_figure(c, f"{name} CDF", xlabel,
+                                                     slo.get(slo_key)),
+               f"No {name} data; CDF omitted.")
+    curves = [(lab, d) for lab, r in labeled
+              if (d := dr.prefix_hits(getattr(r, "requests", None))) is not None]
+    _maybe(page, curves, lambda c: fr.prefix_figure(c, "Prefix cache hit rate"),
+           "No prompt tokens; prefix hit rate omitted.")
+
+
+def _plan_sections(page: _Page, extra: dict[str, Any]) -> None:
+    rec = extra.get("recommendation") or None
+    if rec:
+        flags = rec.get("flags")
+        text = ", ".join(f"{k} = {v}" for k, v in rec.items() if k != "flags")
+        page.raw(f"<section class='card'><h2>Recommendation</h2><p>{html.escape(text)}</p>"
+                 + (f"<p><code>{html.escape(str(flags))}</code></p>" if flags else "")
+                 + "</section>")
+    if "plan" in extra:
+        grids = dp.plan_grids(extra["plan"])
+        if not grids:
+            page.note("The plan tried no points; heatmap omitted.")
+        for grid in grids:
+            page.figure(fp.plan_figure(grid, rec))
+    if "compare" in extra:
+        _maybe(page, dp.gpu_comparison(extra["compare"]), fp.gpu_figure,
+               "The GPU comparison is empty; figure omitted.")
+    if "sweep" in extra:
+        _maybe(page, dp.sweep_dimensions(extra["sweep"]), fp.sweep_figure,
+               "The sweep has no factor or metric columns; figure omitted.")
+
+
+def build_report(results_list: Sequence[Any], extra: dict[str, Any] | None = None) -> str:
+    """The report HTML for runs (``Results``-like objects) and planning outputs.
+
+    ``results_list``: objects with DataFrame attributes ``requests, itl, steps, memory,
+    events`` (and optional ``references``, ``transfers``), dict attributes ``summary``,
+    ``scenario``, ``meta``.  ``extra`` (all keys optional): ``title`` (str), ``slo``
+    (``{"ttft_p95_s": s, "itl_p95_s": s}``), ``plan``, ``compare``, ``sweep``,
+    ``policies`` (DataFrames, columns in :mod:`kvsim.report.data_plan`) and
+    ``recommendation`` (dict with ``context_tokens``, ``parallel`` and ``flags``).
+    """
+    extra = dict(extra or {})
+    runs = list(results_list)
+    page = _Page()
+    for res in runs[:MAX_DETAILED_RUNS]:
+        page.raw(card_html(card_data(res)))
+    _plan_sections(page, extra)
+    table = extra.get("policies")
+    table = dp.runs_table(runs) if table is None else table
+    fig_data = dp.policy_comparison(table)
+    if fig_data is not None:
+        page.figure(fp.policy_figure(fig_data))
+    if runs:
+        _overlay_sections(page, runs, dict(extra.get("slo") or {}))
+    for res in runs[:MAX_DETAILED_RUNS]:
+        page.raw(f"<h2>{html.escape(_label(res))}</h2>")
+        _run_sections(page, res, _label(res))
+    if len(runs) > MAX_DETAILED_RUNS:
+        page.note(f"{len(runs) - MAX_DETAILED_RUNS} more runs: per-run figures shown for "
+                  f"the first {MAX_DETAILED_RUNS} only.")
+    title = str(extra.get("title") or (_label(runs[0]) if runs else "kvsim report"))
+    return _document(title, page)
+
+
+def _document(title: str, page: _Page) -> str:
+    t = html.escape(title)
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<meta name='generator' content='kvsim {__version__}'><title>{t} — kvsim</title>"
+        f"<style>{CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script>"
+        f"</head><body data-figures='{page.figures}'><h1>{t}</h1>"
+        f"<p class='note'>kvsim {__version__} report · {page.figures} figures · "
+        "works offline</p>" + "\n".join(page.parts) + "</body></html>\n")
+
+
+def write_report(path: str | os.PathLike[str], results_list: Sequence[Any],
+                 extra: dict[str, Any] | None = None) -> Path:
+    """Build the report and write it atomically (temp file beside ``path``, then
+    ``os.replace``); on any error nothing is left at ``path`` or beside it."""
+    target = Path(path)
+    text = build_report(results_list, extra)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
