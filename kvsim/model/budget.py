@@ -261,4 +261,8 @@ def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: Engine
         return cfg is not None and acceptable(
             memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
 
-    return max(0, _largest(1, hi, ok))
+    if isinstance(engine, PagedEngineConfig):
+        return max(0, _largest(1, hi, ok))
+    # NOTE: llama.cpp pads each slot's share of -c to 256, so memory is not monotone in
+    # the slot count (-c 65536: 200 slots need 102400 cells, 256 slots 65536) — scan.
+    return next((p for p in range(hi, 0, -1) if ok(p)), 0)

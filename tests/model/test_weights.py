@@ -1,0 +1,42 @@
+"""Weight bytes per format from documented bits per weight, and the per-layer split."""
+
+import pytest
+
+from kvsim.config.catalog import load_model
+from kvsim.errors import InputError
+from kvsim.model.weights import model_weights, weight_format
+
+
+@pytest.mark.parametrize("fmt,bpw", [
+    ("bf16", 16), ("fp8", 8), ("q8_0", 8.5), ("q6_k", 210 * 8 / 256), ("q5_k_m", 5.68),
+    ("q4_k_m", 4.84), ("q4_0", 4.5), ("iq4_xs", 136 * 8 / 256), ("awq", 4 + 20 / 128),
+    ("gptq", 4 + 20 / 128)])
+def test_bits_per_weight(fmt, bpw):
+    assert weight_format(fmt).bits_per_weight == pytest.approx(bpw)
+
+
+def test_bf16_total_is_params_times_two():
+    # models.csv weight_gb_bf16 = params_total * 2 bytes (GB = 1e9)
+    w = model_weights(load_model("llama-3.1-8b"), "bf16")
+    assert w.total_bytes == pytest.approx(16.06e9, rel=1e-6)
+
+
+def test_q4_estimate_matches_reference_column():
+    # models.csv weight_gb_q4_4p5bpw = params * 4.5 / 8 -> q4_0 is exactly 4.5 bpw
+    assert model_weights(load_model("qwen2.5-7b"), "q4_0").total_bytes == pytest.approx(
+        4.29e9, rel=2e-3)
+
+
+def test_split_sums_and_partial_offload():
+    w = model_weights(load_model("llama-3.1-8b"), "q4_k_m")
+    assert w.per_layer_bytes * 32 + w.non_repeating_bytes == w.total_bytes
+    assert w.gpu_bytes(0) == 0
+    assert w.gpu_bytes(10) == 10 * w.per_layer_bytes
+    # full offload: output head on the GPU, token embedding stays on the CPU (llama.cpp)
+    assert w.gpu_bytes(32) + w.embedding_bytes == w.total_bytes
+    assert w.gpu_bytes(32, embedding_on_gpu=True) == w.total_bytes
+
+
+def test_unknown_format():
+    with pytest.raises(InputError, match="closest"):
+        weight_format("q4_k_x")
