@@ -11,7 +11,10 @@ Processes (DESIGN.md §3.4):
   :class:`~kvsim.core.step.StepPlan`, waits the latency model's step time, applies
   the plan, records the step, then calls the policy hooks; with nothing to do it
   sleeps until the next arrival;
-- a *sampler* records KV memory every ``sample_interval_s``.
+- a *sampler* records KV memory every ``sample_interval_s``; while the server is
+  idle (nothing scheduled, nothing queued) memory cannot change, so after one idle
+  sample the sampler sleeps until the driver wakes and resumes on the tick grid —
+  ``memory.parquet`` is a step function: each row holds until the next one.
 
 Only this module (and ``link.py``) imports SimPy; schedulers and pools take
 ``now_s`` and are tested without it.
@@ -23,6 +26,7 @@ allocation, sampling tick, hook trigger) falls inside the jump.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -66,6 +70,8 @@ class Engine:
         self._active_sessions = 0
         self._feeder_done = False
         self._finished = False
+        self._idle = False
+        self._activity: simpy.Event | None = None
         self.requests_done = 0
 
     # -- processes ----------------------------------------------------------------
@@ -133,7 +139,11 @@ class Engine:
                 if self._feeder_done and not self._active_sessions and not sched.has_work:
                     break
                 self._wake = self.env.event()
+                self._idle = True
                 yield self._wake
+                self._idle = False
+                if self._activity is not None and not self._activity.triggered:
+                    self._activity.succeed()
                 continue
             yield from self._execute(plan)
             stall = sum(h.after_step(sched, plan, self.env.now) for h in self.hooks)
@@ -156,11 +166,22 @@ class Engine:
             self._finish(req)
 
     def _sampler(self):
+        dt = self.sample_interval_s
         while not self._finished:
             self.recorder.sample(self.env.now, self.scheduler.memory())
             if self.progress is not None:
                 self.progress(self.env.now, self.requests_done)
-            yield self.env.timeout(self.sample_interval_s)
+            if self._idle:
+                self._activity = self.env.event()
+                yield self._activity
+                now = self.env.now
+                next_tick = math.ceil(now / dt) * dt
+                if next_tick > now:
+                    # NOTE: memory changes only from the driver's next step on, so the
+                    # state at the wake instant equals the idle sample already taken.
+                    yield self.env.timeout(next_tick - now)
+                continue
+            yield self.env.timeout(dt)
 
     # -- entry ------------------------------------------------------------------------
     def run(self, sessions: Iterable[Session]) -> float:

@@ -17,8 +17,9 @@ quantized KV slows prompt processing on CUDA without giving a number, and
 kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
 a documented planning assumption, settable in the scenario (0 = fused kernels).
 
-NOTE: ``decode_steps_s`` and ``step_time_s`` share :meth:`_times`, so fast-forward
-and per-step fidelity agree to floating-point rounding.
+NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar,
+:meth:`_time1`) evaluate the same formulas in the same order, so fast-forward and
+per-step fidelity agree to floating-point rounding (tests/latency checks it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
 DEFAULT_DEQUANT_FACTOR = 0.25
+
+
+def _keys1(a: float, w: float) -> float:
+    return a * (a + 1) / 2.0 if a <= w else w * (w + 1) / 2.0 + (a - w) * w
 
 
 class RooflineLatency:
@@ -108,15 +113,33 @@ class RooflineLatency:
     def step_time_s(self, batch: BatchShape) -> float:
         if not batch.num_tokens:
             return 0.0
-        pre_n = np.asarray(batch.prefill_tokens, dtype=np.float64)
-        pre_c = np.asarray(batch.prefill_context, dtype=np.float64)
-        dec_c = np.asarray(batch.decode_context, dtype=np.float64)
-        pairs = float(np.sum(self._attended(pre_c + pre_n, pre_n))) \
-            + float(np.sum(self._attended(dec_c + 1, np.ones_like(dec_c))))
-        kv = float(np.sum(self.kv_bytes(pre_c + pre_n))) + float(np.sum(self.kv_bytes(dec_c + 1)))
-        out = self._times(np.array([batch.num_tokens], dtype=np.float64),
-                          np.array([pairs]), np.array([kv]))
-        return float(out[0])
+        # NOTE: scalar Python (per-step hot path) with the same formulas as the numpy path.
+        g, full = self.geometry, self.full_layers
+        pairs = 0.0
+        kv = 0.0
+        news = list(zip(batch.prefill_tokens, batch.prefill_context)) \
+            + [(1, c) for c in batch.decode_context]
+        for n, c0 in news:
+            a = c0 + n
+            pairs += full * (n * c0 + n * (n + 1) / 2.0)
+            for w, layers in self.windows:
+                pairs += layers * (_keys1(a, w) - _keys1(c0, w))
+            kv += g.bytes_for_tokens(a)
+        return self._time1(float(batch.num_tokens), pairs, float(kv))
+
+    def _time1(self, tokens: float, pairs: float, kv_read: float) -> float:
+        flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
+        f = self.gpu_fraction
+        kv_time_gpu = f * kv_read / self.gpu_bw
+        t = self.overhead_s + max(f * flops / self.gpu_flops,
+                                  self.gpu_weight_bytes / self.gpu_bw + kv_time_gpu)
+        t += self.dequant * kv_time_gpu
+        if f < 1.0:
+            kv_time_cpu = (1 - f) * kv_read / self.cpu_bw
+            t += max((1 - f) * flops / self.cpu_flops,
+                     self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
+            t += self.dequant * kv_time_cpu
+        return t
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]

@@ -1,0 +1,68 @@
+"""``kvsim simulate``: run one scenario, save its Results, print a summary table."""
+
+from __future__ import annotations
+
+import click
+
+from kvsim.errors import InputError
+
+
+def _fmt(key: str, value: object) -> str:
+    if isinstance(value, float):
+        if key.endswith("_bytes"):
+            return f"{value / 2**30:.2f} GiB"
+        if key.endswith("_s") and not key.endswith("_per_s"):
+            return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.1f} s"
+        return f"{value:.3f}"
+    if isinstance(value, int) and key.endswith("_bytes"):
+        return f"{value / 2**30:.2f} GiB"
+    return str(value)
+
+
+SHOWN = ("requests", "failed_requests", "preemptions", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+         "itl_p50_s", "itl_p95_s", "itl_p99_s", "e2e_p95_s", "tokens_per_s", "prefix_hit_rate",
+         "peak_kv_reserved_bytes", "peak_kv_allocated_bytes", "peak_device_bytes",
+         "peak_device_fraction", "sim_time_s")
+
+
+@click.command()
+@click.argument("scenario")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="override a scenario key, e.g. --set engine.parallel=2")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory to write the Results into")
+@click.option("--fidelity", type=click.Choice(["fast", "step"]), default=None,
+              help="fast-forward decode stretches (fast) or simulate every step (step)")
+def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None) -> None:
+    """Simulate SCENARIO (a YAML file or a bundled scenario name) and save its Results."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from kvsim.api import simulate as run
+    from kvsim.config.scenario import load_scenario
+
+    overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
+    sc = load_scenario(scenario, overrides)
+    total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
+                  TextColumn("{task.fields[done]} requests"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(sc.name, total=total, done=0)
+
+        def progress(now_s: float, done: int) -> None:
+            bar.update(task, completed=now_s, done=done)
+
+        res = run(sc, progress=progress)
+    try:
+        path = res.save(out_dir)
+    except OSError as exc:
+        raise InputError("--output", out_dir, f"cannot write: {exc.strerror}") from None
+    table = Table(title=f"{sc.name} — {res.summary['latency_model']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in SHOWN:
+        table.add_row(key, _fmt(key, res.summary.get(key)))
+    Console().print(table)
+    click.echo(f"results: {path}")

@@ -1,0 +1,122 @@
+"""Paged block pool and manager: exact eviction order, prefix hits, conservation."""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvsim.core.kv.block_pool import BlockPool
+from kvsim.core.kv.manager import KVCacheManager
+from kvsim.core.requests import Request
+
+
+def _req(rid: str, segs: list[tuple[str, int]], out: int = 4) -> Request:
+    return Request(request_id=rid, session_id=rid, turn=0, arrival_s=0.0,
+                   prompt=tuple((s, 0, n) for s, n in segs), output_id=f"{rid}/out",
+                   max_output_tokens=out)
+
+
+def test_free_queue_order_and_lru_eviction_by_block_id() -> None:
+    pool = BlockPool(6)
+    mgr = KVCacheManager(pool, block_tokens=4)
+    a = _req("a", [("A", 12)])  # 3 full blocks
+    assert mgr.allocate_slots(a, 12)
+    assert [b.block_id for b in mgr.req_blocks["a"]] == [0, 1, 2]
+    b = _req("b", [("B", 8)])
+    assert mgr.allocate_slots(b, 8)
+    assert [x.block_id for x in mgr.req_blocks["b"]] == [3, 4]
+    mgr.free(a)  # appended reversed: 2, 1, 0 after the never-used block 5
+    assert [x.block_id for x in pool.free_queue] == [5, 2, 1, 0]
+    mgr.free(b)
+    assert [x.block_id for x in pool.free_queue] == [5, 2, 1, 0, 4, 3]
+    assert pool.num_cached_free == 5
+    # a new 3-block request takes 5 (uncached), then evicts a's LAST block (2), then 1
+    c = _req("c", [("C", 12)])
+    assert mgr.allocate_slots(c, 12)
+    assert [x.block_id for x in mgr.req_blocks["c"]] == [5, 2, 1]
+    assert pool.evictions == 2
+    # a's first block survived: a re-submitted `a` hits exactly one block
+    a2 = _req("a2", [("A", 12)])
+    hit = mgr.get_computed_blocks(a2)
+    assert [x.block_id for x in hit.blocks] == [0]
+
+
+def test_prefix_hit_capped_one_token_before_the_end() -> None:
+    pool = BlockPool(20)
+    mgr = KVCacheManager(pool, block_tokens=16)
+    first = _req("x", [("sys", 32)])
+    assert mgr.allocate_slots(first, 32)
+    mgr.free(first)
+    # identical 32-token prompt: 2 cached blocks, but the hit is capped to
+    # floor((32 - 1) / 16) * 16 = 16 tokens
+    again = _req("y", [("sys", 32)])
+    assert mgr.get_computed_blocks(again).num_tokens == 16
+
+
+def test_shared_system_prompt_reuses_125_blocks() -> None:
+    pool = BlockPool(400)
+    mgr = KVCacheManager(pool, block_tokens=16)
+    s1 = _req("s1", [("sys/a", 2000), ("s1/in", 100)])
+    assert mgr.allocate_slots(s1, 2100)
+    s2 = _req("s2", [("sys/a", 2000), ("s2/in", 70)])
+    hit = mgr.get_computed_blocks(s2)
+    assert len(hit.blocks) == 2000 // 16 == 125
+    assert hit.num_tokens == 2000
+
+
+class PagedPoolMachine(RuleBasedStateMachine):
+    """Random allocate / grow / free / preempt-like sequences keep the pool consistent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = BlockPool(24)
+        self.mgr = KVCacheManager(self.pool, block_tokens=4)
+        self.live: dict[str, Request] = {}
+        self.n = 0
+
+    @rule(prefix=st.sampled_from(["p", "q"]), plen=st.integers(0, 30), tail=st.integers(1, 20))
+    def admit(self, prefix: str, plen: int, tail: int) -> None:
+        self.n += 1
+        rid = f"r{self.n}"
+        segs = ([(prefix, plen)] if plen else []) + [(rid, tail)]
+        req = _req(rid, segs)
+        hit = self.mgr.get_computed_blocks(req)
+        n = req.num_tokens - hit.num_tokens
+        if self.mgr.allocate_slots(req, n, hit):
+            req.num_computed_tokens = hit.num_tokens + n
+            req.num_output = 1
+            self.live[rid] = req
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def grow(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.live)))
+        req = self.live[rid]
+        if self.mgr.allocate_slots(req, 1):
+            req.num_computed_tokens += 1
+            req.num_output += 1
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.live)))
+        self.mgr.free(self.live.pop(rid))
+
+    @invariant()
+    def conserved(self) -> None:
+        pool = self.pool
+        in_flight = 0  # no transfers without policies
+        uncached_free = pool.num_free - pool.num_cached_free
+        assert uncached_free + pool.num_cached_free + pool.num_active + in_flight \
+            == pool.num_blocks
+        assert all(b.ref_cnt >= 0 for b in pool.blocks)
+        assert sum(1 for b in pool.blocks if b.ref_cnt == 0) == pool.num_free
+        assert pool.num_cached_free == sum(
+            1 for b in pool.blocks if b.ref_cnt == 0 and b.block_hash is not None)
+        refs = sum(b.ref_cnt for b in pool.blocks)
+        assert refs == sum(len(v) for v in self.mgr.req_blocks.values())
+        for h, b in pool.cached.items():
+            assert b.block_hash == h
+
+
+TestPagedPool = PagedPoolMachine.TestCase
+TestPagedPool.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)

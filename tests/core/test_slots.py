@@ -1,0 +1,162 @@
+"""llama.cpp / Ollama slots: token-exact prompt reuse, slot choice, RAM cache, failures."""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from kvsim.core.slot_scheduler import FAIL_POOL_EXHAUSTED, FAIL_PROMPT_TOO_LONG, SlotScheduler
+from core_helpers import req, run_until_idle
+
+
+def _slots(**kw) -> SlotScheduler:
+    args = dict(parallel=2, slot_tokens=4096, pool_cells=8192, unified=False, bytes_per_token=10,
+                reserved_bytes=81920, n_batch=2048, cache_ram_bytes=0)
+    args.update(kw)
+    return SlotScheduler(**args)
+
+
+def test_follow_up_turn_reuses_prompt_plus_output_minus_one() -> None:
+    s = _slots()
+    t0 = req("a#0", [("sys/x", 100), ("a/t0/in", 50)], out=30)
+    s.add_request(t0, 0.0)
+    now = run_until_idle(s)
+    assert t0.num_output == 30 and t0.cached_tokens == 0
+    t1 = req("a#1", [("sys/x", 100), ("a/t0/in", 50), ("a/t0/out", 30), ("a/t1/in", 20)], out=5)
+    s.add_request(t1, now)
+    run_until_idle(s, now)
+    # 150 prompt + 30 output - 1 (the last sampled token was never decoded)
+    assert t1.cached_tokens == 150 + 30 - 1
+    assert t1.computed_prompt_tokens == t1.prompt_tokens - 179 == 21
+
+
+def test_slot_choice_lcp_above_threshold_else_lru() -> None:
+    s = _slots(parallel=3, pool_cells=3 * 4096)
+    for i, name in enumerate(["A", "B", "C"]):
+        r = req(f"{name}#0", [(name, 1000)], out=2)
+        s.add_request(r, 0.0)
+    run_until_idle(s)
+    holders = {s.pool.slots[i].cache[0][0]: i for i in range(3)}
+    # a prompt continuing B's content goes to B's slot (LCP/len > 0.10)
+    rb = req("B#1", [("B", 1000), ("x", 200)], out=2)
+    s.add_request(rb, 1.0)
+    s.schedule(1.0)
+    assert rb.slot_id == holders["B"]
+    # an unrelated prompt takes the least recently used idle slot
+    s2 = _slots(parallel=2, pool_cells=8192)
+    for name, t in (("A", 0.0), ("B", 5.0)):
+        r = req(f"{name}#0", [(name, 100)], out=2)
+        s2.add_request(r, t)
+        run_until_idle(s2, t)
+    new = req("N#0", [("N", 100)], out=2)
+    s2.add_request(new, 10.0)
+    s2.schedule(10.0)
+    a_slot = next(sl.slot_id for sl in s2.pool.slots if sl.req is None)
+    assert s2.pool.slots[a_slot].cache[0][0] == "B"  # A's slot (older) was taken
+
+
+def test_prompt_longer_than_slot_fails_with_400_or_truncates() -> None:
+    s = _slots(slot_tokens=1024, pool_cells=2048)
+    long = req("L#0", [("L", 1500)], out=4)
+    assert not s.add_request(long, 0.0)
+    assert long.failure_reason == FAIL_PROMPT_TOO_LONG == "exceed_context_size_error"
+    t = _slots(slot_tokens=1024, pool_cells=2048, context_shift=True, n_keep=4)
+    long2 = req("L#0", [("L", 1500)], out=4)
+    assert t.add_request(long2, 0.0)
+    # block = (1024 - 4) // 2 = 510; erased = (1500 - 4 - 510) // 510 = 1 block
+    assert long2.prompt_tokens == 1500 - 510
+    run_until_idle(t)
+    assert long2.num_output == 4 and not long2.failure_reason
+
+
+def test_generation_stops_or_shifts_at_slot_end() -> None:
+    s = _slots(slot_tokens=256, pool_cells=512)
+    r = req("G#0", [("G", 200)], out=500)
+    s.add_request(r, 0.0)
+    run_until_idle(s)
+    # llama.cpp stops when n_past + 1 >= n_ctx: outputs = n_ctx - prompt
+    assert r.truncated and r.num_output == 256 - 200 and not r.failure_reason
+    t = _slots(slot_tokens=256, pool_cells=512, context_shift=True, n_keep=0)
+    r2 = req("G#0", [("G", 200)], out=500)
+    t.add_request(r2, 0.0)
+    run_until_idle(t)
+    assert r2.num_output == 500 and not r2.truncated
+    assert any(e.kind == "context_shift" for e in t.events)
+
+
+def test_unified_pool_exhaustion_fails_every_active_slot() -> None:
+    s = _slots(parallel=2, slot_tokens=1024, pool_cells=1024, unified=True)
+    a = req("a#0", [("a", 400)], out=400)
+    b = req("b#0", [("b", 400)], out=400)
+    s.add_request(a, 0.0)
+    s.add_request(b, 0.0)
+    run_until_idle(s)
+    assert a.failure_reason == b.failure_reason == FAIL_POOL_EXHAUSTED
+    assert [e.kind for e in s.events].count("batch_halving") == 1
+    assert s.pool.used_cells == 0
+
+
+def test_ram_cache_saves_taken_over_slot_and_restores_it() -> None:
+    s = _slots(parallel=1, slot_tokens=4096, pool_cells=4096, cache_ram_bytes=None)
+    a0 = req("a#0", [("a", 1000)], out=10)
+    s.add_request(a0, 0.0)
+    now = run_until_idle(s)
+    b0 = req("b#0", [("b", 1000)], out=10)  # takes the only slot over: a's state saved
+    s.add_request(b0, now)
+    now = run_until_idle(s, now)
+    assert [e.kind for e in s.events].count("cache_save") == 1
+    a1 = req("a#1", [("a", 1000), ("a/t0/out", 10), ("a/t1/in", 50)], out=5)
+    s.add_request(a1, now)
+    run_until_idle(s, now)
+    assert any(e.kind == "restore" for e in s.events)
+    assert a1.cached_tokens == 1000 + 10 - 1
+
+
+class SlotPoolMachine(RuleBasedStateMachine):
+    """Random arrivals and steps on a unified and a per-slot pool: cells conserved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scheds = [_slots(parallel=3, slot_tokens=512, pool_cells=1024, unified=True,
+                              bytes_per_token=3, reserved_bytes=3072, n_batch=128,
+                              cache_ram_bytes=2000),
+                       _slots(parallel=3, slot_tokens=256, pool_cells=768, unified=False,
+                              bytes_per_token=3, reserved_bytes=2304, n_batch=128,
+                              cache_ram_bytes=None, context_shift=True)]
+        self.now = 0.0
+        self.n = 0
+
+    @rule(shared=st.integers(0, 200), own=st.integers(1, 200), out=st.integers(1, 300))
+    def arrive(self, shared: int, own: int, out: int) -> None:
+        self.n += 1
+        segs = ([("sys", shared)] if shared else []) + [(f"u{self.n}", own)]
+        for s in self.scheds:
+            s.add_request(req(f"r{self.n}#0", segs, out, self.now), self.now)
+
+    @rule(k=st.integers(1, 20))
+    def steps(self, k: int) -> None:
+        for s in self.scheds:
+            now = self.now
+            for _ in range(k):
+                plan = s.schedule(now)
+                if plan is None:
+                    break
+                now += 0.01
+                s.complete(plan, now)
+        self.now += 0.01 * k
+
+    @invariant()
+    def conserved(self) -> None:
+        for s in self.scheds:
+            pool = s.pool
+            assert 0 <= pool.used_cells <= pool.pool_cells
+            assert all(0 <= sl.n_tokens <= pool.slot_tokens for sl in pool.slots)
+            assert all(sl.n_tokens == sum(e - b for _, b, e in sl.cache) for sl in pool.slots)
+            mem = s.memory()
+            assert mem.kv_allocated_bytes <= mem.kv_reserved_bytes
+            assert mem.kv_cached_bytes <= mem.kv_allocated_bytes
+            if s.ram.limit_bytes is not None and len(s.ram.entries) > 1:
+                assert s.ram.total_bytes <= s.ram.limit_bytes
+
+
+TestSlotPool = SlotPoolMachine.TestCase
+TestSlotPool.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
