@@ -7,4 +7,4 @@ an iterator of :class:`Session` sorted by first ``start_s``).
 from kvsim.workload.loader import load_workload
 from kvsim.workload.schema import ReferenceEvent, Segment, Session, TraceMeta, Turn
 
-__all__ = ["load_workload", "ReferenceEvent", "Segment", "Session", "TraceMeta", "Turn"]
+__all__ = ["ReferenceEvent", "Segment", "Session", "TraceMeta", "Turn", "load_workload"]

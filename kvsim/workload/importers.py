@@ -25,6 +25,7 @@ sorted and a :class:`TraceWarning` says how many were out of order).
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import warnings
@@ -83,7 +84,7 @@ def ordered(records: Iterable[tuple[str, float, Any]], sort: bool,
     """Pass (where, time, payload) records through, rejecting or sorting backward times."""
     if sort:
         items = list(records)
-        late = sum(1 for a, b in zip(items, items[1:]) if b[1] < a[1])
+        late = sum(1 for a, b in itertools.pairwise(items) if b[1] < a[1])
         if late:
             warnings.warn(f"{name}: {late} rows had earlier timestamps than the row before; "
                           "sorted by time", TraceWarning, stacklevel=2)

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvsim.config.catalog import bundled_path, read_yaml
-from kvsim.errors import InputError, from_validation_error
+from kvsim.errors import from_validation_error
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 Z95 = 1.6448536269514722  # standard-normal 95th percentile
@@ -48,7 +48,7 @@ class _Dist(BaseModel):
         return x if self.max is None else min(self.max, x)
 
     def sample_int(self, rng: np.random.Generator) -> int:
-        return int(round(self.sample(rng)))
+        return round(self.sample(rng))
 
 
 class ConstDist(_Dist):
@@ -76,7 +76,7 @@ class LogNormalDist(_Dist):
     p95: float = Field(gt=0)
 
     @model_validator(mode="after")
-    def _order(self) -> "LogNormalDist":
+    def _order(self) -> LogNormalDist:
         if self.p95 < self.median:
             raise ValueError("p95 must be >= median")
         return self
@@ -145,7 +145,7 @@ class Window(BaseModel):
     weight: float = Field(1.0, gt=0)
 
     @model_validator(mode="after")
-    def _order(self) -> "Window":
+    def _order(self) -> Window:
         if self.end_h <= self.start_h:
             raise ValueError("end_h must be after start_h")
         return self
@@ -176,7 +176,7 @@ class HouseholdPreset(BaseModel):
     sources: tuple[str, ...] = ()
 
     @model_validator(mode="after")
-    def _links(self) -> "HouseholdPreset":
+    def _links(self) -> HouseholdPreset:
         for kname, kind in self.kinds.items():
             if kind.assistant is not None and kind.assistant not in self.assistants:
                 raise ValueError(f"kind '{kname}' uses unknown assistant '{kind.assistant}'")
@@ -211,8 +211,3 @@ def load_preset(name: str | Path, overrides: dict[str, Any] | None = None) -> Ho
     except ValidationError as exc:
         raise from_validation_error(exc, prefix=f"preset '{p.stem}'") from None
 
-
-def check_kind(preset: HouseholdPreset, kind: str) -> KindSpec:
-    if kind not in preset.kinds:
-        raise InputError("kind", kind, "one of " + ", ".join(sorted(preset.kinds)))
-    return preset.kinds[kind]  # type: ignore[index]

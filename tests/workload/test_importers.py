@@ -8,7 +8,12 @@ import pytest
 
 from kvsim.errors import InputError
 from kvsim.workload.importers import (
-    TraceWarning, import_azure, import_burstgpt, import_mooncake, import_trace)
+    TraceWarning,
+    import_azure,
+    import_burstgpt,
+    import_mooncake,
+    import_trace,
+)
 from kvsim.workload.schema import prompt_segments
 from kvsim.workload.sharegpt import import_sharegpt
 
@@ -130,7 +135,7 @@ def test_sharegpt_counts_and_estimates(tmp_path):
     ]
     p = tmp_path / "sg.json"
     p.write_text(json.dumps(convs))
-    meta, it = import_sharegpt(p, session_rate_per_s=0.1, think_s=12.0, seed=3)
+    _, it = import_sharegpt(p, session_rate_per_s=0.1, think_s=12.0, seed=3)
     got = {s.session_id: s for s in it}
     x = got["sg000000-x"]
     assert x.system_prompt_tokens == 10

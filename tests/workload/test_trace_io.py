@@ -46,7 +46,7 @@ def test_round_trip_is_exact(tmp_path, household, ext):
 
 
 def test_parquet_streams_in_batches(tmp_path, monkeypatch, household):
-    import kvsim.workload.io as io
+    from kvsim.workload import io
     monkeypatch.setattr(io, "ROW_GROUP_SESSIONS", 3)
     path = tmp_path / "t.parquet"
     write_trace(path, iter(household))
