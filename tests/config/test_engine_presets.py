@@ -1,0 +1,40 @@
+"""Engine presets resolve to engines.md defaults; overrides are validated."""
+
+import pytest
+
+from kvsim.config.engine import pool_tokens_hint, resolve_engine, slot_tokens
+from kvsim.errors import InputError
+
+
+def test_preset_defaults_from_reference():
+    ll = resolve_engine("llama.cpp")
+    assert (ll.allocator, ll.parallel, ll.context_shift, ll.cache_ram_bytes, ll.n_batch,
+            ll.n_ubatch) == ("unified", 4, False, 8192 * 2**20, 2048, 512)
+    ol = resolve_engine("ollama")
+    assert (ol.allocator, ol.parallel, ol.context_tokens, ol.context_shift, ol.n_keep,
+            ol.minimum_reserve_bytes) == ("slots", 1, 4096, True, 4, 457 * 2**20)
+    vl = resolve_engine("vllm")
+    assert (vl.block_tokens, vl.gpu_memory_utilization, vl.max_num_batched_tokens,
+            vl.max_num_seqs) == (16, 0.9, 2048, 256)
+    sg = resolve_engine("sglang")
+    assert sg.block_tokens == 1
+
+
+def test_overrides_and_slot_tokens():
+    e = resolve_engine({"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
+                        "parallel": 4})
+    assert slot_tokens(e) == 1024 and pool_tokens_hint(e) == 4096
+    o = resolve_engine({"preset": "ollama", "context_tokens": 8192, "parallel": 2})
+    assert slot_tokens(o) == 8192 and pool_tokens_hint(o) == 16384
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"preset": "llama.cpp", "cache_type_v": "q8_0", "flash_attn": False}, "flash"),
+    ({"preset": "llama.cpp", "block_tokens": 16}, "Extra inputs"),
+    ({"preset": "vllm", "cache_type_k": "q4_0"}, "not supported"),
+    ({"preset": "llama.cpp", "allocator": "slots", "context_tokens": 2, "parallel": 4},
+     "exceeds"),
+    ({"preset": "nope"}, "closest")])
+def test_bad_engine_configs(spec, match):
+    with pytest.raises(InputError, match=match):
+        resolve_engine(spec)

@@ -1,0 +1,54 @@
+"""Scenario loading: profile names resolved, --set overrides, stable hash."""
+
+import pytest
+import yaml
+
+from kvsim.config.scenario import apply_overrides, load_scenario, scenario_hash
+from kvsim.errors import InputError
+
+BASE = {"name": "t", "gpu": "rtx-4090", "model": "llama-3.1-8b", "weights": "q4_k_m",
+        "engine": {"preset": "llama.cpp", "context_tokens": 16384, "parallel": 2},
+        "workload": {"preset": "family-4"}}
+
+
+def write(tmp_path, data, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_load_resolves_profiles(tmp_path):
+    s = load_scenario(write(tmp_path, BASE))
+    assert s.gpu.memory_bytes == 24 * 2**30
+    assert s.link.name == "pcie4-x16" and s.host.name == "desktop-64gb"
+    assert s.engine.context_tokens == 16384 and s.engine.parallel == 2
+
+
+def test_set_overrides(tmp_path):
+    s = load_scenario(write(tmp_path, BASE), ["engine.parallel=4", "display_reserve_bytes=1 GiB",
+                                               "gpu=rtx-5090"])
+    assert s.engine.parallel == 4 and s.display_reserve_bytes == 2**30
+    assert s.link.name == "pcie5-x16"
+
+
+def test_hash_is_stable_and_ignores_labels(tmp_path):
+    a = load_scenario(write(tmp_path, BASE, "a.yaml"))
+    b = load_scenario(write(tmp_path, {**BASE, "name": "other", "description": "x"}, "b.yaml"))
+    c = load_scenario(write(tmp_path, BASE, "c.yaml"), ["engine.parallel=3"])
+    assert scenario_hash(a) == scenario_hash(b) != scenario_hash(c)
+    assert len(scenario_hash(a)) == 16
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["bogus_key=1"], "Extra inputs"), (["engine.parallel=0"], "greater than 0"),
+    (["gpu=rtx-9999"], "closest"), (["noequals"], "dotted.key=value"),
+    (["display_reserve_bytes=5 parsecs"], "unit")])
+def test_bad_scenarios(tmp_path, sets, match):
+    with pytest.raises(InputError, match=match):
+        load_scenario(write(tmp_path, BASE), sets)
+
+
+def test_apply_overrides_does_not_mutate():
+    raw = {"engine": "vllm"}
+    out = apply_overrides(raw, ["engine.block_tokens=32"])
+    assert raw == {"engine": "vllm"} and out["engine"] == {"preset": "vllm", "block_tokens": 32}

@@ -1,0 +1,116 @@
+"""HF config.json and GGUF header importers → the geometry of the shipped profiles."""
+
+import json
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from kvsim.config.catalog import load_model  # noqa: E402
+from kvsim.errors import InputError  # noqa: E402
+from kvsim.model.geometry import kv_geometry  # noqa: E402
+from kvsim.model.importers import import_model, model_from_gguf, model_from_hf_config  # noqa
+
+
+def write_tiny_gguf(path, *, swa=None, layers=8):
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("Tiny Llama")
+    w.add_block_count(layers)
+    w.add_embedding_length(128)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_context_length(8192)
+    w.add_vocab_size(1000)
+    if swa:
+        w.add_sliding_window(swa)
+    w.add_tensor("token_embd.weight", np.zeros((1000, 128), dtype=np.float32))
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((128, 128), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_header_geometry(tmp_path):
+    m = model_from_gguf(write_tiny_gguf(tmp_path / "tiny.gguf"))
+    assert (m.num_layers, m.num_kv_heads, m.head_dim, m.max_context_tokens) == (8, 2, 64, 8192)
+    assert m.params_total == 1000 * 128 + 128 * 128      # from tensor shapes
+    g = kv_geometry(m)
+    assert g.kv_bytes_per_token == 2 * 8 * 2 * 64 * 2   # 4096 B/token at f16
+
+
+def test_gguf_sliding_window_all_layers(tmp_path):
+    m = model_from_gguf(write_tiny_gguf(tmp_path / "swa.gguf", swa=512))
+    assert [g.kind for g in m.layer_groups] == ["sliding"]
+    assert kv_geometry(m).windowed_cap_bytes_per_seq == 4096 * 512
+
+
+def test_truncated_and_non_gguf(tmp_path):
+    good = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(good[:50])
+    (tmp_path / "text.gguf").write_bytes(b"not a gguf at all")
+    for name in ("cut.gguf", "text.gguf"):
+        with pytest.raises(InputError, match="not a GGUF file or truncated"):
+            import_model(tmp_path / name)
+
+
+LLAMA_31_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+               "intermediate_size": 14336, "max_position_embeddings": 131072,
+               "tie_word_embeddings": False, "_name_or_path": "meta-llama/Llama-3.1-8B"}
+GEMMA3_12B = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+              "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 48,
+                              "hidden_size": 3840, "num_attention_heads": 16,
+                              "num_key_value_heads": 8, "head_dim": 256,
+                              "sliding_window": 1024, "sliding_window_pattern": 6,
+                              "vocab_size": 262208, "max_position_embeddings": 131072}}
+DEEPSEEK_V2_LITE = {"model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048,
+                    "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512,
+                    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                    "vocab_size": 102400, "max_position_embeddings": 163840}
+JAMBA = {"model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 65536,
+         "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4,
+         "mamba_expand": 2, "max_position_embeddings": 262144}
+
+
+@pytest.mark.parametrize("cfg,slug", [(LLAMA_31_8B, "llama-3.1-8b"), (GEMMA3_12B, "gemma-3-12b"),
+                                      (DEEPSEEK_V2_LITE, "deepseek-v2-lite"),
+                                      (JAMBA, "jamba-v0.1")])
+def test_config_json_matches_catalogue_geometry(tmp_path, cfg, slug):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    got = kv_geometry(model_from_hf_config(p), "f16", "f16", state_dtype="f16")
+    want = kv_geometry(load_model(slug), "f16", "f16", state_dtype="f16")
+    assert (got.full_bytes_per_token, got.windowed_bytes_per_token,
+            got.windowed_cap_bytes_per_seq, got.recurrent_bytes_per_seq) == (
+        want.full_bytes_per_token, want.windowed_bytes_per_token,
+        want.windowed_cap_bytes_per_seq, want.recurrent_bytes_per_seq)
+
+
+def test_config_json_param_estimate_is_close():
+    # dense estimate vs the model card's 8.03B
+    import tempfile, pathlib
+    with tempfile.TemporaryDirectory() as d:
+        p = pathlib.Path(d) / "config.json"
+        p.write_text(json.dumps(LLAMA_31_8B))
+        assert model_from_hf_config(p).params_total == pytest.approx(8.03e9, rel=0.01)
+
+
+@pytest.mark.parametrize("drop", ["num_hidden_layers", "hidden_size", "vocab_size",
+                                  "num_attention_heads", "max_position_embeddings"])
+def test_config_json_missing_fields(tmp_path, drop):
+    cfg = {k: v for k, v in LLAMA_31_8B.items() if k != drop}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="missing from config.json"):
+        model_from_hf_config(p)
+
+
+def test_config_json_not_json(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{ not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        import_model(p)
