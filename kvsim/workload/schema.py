@@ -73,7 +73,7 @@ class Session(BaseModel):
     turns: tuple[Turn, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _check(self) -> Session:
+    def _check(self) -> "Session":
         if self.turns[0].start_s is None:
             raise ValueError("the first turn needs start_s")
         if (self.system_prompt_id is None) != (self.system_prompt_tokens == 0):
