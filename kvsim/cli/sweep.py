@@ -27,18 +27,20 @@ from kvsim.plan.sweep import expand, load_sweep, run_sweep, write_outputs
               help="local worker processes (default: all cores; 1 = in-process)")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786")
+@click.option("--dask-timeout", type=float, default=5.0, show_default=True,
+              help="seconds to wait for the Dask scheduler")
 @click.option("--summary-only", is_flag=True,
               help="store only each run's summary, not its full Results tables")
 @click.option("--no-report", is_flag=True, help="do not write report.html")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.option("--runner", default=None, hidden=True, help="MODULE:FUNC runner (tests)")
 def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | None,
-          summary_only: bool, no_report: bool, no_progress: bool, runner: str | None) -> None:
+          dask_timeout: float, summary_only: bool, no_report: bool, no_progress: bool, runner: str | None) -> None:
     """Run a factorial (or listed) sweep of scenarios; resume where it stopped."""
     spec, base_dir = load_sweep(sweep_file)
     points = expand(spec, base_dir)
     run = load_runner(runner, simulate_run if summary_only else simulate_keep)
-    executor = make_executor(jobs, dask_address)
+    executor = make_executor(jobs, dask_address, dask_timeout)
     try:
         with ResultStore(out_dir) as store:
             todo = sum(1 for p in points if not store.has(p.hash))

@@ -41,3 +41,28 @@ def coin_run(scenario) -> RunOutput:
     p = float(scenario.workload.params.get("p_oom", 0.5))
     oom = np.random.default_rng(scenario.seed).random() < p
     return RunOutput(fake_summary(scenario), "Context size has been exceeded." if oom else "")
+
+
+def session_context(scenario) -> int:
+    e = scenario.engine
+    if e.preset == "llama.cpp":
+        return e.context_tokens // e.parallel
+    return e.context_tokens
+
+
+def plan_run(scenario) -> RunOutput:
+    """Requests need 8192 tokens per session; TTFT p95 = 0.2 s × parallel (made up,
+    closed form) and no simulated memory figure (the static layout stands)."""
+    e = scenario.engine
+    par = getattr(e, "parallel", None) or e.max_num_seqs
+    fail = session_context(scenario) < 8192
+    summary = {"ttft_p95_s": 0.2 * par, "itl_p95_s": 0.05, "failed_requests": int(fail)}
+    return RunOutput(summary, "Context size has been exceeded." if fail else "")
+
+
+def spiky_run(scenario) -> RunOutput:
+    """As plan_run, but reports a 0.99 peak at exactly 8192 × 2 (a non-monotone spike)."""
+    out = plan_run(scenario)
+    spike = session_context(scenario) == 8192 and scenario.engine.parallel == 2
+    return RunOutput({**out.summary, "peak_device_fraction": 0.99 if spike else 0.5},
+                     out.oom_reason)

@@ -1,0 +1,89 @@
+"""Plan axes → engine settings, and the exact command line a user should type.
+
+The plan's axes are engine-neutral: **context** = tokens one session may hold,
+**parallel** = sessions served at once, plus a KV cache dtype.  Each engine spells
+them differently (``reference/engines.md``):
+
+- llama.cpp: ``-c`` is the whole KV pool over all slots (§3.1), so
+  ``-c = context × parallel``; an explicit ``--parallel`` without ``-kvu`` means
+  per-slot streams, so the unified allocator adds ``-kvu``; quantized V needs
+  ``-fa on`` (§3.2);
+- Ollama: ``OLLAMA_CONTEXT_LENGTH`` is per slot (the runner gets ``num_ctx ×
+  parallel``, §4); ``OLLAMA_KV_CACHE_TYPE`` only applies with flash attention;
+- vLLM / SGLang: ``--max-model-len`` / ``--context-length`` per request and
+  ``--max-num-seqs`` / ``--max-running-requests``; the memory fraction is capped at
+  the plan's device-fraction limit, since it *is* the reservation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
+from kvsim.config.scenario import Scenario, resolve_scenario
+
+_QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None,
+                     max_device_fraction: float) -> dict[str, Any]:
+    """Engine keys that realise one plan point on this engine."""
+    if isinstance(engine, SlotEngineConfig):
+        total = context * parallel if engine.preset == "llama.cpp" else context
+        out: dict[str, Any] = {"context_tokens": total, "parallel": parallel}
+        if kv is not None:
+            out.update(cache_type_k=kv, cache_type_v=kv)
+            if kv in _QUANT_V:
+                out["flash_attn"] = True
+        return out
+    assert isinstance(engine, PagedEngineConfig)
+    out = {"context_tokens": context, "max_num_seqs": parallel,
+           "gpu_memory_utilization": min(engine.gpu_memory_utilization, max_device_fraction)}
+    if kv is not None:
+        out.update(cache_type_k=kv, cache_type_v=kv)
+    return out
+
+
+def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
+              policies: tuple[dict[str, Any], ...] | None,
+              max_device_fraction: float) -> Scenario:
+    """The scenario with one plan point applied (validated like any scenario)."""
+    doc = scenario.model_dump(mode="json")
+    doc["engine"] = {**doc["engine"], **engine_overrides(
+        scenario.engine, context, parallel, kv, max_device_fraction)}
+    if policies is not None:
+        doc["policies"] = [dict(p) for p in policies]
+    return resolve_scenario(doc)
+
+
+def engine_flags(s: Scenario) -> str:
+    """The command that starts the real engine with this scenario's settings."""
+    e = s.engine
+    if isinstance(e, SlotEngineConfig) and e.preset == "llama.cpp":
+        parts = [f"llama-server -m {s.model.name}-{s.weights}.gguf", f"-c {e.context_tokens}",
+                 f"--parallel {e.parallel}", f"-ctk {e.cache_type_k}", f"-ctv {e.cache_type_v}",
+                 f"-fa {'on' if e.flash_attn else 'off'}"]
+        if e.allocator == "unified":
+            parts.append("-kvu")
+        return " ".join(parts)
+    if isinstance(e, SlotEngineConfig):
+        env = [f"OLLAMA_NUM_PARALLEL={e.parallel}", f"OLLAMA_CONTEXT_LENGTH={e.context_tokens}",
+               f"OLLAMA_KV_CACHE_TYPE={e.cache_type_k}",
+               f"OLLAMA_FLASH_ATTENTION={1 if e.flash_attn else 0}"]
+        return " ".join(env) + " ollama serve"
+    # NOTE: catalogue repos may note variants in parentheses: "org/Model(-Instruct)"
+    repo = re.sub(r"\(.*?\)", "", s.model.hf_repo).strip() or s.model.name
+    dtype = "auto" if e.cache_type_k in ("f16", "bf16") else e.cache_type_k
+    if e.preset == "sglang":
+        return (f"python -m sglang.launch_server --model-path {repo} "
+                f"--context-length {e.context_tokens} --max-running-requests {e.max_num_seqs} "
+                f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
+    return (f"vllm serve {repo} --max-model-len {e.context_tokens} "
+            f"--max-num-seqs {e.max_num_seqs} "
+            f"--gpu-memory-utilization {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
+
+
+def point_parallel(s: Scenario) -> int:
+    e = s.engine
+    return e.parallel if isinstance(e, SlotEngineConfig) else e.max_num_seqs

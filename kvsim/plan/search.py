@@ -1,0 +1,300 @@
+"""Capacity search: the largest context × parallel that meets every constraint.
+
+For each KV dtype and policy set, every (context, parallel) point of the grid is
+judged against :class:`~kvsim.plan.slo.Constraints`:
+
+1. **static** (exact, cheap): the engine's load-time layout
+   (:func:`kvsim.model.budget.memory_budget`).  A point that does not load, or whose
+   reservation alone exceeds the device-fraction limit, is infeasible.
+2. **pruning by monotonicity**: the reservation grows with context and with
+   parallel, so every point that dominates (≥ in both) a memory-infeasible point
+   is marked infeasible *without* being evaluated — then **verified**: the pruned
+   points on the boundary (the minimal ones) are evaluated statically and by
+   simulation; one that turns out feasible voids the assumption for its group,
+   and every pruned point of that group is evaluated after all.
+3. **simulated**: N seeded replications (:mod:`kvsim.plan.replicate`) give p95
+   latencies with CIs, peak device fraction and OOM risk with a Wilson interval.
+
+The Pareto front is the feasible points not dominated in (context, parallel) by
+another feasible point; the recommendation maximises context × parallel (the
+session-tokens held at once), ties broken by the order of ``--kv`` (first = most
+preferred) and then by p95 TTFT.  Its engine flags come from
+:mod:`kvsim.plan.flags`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from kvsim.config.scenario import Scenario, scenario_hash
+from kvsim.errors import InputError
+from kvsim.plan.executor import Executor
+from kvsim.plan.flags import configure, engine_flags
+from kvsim.plan.replicate import ReplicationSet, Runner, replicate, simulate_run
+from kvsim.plan.slo import Check, Constraints, Verdict, judge
+
+MEMORY_BINDINGS = ("load", "offload", "device_fraction")
+
+
+@dataclass(frozen=True)
+class PlanGrid:
+    contexts: tuple[int, ...]
+    parallels: tuple[int, ...]
+    kv_dtypes: tuple[str | None, ...] = (None,)  # None = the scenario's own
+    policies: tuple[tuple[str, tuple[dict[str, Any], ...] | None], ...] = (("scenario", None),)
+
+    def __post_init__(self) -> None:
+        for name, values in (("--contexts", self.contexts), ("--parallel", self.parallels),
+                             ("--kv", self.kv_dtypes), ("--policy", self.policies)):
+            if not values:
+                raise InputError(name, list(values), "at least one value (empty grid)")
+        bad = [v for v in (*self.contexts, *self.parallels) if int(v) < 1]
+        if bad:
+            raise InputError("grid", bad, "contexts and parallel must be >= 1")
+
+
+@dataclass
+class PlanResult:
+    table: pd.DataFrame          # one row per point tried (see PLAN_COLUMNS in the report)
+    front: pd.DataFrame          # the Pareto front (feasible, non-dominated rows)
+    recommendation: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Point:
+    kv: str | None
+    policy: str
+    context: int
+    parallel: int
+    scenario: Scenario | None = None
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def _static(scenario: Scenario) -> tuple[bool, bool, float]:
+    """(loads, every layer on the GPU, device fraction) of the load-time layout."""
+    from kvsim.model.budget import memory_budget
+
+    b = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
+                      driver_reserve_bytes=scenario.driver_reserve_bytes,
+                      display_reserve_bytes=scenario.display_reserve_bytes)
+    return bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction)
+
+
+def _memory_verdict(fraction: float, limit: float) -> Verdict:
+    slack = (limit - fraction) / limit
+    return Verdict(False, "device_fraction",
+                   (Check("device_fraction", fraction, limit, False, slack),))
+
+
+def _estimates(reps: ReplicationSet, c: Constraints, conservative: bool,
+               static_fraction: float) -> dict[str, Any]:
+    est: dict[str, Any] = {}
+    for b in c.latency:
+        iv = reps.metric(b.key)
+        est[b.key] = iv.high if conservative else iv.estimate
+    peak = reps.peak("peak_device_fraction")
+    est["device_fraction"] = static_fraction if peak != peak else peak
+    risk = reps.oom_risk()
+    est["oom_risk"] = risk.high if conservative else risk.estimate
+    if any("recall_mean" in r.summary for r in reps.runs):
+        iv = reps.metric("recall_mean")
+        est["recall"] = iv.low if conservative else iv.estimate
+    return est
+
+
+def _row(p: _Point, v: Verdict, how: str, reps: ReplicationSet | None,
+         static_fraction: float) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "kv_dtype": p.kv or (p.scenario.engine.cache_type_k if p.scenario else ""),
+        "policy": p.policy, "context_tokens": p.context, "parallel": p.parallel,
+        "feasible": v.feasible, "binding": "" if v.feasible else v.binding,
+        "tightest": v.binding, "evaluated": how, "verified": pd.NA,
+        "static_device_fraction": static_fraction, "peak_device_fraction": static_fraction,
+        "replications": 0, "scenario_hash": scenario_hash(p.scenario) if p.scenario else "",
+        "notes": "; ".join(v.notes)}
+    if reps is not None:
+        row["replications"] = reps.n
+        for key in ("ttft_p95_s", "itl_p95_s", "e2e_p95_s", "ttft_p50_s", "itl_p50_s"):
+            iv = reps.metric(key)
+            row[key], row[f"{key}_low"], row[f"{key}_high"] = iv.estimate, iv.low, iv.high
+        peak = reps.peak("peak_device_fraction")
+        row["peak_device_fraction"] = static_fraction if peak != peak else peak
+        risk = reps.oom_risk()
+        row.update(oom_risk=risk.estimate, oom_risk_low=risk.low, oom_risk_high=risk.high,
+                   oom_count=sum(1 for r in reps.runs if r.oom_reason))
+        reasons = sorted({r.oom_reason for r in reps.runs if r.oom_reason})
+        row["oom_reasons"] = "; ".join(reasons)
+        if any("recall_mean" in r.summary for r in reps.runs):
+            row["accuracy_mean"] = reps.metric("recall_mean").estimate
+        row["flags"] = engine_flags(p.scenario) if p.scenario else ""
+    return row
+
+
+class _Evaluator:
+    def __init__(self, c: Constraints, n: int, executor: Executor | None, runner: Runner,
+                 conservative: bool, progress: Callable[[int], None] | None) -> None:
+        self.c, self.n, self.executor, self.runner = c, n, executor, runner
+        self.conservative, self.progress = conservative, progress
+
+    def static_verdict(self, p: _Point) -> tuple[Verdict | None, float]:
+        """Memory verdict at load; None when the point must be simulated."""
+        assert p.scenario is not None
+        loads, on_gpu, frac = _static(p.scenario)
+        if not loads:
+            return judge(self.c, {}, loads=False), frac
+        if not on_gpu:
+            # NOTE: llama.cpp's --fit / Ollama spill layers to the CPU instead of failing;
+            # the reported fraction then *falls* as the KV grows.  Counting the spill as a
+            # memory verdict keeps the memory region monotone (and the plan on the GPU).
+            chk = Check("offload", 1.0, 0.0, False, -math.inf)
+            return Verdict(False, "offload", (chk,), ("weights spill to the CPU: the KV "
+                                                      "reservation pushed layers off the GPU",)), frac
+        if frac > self.c.max_device_fraction:
+            return _memory_verdict(frac, self.c.max_device_fraction), frac
+        return None, frac
+
+    def evaluate(self, p: _Point, replications: int | None = None,
+                 force_sim: bool = False) -> dict[str, Any]:
+        """Static verdict first; simulate when it passes (or when ``force_sim``)."""
+        if p.scenario is None:
+            return p.row
+        verdict, frac = self.static_verdict(p)
+        if verdict is not None and not force_sim:
+            return _row(p, verdict, "static", None, frac)
+        try:
+            reps = replicate(p.scenario, replications or self.n, executor=self.executor,
+                             runner=self.runner, progress=self.progress)
+        except InputError as exc:  # the simulator refused to load it
+            if verdict is None:
+                raise
+            return {**_row(p, verdict, "static", None, frac), "notes": exc.one_line()}
+        sim = judge(self.c, _estimates(reps, self.c, self.conservative, frac))
+        return _row(p, verdict or sim, "simulated", reps, frac) | {"sim_feasible": sim.feasible}
+
+
+def _points(scenario: Scenario, grid: PlanGrid, c: Constraints) -> list[_Point]:
+    pts = []
+    for kv in grid.kv_dtypes:
+        for label, policies in grid.policies:
+            for par in sorted(set(grid.parallels)):
+                for ctx in sorted(set(grid.contexts)):
+                    p = _Point(kv, label, int(ctx), int(par))
+                    try:
+                        p.scenario = configure(scenario, p.context, p.parallel, kv, policies,
+                                               c.max_device_fraction)
+                    except InputError as exc:
+                        p.row = {"kv_dtype": kv or "", "policy": label, "context_tokens": ctx,
+                                 "parallel": par, "feasible": False, "binding": "config",
+                                 "tightest": "config", "evaluated": "invalid",
+                                 "notes": exc.one_line()}
+                    pts.append(p)
+    return pts
+
+
+def _dominates(a: _Point, b: _Point) -> bool:
+    return (a.kv, a.policy) == (b.kv, b.policy) and b.context >= a.context \
+        and b.parallel >= a.parallel
+
+
+def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
+           replications: int = 8, executor: Executor | None = None,
+           runner: Runner = simulate_run, conservative: bool = False,
+           progress: Callable[[int], None] | None = None) -> PlanResult:
+    """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult."""
+    if replications < 1:
+        raise InputError("--replications", replications, "at least 1")
+    ev = _Evaluator(constraints, replications, executor, runner, conservative, progress)
+    pts = _points(scenario, grid, constraints)
+    walls: list[_Point] = []
+    pruned: list[_Point] = []
+    for p in pts:
+        if any(_dominates(w, p) for w in walls):
+            pruned.append(p)
+            continue
+        p.row = ev.evaluate(p)
+        if p.row.get("binding") in MEMORY_BINDINGS:
+            walls.append(p)
+    notes = _verify(ev, pruned)
+    table = pd.DataFrame([p.row for p in pts])
+    front = pareto_front(table)
+    rec = recommend(front, grid, pts)
+    return PlanResult(table, front, rec, notes)
+
+
+def _verify(ev: _Evaluator, pruned: list[_Point]) -> list[str]:
+    """Check the pruning.  The boundary of the pruned region (its minimal points) is
+    simulated (two seeds); every other pruned point gets its exact static layout
+    (``verified`` True when that alone is memory-infeasible, NA when only the
+    boundary vouches for it).  A boundary point that turns out feasible breaks the
+    assumption for its group: all that group's pruned points are evaluated in full."""
+    boundary = [p for p in pruned if not any(q is not p and _dominates(q, p) for q in pruned)]
+    broken: set[tuple[str | None, str]] = set()
+    for p in pruned:
+        if p.scenario is None:
+            continue
+        if p in boundary:
+            row = ev.evaluate(p, replications=min(2, ev.n), force_sim=True)
+            ok = not row.get("sim_feasible", False) or row.get("binding") in MEMORY_BINDINGS
+            p.row = {**row, "evaluated": "pruned+simulated", "verified": ok}
+            if not ok:
+                broken.add((p.kv, p.policy))
+            continue
+        verdict, frac = ev.static_verdict(p)
+        if verdict is not None:
+            p.row = {**_row(p, verdict, "pruned", None, frac), "verified": True}
+        else:
+            v = _memory_verdict(float("inf"), ev.c.max_device_fraction)  # assumed, by dominance
+            p.row = {**_row(p, v, "pruned", None, frac), "verified": pd.NA,
+                     "notes": "inferred from a dominated point's simulated peak memory"}
+    for p in pruned:
+        if (p.kv, p.policy) in broken and p.scenario is not None and p not in boundary:
+            p.row = {**ev.evaluate(p), "verified": False}
+    if broken:
+        return ["monotonicity did not hold for " + ", ".join(
+            f"kv={k} policy={q}" for k, q in sorted(broken, key=str))
+            + "; every pruned point there was evaluated in full"]
+    if pruned:
+        return [f"{len(pruned)} points pruned by memory monotonicity; {len(boundary)} boundary "
+                "points simulated and every pruned point's static layout checked"]
+    return []
+
+
+def pareto_front(table: pd.DataFrame) -> pd.DataFrame:
+    """Feasible rows not dominated in (context_tokens, parallel) by another feasible row."""
+    if table.empty or "feasible" not in table:
+        return table.iloc[0:0]
+    feas = table[table["feasible"].astype(bool)]
+    keep = []
+    for i, r in feas.iterrows():
+        dominated = ((feas["context_tokens"] >= r["context_tokens"])
+                     & (feas["parallel"] >= r["parallel"])
+                     & ((feas["context_tokens"] > r["context_tokens"])
+                        | (feas["parallel"] > r["parallel"]))).any()
+        if not dominated:
+            keep.append(i)
+    return feas.loc[keep].sort_values(["context_tokens", "parallel"]).reset_index(drop=True)
+
+
+def recommend(front: pd.DataFrame, grid: PlanGrid, pts: list[_Point]) -> dict[str, Any] | None:
+    """Largest context × parallel on the front; ties → earlier --kv, then lower TTFT."""
+    if front.empty:
+        return None
+    order = {str(k or ""): i for i, k in enumerate(grid.kv_dtypes)}
+    ranked = front.assign(
+        _tokens=front["context_tokens"] * front["parallel"],
+        _kv=front["kv_dtype"].map(lambda k: order.get(str(k), len(order))),
+        _ttft=front.get("ttft_p95_s", pd.Series(0.0, index=front.index)).fillna(0.0))
+    best = ranked.sort_values(["_tokens", "_kv", "_ttft"], ascending=[False, True, True]).iloc[0]
+    rec = {k: v for k, v in best.items() if not str(k).startswith("_")}
+    match = next((p for p in pts if p.scenario is not None and p.row.get("scenario_hash")
+                  == rec.get("scenario_hash")), None)
+    if match is not None:
+        rec["flags"] = engine_flags(match.scenario)
+        rec["scenario"] = match.scenario
+    return rec

@@ -1,0 +1,115 @@
+"""Capacity search on real static layouts with a closed-form runner."""
+
+import pytest
+from plan_fake_runners import plan_run, spiky_run
+
+from kvsim.config.scenario import resolve_scenario
+from kvsim.errors import InputError
+from kvsim.model.budget import memory_budget
+from kvsim.plan.flags import configure, engine_flags
+from kvsim.plan.search import PlanGrid, search
+from kvsim.plan.slo import build_constraints
+
+CONTEXTS = (4096, 8192, 16384, 24576, 32768, 49152, 65536, 98304, 131072)
+PARALLELS = (1, 2, 4, 8)
+C = build_constraints(["ttft_p95=0.9s"], max_device_fraction=0.85, max_oom_risk=0.0)
+
+
+def scen(gpu: str, engine=None):
+    return resolve_scenario({"gpu": gpu, "model": "llama-3.1-8b",
+                             "engine": engine or {"preset": "llama.cpp", "allocator": "slots"},
+                             "workload": {"preset": "family-4", "days": 0.1}})
+
+
+def expected_feasible(s) -> set:
+    """By hand: ≥ 8192 tokens per session (else requests fail), 0.2 s × p ≤ 0.9 s
+    (p ≤ 4), and the engine's own load-time layout on the GPU at ≤ 85 %."""
+    out = set()
+    for c in CONTEXTS:
+        for p in PARALLELS:
+            x = configure(s, c, p, None, None, 0.85)
+            b = memory_budget(x.gpu, x.model, x.weights, x.engine)
+            if c >= 8192 and p <= 4 and b.fits and b.all_layers_on_gpu \
+                    and b.device_fraction <= 0.85:
+                out.add((c, p))
+    return out
+
+
+def feasible(res) -> set:
+    t = res.table
+    return {(int(r.context_tokens), int(r.parallel)) for r in t[t.feasible].itertuples()}
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {g: search(scen(g), C, PlanGrid(CONTEXTS, PARALLELS), replications=2,
+                      runner=plan_run)
+            for g in ("rtx-4060-ti-16gb", "rtx-4090", "rtx-5090")}
+
+
+def test_feasible_region_matches_hand_derivation(plans):
+    for g, res in plans.items():
+        assert feasible(res) == expected_feasible(scen(g)), g
+        assert len(res.table) == len(CONTEXTS) * len(PARALLELS)
+
+
+def test_region_grows_with_memory(plans):
+    a, b, c = (feasible(plans[g]) for g in ("rtx-4060-ti-16gb", "rtx-4090", "rtx-5090"))
+    assert a < b < c
+
+
+def test_binding_constraints(plans):
+    t = plans["rtx-4090"].table.set_index(["context_tokens", "parallel"])
+    assert t.loc[(4096, 1), "binding"] == "oom_risk"   # 4096 tokens per session: requests fail
+    assert t.loc[(8192, 8), "binding"] == "ttft_p95"   # 0.2 s × 8 = 1.6 s > 0.9 s
+    assert t.loc[(16384, 8), "binding"] == "device_fraction"  # 0.871 of 24 GiB at load
+    assert t.loc[(65536, 4), "binding"] == "offload"   # --fit spills layers to the CPU
+    assert t.loc[(65536, 1), "binding"] == ""
+
+
+def test_pruned_points_are_verified(plans):
+    t = plans["rtx-4090"].table
+    pruned = t[t.evaluated.str.startswith("pruned")]
+    assert len(pruned) > 0 and not pruned.feasible.any()
+    assert set(pruned.verified) == {True}
+    assert "pruned by memory monotonicity" in plans["rtx-4090"].notes[0]
+
+
+def test_front_and_recommendation(plans):
+    res = plans["rtx-4090"]
+    front = {(int(r.context_tokens), int(r.parallel)) for r in res.front.itertuples()}
+    # the largest feasible context for p = 1, 2, 4 (the layouts' fractions by hand:
+    # 24 GiB holds 98304 f16 tokens of 128 KiB each beside the weights, not 131072)
+    assert front == {(98304, 1), (49152, 2), (24576, 4)}
+    rec = res.recommendation
+    # 98304 session-tokens beat 98304 = 2 × 49152 = 4 × 24576 only on TTFT (0.2 s × p)
+    assert (rec["context_tokens"], rec["parallel"]) == (98304, 1)
+    assert rec["flags"] == ("llama-server -m llama-3.1-8b-q4_k_m.gguf -c 98304 --parallel 1 "
+                            "-ctk f16 -ctv f16 -fa on")
+
+
+def test_broken_monotonicity_is_detected_and_repaired():
+    res = search(scen("rtx-5090"), C, PlanGrid((8192, 16384), (2, 4)), replications=2,
+                 runner=spiky_run)
+    t = res.table.set_index(["context_tokens", "parallel"])
+    assert t.loc[(8192, 2), "binding"] == "device_fraction"   # the spike
+    # its dominating neighbours were pruned, the boundary simulation found them feasible
+    assert bool(t.loc[(16384, 2), "feasible"]) and bool(t.loc[(8192, 4), "feasible"])
+    assert "monotonicity did not hold" in res.notes[0]
+
+
+def test_engine_flags_per_engine():
+    s = configure(scen("rtx-4090", {"preset": "ollama"}), 16384, 2, "q8_0", None, 0.85)
+    assert engine_flags(s) == ("OLLAMA_NUM_PARALLEL=2 OLLAMA_CONTEXT_LENGTH=16384 "
+                               "OLLAMA_KV_CACHE_TYPE=q8_0 OLLAMA_FLASH_ATTENTION=1 ollama serve")
+    v = configure(scen("rtx-4090", {"preset": "vllm"}), 32768, 8, "fp8", None, 0.85)
+    assert engine_flags(v) == ("vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768 "
+                               "--max-num-seqs 8 --gpu-memory-utilization 0.85 "
+                               "--kv-cache-dtype fp8")
+    u = configure(scen("rtx-4090", {"preset": "llama.cpp"}), 8192, 4, "q4_0", None, 0.85)
+    assert engine_flags(u).endswith("-c 32768 --parallel 4 -ctk q4_0 -ctv q4_0 -fa on -kvu")
+
+
+def test_empty_grid_is_an_input_error():
+    with pytest.raises(InputError, match="empty grid"):
+        PlanGrid((), (1, 2))
