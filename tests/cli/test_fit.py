@@ -1,0 +1,116 @@
+"""`kvsim fit`: reproduces real engine numbers; bad input is one line and exit 2."""
+
+import json
+
+import pytest
+import yaml
+
+from kvsim.cli import main
+
+TINY = {"name": "tiny-8l", "display_name": "tiny 8-layer", "params_total": 1.0e7,
+        "params_active": 1.0e7, "num_layers": 8, "hidden_size": 128,
+        "num_attention_heads": 2, "num_kv_heads": 2, "head_dim": 64, "vocab_size": 1000,
+        "max_context_tokens": 8192, "source": "test fixture: llama-server run",
+        "layer_groups": [{"kind": "full", "layers": 8, "n_kv_heads": 2, "head_dim_k": 64,
+                          "head_dim_v": 64}]}
+
+
+def run(capsys, *argv):
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    p = tmp_path / "tiny-8l.yaml"
+    p.write_text(yaml.safe_dump(TINY))
+    return str(p)
+
+
+@pytest.mark.parametrize("kv,mib", [("f16", "32.00"), ("q8_0", "17.00"), ("q4_0", "9.00")])
+def test_reproduces_llama_server_kv_buffer(capsys, tiny, kv, mib):
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", tiny, "--weights", "f16",
+                       "--engine", "llama.cpp", "--context", "8192", "--kv", kv, "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["kv_reserved_bytes"] == float(mib) * 2**20
+    assert f"KV buffer size = {mib} MiB" in " ".join(doc["log_lines"])
+
+
+def test_json_fields(capsys):
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                       "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "32768",
+                       "--parallel", "4", "--kv", "q8_0", "--json")
+    d = json.loads(out)
+    assert code == 0
+    for key in ("kv_bytes_per_token", "kv_reserved_bytes", "weights_gpu_bytes", "total_bytes",
+                "device_bytes", "device_fraction", "fits", "max_context_at_85",
+                "max_parallel_at_85", "gpu_layers"):
+        assert key in d
+    assert d["kv_bytes_per_token"] == 69632
+    assert d["kv_reserved_bytes"] == 32768 * 69632          # -c 32768 over 4 slots of 8192
+    assert d["slot_tokens"] == 8192 and d["allocator"] == "slots"
+    assert d["device_bytes"] == 24 * 2**30 and d["fits"] is True
+    assert d["total_bytes"] == (d["driver_reserve_bytes"] + d["display_reserve_bytes"]
+                                + d["weights_gpu_bytes"] + d["activation_bytes"]
+                                + d["engine_overhead_bytes"] + d["kv_reserved_bytes"])
+    assert d["device_fraction"] == pytest.approx(d["total_bytes"] / d["device_bytes"], abs=1e-6)
+    assert d["max_context_at_85"] % 256 == 0 and d["max_context_at_85"] > 32768
+
+
+def test_max_context_is_the_85_percent_boundary(capsys):
+    args = ["fit", "--gpu", "rtx-4060-ti-16gb", "--model", "qwen2.5-14b", "--engine",
+            "llama.cpp", "--parallel", "1", "--kv", "f16", "--json"]
+    best = json.loads(run(capsys, *args, "--context", "4096")[1])["max_context_at_85"]
+    at = json.loads(run(capsys, *args, "--context", str(best))[1])
+    over = json.loads(run(capsys, *args, "--context", str(best + 256))[1])
+    assert at["total_bytes"] <= 0.85 * at["device_bytes"] < over["total_bytes"]
+
+
+def test_human_table_and_engines(capsys):
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-3090", "--model", "llama-3.1-8b",
+                       "--weights", "bf16", "--engine", "vllm", "--context", "20000")
+    assert code == 0 and "GPU KV cache size:" in out and "Maximum concurrency" in out
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                       "--engine", "ollama", "--context", "8192", "--parallel", "4",
+                       "--kv", "q8_0", "--flash-attn")
+    assert code == 0 and "Ollama's own estimate" in out and "under-counts" in out
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                       "--engine", "sglang", "--context", "8192", "--json")
+    assert "mem_fraction_static=0.847" in json.loads(out)["log_lines"][0]
+
+
+def test_ollama_ignores_quantized_kv_without_flash_attention(capsys):
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                       "--engine", "ollama", "--kv", "q8_0", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["cache_type_v"] == "f16" and "ignored" in d["notes"][0]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--gpu", "rtx-4091"], "closest: rtx-4090"),
+    (["--model", "llama-3.1-9b"], "closest"),
+    (["--engine", "vllmm"], "closest: vllm"),
+    (["--context", "0"], "--context"),
+    (["--context", "-5"], "--context"),
+    (["--parallel", "0"], "--parallel"),
+    (["--context", "8", "--parallel", "16"], "must not exceed --context"),
+    (["--display-reserve", "1 GiBs"], "--display-reserve"),
+    (["--context", "32kk"], "--context"),
+    (["--weights", "q4_k_x"], "--weights"),
+    (["--kv", "q8_0", "--no-flash-attn"], "needs flash attention"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, args, needle):
+    base = {"--gpu": "rtx-4090", "--model": "llama-3.1-8b", "--engine": "llama.cpp"}
+    argv = ["fit"]
+    given = dict(zip(args[::2], args[1::2])) if len(args) % 2 == 0 else {}
+    for k, v in base.items():
+        if k not in given:
+            argv += [k, v]
+    argv += args
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
