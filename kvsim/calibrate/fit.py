@@ -21,7 +21,13 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from kvsim.calibrate.artifact import (
-    FEATURES, FeatureRange, LatencyFit, TimingPoint, point_features, point_step_ranges)
+    FEATURES,
+    FeatureRange,
+    LatencyFit,
+    TimingPoint,
+    point_features,
+    point_step_ranges,
+)
 from kvsim.errors import InputError
 
 

@@ -25,11 +25,17 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kvsim.calibrate.artifact import (
-    Bandwidth, CalibrationArtifact, KvBytes, LimitReached, QuantCost, TimingPoint)
+    Bandwidth,
+    CalibrationArtifact,
+    KvBytes,
+    LimitReached,
+    QuantCost,
+    TimingPoint,
+)
 from kvsim.calibrate.fit import fit_points
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError
@@ -75,7 +81,7 @@ def layer_shape(model: ModelSpec) -> Any:
     attn = 2 * h * model.num_attention_heads * hd + 2 * h * g.n_kv_heads * hd
     embed = (1 if "tied embeddings" in model.notes.lower() else 2) * model.vocab_size * h
     per_layer = (model.params_total - embed) / model.num_layers - attn
-    inter = max(256, int(round(per_layer / (3 * h) / 256)) * 256)
+    inter = max(256, round(per_layer / (3 * h) / 256) * 256)
     return LayerShape(hidden=h, n_heads=model.num_attention_heads, n_kv_heads=g.n_kv_heads,
                       head_dim=hd, intermediate=inter, vocab=model.vocab_size)
 
@@ -217,8 +223,8 @@ class _Harness:
         out = []
         for kind in self.grid.cache_types:
             stored = tm.quantize(x, kind)
-            tq = self.measure(lambda: tm.quantize(x, kind), self.grid.repeats, 1)
-            tdq = self.measure(lambda: tm.dequantize(stored, kind, self.dtype),
+            tq = self.measure(lambda k=kind: tm.quantize(x, k), self.grid.repeats, 1)
+            tdq = self.measure(lambda k=kind, st=stored: tm.dequantize(st, k, self.dtype),
                                self.grid.repeats, 1)
             err = tm.attention_error(kind, s.n_heads, s.n_kv_heads, s.head_dim, tokens,
                                      self.device, self.gen)
@@ -240,10 +246,10 @@ class _Harness:
             dev = torch.empty(n, dtype=torch.uint8, device=self.device)
             for pinned in (True, False):
                 host = torch.ones(n, dtype=torch.uint8, pin_memory=pinned)
-                t = self.measure(lambda: dev.copy_(host, non_blocking=pinned),
+                t = self.measure(lambda h=host, pin=pinned: dev.copy_(h, non_blocking=pin),
                                  self.grid.repeats, 1)
                 out.append(Bandwidth(direction="h2d", pinned=pinned, bytes=n, bytes_per_s=n / t))
-                t = self.measure(lambda: host.copy_(dev, non_blocking=pinned),
+                t = self.measure(lambda h=host, pin=pinned: h.copy_(dev, non_blocking=pin),
                                  self.grid.repeats, 1)
                 out.append(Bandwidth(direction="d2h", pinned=pinned, bytes=n, bytes_per_s=n / t))
         except (RuntimeError, MemoryError) as exc:
@@ -275,7 +281,7 @@ def calibrate_kernels(model: ModelSpec, device: str = "cpu", layers: int = 2,
         source="kernels", device=h.device_label(), model=model.name,
         software={"torch": torch.__version__, "python": platform.python_version(),
                   "threads": str(torch.get_num_threads())},
-        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         layers_built=h.layers, layers_total=model.num_layers,
         grid={"batch": list(grid.batches), "context": list(grid.contexts),
               "prefill_tokens": list(grid.prefill_tokens),

@@ -70,7 +70,7 @@ def _int(s: str) -> int:
 
 
 def _mib(s: str) -> int:
-    return int(round(float(s) * 2**20))
+    return round(float(s) * 2**20)
 
 
 def _vllm(text: str) -> dict[str, object]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class CalibratedLatencyModel:
     @classmethod
     def from_artifact(cls, artifact: CalibrationArtifact, cache_type: str = "f16",
                       out_of_range: OutOfRange = "clamp", source: str = ""
-                      ) -> "CalibratedLatencyModel":
+                      ) -> CalibratedLatencyModel:
         h2d = [b.bytes_per_s for b in artifact.bandwidth
                if b.direction in ("h2d", "memcpy") and b.pinned]
         h2d = h2d or [b.bytes_per_s for b in artifact.bandwidth if b.direction != "d2h"]
@@ -62,7 +62,7 @@ class CalibratedLatencyModel:
 
     @classmethod
     def from_path(cls, path: str | Path, cache_type: str = "f16",
-                  out_of_range: OutOfRange = "clamp") -> "CalibratedLatencyModel":
+                  out_of_range: OutOfRange = "clamp") -> CalibratedLatencyModel:
         return cls.from_artifact(load_artifact(path), cache_type, out_of_range,
                                  source=Path(path).name)
 
@@ -126,5 +126,21 @@ class CalibratedLatencyModel:
 
 def calibrated_latency(path: str | Path, cache_type: str = "f16",
                        out_of_range: OutOfRange = "clamp") -> CalibratedLatencyModel:
-    """Build the model for a scenario's ``latency: {kind: calibrated, path: ...}``."""
+    """Build the model from an artifact path for one cache dtype."""
     return CalibratedLatencyModel.from_path(path, cache_type, out_of_range)
+
+
+def cache_key(cache_type_k: str, cache_type_v: str) -> str:
+    """Artifact fit key of a K/V cache-type pair: ``f16``, or ``q8_0/f16`` when they differ."""
+    return cache_type_k if cache_type_k == cache_type_v else f"{cache_type_k}/{cache_type_v}"
+
+
+def make_calibrated(scenario: Any, budget: Any | None = None) -> CalibratedLatencyModel:
+    """The scenario's ``latency: {kind: calibrated, path, out_of_range}`` model.
+
+    The fit is chosen by the engine's KV cache types.  ``budget`` is accepted for the
+    factory's signature; a calibrated artifact already reflects the device it ran on.
+    """
+    cfg, eng = scenario.latency, scenario.engine
+    return calibrated_latency(cfg.path, cache_key(eng.cache_type_k, eng.cache_type_v),
+                              cfg.out_of_range)

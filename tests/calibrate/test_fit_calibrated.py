@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvsim.calibrate.artifact import (
-    CalibrationArtifact, TimingPoint, load_artifact, save_artifact)
+from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint, load_artifact, save_artifact
 from kvsim.calibrate.fit import fit_points
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 from kvsim.latency.calibrated import CalibratedLatencyModel
 
-C = dict(step=0.01, prefill_token=2e-4, prefill_attn=1e-8, decode_seq=1e-3, decode_kv=2e-6)
+C = {"step": 0.01, "prefill_token": 2e-4, "prefill_attn": 1e-8, "decode_seq": 1e-3, "decode_kv": 2e-6}
 
 
 def _decode_s(batch: int, ctx: int, steps: int) -> float:

@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kvsim.calibrate import torch_model as tm  # noqa: E402
-from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels, layer_shape  # noqa: E402
-from kvsim.config.specs import LayerGroup, ModelSpec  # noqa: E402
+from kvsim.calibrate import torch_model as tm
+from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels, layer_shape
+from kvsim.config.specs import LayerGroup, ModelSpec
 
 # 4 layers, hidden 128, 4 heads, 2 KV heads of 32 → per layer 49152 attention weights
 # + 3·128·256 MLP weights; embeddings 2·512·128.

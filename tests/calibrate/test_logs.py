@@ -16,7 +16,7 @@ def test_vllm_v1_kv_tokens_and_concurrency() -> None:
     assert f.engine == "vllm"
     assert f.kv_cache_tokens == 36944
     assert (f.max_concurrency_tokens, f.max_concurrency) == (8192, 4.51)
-    assert f.available_kv_bytes == int(round(4.51 * GiB))
+    assert f.available_kv_bytes == round(4.51 * GiB)
     # the concurrency line is the token count over the request length, as vLLM prints it
     assert round(f.kv_cache_tokens / f.max_concurrency_tokens, 2) == f.max_concurrency
 

@@ -1,0 +1,139 @@
+"""Engine calibration: fit a running llama-server's step costs from its own timings.
+
+``kvsim calibrate engine --url URL`` sends controlled requests — token-id prompts
+with ``n_predict`` + ``ignore_eos`` — and reads each response's ``timings``
+(``reference/engines.md`` §3.7):
+
+- prefill: a prompt of ``C`` tokens is cached in slot 0 (``id_slot``), then a prompt
+  that extends it by ``P`` tokens is sent to the same slot; the server reports
+  ``cache_n`` (≈ C), ``prompt_n`` (≈ P) and ``prompt_ms`` — one prefill point per
+  (C, P), split into ``ceil(prompt_n / n_batch)`` steps as the engine packs prompts;
+- decode: ``predicted_ms`` over ``predicted_n − 1`` decode steps of one sequence
+  (the first token comes out of the prompt step);
+- batch effects: ``B`` requests sent together decode in lockstep; each one's
+  ``predicted_ms`` is ``predicted_n − 1`` steps of a ``B``-sequence decode batch.
+
+Every point is the median over ``repeats``; the points are fitted by
+:func:`kvsim.calibrate.fit.fit_points` into an artifact with ``source="engine"``
+that scenarios use like a kernel calibration.
+
+NOTE: prompts are fresh random ids (a per-request segment id) so nothing but the
+intended context is ever reused from the prompt cache; the measured ``cache_n`` /
+``prompt_n``, not the requested lengths, go into the points.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint
+from kvsim.calibrate.fit import fit_points
+from kvsim.calibrate.wire import TokenSpace, check_server
+from kvsim.errors import InputError
+
+
+@dataclass(frozen=True)
+class EngineGrid:
+    prompt_tokens: tuple[int, ...] = (32, 128, 512)
+    contexts: tuple[int, ...] = (0, 512, 1536)
+    batches: tuple[int, ...] = (1, 2, 4)
+    decode_tokens: int = 48
+    repeats: int = 3
+    n_batch: int = 2048
+    cache_type: str = "f16"
+    space: TokenSpace = field(default_factory=TokenSpace)
+
+
+class _Prober:
+    def __init__(self, client: httpx.AsyncClient, grid: EngineGrid) -> None:
+        self.client, self.grid, self.count = client, grid, 0
+
+    def fresh(self, n: int) -> list[int]:
+        self.count += 1
+        return self.grid.space.segment_ids(f"calibrate/{self.count}", n) if n else []
+
+    async def complete(self, prompt: list[int], n_predict: int, slot: int | None = None
+                       ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
+            "cache_prompt": True, "stream": False,
+            "logit_bias": [[t, False] for t in self.grid.space.banned]}
+        if slot is not None:
+            body["id_slot"] = slot
+        r = await self.client.post("/completion", json=body)
+        if r.status_code != 200:
+            raise InputError("calibrate engine", f"HTTP {r.status_code}",
+                             f"the server refused a calibration request: {r.text[:200]}")
+        return r.json()["timings"]
+
+    async def prefill(self, ctx: int, p: int) -> TimingPoint:
+        g, times, seen = self.grid, [], []
+        for _ in range(g.repeats):
+            base = self.fresh(ctx)
+            if ctx:
+                await self.complete(base, 1, slot=0)
+            t = await self.complete(base + self.fresh(p), 1, slot=0)
+            times.append(t["prompt_ms"] / 1000.0)
+            seen.append((int(t["cache_n"]), int(t["prompt_n"])))
+        cache_n, prompt_n = statistics.median_low(seen)
+        return TimingPoint(kind="prefill", cache_type=g.cache_type, batch=1, context=cache_n,
+                           tokens=prompt_n, steps=math.ceil(prompt_n / g.n_batch),
+                           measured_s=statistics.median(times), repeats=g.repeats)
+
+    async def decode(self, batch: int, ctx: int) -> TimingPoint:
+        g, times, counts = self.grid, [], []
+        for _ in range(g.repeats):
+            res = await asyncio.gather(*(self.complete(self.fresh(max(ctx, 1)),
+                                                       g.decode_tokens) for _ in range(batch)))
+            times.extend(t["predicted_ms"] / 1000.0 for t in res)
+            counts.extend(int(t["predicted_n"]) for t in res)
+        steps = max(1, min(counts) - 1)
+        return TimingPoint(kind="decode", cache_type=g.cache_type, batch=batch,
+                           context=max(ctx, 1), steps=steps,
+                           measured_s=statistics.median(times), repeats=g.repeats)
+
+
+async def _measure(url: str, grid: EngineGrid, slots: int) -> list[TimingPoint]:
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0)) as client:
+        probe = _Prober(client, grid)
+        await probe.complete(probe.fresh(8), 2)  # warm-up
+        points = [await probe.prefill(c, p) for c in grid.contexts for p in grid.prompt_tokens]
+        for b in grid.batches:
+            if b > slots:
+                continue
+            for c in (min(grid.contexts[-1], 512), grid.contexts[-1]):
+                points.append(await probe.decode(b, c))
+        return points
+
+
+def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArtifact:
+    """Measure a running llama-server and return the fitted artifact."""
+    grid = grid or EngineGrid()
+    with httpx.Client(base_url=url) as client:
+        props = check_server(client, "llama.cpp")
+    slots = int(props.get("total_slots", 1))
+    slot_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx", 0))
+    need = max(grid.contexts) + max(grid.prompt_tokens) + grid.decode_tokens
+    if slot_ctx and need > slot_ctx:
+        raise InputError("calibrate engine", f"slot context {slot_ctx}",
+                         f"the grid needs {need} tokens per slot; start the server with a "
+                         "larger -c or calibrate a smaller grid")
+    points = asyncio.run(_measure(url, grid, slots))
+    model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
+    return CalibrationArtifact(
+        source="engine", device=f"llama-server at {url}", model=model,
+        software={"server": str(props.get("build_info", "llama-server"))},
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        grid={"prompt_tokens": list(grid.prompt_tokens), "context": list(grid.contexts),
+              "batch": [b for b in grid.batches if b <= slots],
+              "cache_type": [grid.cache_type]},
+        settings={"repeats": grid.repeats, "decode_tokens": grid.decode_tokens,
+                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx},
+        points=tuple(points), fits=fit_points(points))

@@ -1,0 +1,242 @@
+"""Replay a trace against a real server and record measured Results (DESIGN.md §5).
+
+Sessions are played closed-loop exactly as the simulator's engine plays them
+(:mod:`kvsim.core.engine`): a session starts at its first turn's ``start_s``; a later
+turn without ``start_s`` is sent ``think_s`` after the previous answer ended (finished
+or failed); one with ``start_s`` is sent at that time.  Each prompt is the turn's
+:func:`~kvsim.workload.schema.prompt_segments`; a segment maps to token ids
+deterministically by its id (:class:`~kvsim.calibrate.wire.TokenSpace`), except an
+earlier answer of the same session, which is replaced by the tokens the server really
+generated — so the server's prompt cache sees the same history the simulator models.
+
+Per request it records arrival, first-token and finish times, every inter-token gap,
+the server's cached / computed prompt tokens and failures (HTTP 4xx/5xx and stream
+errors become failed requests with the engine's wording; the replay goes on), and
+returns :class:`~kvsim.metrics.results.Results` with ``source="measured"``.
+
+NOTE: ``time_scale`` multiplies every start and think time, as the workload's
+``time_scale`` does for the simulator; pass the same value to both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pandas as pd
+
+from kvsim.calibrate.wire import (
+    Api,
+    StreamResult,
+    TokenSpace,
+    check_server,
+    error_reason,
+    llama_body,
+    openai_body,
+    parse_event,
+    segment_text,
+)
+from kvsim.metrics.records import ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
+from kvsim.metrics.results import COLUMNS, Results
+from kvsim.metrics.summary import summarize
+from kvsim.workload.schema import Session, output_segment, prompt_segments
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    url: str
+    api: Api = "llama.cpp"
+    model: str = ""
+    space: TokenSpace = field(default_factory=TokenSpace)
+    time_scale: float = 1.0
+    request_timeout_s: float = 600.0
+    seed: int = 0
+
+
+@dataclass
+class _Row:
+    session: Session
+    turn: int
+    arrival_s: float
+    prompt_tokens: int
+    res: StreamResult
+    finish_s: float = math.nan
+
+
+class Replayer:
+    """Plays sessions against one server; one instance per replay."""
+
+    def __init__(self, opts: ReplayOptions) -> None:
+        self.opts = opts
+        self.rows: list[_Row] = []
+        self.generated: dict[str, list[int]] = {}
+        self.generated_text: dict[str, str] = {}
+        self.t0 = 0.0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    async def run(self, sessions: list[Session]) -> None:
+        limits = httpx.Limits(max_connections=len(sessions) + 4)
+        timeout = httpx.Timeout(self.opts.request_timeout_s, connect=10.0)
+        async with httpx.AsyncClient(base_url=self.opts.url, limits=limits,
+                                     timeout=timeout) as client:
+            self.t0 = time.perf_counter()
+            await asyncio.gather(*(self._session(client, s) for s in sessions))
+
+    async def _sleep_until(self, t_s: float) -> None:
+        delay = t_s * self.opts.time_scale - self.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _session(self, client: httpx.AsyncClient, s: Session) -> None:
+        prev: asyncio.Task[None] | None = None
+        for i, turn in enumerate(s.turns):
+            if i > 0 and turn.start_s is None:
+                if prev is not None:
+                    await prev
+                if turn.think_s:
+                    await asyncio.sleep(turn.think_s * self.opts.time_scale)
+            elif turn.start_s is not None:
+                await self._sleep_until(turn.start_s)
+            prev = asyncio.create_task(self._turn(client, s, i))
+        if prev is not None:
+            await prev
+
+    def _prompt_ids(self, s: Session, i: int) -> list[int]:
+        ids: list[int] = []
+        for seg in prompt_segments(s, i):
+            ids.extend(self.generated.get(seg.id)
+                       or self.opts.space.segment_ids(seg.id, seg.tokens))
+        return ids
+
+    def _messages(self, s: Session, i: int) -> list[dict[str, str]]:
+        space, msgs = self.opts.space, []
+        outs = {output_segment(s, j).id for j in range(i)}
+        user: list[str] = []
+        for seg in prompt_segments(s, i):
+            if seg.id in outs:
+                msgs.append({"role": "user", "content": "".join(user)})
+                user = []
+                text = self.generated_text.get(seg.id)
+                msgs.append({"role": "assistant", "content": text if text is not None
+                             else segment_text(space.segment_ids(seg.id, seg.tokens))})
+            elif seg.id.startswith("sys/") and not msgs and not user:
+                msgs.append({"role": "system",
+                             "content": segment_text(space.segment_ids(seg.id, seg.tokens))})
+            else:
+                user.append(segment_text(space.segment_ids(seg.id, seg.tokens)))
+        msgs.append({"role": "user", "content": "".join(user)})
+        return [m for m in msgs if m["content"] or m["role"] != "user"]
+
+    async def _turn(self, client: httpx.AsyncClient, s: Session, i: int) -> None:
+        n_out = s.turns[i].output_tokens
+        seed = self.opts.seed + len(self.rows)
+        if self.opts.api == "llama.cpp":
+            prompt = self._prompt_ids(s, i)
+            path, body = "/completion", llama_body(prompt, n_out, self.opts.space, seed)
+            n_prompt = len(prompt)
+        else:
+            path = "/v1/chat/completions"
+            body = openai_body(self.opts.model, self._messages(s, i), n_out, seed)
+            n_prompt = sum(seg.tokens for seg in prompt_segments(s, i))
+        row = _Row(s, i, self.now(), n_prompt, StreamResult())
+        self.rows.append(row)
+        await self._stream(client, path, body, row.res)
+        row.finish_s = self.now()
+        out_id = output_segment(s, i).id
+        if not row.res.error:
+            if row.res.tokens:
+                self.generated[out_id] = row.res.tokens
+            self.generated_text[out_id] = row.res.text
+
+    async def _stream(self, client: httpx.AsyncClient, path: str, body: dict[str, Any],
+                      res: StreamResult) -> None:
+        try:
+            async with client.stream("POST", path, json=body) as r:
+                if r.status_code != 200:
+                    res.error = error_reason(r.status_code, (await r.aread()).decode())
+                    return
+                async for line in r.aiter_lines():
+                    kind, _, payload = line.partition(":")
+                    payload = payload.strip()
+                    if kind not in ("data", "error") or not payload or payload == "[DONE]":
+                        continue
+                    try:
+                        data = json.loads(payload)
+                    except json.JSONDecodeError:
+                        continue
+                    if kind == "error":
+                        data = {"error": data}
+                    parse_event(self.opts.api, data, res, self.now())
+                    if res.error:
+                        return
+        except httpx.HTTPError as exc:
+            res.error = f"{type(exc).__name__}: {exc}"
+
+    # -- results --------------------------------------------------------------------
+    def _request_row(self, row: _Row) -> tuple[tuple[Any, ...], list[tuple[str, float, int]]]:
+        s, res, nan = row.session, row.res, math.nan
+        rid = f"{s.session_id}#{row.turn}"
+        times = res.token_times_s
+        first = times[0] if times else nan
+        gaps: list[tuple[str, float, int]] = []
+        for a, b, n in zip(times, times[1:], res.token_counts[1:]):
+            gaps.append((rid, b - a, 1))
+            gaps.extend((rid, 0.0, 1) for _ in range(n - 1))
+        t = res.final.get("timings", {})
+        usage = res.usage
+        cached = t.get("cache_n", (usage.get("prompt_tokens_details") or {}).get(
+            "cached_tokens", nan))
+        computed = t.get("prompt_n", nan)
+        prompt = row.prompt_tokens
+        if self.opts.api == "openai" and usage.get("prompt_tokens") is not None:
+            prompt = usage["prompt_tokens"]
+            computed = nan if math.isnan(cached) else prompt - cached
+        n_out = int(res.final.get("tokens_predicted", sum(res.token_counts)))
+        failed = bool(res.error)
+        vals = [g for _, g, _ in gaps]
+        stats = ((sum(vals) / len(vals), weighted_quantile(vals, [1] * len(vals), 0.5),
+                  weighted_quantile(vals, [1] * len(vals), 0.95), max(vals))
+                 if vals else (nan,) * 4)
+        finish = row.finish_s if not failed else nan
+        out = (rid, s.session_id, row.turn, s.member, s.kind, row.arrival_s, nan, first,
+               finish, nan, first - row.arrival_s, finish - row.arrival_s, prompt, cached,
+               computed, 0, n_out if not failed else len(res.tokens), 0, failed, res.error,
+               bool(res.final.get("truncated", False)), *stats)
+        return out, gaps
+
+    def results(self, scenario: dict[str, Any] | None = None) -> Results:
+        reqs, itl = [], []
+        for row in sorted(self.rows, key=lambda r: r.arrival_s):
+            rec, gaps = self._request_row(row)
+            reqs.append(rec)
+            itl.extend(gaps)
+        frames = {name: pd.DataFrame([], columns=list(COLUMNS[name])) for name in COLUMNS}
+        frames["requests"] = pd.DataFrame(reqs, columns=list(REQUEST_COLUMNS))
+        frames["itl"] = pd.DataFrame(itl, columns=list(ITL_COLUMNS))
+        for col in ("cached_tokens", "computed_prompt_tokens"):
+            frames["requests"][col] = frames["requests"][col].astype("float64")
+        end = float(frames["requests"]["finish_s"].max()) if reqs else 0.0
+        summary = summarize(frames["requests"], frames["itl"], frames["memory"],
+                            frames["steps"], static_device_bytes=0, device_bytes=1,
+                            preemptions=0, sim_time_s=0.0 if math.isnan(end) else end)
+        for key in ("peak_device_bytes", "device_bytes", "peak_device_fraction"):
+            summary[key] = math.nan  # not observable from the HTTP side
+        summary.update(replay_url=self.opts.url, replay_api=self.opts.api)
+        return Results(**frames, summary=summary, scenario=scenario or {}, source="measured")
+
+
+def replay(sessions: list[Session], opts: ReplayOptions,
+           scenario: dict[str, Any] | None = None) -> Results:
+    """Check the server, replay ``sessions`` closed-loop and return measured Results."""
+    with httpx.Client(base_url=opts.url) as client:
+        check_server(client, opts.api)
+    player = Replayer(opts)
+    asyncio.run(player.run(sessions))
+    return player.results(scenario)

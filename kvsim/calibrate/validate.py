@@ -1,0 +1,77 @@
+"""Compare measured Results (``kvsim replay``) with predicted ones (``kvsim simulate``).
+
+:func:`compare_results` is what ``kvsim compare MEASURED PREDICTED`` prints: one row
+per metric with the measured value, the predicted value, the error
+(predicted − measured) and the relative error (error / measured):
+
+- ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: over successful requests;
+- ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length;
+- ``requests``, ``failed_requests``, ``prompt_tokens``, ``cached_tokens``,
+  ``computed_prompt_tokens``, ``output_tokens``: totals;
+- ``cached_tokens_match``, ``computed_tokens_match``: the share of requests (joined
+  on ``request_id``) whose predicted count equals the measured one exactly; the
+  "measured" column holds 1.0 so the error reads as the share that missed.
+
+:func:`compare_requests` gives the per-request join behind the two ``*_match`` rows.
+
+NOTE: both sides are read from their tables, not their summaries, so a result saved
+by an older kvsim with a different summary still compares the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from kvsim.metrics.records import weighted_quantile
+from kvsim.metrics.results import Results
+
+QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_tokens")
+
+
+def _metrics(r: Results) -> dict[str, float]:
+    req = r.requests
+    ok = req[~req["failed"].astype(bool)]
+    out: dict[str, float] = {}
+    for name in ("ttft", "e2e"):
+        vals = ok[f"{name}_s"].dropna().to_numpy(dtype=float)
+        for k, q in QUANTILES:
+            out[f"{name}_{k}_s"] = float(np.quantile(vals, q)) if vals.size else math.nan
+    vals, cnts = r.itl["gap_s"].tolist(), r.itl["count"].astype(int).tolist()
+    for k, q in QUANTILES:
+        out[f"itl_{k}_s"] = weighted_quantile(vals, cnts, q)
+    out["requests"] = float(len(req))
+    out["failed_requests"] = float(req["failed"].astype(bool).sum())
+    for col in TOTALS:
+        out[col] = float(req[col].sum())
+    return out
+
+
+def compare_requests(measured: Results, predicted: Results) -> pd.DataFrame:
+    """Per request: measured vs predicted cached / computed prompt tokens, and failure."""
+    cols = ["request_id", "prompt_tokens", "cached_tokens", "computed_prompt_tokens", "failed"]
+    m = measured.requests[cols].set_index("request_id")
+    p = predicted.requests[cols].set_index("request_id")
+    j = m.join(p, how="outer", suffixes=("_measured", "_predicted"))
+    for c in ("cached_tokens", "computed_prompt_tokens", "prompt_tokens"):
+        j[f"{c}_equal"] = j[f"{c}_measured"] == j[f"{c}_predicted"]
+    return j.reset_index()
+
+
+def compare_results(measured: Results, predicted: Results) -> pd.DataFrame:
+    """One row per metric: measured, predicted, error and relative error."""
+    mm, pp = _metrics(measured), _metrics(predicted)
+    rows = [(k, mm[k], pp[k]) for k in mm]
+    per = compare_requests(measured, predicted)
+    n = len(per)
+    for c in ("cached_tokens", "computed_prompt_tokens"):
+        share = float(per[f"{c}_equal"].sum()) / n if n else math.nan
+        rows.append(((f"{c.removesuffix('_prompt_tokens').removesuffix('_tokens')}"
+                     "_tokens_match"), 1.0, share))
+    df = pd.DataFrame(rows, columns=["metric", "measured", "predicted"])
+    df["error"] = df["predicted"] - df["measured"]
+    df["rel_error"] = df["error"] / df["measured"].where(df["measured"] != 0)
+    return df

@@ -1,0 +1,145 @@
+"""The HTTP side of replay: request bodies, server checks and streamed-response parsing.
+
+Two APIs (``reference/engines.md`` §3.4, §3.7):
+
+- ``llama.cpp``: ``POST /completion`` with a token-id prompt, ``cache_prompt``,
+  ``n_predict`` + ``ignore_eos`` so the answer has exactly the trace's length,
+  ``return_tokens`` so the generated ids can be fed back in the next turn's prompt
+  (then the server's prompt cache sees the same history the simulator does), and
+  ``logit_bias`` banning the byte tokens (a byte token can be withheld from the stream
+  as partial UTF-8, which would distort the inter-token gaps).  The final event's
+  ``timings`` carry ``cache_n`` (prompt tokens reused) and ``prompt_n`` (computed).
+- ``openai``: ``POST /v1/chat/completions`` streaming (Ollama, vLLM, SGLang), prompts
+  as text, usage from ``stream_options.include_usage``.
+
+NOTE: :func:`check_server` runs before any load is sent: an unreachable server or the
+wrong API is an :class:`InputError`, never a replay of failed requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+
+from kvsim.errors import InputError
+
+Api = Literal["llama.cpp", "openai"]
+# Short words that common BPE vocabularies hold as single tokens (with a leading space).
+WORDS = ("the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part")
+
+
+@dataclass(frozen=True)
+class TokenSpace:
+    """Token ids a segment may map to: ``[low, high)`` minus ``banned``."""
+
+    low: int = 1000
+    high: int = 30000
+    banned: tuple[int, ...] = ()
+
+    def segment_ids(self, segment_id: str, n: int) -> list[int]:
+        """Deterministic ids for a segment: same id → same tokens in every session."""
+        seed = int.from_bytes(hashlib.blake2b(segment_id.encode(), digest_size=8).digest(),
+                              "little")
+        ids = np.random.default_rng(seed).integers(self.low, self.high, size=n)
+        if self.banned:
+            bad = np.isin(ids, self.banned)
+            ids[bad] = self.low + (ids[bad] - self.low + 1) % (self.high - self.low)
+        return ids.tolist()
+
+
+def segment_text(ids: list[int]) -> str:
+    return "".join(" " + WORDS[i % len(WORDS)] for i in ids)
+
+
+@dataclass
+class StreamResult:
+    """What one streamed request returned."""
+
+    token_times_s: list[float] = field(default_factory=list)
+    token_counts: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    final: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+def llama_body(prompt: list[int], n_predict: int, space: TokenSpace, seed: int
+               ) -> dict[str, Any]:
+    return {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
+            "cache_prompt": True, "stream": True, "return_tokens": True, "seed": seed,
+            "logit_bias": [[t, False] for t in space.banned]}
+
+
+def openai_body(model: str, messages: list[dict[str, str]], max_tokens: int, seed: int
+                ) -> dict[str, Any]:
+    return {"model": model, "messages": messages, "max_tokens": max_tokens,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
+            "temperature": 0.0, "seed": seed}
+
+
+def error_reason(status: int, body: str) -> str:
+    """The engine's own wording of an error response (``type`` or ``message``)."""
+    try:
+        err = json.loads(body).get("error", {})
+    except (json.JSONDecodeError, AttributeError):
+        return f"HTTP {status}: {body.strip()[:200]}"
+    if isinstance(err, dict):
+        return str(err.get("type") or err.get("message") or f"HTTP {status}")
+    return str(err)
+
+
+def parse_event(api: Api, data: dict[str, Any], res: StreamResult, now_s: float) -> None:
+    """Fold one streamed JSON event into ``res``."""
+    if "error" in data:
+        res.error = error_reason(500, json.dumps(data))
+        return
+    if api == "llama.cpp":
+        toks = data.get("tokens") or []
+        if not data.get("stop"):
+            res.tokens.extend(toks)
+            res.text += data.get("content", "")
+            n = len(toks) or (1 if data.get("content") else 0)
+            if n:
+                res.token_times_s.append(now_s)
+                res.token_counts.append(n)
+        else:
+            res.final = data
+            if not res.tokens and toks:
+                res.tokens = list(toks)
+        return
+    if data.get("usage"):
+        res.usage = data["usage"]
+    for choice in data.get("choices") or []:
+        piece = (choice.get("delta") or {}).get("content") or ""
+        if piece:
+            res.text += piece
+            res.token_times_s.append(now_s)
+            res.token_counts.append(1)
+
+
+def check_server(client: httpx.Client, api: Api) -> dict[str, Any]:
+    """Confirm the server is up and speaks ``api``; return its props / model list."""
+    path = "/props" if api == "llama.cpp" else "/v1/models"
+    try:
+        r = client.get(path, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise InputError("--url", str(client.base_url),
+                         f"server unreachable ({type(exc).__name__}: {exc})") from None
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    ok = isinstance(body, dict) and (
+        "default_generation_settings" in body if api == "llama.cpp"
+        else isinstance(body.get("data"), list))
+    if r.status_code != 200 or not ok:
+        other = "openai" if api == "llama.cpp" else "llama.cpp"
+        raise InputError("--api", api, f"{client.base_url}{path} answered HTTP "
+                         f"{r.status_code} without the {api} shape; is it a {other} server?")
+    return body

@@ -1,0 +1,124 @@
+"""``kvsim calibrate``: measure this device (kernels), a running server (engine), or
+read an engine's startup log (from-log)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kvsim.errors import InputError
+
+
+def _ints(text: str, field: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(field, text, "a comma-separated list of integers") from None
+    if not vals or min(vals) <= 0:
+        raise InputError(field, text, "a comma-separated list of positive integers")
+    return vals
+
+
+@click.group()
+def calibrate() -> None:
+    """Measure KV bytes, step timings and bandwidth, or pin capacity from a log."""
+
+
+@calibrate.command()
+@click.option("--model", required=True, help="model profile name or YAML path")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu")
+@click.option("--layers", type=int, default=2, show_default=True,
+              help="decoder layers to build (timings scale to the model's layer count)")
+@click.option("--batches", default="1,2,4", show_default=True)
+@click.option("--contexts", default="256,1024,4096", show_default=True)
+@click.option("--prefill", default="64,256,1024", show_default=True,
+              help="prefill chunk sizes (tokens)")
+@click.option("--cache-types", default="f16,q8_0,q4_0", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="artifact path, e.g. calibration/DEVICE__MODEL.json")
+def kernels(model: str, device: str, layers: int, batches: str, contexts: str, prefill: str,
+            cache_types: str, repeats: int, output: str) -> None:
+    """Build the model's layers with random weights and time them on DEVICE."""
+    from kvsim.calibrate.artifact import save_artifact
+    from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels
+    from kvsim.calibrate.torch_model import KV_DTYPES
+    from kvsim.config.catalog import load_model
+
+    types = tuple(t.strip() for t in cache_types.split(",") if t.strip())
+    for t in types:
+        if t not in KV_DTYPES:
+            raise InputError("--cache-types", t, "one of " + ", ".join(KV_DTYPES))
+    if layers <= 0 or repeats <= 0:
+        raise InputError("--layers/--repeats", (layers, repeats), "positive integers")
+    grid = KernelGrid(batches=_ints(batches, "--batches"), contexts=_ints(contexts, "--contexts"),
+                      prefill_tokens=_ints(prefill, "--prefill"), cache_types=types,
+                      repeats=repeats)
+    art = calibrate_kernels(load_model(model), device, layers, grid)
+    save_artifact(art, output)
+    _print_fits(art, output)
+
+
+@calibrate.command()
+@click.option("--url", required=True, help="llama-server base URL, e.g. http://127.0.0.1:8080")
+@click.option("--cache-type", default="f16", show_default=True,
+              help="the server's KV cache type (-ctk/-ctv), recorded as the fit's key")
+@click.option("--token-range", default="1000:30000", show_default=True,
+              help="token ids LOW:HIGH used for synthetic prompts")
+@click.option("--ban-tokens", default="", help="token ids LOW:HIGH to ban via logit_bias")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, output: str) -> None:
+    """Fit a running llama-server's prefill, decode and batch costs from its timings."""
+    from kvsim.calibrate.artifact import save_artifact
+    from kvsim.calibrate.engine import EngineGrid, calibrate_engine
+
+    grid = EngineGrid(cache_type=cache_type, space=token_space(token_range, ban_tokens))
+    art = calibrate_engine(url, grid)
+    save_artifact(art, output)
+    _print_fits(art, output)
+
+
+@calibrate.command("from-log")
+@click.argument("logfile", type=click.Path(dir_okay=False))
+def from_log(logfile: str) -> None:
+    """Read KV capacity (tokens, blocks, buffer sizes) from an engine's startup log."""
+    from kvsim.calibrate.logs import read_log
+
+    facts = read_log(logfile)
+    click.echo(json.dumps(facts.model_dump(exclude_none=True, exclude_defaults=False),
+                          indent=1))
+
+
+def token_space(token_range: str, ban_tokens: str):  # type: ignore[no-untyped-def]
+    from kvsim.calibrate.wire import TokenSpace
+
+    lo, hi = _range(token_range, "--token-range")
+    banned = tuple(range(*_range(ban_tokens, "--ban-tokens"))) if ban_tokens else ()
+    return TokenSpace(low=lo, high=hi, banned=banned)
+
+
+def _range(text: str, field: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    try:
+        a, b = int(lo), int(hi)
+    except ValueError:
+        raise InputError(field, text, "LOW:HIGH token ids") from None
+    if not sep or a < 0 or b <= a:
+        raise InputError(field, text, "LOW:HIGH with 0 <= LOW < HIGH")
+    return a, b
+
+
+def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{art.source} calibration → {output}")
+    for col in ("cache type", "points", "MAPE", "max APE", "max context", "max batch"):
+        table.add_column(col)
+    for f in art.fits.values():
+        table.add_row(f.cache_type, str(f.points), f"{100 * f.mape:.1f}%",
+                      f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch))
+    Console().print(table)
+    for lim in art.limits_reached:
+        click.echo(f"limit reached: {lim.what}: {lim.error}", err=True)

@@ -1,0 +1,43 @@
+"""``kvsim replay``: play a trace against a real server and save measured Results."""
+
+from __future__ import annotations
+
+import click
+
+from kvsim.errors import InputError
+
+
+@click.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8080")
+@click.option("--api", type=click.Choice(["llama.cpp", "openai"]), default="llama.cpp",
+              show_default=True, help="llama.cpp /completion, or OpenAI chat (Ollama/vLLM/SGLang)")
+@click.option("--model", default="", help="model name for the OpenAI API")
+@click.option("--token-range", default="1000:30000", show_default=True,
+              help="token ids LOW:HIGH that segments map to (llama.cpp API)")
+@click.option("--ban-tokens", default="", help="token ids LOW:HIGH to ban via logit_bias")
+@click.option("--time-scale", type=float, default=1.0, show_default=True,
+              help="multiply start and think times (use the workload's time_scale)")
+@click.option("--max-sessions", type=int, default=None, help="replay only the first N sessions")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False))
+def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tokens: str,
+           time_scale: float, max_sessions: int | None, out_dir: str) -> None:
+    """Replay TRACE closed-loop against the server at URL; save measured Results."""
+    from kvsim.calibrate.replay import ReplayOptions
+    from kvsim.calibrate.replay import replay as run
+    from kvsim.cli.calibrate import token_space
+    from kvsim.workload.io import sorted_sessions
+
+    if time_scale <= 0:
+        raise InputError("--time-scale", time_scale, "a positive number")
+    sessions = sorted_sessions(trace)
+    if max_sessions is not None:
+        sessions = sessions[:max_sessions]
+    opts = ReplayOptions(url=url.rstrip("/"), api=api, model=model,  # type: ignore[arg-type]
+                         space=token_space(token_range, ban_tokens), time_scale=time_scale)
+    res = run(sessions, opts)
+    path = res.save(out_dir)
+    s = res.summary
+    click.echo(f"{s['requests']} requests ({s['failed_requests']} failed) → {path}; "
+               f"TTFT p50 {s['ttft_p50_s'] * 1000:.1f} ms p95 {s['ttft_p95_s'] * 1000:.1f} ms; "
+               f"ITL p50 {s['itl_p50_s'] * 1000:.1f} ms p95 {s['itl_p95_s'] * 1000:.1f} ms")
