@@ -184,7 +184,7 @@ def layer_groups(row: dict[str, str]) -> list[dict[str, Any]]:
     window = _int(row["sliding_window"])
     if not window:
         return [_attn_group("full", every, kv, hd)]
-    if name.startswith("Gemma-2") or name.startswith("gpt-oss"):
+    if name.startswith(("Gemma-2", "gpt-oss")):
         local = [i for i in every if i % 2 == 0]                 # even layers slide
         kind = "sliding"
     elif name.startswith("Gemma-3"):

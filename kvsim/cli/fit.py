@@ -185,8 +185,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         gpu_util: float | None, display_reserve: str, driver_reserve: str,
         as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
-    from kvsim.model.budget import (
-        engine_for_gpu, max_context_at, max_parallel_at, memory_budget)
+    from kvsim.model.budget import engine_for_gpu, max_context_at, max_parallel_at, memory_budget
     from kvsim.model.weights import weight_format
     ctx = _positive(context, "--context")
     par = _positive(parallel, "--parallel")

@@ -178,13 +178,13 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
     ``parallel`` only matters for paged engines: how many full-length sequences
     ``kv_needed_bytes`` should hold (default 1).  Slot engines take it from the config.
     """
-    from kvsim.model import layouts   # NOTE: layouts imports this module's types
+    from kvsim.model import layouts  # NOTE: layouts imports this module's types
 
     if driver_reserve_bytes < 0 or display_reserve_bytes < 0:
         raise InputError("reserve", min(driver_reserve_bytes, display_reserve_bytes),
                          "reserves must be >= 0 bytes")
-    common = dict(gpu=gpu, model=model, weights=weights, driver=driver_reserve_bytes,
-                  display=display_reserve_bytes)
+    common: dict[str, Any] = {"gpu": gpu, "model": model, "weights": weights,
+                              "driver": driver_reserve_bytes, "display": display_reserve_bytes}
     if isinstance(engine, SlotEngineConfig):
         if engine.preset == "ollama":
             return layouts.ollama_budget(engine=engine, **common)

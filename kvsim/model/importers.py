@@ -119,7 +119,7 @@ def _hf_kinds(cfg: dict[str, Any], mtype: str, n: int) -> tuple[list[str], int |
     max_pos = cfg.get("max_position_embeddings") or 0
     if not window or cfg.get("use_sliding_window") is False or window >= max_pos:
         return ["full"] * n, None
-    if mtype.startswith("gemma2") or mtype.startswith("gpt_oss"):
+    if mtype.startswith(("gemma2", "gpt_oss")):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
     if mtype.startswith("gemma3"):
         p = cfg.get("sliding_window_pattern", 6)
@@ -227,7 +227,7 @@ def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
     if arch.startswith("gemma3"):
         p = int(pattern or 6)
         return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
-    if arch.startswith("gemma2") or arch.startswith("gpt-oss"):
+    if arch.startswith(("gemma2", "gpt-oss")):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
     return ["sliding"] * n, window
 

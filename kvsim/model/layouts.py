@@ -89,7 +89,7 @@ def _layout(gpu: GpuSpec, model: ModelSpec, ws: WeightSplit, geo: KvGeometry, en
     def gpu_total(n: int) -> int:
         return (driver + display + ws.gpu_bytes(n) + compute + kv_total * n // L)
 
-    return dict(kv_total=kv_total, swa=swa, compute=compute, gpu_total=gpu_total)
+    return {"kv_total": kv_total, "swa": swa, "compute": compute, "gpu_total": gpu_total}
 
 
 def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: WeightSplit,
@@ -148,9 +148,9 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
     else:
         n_gpu = min(engine.gpu_layers, L)
     kv_gpu = lay["kv_total"] * n_gpu // L
-    logs = [f"llama_context: n_seq_max = {engine.parallel}, n_ctx = {n_ctx}, n_ctx_seq = "
-            f"{n_ctx_seq}, n_batch = {engine.n_batch}, n_ubatch = {engine.n_ubatch}, "
-            f"flash_attn = {int(engine.flash_attn)}, kv_unified = {str(unified).lower()}",
+    logs = [(f"llama_context: n_seq_max = {engine.parallel}, n_ctx = {n_ctx}, n_ctx_seq = "
+             f"{n_ctx_seq}, n_batch = {engine.n_batch}, n_ubatch = {engine.n_ubatch}, "
+             f"flash_attn = {int(engine.flash_attn)}, kv_unified = {str(unified).lower()}"),
             f"load_tensors: offloaded {n_gpu}/{L} layers to GPU",
             f"llama_kv_cache: CUDA0 KV buffer size = {_mib(kv_gpu)}"]
     if geo.recurrent_bytes_per_seq:
@@ -207,10 +207,11 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
     lay = _layout(gpu, model, ws, geo, engine, n_ctx, num_ctx, False, driver, display)
     est = _ollama_estimate(model, engine, ws, v, gpu.memory_bytes - display)
     L = model.num_layers
-    logs = [f"offload to cuda layers.model={L + 1} layers.offload={est.gpu_layers + (est.gpu_layers == L)} "
-            f"memory.required.full={format_bytes(est.total_bytes)} "
-            f"memory.required.kv={format_bytes(est.kv_bytes)} "
-            f"memory.graph.full={format_bytes(est.graph_bytes)}",
+    offload = est.gpu_layers + (est.gpu_layers == L)      # + output layer on full offload
+    logs = [(f"offload to cuda layers.model={L + 1} layers.offload={offload} "
+             f"memory.required.full={format_bytes(est.total_bytes)} "
+             f"memory.required.kv={format_bytes(est.kv_bytes)} "
+             f"memory.graph.full={format_bytes(est.graph_bytes)}"),
             f"llama_kv_cache: CUDA0 KV buffer size = {_mib(lay['kv_total'] * est.gpu_layers // L)}"]
     if est.gpu_layers < L:
         notes.append(f"Ollama spills {L - est.gpu_layers}/{L} layers to CPU RAM "

@@ -6,7 +6,15 @@ from pathlib import Path
 import pytest
 
 from kvsim.config.catalog import (
-    KINDS, find_any, list_names, load_gpu, load_host, load_link, load_model, load_raw)
+    KINDS,
+    find_any,
+    list_names,
+    load_gpu,
+    load_host,
+    load_link,
+    load_model,
+    load_raw,
+)
 from kvsim.config.engine import resolve_engine
 from kvsim.errors import InputError
 
@@ -38,7 +46,8 @@ def test_catalogue_sizes():
 
 
 def test_gpus_match_csv():
-    rows = list(csv.DictReader(open(REFERENCE / "gpus.csv", encoding="utf-8")))
+    with open(REFERENCE / "gpus.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
     by_display = {load_gpu(n).display_name: load_gpu(n) for n in list_names("gpus")}
     assert sorted(by_display) == sorted(r["name"] for r in rows)
     for r in rows:

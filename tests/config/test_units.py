@@ -1,10 +1,16 @@
 """Unit strings → SI (kvsim.config.units)."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvsim.config.units import (
-    format_bytes, parse_bandwidth, parse_bytes, parse_count, parse_duration)
+    format_bytes,
+    parse_bandwidth,
+    parse_bytes,
+    parse_count,
+    parse_duration,
+)
 from kvsim.errors import InputError
 
 

@@ -6,8 +6,15 @@ from kvsim.config.catalog import load_gpu, load_model
 from kvsim.config.engine import resolve_engine
 from kvsim.config.specs import ModelSpec
 from kvsim.model.budget import (
-    GIB, MIB, acceptable, engine_for_gpu, max_context_at, max_parallel_at, memory_budget,
-    sglang_gpu_defaults)
+    GIB,
+    MIB,
+    acceptable,
+    engine_for_gpu,
+    max_context_at,
+    max_parallel_at,
+    memory_budget,
+    sglang_gpu_defaults,
+)
 
 GPU = load_gpu("rtx-4090")
 TINY = ModelSpec(

@@ -5,7 +5,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvsim.config.catalog import list_names, load_model
 from kvsim.errors import InputError
@@ -13,7 +14,8 @@ from kvsim.model.dtypes import bytes_per_element, cache_type
 from kvsim.model.geometry import kv_geometry
 
 REFERENCE = Path(__file__).parents[2] / ".." / "shared" / "reference"
-ROWS = list(csv.DictReader(open(REFERENCE / "models.csv", encoding="utf-8")))
+with open(REFERENCE / "models.csv", encoding="utf-8") as _fh:
+    ROWS = list(csv.DictReader(_fh))
 BY_DISPLAY = {load_model(n).display_name: load_model(n) for n in list_names("models")}
 
 

@@ -7,10 +7,10 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from kvsim.config.catalog import load_model  # noqa: E402
-from kvsim.errors import InputError  # noqa: E402
-from kvsim.model.geometry import kv_geometry  # noqa: E402
-from kvsim.model.importers import import_model, model_from_gguf, model_from_hf_config  # noqa
+from kvsim.config.catalog import load_model
+from kvsim.errors import InputError
+from kvsim.model.geometry import kv_geometry
+from kvsim.model.importers import import_model, model_from_gguf, model_from_hf_config
 
 
 def write_tiny_gguf(path, *, swa=None, layers=8):
@@ -92,7 +92,8 @@ def test_config_json_matches_catalogue_geometry(tmp_path, cfg, slug):
 
 def test_config_json_param_estimate_is_close():
     # dense estimate vs the model card's 8.03B
-    import tempfile, pathlib
+    import pathlib
+    import tempfile
     with tempfile.TemporaryDirectory() as d:
         p = pathlib.Path(d) / "config.json"
         p.write_text(json.dumps(LLAMA_31_8B))
