@@ -280,7 +280,7 @@ def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
         kv, hk = 1, latent
     else:
         groups = _split(kinds, kv, hk, hv, window, state)
-    ctx = f.get(f"{arch}.context_length") or (NO_POSITION_LIMIT_TOKENS if ssm_only else None)
+    ctx = f.get(f"{arch}.context_length") or (NO_POSITION_LIMIT_TOKENS if ssm_only else 0)
     if not ctx:
         need("context_length")
     notes = "imported from a GGUF header; params_total from tensor shapes"

@@ -115,10 +115,10 @@ def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
     """Bytes of ``model``'s weights in format ``fmt`` (``params_total * bpw / 8``)."""
     wf = weight_format(fmt)
     total_params = model.params_total
-    embed_params = model.vocab_size * model.hidden_size
-    head_params = 0 if _tied(model) else embed_params
-    non_rep = min(embed_params + head_params, total_params * 0.5)
-    embed_params = min(embed_params, non_rep)
+    embed = float(model.vocab_size * model.hidden_size)
+    head = 0.0 if _tied(model) else embed
+    non_rep = min(embed + head, total_params * 0.5)
+    embed_params = min(embed, non_rep)
     per_layer = (total_params - non_rep) / model.num_layers
     to_bytes = wf.bits_per_weight / 8
     per_layer_b = int(per_layer * to_bytes)
