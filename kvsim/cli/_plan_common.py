@@ -7,6 +7,7 @@ optional HTML report, so the three commands stay thin.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,7 +87,7 @@ def _cell(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return "nan" if v != v else f"{v:.4g}"
+        return "nan" if math.isnan(v) else f"{v:.4g}"
     return str(v)
 
 

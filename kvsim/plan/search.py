@@ -99,7 +99,7 @@ def _estimates(reps: ReplicationSet, c: Constraints, conservative: bool,
         iv = reps.metric(b.key)
         est[b.key] = iv.high if conservative else iv.estimate
     peak = reps.peak("peak_device_fraction")
-    est["device_fraction"] = static_fraction if peak != peak else peak
+    est["device_fraction"] = static_fraction if math.isnan(peak) else peak
     risk = reps.oom_risk()
     est["oom_risk"] = risk.high if conservative else risk.estimate
     if any("recall_mean" in r.summary for r in reps.runs):
@@ -124,7 +124,7 @@ def _row(p: _Point, v: Verdict, how: str, reps: ReplicationSet | None,
             iv = reps.metric(key)
             row[key], row[f"{key}_low"], row[f"{key}_high"] = iv.estimate, iv.low, iv.high
         peak = reps.peak("peak_device_fraction")
-        row["peak_device_fraction"] = static_fraction if peak != peak else peak
+        row["peak_device_fraction"] = static_fraction if math.isnan(peak) else peak
         risk = reps.oom_risk()
         row.update(oom_risk=risk.estimate, oom_risk_low=risk.low, oom_risk_high=risk.high,
                    oom_count=sum(1 for r in reps.runs if r.oom_reason))
@@ -153,8 +153,8 @@ class _Evaluator:
             # the reported fraction then *falls* as the KV grows.  Counting the spill as a
             # memory verdict keeps the memory region monotone (and the plan on the GPU).
             chk = Check("offload", 1.0, 0.0, False, -math.inf)
-            return Verdict(False, "offload", (chk,), ("weights spill to the CPU: the KV "
-                                                      "reservation pushed layers off the GPU",)), frac
+            why = "weights spill to the CPU: the KV reservation pushed layers off the GPU"
+            return Verdict(False, "offload", (chk,), (why,)), frac
         if frac > self.c.max_device_fraction:
             return _memory_verdict(frac, self.c.max_device_fraction), frac
         return None, frac
@@ -260,8 +260,8 @@ def _verify(ev: _Evaluator, pruned: list[_Point]) -> list[str]:
             f"kv={k} policy={q}" for k, q in sorted(broken, key=str))
             + "; every pruned point there was evaluated in full"]
     if pruned:
-        return [f"{len(pruned)} points pruned by memory monotonicity; {len(boundary)} boundary "
-                "points simulated and every pruned point's static layout checked"]
+        return [(f"{len(pruned)} points pruned by memory monotonicity; {len(boundary)} "
+                 "boundary points simulated and every pruned point's static layout checked")]
     return []
 
 

@@ -57,7 +57,7 @@ class ResultStore:
         self.run_id = uuid.uuid4().hex[:12]
         self._lock_fh: Any = None
 
-    def open(self) -> "ResultStore":
+    def open(self) -> ResultStore:
         """Create the layout, take the lock and drop leftovers of killed runs."""
         if self.root.exists() and not self.root.is_dir():
             raise InputError("--out", str(self.root), "exists and is not a directory")
@@ -81,7 +81,7 @@ class ResultStore:
             self._lock_fh.close()
             self._lock_fh = None
 
-    def __enter__(self) -> "ResultStore":
+    def __enter__(self) -> ResultStore:
         return self.open()
 
     def __exit__(self, *exc: object) -> None:

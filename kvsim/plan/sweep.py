@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
 from kvsim.config.scenario import Scenario, resolve_scenario, scenario_hash
 from kvsim.errors import InputError, from_validation_error
 from kvsim.plan.executor import Executor, InlineExecutor
-from kvsim.plan.replicate import RunOutput, Runner, call_runner, simulate_keep
+from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
 from kvsim.plan.store import ResultStore, write_table
 
 OPEN_MAPPINGS = ("workload.params",)
@@ -53,7 +53,7 @@ class SweepSpec(BaseModel):
     points: list[dict[str, Any]] | None = None
 
     @model_validator(mode="after")
-    def _one_grid(self) -> "SweepSpec":
+    def _one_grid(self) -> SweepSpec:
         if (self.factors is None) == (self.points is None):
             raise ValueError("give exactly one of 'factors' (factorial) or 'points' (listed)")
         return self

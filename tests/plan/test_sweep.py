@@ -1,20 +1,15 @@
 """Sweep expansion, the resumable result store, and executors giving equal results."""
 
-import json
-import os
-from pathlib import Path
 
 import pytest
-import yaml
+from conftest import write_sweep
 from plan_fake_runners import fake_run, fake_summary
 
 from kvsim.config.scenario import scenario_hash
 from kvsim.errors import InputError
 from kvsim.plan.executor import InlineExecutor, LocalExecutor, make_executor
 from kvsim.plan.store import ResultStore
-from kvsim.plan.sweep import expand, grid, key_exists, load_sweep, run_sweep, SweepSpec
-
-from conftest import write_sweep
+from kvsim.plan.sweep import SweepSpec, expand, grid, key_exists, load_sweep, run_sweep
 
 
 def _points(tmp_path, base_yaml, **spec):
@@ -101,9 +96,8 @@ def test_store_put_is_atomic_and_skips_existing(tmp_path):
 
 
 def test_store_is_locked_against_a_second_writer(tmp_path):
-    with ResultStore(tmp_path / "s"):
-        with pytest.raises(InputError, match="another sweep"):
-            ResultStore(tmp_path / "s").open()
+    with ResultStore(tmp_path / "s"), pytest.raises(InputError, match="another sweep"):
+        ResultStore(tmp_path / "s").open()
 
 
 def test_sweep_runs_stores_and_resumes(tmp_path, base_yaml):

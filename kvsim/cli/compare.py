@@ -1,0 +1,95 @@
+"""``kvsim compare``: which card to buy, or how good a prediction was.
+
+- ``kvsim compare --gpus rtx-4060-ti-16gb,rtx-4090,rtx-5090 SCENARIO [plan flags]``:
+  the capacity search per card; best feasible configuration, p95s, headroom, OOM
+  risk, launch price and price per feasible concurrent session.
+- ``kvsim compare MEASURED PREDICTED``: two Results folders (a ``kvsim replay`` and a
+  ``kvsim simulate`` of the same trace) → the error per metric.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pandas as pd
+
+from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
+from kvsim.cli.plan import build_grid, grid_options, run_search
+from kvsim.config.scenario import load_scenario
+from kvsim.errors import InputError
+from kvsim.plan.compare import compare_gpus, parse_gpus
+from kvsim.plan.slo import build_constraints
+from kvsim.plan.store import write_table
+
+GPU_COLUMNS = ["gpu", "memory_gib", "feasible", "best_context_tokens", "best_parallel",
+               "kv_dtype", "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
+               "max_parallel", "price_usd", "usd_per_session"]
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--gpus", default=None, help="compare these GPU profiles (comma-separated)")
+@constraint_options
+@grid_options
+def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
+            **opts: Any) -> None:
+    """GPU what-if (--gpus A,B,C SCENARIO) or prediction error (MEASURED PREDICTED)."""
+    if gpus is not None:
+        if len(inputs) != 1:
+            raise InputError("compare", " ".join(inputs), "--gpus takes exactly one SCENARIO")
+        _gpus(inputs[0], parse_gpus(gpus), sets, opts)
+    elif len(inputs) == 2:
+        _prediction(Path(inputs[0]), Path(inputs[1]), opts)
+    else:
+        raise InputError("compare", " ".join(inputs),
+                         "give --gpus A,B SCENARIO, or MEASURED_DIR PREDICTED_DIR")
+
+
+def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str, Any]) -> None:
+    c = build_constraints(opts["slos"], max_device_fraction=opts["max_device_fraction"],
+                          max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
+    s = load_scenario(scenario, list(sets))
+    grid = build_grid(s, opts["contexts"], opts["parallel"], opts["kv"], opts["policies"])
+
+    def one(sg: Any, cons: Any, gr: Any) -> Any:
+        return run_search(sg, cons, gr, opts, label=sg.gpu.name)
+
+    res = compare_gpus(s, names, c, grid, search_fn=one)
+    print_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS)
+    for _, row in res.table.iterrows():
+        if row["feasible"]:
+            click.echo(f"{row['gpu']}: {row['flags']}")
+        else:
+            click.echo(f"{row['gpu']}: nothing on the grid meets " + "; ".join(c.describe()))
+    if opts["out_dir"] is not None:
+        out = opts["out_dir"]
+        write_table(res.table, out / "compare.csv")
+        write_table(res.table, out / "compare.parquet")
+        write_table(_plans_table(res), out / "plan.parquet")
+        slo = {b.key: b.limit_s for b in c.latency}
+        path = maybe_report("compare", out, not opts["no_report"], compare=res.table, slo=slo)
+        click.echo(f"wrote {out}" + (f" and {path}" if path else ""))
+
+
+def _plans_table(res: Any) -> pd.DataFrame:
+    return pd.concat([p.table.assign(gpu=g) for g, p in res.plans.items()], ignore_index=True)
+
+
+def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
+    from kvsim.calibrate.validate import compare_results
+    from kvsim.metrics.results import Results
+
+    m, p = Results.load(measured), Results.load(predicted)
+    df = compare_results(m, p)
+    print_table(f"prediction error ({predicted} vs measured {measured})", df.to_dict("records"),
+                ["metric", "measured", "predicted", "error", "rel_error"])
+    if opts["out_dir"] is not None:
+        out = opts["out_dir"]
+        write_table(df, out / "errors.csv")
+        if not opts["no_report"]:
+            from kvsim.report import write_report
+
+            path = write_report(out / "report.html", [m, p], kind="compare")
+            click.echo(f"wrote {out / 'errors.csv'} and {path}")

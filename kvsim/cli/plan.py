@@ -1,0 +1,172 @@
+"""``kvsim plan SCENARIO``: the largest context × parallel that meets every target.
+
+Prints every point tried with its binding constraint, the Pareto front and the
+recommendation with the exact engine flags; ``-o DIR`` also writes
+``plan.parquet``/``plan.csv``, ``front.csv`` and ``recommendation.json``, and a
+report (``report.html``) unless ``--no-report``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from kvsim.cli._plan_common import (
+    ERR,
+    constraint_options,
+    load_runner,
+    maybe_report,
+    print_table,
+    progress_bar,
+)
+from kvsim.config.scenario import Scenario, load_scenario
+from kvsim.config.units import parse_count
+from kvsim.errors import InputError
+from kvsim.plan.executor import make_executor
+from kvsim.plan.replicate import simulate_run
+from kvsim.plan.search import PlanGrid, PlanResult, search
+from kvsim.plan.slo import Constraints, build_constraints
+from kvsim.plan.store import write_table
+
+DEFAULT_CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
+DEFAULT_PARALLEL = (1, 2, 3, 4, 6, 8)
+POINT_COLUMNS = ["kv_dtype", "policy", "context_tokens", "parallel", "feasible", "binding",
+                 "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk", "evaluated"]
+
+
+def parse_list(text: str | None, field: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    values = tuple(parse_count(v.strip(), field) for v in text.split(",") if v.strip())
+    if not values:
+        raise InputError(field, text, "a comma-separated list, e.g. 8k,16k,32k (empty grid)")
+    return values
+
+
+def parse_policy(text: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """``none`` | ``FILE.yaml`` (a mapping or a list of them) | ``KIND[:key=value,...]``."""
+    if text == "none":
+        return "none", ()
+    if text.endswith((".yaml", ".yml")):
+        try:
+            doc = yaml.safe_load(Path(text).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            raise InputError("--policy", text, "a readable YAML file") from None
+        items = doc if isinstance(doc, list) else [doc]
+        if not all(isinstance(d, dict) and "kind" in d for d in items):
+            raise InputError("--policy", text, "mappings with a 'kind' key")
+        return Path(text).stem, tuple(items)
+    kind, _, rest = text.partition(":")
+    cfg: dict[str, Any] = {"kind": kind}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise InputError("--policy", text, "KIND[:key=value,...], a YAML file or 'none'")
+        cfg[key] = yaml.safe_load(value)
+    return text, (cfg,)
+
+
+def build_grid(s: Scenario, contexts: str | None, parallel: str | None, kv: str | None,
+               policies: tuple[str, ...]) -> PlanGrid:
+    ctx = parse_list(contexts, "--contexts") or tuple(
+        c for c in DEFAULT_CONTEXTS if c <= s.model.max_context_tokens)
+    par = parse_list(parallel, "--parallel") or DEFAULT_PARALLEL
+    kvs: tuple[str | None, ...] = (None,)
+    if kv is not None:
+        kvs = tuple(k.strip() for k in kv.split(",") if k.strip())
+        if not kvs:
+            raise InputError("--kv", kv, "a comma-separated list of cache types (empty grid)")
+    pols = tuple(parse_policy(p) for p in policies) or (("scenario", None),)
+    return PlanGrid(ctx, par, kvs, pols)
+
+
+def grid_options(fn: Any) -> Any:
+    for opt in reversed([
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="override a scenario key (repeatable)"),
+        click.option("--contexts", default=None, help="per-session contexts in tokens, e.g. 8192,16384 or 8Ki,16Ki"),
+        click.option("--parallel", default=None, help="concurrent sessions, e.g. 1,2,4"),
+        click.option("--kv", default=None, help="KV cache types to try, e.g. f16,q8_0,q4_0"),
+        click.option("--policy", "policies", multiple=True,
+                     help="policy set to try: none | FILE.yaml | KIND[:k=v,...] (repeatable)"),
+        click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
+                     help="write the tables, recommendation and report here"),
+        click.option("--no-report", is_flag=True, help="do not write report.html"),
+        click.option("--no-progress", is_flag=True, help="no progress bar"),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def run_search(s: Scenario, c: Constraints, grid: PlanGrid, opts: dict[str, Any],
+               label: str = "plan") -> PlanResult:
+    runner = load_runner(opts["runner"], simulate_run)
+    executor = make_executor(opts["jobs"])
+    total = len(grid.contexts) * len(grid.parallels) * len(grid.kv_dtypes) * len(grid.policies)
+    try:
+        with progress_bar(f"{label}: runs", total * opts["replications"],
+                          not opts["no_progress"]) as advance:
+            return search(s, c, grid, replications=opts["replications"], executor=executor,
+                          runner=runner, conservative=opts["conservative"], progress=advance)
+    finally:
+        executor.close()
+
+
+def shown_columns(table: Any) -> list[str]:
+    """Point columns worth a terminal column (kv/policy only when they vary)."""
+    cols = [k for k in POINT_COLUMNS if k in table.columns]
+    return [k for k in cols if k not in ("kv_dtype", "policy") or table[k].nunique() > 1]
+
+
+def recommendation_doc(res: PlanResult) -> dict[str, Any] | None:
+    if res.recommendation is None:
+        return None
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in res.recommendation.items()
+            if k != "scenario" and not (isinstance(v, float) and math.isnan(v))}
+
+
+@click.command()
+@click.argument("scenario")
+@constraint_options
+@grid_options
+def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
+    """Search context × parallel (× KV types, policies) for the largest feasible setting."""
+    c = build_constraints(opts["slos"], max_device_fraction=opts["max_device_fraction"],
+                          max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
+    s = load_scenario(scenario, list(sets))
+    grid = build_grid(s, opts["contexts"], opts["parallel"], opts["kv"], opts["policies"])
+    res = run_search(s, c, grid, opts)
+    cols = shown_columns(res.table)
+    print_table("points tried", res.table.to_dict("records"), cols)
+    print_table("Pareto front (largest feasible)", res.front.to_dict("records"),
+                [k for k in cols if k not in ("feasible", "binding", "evaluated")])
+    for note in res.notes:
+        ERR.print(f"note: {note}")
+    rec = recommendation_doc(res)
+    if rec is None:
+        click.echo("no feasible configuration on this grid: " + "; ".join(c.describe()))
+    else:
+        click.echo(f"recommended: context {rec['context_tokens']} × parallel {rec['parallel']}"
+                   f" (kv {rec['kv_dtype']}, policy {rec['policy']})")
+        click.echo(f"  {rec.get('flags', '')}")
+    if opts["out_dir"] is not None:
+        write_plan(opts["out_dir"], res, rec, c, not opts["no_report"])
+
+
+def write_plan(out: Path, res: PlanResult, rec: dict[str, Any] | None, c: Constraints,
+               report: bool) -> None:
+    write_table(res.table, out / "plan.parquet")
+    write_table(res.table, out / "plan.csv")
+    write_table(res.front, out / "front.csv")
+    tmp = out / ".recommendation.json.tmp"
+    tmp.write_text(json.dumps({"recommendation": rec, "constraints": c.describe(),
+                               "notes": res.notes}, indent=1, default=str), encoding="utf-8")
+    tmp.replace(out / "recommendation.json")
+    slo = {b.key: b.limit_s for b in c.latency}
+    path = maybe_report("plan", out, report, plan=res.table, recommendation=rec, slo=slo)
+    click.echo(f"wrote {out}" + (f" and {path}" if path else ""))

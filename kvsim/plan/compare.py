@@ -1,0 +1,98 @@
+"""GPU what-if: the same household and constraints on several cards.
+
+"Which card should I buy?" — for each GPU profile the capacity search
+(:func:`kvsim.plan.search.search`) runs on the scenario with only the card (and its
+default PCIe link) swapped, and one row summarises the answer: the recommended
+configuration, its p95s, memory headroom, OOM risk with its Wilson interval, the
+launch price from the profile and the price per feasible concurrent session.
+
+NOTE: "feasible concurrent sessions" is the largest ``parallel`` of any feasible
+point of the grid (at any context on the grid), so a card is credited with the
+concurrency it can really hold under every constraint, not only at the
+recommended context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from kvsim.config.scenario import Scenario, resolve_scenario
+from kvsim.errors import InputError
+from kvsim.plan.search import PlanGrid, PlanResult, search
+from kvsim.plan.slo import Constraints
+
+COMPARE_COLUMNS = (
+    "gpu", "display_name", "memory_gib", "feasible", "best_context_tokens", "best_parallel",
+    "kv_dtype", "flags", "ttft_p95_s", "itl_p95_s", "peak_device_fraction",
+    "headroom_fraction", "headroom_bytes", "oom_risk", "oom_risk_low", "oom_risk_high",
+    "max_parallel", "price_usd", "usd_per_session", "points_feasible", "points_tried")
+
+
+@dataclass
+class CompareResult:
+    table: pd.DataFrame
+    plans: dict[str, PlanResult]
+
+
+def with_gpu(scenario: Scenario, gpu: str) -> Scenario:
+    """The scenario on another card; the link follows the card's default."""
+    doc = scenario.model_dump(mode="json")
+    doc["gpu"] = gpu
+    doc.pop("link", None)
+    return resolve_scenario(doc)
+
+
+def parse_gpus(text: str) -> list[str]:
+    names = [g.strip() for g in text.split(",") if g.strip()]
+    if not names:
+        raise InputError("--gpus", text, "a comma-separated list of GPU profile names")
+    if len(set(names)) != len(names):
+        raise InputError("--gpus", text, "each GPU once")
+    return names
+
+
+def compare_gpus(scenario: Scenario, gpus: list[str], constraints: Constraints,
+                 grid: PlanGrid, *, search_fn: Callable[..., PlanResult] = search,
+                 **search_kw: Any) -> CompareResult:
+    """Run the capacity search per card; one row per card (in the given order).
+
+    ``search_fn(scenario, constraints, grid, **search_kw)`` defaults to
+    :func:`kvsim.plan.search.search` (the CLI wraps it with a progress bar)."""
+    scenarios = {g: with_gpu(scenario, g) for g in gpus}  # every name checked up front
+    rows, plans = [], {}
+    for g, s in scenarios.items():
+        res = search_fn(s, constraints, grid, **search_kw)
+        plans[g] = res
+        rows.append(_row(s, res, constraints))
+    return CompareResult(pd.DataFrame(rows, columns=list(COMPARE_COLUMNS)), plans)
+
+
+def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
+    t = res.table
+    feasible = t[t["feasible"].astype(bool)] if len(t) else t
+    rec = res.recommendation or {}
+    price = s.gpu.launch_price_usd
+    max_par = int(feasible["parallel"].max()) if len(feasible) else 0
+    peak = float(rec.get("peak_device_fraction", float("nan")))
+    return {
+        "gpu": s.gpu.name, "display_name": s.gpu.display_name,
+        "memory_gib": s.gpu.memory_bytes / 2**30, "feasible": bool(rec),
+        "best_context_tokens": int(rec.get("context_tokens", 0)),
+        "best_parallel": int(rec.get("parallel", 0)), "kv_dtype": rec.get("kv_dtype", ""),
+        "flags": rec.get("flags", ""),
+        "ttft_p95_s": rec.get("ttft_p95_s", float("nan")),
+        "itl_p95_s": rec.get("itl_p95_s", float("nan")),
+        "peak_device_fraction": peak,
+        "headroom_fraction": c.max_device_fraction - peak,
+        "headroom_bytes": (c.max_device_fraction - peak) * s.gpu.memory_bytes,
+        "oom_risk": rec.get("oom_risk", float("nan")),
+        "oom_risk_low": rec.get("oom_risk_low", float("nan")),
+        "oom_risk_high": rec.get("oom_risk_high", float("nan")),
+        "max_parallel": max_par, "price_usd": price,
+        "usd_per_session": price / max_par if price is not None and max_par else float("nan"),
+        "points_feasible": len(feasible), "points_tried": len(t),
+    }
