@@ -29,6 +29,7 @@ HEADLINE = (  # (summary key, label, format)
     ("peak_kv_allocated_bytes", "peak KV allocated", "gib"),
     ("prefix_hit_rate", "prefix hit rate", "{:.1%}"), ("preemptions", "preemptions", "{:,.0f}"),
     ("tokens_per_s", "tokens/s", "{:,.1f}"), ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
+    ("recall_mean", "recall proxy (mean)", "{:.3f}"),
     ("oom_risk", "OOM risk", "{:.3g}"),
 )
 

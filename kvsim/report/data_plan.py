@@ -56,7 +56,7 @@ def plan_grids(plan: pd.DataFrame | None) -> list[dict[str, Any]]:
         return []
     require_columns(plan, PLAN_REQUIRED, "plan")
     keys = [c for c in ("kv_dtype", "policy") if c in plan.columns]
-    groups = plan.groupby(keys, sort=False) if keys else [((), plan)]
+    groups = plan.groupby(keys, sort=False, dropna=False) if keys else [((), plan)]
     grids = []
     for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
@@ -75,7 +75,8 @@ def plan_grids(plan: pd.DataFrame | None) -> list[dict[str, Any]]:
             feasible[i, j] = 1.0 if bool(r["feasible"]) else 0.0
             binding[i, j] = "" if bool(r["feasible"]) else str(r["binding"] or "?")
             hover[i, j] = _plan_hover(r)
-        label = " · ".join(f"{k}={v}" for k, v in zip(keys, key)) or "plan"
+        label = " · ".join(f"{k}={v}" for k, v in zip(keys, key)
+                           if v is not None and v == v and v != "") or "plan"
         grids.append({"label": label, "contexts": contexts, "parallels": parallels,
                       "fraction": fraction, "feasible": feasible, "binding": binding,
                       "hover": hover})
@@ -137,8 +138,9 @@ def runs_table(results: Sequence[Any]) -> pd.DataFrame | None:
         summary = getattr(res, "summary", None) or {}
         row: dict[str, Any] = {"label": label}
         for m in POLICY_METRICS:
-            if summary.get(m) is not None:
-                row[m] = float(summary[m])
+            value = summary.get(m, summary.get(m.replace("accuracy_", "recall_")))
+            if value is not None:
+                row[m] = float(value)
         refs = getattr(res, "references", None)
         if "accuracy_mean" not in row and accuracy_per_session(refs) is not None:
             score = refs["score"].astype(float)
@@ -170,15 +172,20 @@ def policy_comparison(table: pd.DataFrame | None) -> pd.DataFrame | None:
 def sweep_dimensions(sweep: pd.DataFrame | None) -> dict[str, Any] | None:
     """Parallel-coordinates dimensions of a sweep table.
 
-    Expected: one row per scenario; factor columns are named by their dotted scenario
-    key (they contain a ``.``, e.g. ``engine.parallel``); metric columns are summary
+    Expected: one row per scenario; factor columns are the columns between ``point``
+    and ``scenario_hash`` (``kvsim.plan.sweep.combined_table``), or else those named
+    by a dotted scenario key (``engine.parallel``); metric columns are summary
     keys (``ttft_p95_s``, ``itl_p95_s``, ``peak_device_fraction``, ``oom_risk``,
     ``accuracy_mean``, ``tokens_per_s``, ``failed_requests``).  Non-numeric factors are
     coded 0..k-1 with their values as tick labels.
     """
     if not nonempty(sweep):
         return None
-    factors = [c for c in sweep.columns if "." in c]
+    cols = list(sweep.columns)
+    if "point" in cols and "scenario_hash" in cols:  # kvsim.plan.sweep.combined_table
+        factors = cols[cols.index("point") + 1: cols.index("scenario_hash")]
+    else:
+        factors = [c for c in cols if "." in c]
     metrics = [c for c in SWEEP_METRICS if c in sweep.columns and sweep[c].notna().any()]
     if not factors or not metrics:
         return None

@@ -32,6 +32,7 @@ _BREAKDOWN = (  # (label, summary key) of the static device rows, DESIGN §3.1
     ("driver reserve", "driver_reserve_bytes"), ("display / other", "display_reserve_bytes"),
     ("weights", "weights_gpu_bytes"), ("activations", "activation_bytes"),
     ("engine overhead", "engine_overhead_bytes"))
+SLOT_ALLOCATORS = ("slots", "unified")
 # event kinds that move KV bytes over PCIe, by direction
 D2H_KINDS = frozenset({"offload", "backup", "swap_out", "writeback"})
 H2D_KINDS = frozenset({"restore", "recall", "promote", "swap_in"})
@@ -135,6 +136,10 @@ def memory_stack(memory: pd.DataFrame | None, summary: dict | None,
     reserved = mem["kv_reserved_bytes"].to_numpy(dtype=np.int64)
     allocated = _col(mem, "kv_allocated_bytes")
     cached = _col(mem, "kv_cached_bytes")
+    if (config.get("engine") or {}).get("allocator") in SLOT_ALLOCATORS:
+        # NOTE: slot engines count idle slots' cached prompts inside "allocated" (their
+        # cells stay in use); the paged pool counts cached free blocks apart from it.
+        allocated = allocated - np.minimum(cached, allocated)
     states = [c for c in mem.columns if c.startswith("kv_") and c.endswith("_bytes")
               and c not in _POOL_COLS]
     in_states = np.zeros(len(mem), dtype=np.int64)
@@ -202,17 +207,28 @@ def session_phases(requests: pd.DataFrame | None) -> pd.DataFrame | None:
     return pd.concat(parts, ignore_index=True)
 
 
+def session_order(requests: pd.DataFrame | None) -> list[str]:
+    """Session ids ordered by their first arrival (ties by id)."""
+    if not nonempty(requests):
+        return []
+    first = requests.groupby(requests["session_id"].astype(str))["arrival_s"].min()
+    return [str(s) for s in first.reset_index().sort_values(["arrival_s", "session_id"])[
+        "session_id"]]
+
+
 def session_markers(requests: pd.DataFrame | None, events: pd.DataFrame | None
                     ) -> pd.DataFrame | None:
-    """Failures and preemptions to mark on the session timeline.
+    """Turn arrivals, failures and preemptions to mark on the session timeline.
 
-    Columns ``session_id, request_id, kind ("failed" | "preempt"), time_s, detail``.
+    Columns ``session_id, request_id, kind ("turn" | "failed" | "preempt"), time_s,
+    detail``; turn marks keep short turns visible on a week-long axis.
     A failure sits at the request's last known time (finish, first token, first
     scheduled, arrival); preemptions come from ``events`` rows of kind ``preempt``.
     """
     if not nonempty(requests):
         return None
-    rows = []
+    rows = [(str(r.session_id), r.request_id, "turn", float(r.arrival_s), f"turn {r.turn}")
+            for r in requests.itertuples(index=False)]
     failed = requests[requests["failed"].astype(bool)]
     for r in failed.itertuples(index=False):
         times = [r.finish_s, r.first_token_s, r.first_scheduled_s, r.arrival_s]

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvsim.report.data_plan import binding_label
-from kvsim.report.figures_run import LAYOUT, PLAN_LINE, esc
+from kvsim.report.figures_run import LAYOUT, PLAN_LINE, title_dict, esc
 
 
 def plan_figure(grid: dict[str, Any], recommendation: dict[str, Any] | None = None
@@ -60,7 +60,7 @@ def plan_figure(grid: dict[str, Any], recommendation: dict[str, Any] | None = No
                                      marker=dict(symbol="star-open", size=26, color="blue",
                                                  line=dict(width=2))))
     fig.update_layout(
-        title=f"Plan: context × parallel ({esc(grid['label'])})", **LAYOUT,
+        title=title_dict(f"Plan: context × parallel ({grid['label']})"), **LAYOUT,
         xaxis=dict(title="parallel sessions", tickvals=list(xs),
                    ticktext=[str(int(v)) for v in grid["parallels"]]),
         yaxis=dict(title="context (tokens)", tickvals=list(ys),
@@ -94,7 +94,7 @@ def gpu_figure(table: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Bar(x=names, y=table["usd_per_session"], marker_color="#4393c3",
                              name="USD / session", hovertemplate="$%{y:,.0f}<extra></extra>"),
                       row=1, col=2)
-    fig.update_layout(title="GPU comparison (best feasible configuration per card)",
+    fig.update_layout(title=title_dict("GPU comparison (best feasible configuration per card)"),
                       showlegend=False, **LAYOUT)
     return fig
 
@@ -117,7 +117,7 @@ def policy_figure(table: pd.DataFrame) -> go.Figure:
                              "<extra></extra>"), row=1, col=k)
         if col.startswith("accuracy"):
             fig.update_yaxes(range=[0, 1.05], row=1, col=k)
-    fig.update_layout(title="Policy comparison: memory vs latency vs recall",
+    fig.update_layout(title=title_dict("Policy comparison: memory vs latency vs recall"),
                       **{**LAYOUT, "height": 440})
     return fig
 
@@ -135,6 +135,6 @@ def sweep_figure(data: dict[str, Any]) -> go.Figure:
     fig = go.Figure(go.Parcoords(
         dimensions=dims, line=dict(color=data["color"], colorscale="Viridis", showscale=True,
                                    colorbar=dict(title=esc(data["color_label"])))))
-    fig.update_layout(title=f"Sweep: {data['rows']} scenarios",
+    fig.update_layout(title=title_dict(f"Sweep: {data['rows']} scenarios"),
                       **{**LAYOUT, "margin": dict(l=90, r=60, t=110, b=40)})
     return fig

@@ -25,8 +25,13 @@ from kvsim.report.data_run import GIB, time_scale
 PLAN_LINE = 0.85  # the planning rule: stay at or under ~85% of device memory (DESIGN §3.1)
 PHASE_COLORS = {"think": "#d9d9d9", "queue": "#f4a582", "prefill": "#4393c3",
                 "decode": "#2166ac"}
-LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=70, r=30, t=60, b=50),
+LAYOUT = dict(template="plotly_white", height=440, margin=dict(l=70, r=30, t=90, b=50),
               legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+
+
+def title_dict(text: str) -> dict:
+    """A title pinned to the top of the figure, above the legend row."""
+    return dict(text=esc(text), yref="container", y=1.0, yanchor="top", pad=dict(t=12), x=0.06)
 
 
 def esc(text: Any) -> str:
@@ -61,15 +66,15 @@ def memory_figure(data: dict, title: str) -> go.Figure:
                       annotation_text=f"capacity {cap / GIB:.1f} GiB")
         fig.add_hline(y=PLAN_LINE * cap / GIB, line=dict(color="orange", dash="dash"),
                       annotation_text="85% planning line", annotation_position="bottom right")
-    fig.update_layout(title=esc(title), xaxis_title=xlabel, yaxis_title="memory (GiB)",
+    fig.update_layout(title=title_dict(title), xaxis_title=xlabel, yaxis_title="memory (GiB)",
                       **LAYOUT)
     return fig
 
 
 def sessions_figure(phases: pd.DataFrame, markers: pd.DataFrame | None, title: str,
-                    max_sessions: int = 300) -> go.Figure:
-    """Gantt-style timeline: one row per session, bars per phase, failure/preempt marks."""
-    order = list(dict.fromkeys(phases["session_id"]))[:max_sessions]
+                    order: Sequence[str] | None = None, max_sessions: int = 300) -> go.Figure:
+    """Gantt-style timeline: one row per session, bars per phase, turn/failure/preempt marks."""
+    order = list(order or dict.fromkeys(phases["session_id"]))[:max_sessions]
     keep = phases[phases["session_id"].isin(order)]
     span = float(keep["end_s"].max() - keep["start_s"].min()) if len(keep) else 0.0
     div, xlabel = time_scale(span)
@@ -85,19 +90,22 @@ def sessions_figure(phases: pd.DataFrame, markers: pd.DataFrame | None, title: s
             hovertemplate=f"{phase} turn %{{customdata}}: %{{x:.3g}} ({xlabel[6:-1]})"))
     if markers is not None and len(markers):
         marks = markers[markers["session_id"].isin(order)]
-        for kind, symbol, color in (("preempt", "triangle-down", "darkorange"),
+        for kind, symbol, color in (("turn", "line-ns-open", "#555"),
+                                    ("preempt", "triangle-down", "darkorange"),
                                     ("failed", "x", "crimson")):
             sub = marks[marks["kind"] == kind]
             if sub.empty:
                 continue
             fig.add_trace(go.Scatter(
                 y=[esc(s) for s in sub["session_id"]], x=sub["time_s"] / div, mode="markers",
-                name=kind, marker=dict(symbol=symbol, size=10, color=color),
+                name=kind, marker=dict(symbol=symbol, size=10, color=color,
+                                       line=dict(width=1, color=color)),
                 text=[esc(d) for d in sub["detail"]], hovertemplate="%{text}"))
     height = max(300, min(1600, 22 * len(order) + 120))
-    fig.update_layout(**{**LAYOUT, "height": height}, title=esc(title), barmode="overlay",
+    fig.update_layout(**{**LAYOUT, "height": height}, title=title_dict(title), barmode="overlay",
                       xaxis_title=xlabel,
-                      yaxis=dict(type="category", autorange="reversed", title="session"))
+                      yaxis=dict(type="category", autorange="reversed", title="session",
+                                 categoryorder="array", categoryarray=[esc(o) for o in order]))
     return fig
 
 
@@ -114,8 +122,13 @@ def cdf_figure(curves: Sequence[tuple[str, dict]], title: str, xlabel: str,
     if slo_s is not None:
         fig.add_vline(x=slo_s, line=dict(color="crimson", dash="dash"),
                       annotation_text=f"SLO {slo_s:.3g} s")
-    fig.update_layout(title=esc(title), xaxis_title=xlabel, yaxis_title="share ≤ x",
-                      yaxis_range=[0, 1.02], **LAYOUT)
+    lo = min(float(np.min(d["x_s"])) for _, d in curves)
+    hi = max(float(np.max(d["x_s"])) for _, d in curves)
+    log = lo > 0 and hi / lo > 20  # long tails: a log axis keeps the body readable
+    fig.update_layout(title=title_dict(title), xaxis=dict(title=xlabel + (" — log scale" if log
+                                                                      else ""),
+                                                      type="log" if log else "linear"),
+                      yaxis_title="share ≤ x", yaxis_range=[0, 1.02], showlegend=True, **LAYOUT)
     return fig
 
 
@@ -136,7 +149,7 @@ def concurrency_figure(data: dict, title: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=np.asarray(st["time_s"]) / div, y=st["batch_size"],
                                  name="batch size", mode="lines",
                                  line=dict(shape="hv", color="#1b7837", width=1)))
-    fig.update_layout(title=esc(title), xaxis_title=xlabel, yaxis_title="requests", **LAYOUT)
+    fig.update_layout(title=title_dict(title), xaxis_title=xlabel, yaxis_title="requests", **LAYOUT)
     return fig
 
 
@@ -152,7 +165,7 @@ def pcie_figure(data: dict, title: str) -> go.Figure:
                                  y=np.asarray(s["cumulative_bytes"]) / GIB, mode="lines+markers",
                                  line=dict(shape="hv"), marker=dict(size=4),
                                  name=f"{names[d]} (total {total:.3g} GiB)"))
-    fig.update_layout(title=esc(title), xaxis_title=xlabel,
+    fig.update_layout(title=title_dict(title), xaxis_title=xlabel,
                       yaxis_title="transferred so far (GiB)", **LAYOUT)
     return fig
 
@@ -166,7 +179,7 @@ def prefix_figure(curves: Sequence[tuple[str, dict]], title: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=np.asarray(d["time_s"]) / div, y=d["hit_rate"],
                                  mode="lines", name=f"{esc(label)} (overall "
                                  f"{100 * d['overall']:.1f}%)"))
-    fig.update_layout(title=esc(title), xaxis_title=xlabel,
+    fig.update_layout(title=title_dict(title), xaxis_title=xlabel,
                       yaxis=dict(title="cached / prompt tokens so far", range=[0, 1.02],
                                  tickformat=".0%"), **LAYOUT)
     return fig
@@ -185,6 +198,6 @@ def accuracy_figure(table: pd.DataFrame, title: str, max_sessions: int = 60) -> 
                              marker=dict(symbol="line-ew-open", size=16, color="crimson",
                                          line=dict(width=3))))
     fig.add_hline(y=0.5, line=dict(color="grey", dash="dot"))
-    fig.update_layout(title=esc(title), yaxis=dict(title="score multiplier", range=[0, 1.05]),
+    fig.update_layout(title=title_dict(title), yaxis=dict(title="score multiplier", range=[0, 1.05]),
                       xaxis=dict(type="category", title="session"), **LAYOUT)
     return fig

@@ -87,7 +87,8 @@ def _run_sections(page: _Page, res: Any, label: str) -> None:
            f"{label}: no memory samples (measured run?); memory timeline omitted.")
     phases = dr.session_phases(tbl("requests"))
     _maybe(page, phases, lambda d: fr.sessions_figure(
-        d, dr.session_markers(tbl("requests"), tbl("events")), f"Sessions — {label}"),
+        d, dr.session_markers(tbl("requests"), tbl("events")), f"Sessions — {label}",
+        dr.session_order(tbl("requests"))),
         f"{label}: no requests; session timeline omitted.")
     _maybe(page, dr.concurrency(tbl("memory"), tbl("steps")),
            lambda d: fr.concurrency_figure(d, f"Concurrency and batch — {label}"),
@@ -117,11 +118,23 @@ def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -
            "No prompt tokens; prefix hit rate omitted.")
 
 
+REC_KEYS = ("gpu", "kv_dtype", "policy", "context_tokens", "parallel", "ttft_p95_s",
+            "itl_p95_s", "peak_device_fraction", "oom_risk", "accuracy_mean")
+
+
+def _present(value: Any) -> bool:
+    return value is not None and value == value and value != ""
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def _plan_sections(page: _Page, extra: dict[str, Any]) -> None:
     rec = extra.get("recommendation") or None
     if rec:
         flags = rec.get("flags")
-        text = ", ".join(f"{k} = {v}" for k, v in rec.items() if k != "flags")
+        text = ", ".join(f"{k} = {_short(rec[k])}" for k in REC_KEYS if _present(rec.get(k)))
         page.raw(f"<section class='card'><h2>Recommendation</h2><p>{html.escape(text)}</p>"
                  + (f"<p><code>{html.escape(str(flags))}</code></p>" if flags else "")
                  + "</section>")
@@ -184,17 +197,27 @@ def _document(title: str, page: _Page) -> str:
         "works offline</p>" + "\n".join(page.parts) + "</body></html>\n")
 
 
-def write_report(path: str | os.PathLike[str], results_list: Sequence[Any],
-                 extra: dict[str, Any] | None = None) -> Path:
+def write_report(path: str | os.PathLike[str], results_list: Sequence[Any] = (),
+                 extra: dict[str, Any] | None = None, *, kind: str | None = None,
+                 **tables: Any) -> Path:
     """Build the report and write it atomically (temp file beside ``path``, then
-    ``os.replace``); on any error nothing is left at ``path`` or beside it."""
+    ``os.replace``); on any error nothing is left at ``path`` or beside it.
+
+    ``kind`` ("simulate", "plan", "compare", "sweep") only sets the default title;
+    keyword ``tables`` (``plan=``, ``compare=``, ``sweep=``, ``policies=``,
+    ``recommendation=``, ``slo=``, ``title=``) are merged into ``extra``.
+    """
     target = Path(path)
-    text = build_report(results_list, extra)
+    merged = {**(extra or {}), **tables}
+    if kind and "title" not in merged and not results_list:
+        merged["title"] = f"kvsim {kind}"
+    text = build_report(results_list, merged)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # NOTE: mkstemp creates 0600; a report is meant to be shared
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -57,9 +57,27 @@ def test_session_phases_by_hand() -> None:
 def test_session_markers_failures_and_preemptions() -> None:
     run = make_run()
     marks = dr.session_markers(run.requests, run.events)
+    turns = marks[marks["kind"] == "turn"]
+    assert sorted(zip(turns["session_id"], turns["time_s"])) == [
+        (EVIL, 1.0), ("alice", 0.0), ("alice", 12.6)]
+    marks = marks[marks["kind"] != "turn"]
     assert sorted(map(tuple, marks[["session_id", "kind", "time_s", "detail"]].values.tolist())
                   ) == sorted([(EVIL, "failed", 1.2, "exceed_context_size_error"),
                                ("alice", "preempt", 13.0, "recompute")])
+
+
+def test_session_order_by_first_arrival() -> None:
+    assert dr.session_order(make_run().requests) == ["alice", EVIL]
+
+
+def test_slot_engines_count_cached_inside_allocated() -> None:
+    run = make_run()
+    run.scenario["engine"] = {"preset": "llama.cpp", "allocator": "unified"}
+    layers = dict(dr.memory_stack(run.memory, run.summary, run.scenario)["device_layers"])
+    # t = 3 s: 2 GiB used cells of which 1 GiB idle cached, 1/4 GiB quantized
+    assert layers["KV allocated (full)"][3] == 2 * GIB - GIB - GIB // 4
+    assert layers["KV cached prefix"][3] == GIB
+    assert layers["KV reserved, free"][3] == 8 * GIB - 2 * GIB
 
 
 def test_ttft_cdf_excludes_failed_requests() -> None:

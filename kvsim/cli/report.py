@@ -1,0 +1,79 @@
+"""``kvsim report RESULTS_DIR... -o report.html``: one self-contained HTML report.
+
+Loads each results folder (``kvsim.metrics.results.Results.load``), refuses folders
+written by another kvsim release or missing a table (one line naming what is wrong,
+exit code 2), and writes the page atomically — never a half-written HTML file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvsim import __version__
+from kvsim.errors import InputError
+
+
+def _release(version: str) -> tuple[str, ...]:
+    return tuple(str(version).split(".")[:2])
+
+
+def load_for_report(path: str | Path) -> Any:
+    """A :class:`Results` with its ``meta.json`` attached as ``.meta``.
+
+    Raises :class:`InputError` naming the folder and what is missing, a format or
+    kvsim release (major.minor) other than this one, or an unreadable table.
+    """
+    from kvsim.metrics.results import Results
+
+    p = Path(path)
+    res = Results.load(p)  # names missing tables / wrong format version
+    try:
+        meta = json.loads((p / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError("results", str(p), f"unreadable meta.json ({exc})") from None
+    written_by = str(meta.get("kvsim_version", "unknown"))
+    if _release(written_by) != _release(__version__):
+        raise InputError("results", str(p), f"written by kvsim {written_by}; this is kvsim "
+                         f"{__version__} — re-run the simulation with this version")
+    res.meta = meta
+    return res
+
+
+@click.command()
+@click.argument("results_dirs", nargs=-1, required=True,
+                type=click.Path(file_okay=False, path_type=Path))
+@click.option("-o", "--output", default="report.html", show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path), help="HTML file to write")
+@click.option("--title", default=None, help="page title (default: the first scenario's name)")
+@click.option("--slo", "slos", multiple=True, metavar="METRIC=SECONDS",
+              help="SLO line on the CDFs, e.g. --slo ttft_p95=2s --slo itl_p95=150ms")
+def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
+           slos: tuple[str, ...]) -> None:
+    """Write one self-contained HTML report for RESULTS_DIR... (simulated or measured)."""
+    from kvsim.config.units import parse_duration
+    from kvsim.report import write_report
+
+    slo: dict[str, float] = {}
+    for item in slos:
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in ("ttft_p95", "itl_p95"):
+            raise InputError("--slo", item, "expected ttft_p95=<duration> or itl_p95=<duration>")
+        slo[f"{key.strip()}_s"] = parse_duration(value)
+    try:
+        runs = [load_for_report(d) for d in results_dirs]
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError("results", ", ".join(map(str, results_dirs)),
+                         f"unreadable table ({type(exc).__name__}: {exc})") from None
+    extra = {"slo": slo} | ({"title": title} if title else {})
+    try:
+        path = write_report(output, runs, extra)
+    except OSError as exc:
+        raise InputError("--output", str(output), f"cannot write: {exc.strerror}") from None
+    size_mib = path.stat().st_size / 2**20
+    click.echo(f"report: {path} ({size_mib:.1f} MiB, {len(runs)} run(s))")
