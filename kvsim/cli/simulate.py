@@ -48,7 +48,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
                   TextColumn("{task.fields[done]} requests"), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+                  console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(sc.name, total=total, done=0)
 
         def progress(now_s: float, done: int) -> None:

@@ -72,16 +72,31 @@ class Engine:
         self._finished = False
         self._idle = False
         self._activity: simpy.Event | None = None
+        self._abort = self.env.event()
+        self._error: InputError | None = None
         self.requests_done = 0
 
     # -- processes ----------------------------------------------------------------
+    def _guarded(self, gen):
+        """Run a process body; a user error stops the run and is re-raised by :meth:`run`.
+
+        NOTE: SimPy re-creates a failing process's exception from its ``args``, which
+        would lose InputError's fields, so user errors travel outside SimPy.
+        """
+        try:
+            yield from gen
+        except InputError as exc:
+            self._error = exc
+            if not self._abort.triggered:
+                self._abort.succeed()
+
     def _feeder(self, sessions: Iterator[Session]):
         for s in sessions:
             start = s.turns[0].start_s or 0.0
             if start > self.env.now:
                 yield self.env.timeout(start - self.env.now)
             self._active_sessions += 1
-            self.env.process(self._session(s))
+            self.env.process(self._guarded(self._session(s)))
         self._feeder_done = True
         self._poke()
 
@@ -186,13 +201,15 @@ class Engine:
     # -- entry ------------------------------------------------------------------------
     def run(self, sessions: Iterable[Session]) -> float:
         """Simulate every session to completion (or ``max_sim_time_s``); return the end time."""
-        self.env.process(self._feeder(iter(sessions)))
+        self.env.process(self._guarded(self._feeder(iter(sessions))))
         driver = self.env.process(self._driver())
         self.env.process(self._sampler())
-        until: Any = driver
+        stops = [driver, self._abort]
         if self.max_sim_time_s is not None:
-            until = self.env.any_of([driver, self.env.timeout(self.max_sim_time_s)])
-        self.env.run(until=until)
+            stops.append(self.env.timeout(self.max_sim_time_s))
+        self.env.run(until=self.env.any_of(stops))
+        if self._error is not None:
+            raise self._error
         self._finished = True
         self.recorder.sample(self.env.now, self.scheduler.memory())
         if self.progress is not None:

@@ -1,0 +1,84 @@
+"""`kvsim simulate`: a bundled scenario end to end, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvsim.cli import cli, main
+
+TRACE_LINE = {"session_id": "a", "kind": "chat", "member": "", "system_prompt_id": None,
+              "system_prompt_tokens": 0, "history": "full",
+              "turns": [{"start_s": 0.0, "think_s": 0.0, "prefix": [], "tool_tokens": 0,
+                         "input_tokens": 10, "output_tokens": 3, "references": []}]}
+
+
+def _run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def _trace(tmp_path: Path, **turn) -> Path:
+    line = json.loads(json.dumps(TRACE_LINE))
+    line["turns"][0].update(turn)
+    p = tmp_path / "trace.jsonl"
+    p.write_text(json.dumps({"trace_meta": {"source": "test", "schema_version": 1}}) + "\n"
+                 + json.dumps(line) + "\n")
+    return p
+
+
+def _scenario(tmp_path: Path, trace: Path, engine: str = "llama.cpp") -> Path:
+    p = tmp_path / "sc.yaml"
+    p.write_text(f"gpu: rtx-4090\nmodel: llama-3.1-8b\nengine: {engine}\n"
+                 f"workload:\n  trace: {trace}\n")
+    return p
+
+
+def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
+    out = tmp_path / "res"
+    r = CliRunner().invoke(cli, ["simulate", "quickstart", "--set", "workload.max_sessions=6",
+                                 "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "ttft_p95_s" in r.output and "peak_device_fraction" in r.output
+    names = {p.name for p in out.iterdir()}
+    assert {"requests.parquet", "itl.parquet", "steps.parquet", "memory.parquet",
+            "events.parquet", "summary.json", "scenario.json", "meta.json"} <= names
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] > 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "engine=vllm", "--set", "model=llama-3.1-70b", "--set", "weights=bf16"],
+     "cannot load on rtx-4060-ti-16gb: needs"),
+    (["--set", "engine.block_tokens=32"], "engine.block_tokens"),
+])
+def test_bad_scenarios_exit_2_without_output(tmp_path, capsys, args, needle) -> None:
+    out = tmp_path / "res"
+    code, _, err = _run_main(["simulate", "quickstart", "-o", str(out), *args], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and needle in err and err.count("\n") == 1
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_prompt_longer_than_model_context_and_zero_output(tmp_path, capsys) -> None:
+    long_trace = _trace(tmp_path, input_tokens=200_000)  # llama-3.1-8b max 131,072
+    code, _, err = _run_main(["simulate", str(_scenario(tmp_path, long_trace)), "-o",
+                              str(tmp_path / "o1")], capsys)
+    assert code == 2 and "maximum context (131072 tokens)" in err
+    zero = _trace(tmp_path, output_tokens=0)
+    code, _, err = _run_main(["simulate", str(_scenario(tmp_path, zero)), "-o",
+                              str(tmp_path / "o2")], capsys)
+    assert code == 2 and "output_tokens" in err and err.count("\n") == 1
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_module_entry_point_reports_one_line(tmp_path) -> None:
+    r = subprocess.run([sys.executable, "-m", "kvsim", "simulate", "no-such-scenario", "-o",
+                        str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "unknown; closest: " in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,79 @@
+"""Roofline latency: hand-computed decode time, exact KV bytes, numpy path == scalar path."""
+
+import numpy as np
+import pytest
+
+from kvsim.config.catalog import load_gpu, load_host, load_model
+from kvsim.latency.base import BatchShape
+from kvsim.latency.constant import ConstantLatency
+from kvsim.latency.roofline import RooflineLatency
+from kvsim.model.geometry import kv_geometry
+from kvsim.model.weights import model_weights
+
+
+def _roofline(model: str = "llama-3.1-8b", gpu: str = "rtx-4090", kv: str = "f16", **kw):
+    m = load_model(model)
+    return RooflineLatency(gpu=load_gpu(gpu), host=load_host("desktop-64gb"), model=m,
+                           geometry=kv_geometry(m, kv, kv), weights=model_weights(m, "q4_k_m"),
+                           **kw)
+
+
+def test_single_decode_is_weights_plus_kv_over_bandwidth() -> None:
+    """Batch 1 decode at 999 tokens of context: memory-bound, so
+    t = overhead + (weights read + 1000 tokens × 131072 B) / (bandwidth × efficiency)."""
+    r = _roofline(step_overhead_s=0.004)
+    gpu = load_gpu("rtx-4090")
+    w = model_weights(load_model("llama-3.1-8b"), "q4_k_m")
+    weights_read = w.num_layers * w.per_layer_bytes + (w.non_repeating_bytes - w.embedding_bytes)
+    expected = 0.004 + (weights_read + 1000 * 131072) / (
+        gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency)
+    assert r.step_time_s(BatchShape(decode_context=(999,))) == pytest.approx(expected, rel=1e-12)
+
+
+def test_long_prefill_is_compute_bound_with_quadratic_attention() -> None:
+    r = _roofline(step_overhead_s=0.0)
+    m, gpu = load_model("llama-3.1-8b"), load_gpu("rtx-4090")
+    n = 2048
+    flops = 2 * m.params_active * n + 4 * m.num_attention_heads * m.head_dim * m.num_layers \
+        * n * (n + 1) / 2
+    expected = flops / (gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency)
+    assert r.step_time_s(BatchShape((n,), (0,))) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "gemma-3-12b", "qwen3-next-80b-a3b"])
+def test_kv_bytes_match_geometry_and_decode_stretch_matches_steps(model: str) -> None:
+    try:
+        r = _roofline(model, kv="q8_0")
+    except Exception as exc:  # noqa: BLE001 - a catalogue without this model
+        pytest.skip(str(exc))
+    ns = np.array([0, 1, 17, 1023, 4096, 70000])
+    assert r.kv_bytes(ns).tolist() == [r.geometry.bytes_for_tokens(int(n)) for n in ns]
+    ctx = np.array([10, 500, 3000])
+    fast = r.decode_steps_s(ctx, 64)
+    slow = [r.step_time_s(BatchShape(decode_context=tuple(int(c) + j for c in ctx)))
+            for j in range(64)]
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_quantized_kv_pays_dequant_and_offload_slows_decode() -> None:
+    base = _roofline(kv="q8_0").step_time_s(BatchShape(decode_context=(8000,) * 8))
+    deq = _roofline(kv="q8_0", kv_quantized=True).step_time_s(
+        BatchShape(decode_context=(8000,) * 8))
+    assert deq > base
+    # 16 of 32 layers on the CPU: each half of the weights and of the KV streams at
+    # its own memory's bandwidth (the output head stays on the CPU with partial offload)
+    off = _roofline(gpu_layers=16).step_time_s(BatchShape(decode_context=(99,)))
+    gpu, host = load_gpu("rtx-4090"), load_host("desktop-64gb")
+    w = model_weights(load_model("llama-3.1-8b"), "q4_k_m")
+    head = w.non_repeating_bytes - w.embedding_bytes
+    kv = 100 * 131072
+    expected = 0.004 + (16 * w.per_layer_bytes + kv / 2) / (
+        gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency) + (
+        16 * w.per_layer_bytes + head + kv / 2) / host.memory_bandwidth_bytes_per_s
+    assert off == pytest.approx(expected, rel=1e-12)
+
+
+def test_constant_model() -> None:
+    c = ConstantLatency(0.02, prefill_token_s=1e-4, decode_token_s=1e-3)
+    assert c.step_time_s(BatchShape((100,), (0,), (5, 6))) == pytest.approx(0.02 + 0.01 + 0.002)
+    assert c.decode_steps_s(np.array([1, 2, 3]), 4).tolist() == [0.023] * 4

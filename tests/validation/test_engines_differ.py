@@ -1,0 +1,61 @@
+"""The allocator families fail differently (engines.md §3.1, §3.4, §3.5, §1.4).
+
+``-c 16384 --parallel 4``: llama.cpp per-slot gives each slot 16384 / 4 = 4,096 tokens;
+unified lets any slot grow to 16,384 but all slots share them; vLLM pages a pool sized
+from memory.  Sessions grow by 1,000 tokens per turn (800 in + 200 out).
+"""
+
+from kvsim.api import simulate
+from kvsim.config.scenario import resolve_scenario
+from kvsim.workload.schema import Session, Turn
+
+
+def _session(sid: str, turns: int, start: float = 0.0) -> Session:
+    ts = [Turn(start_s=start, input_tokens=800, output_tokens=200)]
+    ts += [Turn(think_s=1.0, input_tokens=800, output_tokens=200) for _ in range(turns - 1)]
+    return Session(session_id=sid, turns=tuple(ts))
+
+
+def _run(engine: dict, sessions: list[Session], gpu: str = "rtx-4090"):
+    sc = resolve_scenario({"gpu": gpu, "model": "llama-3.1-8b", "weights": "q4_k_m",
+                           "engine": engine, "workload": {}})
+    return simulate(sc, sessions=sessions)
+
+
+LLAMA = {"preset": "llama.cpp", "context_tokens": 16384, "parallel": 4}
+
+
+def _failed_by_session(res) -> dict[str, int]:
+    return res.requests.groupby("session_id").failed.sum().astype(int).to_dict()
+
+
+def test_two_long_two_short() -> None:
+    sessions = [_session("long1", 6), _session("long2", 6), _session("short1", 1),
+                _session("short2", 1)]
+    per_slot = _run({**LLAMA, "allocator": "slots"}, sessions)
+    failed = _failed_by_session(per_slot)
+    # turns 4 and 5 have prompts of 4,800 and 5,800 tokens >= 4,096: HTTP 400
+    assert failed == {"long1": 2, "long2": 2, "short1": 0, "short2": 0}
+    reasons = set(per_slot.requests.failure_reason) - {""}
+    assert reasons == {"exceed_context_size_error"}
+    shifted = _run({**LLAMA, "allocator": "slots", "context_shift": True}, sessions)
+    assert shifted.summary["failed_requests"] == 0
+    assert (shifted.events.kind == "truncate_prompt").sum() == 4
+    for engine in ({**LLAMA, "allocator": "unified"},
+                   {"preset": "vllm", "context_tokens": 16384}):
+        res = _run(engine, sessions)
+        assert res.summary["failed_requests"] == 0, engine
+        assert res.summary["requests"] == 14
+
+
+def test_four_long_sessions_exhaust_the_unified_pool() -> None:
+    sessions = [_session(f"long{i}", 6) for i in range(4)]
+    unified = _run({**LLAMA, "allocator": "unified"}, sessions)
+    kinds = set(unified.events.kind)
+    assert "batch_halving" in kinds
+    reasons = set(unified.requests.failure_reason) - {""}
+    assert reasons == {"Context size has been exceeded."}
+    assert unified.summary["failed_requests"] >= 4
+    vllm = _run({"preset": "vllm", "context_tokens": 16384}, sessions, gpu="rtx-5090")
+    assert vllm.summary["failed_requests"] == 0
+    assert vllm.summary["requests"] == 24
