@@ -108,7 +108,7 @@ async def _measure(url: str, grid: EngineGrid, slots: int) -> list[TimingPoint]:
         for b in grid.batches:
             if b > slots:
                 continue
-            for c in (min(grid.contexts[-1], 512), grid.contexts[-1]):
+            for c in sorted({min(grid.contexts[-1], 512), grid.contexts[-1]}):
                 points.append(await probe.decode(b, c))
         return points
 

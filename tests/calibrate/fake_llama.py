@@ -75,6 +75,11 @@ class FakeLlama:
             n = body["n_predict"]
             out = [1000 + 7 * idx + i for i in range(n)]
             self.cache = prompt + out[:-1]
+        timings = {"cache_n": lcp, "prompt_n": len(prompt) - lcp, "prompt_ms": 1.0 + len(prompt),
+                   "predicted_n": n, "predicted_ms": 2.0 * n}
+        if not body.get("stream"):
+            h._json(200, {"content": "", "tokens_predicted": n, "timings": timings})
+            return
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
@@ -84,8 +89,7 @@ class FakeLlama:
             h.wfile.flush()
         final = {"stop": True, "tokens": [], "content": "", "tokens_predicted": n,
                  "truncated": False,
-                 "timings": {"cache_n": lcp, "prompt_n": len(prompt) - lcp,
-                             "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 2.0}}
+                 "timings": timings}
         h.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
         h.wfile.flush()
         h.close_connection = True

@@ -1,0 +1,176 @@
+"""End-to-end: a real llama-server on a tiny random-weights GGUF vs kvsim's predictions.
+
+Runs serially after the unit tests (marker ``e2e``; scripts/test.sh): timings measured
+beside busy test workers would not be the engine's.  Set-up builds llama-server with
+scripts/build_llama_server.sh (cached by version outside the clone; a cold build takes
+10–20 minutes on 2 cores), writes the tiny GGUF and starts servers on 127.0.0.1 with
+``-t 1`` (two threads on two busy cores collapse decode speed), ``--no-webui`` and
+``--metrics``.
+
+Acceptance (issue 9):
+- KV buffer sizes predicted by kvsim.model.budget equal what llama-server prints at
+  ``-lv 4`` for f16, q8_0 and q4_0;
+- for every request of the replay, predicted cached prompt tokens == measured
+  ``timings.cache_n`` and computed == ``prompt_n`` — with more sessions than slots, and
+  with ``--cache-ram`` on and 0;
+- p50 and p95 TTFT and inter-token latency within ±25% after calibrating against the
+  same server (``kvsim calibrate engine``).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvsim.calibrate.artifact import save_artifact
+from kvsim.calibrate.engine import EngineGrid, calibrate_engine
+from kvsim.calibrate.logs import read_log_text
+from kvsim.calibrate.replay import ReplayOptions, replay
+from kvsim.calibrate.tiny_gguf import BYTE_IDS, TinyLlama, write_tiny_gguf
+from kvsim.calibrate.validate import compare_requests, compare_results
+from kvsim.calibrate.wire import TokenSpace
+from kvsim.config.catalog import load_gpu
+from kvsim.config.engine import resolve_engine
+from kvsim.config.scenario import resolve_scenario
+from kvsim.model.importers import model_from_gguf
+from kvsim.workload.schema import Session, Turn
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+TINY = TinyLlama()
+SPACE = TokenSpace(low=TINY.piece_ids.start, high=TINY.piece_ids.stop, banned=tuple(BYTE_IDS))
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def server_bin() -> str:
+    out = subprocess.run([str(ROOT / "scripts/build_llama_server.sh")], check=True,
+                         capture_output=True, text=True, timeout=3600)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", TINY)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, binary: str, model: Path, log: Path, *args: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+               "-t", "1", "--no-webui", "--metrics", *args]
+        self.fh = log.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self.fh, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("llama-server did not become healthy in 60 s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.fh.close()
+
+
+@contextmanager
+def _serve(server_bin: str, gguf: Path, log: Path, *args: str) -> Iterator[Server]:
+    srv = Server(server_bin, gguf, log, *args)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize(("cache_type", "kv_mib"), [("f16", 24.0), ("q8_0", 12.75),
+                                                      ("q4_0", 6.75)])
+def test_kv_buffer_sizes_match_llama_server(server_bin: str, gguf_path: Path, tmp_path: Path,
+                                            cache_type: str, kv_mib: float) -> None:
+    from kvsim.model.budget import memory_budget
+
+    # by hand: 8192 cells · 6 layers · 2 KV heads · 128 K+V values · bytes/value (§0)
+    # f16 2 → 24 MiB, q8_0 34/32 → 12.75 MiB, q4_0 18/32 → 6.75 MiB
+    log = tmp_path / "server.log"
+    with _serve(server_bin, gguf_path, log, "-c", "8192", "-np", "2", "-fa", "on",
+                "-ctk", cache_type, "-ctv", cache_type, "-lv", "4"):
+        pass
+    facts = read_log_text(log.read_text(), str(log))
+    model = model_from_gguf(gguf_path)
+    engine = resolve_engine({"preset": "llama.cpp", "allocator": "slots",
+                             "context_tokens": 8192, "parallel": 2,
+                             "cache_type_k": cache_type, "cache_type_v": cache_type})
+    budget = memory_budget(load_gpu("rtx-4090"), model, "f16", engine)
+    assert facts.kv_size_bytes == facts.kv_buffer_bytes == int(kv_mib * MiB)
+    assert budget.kv_reserved_bytes == facts.kv_buffer_bytes
+    assert (facts.n_ctx, facts.n_ctx_seq, facts.kv_cells) == (8192, 4096, 8192)
+    assert budget.slot_tokens == facts.n_ctx_seq and budget.kv_pool_tokens == facts.kv_cells
+
+
+def _sessions() -> list[Session]:
+    """Five chat sessions on two slots: shared system prompt, 3 turns each, staggered."""
+    out = []
+    shape = [(40, 24), (60, 16), (30, 32)]
+    for k in range(5):
+        turns = tuple(
+            Turn(start_s=0.4 * k if i == 0 else None, think_s=0.0 if i == 0 else 0.3 + 0.1 * k,
+                 input_tokens=inp + 10 * k, output_tokens=out)
+            for i, (inp, out) in enumerate(shape))
+        out.append(Session(session_id=f"s{k}", member=f"m{k}", system_prompt_id="house",
+                           system_prompt_tokens=96, turns=turns))
+    return out
+
+
+@pytest.mark.parametrize("cache_ram", ["64", "0"])
+def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: Path,
+                                   cache_ram: str) -> None:
+    from kvsim.api import simulate
+
+    sessions = _sessions()
+    args = ("-c", "4096", "-np", "2", "--cache-ram", cache_ram)
+    with _serve(server_bin, gguf_path, tmp_path / "server.log", *args) as srv:
+        grid = EngineGrid(prompt_tokens=(16, 64, 256), contexts=(0, 256, 1024),
+                          batches=(1, 2), decode_tokens=32, repeats=3, space=SPACE)
+        artifact = save_artifact(calibrate_engine(srv.url, grid), tmp_path / "engine.json")
+        measured = replay(sessions, ReplayOptions(url=srv.url, space=SPACE))
+    scenario = resolve_scenario({
+        "gpu": "rtx-4090", "model": model_from_gguf(gguf_path), "weights": "f16",
+        "engine": {"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
+                   "parallel": 2, "cache_ram_bytes": int(cache_ram) * MiB},
+        "workload": {"trace": str(tmp_path / "unused.jsonl")},
+        "latency": {"kind": "calibrated", "path": str(artifact)}})
+    predicted = simulate(scenario, sessions=sessions)
+    assert measured.summary["failed_requests"] == 0
+
+    per = compare_requests(measured, predicted)
+    bad = per[~(per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"])]
+    assert bad.empty, bad.to_string()
+
+    cmp = compare_results(measured, predicted).set_index("metric")
+    for metric in ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s"):
+        rel = cmp.loc[metric, "rel_error"]
+        assert abs(rel) <= 0.25, f"{metric}: {cmp.loc[metric].to_dict()}"
