@@ -31,7 +31,7 @@ class PoolSizing:
     device_bytes: int = 1
 
     @classmethod
-    def from_budget(cls, b: Any) -> "PoolSizing":
+    def from_budget(cls, b: Any) -> PoolSizing:
         return cls(kv_pool_tokens=b.kv_pool_tokens, slot_tokens=b.slot_tokens,
                    kv_reserved_bytes=b.kv_reserved_bytes, num_gpu_blocks=b.num_gpu_blocks,
                    block_tokens=b.block_tokens,

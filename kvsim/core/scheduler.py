@@ -15,6 +15,7 @@ itself was the victim.  No waiting request is admitted in a step that preempted.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from kvsim.core.kv.block_pool import BlockPool
@@ -98,7 +99,7 @@ class PagedScheduler:
             self.waiting.popleft()
             if req.preemptions == 0 and req.num_output == 0:
                 req.cached_tokens = hit.num_tokens
-            if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
+            if math.isnan(req.first_scheduled_s):  # first admission
                 req.first_scheduled_s = now_s
             req.num_computed_tokens = hit.num_tokens
             req.high_water = max(req.high_water, hit.num_tokens)

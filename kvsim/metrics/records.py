@@ -70,7 +70,7 @@ class Recorder:
         failed = req.failure_reason != ""
         self.requests.append((
             req.request_id, req.session_id, req.turn, req.member, req.kind, arr, first, tok,
-            fin, first - arr if first == first else nan, tok - arr if tok == tok else nan,
+            fin, nan if math.isnan(first) else first - arr, nan if math.isnan(tok) else tok - arr,
             fin - arr if not failed else nan, req.prompt_tokens, req.cached_tokens,
             req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
             failed, req.failure_reason, req.truncated, *_itl_stats(req.itl)))

@@ -23,7 +23,13 @@ import pandas as pd
 from kvsim import __version__
 from kvsim.errors import InputError
 from kvsim.metrics.records import (
-    EVENT_COLUMNS, ITL_COLUMNS, MEMORY_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS, Recorder)
+    EVENT_COLUMNS,
+    ITL_COLUMNS,
+    MEMORY_COLUMNS,
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    Recorder,
+)
 
 FORMAT_VERSION = 1
 TABLES = ("requests", "itl", "steps", "memory", "events")
@@ -97,7 +103,7 @@ class Results:
         return target
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Results":
+    def load(cls, path: str | os.PathLike[str]) -> Results:
         """Read a result directory; InputError names what is missing or mismatched."""
         p = Path(path)
         if not p.is_dir():

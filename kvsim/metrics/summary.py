@@ -43,7 +43,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     output_tokens = int(requests["output_tokens"].sum())
     span = (requests["finish_s"].max() - requests["arrival_s"].min()) if len(requests) else 0.0
     out["output_tokens"] = output_tokens
-    out["tokens_per_s"] = float(output_tokens / span) if span and span == span else 0.0
+    out["tokens_per_s"] = float(output_tokens / span) if span and not math.isnan(span) else 0.0
     peak_res = int(memory["kv_reserved_bytes"].max()) if len(memory) else 0
     peak_alloc = int(memory["kv_allocated_bytes"].max()) if len(memory) else 0
     out["peak_kv_reserved_bytes"] = peak_res
@@ -63,7 +63,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["evictions"] = int(evictions)
     out["failed_requests"] = int(requests["failed"].sum())
     out["truncated_requests"] = int(requests["truncated"].sum())
-    out["requests"] = int(len(requests))
+    out["requests"] = len(requests)
     out["steps"] = int(steps["steps"].sum()) if len(steps) else 0
     out["sim_time_s"] = float(sim_time_s)
     return out

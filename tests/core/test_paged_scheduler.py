@@ -6,8 +6,8 @@ from kvsim.core.scheduler import PagedScheduler
 
 
 def _sched(**kw) -> PagedScheduler:
-    args = dict(num_blocks=10, block_tokens=4, block_bytes=100, max_num_seqs=8,
-                max_num_batched_tokens=64, max_model_len=40)
+    args = {"num_blocks": 10, "block_tokens": 4, "block_bytes": 100, "max_num_seqs": 8,
+                "max_num_batched_tokens": 64, "max_model_len": 40}
     args.update(kw)
     return PagedScheduler(**args)
 

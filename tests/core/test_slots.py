@@ -1,16 +1,16 @@
 """llama.cpp / Ollama slots: token-exact prompt reuse, slot choice, RAM cache, failures."""
 
+from core_helpers import req, run_until_idle
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from kvsim.core.slot_scheduler import FAIL_POOL_EXHAUSTED, FAIL_PROMPT_TOO_LONG, SlotScheduler
-from core_helpers import req, run_until_idle
 
 
 def _slots(**kw) -> SlotScheduler:
-    args = dict(parallel=2, slot_tokens=4096, pool_cells=8192, unified=False, bytes_per_token=10,
-                reserved_bytes=81920, n_batch=2048, cache_ram_bytes=0)
+    args = {"parallel": 2, "slot_tokens": 4096, "pool_cells": 8192, "unified": False, "bytes_per_token": 10,
+                "reserved_bytes": 81920, "n_batch": 2048, "cache_ram_bytes": 0}
     args.update(kw)
     return SlotScheduler(**args)
 

@@ -59,3 +59,15 @@ def test_four_long_sessions_exhaust_the_unified_pool() -> None:
     vllm = _run({"preset": "vllm", "context_tokens": 16384}, sessions, gpu="rtx-5090")
     assert vllm.summary["failed_requests"] == 0
     assert vllm.summary["requests"] == 24
+
+
+def test_vllm_preset_second_session_reuses_125_system_prompt_blocks() -> None:
+    """Two sessions share a 2,000-token system prompt: under the vllm preset (16-token
+    blocks) the second one's prompt hits floor(2000 / 16) = 125 cached blocks."""
+    sessions = [Session(session_id=f"s{i}", system_prompt_id="shared",
+                        system_prompt_tokens=2000,
+                        turns=(Turn(start_s=10.0 * i, input_tokens=100, output_tokens=20),))
+                for i in range(2)]
+    res = _run({"preset": "vllm", "context_tokens": 8192}, sessions)
+    cached = res.requests.set_index("request_id").cached_tokens.to_dict()
+    assert cached == {"s0#0": 0, "s1#0": 125 * 16}

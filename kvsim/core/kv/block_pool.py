@@ -20,7 +20,7 @@ from collections.abc import Iterable
 class Block:
     """One KV block: an id, a reference count, an optional prefix hash."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev", "next")
+    __slots__ = ("block_hash", "block_id", "next", "prev", "ref_cnt")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
