@@ -11,6 +11,7 @@ the test is skipped, with the reason, only when neither chromium nor apt is ther
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import shutil
@@ -80,7 +81,13 @@ class Browser:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
                 return msg.get("result", {})
-            self.events.append(msg)
+            if msg.get("id") is None:
+                self.events.append(msg)
+            if msg.get("method") == "Page.javascriptDialogOpening":
+                # NOTE: an open dialog blocks the page; dismiss it (it is recorded above)
+                self.ws.send(json.dumps({"id": next(self.ids), "method":
+                                         "Page.handleJavaScriptDialog",
+                                         "params": {"accept": True}}))
 
     def evaluate(self, expression: str) -> object:
         res = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
@@ -101,7 +108,8 @@ def _errors(events: list[dict]) -> list[str]:
     for e in events:
         method, p = e.get("method"), e.get("params", {})
         if method == "Runtime.exceptionThrown":
-            out.append(json.dumps(p["exceptionDetails"])[:300])
+            det = p["exceptionDetails"]
+            out.append(str((det.get("exception") or {}).get("description") or det["text"])[:300])
         elif method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
             out.append(json.dumps(p.get("args"))[:300])
         elif method == "Log.entryAdded" and p["entry"].get("level") == "error":
@@ -131,15 +139,15 @@ def _report(path: Path) -> Path:
     return write_report(path, runs, extra)
 
 
-def test_report_renders_in_chromium_without_errors(chromium: str, tmp_path: Path) -> None:
-    report = _report(tmp_path / "report.html")
-    browser = Browser(chromium, tmp_path / "profile")
+def _open(chromium: str, report: Path, profile: Path) -> dict:
+    """Load ``report``, wait until every announced figure drew its SVG, collect state."""
+    browser = Browser(chromium, profile)
     try:
         for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
             browser.call(domain)
         browser.call("Page.navigate", url=report.as_uri())
-        announced = None
-        deadline = time.monotonic() + 60
+        state = None
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             state = browser.evaluate(
                 "[document.readyState, Number(document.body && document.body.dataset.figures),"
@@ -147,22 +155,54 @@ def test_report_renders_in_chromium_without_errors(chromium: str, tmp_path: Path
                 " [...document.querySelectorAll('.plotly-graph-div')]"
                 ".filter(d => d.querySelector('.main-svg')).length]")
             if state and state[0] == "complete" and state[3] == state[1]:
-                announced = state
                 break
             time.sleep(0.2)
         time.sleep(0.5)  # let late errors arrive
-        text = browser.evaluate("document.body.innerText")
-        title = browser.evaluate("document.title")
-        svg_text = browser.evaluate("[...document.querySelectorAll('.main-svg text')]"
-                                    ".map(t => t.textContent).join('\\n')")
-        shot = browser.call("Page.captureScreenshot", format="png")["data"]
+        out = {"state": state, "text": browser.evaluate("document.body.innerText"),
+               "title": browser.evaluate("document.title"),
+               "svg_text": browser.evaluate("[...document.querySelectorAll('.main-svg text')]"
+                                            ".map(t => t.textContent).join('\\n')"),
+               "png": base64.b64decode(browser.call("Page.captureScreenshot",
+                                                    format="png")["data"])}
         browser.evaluate("1")  # drain pending events
     finally:
         browser.close()
-    import base64
-    (tmp_path / "report.png").write_bytes(base64.b64decode(shot))
-    assert announced is not None, "figures never finished rendering"
-    assert announced[1] == 17 and announced[2] == 17, announced  # 7 overall + 5 per run × 2
-    assert _errors(browser.events) == []
-    assert EVIL in text and EVIL in title
-    assert EVIL in svg_text  # the session id / scenario label in the plots, as text
+    out["errors"] = _errors(browser.events)
+    return out
+
+
+def test_report_renders_in_chromium_without_errors(chromium: str, tmp_path: Path) -> None:
+    report = _report(tmp_path / "report.html")
+    seen = _open(chromium, report, tmp_path / "profile")
+    (tmp_path / "report.png").write_bytes(seen["png"])
+    state = seen["state"]
+    # 7 overall (plan, GPUs, sweep, policies, TTFT, ITL, prefix) + 5 per run × 2 runs
+    assert state[1:] == [17, 17, 17], state
+    assert seen["errors"] == []
+    assert EVIL in seen["text"] and EVIL in seen["title"]
+    assert EVIL in seen["svg_text"]  # the session id / scenario label in the plots, as text
+
+
+def test_simulated_run_report_in_chromium(chromium: str, tmp_path: Path) -> None:
+    from kvsim.api import simulate
+    from kvsim.cli.report import load_for_report
+    from kvsim.config.scenario import load_scenario
+
+    sc = load_scenario("quickstart", ["workload.max_sessions=6", f"name={EVIL}"])
+    res_dir = simulate(sc).save(tmp_path / "res")
+    report = write_report(tmp_path / "sim.html", [load_for_report(res_dir)])
+    seen = _open(chromium, report, tmp_path / "profile")
+    state = seen["state"]
+    assert state[0] == "complete" and state[1] >= 6 and state[1] == state[2] == state[3], state
+    assert seen["errors"] == []
+    assert EVIL in seen["text"] and EVIL in seen["svg_text"]
+
+
+def test_checker_catches_scripts_that_run(chromium: str, tmp_path: Path) -> None:
+    """Negative control: an unescaped payload and a script error are both reported."""
+    page = tmp_path / "bad.html"
+    page.write_text("<html><body data-figures='0'><p>x</p><script>alert(1)</script>"
+                    "<script>undefinedFunction()</script></body></html>")
+    seen = _open(chromium, page, tmp_path / "profile")
+    assert any(e.startswith("dialog opened: 1") for e in seen["errors"]), seen["errors"]
+    assert any("undefinedFunction" in e for e in seen["errors"]), seen["errors"]
