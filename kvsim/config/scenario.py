@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvsim.config.catalog import (
     bundled_path, load_gpu, load_host, load_link, load_model, read_yaml)
-from kvsim.config.engine import EngineConfig, resolve_engine
+from kvsim.config.engine import EngineConfig, engine_for_gpu
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, Seconds
 from kvsim.errors import InputError, from_validation_error
@@ -161,7 +161,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     gpu = data["gpu"]
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
-    data["engine"] = resolve_engine(data.get("engine", "llama.cpp"))
+    data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu)
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}

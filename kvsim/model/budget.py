@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvsim.config.engine import engine_for_gpu, sglang_gpu_defaults  # noqa: F401  (re-export)
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig, resolve_engine
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
@@ -140,34 +141,6 @@ class MemoryBudget:
             ("engine overhead (non-torch, CUDA graphs)", self.engine_overhead_bytes),
             (f"KV reserved ({self.cache_type_k}/{self.cache_type_v})", self.kv_reserved_bytes),
         ]
-
-
-def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
-    """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for one GPU
-    with TP = PP = 1 (engines.md §2.1; 24 GiB → 0.847)."""
-    gpu_mib = gpu_memory_bytes / MIB
-    gib = gpu_memory_bytes / GIB
-    tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
-    chunk, graph_bs = next(((c, b) for lim, c, b in tiers if gib < lim), (16384, 512))
-    reserved_mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * 1 * 1 / 8
-    if gib > 60:
-        reserved_mib = max(reserved_mib, 10 * 1024)
-    return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
-
-
-def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec) -> EngineConfig:
-    """Resolve an engine preset, filling the defaults real engines derive from the GPU
-    for keys the caller did not set: vLLM's batch budget on ≥ 70 GiB non-A100 cards
-    (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1)."""
-    given = {"preset": spec} if isinstance(spec, str) else dict(spec)
-    preset = given.get("preset")
-    fill: dict[str, Any] = {}
-    if preset == "vllm" and gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name:
-        fill = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
-    elif preset == "sglang":
-        frac, chunk = sglang_gpu_defaults(gpu.memory_bytes)
-        fill = {"gpu_memory_utilization": frac, "max_num_batched_tokens": chunk}
-    return resolve_engine({**fill, **given})
 
 
 def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
