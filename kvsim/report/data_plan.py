@@ -76,7 +76,7 @@ def plan_grids(plan: pd.DataFrame | None) -> list[dict[str, Any]]:
             binding[i, j] = "" if bool(r["feasible"]) else str(r["binding"] or "?")
             hover[i, j] = _plan_hover(r)
         label = " · ".join(f"{k}={v}" for k, v in zip(keys, key)
-                           if v is not None and v == v and v != "") or "plan"
+                           if pd.notna(v) and v != "") or "plan"
         grids.append({"label": label, "contexts": contexts, "parallels": parallels,
                       "fraction": fraction, "feasible": feasible, "binding": binding,
                       "hover": hover})

@@ -108,7 +108,7 @@ def _budget_parts(config: dict) -> list[tuple[str, int]]:
         b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine,
                           driver_reserve_bytes=sc.driver_reserve_bytes,
                           display_reserve_bytes=sc.display_reserve_bytes)
-    except Exception:  # noqa: BLE001 - an old or partial scenario: fall back to one row
+    except Exception:
         return []
     return [("driver reserve", b.driver_reserve_bytes),
             ("display / other", b.display_reserve_bytes), ("weights", b.weights_gpu_bytes),

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvsim.report.data_plan import binding_label
-from kvsim.report.figures_run import LAYOUT, PLAN_LINE, title_dict, esc
+from kvsim.report.figures_run import LAYOUT, PLAN_LINE, esc, title_dict
 
 
 def plan_figure(grid: dict[str, Any], recommendation: dict[str, Any] | None = None

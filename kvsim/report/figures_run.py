@@ -198,6 +198,7 @@ def accuracy_figure(table: pd.DataFrame, title: str, max_sessions: int = 60) -> 
                              marker=dict(symbol="line-ew-open", size=16, color="crimson",
                                          line=dict(width=3))))
     fig.add_hline(y=0.5, line=dict(color="grey", dash="dot"))
-    fig.update_layout(title=title_dict(title), yaxis=dict(title="score multiplier", range=[0, 1.05]),
+    fig.update_layout(title=title_dict(title),
+                      yaxis=dict(title="score multiplier", range=[0, 1.05]),
                       xaxis=dict(type="category", title="session"), **LAYOUT)
     return fig

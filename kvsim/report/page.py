@@ -13,6 +13,7 @@ same results give byte-identical reports.
 from __future__ import annotations
 
 import html
+import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -39,8 +40,9 @@ h1{margin-bottom:.2em} .note{color:#777;font-style:italic;margin:.3em 0 1em}
 .card{border:1px solid #ddd;border-radius:8px;padding:.5em 1.2em;margin:1em 0}
 .kpis{display:flex;flex-wrap:wrap;gap:.6em} .kpi{background:#f4f6fa;padding:.4em .8em;
 border-radius:6px} .kpi span{display:block;font-size:.8em;color:#555}
-.cols{display:flex;gap:2em;flex-wrap:wrap;margin:.8em 0;align-items:flex-start} .facts th{text-align:left;
-padding-right:1em;font-weight:600;color:#444} caption{text-align:left;font-weight:600}
+.cols{display:flex;gap:2em;flex-wrap:wrap;margin:.8em 0;align-items:flex-start}
+.facts th{text-align:left;padding-right:1em;font-weight:600;color:#444}
+caption{text-align:left;font-weight:600}
 pre{white-space:pre-wrap;font-size:.8em;background:#f8f8f8;padding:.8em}
 .figure{margin:1.5em 0} code{background:#f4f6fa;padding:.2em .4em}
 """
@@ -109,8 +111,8 @@ def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -
               "itl_p95_s", "gap between tokens (s)"))
     for name, fn, slo_key, xlabel in specs:
         curves = [(lab, d) for lab, r in labeled if (d := fn(r)) is not None]
-        _maybe(page, curves, lambda c: fr.cdf_figure(c, f"{name} CDF", xlabel,
-                                                     slo.get(slo_key)),
+        _maybe(page, curves, lambda c, n=name, x=xlabel, k=slo_key: fr.cdf_figure(
+            c, f"{n} CDF", x, slo.get(k)),
                f"No {name} data; CDF omitted.")
     curves = [(lab, d) for lab, r in labeled
               if (d := dr.prefix_hits(getattr(r, "requests", None))) is not None]
@@ -123,7 +125,8 @@ REC_KEYS = ("gpu", "kv_dtype", "policy", "context_tokens", "parallel", "ttft_p95
 
 
 def _present(value: Any) -> bool:
-    return value is not None and value == value and value != ""
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) \
+        and value != ""
 
 
 def _short(value: Any) -> str:

@@ -25,9 +25,9 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
-from conftest import EVIL, make_run, plan_table  # noqa: E402
+from conftest import EVIL, make_run, plan_table
 
-from kvsim.report import write_report  # noqa: E402
+from kvsim.report import write_report
 
 pytestmark = pytest.mark.e2e
 websocket = pytest.importorskip("websocket", reason="websocket-client (dev extra) missing")
