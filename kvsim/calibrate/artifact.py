@@ -11,13 +11,15 @@ scenarios reference with ``latency: {kind: calibrated, path: ...}``.  It holds:
   validity range of every fit feature (what :mod:`kvsim.latency.calibrated` clamps to);
 - the limits a run reached (device memory exhausted at some grid point).
 
-The step-time model (the same for kernel and engine calibrations) is linear in five
+The step-time model (the same for kernel and engine calibrations) is linear in six
 non-negative coefficients over features of one engine step (see :func:`step_features`):
 
-    t = c_step + c_prefill_token·P + c_prefill_attn·A + c_decode_seq·D + c_decode_kv·K
+    t = c_step + c_prefill_seq·S + c_prefill_token·P + c_prefill_attn·A
+        + c_decode_seq·D + c_decode_kv·K
 
-P prefill tokens, A = Σ p_i·(ctx_i + p_i/2) attention pairs of the prefill chunks,
-D decoding sequences and K = Σ decode contexts (KV tokens read by decode).
+S prefill chunks (sequences whose prompt is computed in this step: per-sequence set-up
+and first-token sampling), P prefill tokens, A = Σ p_i·(ctx_i + p_i/2) attention pairs
+of the prefill chunks, D decoding sequences and K = Σ decode contexts (KV tokens read).
 
 NOTE: artifacts are frozen pydantic models; unknown keys are rejected and the format
 version is checked on load, so an old artifact fails loudly instead of mis-predicting.
@@ -38,7 +40,7 @@ from kvsim.errors import InputError, from_validation_error
 
 ARTIFACT_VERSION = 1
 FEATURES: tuple[str, ...] = (
-    "step", "prefill_token", "prefill_attn", "decode_seq", "decode_kv")
+    "step", "prefill_seq", "prefill_token", "prefill_attn", "decode_seq", "decode_kv")
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -149,7 +151,8 @@ def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
     p = np.asarray(prefill_tokens, dtype=float)
     c = np.asarray(prefill_context, dtype=float)
     d = np.asarray(decode_context, dtype=float)
-    return np.array([1.0, p.sum(), (p * (c + p / 2.0)).sum(), float(d.size), d.sum()])
+    return np.array([1.0, float(p.size), p.sum(), (p * (c + p / 2.0)).sum(), float(d.size),
+                     d.sum()])
 
 
 def point_features(pt: TimingPoint) -> np.ndarray:
@@ -159,9 +162,9 @@ def point_features(pt: TimingPoint) -> np.ndarray:
         chunk = pt.tokens / s
         ctx = pt.context + chunk * np.arange(s)
         per_seq_attn = (chunk * (ctx + chunk / 2.0)).sum()
-        return np.array([s, b * pt.tokens, b * per_seq_attn, 0.0, 0.0])
+        return np.array([s, b * s, b * pt.tokens, b * per_seq_attn, 0.0, 0.0])
     ctx_sum = s * pt.context + s * (s - 1) / 2.0
-    return np.array([s, 0.0, 0.0, b * s, b * ctx_sum])
+    return np.array([s, 0.0, 0.0, 0.0, b * s, b * ctx_sum])
 
 
 def point_step_ranges(pt: TimingPoint) -> dict[str, tuple[float, float]]:
@@ -170,10 +173,10 @@ def point_step_ranges(pt: TimingPoint) -> dict[str, tuple[float, float]]:
     if pt.kind == "decode":
         lo = pt.batch * pt.context
         hi = pt.batch * (pt.context + pt.steps - 1)
-        return {"prefill_token": (0, 0), "prefill_attn": (0, 0),
+        return {"prefill_seq": (0, 0), "prefill_token": (0, 0), "prefill_attn": (0, 0),
                 "decode_seq": (pt.batch, pt.batch), "decode_kv": (lo, hi)}
-    return {"prefill_token": (f[1], f[1]), "prefill_attn": (f[2], f[2]),
-            "decode_seq": (0, 0), "decode_kv": (0, 0)}
+    return {"prefill_seq": (f[1], f[1]), "prefill_token": (f[2], f[2]),
+            "prefill_attn": (f[3], f[3]), "decode_seq": (0, 0), "decode_kv": (0, 0)}
 
 
 def load_artifact(path: str | Path) -> CalibrationArtifact:

@@ -1,17 +1,22 @@
-"""Engine calibration: fit a running llama-server's step costs from its own timings.
+"""Engine calibration: fit a running llama-server's step costs from controlled requests.
 
-``kvsim calibrate engine --url URL`` sends controlled requests — token-id prompts
-with ``n_predict`` + ``ignore_eos`` — and reads each response's ``timings``
-(``reference/engines.md`` §3.7):
+``kvsim calibrate engine --url URL`` streams controlled requests — token-id prompts
+with ``n_predict`` + ``ignore_eos`` — and times them as a client sees them, using the
+server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
 
 - prefill: a prompt of ``C`` tokens is cached in slot 0 (``id_slot``), then a prompt
   that extends it by ``P`` tokens is sent to the same slot; the server reports
-  ``cache_n`` (≈ C), ``prompt_n`` (≈ P) and ``prompt_ms`` — one prefill point per
-  (C, P), split into ``ceil(prompt_n / n_batch)`` steps as the engine packs prompts;
-- decode: ``predicted_ms`` over ``predicted_n − 1`` decode steps of one sequence
-  (the first token comes out of the prompt step);
-- batch effects: ``B`` requests sent together decode in lockstep; each one's
-  ``predicted_ms`` is ``predicted_n − 1`` steps of a ``B``-sequence decode batch.
+  ``cache_n`` (≈ C) and ``prompt_n`` (≈ P); the point's time is the client-side time
+  to the first streamed token, split into ``ceil(prompt_n / n_batch)`` steps as the
+  engine packs prompts;
+- decode: first to last streamed token of one sequence = ``n − 1`` decode steps (the
+  first token comes out of the prompt step);
+- batch effects: ``B`` requests sent together decode in lockstep; each one's first to
+  last token is ``n − 1`` steps of a ``B``-sequence decode batch.
+
+Client-side times include what the server's ``prompt_ms`` leaves out (HTTP, slot
+set-up, first-token sampling) — exactly what ``kvsim replay`` measures, so predictions
+and replays are compared on the same footing.
 
 Every point is the median over ``repeats``; the points are fitted by
 :func:`kvsim.calibrate.fit.fit_points` into an artifact with ``source="engine"``
@@ -25,17 +30,18 @@ intended context is ever reused from the prompt cache; the measured ``cache_n`` 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 
 from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint
 from kvsim.calibrate.fit import fit_points
-from kvsim.calibrate.wire import TokenSpace, check_server
+from kvsim.calibrate.wire import StreamResult, TokenSpace, check_server, llama_body, parse_event
 from kvsim.errors import InputError
 
 
@@ -60,27 +66,37 @@ class _Prober:
         return self.grid.space.segment_ids(f"calibrate/{self.count}", n) if n else []
 
     async def complete(self, prompt: list[int], n_predict: int, slot: int | None = None
-                       ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
-            "cache_prompt": True, "stream": False,
-            "logit_bias": [[t, False] for t in self.grid.space.banned]}
+                       ) -> tuple[float, StreamResult]:
+        """Stream one request; returns (send time, result) on the perf_counter clock."""
+        body = llama_body(prompt, n_predict, self.grid.space, seed=self.count)
         if slot is not None:
             body["id_slot"] = slot
-        r = await self.client.post("/completion", json=body)
-        if r.status_code != 200:
-            raise InputError("calibrate engine", f"HTTP {r.status_code}",
-                             f"the server refused a calibration request: {r.text[:200]}")
-        return r.json()["timings"]
+        res = StreamResult()
+        t_send = time.perf_counter()
+        async with self.client.stream("POST", "/completion", json=body) as r:
+            if r.status_code != 200:
+                text = (await r.aread()).decode()[:200]
+                raise InputError("calibrate engine", f"HTTP {r.status_code}",
+                                 f"the server refused a calibration request: {text}")
+            async for line in r.aiter_lines():
+                kind, _, payload = line.partition(":")
+                if kind == "data" and payload.strip():
+                    parse_event("llama.cpp", json.loads(payload), res, time.perf_counter())
+        if res.error or not res.final or not res.token_times_s:
+            raise InputError("calibrate engine", res.error or "no tokens",
+                             "the server did not stream a complete answer")
+        return t_send, res
 
     async def prefill(self, ctx: int, p: int) -> TimingPoint:
+        """Time to first token (client side) of P new tokens on C cached ones."""
         g, times, seen = self.grid, [], []
         for _ in range(g.repeats):
             base = self.fresh(ctx)
             if ctx:
                 await self.complete(base, 1, slot=0)
-            t = await self.complete(base + self.fresh(p), 1, slot=0)
-            times.append(t["prompt_ms"] / 1000.0)
+            t_send, res = await self.complete(base + self.fresh(p), 1, slot=0)
+            times.append(res.token_times_s[0] - t_send)
+            t = res.final["timings"]
             seen.append((int(t["cache_n"]), int(t["prompt_n"])))
         cache_n, prompt_n = statistics.median_low(seen)
         return TimingPoint(kind="prefill", cache_type=g.cache_type, batch=1, context=cache_n,
@@ -88,15 +104,16 @@ class _Prober:
                            measured_s=statistics.median(times), repeats=g.repeats)
 
     async def decode(self, batch: int, ctx: int) -> TimingPoint:
+        """First-to-last streamed token of ``batch`` requests decoding in lockstep."""
         g, times, counts = self.grid, [], []
         for _ in range(g.repeats):
             res = await asyncio.gather(*(self.complete(self.fresh(max(ctx, 1)),
                                                        g.decode_tokens) for _ in range(batch)))
-            times.extend(t["predicted_ms"] / 1000.0 for t in res)
-            counts.extend(int(t["predicted_n"]) for t in res)
-        steps = max(1, min(counts) - 1)
+            for _, r in res:
+                times.append(r.token_times_s[-1] - r.token_times_s[0])
+                counts.append(sum(r.token_counts[1:]))
         return TimingPoint(kind="decode", cache_type=g.cache_type, batch=batch,
-                           context=max(ctx, 1), steps=steps,
+                           context=max(ctx, 1), steps=max(1, min(counts)),
                            measured_s=statistics.median(times), repeats=g.repeats)
 
 

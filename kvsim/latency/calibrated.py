@@ -1,9 +1,9 @@
 """Calibrated latency: step times from a measured, fitted artifact (DESIGN.md §3.5).
 
 The artifact (:mod:`kvsim.calibrate.artifact`) holds, per KV cache dtype, non-negative
-coefficients of a linear step-time model over five step features (a constant, prefill
-tokens, prefill attention pairs, decoding sequences, KV tokens read by decode) and the
-range of each feature that was actually measured.
+coefficients of a linear step-time model over six step features (a constant, prefill
+chunks, prefill tokens, prefill attention pairs, decoding sequences, KV tokens read by
+decode) and the range of each feature that was actually measured.
 
 Outside that range the model never extrapolates silently.  With
 ``out_of_range="clamp"`` (default) each sequence's context is clamped to the largest
@@ -32,6 +32,7 @@ from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 
 OutOfRange = Literal["clamp", "refuse"]
+_SEQ, _KV = FEATURES.index("decode_seq"), FEATURES.index("decode_kv")
 
 
 @dataclass
@@ -75,7 +76,8 @@ class CalibratedLatencyModel:
         clamped = bool((c + p > cap).any() or (d > cap).any())
         c = np.minimum(c, np.maximum(cap - p, 0.0))
         d = np.minimum(d, cap)
-        x = np.array([1.0, p.sum(), (p * (c + p / 2.0)).sum(), float(d.size), d.sum()])
+        x = np.array([1.0, float(p.size), p.sum(), (p * (c + p / 2.0)).sum(), float(d.size),
+                      d.sum()])
         over = x > self._max
         if over.any() or clamped:
             self._out_of_range(x, over, batch)
@@ -90,15 +92,15 @@ class CalibratedLatencyModel:
         raw_kv = ctx.sum() + n * j
         # NOTE: per-sequence clamp: sum_i min(c_i + j, cap), exact and vectorised.
         kv = np.minimum(ctx[:, None] + j[None, :], cap).sum(axis=0) if ctx.size else raw_kv
-        clamped = (kv < raw_kv) | (kv > self._max[4]) | (n > self._max[3])
+        clamped = (kv < raw_kv) | (kv > self._max[_KV]) | (n > self._max[_SEQ])
         if clamped.any():
             if self.out_of_range == "refuse":
                 first = int(np.argmax(clamped))
                 self._refuse(BatchShape(decode_context=tuple(int(v) for v in ctx + first)))
             self.clamped_steps += int(clamped.sum())
-        kv = np.minimum(kv, self._max[4])
-        seqs = min(n, self._max[3])
-        return self._coef[0] + self._coef[3] * seqs + self._coef[4] * kv
+        kv = np.minimum(kv, self._max[_KV])
+        seqs = min(n, self._max[_SEQ])
+        return self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_KV] * kv
 
     # -- transfers -------------------------------------------------------------------
     def transfer_time_s(self, nbytes: float) -> float:

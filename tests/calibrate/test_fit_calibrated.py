@@ -15,7 +15,7 @@ from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 from kvsim.latency.calibrated import CalibratedLatencyModel
 
-C = {"step": 0.01, "prefill_token": 2e-4, "prefill_attn": 1e-8, "decode_seq": 1e-3, "decode_kv": 2e-6}
+C = {"step": 0.01, "prefill_seq": 3e-3, "prefill_token": 2e-4, "prefill_attn": 1e-8, "decode_seq": 1e-3, "decode_kv": 2e-6}
 
 
 def _decode_s(batch: int, ctx: int, steps: int) -> float:
@@ -25,7 +25,7 @@ def _decode_s(batch: int, ctx: int, steps: int) -> float:
 
 
 def _prefill_s(batch: int, ctx: int, tokens: int) -> float:
-    return (C["step"] + C["prefill_token"] * batch * tokens
+    return (C["step"] + C["prefill_seq"] * batch + C["prefill_token"] * batch * tokens
             + C["prefill_attn"] * batch * tokens * (ctx + tokens / 2))
 
 
@@ -61,7 +61,7 @@ def test_fit_recovers_known_coefficients() -> None:
 def test_step_time_in_range_matches_hand_formula() -> None:
     m = CalibratedLatencyModel(_artifact().fits["f16"])
     batch = BatchShape(prefill_tokens=(100,), prefill_context=(300,), decode_context=(500, 700))
-    want = (C["step"] + C["prefill_token"] * 100 + C["prefill_attn"] * 100 * 350
+    want = (C["step"] + C["prefill_seq"] + C["prefill_token"] * 100 + C["prefill_attn"] * 100 * 350
             + C["decode_seq"] * 2 + C["decode_kv"] * 1200)
     assert m.step_time_s(batch) == pytest.approx(want, rel=1e-9)
     assert m.clamped_steps == 0
