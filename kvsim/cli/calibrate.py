@@ -67,13 +67,28 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
 @click.option("--token-range", default="1000:30000", show_default=True,
               help="token ids LOW:HIGH used for synthetic prompts")
 @click.option("--ban-tokens", default="", help="token ids LOW:HIGH to ban via logit_bias")
+@click.option("--prompts", default="32,128,512", show_default=True, help="new prompt tokens")
+@click.option("--contexts", default="0,512,1536", show_default=True, help="cached tokens")
+@click.option("--batches", default="1,2,4", show_default=True, help="parallel decodes")
+@click.option("--decode-tokens", type=int, default=48, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, output: str) -> None:
-    """Fit a running llama-server's prefill, decode and batch costs from its timings."""
+def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts: str,
+           contexts: str, batches: str, decode_tokens: int, repeats: int, output: str) -> None:
+    """Fit a running llama-server's prefill, decode and batch costs (streamed requests)."""
     from kvsim.calibrate.artifact import save_artifact
     from kvsim.calibrate.engine import EngineGrid, calibrate_engine
 
-    grid = EngineGrid(cache_type=cache_type, space=token_space(token_range, ban_tokens))
+    if decode_tokens < 2 or repeats <= 0:
+        raise InputError("--decode-tokens/--repeats", (decode_tokens, repeats),
+                         "decode tokens >= 2 and repeats >= 1")
+    ctx = tuple(int(v) for v in contexts.split(",") if v.strip().isdigit())
+    if not ctx:
+        raise InputError("--contexts", contexts, "a comma-separated list of integers >= 0")
+    grid = EngineGrid(prompt_tokens=_ints(prompts, "--prompts"), contexts=ctx,
+                      batches=_ints(batches, "--batches"), decode_tokens=decode_tokens,
+                      repeats=repeats, cache_type=cache_type,
+                      space=token_space(token_range, ban_tokens))
     art = calibrate_engine(url, grid)
     save_artifact(art, output)
     _print_fits(art, output)
