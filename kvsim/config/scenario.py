@@ -159,6 +159,11 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     data["host"] = _resolve_named(data, "host", load_host) if "host" in data else load_host(
         "desktop-64gb")
     gpu = data["gpu"]
+    if isinstance(gpu, dict):
+        try:
+            gpu = data["gpu"] = GpuSpec.model_validate(gpu)
+        except ValidationError as exc:
+            raise from_validation_error(exc, prefix="gpu") from None
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
     data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu)
