@@ -33,8 +33,12 @@ SHOWN = ("requests", "failed_requests", "preemptions", "ttft_p50_s", "ttft_p95_s
               help="directory to write the Results into")
 @click.option("--fidelity", type=click.Choice(["fast", "step"]), default=None,
               help="fast-forward decode stretches (fast) or simulate every step (step)")
-def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None) -> None:
-    """Simulate SCENARIO (a YAML file or a bundled scenario name) and save its Results."""
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="also write DIR/report.html (self-contained, interactive)")
+def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
+             report: bool) -> None:
+    """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
+    (Parquet tables, summary.json, scenario.json) and an HTML report in DIR."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -66,3 +70,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         table.add_row(key, _fmt(key, res.summary.get(key)))
     Console().print(table)
     click.echo(f"results: {path}")
+    if report:
+        from kvsim.report import write_report
+
+        html = write_report(path / "report.html", [res], kind="simulate")
+        click.echo(f"report: {html}")
