@@ -40,21 +40,24 @@ def esc(text: Any) -> str:
 
 
 def memory_figure(data: dict, title: str) -> go.Figure:
-    """Stacked device memory (GiB) over time, total line, capacity and 85% lines, host tier."""
+    """Stacked device memory (GiB) over time, total line, capacity and 85% lines, host tier.
+
+    NOTE: memory samples are a step function (each holds until the next row), so the
+    traces use ``shape="hv"`` rather than interpolating between samples."""
     t = np.asarray(data["time_s"], float)
     div, xlabel = time_scale(float(t[-1] - t[0]) if len(t) else 0.0)
     x = t / div
     fig = go.Figure()
     for label, values in data["device_layers"]:
         fig.add_trace(go.Scatter(x=x, y=np.asarray(values) / GIB, name=label, mode="lines",
-                                 line=dict(width=0.5), stackgroup="device",
+                                 line=dict(width=0.5, shape="hv"), stackgroup="device",
                                  hovertemplate="%{y:.3f} GiB"))
     total = np.asarray(data["device_total_bytes"]) / GIB
     fig.add_trace(go.Scatter(x=x, y=total, name="device total", mode="lines",
-                             line=dict(color="black", width=1.2), hovertemplate="%{y:.3f} GiB"))
+                             line=dict(color="black", width=1.2, shape="hv"), hovertemplate="%{y:.3f} GiB"))
     for label, values in data["host_layers"]:
         fig.add_trace(go.Scatter(x=x, y=np.asarray(values) / GIB, name=f"host: {label}",
-                                 mode="lines", line=dict(dash="dot", width=1.5),
+                                 mode="lines", line=dict(dash="dot", width=1.5, shape="hv"),
                                  hovertemplate="%{y:.3f} GiB"))
     peak = data["peak_device_bytes"] / GIB
     fig.add_trace(go.Scatter(x=[data["peak_time_s"] / div], y=[peak], mode="markers+text",
