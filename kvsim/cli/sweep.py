@@ -52,7 +52,7 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
             paths = write_outputs(outcome.table, out_dir)
     finally:
         executor.close()
-    cols = [c for c in outcome.table.columns if "." in c]
+    cols = list(dict.fromkeys(k for p in points for k in p.params))
     cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
                          "oom") if c in outcome.table.columns]
     print_table(f"sweep {spec.name}", outcome.table.to_dict("records"), ["point", *cols])
