@@ -78,7 +78,7 @@ def test_real_sweep_on_dask_equals_local_pool(tmp_path, executor):
         local = run_sweep(points, store, executor=executor, runner=simulate_run).table
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        dask = make_executor(dask=cluster.scheduler_address)
+        dask = make_executor(dask=cluster.scheduler_address, dask_timeout_s=60)
         try:
             with ResultStore(tmp_path / "dask") as store:
                 remote = run_sweep(points, store, executor=dask, runner=simulate_run).table

@@ -137,7 +137,7 @@ def test_dask_local_cluster_equals_local_pool(tmp_path, base_yaml):
     a = _table(tmp_path, base_yaml, "pool", LocalExecutor(2))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        b = _table(tmp_path, base_yaml, "dask", make_executor(dask=cluster.scheduler_address))
+        b = _table(tmp_path, base_yaml, "dask", make_executor(dask=cluster.scheduler_address, dask_timeout_s=60))
     assert a.equals(b)
     assert len(b) == 6
 
