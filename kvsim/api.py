@@ -50,7 +50,8 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     engine = Engine(scheduler, latency, recorder=recorder,
                     sample_interval_s=scenario.sim.sample_interval_s, hooks=hooks,
                     max_context_tokens=scenario.model.max_context_tokens,
-                    max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress)
+                    max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress,
+                    fidelity=scenario.sim.fidelity)
     end_s = engine.run(sessions)
     tables = tables_from(recorder)
     evictions = getattr(getattr(scheduler, "pool", None), "evictions", 0)

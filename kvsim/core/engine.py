@@ -19,9 +19,13 @@ Processes (DESIGN.md §3.4):
 Only this module (and ``link.py``) imports SimPy; schedulers and pools take
 ``now_s`` and are tested without it.
 
-NOTE: ``_execute`` is the seam for fast-forward (issue 6): it may advance several
-decode-only steps at once as long as no boundary (arrival, completion, block
-allocation, sampling tick, hook trigger) falls inside the jump.
+Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` may
+advance several decode-only steps in one timeout when no boundary (any pending
+SimPy event but the sampler's tick, a completion, a failing allocation, a hook
+trigger) falls inside the jump; ticks inside it read the stretch's memory.
+
+NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step
+end always records the state *before* that instant's changes, in both fidelities.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import simpy
+from simpy.events import URGENT
 
+from kvsim.core.fastforward import FastForward, delay_to, next_event_s
 from kvsim.core.requests import Request, seq_from_segments
 from kvsim.core.step import StepHook, StepPlan
 from kvsim.errors import InputError
@@ -55,7 +61,8 @@ class Engine:
     def __init__(self, scheduler: Any, latency: Any, *, recorder: Recorder | None = None,
                  sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
                  max_context_tokens: int | None = None, max_sim_time_s: float | None = None,
-                 progress: Callable[[float, int], None] | None = None) -> None:
+                 progress: Callable[[float, int], None] | None = None,
+                 fidelity: str = "fast") -> None:
         self.env = simpy.Environment()
         self.scheduler = scheduler
         self.latency = latency
@@ -75,6 +82,10 @@ class Engine:
         self._abort = self.env.event()
         self._error: InputError | None = None
         self.requests_done = 0
+        self.requests_submitted = 0
+        self._tick: simpy.Event | None = None
+        self.fastforward = FastForward(scheduler, latency, self.hooks, self.recorder) \
+            if fidelity == "fast" else None
 
     # -- processes ----------------------------------------------------------------
     def _guarded(self, gen):
@@ -121,6 +132,8 @@ class Engine:
         if limit is not None and req.prompt_tokens > limit:
             raise InputError("workload", f"{req.request_id}: prompt {req.prompt_tokens} tokens",
                              f"longer than the model's maximum context ({limit} tokens)")
+        self.requests_submitted += 1
+        self.recorder.check_capacity(self.requests_submitted)
         done = self.env.event()
         self._done_events[req.request_id] = done
         if not self.scheduler.add_request(req, self.env.now):
@@ -160,7 +173,7 @@ class Engine:
                 if self._activity is not None and not self._activity.triggered:
                     self._activity.succeed()
                 continue
-            yield from self._execute(plan)
+            plan = yield from self._execute(plan)
             stall = sum(h.after_step(sched, plan, self.env.now) for h in self.hooks)
             self._drain_events()
             if stall > 0:
@@ -168,7 +181,14 @@ class Engine:
         self._finished = True
 
     def _execute(self, plan: StepPlan):
-        """Run one step: wait its time, apply it, record it."""
+        """Run one step (after a fast-forwarded stretch, if any); return the plan run last."""
+        ff = self.fastforward
+        if ff is not None and plan.is_decode_only:
+            jumped = ff.jump(plan, self.env.now, next_event_s(self.env._queue, self._tick))
+            if jumped is not None:
+                plan, end_s = jumped
+                yield self.env.timeout(delay_to(self.env.now, end_s))
+                ff.stretch = None
         start = self.env.now
         dt = self.latency.step_time_s(plan.batch) + plan.extra_s
         if dt > 0:
@@ -179,11 +199,26 @@ class Engine:
                            len(plan.items))
         for req in done:
             self._finish(req)
+        return plan
+
+    def _sleep(self, delay_s: float) -> simpy.Event:
+        """A sampler tick: URGENT, so it precedes every other event at its instant."""
+        ev = self.env.event()
+        ev._ok, ev._value = True, None
+        self.env.schedule(ev, URGENT, delay_s)
+        self._tick = ev
+        return ev
+
+    def _memory(self) -> Any:
+        st = self.fastforward.stretch if self.fastforward is not None else None
+        if st is not None and st.covers(self.env.now):
+            return st.memory_at(self.env.now)
+        return self.scheduler.memory()
 
     def _sampler(self):
         dt = self.sample_interval_s
         while not self._finished:
-            self.recorder.sample(self.env.now, self.scheduler.memory())
+            self.recorder.sample(self.env.now, self._memory())
             if self.progress is not None:
                 self.progress(self.env.now, self.requests_done)
             if self._idle:
@@ -194,9 +229,9 @@ class Engine:
                 if next_tick > now:
                     # NOTE: memory changes only from the driver's next step on, so the
                     # state at the wake instant equals the idle sample already taken.
-                    yield self.env.timeout(next_tick - now)
+                    yield self._sleep(next_tick - now)
                 continue
-            yield self.env.timeout(dt)
+            yield self._sleep(dt)
 
     # -- entry ------------------------------------------------------------------------
     def run(self, sessions: Iterable[Session]) -> float:

@@ -22,6 +22,7 @@ from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.manager import KVCacheManager
 from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
+from kvsim.core.stretch import paged_advance, paged_stretch_limit
 
 FAIL_MAX_LEN = "maximum context length exceeded"
 
@@ -139,3 +140,10 @@ class PagedScheduler:
             kv_allocated_bytes=pool.num_active * self.block_bytes,
             kv_cached_bytes=pool.num_cached_free * self.block_bytes,
             running=len(self.running), waiting=len(self.waiting))
+
+    # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        return paged_stretch_limit(self, plan)
+
+    def advance_decode(self, plan: StepPlan, times):
+        return paged_advance(self, plan, times)

@@ -29,6 +29,7 @@ from kvsim.core.kv.prefix import pieces_in_range
 from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool
 from kvsim.core.requests import Request, Status, common_prefix, seq_append, seq_drop, seq_len
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
+from kvsim.core.stretch import slot_advance, slot_stretch_limit
 
 FAIL_PROMPT_TOO_LONG = "exceed_context_size_error"
 FAIL_POOL_EXHAUSTED = "Context size has been exceeded."
@@ -230,3 +231,10 @@ class SlotScheduler:
             kv_cached_bytes=self.pool.idle_cached_cells * bpt,
             running=sum(1 for s in self.pool.slots if s.req is not None),
             waiting=len(self.waiting), host_kv_bytes=self.ram.total_bytes)
+
+    # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        return slot_stretch_limit(self, plan)
+
+    def advance_decode(self, plan: StepPlan, times):
+        return slot_advance(self, plan, times)

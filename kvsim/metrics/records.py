@@ -5,13 +5,32 @@ lists into DataFrames once at the end.  Rows are kept bounded where the stream i
 long: consecutive decode-only steps with the same batch size merge into one
 ``steps`` row (``steps`` counts them), and inter-token gaps are run-length encoded
 per request (``count`` consecutive gaps of exactly ``gap_s``).
+
+Bounded, exact inter-token storage (issue 6): the run-length rows are kept in typed
+arrays (8-byte gap, 8-byte count, 4-byte request index: 20 bytes a row, the request
+id stored once per request), not as Python tuples.  Nothing is binned: every
+distinct gap is kept with its multiplicity, so count-weighted percentiles over all
+gaps are exact.  Under a constant step time a request's gaps collapse into one row;
+under the roofline model each decode gap differs (its KV grows), so a row per
+token remains — 20 bytes each, ~14 MB for a household-month of ~700k tokens.
+
+The requests table is one row per request and cannot be spilled: a run that would
+exceed :data:`MAX_REQUESTS` (≈ 0.6 KB of rows each, ~200 MB) stops with an
+:class:`~kvsim.errors.InputError` before it exhausts memory (``check_capacity``).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+
+from kvsim.errors import InputError
+
+MAX_REQUESTS = 300_000  # NOTE: keeps one run's result rows well inside ~400 MB
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "member", "kind", "arrival_s", "first_scheduled_s",
@@ -27,17 +46,13 @@ EVENT_COLUMNS = ("time_s", "kind", "request_id", "detail", "bytes")
 
 def weighted_quantile(values: list[float], counts: list[int], q: float) -> float:
     """Smallest value with at least ``q`` of the total weight at or below it."""
-    if not values:
+    if len(values) == 0:
         return math.nan
-    pairs = sorted(zip(values, counts))
-    total = sum(counts)
-    target = q * total
-    acc = 0
-    for v, c in pairs:
-        acc += c
-        if acc >= target:
-            return float(v)
-    return float(pairs[-1][0])
+    v = np.asarray(values, dtype=np.float64)
+    order = np.argsort(v, kind="stable")
+    acc = np.cumsum(np.asarray(counts, dtype=np.int64)[order])
+    i = int(np.searchsorted(acc, q * int(acc[-1]), side="left"))
+    return float(v[order[min(i, len(v) - 1)]])
 
 
 def _itl_stats(itl: list[list[float]]) -> tuple[float, float, float, float]:
@@ -55,11 +70,34 @@ class Recorder:
     """Collects request, ITL, step, memory-sample and event rows during one run."""
 
     requests: list[tuple[Any, ...]] = field(default_factory=list)
-    itl: list[tuple[str, float, int]] = field(default_factory=list)
+    itl_ids: list[str] = field(default_factory=list)  # one per request with gaps
+    itl_index: array = field(default_factory=lambda: array("i"))
+    itl_gap_s: array = field(default_factory=lambda: array("d"))
+    itl_count: array = field(default_factory=lambda: array("q"))
     steps: list[list[Any]] = field(default_factory=list)
     memory: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[tuple[Any, ...]] = field(default_factory=list)
     output_tokens: int = 0
+    max_requests: int = MAX_REQUESTS
+
+    @property
+    def itl(self) -> dict[str, Any]:
+        """The ``itl`` table as columns (request_id, gap_s, count)."""
+        ids = np.array(self.itl_ids, dtype=object)
+        idx = np.frombuffer(self.itl_index, dtype=np.int32) if self.itl_index else \
+            np.zeros(0, dtype=np.int32)
+        return {"request_id": ids[idx] if len(ids) else np.zeros(0, dtype=object),
+                "gap_s": np.array(self.itl_gap_s, dtype=np.float64),
+                "count": np.array(self.itl_count, dtype=np.int64)}
+
+    def check_capacity(self, submitted: int) -> None:
+        """Stop a run whose per-request rows would exceed the memory bound."""
+        if submitted > self.max_requests:
+            raise InputError(
+                "workload", f"more than {self.max_requests:,} requests",
+                f"at most {self.max_requests:,} requests per run fit the results memory bound "
+                "(~0.6 KB each); limit it with workload.max_sessions or sim.max_sim_time_s, "
+                "or split the trace")
 
     def request_done(self, req: Any) -> None:
         nan = math.nan
@@ -75,8 +113,13 @@ class Recorder:
             req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
             failed, req.failure_reason, req.truncated, *_itl_stats(req.itl)))
         self.output_tokens += req.num_output
-        for gap, count in req.itl:
-            self.itl.append((req.request_id, gap, int(count)))
+        if req.itl:
+            k = len(self.itl_ids)
+            self.itl_ids.append(req.request_id)
+            for gap, count in req.itl:
+                self.itl_index.append(k)
+                self.itl_gap_s.append(gap)
+                self.itl_count.append(int(count))
 
     def step(self, start_s: float, end_s: float, prefill_tokens: int, decode_tokens: int,
              batch_size: int, steps: int = 1) -> None:

@@ -1,0 +1,159 @@
+"""Fast-forward of decode-only stretches (DESIGN.md §4, issue 6).
+
+Between boundary events a decode-only batch is deterministic: every sequence
+gains one token per step and nothing else changes.  :class:`FastForward` takes
+the step the driver is about to run (step 0 of a stretch, already scheduled),
+computes the times of the following steps with the latency model's numpy path
+(``decode_steps_s``) and applies ``J`` steps at once through the scheduler's
+``advance_decode``; the driver then waits ``t_J − t_0`` in one SimPy timeout and
+runs step ``J`` as an ordinary step (which may finish requests).
+
+Stretch length ``J`` is the largest number of steps such that
+
+- no request finishes or hits a context limit in steps ``0..J−1`` and no block /
+  cell allocation of steps ``1..J`` would fail, purge or admit a waiting request
+  (the scheduler's ``decode_stretch_limit``);
+- every intermediate step end ``t_1..t_J`` is strictly before the next boundary:
+  any pending SimPy event except the memory sampler's tick (arrivals, session
+  timers, transfer ends, ``max_sim_time_s``) and every hook's ``next_trigger_s``.
+
+NOTE: a hook without ``next_trigger_s``, or a latency model / scheduler without the
+stretch methods, disables fast-forward (per-step fidelity).  ``next_trigger_s(now)``
+promises that ``after_step`` does nothing and returns no stall before that time.
+
+NOTE: step times are accumulated exactly as SimPy does (``t + dt`` in sequence), so
+both fidelities agree to the rounding difference between ``decode_steps_s`` and
+``step_time_s`` (≤ 1e-12 relative).  Memory samples inside a stretch come from
+:meth:`Stretch.memory_at` (the state during the step that covers the tick).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from kvsim.core.step import MemoryState, ScheduledItem, StepPlan, make_plan
+
+MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's numpy arrays
+
+
+@dataclasses.dataclass(frozen=True)
+class Stretch:
+    """A fast-forwarded stretch: step start times ``t_0..t_J`` and memory per step."""
+
+    times: np.ndarray
+    base: MemoryState
+    allocated_bytes: np.ndarray  # during step j (after its allocations), j = 0..J-1
+    cached_bytes: np.ndarray
+
+    def covers(self, t_s: float) -> bool:
+        return bool(self.times[0] < t_s <= self.times[-1])
+
+    def memory_at(self, t_s: float) -> MemoryState:
+        """Memory just before ``t_s`` (a tick at a step end sees that step's state)."""
+        j = int(np.searchsorted(self.times, t_s, side="left")) - 1
+        j = min(max(j, 0), len(self.allocated_bytes) - 1)
+        return dataclasses.replace(self.base, kv_allocated_bytes=int(self.allocated_bytes[j]),
+                                   kv_cached_bytes=int(self.cached_bytes[j]))
+
+
+def next_event_s(queue: Iterable[tuple], skip: Any) -> float:
+    """Earliest pending SimPy event time, ignoring the event ``skip`` (the sampler tick)."""
+    return min((t for t, _, _, ev in queue if ev is not skip), default=math.inf)
+
+
+def delay_to(now_s: float, target_s: float) -> float:
+    """A delay ``d`` with ``now_s + d == target_s`` in floating point (SimPy adds)."""
+    d = target_s - now_s
+    for _ in range(8):
+        s = now_s + d
+        if s == target_s:
+            break
+        d = math.nextafter(d, math.inf if s < target_s else -math.inf)
+    return d
+
+
+def sample_tokens(req: Any, times: np.ndarray) -> None:
+    """Emit one token of ``req`` at each of ``times`` (run-length ITL, like ``sample``)."""
+    gaps = np.diff(np.concatenate(([req.last_token_s], times)))
+    cuts = np.flatnonzero(gaps[1:] != gaps[:-1]) + 1
+    starts = np.concatenate(([0], cuts))
+    counts = np.diff(np.concatenate((starts, [len(gaps)])))
+    itl = req.itl
+    for g, c in zip(gaps[starts].tolist(), counts.tolist()):
+        if itl and itl[-1][0] == g:
+            itl[-1][1] += c
+        else:
+            itl.append([g, c])
+    req.last_token_s = float(times[-1])
+    req.num_output += len(times)
+
+
+def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
+    """The decode-only plan ``steps`` steps after ``plan`` (every context + steps)."""
+    return make_plan([ScheduledItem(i.req, 1, i.context_tokens + steps, True)
+                      for i in plan.items])
+
+
+class FastForward:
+    """Plans and applies decode stretches for one engine."""
+
+    def __init__(self, scheduler: Any, latency: Any, hooks: Sequence[Any], recorder: Any) -> None:
+        self.scheduler = scheduler
+        self.latency = latency
+        self.hooks = list(hooks)
+        self.recorder = recorder
+        self.enabled = (hasattr(latency, "decode_steps_s")
+                        and hasattr(scheduler, "advance_decode")
+                        and all(hasattr(h, "next_trigger_s") for h in self.hooks))
+        self.stretch: Stretch | None = None
+        self.stretches = 0
+        self.steps_skipped = 0
+
+    def _step_times(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        # NOTE: a calibrated model counts clamped steps; count only the steps we use.
+        lat = self.latency
+        before = getattr(lat, "clamped_steps", None)
+        dts = lat.decode_steps_s(contexts, steps)
+        if before is not None:
+            lat.clamped_steps = before
+        return np.asarray(dts, dtype=np.float64)
+
+    def jump(self, plan: StepPlan, now_s: float, bound_s: float) -> tuple[StepPlan, float] | None:
+        """Apply the stretch starting with ``plan`` at ``now_s``; return (next plan, its start).
+
+        ``bound_s`` is the next SimPy boundary event; ``None`` when no step can be skipped.
+        """
+        if not self.enabled or not plan.is_decode_only or plan.extra_s:
+            return None
+        for h in self.hooks:
+            bound_s = min(bound_s, h.next_trigger_s(now_s))
+        limit = self.scheduler.decode_stretch_limit(plan)
+        n = len(plan.items)
+        limit = min(limit, MAX_STRETCH_CELLS // max(n, 1))
+        if limit < 1 or bound_s <= now_s:
+            return None
+        ctx = np.array(plan.batch.decode_context, dtype=np.int64)
+        if math.isfinite(bound_s):
+            dt0 = float(self._step_times(ctx, 1)[0])
+            if dt0 > 0:
+                limit = min(limit, int((bound_s - now_s) / dt0) + 2)
+        dts = self._step_times(ctx, limit)
+        times = np.concatenate(([now_s], dts)).cumsum()  # NOTE: sequential, as SimPy adds
+        steps = min(int(np.searchsorted(times[1:], bound_s, side="left")), limit)
+        if steps < 1:
+            return None
+        times = times[:steps + 1]
+        if getattr(self.latency, "clamped_steps", None) is not None:
+            self.latency.decode_steps_s(ctx, steps)  # count the clamped steps used
+        base = self.scheduler.memory()
+        alloc, cached = self.scheduler.advance_decode(plan, times)
+        self.stretch = Stretch(times, base, alloc, cached)
+        self.recorder.step(float(times[0]), float(times[-1]), 0, n * steps, n, steps=steps)
+        self.stretches += 1
+        self.steps_skipped += steps
+        return advanced_plan(plan, steps), float(times[-1])

@@ -1,0 +1,146 @@
+"""Multi-step decode application for the schedulers (fast-forward, issue 6).
+
+``*_stretch_limit(sched, plan)`` says how many decode steps after ``plan`` may be
+applied at once without reaching a boundary the scheduler itself owns: a request
+finishing or reaching its context limit, a block/cell allocation that would fail
+(or purge an idle slot), a waiting request that could be admitted.
+``*_advance(sched, plan, times)`` then applies ``J = len(times) − 1`` steps exactly
+as ``J`` rounds of ``complete`` + ``schedule`` would — tokens sampled at
+``times[1..J]``, blocks popped from the free queue and full blocks registered in
+the same (step, request) order — and returns the KV bytes during each step
+``0..J−1`` for the memory sampler.
+
+NOTE: the paged admission argument: a waiting request that cannot be admitted at
+step 0 cannot be admitted later in the stretch — free blocks only decrease and
+its prefix hit only shrinks (evictions), so the blocks it needs never decrease.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvsim.core.fastforward import sample_tokens
+from kvsim.core.kv.prefix import pieces_in_range
+from kvsim.core.requests import seq_append
+from kvsim.core.step import StepPlan
+
+
+def _all_decode(plan: StepPlan, running: list[Any]) -> bool:
+    return len(plan.items) == len(running) and all(i.is_decode for i in plan.items)
+
+
+def _new_blocks(ctx: np.ndarray, steps: int, block: int) -> int:
+    """Blocks first needed by steps ``1..steps`` (step j holds ``ctx + j + 1`` tokens)."""
+    return int(((ctx + steps) // block - ctx // block).sum())
+
+
+def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
+    if not _all_decode(plan, sched.running):
+        return 0
+    mgr, pool = sched.manager, sched.pool
+    if sched.waiting and len(sched.running) < sched.max_num_seqs \
+            and sched.budget_tokens > len(plan.items):
+        head = sched.waiting[0]
+        stats = mgr.query_tokens, mgr.hit_tokens
+        hit = mgr.get_computed_blocks(head)
+        mgr.query_tokens, mgr.hit_tokens = stats
+        n = min(head.remaining_tokens - hit.num_tokens, sched.budget_tokens - len(plan.items))
+        if mgr.blocks_needed(head, n, hit) <= pool.num_free:
+            return 0
+    reqs = [i.req for i in plan.items]
+    limit = min(min(r.max_output_tokens - r.num_output, sched.max_model_len - r.num_tokens)
+                for r in reqs) - 1
+    if limit < 1:
+        return 0
+    ctx = np.array([i.context_tokens for i in plan.items], dtype=np.int64)
+    free, block = pool.num_free, sched.block_tokens
+    if _new_blocks(ctx, limit, block) <= free:
+        return limit
+    lo, hi = 0, limit  # largest J with new blocks ≤ free
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _new_blocks(ctx, mid, block) <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    steps = len(times) - 1
+    mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
+    reqs = [i.req for i in plan.items]
+    # (step, request, kind): kind 0 pops a new block, kind 1 registers a block that fills
+    events: list[tuple[int, int, int]] = []
+    for i, item in enumerate(plan.items):
+        c = item.context_tokens
+        first_pop = (-c) % block or block
+        events.extend((j, i, 0) for j in range(first_pop, steps + 1, block))
+        if pool.enable_caching:
+            first_full = (-(c + 1)) % block or block
+            events.extend((j, i, 1) for j in range(first_full, steps + 1, block))
+    events.sort()
+    for r in reqs:
+        r.record_compute(steps)
+        sample_tokens(r, times[1:])
+    active = np.zeros(steps + 1, dtype=np.int64)
+    cached = np.zeros(steps + 1, dtype=np.int64)
+    for j, i, kind in events:
+        req = reqs[i]
+        if kind == 0:
+            before = pool.num_cached_free
+            mgr.req_blocks[req.request_id].extend(pool.get_new_blocks(1))
+            active[j] += 1
+            cached[j] += before - pool.num_cached_free
+        else:
+            n_full = (plan.items[i].context_tokens + j + 1) // block
+            rid = req.request_id
+            done = mgr.req_num_hashed.get(rid, 0)
+            if n_full > done:
+                hashes = mgr._hashes(req, n_full)
+                blocks = mgr.req_blocks[rid]
+                for b in range(done, n_full):
+                    pool.cache_full_block(blocks[b], hashes[b])
+                mgr.req_num_hashed[rid] = n_full
+    bb = sched.block_bytes
+    mem = sched.memory()
+    # state during step j = final state minus what steps j+1..J allocated
+    alloc = mem.kv_allocated_bytes - bb * (active.sum() - np.cumsum(active))[:steps]
+    cache = mem.kv_cached_bytes + bb * (cached.sum() - np.cumsum(cached))[:steps]
+    return alloc, cache
+
+
+def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
+    if sched._exhausted is plan or not _all_decode(plan, sched.running):
+        return 0
+    slots = sched.pool.slots
+    limit = min(min(i.req.max_output_tokens - i.req.num_output,
+                    sched.cap - slots[i.req.slot_id].n_tokens - 1) for i in plan.items) - 1
+    if sched.pool.unified:
+        n = len(plan.items)
+        # schedule j needs n free cells without purging: free_0 − n·j ≥ n
+        limit = min(limit, (sched.pool.free_cells - n) // n)
+    return max(limit, 0)
+
+
+def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    steps = len(times) - 1
+    for item in plan.items:
+        req = item.req
+        slot = sched.pool.slots[req.slot_id]
+        a = req.num_computed_tokens
+        sample_tokens(req, times[1:])
+        for sid, s, e in pieces_in_range(req.all_tokens(), a, a + steps):
+            seq_append(slot.cache, sid, s, e)
+        slot.n_tokens += steps
+        req.record_compute(steps)
+    mem = sched.memory()
+    n = len(plan.items)
+    j = np.arange(steps, dtype=np.int64)
+    alloc = mem.kv_allocated_bytes - sched.bytes_per_token * n * (steps - j)
+    cache = np.full(steps, mem.kv_cached_bytes, dtype=np.int64)
+    return alloc, cache
