@@ -1,0 +1,144 @@
+"""Fast-forward (``sim.fidelity=fast``) against the per-step reference (issue 6).
+
+Property: over random small workloads on every engine family (paged with and
+without prefix caching, llama.cpp per-slot and unified, Ollama), with constant and
+roofline step times and tight pools (preemption, exhausted unified pools, context
+limits), both fidelities give the same per-request TTFT / E2E / inter-token
+distribution (relative difference ≤ 1e-9), the same token and cache counts, the
+same events and the same memory samples and peaks.  Plus direct checks that the
+fast mode really skips steps, and of the memory-bound guard.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvsim.api import simulate
+from kvsim.config.scenario import resolve_scenario
+from kvsim.core.build import PoolSizing, make_scheduler
+from kvsim.core.engine import Engine
+from kvsim.errors import InputError
+from kvsim.latency.constant import ConstantLatency
+from kvsim.metrics.records import Recorder
+from kvsim.workload.schema import Session, Turn
+
+ENGINES = {
+    "vllm": {"preset": "vllm", "context_tokens": 2048},
+    "vllm-nocache": {"preset": "vllm", "context_tokens": 2048, "enable_prefix_caching": False},
+    "llama-slots": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 2,
+                    "allocator": "slots"},
+    "llama-unified": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 3,
+                      "allocator": "unified"},
+    "ollama": {"preset": "ollama", "context_tokens": 1024, "parallel": 2},
+}
+LATENCIES = [{"kind": "constant", "step_s": 0.02}, {"kind": "constant", "step_s": 0.013,
+                                                     "decode_token_s": 0.001},
+             {"kind": "roofline"}]
+INT_COLUMNS = ["turn", "prompt_tokens", "cached_tokens", "computed_prompt_tokens",
+               "recomputed_tokens", "output_tokens", "preemptions"]
+TIME_COLUMNS = ["arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s",
+                "e2e_s", "itl_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s"]
+
+
+@st.composite
+def sessions(draw) -> list[Session]:
+    out = []
+    for k in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(1, 3))
+        turns = [Turn(start_s=draw(st.floats(0, 4)), input_tokens=draw(st.integers(1, 400)),
+                      output_tokens=draw(st.integers(1, 250)))]
+        turns += [Turn(think_s=draw(st.sampled_from([0.0, 0.5, 2.0])),
+                       input_tokens=draw(st.integers(1, 300)),
+                       output_tokens=draw(st.integers(1, 250))) for _ in range(n - 1)]
+        out.append(Session(session_id=f"s{k}", turns=tuple(turns)))
+    return sorted(out, key=lambda s: s.turns[0].start_s)
+
+
+def _run(engine: str, latency: dict, sess: list[Session], pool_tokens: int, interval: float,
+         fidelity: str):
+    sc = resolve_scenario({"gpu": "rtx-4090", "model": "llama-3.1-8b", "weights": "q4_k_m",
+                           "engine": ENGINES[engine], "latency": latency, "workload": {},
+                           "sim": {"fidelity": fidelity, "sample_interval_s": interval}})
+    slot = ENGINES[engine].get("parallel")
+    sizing = PoolSizing(kv_pool_tokens=pool_tokens,
+                        slot_tokens=pool_tokens // slot if engine != "llama-unified" and slot
+                        else pool_tokens,
+                        kv_reserved_bytes=pool_tokens * 1000, num_gpu_blocks=pool_tokens // 16,
+                        block_tokens=16, static_device_bytes=10**9, device_bytes=2 * 10**9)
+    return simulate(sc, sessions=sess, sizing=sizing)
+
+
+def _gaps(res) -> dict[str, np.ndarray]:
+    return {rid: np.sort(np.repeat(g.gap_s.to_numpy(), g["count"].to_numpy()))
+            for rid, g in res.itl.groupby("request_id")}
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(((np.isnan(a) == np.isnan(b)) &
+                 (np.isnan(a) | (np.abs(a - b) <= 1e-9 * np.maximum(np.abs(b), 1e-9)))).all())
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(sorted(ENGINES)), latency=st.sampled_from(LATENCIES),
+       sess=sessions(), pool_tokens=st.sampled_from([2048, 4096, 16384]),
+       interval=st.sampled_from([0.05, 0.3, 1.0]))
+def test_fast_equals_step(engine, latency, sess, pool_tokens, interval) -> None:
+    fast = _run(engine, latency, sess, pool_tokens, interval, "fast")
+    step = _run(engine, latency, sess, pool_tokens, interval, "step")
+    a, b = fast.requests, step.requests
+    assert list(a.request_id) == list(b.request_id)
+    assert a[INT_COLUMNS].equals(b[INT_COLUMNS])
+    assert list(a.failure_reason) == list(b.failure_reason)
+    for col in TIME_COLUMNS:
+        assert _close(a[col].to_numpy(float), b[col].to_numpy(float)), col
+    ga, gb = _gaps(fast), _gaps(step)
+    assert ga.keys() == gb.keys()
+    for rid in ga:
+        assert len(ga[rid]) == len(gb[rid]) and _close(ga[rid], gb[rid]), rid
+    ma, mb = fast.memory, step.memory
+    assert ma.drop(columns="time_s").equals(mb.drop(columns="time_s"))
+    assert _close(ma.time_s.to_numpy(), mb.time_s.to_numpy())
+    assert fast.events.drop(columns="time_s").equals(step.events.drop(columns="time_s"))
+    for key in ("peak_kv_allocated_bytes", "peak_kv_cached_bytes", "peak_kv_reserved_bytes",
+                "output_tokens", "cached_tokens", "preemptions", "evictions", "steps",
+                "failed_requests"):
+        assert fast.summary[key] == step.summary[key], key
+
+
+def test_fast_mode_jumps_and_agrees_on_a_long_decode() -> None:
+    """One request, 1,000 output tokens at 20 ms: 999 gaps of exactly one step each."""
+    sess = [Session(session_id="s", turns=(Turn(start_s=0.0, input_tokens=100,
+                                                output_tokens=1000),))]
+    for fidelity in ("fast", "step"):
+        sched = make_scheduler(resolve_scenario({
+            "gpu": "rtx-4090", "model": "llama-3.1-8b", "engine": ENGINES["vllm"],
+            "workload": {}}).engine, PoolSizing(
+                kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
+                num_gpu_blocks=256, block_tokens=16))
+        eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=1.0, fidelity=fidelity)
+        end = eng.run(sess)
+        assert end == pytest.approx(1000 * 0.02)
+        rec = eng.recorder
+        assert sum(rec.itl_count) == 999
+        # 1 prefill step + 999 decode steps merged into one steps row
+        assert [r[2] for r in rec.steps] == [1, 999]
+        if fidelity == "fast":
+            # the 1 s sampler ticks do not cut stretches: a handful of jumps suffice
+            assert eng.fastforward.stretches <= 3 and eng.fastforward.steps_skipped >= 990
+        else:
+            assert eng.fastforward is None
+        # decode step s (from 0.02·s) holds 100 + s tokens; the tick at t sees step t/0.02
+        # (or the one before if the summed step times land a hair above t — the same
+        # block count at these t): ceil(tokens / 16) blocks of 100 bytes
+        alloc = {round(r[0], 6): r[2] for r in rec.memory}
+        for t, blocks in ((1.0, 10), (5.0, 22), (13.0, 47)):
+            assert -(-(100 + round(t / 0.02)) // 16) == blocks
+            assert alloc[t] == blocks * 100, (fidelity, t)
+
+
+def test_too_many_requests_stop_with_a_clear_message() -> None:
+    rec = Recorder(max_requests=3)
+    rec.check_capacity(3)
+    with pytest.raises(InputError, match="at most 3 requests per run"):
+        rec.check_capacity(4)
