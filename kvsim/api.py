@@ -46,9 +46,13 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
         from kvsim.workload import load_workload
 
         sessions = load_workload(scenario.workload, scenario.seed)
+    from kvsim.policies.build import install
+
+    runtime = install(scenario, scheduler, latency)  # KV policies + the accuracy proxy
+    sessions = runtime.tap(sessions)
     recorder = Recorder()
     engine = Engine(scheduler, latency, recorder=recorder,
-                    sample_interval_s=scenario.sim.sample_interval_s, hooks=hooks,
+                    sample_interval_s=scenario.sim.sample_interval_s, hooks=(*hooks, runtime),
                     max_context_tokens=scenario.model.max_context_tokens,
                     max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress,
                     fidelity=scenario.sim.fidelity)
@@ -60,5 +64,8 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                         device_bytes=sizing.device_bytes, preemptions=scheduler.preemptions,
                         evictions=evictions, sim_time_s=end_s)
     summary["latency_model"] = latency.provenance
+    summary.update(runtime.summary())
+    mem = tables["memory"]
+    summary["peak_kv_quant_bytes"] = int(mem["kv_quant_bytes"].max()) if len(mem) else 0
     return Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
                    scenario_hash=scenario_hash(scenario))

@@ -29,6 +29,8 @@ from kvsim.config.engine import EngineConfig, engine_for_gpu
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, Seconds
 from kvsim.errors import InputError, from_validation_error
+from kvsim.metrics.accuracy import AccuracyConfig
+from kvsim.policies import PolicyConfig
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -110,7 +112,10 @@ class Scenario(BaseModel):
     display_reserve_bytes: Bytes = Field(0, ge=0, description="desktop / other processes")
     workload: WorkloadConfig
     latency: LatencyConfig = Field(default_factory=RooflineLatency)
-    policies: tuple[dict[str, Any], ...] = ()
+    policies: tuple[PolicyConfig, ...] = Field(
+        (), description="KV policies (kvsim.policies): a list of mappings with a 'kind'")
+    accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig,
+                                     description="recall-proxy multipliers (kv-policies §6.4)")
     sim: SimOptions = Field(default_factory=SimOptions)
 
 

@@ -75,6 +75,7 @@ class MemoryState:
     running: int
     waiting: int
     host_kv_bytes: int = 0
+    kv_quant_bytes: int = 0  # GPU KV stored below f16 (KV policies, static quantized cache)
 
 
 class StepHook(Protocol):

@@ -40,7 +40,7 @@ REQUEST_COLUMNS = (
 ITL_COLUMNS = ("request_id", "gap_s", "count")
 STEP_COLUMNS = ("start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", "batch_size")
 MEMORY_COLUMNS = ("time_s", "kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes",
-                  "host_kv_bytes", "running", "waiting")
+                  "host_kv_bytes", "running", "waiting", "kv_quant_bytes")
 EVENT_COLUMNS = ("time_s", "kind", "request_id", "detail", "bytes")
 
 
@@ -134,7 +134,8 @@ class Recorder:
 
     def sample(self, time_s: float, mem: Any) -> None:
         self.memory.append((time_s, mem.kv_reserved_bytes, mem.kv_allocated_bytes,
-                            mem.kv_cached_bytes, mem.host_kv_bytes, mem.running, mem.waiting))
+                            mem.kv_cached_bytes, mem.host_kv_bytes, mem.running, mem.waiting,
+                            getattr(mem, "kv_quant_bytes", 0)))
 
     def event(self, ev: Any) -> None:
         self.events.append((ev.time_s, ev.kind, ev.request_id, ev.detail, int(ev.bytes)))

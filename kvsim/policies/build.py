@@ -1,0 +1,101 @@
+"""Validate a scenario's policies against its engine and install the runtime.
+
+Bad input, one line each (InputError → CLI exit 2): a window or budget that does
+not fit the slot's context; a demotion cache type the engine preset does not
+support (or a quantized engine cache underneath KIVI / recoverable eviction); more
+than one eviction-family policy; offload without host memory (no link, a unified
+memory host, or a zero host budget); policies on paged engines (not modelled yet).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from kvsim.core.link import Link
+from kvsim.errors import InputError
+from kvsim.latency.base import BatchShape
+from kvsim.model.dtypes import bytes_per_element
+from kvsim.policies import EVICTION_KINDS
+from kvsim.policies.quantization import nominal_bits
+from kvsim.policies.runtime import PolicyRuntime
+
+HOST_KV_FRACTION = 0.5  # ASSUMPTION: half of host RAM may hold KV copies (OS + apps the rest)
+
+
+def _bytes_per_token(sched: Any) -> int:
+    if hasattr(sched, "bytes_per_token"):
+        return int(sched.bytes_per_token)
+    return int(sched.block_bytes // sched.block_tokens)
+
+
+def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, float]:
+    field = f"policies[{i}]"
+    recent = pol.keep_recent()
+    if recent + pol.sink_tokens >= cap or getattr(pol, "budget_tokens", 0) >= cap:
+        size = getattr(pol, "window_tokens", getattr(pol, "budget_tokens", recent))
+        raise InputError(f"{field}.{'budget_tokens' if pol.kind == 'score_eviction' else 'window_tokens'}",
+                         size, f"a window (+ {pol.sink_tokens} sinks) smaller than the slot "
+                         f"context ({cap} tokens)")
+    if pol.kind not in ("kivi", "recoverable_eviction"):
+        return Fraction(1), 16.0
+    base = engine.cache_type_k.lower()
+    if base not in ("f16", "bf16") or engine.cache_type_v.lower() not in ("f16", "bf16"):
+        raise InputError(f"{field}.kind", pol.kind, "demotes f16/bf16 KV; the engine cache is "
+                         f"{engine.cache_type_k}/{engine.cache_type_v}")
+    ct = pol.cache_type
+    if pol.kind == "recoverable_eviction":
+        bits = nominal_bits(ct)
+        if ct not in engine.supported_cache_types or bits >= 16:
+            allowed = [t for t in engine.supported_cache_types if nominal_bits(t) < 16]
+            raise InputError(f"{field}.cache_type", ct, f"a quantized type {engine.preset} "
+                             f"supports: {', '.join(allowed)}")
+    return bytes_per_element(ct) / bytes_per_element(base), nominal_bits(ct)
+
+
+def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
+    """Wrap ``sched`` with the scenario's policies and the accuracy proxy."""
+    pols = list(scenario.policies)
+    engine = scenario.engine
+    slot_engine = hasattr(getattr(sched, "pool", None), "slots")
+    if pols and not slot_engine:
+        raise InputError("policies[0].kind", pols[0].kind, "policies are modelled for the "
+                         "llama.cpp / ollama slot engines; not yet for vllm / sglang")
+    evicts = [(i, p) for i, p in enumerate(pols) if p.kind in EVICTION_KINDS]
+    if len(evicts) > 1:
+        raise InputError(f"policies[{evicts[1][0]}].kind", evicts[1][1].kind,
+                         f"one of {', '.join(EVICTION_KINDS)} per scenario")
+    offloads = [(i, p) for i, p in enumerate(pols) if p.kind == "idle_offload"]
+    host = scenario.host
+    link = Link(scenario.link) if scenario.link is not None and scenario.link.name != \
+        "unified" and not host.unified_with_gpu else None
+    needs_host = bool(offloads and offloads[0][1].mode == "offload") or any(
+        p.kind == "recoverable_eviction" or getattr(p, "write_back", False) for _, p in evicts)
+    if needs_host and link is None:
+        raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
+                         f"PCIe; {host.name} shares memory with the GPU (no host tier)")
+    ratio, bits = Fraction(1), 16.0
+    evict = evicts[0][1] if evicts else None
+    if evict is not None:
+        ratio, bits = _check_eviction(evicts[0][0], evict, engine, sched.cap)
+    offload = offloads[0][1] if offloads else None
+    if offload is not None and offload.mode == "offload":
+        budget = offload.host_budget_bytes
+        if budget is None:
+            budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
+                else int(host.memory_bytes * HOST_KV_FRACTION)
+        if budget <= 0:
+            raise InputError(f"policies[{offloads[0][0]}].host_budget_bytes", budget,
+                             "idle offload needs host memory: a budget > 0 (engine "
+                             "cache_ram_bytes is 0, i.e. --cache-ram 0)")
+        sched.ram.limit_bytes = min(budget, host.memory_bytes)
+    gpu_bw = getattr(latency, "gpu_bw", None)
+    factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
+    return PolicyRuntime(
+        sched, link=link, accuracy=scenario.accuracy, evict=evict, offload=offload,
+        bytes_per_token=_bytes_per_token(sched),
+        engine_bits=nominal_bits(engine.cache_type_k, engine.cache_type_v),
+        quant_ratio=ratio, demote_bits=bits,
+        dequant_s_per_byte=factor / gpu_bw if gpu_bw and ratio != 1 else 0.0,
+        recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
+        host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION))

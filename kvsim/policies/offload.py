@@ -1,0 +1,33 @@
+"""Host offload of idle sessions' KV (engines.md §3.4 ``--cache-ram`` /
+``--cache-idle-slots``, §5 LMCache, §2.4 HiCache).
+
+During a session's think time its KV sits idle on the GPU.  ``idle_offload`` writes
+a slot idle for ``idle_after_s`` to host RAM over PCIe (device→host, asynchronous:
+costs link time, not latency) and frees its GPU cells; on the session's next turn
+the server restores the saved state host→device *or recomputes it*, whichever is
+cheaper (``restore: auto``, as LMCache and llama.cpp's RAM cache do: a transfer of
+``bytes / h2d + latency`` against the prefill time of those tokens).
+``mode: drop`` frees the cells without a copy (the next turn recomputes: the
+"recompute" end of the trade-off).  The host tier holds at most
+``host_budget_bytes`` (default: the engine's ``cache_ram_bytes``, capped by the
+host's memory); the oldest entries are evicted first.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvsim.config.units import Bytes, Seconds
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class IdleOffloadConfig(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["idle_offload"] = "idle_offload"
+    idle_after_s: Seconds = Field(10.0, ge=0, description="offload a slot idle this long")
+    mode: Literal["offload", "drop"] = "offload"
+    restore: Literal["auto", "always"] = "auto"
+    host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")

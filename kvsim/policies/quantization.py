@@ -1,0 +1,60 @@
+"""KV quantization policies (kv-policies.md §2).
+
+The cache *storage type* of a whole engine (llama.cpp ``-ctk/-ctv`` incl. mixed K/V,
+vLLM/SGLang ``--kv-cache-dtype``) is engine configuration (kvsim.config.engine);
+its exact bytes come from kvsim.model.dtypes and its dequantization cost from the
+latency model.  This module adds the KIVI-style policy (§2.1): tokens older than a
+recent full-precision window of ``residual_tokens`` are quantized in groups of
+``group_tokens`` to ``bits`` (b + 32/G bits per value with fp16 scale and zero,
+``kivi_int{bits}`` in kvsim.model.dtypes), shrinking their GPU bytes exactly
+(QUANT(b), no host copy: the error is permanent).  Quantized tokens pay a
+dequantization cost on every read: the latency model's ``kv_dequant_factor`` × their
+read time (kvsim.latency.roofline).
+
+:func:`nominal_bits` maps a cache type to the bit width the accuracy proxy uses
+(§6.4 rows are by nominal bits: KIVI-2 at ~3 b_eff is the "2-bit grouped" row).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+_BITS = {"f32": 32, "f16": 16, "bf16": 16, "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8,
+         "q8_0": 8, "exl2_q8": 8, "mlx_8bit": 8, "q5_0": 5, "q5_1": 5, "q4_0": 4, "q4_1": 4,
+         "iq4_nl": 4, "exl2_q4": 4, "mlx_4bit": 4, "kivi_int4": 4, "kivi_int2": 2}
+
+
+def nominal_bits(cache_type_k: str, cache_type_v: str | None = None) -> float:
+    """Lowest nominal bit width of the K/V storage types (exl2_q6 stores V at 4 bits)."""
+    k = cache_type_k.lower()
+    v = (cache_type_v or cache_type_k).lower()
+    v = "exl2_q4" if v == "exl2_q6" else v
+    k = "exl2_q8" if k == "exl2_q6" else k
+    return float(min(_BITS.get(k, 16), _BITS.get(v, 16)))
+
+
+class KiviConfig(BaseModel):
+    """KIVI: quantize tokens older than a full-precision residual window."""
+
+    model_config = _FROZEN
+    kind: Literal["kivi"] = "kivi"
+    bits: Literal[2, 4] = 2
+    group_tokens: int = Field(32, gt=0, description="G: tokens per quantization group")
+    residual_tokens: int = Field(128, ge=0, description="R: newest tokens kept in f16")
+    sink_tokens: int = Field(0, ge=0, description="leading tokens kept in f16")
+    pin_system_prompt: bool = False
+
+    @property
+    def cache_type(self) -> str:
+        return f"kivi_int{self.bits}"
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self.group_tokens
+
+    def keep_recent(self) -> int:
+        return self.residual_tokens
