@@ -67,7 +67,13 @@ class Ledger:
             if b > hi:
                 keep.append((hi, b, st, bt))
         keep.extend(s for s in out if s[2] != FULL)
-        self.spans[sid] = sorted(keep)
+        merged: list[Span] = []
+        for span in sorted(keep):  # NOTE: adjacent runs of one state merge: maps stay small
+            if merged and merged[-1][1] == span[0] and merged[-1][2:] == span[2:]:
+                merged[-1] = (merged[-1][0], span[1], span[2], span[3])
+            else:
+                merged.append(span)
+        self.spans[sid] = merged
         self.version += 1
         return changed
 

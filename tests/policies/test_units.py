@@ -1,0 +1,74 @@
+"""Link contention, block-state ledger and accuracy multipliers (no simulation)."""
+
+import pytest
+import simpy
+from pydantic import ValidationError
+
+from kvsim.config.catalog import load_link
+from kvsim.core.link import Link, transfer
+from kvsim.metrics.accuracy import AccuracyConfig, Outcome, multiplier
+from kvsim.policies.blocks import DROPPED, FULL, QUANT, Ledger, locate, seq_remove
+
+GIB = 2**30
+
+
+def _finish_times(n: int) -> list[float]:
+    env = simpy.Environment()
+    link = Link(load_link("pcie4-x16"))
+    procs = [env.process(transfer(env, link, "h2d", GIB)) for _ in range(n)]
+    env.run()
+    return [p.value for p in procs]
+
+
+def test_two_simultaneous_1gib_restores_take_twice_as_long_as_one() -> None:
+    spec = load_link("pcie4-x16")
+    one = spec.latency_s + GIB / spec.h2d_bytes_per_s  # 7.5 us + 1 GiB / 25 GB/s
+    assert _finish_times(1) == pytest.approx([one], rel=1e-12)
+    both = _finish_times(2)
+    assert max(both) == pytest.approx(2 * one, rel=1e-12)
+    assert max(both) / _finish_times(1)[0] == pytest.approx(2.0, rel=1e-9)
+
+
+def test_opposite_directions_run_together_at_the_duplex_rate() -> None:
+    spec = load_link("pcie4-x16")
+    link = Link(spec)
+    _, d2h_end = link.d2h.reserve(GIB, 0.0)
+    _, h2d_end = link.h2d.reserve(GIB, 0.0)
+    assert d2h_end == pytest.approx(spec.latency_s + GIB / spec.d2h_bytes_per_s)
+    assert h2d_end == pytest.approx(spec.latency_s + GIB / (spec.h2d_bytes_per_s * 0.9))
+    assert link.summary()["pcie_h2d_bytes"] == GIB
+
+
+def test_ledger_marks_exact_intervals_and_sequences_lose_dropped_spans() -> None:
+    led = Ledger()
+    assert led.mark("a", 10, 30, QUANT, 4) == 20
+    assert led.mark("a", 20, 40, DROPPED, only=(FULL,)) == 10  # only 30..40 was FULL
+    assert led.iter_states("a", 0, 50) == [(0, 10, FULL, 16.0), (10, 30, QUANT, 4),
+                                           (30, 40, DROPPED, 16.0), (40, 50, FULL, 16.0)]
+    seq = (("sys/x", 0, 8), ("a", 0, 50))
+    assert led.count(seq, (QUANT,)) == 20
+    kept = seq_remove(seq, led.dropped_ranges())
+    assert kept == (("sys/x", 0, 8), ("a", 0, 30), ("a", 40, 50))
+    assert locate(kept, "a", 25, 45) == [(8 + 25, 25, 30), (8 + 30, 40, 45)]
+
+
+def test_multipliers_follow_the_reference_table() -> None:
+    cfg = AccuracyConfig()
+    assert multiplier(cfg, Outcome("INTACT"), "exact") == 1.0
+    assert multiplier(cfg, Outcome("INTACT", bits=8), "exact") == 1.0  # FP8/INT8 row
+    assert multiplier(cfg, Outcome("DEGRADED", bits=4), "exact") == 0.97
+    assert multiplier(cfg, Outcome("DEGRADED", bits=2), "exact") == 0.70
+    assert multiplier(cfg, Outcome("DEGRADED", bits=2), "gist") == 0.98
+    assert multiplier(cfg, Outcome("LOST"), "exact") == 0.10
+    assert multiplier(cfg, Outcome("LOST"), "gist") == 0.90
+    assert multiplier(cfg, Outcome("COLLAPSE"), "gist") == 0.05
+    # RECOVERED exact = p_hit * m(full) + (1 - p_hit) * m(LOST) = 0.95 + 0.05 * 0.1
+    assert multiplier(cfg, Outcome("RECOVERED"), "exact") == pytest.approx(0.955)
+    assert multiplier(cfg, Outcome("RECOVERED"), "gist") == 1.0
+
+
+@pytest.mark.parametrize("bad", [{"exact": {"lost": 1.5}}, {"gist": {"collapse": -0.1}},
+                                 {"p_hit": 2}])
+def test_multipliers_outside_unit_interval_are_refused(bad) -> None:
+    with pytest.raises(ValidationError):
+        AccuracyConfig.model_validate(bad)
