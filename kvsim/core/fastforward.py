@@ -57,8 +57,16 @@ class Stretch:
         """Memory just before ``t_s`` (a tick at a step end sees that step's state)."""
         j = int(np.searchsorted(self.times, t_s, side="left")) - 1
         j = min(max(j, 0), len(self.allocated_bytes) - 1)
-        return dataclasses.replace(self.base, kv_allocated_bytes=int(self.allocated_bytes[j]),
-                                   kv_cached_bytes=int(self.cached_bytes[j]))
+        alloc = int(self.allocated_bytes[j])
+        extra = {}
+        # NOTE: with a quantized cache type every allocated byte is quantized
+        # (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
+        # columns cannot change inside a stretch (hooks bound it by next_trigger_s).
+        quant = getattr(self.base, "kv_quant_bytes", None)
+        if quant is not None and quant == self.base.kv_allocated_bytes and quant:
+            extra["kv_quant_bytes"] = alloc
+        return dataclasses.replace(self.base, kv_allocated_bytes=alloc,
+                                   kv_cached_bytes=int(self.cached_bytes[j]), **extra)
 
 
 def next_event_s(queue: Iterable[tuple], skip: Any) -> float:

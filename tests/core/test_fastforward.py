@@ -31,10 +31,15 @@ ENGINES = {
     "llama-unified": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 3,
                       "allocator": "unified"},
     "ollama": {"preset": "ollama", "context_tokens": 1024, "parallel": 2},
+    "llama-q8": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 2,
+                 "allocator": "unified", "cache_type_k": "q8_0", "cache_type_v": "q8_0",
+                 "flash_attn": True},
 }
 LATENCIES = [{"kind": "constant", "step_s": 0.02}, {"kind": "constant", "step_s": 0.013,
                                                      "decode_token_s": 0.001},
              {"kind": "roofline"}]
+POLICIES = [(), ({"kind": "idle_offload", "idle_after_s": 1.0, "host_budget_bytes": 10**9},),
+            ({"kind": "sliding_window", "window_tokens": 300},)]  # slot engines only
 INT_COLUMNS = ["turn", "prompt_tokens", "cached_tokens", "computed_prompt_tokens",
                "recomputed_tokens", "output_tokens", "preemptions"]
 TIME_COLUMNS = ["arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s",
@@ -56,9 +61,10 @@ def sessions(draw) -> list[Session]:
 
 
 def _run(engine: str, latency: dict, sess: list[Session], pool_tokens: int, interval: float,
-         fidelity: str):
+         fidelity: str, policies: tuple = ()):
     sc = resolve_scenario({"gpu": "rtx-4090", "model": "llama-3.1-8b", "weights": "q4_k_m",
                            "engine": ENGINES[engine], "latency": latency, "workload": {},
+                           "policies": list(policies),
                            "sim": {"fidelity": fidelity, "sample_interval_s": interval}})
     slot = ENGINES[engine].get("parallel")
     sizing = PoolSizing(kv_pool_tokens=pool_tokens,
@@ -82,10 +88,11 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(engine=st.sampled_from(sorted(ENGINES)), latency=st.sampled_from(LATENCIES),
        sess=sessions(), pool_tokens=st.sampled_from([2048, 4096, 16384]),
-       interval=st.sampled_from([0.05, 0.3, 1.0]))
-def test_fast_equals_step(engine, latency, sess, pool_tokens, interval) -> None:
-    fast = _run(engine, latency, sess, pool_tokens, interval, "fast")
-    step = _run(engine, latency, sess, pool_tokens, interval, "step")
+       interval=st.sampled_from([0.05, 0.3, 1.0]), policy=st.sampled_from(POLICIES))
+def test_fast_equals_step(engine, latency, sess, pool_tokens, interval, policy) -> None:
+    policy = policy if engine.startswith(("llama", "ollama")) else ()
+    fast = _run(engine, latency, sess, pool_tokens, interval, "fast", policy)
+    step = _run(engine, latency, sess, pool_tokens, interval, "step", policy)
     a, b = fast.requests, step.requests
     assert list(a.request_id) == list(b.request_id)
     assert a[INT_COLUMNS].equals(b[INT_COLUMNS])
