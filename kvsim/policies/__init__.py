@@ -19,7 +19,10 @@ from typing import Annotated
 from pydantic import Field
 
 from kvsim.policies.eviction import (
-    RecoverableEvictionConfig, ScoreEvictionConfig, SlidingWindowConfig)
+    RecoverableEvictionConfig,
+    ScoreEvictionConfig,
+    SlidingWindowConfig,
+)
 from kvsim.policies.offload import IdleOffloadConfig
 from kvsim.policies.quantization import KiviConfig
 

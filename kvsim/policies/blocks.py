@@ -26,6 +26,7 @@ recompute could revive it and window policies never recompute dropped spans).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from kvsim.core.requests import Piece, TokenSeq
 
@@ -143,3 +144,39 @@ def pinned_len(seq: TokenSeq, sink_tokens: int, pin_system_prompt: bool) -> int:
     if pin_system_prompt and seq and seq[0][0].startswith("sys/"):
         n = max(n, seq[0][2] - seq[0][1])
     return n
+
+
+def session_references(s: Any, sink_tokens: int) -> tuple[
+        tuple[str, int] | None, dict[tuple[str, int], list[tuple[str, int, int, str]]]]:
+    """A session's pinned head ``(segment id, tokens)`` — the system prompt, else the
+    first ``sink_tokens`` of turn 0 — and its reference spans per ``(session, turn)``
+    as ``(segment id, lo, hi, content)``."""
+    sid = s.session_id
+    head: tuple[str, int] | None = None
+    if s.system_prompt_id is not None:
+        head = (f"sys/{s.system_prompt_id}", s.system_prompt_tokens)
+    elif s.history == "full":
+        t0 = s.turns[0]
+        first = (f"{sid}/t0/tool", t0.tool_tokens) if t0.tool_tokens else \
+            (f"{sid}/t0/in", t0.input_tokens)
+        if t0.prefix:
+            first = (t0.prefix[0].id, t0.prefix[0].tokens)
+        head = (first[0], min(sink_tokens, first[1]))
+    refs = {}
+    for i, t in enumerate(s.turns):
+        spans = [(_span_segment(s, r), r.offset_tokens, r.offset_tokens + r.length_tokens,
+                  r.content) for r in t.references]
+        if spans:
+            refs[(sid, i)] = spans
+    return head, refs
+
+
+def _span_segment(s: Any, r: Any) -> str:
+    """The segment id holding a reference's span (kvsim.workload.schema naming)."""
+    if r.turn is None or r.part == "system":
+        return f"sys/{s.system_prompt_id}"
+    if r.part == "prefix":
+        pre = s.turns[r.turn].prefix
+        return pre[0].id if pre else f"{s.session_id}/t{r.turn}/in"
+    part = {"input": "in", "tool": "tool", "output": "out"}[r.part]
+    return f"{s.session_id}/t{r.turn}/{part}"

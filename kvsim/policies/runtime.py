@@ -38,8 +38,18 @@ from kvsim.core.requests import seq_len
 from kvsim.core.step import EngineEvent
 from kvsim.metrics.accuracy import AccuracyConfig, ScoredEvent, classify, multiplier, recall_summary
 from kvsim.policies.blocks import (
-    DROPPED, FULL, FULL_BACKED, OFFLOADED, QUANT, QUANT_BACKED, Ledger, locate, pinned_len,
-    seq_remove)
+    DROPPED,
+    FULL,
+    FULL_BACKED,
+    OFFLOADED,
+    QUANT,
+    QUANT_BACKED,
+    Ledger,
+    locate,
+    pinned_len,
+    seq_remove,
+    session_references,
+)
 from kvsim.policies.eviction import score_victims
 
 SINK_TOKENS = 4  # StreamingLLM's attention sinks: always pinned for the COLLAPSE check
@@ -94,21 +104,10 @@ class PolicyRuntime:
             yield s
 
     def register(self, s: Any) -> None:
-        sid = s.session_id
-        if s.system_prompt_id is not None:
-            self.pinned[sid] = (f"sys/{s.system_prompt_id}", s.system_prompt_tokens)
-        elif s.history == "full":
-            t0 = s.turns[0]
-            first = (f"{sid}/t0/tool", t0.tool_tokens) if t0.tool_tokens else \
-                (f"{sid}/t0/in", t0.input_tokens)
-            if t0.prefix:
-                first = (t0.prefix[0].id, t0.prefix[0].tokens)
-            self.pinned[sid] = (first[0], min(SINK_TOKENS, first[1]))
-        for i, t in enumerate(s.turns):
-            spans = [(_span_segment(s, r), r.offset_tokens, r.offset_tokens + r.length_tokens,
-                      r.content) for r in t.references]
-            if spans:
-                self.refs[(sid, i)] = spans
+        head, refs = session_references(s, SINK_TOKENS)
+        if head is not None:
+            self.pinned[s.session_id] = head
+        self.refs.update(refs)
 
     def _ledger(self, sid: str) -> Ledger:
         led = self.ledgers.get(sid)
@@ -426,12 +425,3 @@ class PolicyRuntime:
             out.update(self.link.summary())
         return out
 
-
-def _span_segment(s: Any, r: Any) -> str:
-    if r.turn is None or r.part == "system":
-        return f"sys/{s.system_prompt_id}"
-    if r.part == "prefix":
-        pre = s.turns[r.turn].prefix
-        return pre[0].id if pre else f"{s.session_id}/t{r.turn}/in"
-    part = {"input": "in", "tool": "tool", "output": "out"}[r.part]
-    return f"{s.session_id}/t{r.turn}/{part}"
