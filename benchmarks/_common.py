@@ -1,0 +1,87 @@
+"""Shared measurement for the benchmark scripts (not tests; they print figures).
+
+``measure`` runs one scenario in ``fast`` and (optionally) ``step`` fidelity in the
+same process and prints, per mode: wall seconds of the whole ``kvsim.api.simulate``
+call and of the engine run alone, simulated seconds per wall second, engine steps
+simulated per wall second ("events/s": in step mode each step is a SimPy event),
+and the fast/step ratio of both wall times.  Peak RSS (``resource.getrusage``) is
+the process high-water mark, so it is printed after the fast run (taken first).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kvsim.api import simulate
+from kvsim.config.scenario import Scenario
+from kvsim.core import engine as engine_mod
+from kvsim.workload.schema import Session
+
+
+def peak_rss_mb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+class _EngineTimer:
+    """Times ``Engine.run`` (the simulation proper) inside ``simulate``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._orig = engine_mod.Engine.run
+
+    def __enter__(self) -> _EngineTimer:
+        orig, timer = self._orig, self
+
+        def run(eng: Any, sessions: Iterable[Session]) -> float:
+            t = time.perf_counter()
+            try:
+                return orig(eng, sessions)
+            finally:
+                timer.seconds = time.perf_counter() - t
+        engine_mod.Engine.run = run  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        engine_mod.Engine.run = self._orig  # type: ignore[method-assign]
+
+
+def run_once(scenario: Scenario, sessions: Callable[[], Iterable[Session]] | None,
+             fidelity: str) -> dict[str, float]:
+    sc = scenario.model_copy(update={"sim": scenario.sim.model_copy(
+        update={"fidelity": fidelity})})
+    src = sessions() if sessions is not None else None
+    with _EngineTimer() as timer:
+        t = time.perf_counter()
+        res = simulate(sc, sessions=src)
+        wall = time.perf_counter() - t
+    s = res.summary
+    return {"wall_s": wall, "engine_s": timer.seconds, "sim_s": s["sim_time_s"],
+            "steps": s["steps"], "requests": s["requests"], "output_tokens": s["output_tokens"],
+            "ttft_p95_s": s["ttft_p95_s"], "itl_p95_s": s["itl_p95_s"]}
+
+
+def measure(label: str, scenario: Scenario,
+            sessions: Callable[[], Iterable[Session]] | None = None, step: bool = True) -> None:
+    print(f"== {label}")
+    rows = {"fast": run_once(scenario, sessions, "fast")}
+    print(f"   peak RSS after fast run: {peak_rss_mb():.0f} MB")
+    if step:
+        rows["step"] = run_once(scenario, sessions, "step")
+    for mode, r in rows.items():
+        print(f"   {mode:4s}: wall {r['wall_s']:.3f} s (engine {r['engine_s']:.3f} s), "
+              f"sim {r['sim_s']:.0f} s → {r['sim_s'] / r['wall_s']:,.0f} sim-s/wall-s, "
+              f"{r['steps'] / r['engine_s']:,.0f} steps/s, {r['requests']} requests, "
+              f"{r['output_tokens']} output tokens, p95 TTFT {r['ttft_p95_s']:.4f} s, "
+              f"p95 ITL {r['itl_p95_s']:.5f} s")
+    if step:
+        f, s = rows["fast"], rows["step"]
+        same = all(abs(f[k] - s[k]) <= 1e-9 * max(abs(s[k]), 1e-12) for k in
+                   ("sim_s", "ttft_p95_s", "itl_p95_s")) and f["steps"] == s["steps"]
+        print(f"   fast/step speed-up: {s['wall_s'] / f['wall_s']:.1f}x whole run, "
+              f"{s['engine_s'] / f['engine_s']:.1f}x engine; results agree: {same}")
+    print(f"   peak RSS: {peak_rss_mb():.0f} MB")

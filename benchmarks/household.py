@@ -1,0 +1,30 @@
+"""Household benchmark: ``family-4`` for N days (``quickstart`` scenario: llama.cpp).
+
+    python benchmarks/household.py --days 1          # household-day, fast and step
+    python benchmarks/household.py --days 7          # household-week
+    python benchmarks/household.py --days 30 --no-step   # household-month (peak RSS)
+
+Targets (issue 6): week ≤ 2 s wall; fast ≥ 50× step on a day; month ≤ 400 MB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from _common import measure
+
+from kvsim.config.scenario import load_scenario
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--days", type=float, default=1.0)
+    ap.add_argument("--scenario", default="quickstart", help="bundled scenario or YAML path")
+    ap.add_argument("--no-step", action="store_true", help="skip the per-step reference run")
+    a = ap.parse_args()
+    sc = load_scenario(a.scenario, [f"workload.days={a.days:g}"])
+    measure(f"{a.scenario}, family-4, {a.days:g} day(s)", sc, step=not a.no_step)
+
+
+if __name__ == "__main__":
+    main()
