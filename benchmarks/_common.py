@@ -14,7 +14,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Self
 
 from kvsim.api import simulate
 from kvsim.config.scenario import Scenario
@@ -34,7 +34,7 @@ class _EngineTimer:
         self.seconds = 0.0
         self._orig = engine_mod.Engine.run
 
-    def __enter__(self) -> _EngineTimer:
+    def __enter__(self) -> Self:
         orig, timer = self._orig, self
 
         def run(eng: Any, sessions: Iterable[Session]) -> float:
@@ -46,7 +46,7 @@ class _EngineTimer:
         engine_mod.Engine.run = run  # type: ignore[method-assign]
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         engine_mod.Engine.run = self._orig  # type: ignore[method-assign]
 
 
