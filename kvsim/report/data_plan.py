@@ -28,7 +28,7 @@ SWEEP_METRICS = ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
 # short cell labels for binding constraints
 BINDING_SHORT = {"ttft_p95": "TTFT", "itl_p95": "ITL", "device_fraction": "MEM",
                  "oom_risk": "OOM", "recall": "ACC", "failed": "FAIL", "load": "LOAD",
-                 "offload": "SPILL", "config": "CFG"}
+                 "offload": "SPILL", "config": "CONF"}
 
 
 def require_columns(df: pd.DataFrame, needed: Sequence[str], table: str) -> None:
