@@ -52,7 +52,8 @@ class LogFacts(BaseModel):
     kv_buffer_bytes: int | None = Field(None, description="sum of '<dev> KV buffer size'")
     kv_buffers: dict[str, int] = Field(default_factory=dict, description="per device")
     kv_size_bytes: int | None = None
-    kv_cells: int | None = None
+    kv_cells: int | None = Field(None, description="cells per stream (per slot if not unified)")
+    kv_streams: int | None = Field(None, description="the S of 's/S seqs': KV streams")
     kv_layers: int | None = None
     k_type: str | None = None
     v_type: str | None = None
@@ -108,15 +109,15 @@ def _llama(text: str) -> dict[str, object]:
         out["kv_buffers"] = buffers
         out["kv_buffer_bytes"] = sum(buffers.values())
     size = re.search(r"llama_kv_cache\w*: size\s*=\s*" + _FLOAT + r" MiB \(\s*(\d+) cells,\s*"
-                     r"(\d+) layers.*?K \((\w+)\):\s*" + _FLOAT + r" MiB, V \((\w+)\):\s*"
-                     + _FLOAT + " MiB", text)
+                     r"(\d+) layers,\s*\d+/(\d+) seqs\), K \((\w+)\):\s*" + _FLOAT
+                     + r" MiB, V \((\w+)\):\s*" + _FLOAT + " MiB", text)
     self_size = re.search(r"KV self size\s*=\s*" + _FLOAT + r" MiB, K \((\w+)\):\s*" + _FLOAT
                           + r" MiB, V \((\w+)\):\s*" + _FLOAT + " MiB", text)
     if size:
         out.update(kv_size_bytes=_mib(size.group(1)), kv_cells=int(size.group(2)),
-                   kv_layers=int(size.group(3)), k_type=size.group(4),
-                   k_bytes=_mib(size.group(5)), v_type=size.group(6),
-                   v_bytes=_mib(size.group(7)))
+                   kv_layers=int(size.group(3)), kv_streams=int(size.group(4)),
+                   k_type=size.group(5), k_bytes=_mib(size.group(6)), v_type=size.group(7),
+                   v_bytes=_mib(size.group(8)))
     elif self_size:
         out.update(kv_size_bytes=_mib(self_size.group(1)), k_type=self_size.group(2),
                    k_bytes=_mib(self_size.group(3)), v_type=self_size.group(4),

@@ -31,10 +31,11 @@ def test_llama_server_context_and_kv_sizes() -> None:
     assert f.engine == "llama.cpp"
     assert (f.n_seq_max, f.n_ctx, f.n_ctx_seq, f.kv_unified) == (4, 16384, 4096, False)
     assert f.kv_buffers == {"CUDA0": 2048 * MiB}
-    assert (f.kv_size_bytes, f.kv_cells, f.kv_layers) == (2048 * MiB, 16384, 32)
+    # non-unified: 4 streams of n_ctx_seq cells each
+    assert (f.kv_size_bytes, f.kv_cells, f.kv_streams, f.kv_layers) == (2048 * MiB, 4096, 4, 32)
     assert (f.k_type, f.v_type, f.k_bytes, f.v_bytes) == ("f16", "f16", 1024 * MiB, 1024 * MiB)
     # Llama-3.1-8B f16 = 128 KiB per token (engines.md §0): 16384 cells → 2 GiB
-    assert f.kv_size_bytes == 16384 * 128 * 1024
+    assert f.kv_size_bytes == f.kv_cells * f.kv_streams * 128 * 1024
 
 
 def test_llama_old_build_sums_devices_and_reads_self_size() -> None:

@@ -127,8 +127,14 @@ def test_kv_buffer_sizes_match_llama_server(server_bin: str, gguf_path: Path, tm
     budget = memory_budget(load_gpu("rtx-4090"), model, "f16", engine)
     assert facts.kv_size_bytes == facts.kv_buffer_bytes == int(kv_mib * MiB)
     assert budget.kv_reserved_bytes == facts.kv_buffer_bytes
-    assert (facts.n_ctx, facts.n_ctx_seq, facts.kv_cells) == (8192, 4096, 8192)
-    assert budget.slot_tokens == facts.n_ctx_seq and budget.kv_pool_tokens == facts.kv_cells
+    # non-unified (explicit -np): 2 streams of n_ctx_seq = 4096 cells
+    assert (facts.n_ctx, facts.n_ctx_seq, facts.kv_cells, facts.kv_streams) == (8192, 4096,
+                                                                                4096, 2)
+    # K and V are half each, printed to 0.01 MiB
+    assert facts.k_type == facts.v_type == cache_type
+    assert abs(facts.k_bytes - budget.kv_reserved_bytes / 2) <= 0.005 * MiB + 1
+    assert budget.slot_tokens == facts.n_ctx_seq
+    assert budget.kv_pool_tokens == facts.kv_cells * facts.kv_streams
 
 
 def _sessions() -> list[Session]:
@@ -152,10 +158,12 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
 
     sessions = _sessions()
     args = ("-c", "4096", "-np", "2", "--cache-ram", cache_ram)
-    with _serve(server_bin, gguf_path, tmp_path / "server.log", *args) as srv:
+    with _serve(server_bin, gguf_path, tmp_path / "calibrate.log", *args) as srv:
         grid = EngineGrid(prompt_tokens=(16, 64, 256), contexts=(0, 256, 1024),
                           batches=(1, 2), decode_tokens=32, repeats=3, space=SPACE)
         artifact = save_artifact(calibrate_engine(srv.url, grid), tmp_path / "engine.json")
+    # NOTE: replay on a fresh server: the simulator starts with empty slots and RAM cache
+    with _serve(server_bin, gguf_path, tmp_path / "replay.log", *args) as srv:
         measured = replay(sessions, ReplayOptions(url=srv.url, space=SPACE))
     scenario = resolve_scenario({
         "gpu": "rtx-4090", "model": model_from_gguf(gguf_path), "weights": "f16",
