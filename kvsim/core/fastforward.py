@@ -85,22 +85,6 @@ def delay_to(now_s: float, target_s: float) -> float:
     return d
 
 
-def sample_tokens(req: Any, times: np.ndarray) -> None:
-    """Emit one token of ``req`` at each of ``times`` (run-length ITL, like ``sample``)."""
-    gaps = np.diff(np.concatenate(([req.last_token_s], times)))
-    cuts = np.flatnonzero(gaps[1:] != gaps[:-1]) + 1
-    starts = np.concatenate(([0], cuts))
-    counts = np.diff(np.concatenate((starts, [len(gaps)])))
-    itl = req.itl
-    for g, c in zip(gaps[starts].tolist(), counts.tolist()):
-        if itl and itl[-1][0] == g:
-            itl[-1][1] += c
-        else:
-            itl.append([g, c])
-    req.last_token_s = float(times[-1])
-    req.num_output += len(times)
-
-
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
     """The decode-only plan ``steps`` steps after ``plan`` (every context + steps)."""
     return make_plan([ScheduledItem(i.req, 1, i.context_tokens + steps, True)

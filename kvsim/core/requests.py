@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kvsim.core.itl import GapRuns
+
 Piece = tuple[str, int, int]
 TokenSeq = tuple[Piece, ...]
 
@@ -120,7 +122,7 @@ class Request:
     preemptions: int = 0
     truncated: bool = False
     failure_reason: str = ""
-    itl: list[list[float]] = field(default_factory=list)  # run-length [gap_s, count]
+    itl: GapRuns = field(default_factory=GapRuns)  # affine runs of gaps (kvsim.core.itl)
     block_hashes: list[int] = field(default_factory=list)  # paged: chained full-block keys
     slot_id: int = -1  # slot engines: the slot serving this request
 
@@ -165,11 +167,7 @@ class Request:
         if self.num_output == 0:
             self.first_token_s = now_s
         else:
-            gap = now_s - self.last_token_s
-            if self.itl and self.itl[-1][0] == gap:
-                self.itl[-1][1] += 1
-            else:
-                self.itl.append([gap, 1])
+            self.itl.add(now_s - self.last_token_s, now_s)
         self.last_token_s = now_s
         self.num_output += 1
 

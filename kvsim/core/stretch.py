@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.core.fastforward import sample_tokens
+from kvsim.core.itl import emit_tokens
 from kvsim.core.kv.prefix import pieces_in_range
 from kvsim.core.requests import seq_append
 from kvsim.core.step import StepPlan
@@ -85,7 +85,7 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
     events.sort()
     for r in reqs:
         r.record_compute(steps)
-        sample_tokens(r, times[1:])
+    emit_tokens(reqs, times)
     active = np.zeros(steps + 1, dtype=np.int64)
     cached = np.zeros(steps + 1, dtype=np.int64)
     for j, i, kind in events:
@@ -129,11 +129,11 @@ def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
 def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     steps = len(times) - 1
+    emit_tokens([i.req for i in plan.items], times)
     for item in plan.items:
         req = item.req
         slot = sched.pool.slots[req.slot_id]
         a = req.num_computed_tokens
-        sample_tokens(req, times[1:])
         for sid, s, e in pieces_in_range(req.all_tokens(), a, a + steps):
             seq_append(slot.cache, sid, s, e)
         slot.n_tokens += steps

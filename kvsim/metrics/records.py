@@ -3,16 +3,20 @@
 The engine appends rows as things happen; :mod:`kvsim.metrics.results` turns the
 lists into DataFrames once at the end.  Rows are kept bounded where the stream is
 long: consecutive decode-only steps with the same batch size merge into one
-``steps`` row (``steps`` counts them), and inter-token gaps are run-length encoded
-per request (``count`` consecutive gaps of exactly ``gap_s``).
+``steps`` row (``steps`` counts them), and inter-token gaps are stored per request
+as affine runs (below).
 
-Bounded, exact inter-token storage (issue 6): the run-length rows are kept in typed
-arrays (8-byte gap, 8-byte count, 4-byte request index: 20 bytes a row, the request
-id stored once per request), not as Python tuples.  Nothing is binned: every
-distinct gap is kept with its multiplicity, so count-weighted percentiles over all
-gaps are exact.  Under a constant step time a request's gaps collapse into one row;
-under the roofline model each decode gap differs (its KV grows), so a row per
-token remains — 20 bytes each, ~14 MB for a household-month of ~700k tokens.
+Bounded, exact inter-token storage (issue 6): gaps are stored as *affine runs*
+(:mod:`kvsim.core.itl`): a row ``(request_id, gap_s, count, gap_delta_s)`` stands for
+the ``count`` consecutive gaps ``gap_s + k·gap_delta_s`` (``k = 0..count−1``);
+``gap_delta_s == 0`` is plain run-length encoding.  A decode stretch's step time is
+affine in the step index (each step adds the batch size to the total context), so
+under the roofline model a whole stretch is one row, not one row a token.  Every
+stored gap is within 4 units in the last place of the simulation clock of the gap
+the clock recorded (the clock's own resolution), in both fidelities.  Rows live in
+typed arrays (8-byte gap, 8-byte delta, 8-byte count, 4-byte request index: 28 bytes
+a row, the request id stored once per request).  Percentiles over the runs are
+exact with respect to their expansion (:mod:`kvsim.metrics.gaps`).
 
 The requests table is one row per request and cannot be spilled: a run that would
 exceed :data:`MAX_REQUESTS` (≈ 0.6 KB of rows each, ~200 MB) stops with an
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import InputError
+from kvsim.metrics.gaps import run_stats
 
 MAX_REQUESTS = 300_000  # NOTE: keeps one run's result rows well inside ~400 MB
 
@@ -37,7 +42,9 @@ REQUEST_COLUMNS = (
     "first_token_s", "finish_s", "queue_s", "ttft_s", "e2e_s", "prompt_tokens", "cached_tokens",
     "computed_prompt_tokens", "recomputed_tokens", "output_tokens", "preemptions", "failed",
     "failure_reason", "truncated", "itl_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s")
-ITL_COLUMNS = ("request_id", "gap_s", "count")
+ITL_COLUMNS = ("request_id", "gap_s", "count")  # required (measured results have only these)
+ITL_DELTA = "gap_delta_s"  # affine runs; absent or 0 = run-length rows
+ITL_TABLE_COLUMNS = (*ITL_COLUMNS, ITL_DELTA)
 STEP_COLUMNS = ("start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", "batch_size")
 MEMORY_COLUMNS = ("time_s", "kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes",
                   "host_kv_bytes", "running", "waiting", "kv_quant_bytes")
@@ -55,16 +62,6 @@ def weighted_quantile(values: list[float], counts: list[int], q: float) -> float
     return float(v[order[min(i, len(v) - 1)]])
 
 
-def _itl_stats(itl: list[list[float]]) -> tuple[float, float, float, float]:
-    if not itl:
-        return (math.nan,) * 4
-    vals = [g for g, _ in itl]
-    cnts = [int(c) for _, c in itl]
-    mean = sum(g * c for g, c in itl) / sum(cnts)
-    return (mean, weighted_quantile(vals, cnts, 0.5), weighted_quantile(vals, cnts, 0.95),
-            max(vals))
-
-
 @dataclass
 class Recorder:
     """Collects request, ITL, step, memory-sample and event rows during one run."""
@@ -74,6 +71,7 @@ class Recorder:
     itl_index: array = field(default_factory=lambda: array("i"))
     itl_gap_s: array = field(default_factory=lambda: array("d"))
     itl_count: array = field(default_factory=lambda: array("q"))
+    itl_delta_s: array = field(default_factory=lambda: array("d"))
     steps: list[list[Any]] = field(default_factory=list)
     memory: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[tuple[Any, ...]] = field(default_factory=list)
@@ -82,13 +80,14 @@ class Recorder:
 
     @property
     def itl(self) -> dict[str, Any]:
-        """The ``itl`` table as columns (request_id, gap_s, count)."""
+        """The ``itl`` table as columns (request_id, gap_s, count, gap_delta_s)."""
         ids = np.array(self.itl_ids, dtype=object)
         idx = np.frombuffer(self.itl_index, dtype=np.int32) if self.itl_index else \
             np.zeros(0, dtype=np.int32)
         return {"request_id": ids[idx] if len(ids) else np.zeros(0, dtype=object),
                 "gap_s": np.array(self.itl_gap_s, dtype=np.float64),
-                "count": np.array(self.itl_count, dtype=np.int64)}
+                "count": np.array(self.itl_count, dtype=np.int64),
+                ITL_DELTA: np.array(self.itl_delta_s, dtype=np.float64)}
 
     def check_capacity(self, submitted: int) -> None:
         """Stop a run whose per-request rows would exceed the memory bound."""
@@ -106,20 +105,22 @@ class Recorder:
         tok = req.first_token_s
         fin = req.finish_s
         failed = req.failure_reason != ""
+        runs = req.itl.runs()
         self.requests.append((
             req.request_id, req.session_id, req.turn, req.member, req.kind, arr, first, tok,
             fin, nan if math.isnan(first) else first - arr, nan if math.isnan(tok) else tok - arr,
             fin - arr if not failed else nan, req.prompt_tokens, req.cached_tokens,
             req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
-            failed, req.failure_reason, req.truncated, *_itl_stats(req.itl)))
+            failed, req.failure_reason, req.truncated, *run_stats(runs)))
         self.output_tokens += req.num_output
-        if req.itl:
+        if runs:
             k = len(self.itl_ids)
             self.itl_ids.append(req.request_id)
-            for gap, count in req.itl:
-                self.itl_index.append(k)
-                self.itl_gap_s.append(gap)
-                self.itl_count.append(int(count))
+            gaps, deltas, counts = zip(*runs)
+            self.itl_index.extend([k] * len(runs))
+            self.itl_gap_s.extend(gaps)
+            self.itl_delta_s.extend(deltas)
+            self.itl_count.extend(counts)
 
     def step(self, start_s: float, end_s: float, prefill_tokens: int, decode_tokens: int,
              batch_size: int, steps: int = 1) -> None:

@@ -24,7 +24,8 @@ from kvsim import __version__
 from kvsim.errors import InputError
 from kvsim.metrics.records import (
     EVENT_COLUMNS,
-    ITL_COLUMNS,
+    ITL_DELTA,
+    ITL_TABLE_COLUMNS,
     MEMORY_COLUMNS,
     REQUEST_COLUMNS,
     STEP_COLUMNS,
@@ -33,7 +34,7 @@ from kvsim.metrics.records import (
 
 FORMAT_VERSION = 1
 TABLES = ("requests", "itl", "steps", "memory", "events")
-COLUMNS = {"requests": REQUEST_COLUMNS, "itl": ITL_COLUMNS, "steps": STEP_COLUMNS,
+COLUMNS = {"requests": REQUEST_COLUMNS, "itl": ITL_TABLE_COLUMNS, "steps": STEP_COLUMNS,
            "memory": MEMORY_COLUMNS, "events": EVENT_COLUMNS}
 
 
@@ -117,6 +118,8 @@ class Results:
             raise InputError("results.format_version", meta.get("format_version"),
                              f"this kvsim reads format {FORMAT_VERSION}")
         frames = {t: pd.read_parquet(p / f"{t}.parquet") for t in TABLES}
+        if ITL_DELTA not in frames["itl"].columns:  # run-length rows (older / measured)
+            frames["itl"][ITL_DELTA] = 0.0
         scen = json.loads((p / "scenario.json").read_text())
         summary = json.loads((p / "summary.json").read_text())
         summary = {k: (math.nan if v is None else v) for k, v in summary.items()}

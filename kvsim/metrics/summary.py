@@ -2,8 +2,10 @@
 
 Percentiles use one definition everywhere — the smallest observed value with at
 least q of the samples at or below it (numpy ``inverted_cdf``) — so TTFT/E2E
-percentiles and the count-weighted inter-token percentiles agree, and every
-reported value is one that actually occurred.
+percentiles and the inter-token percentiles agree, and every reported value is
+one that actually occurred.  Inter-token gaps come as affine runs (``itl`` table,
+:mod:`kvsim.metrics.records`); their percentiles are exact over the expanded gaps
+(:mod:`kvsim.metrics.gaps`) without expanding them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.metrics.records import weighted_quantile
+from kvsim.metrics import gaps
+from kvsim.metrics.records import ITL_DELTA
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 
@@ -27,6 +30,19 @@ def _pcts(name: str, values: pd.Series) -> dict[str, float]:
             for k, q in QUANTILES}
 
 
+def itl_runs(itl: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gap_s, gap_delta_s, count) arrays of an ``itl`` table (delta 0 when absent)."""
+    g = itl["gap_s"].to_numpy(dtype=np.float64)
+    d = itl[ITL_DELTA].to_numpy(dtype=np.float64) if ITL_DELTA in itl.columns \
+        else np.zeros_like(g)
+    return g, d, itl["count"].to_numpy(dtype=np.int64)
+
+
+def itl_quantile(itl: pd.DataFrame, q: float) -> float:
+    """Exact ``inverted_cdf`` quantile over every gap of an ``itl`` table."""
+    return gaps.quantile(*itl_runs(itl), q)
+
+
 def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
               steps: pd.DataFrame, *, static_device_bytes: int, device_bytes: int,
               preemptions: int, evictions: int = 0, sim_time_s: float) -> dict[str, Any]:
@@ -35,11 +51,10 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out.update(_pcts("ttft", requests["ttft_s"]))
     out.update(_pcts("queue", requests["queue_s"]))
     out.update(_pcts("e2e", requests["e2e_s"]))
-    vals, cnts = itl["gap_s"].tolist(), itl["count"].astype(int).tolist()
-    for k, q in QUANTILES:
-        out[f"itl_{k}_s"] = weighted_quantile(vals, cnts, q)
-    n_gaps = sum(cnts)
-    out["itl_mean_s"] = float(np.dot(vals, cnts) / n_gaps) if n_gaps else math.nan
+    runs = itl_runs(itl)
+    for (k, _), v in zip(QUANTILES, gaps.quantiles(*runs, [q for _, q in QUANTILES])):
+        out[f"itl_{k}_s"] = v
+    out["itl_mean_s"] = gaps.mean(*runs)
     output_tokens = int(requests["output_tokens"].sum())
     span = (requests["finish_s"].max() - requests["arrival_s"].min()) if len(requests) else 0.0
     out["output_tokens"] = output_tokens

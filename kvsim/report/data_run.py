@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.metrics import gaps
 from kvsim.metrics.records import weighted_quantile
+from kvsim.metrics.summary import itl_runs
 from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
 GIB = float(2**30)
@@ -32,6 +34,7 @@ _BREAKDOWN = (  # (label, summary key) of the static device rows, DESIGN §3.1
     ("driver reserve", "driver_reserve_bytes"), ("display / other", "display_reserve_bytes"),
     ("weights", "weights_gpu_bytes"), ("activations", "activation_bytes"),
     ("engine overhead", "engine_overhead_bytes"))
+CDF_EXPAND_MAX = 1 << 22  # gaps expanded for the exact step CDF (32 MB)
 SLOT_ALLOCATORS = ("slots", "unified")
 # event kinds that move KV bytes over PCIe, by direction
 D2H_KINDS = frozenset({"offload", "backup", "swap_out", "writeback"})
@@ -261,20 +264,35 @@ def ttft_cdf(requests: pd.DataFrame | None, max_points: int = 2000) -> dict | No
 
 
 def itl_cdf(itl: pd.DataFrame | None, max_points: int = 2000) -> dict | None:
-    """CDF of inter-token gaps from the run-length ``itl`` table, weighted by ``count``."""
+    """CDF of inter-token gaps from the ``itl`` table (affine runs, notes/results.md).
+
+    Each row stands for ``count`` gaps ``gap_s + k·gap_delta_s`` (delta 0 or absent:
+    run-length rows).  Up to :data:`CDF_EXPAND_MAX` gaps the exact step CDF is built
+    from the expanded values; beyond, it is evaluated exactly at ``max_points``
+    evenly spaced gap values.  p50/p95 are exact either way.
+    """
     if not nonempty(itl):
         return None
-    grouped = itl.groupby("gap_s", sort=True)["count"].sum()
-    grouped = grouped[grouped > 0]
-    if grouped.empty:
+    g, d, n = itl_runs(itl)
+    g, d, n = gaps.as_runs(g, d, n)
+    total = int(n.sum())
+    if not total:
         return None
-    x = grouped.index.to_numpy(dtype=float)
-    w = grouped.to_numpy(dtype=float)
-    p = np.cumsum(w) / w.sum()
-    xs, ps = thin_monotone(x, p, max_points)
-    xl, wl = x.tolist(), grouped.to_numpy(dtype=np.int64).tolist()
-    return {"x_s": xs, "p": ps, "n": int(w.sum()), "p50_s": weighted_quantile(xl, wl, 0.5),
-            "p95_s": weighted_quantile(xl, wl, 0.95)}
+    p50, p95 = gaps.quantiles(g, d, n, (0.5, 0.95))
+    if not d.any() or total <= CDF_EXPAND_MAX:
+        if d.any():
+            g, n = np.unique(gaps.expand(g, d, n), return_counts=True)
+        grouped = pd.Series(n, index=g).groupby(level=0, sort=True).sum()
+        x = grouped.index.to_numpy(dtype=float)
+        w = grouped.to_numpy(dtype=float)
+        p = np.cumsum(w) / w.sum()
+        xs, ps = thin_monotone(x, p, max_points)
+    else:
+        last = g + (n - 1) * d
+        xs = np.linspace(float(np.minimum(g, last).min()), float(np.maximum(g, last).max()),
+                         max_points)
+        ps = np.array([gaps.count_le(float(x), g, d, n) for x in xs]) / total
+    return {"x_s": xs, "p": ps, "n": total, "p50_s": p50, "p95_s": p95}
 
 
 def concurrency(memory: pd.DataFrame | None, steps: pd.DataFrame | None,

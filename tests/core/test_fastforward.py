@@ -20,6 +20,7 @@ from kvsim.core.build import PoolSizing, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.errors import InputError
 from kvsim.latency.constant import ConstantLatency
+from kvsim.metrics.gaps import expand
 from kvsim.metrics.records import Recorder
 from kvsim.workload.schema import Session, Turn
 
@@ -76,7 +77,7 @@ def _run(engine: str, latency: dict, sess: list[Session], pool_tokens: int, inte
 
 
 def _gaps(res) -> dict[str, np.ndarray]:
-    return {rid: np.sort(np.repeat(g.gap_s.to_numpy(), g["count"].to_numpy()))
+    return {rid: np.sort(expand(g.gap_s, g.gap_delta_s, g["count"]))
             for rid, g in res.itl.groupby("request_id")}
 
 

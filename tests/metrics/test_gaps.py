@@ -1,0 +1,99 @@
+"""Affine inter-token runs: exact percentiles, bounded storage, both builders agree.
+
+Percentiles over ``(gap_s, gap_delta_s, count)`` runs must equal numpy's
+``inverted_cdf`` percentile over the expanded gaps (the definition used for every
+other latency), on both the expansion path and the bisection path for large inputs.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsim.core.itl import TOL_REL, GapRuns, stretch_runs
+from kvsim.metrics import gaps
+from kvsim.metrics.summary import itl_quantile
+from kvsim.report.data_run import itl_cdf
+
+QS = (0.0, 0.01, 0.5, 0.95, 0.99, 1.0)
+
+runs_st = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([0.0, 1e-6, -1e-6, 3.3e-7]),
+                             st.integers(1, 400)), min_size=1, max_size=12)
+
+
+def _np_q(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q * 100, method="inverted_cdf"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=runs_st)
+def test_quantiles_equal_numpy_over_the_expansion(runs) -> None:
+    g, d, n = (np.array(c) for c in zip(*runs))
+    # delta keeps every gap positive, as clock differences are
+    d = np.where(g + (n - 1) * d < 0, 0.0, d)
+    full = gaps.expand(g, d, n)
+    assert len(full) == n.sum()
+    want = [_np_q(full, q) for q in QS]
+    assert gaps.quantiles(g, d, n, QS) == want
+    old = gaps.EXPAND_MAX
+    try:  # force the bisection path
+        gaps.EXPAND_MAX = 0
+        assert gaps.quantiles(g, d, n, QS) == want
+    finally:
+        gaps.EXPAND_MAX = old
+    assert gaps.mean(g, d, n) == pytest.approx(full.mean(), rel=1e-12)
+    assert gaps.maximum(g, d, n) == full.max()
+    for x in (full.min(), full.max(), float(np.median(full)), full[0], -1.0, 1.0):
+        assert gaps.count_le(x, g, d, n) == int((full <= x).sum())
+
+
+def test_single_run_quantiles_by_hand() -> None:
+    # 10 gaps 0.020, 0.021, ..., 0.029: the p50 is the 5th smallest, the p95 the 10th
+    assert gaps.quantiles([0.02], [0.001], [10], (0.5, 0.95)) == [0.02 + 4 * 0.001,
+                                                                 0.02 + 9 * 0.001]
+    # falling run: 5 gaps 0.05 .. 0.01, the smallest is the last one
+    assert gaps.quantile([0.05], [-0.01], [5], 0.2) == 0.05 + 4 * -0.01
+    assert math.isnan(gaps.quantile([], [], [], 0.5))
+
+
+def test_summary_and_report_read_affine_and_run_length_tables() -> None:
+    itl = pd.DataFrame({"request_id": ["a", "b"], "gap_s": [0.02, 0.1], "count": [99, 1],
+                        "gap_delta_s": [1e-4, 0.0]})
+    full = np.sort(np.concatenate([0.02 + np.arange(99) * 1e-4, [0.1]]))
+    assert itl_quantile(itl, 0.95) == _np_q(full, 0.95)
+    cdf = itl_cdf(itl)
+    assert cdf["n"] == 100 and cdf["p95_s"] == _np_q(full, 0.95)
+    assert cdf["p"][-1] == 1.0 and cdf["x_s"][-1] == 0.1
+    old = itl.drop(columns="gap_delta_s")  # a measured / older table: run-length rows
+    assert itl_quantile(old, 0.5) == 0.02 and itl_cdf(old)["n"] == 100
+
+
+def _feed(gs: np.ndarray, ts: np.ndarray) -> GapRuns:
+    r = GapRuns()
+    for gap, t in zip(gs.tolist(), ts.tolist()):
+        r.add(gap, t)
+    return r
+
+
+@settings(max_examples=40, deadline=None)
+@given(dt0=st.floats(0.005, 0.05), slope=st.sampled_from([0.0, 2.5e-7, 1e-5]),
+       steps=st.integers(2, 3000), t0=st.floats(0.0, 6e5), kink=st.integers(0, 3000))
+def test_decode_stretch_is_a_few_runs_within_clock_resolution(dt0, slope, steps, t0,
+                                                              kink) -> None:
+    """Affine step times summed on a float clock: a couple of runs, every gap kept to
+    within the tolerance, and the online and vectorised builders give the same runs."""
+    j = np.arange(steps)
+    dts = dt0 + slope * j + np.where(j > kink, 3 * slope, 0.0) * (j - kink)  # one regime change
+    times = np.concatenate(([t0], dts)).cumsum()
+    gs, ends = np.diff(times), times[1:]
+    online = _feed(gs, ends)
+    vec = GapRuns()
+    vec.extend(stretch_runs(gs, ends))
+    assert online.runs() == vec.runs()
+    assert len(online) <= 4
+    rows = online.runs()
+    back = gaps.expand(*zip(*rows))
+    assert np.all(np.abs(back - gs) <= TOL_REL * np.maximum(ends, 1.0) * (1 + 1e-9) + 1e-18)
