@@ -25,8 +25,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from kvsim.metrics.records import weighted_quantile
 from kvsim.metrics.results import Results
+from kvsim.metrics.summary import itl_quantile
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_tokens")
@@ -40,9 +40,8 @@ def _metrics(r: Results) -> dict[str, float]:
         vals = ok[f"{name}_s"].dropna().to_numpy(dtype=float)
         for k, q in QUANTILES:
             out[f"{name}_{k}_s"] = float(np.quantile(vals, q)) if vals.size else math.nan
-    vals, cnts = r.itl["gap_s"].tolist(), r.itl["count"].astype(int).tolist()
-    for k, q in QUANTILES:
-        out[f"itl_{k}_s"] = weighted_quantile(vals, cnts, q)
+    for k, q in QUANTILES:  # exact over affine runs (gap_delta_s) and run-length rows
+        out[f"itl_{k}_s"] = itl_quantile(r.itl, q)
     out["requests"] = float(len(req))
     out["failed_requests"] = float(req["failed"].astype(bool).sum())
     for col in TOTALS:
