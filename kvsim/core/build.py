@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
+from kvsim.core.link import Link
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.errors import InputError
@@ -59,6 +60,14 @@ def restore_time_fn(link: Any, host: Any):
     return lambda n: lat + n / rate if n else 0.0
 
 
+def make_link(link: Any, host: Any) -> Link | None:
+    """The host↔device link as FIFO channels, or None when there is no host tier
+    (no link profile, or memory shared with the GPU)."""
+    if link is None or link.name == "unified" or getattr(host, "unified_with_gpu", False):
+        return None
+    return Link(link)
+
+
 def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
                    link: Any = None, host: Any = None) -> PagedScheduler | SlotScheduler:
     if isinstance(engine, PagedEngineConfig):
@@ -69,12 +78,23 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
                 f"the model's max seq len ({engine.context_tokens}) is larger than the "
                 f"maximum number of tokens that can be stored in KV cache "
                 f"({blocks * sizing.block_tokens}); lower it or free memory")
+        pcie = make_link(link, host)
+        if engine.preemption_mode == "swap":
+            if engine.swap_space_bytes <= 0:
+                raise InputError("engine.swap_space_bytes", engine.swap_space_bytes,
+                                 "> 0 with preemption_mode swap (vLLM V0 default 4 GiB)")
+            if pcie is None:
+                raise InputError("engine.preemption_mode", "swap", "recompute: swap needs "
+                                 "host memory over PCIe and this host has no separate tier")
         return PagedScheduler(
             num_blocks=blocks, block_tokens=sizing.block_tokens,
             block_bytes=sizing.kv_reserved_bytes // blocks, max_num_seqs=engine.max_num_seqs,
             max_num_batched_tokens=engine.max_num_batched_tokens,
             max_model_len=engine.context_tokens,
-            enable_prefix_caching=engine.enable_prefix_caching)
+            enable_prefix_caching=engine.enable_prefix_caching,
+            preemption_mode=engine.preemption_mode,
+            retract_order="sglang" if engine.preset == "sglang" else "newest",
+            swap_space_bytes=engine.swap_space_bytes, link=pcie)
     unified = engine.allocator == "unified" and engine.preset == "llama.cpp"
     cells = sizing.kv_pool_tokens
     return SlotScheduler(

@@ -11,15 +11,38 @@ are freed (they keep their hashes, so on resumption it re-hits whatever was not
 evicted meanwhile), ``num_computed_tokens`` returns to 0 and it goes to the front
 of the waiting queue — repeated until the allocation succeeds or the request
 itself was the victim.  No waiting request is admitted in a step that preempted.
+
+The SGLang preset retracts in its own order (engines.md §2.3): the running request
+with the **fewest generated tokens** goes first, ties to the **longest prompt**
+(``retract_order="sglang"``); a victim already scheduled in this step leaves the
+step's plan.
+
+``preemption_mode="swap"`` (vLLM V0 ``swap_space``, §1.4): the victim's computed
+blocks — ``ceil(num_computed_tokens / block_tokens)`` of them — are copied
+device→host over the link and freed; it keeps its progress and on resumption the
+same bytes are copied back host→device before its next step.  Both copies stall the
+step that issues them (V0's worker runs ``swap_out``/``swap_in`` before the forward
+pass): ``latency + N·block_bytes / bandwidth`` each, queued FIFO per direction
+(kvsim.core.link).  A victim that does not fit the free swap space is recomputed.
+
+A host KV tier (``host``: :class:`kvsim.core.kv.host_pool.HostBlockPool`, installed
+by the ``host_kv_cache`` policy) receives a request's hashed blocks when it releases
+them (asynchronous device→host copy); at admission a GPU prefix miss that continues
+on the host is loaded host→device — if ``host_load="auto"``, only when the copy ends
+before recomputing those tokens would (``recompute_s(tokens, context)``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from kvsim.core.kv.block_pool import BlockPool
-from kvsim.core.kv.manager import KVCacheManager
+from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.kv.manager import KVCacheManager, PrefixHit
+from kvsim.core.policy import NullPolicy, SchedulerPolicy
 from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import paged_advance, paged_stretch_limit
@@ -32,7 +55,9 @@ class PagedScheduler:
 
     def __init__(self, *, num_blocks: int, block_tokens: int, block_bytes: int,
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                 enable_prefix_caching: bool = True) -> None:
+                 enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
+                 retract_order: str = "newest", swap_space_bytes: int = 0,
+                 link: Any = None) -> None:
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching)
         self.manager = KVCacheManager(self.pool, block_tokens)
         self.block_tokens = block_tokens
@@ -44,10 +69,25 @@ class PagedScheduler:
         self.running: list[Request] = []
         self.events: list[EngineEvent] = []
         self.preemptions = 0
+        self.preemption_mode = preemption_mode
+        self.retract_order = retract_order
+        self.swap_space_bytes = swap_space_bytes
+        self.link = link  # kvsim.core.link.Link (swap, host tier) or None
+        self.policy: SchedulerPolicy = NullPolicy()  # kvsim.core.policy
+        self.host: HostBlockPool | None = None
+        self.host_load = "auto"
+        self.recompute_s: Callable[[int, int], float] | None = None
+        self.swapped: dict[str, int] = {}  # request id → bytes in swap space
+        self.loaded_tokens: dict[str, int] = {}  # request id → tokens loaded from host
+        self.stats = dict.fromkeys(("swap_outs", "swap_out_bytes", "swap_in_bytes",
+                                    "host_store_bytes", "host_load_bytes",
+                                    "host_hit_tokens"), 0)
+        self._stall_end = 0.0
 
     # -- queue entry ---------------------------------------------------------
     def add_request(self, req: Request, now_s: float) -> bool:
         """Queue ``req``; a prompt that cannot fit ``max_model_len`` fails at once."""
+        self.policy.on_admit(req, now_s)
         if req.prompt_tokens >= self.max_model_len:
             req.fail(now_s, FAIL_MAX_LEN)
             self.events.append(EngineEvent(
@@ -62,17 +102,118 @@ class PagedScheduler:
         return bool(self.running or self.waiting)
 
     # -- schedule --------------------------------------------------------------
-    def _preempt_last(self, now_s: float) -> Request:
-        victim = self.running.pop()
-        self.manager.free(victim)
-        self.events.append(EngineEvent(now_s, "preempt", victim.request_id,
-                                       f"recompute {victim.num_computed_tokens} tokens"))
-        victim.preempt()
+    @property
+    def swap_used_bytes(self) -> int:
+        return sum(self.swapped.values())
+
+    def _copy(self, direction: str, nbytes: int, now_s: float) -> None:
+        """A blocking copy in this step: the step waits until it ends."""
+        _, end = self.link.channel(direction).reserve(nbytes, now_s)
+        self._stall_end = max(self._stall_end, end)
+
+    def _victim(self) -> Request:
+        if self.retract_order == "sglang":  # fewest outputs, ties longest prompt, newest
+            return min(reversed(self.running), key=lambda r: (r.num_output, -r.prompt_tokens))
+        return self.running[-1]
+
+    def _release(self, req: Request, now_s: float) -> None:
+        """Free ``req``'s blocks, first writing its hashed blocks to the host tier."""
+        if self.host is not None:
+            n = self.manager.req_num_hashed.get(req.request_id, 0)
+            new = self.host.store(req.block_hashes[:n])
+            if new and self.link is not None:
+                nbytes = new * self.block_bytes
+                self.link.d2h.reserve(nbytes, now_s)  # asynchronous: no stall
+                self.stats["host_store_bytes"] += nbytes
+        self.manager.free(req)
+
+    def _preempt(self, now_s: float) -> Request:
+        victim = self._victim()
+        self.running.remove(victim)
+        nbytes = -(-victim.num_computed_tokens // self.block_tokens) * self.block_bytes
+        if self.preemption_mode == "swap" and self.link is not None and 0 < nbytes \
+                <= self.swap_space_bytes - self.swap_used_bytes:
+            self.manager.free(victim)
+            self._copy("d2h", nbytes, now_s)
+            self.swapped[victim.request_id] = nbytes
+            self.stats["swap_outs"] += 1
+            self.stats["swap_out_bytes"] += nbytes
+            self.events.append(EngineEvent(now_s, "swap_out", victim.request_id,
+                                           f"{victim.num_computed_tokens} tokens", nbytes))
+            victim.preemptions += 1
+            victim.status = Status.WAITING
+        else:
+            self._release(victim, now_s)
+            self.events.append(EngineEvent(now_s, "preempt", victim.request_id,
+                                           f"recompute {victim.num_computed_tokens} tokens"))
+            victim.preempt()
         self.preemptions += 1
         self.waiting.appendleft(victim)
         return victim
 
+    def _host_tokens(self, req: Request, hit: PrefixHit, now_s: float) -> int:
+        """Tokens after the GPU hit that the host tier holds and that load faster than
+        they recompute (0 when nothing to load)."""
+        if self.host is None or self.link is None:
+            return 0
+        k = len(hit.blocks)
+        max_blocks = (req.num_tokens - 1) // self.block_tokens
+        if max_blocks <= k:
+            return 0
+        m = self.host.match(self.manager.chain(req, max_blocks)[k:])
+        tokens = m * self.block_tokens
+        if m and self.host_load == "auto" and self.recompute_s is not None:
+            h2d = self.link.h2d
+            start = max(now_s, h2d.busy_until_s)
+            copy_end = start + h2d.duration_s(m * self.block_bytes, start)
+            if now_s + self.recompute_s(tokens, hit.num_tokens) <= copy_end:
+                return 0
+        return tokens
+
+    def _admit(self, req: Request, budget: int, now_s: float) -> tuple[int, bool]:
+        """Admit the waiting head if its blocks fit; return (tokens scheduled, is decode),
+        0 tokens when it does not fit."""
+        rid = req.request_id
+        if rid in self.swapped:  # swap-in: progress kept, its blocks copied back
+            n = min(req.remaining_tokens, budget)
+            if not self.manager.allocate_slots(req, n):
+                return 0, False
+            nbytes = self.swapped.pop(rid)
+            self._copy("h2d", nbytes, now_s)
+            self.stats["swap_in_bytes"] += nbytes
+            self.events.append(EngineEvent(now_s, "swap_in", rid,
+                                           f"{req.num_computed_tokens} tokens", nbytes))
+            return n, req.is_decode
+        hit = self.manager.get_computed_blocks(req)
+        host = self._host_tokens(req, hit, now_s)
+        n = min(req.remaining_tokens - hit.num_tokens - host, budget)
+        if not self.manager.allocate_slots(req, host + n, hit):
+            if not host:
+                return 0, False
+            host, n = 0, min(req.remaining_tokens - hit.num_tokens, budget)
+            if not self.manager.allocate_slots(req, n, hit):
+                return 0, False
+        if host:
+            nbytes = host // self.block_tokens * self.block_bytes
+            k = len(hit.blocks)
+            self.host.touch(self.manager.chain(req, k + host // self.block_tokens)[k:])
+            self._copy("h2d", nbytes, now_s)
+            self.stats["host_load_bytes"] += nbytes
+            self.stats["host_hit_tokens"] += host
+            self.loaded_tokens[rid] = host
+            self.events.append(EngineEvent(now_s, "host_load", rid, f"{host} tokens", nbytes))
+        if req.preemptions == 0 and req.num_output == 0:
+            req.cached_tokens = hit.num_tokens + host
+        req.num_computed_tokens = hit.num_tokens + host
+        req.high_water = max(req.high_water, req.num_computed_tokens)
+        return n, False
+
     def schedule(self, now_s: float) -> StepPlan | None:
+        self.policy.before_schedule(now_s)
+        return self.policy.after_schedule(self._schedule(now_s), now_s)
+
+    def _schedule(self, now_s: float) -> StepPlan | None:
+        self._stall_end = now_s
         budget = self.budget_tokens
         items: list[ScheduledItem] = []
         preempted = False
@@ -82,33 +223,35 @@ class PagedScheduler:
             n = min(req.remaining_tokens, budget)
             while not self.manager.allocate_slots(req, n):
                 preempted = True
-                if self._preempt_last(now_s) is req:
+                victim = self._preempt(now_s)
+                if victim is req:
                     break
+                for k, it in enumerate(items):  # SGLang order: a victim already planned
+                    if it.req is victim:
+                        budget += items.pop(k).num_new_tokens
+                        i -= 1
+                        break
             else:
                 items.append(ScheduledItem(req, n, req.num_computed_tokens, req.is_decode))
                 budget -= n
                 i += 1
                 continue
-            break  # the request itself was preempted: it was the last one
+            if self.retract_order != "sglang":
+                break  # the request itself was preempted: it was the last one
         while not preempted and self.waiting and budget > 0 \
                 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            hit = self.manager.get_computed_blocks(req)
-            n = min(req.remaining_tokens - hit.num_tokens, budget)
-            if not self.manager.allocate_slots(req, n, hit):
+            n, decode = self._admit(req, budget, now_s)
+            if not n:
                 break
             self.waiting.popleft()
-            if req.preemptions == 0 and req.num_output == 0:
-                req.cached_tokens = hit.num_tokens
             if math.isnan(req.first_scheduled_s):  # first admission
                 req.first_scheduled_s = now_s
-            req.num_computed_tokens = hit.num_tokens
-            req.high_water = max(req.high_water, hit.num_tokens)
             req.status = Status.RUNNING
             self.running.append(req)
-            items.append(ScheduledItem(req, n, req.num_computed_tokens, False))
+            items.append(ScheduledItem(req, n, req.num_computed_tokens, decode))
             budget -= n
-        return make_plan(items) if items else None
+        return make_plan(items, self._stall_end - now_s) if items else None
 
     # -- postprocess -------------------------------------------------------------
     def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
@@ -128,18 +271,19 @@ class PagedScheduler:
                 req.finish(now_s, truncated=True)  # finish_reason "length"
             else:
                 continue
-            self.manager.free(req)
+            self._release(req, now_s)
             self.running.remove(req)
             done.append(req)
         return done
 
     def memory(self) -> MemoryState:
         pool = self.pool
-        return MemoryState(
+        host = self.swap_used_bytes + (self.host.bytes if self.host is not None else 0)
+        return self.policy.memory(MemoryState(
             kv_reserved_bytes=pool.num_blocks * self.block_bytes,
             kv_allocated_bytes=pool.num_active * self.block_bytes,
             kv_cached_bytes=pool.num_cached_free * self.block_bytes,
-            running=len(self.running), waiting=len(self.waiting))
+            running=len(self.running), waiting=len(self.waiting), host_kv_bytes=host))
 
     # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
     def decode_stretch_limit(self, plan: StepPlan) -> int:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from kvsim.core.kv.prefix import pieces_in_range
 from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool
+from kvsim.core.policy import NullPolicy, SchedulerPolicy
 from kvsim.core.requests import Request, Status, common_prefix, seq_append, seq_drop, seq_len
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import slot_advance, slot_stretch_limit
@@ -54,7 +55,7 @@ class SlotScheduler:
         self.context_shift = context_shift
         self.n_keep = n_keep
         self.truncate_prompt = truncate_prompt or context_shift
-        self.restore_time_s = restore_time_s
+        self.policy: SchedulerPolicy = NullPolicy(restore_time_s)  # kvsim.core.policy
         self.waiting: deque[Request] = deque()
         self.events: list[EngineEvent] = []
         self.preemptions = 0  # slots never preempt; kept for a uniform interface
@@ -75,6 +76,7 @@ class SlotScheduler:
 
     # -- queue entry ---------------------------------------------------------
     def add_request(self, req: Request, now_s: float) -> bool:
+        self.policy.on_admit(req, now_s)
         if req.prompt_tokens >= self.cap:
             if not self.truncate_prompt:
                 req.fail(now_s, FAIL_PROMPT_TOO_LONG)
@@ -105,11 +107,12 @@ class SlotScheduler:
             keep = common_prefix(entry.seq, req.prompt) if entry else lcp
             if slot.n_tokens and (entry or keep / slot.n_tokens < SAVE_BELOW_KEEP):
                 saved = self.ram.save(tuple(slot.cache), now_s)
+                self.policy.on_host_save(saved, now_s)
                 self.events.append(EngineEvent(now_s, "cache_save", req.request_id,
                                                f"slot {slot.slot_id}", saved))
             if entry is not None:
                 slot.cache, slot.n_tokens, lcp = list(entry.seq), entry.n_tokens, keep
-                stall = self.restore_time_s(entry.bytes)
+                stall = self.policy.restore_time_s(entry.bytes, now_s)
                 self.events.append(EngineEvent(now_s, "restore", req.request_id,
                                                f"slot {slot.slot_id}", entry.bytes))
         n_past = min(lcp, req.prompt_tokens - 1) if self.cache_prompt else 0
@@ -128,12 +131,17 @@ class SlotScheduler:
             if victim is None:
                 return False
             saved = self.ram.save(tuple(victim.cache), now_s) if self.cache_prompt else 0
+            self.policy.on_host_save(saved, now_s)
             self.events.append(EngineEvent(now_s, "purge_idle_slot", "",
                                            f"slot {victim.slot_id}", saved))
             victim.clear()
         return True
 
     def schedule(self, now_s: float) -> StepPlan | None:
+        self.policy.before_schedule(now_s)
+        return self.policy.after_schedule(self._schedule(now_s), now_s)
+
+    def _schedule(self, now_s: float) -> StepPlan | None:
         stall = 0.0
         while self.waiting:
             sel = self.pool.select(self.waiting[0].prompt)
@@ -225,12 +233,12 @@ class SlotScheduler:
 
     def memory(self) -> MemoryState:
         bpt = self.bytes_per_token
-        return MemoryState(
+        return self.policy.memory(MemoryState(
             kv_reserved_bytes=self.reserved_bytes,
             kv_allocated_bytes=self.pool.used_cells * bpt,
             kv_cached_bytes=self.pool.idle_cached_cells * bpt,
             running=sum(1 for s in self.pool.slots if s.req is not None),
-            waiting=len(self.waiting), host_kv_bytes=self.ram.total_bytes)
+            waiting=len(self.waiting), host_kv_bytes=self.ram.total_bytes))
 
     # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
     def decode_stretch_limit(self, plan: StepPlan) -> int:

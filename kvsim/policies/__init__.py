@@ -6,10 +6,16 @@ list is validated against):
 - quantization: ``kivi`` (kvsim.policies.quantization)
 - eviction: ``sliding_window``, ``score_eviction``, ``recoverable_eviction``
   (kvsim.policies.eviction)
-- offload: ``idle_offload`` (kvsim.policies.offload)
+- offload: ``idle_offload`` (slot engines), ``host_kv_cache`` (paged engines)
+  (kvsim.policies.offload)
 
-The mechanics live in :mod:`kvsim.policies.runtime` (block states per session
-span, PCIe transfers, accuracy proxy) — built by :func:`kvsim.policies.runtime.install`.
+Which kinds apply to which engine family: :data:`SLOT_KINDS`, :data:`PAGED_KINDS`
+(kvsim.policies.build refuses the others with a one-line error).
+
+The mechanics live in :mod:`kvsim.policies.runtime` (the scheduler policy and step
+hook), :mod:`kvsim.policies.recall` (reference scoring, promotion) and
+:mod:`kvsim.policies.slot_evict` (per-token transitions) — installed by
+:func:`kvsim.policies.build.install`.
 """
 
 from __future__ import annotations
@@ -23,15 +29,17 @@ from kvsim.policies.eviction import (
     ScoreEvictionConfig,
     SlidingWindowConfig,
 )
-from kvsim.policies.offload import IdleOffloadConfig
+from kvsim.policies.offload import HostKVCacheConfig, IdleOffloadConfig
 from kvsim.policies.quantization import KiviConfig
 
 REGISTRY = {c.model_fields["kind"].default: c for c in (
     KiviConfig, SlidingWindowConfig, ScoreEvictionConfig, RecoverableEvictionConfig,
-    IdleOffloadConfig)}
+    IdleOffloadConfig, HostKVCacheConfig)}
 PolicyConfig = Annotated[
     KiviConfig | SlidingWindowConfig | ScoreEvictionConfig | RecoverableEvictionConfig
-    | IdleOffloadConfig, Field(discriminator="kind")]
+    | IdleOffloadConfig | HostKVCacheConfig, Field(discriminator="kind")]
 EVICTION_KINDS = ("kivi", "sliding_window", "score_eviction", "recoverable_eviction")
+SLOT_KINDS = (*EVICTION_KINDS, "idle_offload")
+PAGED_KINDS = ("host_kv_cache",)
 
-__all__ = ["EVICTION_KINDS", "REGISTRY", "PolicyConfig"]
+__all__ = ["EVICTION_KINDS", "PAGED_KINDS", "REGISTRY", "SLOT_KINDS", "PolicyConfig"]

@@ -14,9 +14,11 @@ OFFLOADED             0           yes          only after a recall over PCIe
 DROPPED               0           no           never (the window moved past it)
 ====================  ==========  ===========  =================================
 
-*Pinned* tokens — the first ``sink_tokens`` of a sequence and the system prompt —
-are a property of the position, not a state: default policies never demote them,
-and a turn whose prompt lost one is scored COLLAPSE (kvsim.metrics.accuracy).
+*Pinned* tokens — the first ``sink_tokens`` of a sequence, the system prompt and the
+turn boundaries (the first ``boundary_tokens`` of every message: the chat template's
+role header, §6.2 / §1.8) — are a property of the position, not a state: default
+policies never demote or drop them, and a turn whose prompt lost one is scored
+COLLAPSE (kvsim.metrics.accuracy).
 
 NOTE: intervals of one segment never overlap; :meth:`Ledger.mark` splits and
 replaces, so a span has exactly one state.  DROPPED is absorbing (only a new
@@ -25,6 +27,7 @@ recompute could revive it and window policies never recompute dropped spans).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +36,11 @@ from kvsim.core.requests import Piece, TokenSeq
 FULL, FULL_BACKED, QUANT, QUANT_BACKED, OFFLOADED, DROPPED = (
     "FULL", "FULL_BACKED", "QUANT", "QUANT_BACKED", "OFFLOADED", "DROPPED")
 ON_HOST = (FULL_BACKED, QUANT_BACKED, OFFLOADED)
+GONE = (DROPPED, OFFLOADED)  # not in the sequence the model reads
+# ASSUMPTION: a message starts with the chat template's role header; Llama-3's
+# <|start_header_id|>role<|end_header_id|>\n\n is 4 tokens.
+BOUNDARY_TOKENS = 4
+_MESSAGE = re.compile(r"/t\d+/(in|tool|out)$")
 Span = tuple[int, int, str, float]  # lo, hi, state, bits
 
 
@@ -180,3 +188,32 @@ def _span_segment(s: Any, r: Any) -> str:
         return pre[0].id if pre else f"{s.session_id}/t{r.turn}/in"
     part = {"input": "in", "tool": "tool", "output": "out"}[r.part]
     return f"{s.session_id}/t{r.turn}/{part}"
+
+
+def is_message(sid: str) -> bool:
+    """Whether segment ``sid`` is a turn's message (input, tool result or answer)."""
+    return _MESSAGE.search(sid) is not None
+
+
+def unpinned(pieces: Iterable[tuple[str, int, int]], boundary_tokens: int
+             ) -> list[tuple[str, int, int]]:
+    """``pieces`` without the first ``boundary_tokens`` of every message (turn boundaries)."""
+    if boundary_tokens <= 0:
+        return list(pieces)
+    out = []
+    for sid, a, b in pieces:
+        if a < boundary_tokens and is_message(sid):
+            a = min(b, boundary_tokens)
+        if a < b:
+            out.append((sid, a, b))
+    return out
+
+
+def lost_boundary(led: Ledger, seq: TokenSeq) -> bool:
+    """A message of ``seq`` whose opening token a policy dropped (or offloaded) while
+    later tokens of it are still read: the structure the model relies on is broken."""
+    for sid, s, _ in seq:
+        if s > 0 and is_message(sid) and any(
+                st in GONE for _, _, st, _ in led.iter_states(sid, 0, 1)):
+            return True
+    return False

@@ -4,7 +4,12 @@ Bad input, one line each (InputError → CLI exit 2): a window or budget that do
 not fit the slot's context; a demotion cache type the engine preset does not
 support (or a quantized engine cache underneath KIVI / recoverable eviction); more
 than one eviction-family policy; offload without host memory (no link, a unified
-memory host, or a zero host budget); policies on paged engines (not modelled yet).
+memory host, or a zero host budget); a kind that does not apply to the engine
+family (windows, KIVI and idle offload act on llama.cpp / Ollama slots; the host KV
+tier on vLLM / SGLang paged pools).
+
+:func:`install` sets ``scheduler.policy`` (kvsim.core.policy) to the runtime and,
+for ``host_kv_cache``, gives a paged scheduler its host tier.
 """
 
 from __future__ import annotations
@@ -12,15 +17,17 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from kvsim.core.link import Link
+from kvsim.core.build import make_link
+from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 from kvsim.model.dtypes import bytes_per_element
-from kvsim.policies import EVICTION_KINDS
+from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, SLOT_KINDS
 from kvsim.policies.quantization import nominal_bits
 from kvsim.policies.runtime import PolicyRuntime
 
 HOST_KV_FRACTION = 0.5  # ASSUMPTION: half of host RAM may hold KV copies (OS + apps the rest)
+LMCACHE_CPU_BYTES = 5 * 10**9  # engines.md §5: LMCache max_local_cpu_size default 5.0 GB
 
 
 def _bytes_per_token(sched: Any) -> int:
@@ -53,22 +60,58 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
     return bytes_per_element(ct) / bytes_per_element(base), nominal_bits(ct)
 
 
+def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
+    for i, p in enumerate(pols):
+        if slot_engine and p.kind not in SLOT_KINDS:
+            raise InputError(f"policies[{i}].kind", p.kind, f"on {engine.preset} (slot "
+                             f"engines) one of {', '.join(SLOT_KINDS)}; host_kv_cache is "
+                             "the vllm / sglang host tier (use idle_offload / cache_ram)")
+        if not slot_engine and p.kind not in PAGED_KINDS:
+            raise InputError(f"policies[{i}].kind", p.kind, f"on {engine.preset} (paged) one "
+                             f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
+                             "llama.cpp / ollama slot engines")
+    seen = [p.kind for p in pols]
+    for kind in ("idle_offload", "host_kv_cache"):
+        if seen.count(kind) > 1:
+            raise InputError(f"policies[{len(seen) - 1 - seen[::-1].index(kind)}].kind", kind,
+                             f"one {kind} per scenario")
+
+
+def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any) -> None:
+    """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
+    host, engine = scenario.host, scenario.engine
+    if sched.link is None:
+        raise InputError(f"policies[{i}].kind", pol.kind, f"a host KV tier needs host memory "
+                         f"over PCIe; {host.name} shares memory with the GPU (no host tier)")
+    budget = pol.host_budget_bytes
+    if budget is None:
+        budget = int(pol.hicache_ratio * sched.pool.num_blocks * sched.block_bytes) \
+            if engine.preset == "sglang" else LMCACHE_CPU_BYTES
+    if budget < sched.block_bytes or budget > host.memory_bytes:
+        raise InputError(f"policies[{i}].host_budget_bytes", budget, f"between one block "
+                         f"({sched.block_bytes} bytes) and the host's memory "
+                         f"({host.memory_bytes} bytes)")
+    sched.host = HostBlockPool(budget // sched.block_bytes, sched.block_bytes)
+    sched.host_load = pol.load
+    sched.recompute_s = lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ()))
+
+
 def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
-    """Wrap ``sched`` with the scenario's policies and the accuracy proxy."""
+    """Set ``sched.policy`` to the scenario's policies and the accuracy proxy."""
     pols = list(scenario.policies)
     engine = scenario.engine
     slot_engine = hasattr(getattr(sched, "pool", None), "slots")
-    if pols and not slot_engine:
-        raise InputError("policies[0].kind", pols[0].kind, "policies are modelled for the "
-                         "llama.cpp / ollama slot engines; not yet for vllm / sglang")
+    _check_family(pols, engine, slot_engine)
     evicts = [(i, p) for i, p in enumerate(pols) if p.kind in EVICTION_KINDS]
     if len(evicts) > 1:
         raise InputError(f"policies[{evicts[1][0]}].kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
     offloads = [(i, p) for i, p in enumerate(pols) if p.kind == "idle_offload"]
     host = scenario.host
-    link = Link(scenario.link) if scenario.link is not None and scenario.link.name != \
-        "unified" and not host.unified_with_gpu else None
+    link = sched.link if not slot_engine else make_link(scenario.link, host)
+    for i, p in enumerate(pols):
+        if p.kind == "host_kv_cache":
+            _install_host_tier(i, p, scenario, sched, latency)
     needs_host = bool(offloads and offloads[0][1].mode == "offload") or any(
         p.kind == "recoverable_eviction" or getattr(p, "write_back", False) for _, p in evicts)
     if needs_host and link is None:
@@ -91,7 +134,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         sched.ram.limit_bytes = min(budget, host.memory_bytes)
     gpu_bw = getattr(latency, "gpu_bw", None)
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
-    return PolicyRuntime(
+    runtime = PolicyRuntime(
         sched, link=link, accuracy=scenario.accuracy, evict=evict, offload=offload,
         bytes_per_token=_bytes_per_token(sched),
         engine_bits=nominal_bits(engine.cache_type_k, engine.cache_type_v),
@@ -99,3 +142,5 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         dequant_s_per_byte=factor / gpu_bw if gpu_bw and ratio != 1 else 0.0,
         recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
         host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION))
+    sched.policy = runtime
+    return runtime

@@ -19,6 +19,10 @@
   full-precision copy written to host (QUANT_BACKED); a reference to them recalls
   the full copy over PCIe (RECOVERED, paying the transfer).
 
+Pinned (kv-policies §6.2): ``sink_tokens`` sinks, the system prompt
+(``pin_system_prompt``) and the first ``boundary_tokens`` of every message
+(``pin_turn_boundaries``, §1.8: evicting boundaries collapses recall).
+
 Windows act in ``chunk_tokens`` steps (a window holds between W and W + chunk
 tokens), as engines evict whole pages rather than one token per step.
 """
@@ -37,6 +41,8 @@ class _Pinned(BaseModel):
     sink_tokens: int = Field(4, ge=0, description="attention sinks kept (StreamingLLM: 4)")
     pin_system_prompt: bool = Field(True, description="never evict the system prompt")
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")
+    pin_turn_boundaries: bool = Field(True, description="never evict a message's first tokens")
+    boundary_tokens: int = Field(4, ge=0, description="pinned tokens per message (role header)")
 
 
 class SlidingWindowConfig(_Pinned):

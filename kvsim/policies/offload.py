@@ -11,6 +11,10 @@ cheaper (``restore: auto``, as LMCache and llama.cpp's RAM cache do: a transfer 
 "recompute" end of the trade-off).  The host tier holds at most
 ``host_budget_bytes`` (default: the engine's ``cache_ram_bytes``, capped by the
 host's memory); the oldest entries are evicted first.
+
+``host_kv_cache`` is the paged engines' counterpart (vLLM native offloading /
+LMCache, SGLang HiCache): a host LRU tier of prefix blocks under the GPU prefix
+cache (kvsim.core.kv.host_pool, kvsim.core.scheduler).
 """
 
 from __future__ import annotations
@@ -31,3 +35,21 @@ class IdleOffloadConfig(BaseModel):
     mode: Literal["offload", "drop"] = "offload"
     restore: Literal["auto", "always"] = "auto"
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
+
+
+class HostKVCacheConfig(BaseModel):
+    """A host-RAM tier under a paged engine's prefix cache (kvsim.core.kv.host_pool).
+
+    vLLM ``--kv-offloading-size`` (native CPU pool, LRU) or LMCache's local CPU
+    backend (``max_local_cpu_size`` default 5.0 GB), SGLang HiCache (host pool =
+    ``--hicache-ratio`` × the device KV pool, default 2.0), engines.md §1.6, §2.4, §5.
+    ``host_budget_bytes`` None = the engine's default: 2.0 × the GPU pool on SGLang,
+    LMCache's 5.0 GB on vLLM.  ``load: auto`` loads a host hit only when the copy
+    ends before recomputing those tokens would; ``always`` loads every hit.
+    """
+
+    model_config = _FROZEN
+    kind: Literal["host_kv_cache"] = "host_kv_cache"
+    host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
+    hicache_ratio: float = Field(2.0, gt=0, description="SGLang: host pool / device pool")
+    load: Literal["auto", "always"] = "auto"

@@ -47,6 +47,8 @@ class KiviConfig(BaseModel):
     residual_tokens: int = Field(128, ge=0, description="R: newest tokens kept in f16")
     sink_tokens: int = Field(0, ge=0, description="leading tokens kept in f16")
     pin_system_prompt: bool = False
+    pin_turn_boundaries: bool = False  # KIVI quantizes every old token alike
+    boundary_tokens: int = Field(4, ge=0)
 
     @property
     def cache_type(self) -> str:

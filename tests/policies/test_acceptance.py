@@ -67,7 +67,9 @@ def test_recoverable_eviction_recovers_paying_bytes_over_the_link() -> None:
 def test_recoverable_eviction_frees_gpu_bytes_exactly() -> None:
     sc, base = run()
     _, rec = run(*RECOVER)
-    q = rec.summary["quantized_tokens"]
+    # the 16-token referenced span was recalled and promoted back to f16 (kv-policies §6.3)
+    assert rec.summary["promoted_tokens"] == SPAN[1] - SPAN[0]
+    q = rec.summary["quantized_tokens"] - rec.summary["promoted_tokens"]
     bpt = kv_geometry(sc.model).kv_bytes_per_token
     q4 = kv_geometry(sc.model, "q4_0", "q4_0").kv_bytes_per_token
     assert q > 0 and q4 * 64 == bpt * 18

@@ -43,6 +43,10 @@ class KVCacheManager:
         return extend_block_hashes(req.block_hashes, req.all_tokens(), self.block_tokens,
                                    num_blocks)
 
+    def chain(self, req: Request, num_blocks: int) -> list[int]:
+        """The chained hashes of ``req``'s first ``num_blocks`` full blocks."""
+        return self._hashes(req, num_blocks)[:num_blocks]
+
     def get_computed_blocks(self, req: Request) -> PrefixHit:
         """Longest run of cached leading blocks, capped so one token stays to compute."""
         if not self.pool.enable_caching or req.num_computed_tokens:

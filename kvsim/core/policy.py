@@ -1,0 +1,69 @@
+"""The scheduler → policy seam: what a KV policy may do inside a scheduler's step.
+
+Both schedulers (:mod:`kvsim.core.scheduler`, :mod:`kvsim.core.slot_scheduler`) own a
+``policy`` attribute and call it at fixed points, so the layering is explicit and a
+policy can be unit-tested against either scheduler without SimPy:
+
+- ``on_admit(req, now_s)`` — a request arrives, before the scheduler checks or
+  queues it; the policy may rewrite its prompt (spans a window dropped are gone);
+- ``before_schedule(now_s)`` — at the start of every ``schedule`` (time-driven
+  transitions: an idle slot offloaded at its deadline);
+- ``after_schedule(plan, now_s)`` — the plan the scheduler built; the policy may
+  return it with more ``extra_s`` (a recall over PCIe, dequantization);
+- ``on_host_save(nbytes, now_s)`` — the engine wrote ``nbytes`` of KV to host RAM
+  (llama.cpp's prompt cache): an asynchronous device→host copy;
+- ``restore_time_s(nbytes, now_s)`` — stall for a blocking host→device restore of
+  ``nbytes`` (the policy may recompute instead when that is cheaper);
+- ``memory(state)`` — the scheduler's :class:`MemoryState` adjusted for what the
+  policy changed (quantized bytes, host copies).
+
+The default :class:`NullPolicy` changes nothing.  Policies that act *between*
+steps (windows, budgets) are step hooks (:class:`kvsim.core.step.StepHook`) with an
+exact ``next_trigger_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kvsim.core.step import MemoryState, StepPlan
+
+
+class SchedulerPolicy(Protocol):
+    def on_admit(self, req: Any, now_s: float) -> None: ...
+
+    def before_schedule(self, now_s: float) -> None: ...
+
+    def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None: ...
+
+    def on_host_save(self, nbytes: int, now_s: float) -> None: ...
+
+    def restore_time_s(self, nbytes: int, now_s: float) -> float: ...
+
+    def memory(self, state: MemoryState) -> MemoryState: ...
+
+
+class NullPolicy:
+    """No policy: restores cost ``restore_s(nbytes)``, everything else is unchanged."""
+
+    def __init__(self, restore_s: Callable[[int], float] = lambda n: 0.0) -> None:
+        self.restore_s = restore_s
+
+    def on_admit(self, req: Any, now_s: float) -> None:
+        return None
+
+    def before_schedule(self, now_s: float) -> None:
+        return None
+
+    def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None:
+        return plan
+
+    def on_host_save(self, nbytes: int, now_s: float) -> None:
+        return None
+
+    def restore_time_s(self, nbytes: int, now_s: float) -> float:
+        return self.restore_s(nbytes)
+
+    def memory(self, state: MemoryState) -> MemoryState:
+        return state

@@ -1,0 +1,162 @@
+"""Per-token transitions on slot engines' KV: windows, budgets, demotion, host copies.
+
+After every step the eviction-family policy (kvsim.policies.eviction /
+quantization) acts on each busy slot:
+
+- ``sliding_window``: tokens older than the window (beyond the pinned head and the
+  turn boundaries) are DROPPED — or OFFLOADED with ``write_back`` (copied to host
+  first, device→host on the link);
+- ``score_eviction``: above the budget, the lowest-score blocks outside the recent
+  window go (per session, or ``scope: global`` over all slots, largest first);
+- ``kivi`` / ``recoverable_eviction``: tokens older than the recent window are
+  demoted in place in ``chunk_tokens`` steps (QUANT, or QUANT_BACKED with the full
+  copy written to host).
+
+Host copies are bounded by the host's KV budget: over it, the oldest copies are
+discarded (a QUANT_BACKED span falls back to QUANT, an OFFLOADED one to DROPPED).
+
+NOTE: the slot's token sequence (``slot.cache``) and ``n_tokens`` are edited in
+place, so the engine's prompt-cache reuse sees exactly what is left.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from kvsim.core.kv.prefix import pieces_in_range
+from kvsim.policies.blocks import (
+    DROPPED,
+    FULL,
+    OFFLOADED,
+    QUANT,
+    QUANT_BACKED,
+    pinned_len,
+    seq_remove,
+    unpinned,
+)
+from kvsim.policies.eviction import score_victims
+
+
+class SlotEvictor:
+    """The scenario's eviction-family policy applied to a slot engine's slots."""
+
+    def __init__(self, rt: Any, pol: Any, host_limit_bytes: int) -> None:
+        self.rt, self.pol = rt, pol
+        self.host_limit_bytes = host_limit_bytes
+        self.backups: deque[tuple[str, str, int, int, int]] = deque()
+        self.host_backed_bytes = 0
+
+    def _boundary(self) -> int:
+        return self.pol.boundary_tokens if self.pol.pin_turn_boundaries else 0
+
+    def after_step(self, now_s: float) -> None:
+        if getattr(self.pol, "scope", "session") == "global":
+            self._global_budget(now_s)
+            return
+        for slot in self.rt.slots:
+            if slot.req is not None:
+                self._evict_slot(slot, now_s)
+
+    def _evict_slot(self, slot: Any, now_s: float) -> None:
+        pol, rt = self.pol, self.rt
+        n, seq = slot.n_tokens, tuple(slot.cache)
+        pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
+        recent = pol.keep_recent()
+        chunk = pol.chunk_tokens
+        bnd = self._boundary()
+        if pol.kind == "sliding_window":
+            if n > pin + recent + chunk:
+                self._drop(slot, unpinned(pieces_in_range(seq, pin, n - recent), bnd),
+                           pol.write_back, now_s)
+        elif pol.kind == "score_eviction":
+            budget = pol.budget_tokens
+            if n > pin + budget + chunk:
+                cands = unpinned(pieces_in_range(seq, pin, max(pin, n - recent)), bnd)
+                hits = rt.scorer.hits.get(rt.slot_session.get(slot.slot_id, ""), {})
+                self._drop(slot, score_victims(cands, hits, n - pin - budget, pol.block_tokens),
+                           False, now_s)
+        else:  # kivi / recoverable_eviction: demote old tokens in place
+            wm = max(rt.wm.get(slot.slot_id, 0), pin)
+            end = wm + (n - recent - wm) // chunk * chunk
+            if end > wm:
+                self._demote(slot, unpinned(pieces_in_range(seq, wm, end), bnd), now_s)
+                rt.wm[slot.slot_id] = end
+
+    def _demote(self, slot: Any, pieces: list, now_s: float) -> None:
+        rt = self.rt
+        sid = rt.slot_session.get(slot.slot_id, "")
+        led = rt.ledger(sid)
+        backed = self.pol.kind == "recoverable_eviction"
+        state = QUANT_BACKED if backed else QUANT
+        changed = 0
+        for psid, a, b in pieces:
+            k = led.mark(psid, a, b, state, rt.demote_bits, only=(FULL,))
+            changed += k
+            if backed and k:
+                self.backup(sid, psid, a, b, k * rt.bpt)
+        if changed:
+            rt.c["quantized_tokens"] += changed
+            nbytes = changed * rt.bpt if backed else 0
+            if backed and rt.link is not None:
+                rt.link.d2h.reserve(nbytes, now_s)
+                rt.c["offload_bytes"] += nbytes
+            rt.emit(now_s, "quantize", slot.req.request_id if slot.req else "",
+                    f"{changed} tokens to {rt.demote_bits:g} bits"
+                    + (" (full copy on host)" if backed else ""), nbytes)
+            rt.refresh_credits()
+
+    def _drop(self, slot: Any, victims: list, write_back: bool, now_s: float) -> None:
+        if not victims:
+            return
+        rt = self.rt
+        sid = rt.slot_session.get(slot.slot_id, "")
+        led = rt.ledger(sid)
+        ranges: dict[str, list[tuple[int, int]]] = {}
+        k = 0
+        for psid, a, b in victims:
+            led.mark(psid, a, b, OFFLOADED if write_back else DROPPED)
+            ranges.setdefault(psid, []).append((a, b))
+            k += b - a
+            if write_back:
+                self.backup(sid, psid, a, b, (b - a) * rt.bpt)
+        slot.cache = list(seq_remove(tuple(slot.cache), ranges))
+        slot.n_tokens -= k
+        rt.c["evicted_tokens"] += k
+        nbytes = k * rt.bpt if write_back else 0
+        if write_back and rt.link is not None:
+            rt.link.d2h.reserve(nbytes, now_s)
+            rt.c["offload_bytes"] += nbytes
+        rt.emit(now_s, "evict", slot.req.request_id if slot.req else "",
+                f"{k} tokens " + ("offloaded (write-back)" if write_back else "dropped"), nbytes)
+
+    def _global_budget(self, now_s: float) -> None:
+        pol, rt = self.pol, self.rt
+        total = sum(s.n_tokens for s in rt.slots)
+        if total <= pol.budget_tokens + pol.chunk_tokens:
+            return
+        for slot in sorted(rt.slots, key=lambda s: -s.n_tokens):
+            if total <= pol.budget_tokens:
+                break
+            seq, n = tuple(slot.cache), slot.n_tokens
+            pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
+            cands = unpinned(pieces_in_range(seq, pin, max(pin, n - pol.recent_tokens)),
+                             self._boundary())
+            hits = rt.scorer.hits.get(rt.slot_session.get(slot.slot_id, ""), {})
+            before = slot.n_tokens
+            self._drop(slot, score_victims(cands, hits, total - pol.budget_tokens,
+                                           pol.block_tokens), False, now_s)
+            total -= before - slot.n_tokens
+
+    def backup(self, sid: str, psid: str, a: int, b: int, nbytes: int) -> None:
+        """Track a host copy; over the host budget the oldest copies are discarded."""
+        self.backups.append((sid, psid, a, b, nbytes))
+        self.host_backed_bytes += nbytes
+        rt = self.rt
+        while self.host_backed_bytes > self.host_limit_bytes and self.backups:
+            osid, opsid, oa, ob, ob_bytes = self.backups.popleft()
+            led = rt.ledger(osid)
+            led.mark(opsid, oa, ob, QUANT, rt.demote_bits, only=(QUANT_BACKED,))
+            led.mark(opsid, oa, ob, DROPPED, only=(OFFLOADED,))
+            self.host_backed_bytes -= ob_bytes
+            rt.c["host_evictions"] += 1
