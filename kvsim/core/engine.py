@@ -84,6 +84,9 @@ class Engine:
         self.requests_done = 0
         self.requests_submitted = 0
         self._tick: simpy.Event | None = None
+        self._tick_s = -math.inf  # when the pending sampler tick fires
+        self._sampled_until_s = -math.inf  # ticks up to here were recorded by a stretch
+        self._next_tick_s = 0.0
         self.fastforward = FastForward(scheduler, latency, self.hooks, self.recorder) \
             if fidelity == "fast" else None
 
@@ -187,6 +190,7 @@ class Engine:
             jumped = ff.jump(plan, self.env.now, next_event_s(self.env._queue, self._tick))
             if jumped is not None:
                 plan, end_s = jumped
+                self._sample_stretch(ff.stretch, end_s)
                 yield self.env.timeout(delay_to(self.env.now, end_s))
                 ff.stretch = None
         start = self.env.now
@@ -207,7 +211,24 @@ class Engine:
         ev._ok, ev._value = True, None
         self.env.schedule(ev, URGENT, delay_s)
         self._tick = ev
+        self._tick_s = self.env.now + delay_s
         return ev
+
+    def _sample_stretch(self, st: Any, end_s: float) -> None:
+        """Record the sampler ticks inside a jumped stretch at once (same tick times).
+
+        NOTE: only when the sampler's tick is pending inside the stretch; the sampler,
+        woken at that tick, skips to the first tick after ``end_s``.
+        """
+        t = self._tick_s
+        if self._tick is None or self._tick.processed or not self.env.now < t <= end_s:
+            return
+        dt, ticks = self.sample_interval_s, []
+        while t <= end_s:
+            ticks.append(t)
+            t += dt  # NOTE: the sampler's own float sequence (now + dt per tick)
+        self.recorder.memory.extend(st.memory_rows(ticks))
+        self._sampled_until_s, self._next_tick_s = end_s, t
 
     def _memory(self) -> Any:
         st = self.fastforward.stretch if self.fastforward is not None else None
@@ -218,6 +239,9 @@ class Engine:
     def _sampler(self):
         dt = self.sample_interval_s
         while not self._finished:
+            if self.env.now <= self._sampled_until_s:
+                yield self._sleep(delay_to(self.env.now, self._next_tick_s))
+                continue
             self.recorder.sample(self.env.now, self._memory())
             if self.progress is not None:
                 self.progress(self.env.now, self.requests_done)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -68,10 +68,30 @@ class Stretch:
         return dataclasses.replace(self.base, kv_allocated_bytes=alloc,
                                    kv_cached_bytes=int(self.cached_bytes[j]), **extra)
 
+    def memory_rows(self, ticks: list[float]) -> list[tuple]:
+        """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
+        j = np.searchsorted(self.times, ticks, side="left") - 1
+        j = np.clip(j, 0, len(self.allocated_bytes) - 1)
+        alloc = self.allocated_bytes[j].tolist()
+        cached = self.cached_bytes[j].tolist()
+        b = self.base
+        quant = getattr(b, "kv_quant_bytes", 0)
+        follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
+        return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                 a if follows else quant) for t, a, c in zip(ticks, alloc, cached)]
 
-def next_event_s(queue: Iterable[tuple], skip: Any) -> float:
-    """Earliest pending SimPy event time, ignoring the event ``skip`` (the sampler tick)."""
-    return min((t for t, _, _, ev in queue if ev is not skip), default=math.inf)
+
+def next_event_s(queue: list[tuple], skip: Any) -> float:
+    """Earliest pending SimPy event time, ignoring the event ``skip`` (the sampler tick).
+
+    ``queue`` is SimPy's binary heap: the root is the earliest event, and when the
+    root is ``skip`` the next earliest is one of the root's two children (O(1)).
+    """
+    if not queue:
+        return math.inf
+    if queue[0][3] is not skip:
+        return queue[0][0]
+    return min((queue[i][0] for i in (1, 2) if i < len(queue)), default=math.inf)
 
 
 def delay_to(now_s: float, target_s: float) -> float:
@@ -130,7 +150,7 @@ class FastForward:
         if limit < 1 or bound_s <= now_s:
             return None
         ctx = np.array(plan.batch.decode_context, dtype=np.int64)
-        if math.isfinite(bound_s):
+        if math.isfinite(bound_s) and limit > 64:
             dt0 = float(self._step_times(ctx, 1)[0])
             if dt0 > 0:
                 limit = min(limit, int((bound_s - now_s) / dt0) + 2)

@@ -21,7 +21,8 @@ import math
 import numpy as np
 
 _MAG = np.int64(0x7FFF_FFFF_FFFF_FFFF)
-EXPAND_MAX = 1 << 17  # gaps expanded in memory at most (larger inputs bisect)
+EXPAND_MAX = 1 << 17
+SMALL_TOTAL = 512  # per-request stats: expand in pure Python up to this many gaps  # gaps expanded in memory at most (larger inputs bisect)
 
 
 def as_runs(gap_s, delta_s, count) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -145,6 +146,11 @@ def run_stats(runs: list[tuple[float, float, int]]) -> tuple[float, float, float
                     break
         m = sum(gg * c for gg, _, c in runs) / total
         return m, out[0], out[1], vals[-1][0]
+    total = sum(c for _, _, c in runs)
+    if total <= SMALL_TOTAL:  # expand in Python: same float64 values as ``expand``
+        vals = sorted([gg + k * dd for gg, dd, c in runs for k in range(c)])
+        return (sum(vals) / total, vals[max(math.ceil(0.5 * total), 1) - 1],
+                vals[max(math.ceil(0.95 * total), 1) - 1], vals[-1])
     g, d, n = (np.array(c) for c in zip(*runs))
     p50, p95 = quantiles(g, d, n, (0.5, 0.95))
     return mean(g, d, n), p50, p95, maximum(g, d, n)
