@@ -68,7 +68,7 @@ def test_swap_space_too_small_falls_back_to_recompute() -> None:
     s.add_request(b, 0.0)
     _drive(s)
     assert not [e for e in s.events if e.kind == "swap_out"]
-    assert [e.request_id for e in s.events if e.kind == "preempt"][0] == "b#0"
+    assert next(e.request_id for e in s.events if e.kind == "preempt") == "b#0"
     assert b.recomputed_tokens > 0 and s.link.h2d.bytes == 0
 
 

@@ -1,0 +1,128 @@
+"""Policies on paged engines (vLLM / SGLang) and recall that persists (promote, pins).
+
+Paged reference scoring: vLLM always sends the full history, so a referenced span is
+never lost — its KV is a GPU prefix hit, a host-tier load, or recomputed (INTACT
+each time; the cost shows in TTFT, not in the recall score).
+"""
+
+import pytest
+
+from kvsim.api import simulate
+from kvsim.config.scenario import load_scenario
+from kvsim.model.geometry import kv_geometry
+from kvsim.workload.schema import ReferenceEvent, Session, Turn
+from tests.policies.helpers import SPAN, doc_session, references, run
+
+# 1 GiB pool of 16-token f16 blocks of Llama-3.1-8B (128 KiB/token): 512 blocks.
+SMALL = ["engine.kv_cache_memory_bytes=1GiB", "engine.context_tokens=8192", "policies=[]"]
+HOST = "policies=[{kind: host_kv_cache}]"
+
+
+def _vllm(*sets: str, sessions):
+    sc = load_scenario("family-4-vllm", [*SMALL, *sets])
+    return sc, simulate(sc, sessions=sessions)
+
+
+def _intruder() -> Session:
+    # 8000 tokens = 500 blocks at t=100 s, between the doc session's turns 1 and 2
+    return Session(session_id="x", turns=(Turn(start_s=100.0, input_tokens=8000,
+                                                output_tokens=1),))
+
+
+def _detail(res) -> str:
+    [d] = res.events[res.events["kind"] == "reference"]["detail"].tolist()
+    return d
+
+
+def test_paged_reference_is_intact_and_names_where_its_kv_came_from() -> None:
+    doc = doc_session(think_s=60.0)
+    _, alone = _vllm(sessions=[doc])
+    assert "via=gpu" in _detail(alone) and references(alone) == [("INTACT", 1.0, 0.0, 0)]
+    # Turn 1 leaves 5470 tokens cached (341 full blocks, 342 held) and 170 never-used
+    # blocks; the intruder's 500 blocks take those 170 and 330 of the session's, last
+    # blocks first: 12 prefix blocks (192 tokens < the span at 400 + 96) survive.
+    _, evicted = _vllm(sessions=[doc, _intruder()])
+    assert "via=recompute" in _detail(evicted)
+    assert references(evicted) == [("INTACT", 1.0, 0.0, 0)]
+    sc, host = _vllm(HOST, sessions=[doc, _intruder()])
+    assert "via=host" in _detail(host) and references(host) == [("INTACT", 1.0, 0.0, 0)]
+    # turn 2 = 5490 tokens: GPU hit 12 blocks, host holds the turn-1 chain up to block
+    # 341 → 329 blocks (5264 tokens) loaded instead of recomputed
+    bpt = kv_geometry(sc.model).kv_bytes_per_token
+    assert host.summary["host_load_bytes"] == 5264 * bpt
+    t = {r: (e.set_index("request_id").loc["s#2"]) for r, e in
+         (("evicted", evicted.requests), ("host", host.requests))}
+    assert t["evicted"].cached_tokens == 192 and t["host"].cached_tokens == 192 + 5264
+    copy_s = sc.link.latency_s + 5264 * bpt / sc.link.h2d_bytes_per_s
+    assert copy_s <= t["host"].ttft_s < t["evicted"].ttft_s
+
+
+def test_family4_vllm_side_by_side() -> None:
+    """f16 / fp8 / host tier / swap on family-4-vllm-offload (2.5 GiB pool):
+
+    - fp8: same reserved bytes, blocks of half the bytes → peak allocated about half;
+      8-bit reads are INTACT (§6.4) → recall 1.0;
+    - host tier: prefix blocks written back (d2h) and loaded on GPU misses (h2d) →
+      PCIe bytes > 0 and p95 TTFT below f16's, recall unchanged;
+    - swap: only acts on preemption and this household day never exhausts the pool
+      (0 preemptions) → identical to f16.
+    """
+    rows = {"f16": ["policies=[]"], "fp8": ["policies=[]", "engine.cache_type_k=fp8",
+                                            "engine.cache_type_v=fp8"],
+            "host": [], "swap": ["policies=[]", "engine.preemption_mode=swap",
+                                 "engine.swap_space_bytes=4GiB"]}
+    s = {k: simulate(load_scenario("family-4-vllm-offload", v)).summary for k, v in rows.items()}
+    f16, fp8, host, swap = s["f16"], s["fp8"], s["host"], s["swap"]
+    assert abs(fp8["peak_kv_reserved_bytes"] - f16["peak_kv_reserved_bytes"]) < 1e-5 * 2**31
+    assert fp8["peak_kv_allocated_bytes"] < 0.55 * f16["peak_kv_allocated_bytes"]
+    assert f16["recall_mean"] == fp8["recall_mean"] == host["recall_mean"] == 1.0
+    assert host["pcie_d2h_bytes"] > 0 and host["pcie_h2d_bytes"] == host["host_load_bytes"] > 0
+    assert host["ttft_p95_s"] < f16["ttft_p95_s"]
+    assert f16["pcie_h2d_bytes"] == f16["pcie_d2h_bytes"] == 0
+    assert swap["preemptions"] == 0 and swap["ttft_p95_s"] == f16["ttft_p95_s"]
+
+
+RECOVER = "policies=[{kind: recoverable_eviction, window_tokens: 1024, cache_type: q4_0}]"
+
+
+def test_recalled_span_is_promoted_and_a_second_reference_is_intact_for_free() -> None:
+    ref = ReferenceEvent(turn=0, part="input", offset_tokens=SPAN[0],
+                         length_tokens=SPAN[1] - SPAN[0], content="exact")
+    base = doc_session()
+    again = Turn(think_s=5.0, input_tokens=20, output_tokens=10, references=(ref,))
+    sess = base.model_copy(update={"turns": (*base.turns, again)})
+    sc, res = run(RECOVER, sessions=[sess])
+    first, second = references(res)
+    bpt = kv_geometry(sc.model).kv_bytes_per_token
+    assert first[0] == "RECOVERED" and first[3] == 16 * bpt
+    assert second == ("INTACT", 1.0, 0.0, 0)  # PROMOTE: FULL_BACKED, no second transfer
+    assert res.summary["promoted_tokens"] == 16
+    assert res.summary["recall_bytes"] == 16 * bpt
+
+
+def test_turn_boundaries_are_pinned_and_dropping_them_collapses() -> None:
+    _, res = run("policies=[{kind: sliding_window, window_tokens: 1024, "
+                 "pin_turn_boundaries: false}]")
+    assert references(res) == [("COLLAPSE", 0.05, 0.0, 0)]  # kv-policies §1.8 / §6.4
+    _, kept = run("policies=[{kind: sliding_window, window_tokens: 1024}]")
+    assert references(kept) == [("LOST", 0.10, 0.0, 0)]
+    # the pinned head (400) + 4 boundary tokens of turn 0's input and answer survive
+    turn2 = kept.requests.set_index("turn").loc[2]
+    _, nopin = run("policies=[{kind: sliding_window, window_tokens: 1024, "
+                   "pin_turn_boundaries: false}]")
+    assert turn2.prompt_tokens - nopin.requests.set_index("turn").loc[2].prompt_tokens >= 8
+
+
+@pytest.mark.parametrize("sets, field", [
+    (["engine=vllm", "policies=[{kind: sliding_window, window_tokens: 512}]"], "slot engines"),
+    (["policies=[{kind: host_kv_cache}]"], "host_kv_cache"),
+    (["engine=vllm", "engine.preemption_mode=swap"], "swap_space_bytes"),
+    (["engine=sglang", "host=apple-m4-max-128gb", "policies=[{kind: host_kv_cache}]"],
+     "no host tier"),
+])
+def test_policy_engine_family_errors_are_one_line(sets, field) -> None:
+    from kvsim.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        simulate(load_scenario("quickstart", ["workload.max_sessions=1", *sets]))
+    assert field in str(exc.value) and "\n" not in str(exc.value)
