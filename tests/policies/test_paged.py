@@ -126,3 +126,13 @@ def test_policy_engine_family_errors_are_one_line(sets, field) -> None:
     with pytest.raises(InputError) as exc:
         simulate(load_scenario("quickstart", ["workload.max_sessions=1", *sets]))
     assert field in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_fast_forward_and_per_step_agree_with_a_host_tier() -> None:
+    runs = [simulate(load_scenario("family-4-vllm-offload", [
+        "workload.max_sessions=12", f"sim.fidelity={f}"])) for f in ("fast", "step")]
+    fast, step = (r.requests.set_index("request_id").sort_index() for r in runs)
+    assert (fast["ttft_s"] - step["ttft_s"]).abs().max() <= 1e-9
+    assert runs[0].summary["host_load_bytes"] > 0
+    for key in ("host_load_bytes", "host_store_bytes", "pcie_h2d_bytes", "recall_mean"):
+        assert runs[0].summary[key] == runs[1].summary[key], key
