@@ -74,11 +74,13 @@ class GapRuns:
         """Append one gap that ended at clock ``t_s`` (the per-step path)."""
         k = self.n
         if k:
-            tol = TOL_REL * max(1.0, t_s)
+            tol = TOL_REL * t_s if t_s > 1.0 else TOL_REL
             lo = (gap_s - tol - self.g0) / k
             hi = (gap_s + tol - self.g0) / k
-            lo = max(lo, self.lo)
-            hi = min(hi, self.hi)
+            if lo < self.lo:  # noqa: PLR1730 (builtins max/min cost twice as much here)
+                lo = self.lo
+            if hi > self.hi:  # noqa: PLR1730
+                hi = self.hi
             if lo <= hi:
                 self.lo, self.hi, self.n = lo, hi, k + 1
                 return

@@ -156,7 +156,11 @@ class Request:
 
     def record_compute(self, n: int) -> None:
         """Account ``n`` newly computed tokens starting at ``num_computed_tokens``."""
-        a, b = self.num_computed_tokens, self.num_computed_tokens + n
+        a = self.num_computed_tokens
+        b = a + n
+        if a >= self.high_water and a >= self.prompt_tokens:  # plain decode (hot path)
+            self.num_computed_tokens = self.high_water = b
+            return
         self.recomputed_tokens += max(0, min(b, self.high_water) - a)
         self.computed_prompt_tokens += max(0, min(b, self.prompt_tokens) - a)
         self.num_computed_tokens = b

@@ -67,6 +67,11 @@ class RooflineLatency:
         self.cpu_bw = host.memory_bandwidth_bytes_per_s
         self.overhead_s = step_overhead_s
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
+        # bytes per token when a sequence's KV is linear in its length (no window,
+        # residual or recurrent state): decode sums then need no per-sequence loop
+        simple = not self.windows and not geometry.residual_tokens \
+            and not geometry.recurrent_bytes_per_seq
+        self._linear_kv = sum(grp.bytes_per_token for grp in geometry.groups) if simple else None
 
     # -- vectorised pieces -----------------------------------------------------
     def kv_bytes(self, n: np.ndarray) -> np.ndarray:
@@ -117,8 +122,16 @@ class RooflineLatency:
         g, full = self.geometry, self.full_layers
         pairs = 0.0
         kv = 0.0
-        news = list(zip(batch.prefill_tokens, batch.prefill_context)) \
-            + [(1, c) for c in batch.decode_context]
+        news = list(zip(batch.prefill_tokens, batch.prefill_context))
+        dec = batch.decode_context
+        if self._linear_kv is not None:
+            # NOTE: every term is an integer below 2**53, so these sums equal the
+            # per-sequence float accumulation below exactly.
+            tokens = sum(dec) + len(dec)
+            pairs = float(full * tokens)
+            kv = float(self._linear_kv * tokens)
+        else:
+            news += [(1, c) for c in dec]
         for n, c0 in news:
             a = c0 + n
             pairs += full * (n * c0 + n * (n + 1) / 2.0)
