@@ -9,14 +9,18 @@ server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
   ``cache_n`` (≈ C) and ``prompt_n`` (≈ P); the point's time is the client-side time
   to the first streamed token, split into ``ceil(prompt_n / n_batch)`` steps as the
   engine packs prompts;
-- decode: first to last streamed token of one sequence = ``n − 1`` decode steps (the
-  first token comes out of the prompt step);
-- batch effects: ``B`` requests sent together decode in lockstep; each one's first to
-  last token is ``n − 1`` steps of a ``B``-sequence decode batch.
+- decode: ``n − 1`` decode steps of one sequence (the first token comes out of the
+  prompt step), timed by the server's per-token ``predicted_ms`` — the clock replay
+  reads its gaps from — as the median gap times the steps;
+- batch effects: ``B`` requests sent together decode in lockstep: ``n − 1`` steps of a
+  ``B``-sequence decode batch.
 
 Client-side times include what the server's ``prompt_ms`` leaves out (HTTP, slot
 set-up, first-token sampling) — exactly what ``kvsim replay`` measures, so predictions
-and replays are compared on the same footing.
+and replays are compared on the same footing.  Each measured prompt follows an idle
+pause (``idle_s``), as a household's requests follow think time: a prompt sent
+straight after another finds the weights hot in the CPU caches and runs faster than
+one that arrives after a pause.
 
 Every point is the median over ``repeats``; the points are fitted by
 :func:`kvsim.calibrate.fit.fit_points` into an artifact with ``source="engine"``
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import httpx
+import numpy as np
 
 from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint
 from kvsim.calibrate.fit import fit_points
@@ -53,6 +58,7 @@ class EngineGrid:
     decode_tokens: int = 48
     repeats: int = 3
     n_batch: int = 2048
+    idle_s: float = 0.25
     cache_type: str = "f16"
     space: TokenSpace = field(default_factory=TokenSpace)
 
@@ -94,6 +100,7 @@ class _Prober:
             base = self.fresh(ctx)
             if ctx:
                 await self.complete(base, 1, slot=0)
+            await asyncio.sleep(g.idle_s)
             t_send, res = await self.complete(base + self.fresh(p), 1, slot=0)
             times.append(res.token_times_s[0] - t_send)
             t = res.final["timings"]
@@ -104,28 +111,37 @@ class _Prober:
                            measured_s=statistics.median(times), repeats=g.repeats)
 
     async def decode(self, batch: int, ctx: int) -> TimingPoint:
-        """First-to-last streamed token of ``batch`` requests decoding in lockstep."""
+        """Server-timed decode of ``batch`` requests decoding in lockstep."""
         g, times, counts = self.grid, [], []
         for _ in range(g.repeats):
             res = await asyncio.gather(*(self.complete(self.fresh(max(ctx, 1)),
                                                        g.decode_tokens) for _ in range(batch)))
             for _, r in res:
-                times.append(r.token_times_s[-1] - r.token_times_s[0])
-                counts.append(sum(r.token_counts[1:]))
+                t = r.final["timings"]
+                steps = int(t["predicted_n"]) - 1
+                gaps = np.diff(r.server_ms) / 1000.0
+                # NOTE: the median step (robust to a busy machine's stray slow steps)
+                # times the steps; the server's total when it gave no per-token times.
+                times.append(float(np.median(gaps)) * steps if gaps.size
+                             else t["predicted_ms"] / 1000.0)
+                counts.append(steps)
         return TimingPoint(kind="decode", cache_type=g.cache_type, batch=batch,
                            context=max(ctx, 1), steps=max(1, min(counts)),
                            measured_s=statistics.median(times), repeats=g.repeats)
 
 
 async def _measure(url: str, grid: EngineGrid, slots: int) -> list[TimingPoint]:
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0)) as client:
+    # NOTE: no keep-alive: llama-server may close a connection after a streamed answer,
+    # and a reused closed connection fails the next request.
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0),
+                                 limits=httpx.Limits(max_keepalive_connections=0)) as client:
         probe = _Prober(client, grid)
         await probe.complete(probe.fresh(8), 2)  # warm-up
         points = [await probe.prefill(c, p) for c in grid.contexts for p in grid.prompt_tokens]
         for b in grid.batches:
             if b > slots:
                 continue
-            for c in sorted({min(grid.contexts[-1], 512), grid.contexts[-1]}):
+            for c in sorted(set(grid.contexts)):
                 points.append(await probe.decode(b, c))
         return points
 

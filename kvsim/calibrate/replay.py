@@ -9,7 +9,8 @@ deterministically by its id (:class:`~kvsim.calibrate.wire.TokenSpace`), except 
 earlier answer of the same session, which is replaced by the tokens the server really
 generated — so the server's prompt cache sees the same history the simulator models.
 
-Per request it records arrival, first-token and finish times, every inter-token gap,
+Per request it records arrival, first-token and finish times (client side), every
+inter-token gap (the server's own per-token timings when it reports them),
 the server's cached / computed prompt tokens and failures (HTTP 4xx/5xx and stream
 errors become failed requests with the engine's wording; the replay goes on), and
 returns :class:`~kvsim.metrics.results.Results` with ``source="measured"``.
@@ -82,7 +83,9 @@ class Replayer:
         return time.perf_counter() - self.t0
 
     async def run(self, sessions: list[Session]) -> None:
-        limits = httpx.Limits(max_connections=len(sessions) + 4)
+        # NOTE: no keep-alive: a server may close a connection after a streamed answer,
+        # and a reused closed connection would fail the next request.
+        limits = httpx.Limits(max_connections=len(sessions) + 4, max_keepalive_connections=0)
         timeout = httpx.Timeout(self.opts.request_timeout_s, connect=10.0)
         async with httpx.AsyncClient(base_url=self.opts.url, limits=limits,
                                      timeout=timeout) as client:
@@ -186,7 +189,11 @@ class Replayer:
         times = res.token_times_s
         first = times[0] if times else nan
         gaps: list[tuple[str, float, int]] = []
-        for a, b, n in zip(times, times[1:], res.token_counts[1:]):
+        # NOTE: the server's own gaps when it reports them for every token event
+        # (llama.cpp timings_per_token), else the client's arrival gaps.
+        stamps = ([m / 1000.0 for m in res.server_ms] if len(res.server_ms) == len(times)
+                  else times)
+        for a, b, n in zip(stamps, stamps[1:], res.token_counts[1:]):
             gaps.append((rid, b - a, 1))
             gaps.extend((rid, 0.0, 1) for _ in range(n - 1))
         t = res.final.get("timings", {})

@@ -8,7 +8,10 @@ Two APIs (``reference/engines.md`` §3.4, §3.7):
   (then the server's prompt cache sees the same history the simulator does), and
   ``logit_bias`` banning the byte tokens (a byte token can be withheld from the stream
   as partial UTF-8, which would distort the inter-token gaps).  The final event's
-  ``timings`` carry ``cache_n`` (prompt tokens reused) and ``prompt_n`` (computed).
+  ``timings`` carry ``cache_n`` (prompt tokens reused) and ``prompt_n`` (computed);
+  ``timings_per_token`` adds the server's cumulative ``predicted_ms`` to every token
+  event, so inter-token gaps are the engine's own, free of the client's scheduling
+  jitter (on a busy machine two events can reach the client together).
 - ``openai``: ``POST /v1/chat/completions`` streaming (Ollama, vLLM, SGLang), prompts
   as text, usage from ``stream_options.include_usage``.
 
@@ -62,6 +65,7 @@ class StreamResult:
 
     token_times_s: list[float] = field(default_factory=list)
     token_counts: list[int] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     final: dict[str, Any] = field(default_factory=dict)
@@ -73,6 +77,7 @@ def llama_body(prompt: list[int], n_predict: int, space: TokenSpace, seed: int
                ) -> dict[str, Any]:
     return {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
             "cache_prompt": True, "stream": True, "return_tokens": True, "seed": seed,
+            "timings_per_token": True,
             "logit_bias": [[t, False] for t in space.banned]}
 
 
@@ -108,6 +113,9 @@ def parse_event(api: Api, data: dict[str, Any], res: StreamResult, now_s: float)
             if n:
                 res.token_times_s.append(now_s)
                 res.token_counts.append(n)
+                ms = (data.get("timings") or {}).get("predicted_ms")
+                if ms is not None:
+                    res.server_ms.append(float(ms))
         else:
             res.final = data
             if not res.tokens and toks:

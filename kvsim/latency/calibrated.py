@@ -48,8 +48,13 @@ class CalibratedLatencyModel:
     def __post_init__(self) -> None:
         self._coef = np.array([self.fit.coefficients_s[n] for n in FEATURES])
         self._max = np.array([np.inf] + [self.fit.valid[n].max for n in FEATURES[1:]])
-        self.provenance = (f"calibrated({self.source or 'artifact'}, {self.fit.cache_type}, "
-                           f"MAPE {100 * self.fit.mape:.1f}%)")
+
+    @property
+    def provenance(self) -> str:
+        """Source, fit error and — once any — the steps clamped to the measured range."""
+        clamped = f", {self.clamped_steps} steps clamped" if self.clamped_steps else ""
+        return (f"calibrated({self.source or 'artifact'}, {self.fit.cache_type}, "
+                f"MAPE {100 * self.fit.mape:.1f}%{clamped})")
 
     @classmethod
     def from_artifact(cls, artifact: CalibrationArtifact, cache_type: str = "f16",

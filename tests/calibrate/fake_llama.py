@@ -1,6 +1,7 @@
 """A minimal stand-in for llama-server's /props and streaming /completion (one slot).
 
-The slot keeps prompt + generated tokens except the last (the last sampled token is
+Token events carry cumulative ``predicted_ms`` (2.5 ms per token) when the request
+asks for ``timings_per_token``.  The slot keeps prompt + generated tokens except the last (the last sampled token is
 never evaluated), and reuses the longest common prefix with the next prompt — the
 behaviour of reference/engines.md §3.4 for a single slot.
 """
@@ -83,9 +84,11 @@ class FakeLlama:
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
-        for tok in out:
-            h.wfile.write(f"data: {json.dumps({'tokens': [tok], 'content': ' x', 'stop': False})}\n\n"
-                          .encode())
+        for i, tok in enumerate(out):
+            event = {"tokens": [tok], "content": " x", "stop": False}
+            if body.get("timings_per_token"):
+                event["timings"] = {"predicted_n": i + 1, "predicted_ms": 2.5 * i}
+            h.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
             h.wfile.flush()
         final = {"stop": True, "tokens": [], "content": "", "tokens_predicted": n,
                  "truncated": False,

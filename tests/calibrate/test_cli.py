@@ -9,7 +9,7 @@ FIX = Path(__file__).parent / "fixtures"
 
 
 def _kvsim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvsim", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kvsim", *args], capture_output=True, check=False,
                           text=True, timeout=120)
 
 

@@ -12,7 +12,7 @@ from kvsim.errors import InputError
 
 from .fake_llama import FakeLlama
 
-GRID = EngineGrid(prompt_tokens=(8, 32), contexts=(0, 64), batches=(1, 2), decode_tokens=5,
+GRID = EngineGrid(prompt_tokens=(8, 32), contexts=(0, 64), batches=(1, 2), decode_tokens=5, idle_s=0.0,
                   repeats=2, space=TokenSpace(low=300, high=900))
 
 
@@ -24,7 +24,7 @@ def test_points_use_the_servers_cache_and_prompt_counts() -> None:
     assert pre == [(0, 8, 1), (0, 32, 1), (64, 8, 1), (64, 32, 1)]
     dec = [(p.batch, p.context, p.steps) for p in art.points if p.kind == "decode"]
     # the fake has one slot, so batch 2 is skipped; 5 tokens → 4 decode steps
-    assert dec == [(1, 64, 4)]
+    assert dec == [(1, 1, 4), (1, 64, 4)]
     assert all(0 < p.measured_s < 5 for p in art.points)
     assert art.source == "engine" and set(art.fits) == {"f16"}
     assert art.settings["slots"] == 1

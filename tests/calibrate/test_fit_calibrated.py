@@ -84,6 +84,7 @@ def test_out_of_range_clamps_and_counts() -> None:
     assert m.clamped_steps == 1
     m.decode_steps_s(np.array([2049]), 5)  # steps j=2..4 exceed 2050
     assert m.clamped_steps == 1 + 3
+    assert m.provenance.endswith("MAPE 0.0%, 4 steps clamped)")
 
 
 def test_out_of_range_refuses_when_asked() -> None:

@@ -40,6 +40,8 @@ def test_two_turns_feed_generated_tokens_back(tmp_path: Path) -> None:
     assert req.loc["s#1", "computed_prompt_tokens"] == 42 - 34
     assert list(req["output_tokens"]) == [5, 4]
     assert len(res.itl) == 4 + 3 and res.source == "measured"
+    # gaps come from the server's per-token timings, not the client's clock
+    assert res.itl["gap_s"].tolist() == pytest.approx([0.0025] * 7, abs=1e-12)
     # identical segments map to identical tokens across sessions (the system prompt)
     assert SPACE.segment_ids("sys/a", 20) == p0[:20]
     saved = Results.load(res.save(tmp_path / "m"))

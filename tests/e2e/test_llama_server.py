@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from kvsim.calibrate.artifact import save_artifact
@@ -138,17 +139,29 @@ def test_kv_buffer_sizes_match_llama_server(server_bin: str, gguf_path: Path, tm
 
 
 def _sessions() -> list[Session]:
-    """Five chat sessions on two slots: shared system prompt, 3 turns each, staggered."""
+    """Five chat sessions rotating through two slots: shared system prompt, 3 turns each.
+
+    Sessions start 0.6 s apart and think 3 s, so each turn's five requests arrive 0.6 s
+    apart and a wave ends before the next begins: which session takes which slot
+    (similarity, LRU, RAM-cache save/restore) is decided by the engine's rules, not by
+    a race that a latency error of a few tens of milliseconds could flip.  Answers of
+    48–64 tokens: the first decode step after a prompt is slower (the engine rebuilds
+    its graph), and one gap in ~50 stays out of the p95.
+    """
     out = []
-    shape = [(40, 24), (60, 16), (30, 32)]
+    shape = [(40, 48), (60, 56), (30, 64)]
     for k in range(5):
         turns = tuple(
-            Turn(start_s=0.4 * k if i == 0 else None, think_s=0.0 if i == 0 else 0.3 + 0.1 * k,
+            Turn(start_s=0.6 * k if i == 0 else None, think_s=0.0 if i == 0 else 3.0,
                  input_tokens=inp + 10 * k, output_tokens=out)
             for i, (inp, out) in enumerate(shape))
         out.append(Session(session_id=f"s{k}", member=f"m{k}", system_prompt_id="house",
                            system_prompt_tokens=96, turns=turns))
     return out
+
+
+REPEATS = 3
+LATENCY_METRICS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s")
 
 
 @pytest.mark.parametrize("cache_ram", ["64", "0"])
@@ -159,12 +172,16 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
     sessions = _sessions()
     args = ("-c", "4096", "-np", "2", "--cache-ram", cache_ram)
     with _serve(server_bin, gguf_path, tmp_path / "calibrate.log", *args) as srv:
-        grid = EngineGrid(prompt_tokens=(16, 64, 256), contexts=(0, 256, 1024),
+        # covers the replay: prompts up to 354 new tokens on up to 1024 cached
+        grid = EngineGrid(prompt_tokens=(16, 64, 256, 512), contexts=(0, 256, 1024),
                           batches=(1, 2), decode_tokens=32, repeats=3, space=SPACE)
         artifact = save_artifact(calibrate_engine(srv.url, grid), tmp_path / "engine.json")
-    # NOTE: replay on a fresh server: the simulator starts with empty slots and RAM cache
-    with _serve(server_bin, gguf_path, tmp_path / "replay.log", *args) as srv:
-        measured = replay(sessions, ReplayOptions(url=srv.url, space=SPACE))
+    # NOTE: each replay on a fresh server: the simulator starts with empty slots and
+    # an empty RAM cache.
+    runs = []
+    for i in range(REPEATS):
+        with _serve(server_bin, gguf_path, tmp_path / f"replay{i}.log", *args) as srv:
+            runs.append(replay(sessions, ReplayOptions(url=srv.url, space=SPACE)))
     scenario = resolve_scenario({
         "gpu": "rtx-4090", "model": model_from_gguf(gguf_path), "weights": "f16",
         "engine": {"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
@@ -172,13 +189,23 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
         "workload": {"trace": str(tmp_path / "unused.jsonl")},
         "latency": {"kind": "calibrated", "path": str(artifact)}})
     predicted = simulate(scenario, sessions=sessions)
-    assert measured.summary["failed_requests"] == 0
+    assert "clamped" not in predicted.summary["latency_model"]
 
-    per = compare_requests(measured, predicted)
-    bad = per[~(per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"])]
-    assert bad.empty, bad.to_string()
+    # token counters: exact, for every request of every replay
+    for measured in runs:
+        assert measured.summary["failed_requests"] == 0
+        per = compare_requests(measured, predicted)
+        bad = per[~(per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"])]
+        assert bad.empty, bad.to_string()
+    # the replay exercised the RAM cache: a turn reused more than the system prompt
+    # only where its own history survived in a slot or (cache-ram on) in host RAM
+    assert (runs[0].requests["cached_tokens"] > 96).sum() >= 5
 
-    cmp = compare_results(measured, predicted).set_index("metric")
-    for metric in ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s"):
-        rel = cmp.loc[metric, "rel_error"]
-        assert abs(rel) <= 0.25, f"{metric}: {cmp.loc[metric].to_dict()}"
+    # latency: the median of the repeats (one replay varies by ~8-14 %) within ±25 %
+    tables = [compare_results(m, predicted).set_index("metric") for m in runs]
+    for metric in LATENCY_METRICS:
+        measured_s = float(np.median([t.loc[metric, "measured"] for t in tables]))
+        predicted_s = tables[0].loc[metric, "predicted"]
+        rel = predicted_s / measured_s - 1
+        assert abs(rel) <= 0.25, (f"{metric}: measured {[t.loc[metric, 'measured'] for t in tables]}"
+                                  f" predicted {predicted_s}")
