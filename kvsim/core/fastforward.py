@@ -135,6 +135,14 @@ class FastForward:
             lat.clamped_steps = before
         return np.asarray(dts, dtype=np.float64)
 
+    def _first_step_s(self, plan: StepPlan) -> float:
+        lat = self.latency
+        before = getattr(lat, "clamped_steps", None)
+        dt = lat.step_time_s(plan.batch)
+        if before is not None:
+            lat.clamped_steps = before
+        return dt
+
     def jump(self, plan: StepPlan, now_s: float, bound_s: float) -> tuple[StepPlan, float] | None:
         """Apply the stretch starting with ``plan`` at ``now_s``; return (next plan, its start).
 
@@ -144,16 +152,24 @@ class FastForward:
             return None
         for h in self.hooks:
             bound_s = min(bound_s, h.next_trigger_s(now_s))
+        if bound_s <= now_s:
+            return None
+        dt0 = math.inf
+        if math.isfinite(bound_s):
+            # NOTE: cheap exit before the stretch limit: step 1 must start before the
+            # bound (the scalar step time may differ from the numpy one by a rounding;
+            # a borderline stretch then just runs as single steps, which is exact).
+            dt0 = self._first_step_s(plan)
+            if not now_s + dt0 < bound_s:
+                return None
         limit = self.scheduler.decode_stretch_limit(plan)
         n = len(plan.items)
         limit = min(limit, MAX_STRETCH_CELLS // max(n, 1))
-        if limit < 1 or bound_s <= now_s:
+        if limit < 1:
             return None
         ctx = np.array(plan.batch.decode_context, dtype=np.int64)
-        if math.isfinite(bound_s) and limit > 64:
-            dt0 = float(self._step_times(ctx, 1)[0])
-            if dt0 > 0:
-                limit = min(limit, int((bound_s - now_s) / dt0) + 2)
+        if 0 < dt0 < math.inf:
+            limit = min(limit, int((bound_s - now_s) / dt0) + 2)
         dts = self._step_times(ctx, limit)
         times = np.concatenate(([now_s], dts)).cumsum()  # NOTE: sequential, as SimPy adds
         steps = min(int(np.searchsorted(times[1:], bound_s, side="left")), limit)
