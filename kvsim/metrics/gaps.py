@@ -21,8 +21,8 @@ import math
 import numpy as np
 
 _MAG = np.int64(0x7FFF_FFFF_FFFF_FFFF)
-EXPAND_MAX = 1 << 17
-SMALL_TOTAL = 512  # per-request stats: expand in pure Python up to this many gaps  # gaps expanded in memory at most (larger inputs bisect)
+EXPAND_MAX = 1 << 22  # gaps expanded in memory at most (32 MB; larger inputs bisect)
+SMALL_TOTAL = 512  # per-request stats: expand in pure Python up to this many gaps
 
 
 def as_runs(gap_s, delta_s, count) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -95,7 +95,7 @@ def quantiles(gap_s, delta_s, count, qs) -> list[float]:
         g0, d0, c = float(g[0]), float(d[0]), int(n[0])
         return [g0 + ((r - 1) if d0 >= 0 else (c - r)) * d0 for r in ranks]
     if total <= EXPAND_MAX:
-        v = np.sort(expand(g, d, n))
+        v = np.partition(expand(g, d, n), sorted({r - 1 for r in ranks}))
         return [float(v[r - 1]) for r in ranks]
     last = g + (n - 1) * d
     lo_k = int(_key(np.minimum(g, last).min()))
