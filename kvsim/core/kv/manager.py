@@ -75,6 +75,13 @@ class KVCacheManager:
     def allocate_slots(self, req: Request, num_new_tokens: int,
                        hit: PrefixHit = PrefixHit()) -> bool:
         """Reference the hit blocks and allocate blocks for ``num_new_tokens``; all or nothing."""
+        if not hit.blocks:  # NOTE: hot path (a decode token inside its last block): no-op
+            have = self.req_blocks.get(req.request_id)
+            total = req.num_computed_tokens + num_new_tokens
+            if have is not None and len(have) * self.block_tokens >= total and (
+                    not self.pool.enable_caching
+                    or total // self.block_tokens <= self.req_num_hashed.get(req.request_id, 0)):
+                return True
         if not self.can_allocate(req, num_new_tokens, hit):
             return False
         blocks = self.req_blocks.setdefault(req.request_id, [])
