@@ -86,6 +86,11 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
     for r in reqs:
         r.record_compute(steps)
     emit_tokens(reqs, times)
+    hashes_of = {}
+    if pool.enable_caching:  # every hash the stretch registers, one chain pass a request
+        for item in plan.items:
+            hashes_of[item.req.request_id] = mgr._hashes(
+                item.req, (item.context_tokens + steps + 1) // block)
     active = np.zeros(steps + 1, dtype=np.int64)
     cached = np.zeros(steps + 1, dtype=np.int64)
     for j, i, kind in events:
@@ -100,7 +105,7 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
             rid = req.request_id
             done = mgr.req_num_hashed.get(rid, 0)
             if n_full > done:
-                hashes = mgr._hashes(req, n_full)
+                hashes = hashes_of[rid]
                 blocks = mgr.req_blocks[rid]
                 for b in range(done, n_full):
                     pool.cache_full_block(blocks[b], hashes[b])
