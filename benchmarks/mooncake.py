@@ -40,7 +40,8 @@ def main() -> None:
                                    + sum(p.tokens for p in t.prefix) for t in s.turns)
               + s.system_prompt_tokens < MAX_CONTEXT)
         return itertools.islice(it, a.max_sessions) if a.max_sessions else it
-    measure("mooncake synthetic trace, vLLM, H100", sc, sessions, step=not a.no_step)
+    measure("mooncake synthetic trace, vLLM, H100", sc, sessions, step=not a.no_step,
+            repeat=1)
 
 
 if __name__ == "__main__":
