@@ -178,9 +178,10 @@ class FastForward:
         times = times[:steps + 1]
         if getattr(self.latency, "clamped_steps", None) is not None:
             self.latency.decode_steps_s(ctx, steps)  # count the clamped steps used
-        base = self.scheduler.memory()
-        alloc, cached = self.scheduler.advance_decode(plan, times)
-        self.stretch = Stretch(times, base, alloc, cached)
+        # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
+        # state after it gives every other column (Stretch.memory_at)
+        alloc, cached, after = self.scheduler.advance_decode(plan, times)
+        self.stretch = Stretch(times, after, alloc, cached)
         self.recorder.step(float(times[0]), float(times[-1]), 0, n * steps, n, steps=steps)
         self.stretches += 1
         self.steps_skipped += steps

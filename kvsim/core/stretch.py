@@ -8,7 +8,8 @@ finishing or reaching its context limit, a block/cell allocation that would fail
 as ``J`` rounds of ``complete`` + ``schedule`` would — tokens sampled at
 ``times[1..J]``, blocks popped from the free queue and full blocks registered in
 the same (step, request) order — and returns the KV bytes during each step
-``0..J−1`` for the memory sampler.
+``0..J−1`` for the memory sampler, and the memory state after the stretch (whose
+other columns held throughout it).
 
 NOTE: the paged admission argument: a waiting request that cannot be admitted at
 step 0 cannot be admitted later in the stretch — free blocks only decrease and
@@ -69,7 +70,7 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
 
 
 def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray, Any]:
     steps = len(times) - 1
     mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
     reqs = [i.req for i in plan.items]
@@ -115,7 +116,7 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
     # state during step j = final state minus what steps j+1..J allocated
     alloc = mem.kv_allocated_bytes - bb * (active.sum() - np.cumsum(active))[:steps]
     cache = mem.kv_cached_bytes + bb * (cached.sum() - np.cumsum(cached))[:steps]
-    return alloc, cache
+    return alloc, cache, mem
 
 
 def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
@@ -132,7 +133,7 @@ def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
 
 
 def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 ) -> tuple[np.ndarray, np.ndarray, Any]:
     steps = len(times) - 1
     emit_tokens([i.req for i in plan.items], times)
     for item in plan.items:
@@ -148,4 +149,4 @@ def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
     j = np.arange(steps, dtype=np.int64)
     alloc = mem.kv_allocated_bytes - sched.bytes_per_token * n * (steps - j)
     cache = np.full(steps, mem.kv_cached_bytes, dtype=np.int64)
-    return alloc, cache
+    return alloc, cache, mem

@@ -155,6 +155,12 @@ class RooflineLatency:
         return t
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        if self._linear_kv is not None:  # integer sums, as in step_time_s: same floats
+            ctx = np.asarray(contexts, dtype=np.int64)
+            tokens = int(ctx.sum()) + len(ctx) * np.arange(1, steps + 1, dtype=np.int64)
+            return self._times(np.full(steps, float(len(ctx))),
+                               (self.full_layers * tokens).astype(np.float64),
+                               (self._linear_kv * tokens).astype(np.float64))
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
         ones = np.ones_like(c)
         pairs = np.sum(self._attended(c + 1, ones), axis=0)
