@@ -90,8 +90,10 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
     hashes_of = {}
     if pool.enable_caching:  # every hash the stretch registers, one chain pass a request
         for item in plan.items:
-            hashes_of[item.req.request_id] = mgr._hashes(
-                item.req, (item.context_tokens + steps + 1) // block)
+            r = item.req
+            n_full = (item.context_tokens + steps + 1) // block
+            hashes_of[r.request_id] = r.block_hashes if n_full <= len(r.block_hashes) \
+                else mgr._hashes(r, n_full)
     active = np.zeros(steps + 1, dtype=np.int64)
     cached = np.zeros(steps + 1, dtype=np.int64)
     for j, i, kind in events:
