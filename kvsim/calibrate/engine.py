@@ -4,11 +4,13 @@
 with ``n_predict`` + ``ignore_eos`` — and times them as a client sees them, using the
 server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
 
-- prefill: a prompt of ``C`` tokens is cached in slot 0 (``id_slot``), then a prompt
-  that extends it by ``P`` tokens is sent to the same slot; the server reports
-  ``cache_n`` (≈ C) and ``prompt_n`` (≈ P); the point's time is the client-side time
-  to the first streamed token, split into ``ceil(prompt_n / n_batch)`` steps as the
-  engine packs prompts;
+- prefill: a prompt of ``C`` tokens is cached, then a prompt that extends it by ``P``
+  tokens is sent; the server reports ``cache_n`` (≈ C) and ``prompt_n`` (≈ P); the
+  point's time is the client-side time to the first streamed token, split into
+  ``ceil(prompt_n / n_batch)`` steps as the engine packs prompts.  No ``id_slot``: the
+  server picks the slot itself (prompt similarity, LRU) and saves/restores slot state
+  to its RAM cache as configured, so those per-request costs land in the fit as they
+  land in a replay;
 - decode: ``n − 1`` decode steps of one sequence (the first token comes out of the
   prompt step), timed by the server's per-token ``predicted_ms`` — the clock replay
   reads its gaps from — as the median gap times the steps;
@@ -17,7 +19,10 @@ server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
 
 Client-side times include what the server's ``prompt_ms`` leaves out (HTTP, slot
 set-up, first-token sampling) — exactly what ``kvsim replay`` measures, so predictions
-and replays are compared on the same footing.  Each measured prompt follows an idle
+and replays are compared on the same footing.  With ``--cache-ram`` on, the seconds
+per token that a RAM-cache save + restore adds are measured too
+(``settings.ram_cache_s_per_token``; :func:`ram_cache_link` turns them into the link a
+scenario's restores are timed on).  Each measured prompt follows an idle
 pause (``idle_s``), as a household's requests follow think time: a prompt sent
 straight after another finds the weights hot in the CPU caches and runs faster than
 one that arrives after a pause.
@@ -47,6 +52,7 @@ import numpy as np
 from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint
 from kvsim.calibrate.fit import fit_points
 from kvsim.calibrate.wire import StreamResult, TokenSpace, check_server, llama_body, parse_event
+from kvsim.config.specs import LinkSpec
 from kvsim.errors import InputError
 
 
@@ -59,6 +65,7 @@ class EngineGrid:
     repeats: int = 3
     n_batch: int = 2048
     idle_s: float = 0.25
+    ram_cache: bool = True
     cache_type: str = "f16"
     space: TokenSpace = field(default_factory=TokenSpace)
 
@@ -99,9 +106,9 @@ class _Prober:
         for _ in range(g.repeats):
             base = self.fresh(ctx)
             if ctx:
-                await self.complete(base, 1, slot=0)
+                await self.complete(base, 1)
             await asyncio.sleep(g.idle_s)
-            t_send, res = await self.complete(base + self.fresh(p), 1, slot=0)
+            t_send, res = await self.complete(base + self.fresh(p), 1)
             times.append(res.token_times_s[0] - t_send)
             t = res.final["timings"]
             seen.append((int(t["cache_n"]), int(t["prompt_n"])))
@@ -130,7 +137,40 @@ class _Prober:
                            measured_s=statistics.median(times), repeats=g.repeats)
 
 
-async def _measure(url: str, grid: EngineGrid, slots: int) -> list[TimingPoint]:
+async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]) -> float | None:
+    """Seconds per token that a RAM-cache round trip adds to a prompt (None: no cache).
+
+    Slot 0 holds ``A`` (C tokens); an unrelated prompt takes the slot over (A is saved
+    to the RAM cache), then ``A + x`` brings A back (restored), then ``A + x + y`` runs
+    on the slot as it is.  The last two compute the same 16 new tokens on ~C cached
+    ones, so the difference of their first-token times is the restore; the takeover's
+    first-token time minus a takeover of a 16-token slot is the save.  Their sum per
+    token of C is charged to restores (each restore in a household pattern pairs with
+    the save of the slot it takes over).
+    """
+    per_token = []
+    for ctx in (c for c in contexts if c >= 64):
+        for _ in range(probe.grid.repeats):
+            a = probe.fresh(ctx)
+            await probe.complete(a, 1, slot=0)
+            ax = a + probe.fresh(16)
+            # takeover of A (saves A), takeover of a 16-token slot, A + x (restores A),
+            # A + x + y (no cache traffic)
+            res = []
+            for prompt in (probe.fresh(16), probe.fresh(16), ax, ax + probe.fresh(16)):
+                await asyncio.sleep(probe.grid.idle_s)
+                res.append(await probe.complete(prompt, 1, slot=0))
+            ttft = [r.token_times_s[0] - t for t, r in res]
+            restored = int(res[2][1].final["timings"]["cache_n"])
+            if restored < ctx // 2:
+                return None  # nothing came back: the server keeps no RAM cache
+            save_s, restore_s = ttft[0] - ttft[1], ttft[2] - ttft[3]
+            per_token.append(max(0.0, save_s + restore_s) / restored)
+    return float(np.median(per_token)) if per_token else None
+
+
+async def _measure(url: str, grid: EngineGrid, slots: int
+                   ) -> tuple[list[TimingPoint], float | None]:
     # NOTE: no keep-alive: llama-server may close a connection after a streamed answer,
     # and a reused closed connection fails the next request.
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0),
@@ -143,7 +183,8 @@ async def _measure(url: str, grid: EngineGrid, slots: int) -> list[TimingPoint]:
                 continue
             for c in sorted(set(grid.contexts)):
                 points.append(await probe.decode(b, c))
-        return points
+        ram = await _ram_cache_s_per_token(probe, grid.contexts) if grid.ram_cache else None
+        return points, ram
 
 
 def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArtifact:
@@ -158,7 +199,8 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
         raise InputError("calibrate engine", f"slot context {slot_ctx}",
                          f"the grid needs {need} tokens per slot; start the server with a "
                          "larger -c or calibrate a smaller grid")
-    points = asyncio.run(_measure(url, grid, slots))
+    points, ram_s_per_token = asyncio.run(_measure(url, grid, slots))
+    extra = {} if ram_s_per_token is None else {"ram_cache_s_per_token": ram_s_per_token}
     model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
     return CalibrationArtifact(
         source="engine", device=f"llama-server at {url}", model=model,
@@ -168,5 +210,21 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
               "batch": [b for b in grid.batches if b <= slots],
               "cache_type": [grid.cache_type]},
         settings={"repeats": grid.repeats, "decode_tokens": grid.decode_tokens,
-                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx},
+                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx, **extra},
         points=tuple(points), fits=fit_points(points))
+
+
+def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> LinkSpec:
+    """The "link" a llama-server's RAM-cache restores move over, as measured.
+
+    The simulator times a restore of ``n`` bytes as ``n / h2d_bytes_per_s``; the
+    measured seconds per restored token over the model's KV bytes per token give it.
+    """
+    s_per_token = artifact.settings.get("ram_cache_s_per_token")
+    if not isinstance(s_per_token, float) or s_per_token <= 0:
+        raise InputError("calibration", artifact.device,
+                         "measured no RAM-cache cost (server without --cache-ram?)")
+    rate = kv_bytes_per_token / s_per_token
+    return LinkSpec(name="llama-server-ram-cache", display_name="llama-server RAM cache",
+                    h2d_bytes_per_s=rate, d2h_bytes_per_s=rate, latency_s=0.0,
+                    source=f"kvsim calibrate engine ({artifact.device})")

@@ -89,6 +89,9 @@ class Replayer:
         timeout = httpx.Timeout(self.opts.request_timeout_s, connect=10.0)
         async with httpx.AsyncClient(base_url=self.opts.url, limits=limits,
                                      timeout=timeout) as client:
+            # NOTE: one cheap GET first, so the client's first-use costs (lazy imports,
+            # connection machinery: tens of ms) do not land in the first request's TTFT.
+            await client.get("/props" if self.opts.api == "llama.cpp" else "/v1/models")
             self.t0 = time.perf_counter()
             await asyncio.gather(*(self._session(client, s) for s in sessions))
 

@@ -6,7 +6,7 @@ and token counts are known by hand (its times are just its own response times).
 
 import pytest
 
-from kvsim.calibrate.engine import EngineGrid, calibrate_engine
+from kvsim.calibrate.engine import EngineGrid, calibrate_engine, ram_cache_link
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.errors import InputError
 
@@ -33,3 +33,15 @@ def test_points_use_the_servers_cache_and_prompt_counts() -> None:
 def test_grid_larger_than_the_slot_is_refused() -> None:
     with FakeLlama(slot_tokens=50) as srv, pytest.raises(InputError, match="larger -c"):
         calibrate_engine(srv.url, GRID)
+
+
+def test_ram_cache_link_from_the_measured_cost() -> None:
+    with FakeLlama(slot_tokens=200) as srv:
+        art = calibrate_engine(srv.url, GRID)
+    # the fake keeps no RAM cache: nothing measured, and no link can be made
+    assert "ram_cache_s_per_token" not in art.settings
+    with pytest.raises(InputError, match="no RAM-cache cost"):
+        ram_cache_link(art, 3072)
+    # 2 µs per restored token of 3072 bytes → 1.536 GB/s
+    measured = art.model_copy(update={"settings": {"ram_cache_s_per_token": 2e-6}})
+    assert ram_cache_link(measured, 3072).h2d_bytes_per_s == pytest.approx(3072 / 2e-6)
