@@ -87,6 +87,7 @@ class Engine:
         self._tick_s = -math.inf  # when the pending sampler tick fires
         self._sampled_until_s = -math.inf  # ticks up to here were recorded by a stretch
         self._next_tick_s = 0.0
+        self._stop_s = math.inf if max_sim_time_s is None else max_sim_time_s
         self.fastforward = FastForward(scheduler, latency, self.hooks, self.recorder) \
             if fidelity == "fast" else None
 
@@ -187,12 +188,15 @@ class Engine:
         """Run one step (after a fast-forwarded stretch, if any); return the plan run last."""
         ff = self.fastforward
         if ff is not None and plan.is_decode_only:
-            jumped = ff.jump(plan, self.env.now, next_event_s(self.env._queue, self._tick))
+            quiet_s = next_event_s(self.env._queue, self._tick)
+            jumped = ff.jump(plan, self.env.now, quiet_s, self._stop_s)
             if jumped is not None:
-                plan, end_s = jumped
-                self._sample_stretch(ff.stretch, end_s)
+                plan, end_s, folded = jumped
+                self._sample_stretch(ff.stretch, min(end_s, math.nextafter(quiet_s, 0.0)))
                 yield self.env.timeout(delay_to(self.env.now, end_s))
                 ff.stretch = None
+                if folded:
+                    return plan
         start = self.env.now
         dt = self.latency.step_time_s(plan.batch) + plan.extra_s
         if dt > 0:
@@ -215,10 +219,11 @@ class Engine:
         return ev
 
     def _sample_stretch(self, st: Any, end_s: float) -> None:
-        """Record the sampler ticks inside a jumped stretch at once (same tick times).
+        """Record the sampler ticks of a jumped stretch up to ``end_s`` at once.
 
         NOTE: only when the sampler's tick is pending inside the stretch; the sampler,
-        woken at that tick, skips to the first tick after ``end_s``.
+        woken at that tick, skips to the first tick after ``end_s``.  ``end_s`` stays
+        before the next SimPy event (an arrival in a folded step changes the queue).
         """
         t = self._tick_s
         if self._tick is None or self._tick.processed or not self.env.now < t <= end_s:
@@ -233,7 +238,7 @@ class Engine:
     def _memory(self) -> Any:
         st = self.fastforward.stretch if self.fastforward is not None else None
         if st is not None and st.covers(self.env.now):
-            return st.memory_at(self.env.now)
+            return st.memory_at(self.env.now, self.scheduler.memory())
         return self.scheduler.memory()
 
     def _sampler(self):

@@ -17,6 +17,16 @@ Stretch length ``J`` is the largest number of steps such that
   any pending SimPy event except the memory sampler's tick (arrivals, session
   timers, transfer ends, ``max_sim_time_s``) and every hook's ``next_trigger_s``.
 
+*Folding* the straddling step: when the stretch was cut by a SimPy event (not by the
+limit, a hook trigger or ``max_sim_time_s``), step ``J`` itself cannot finish a
+request and nothing but that event happens before ``t_{J+1}``.  The events the
+engine has in its queue (arrivals, session timers, done events) only append to
+the waiting queue, and the next ``schedule`` at ``t_{J+1}`` first re-allocates the
+running decodes — a no-op once their blocks are allocated — and then admits.  So
+the stretch applies ``J + 1`` steps (``fold=True``) and the driver resumes at
+``t_{J+1}`` with hooks and ``schedule``, exactly as after running step ``J``.
+Ticks after that event read the live queue lengths (``memory_at(t, live)``).
+
 NOTE: a hook without ``next_trigger_s``, or a latency model / scheduler without the
 stretch methods, disables fast-forward (per-step fidelity).  ``next_trigger_s(now)``
 promises that ``after_step`` does nothing and returns no stall before that time.
@@ -53,8 +63,12 @@ class Stretch:
     def covers(self, t_s: float) -> bool:
         return bool(self.times[0] < t_s <= self.times[-1])
 
-    def memory_at(self, t_s: float) -> MemoryState:
-        """Memory just before ``t_s`` (a tick at a step end sees that step's state)."""
+    def memory_at(self, t_s: float, live: MemoryState | None = None) -> MemoryState:
+        """Memory just before ``t_s`` (a tick at a step end sees that step's state).
+
+        ``live`` (the scheduler's state now) gives every column but the KV bytes: an
+        arrival during a folded step changes the waiting count.
+        """
         j = int(np.searchsorted(self.times, t_s, side="left")) - 1
         j = min(max(j, 0), len(self.allocated_bytes) - 1)
         alloc = int(self.allocated_bytes[j])
@@ -65,7 +79,7 @@ class Stretch:
         quant = getattr(self.base, "kv_quant_bytes", None)
         if quant is not None and quant == self.base.kv_allocated_bytes and quant:
             extra["kv_quant_bytes"] = alloc
-        return dataclasses.replace(self.base, kv_allocated_bytes=alloc,
+        return dataclasses.replace(live or self.base, kv_allocated_bytes=alloc,
                                    kv_cached_bytes=int(self.cached_bytes[j]), **extra)
 
     def memory_rows(self, ticks: list[float]) -> list[tuple]:
@@ -114,6 +128,8 @@ def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
 class FastForward:
     """Plans and applies decode stretches for one engine."""
 
+    fold = True  # run the step an arrival falls into inside the stretch (see module doc)
+
     def __init__(self, scheduler: Any, latency: Any, hooks: Sequence[Any], recorder: Any) -> None:
         self.scheduler = scheduler
         self.latency = latency
@@ -125,6 +141,7 @@ class FastForward:
         self.stretch: Stretch | None = None
         self.stretches = 0
         self.steps_skipped = 0
+        self.folded = 0  # stretches that also ran the step an arrival fell into
 
     def _step_times(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         # NOTE: a calibrated model counts clamped steps; count only the steps we use.
@@ -143,15 +160,19 @@ class FastForward:
             lat.clamped_steps = before
         return dt
 
-    def jump(self, plan: StepPlan, now_s: float, bound_s: float) -> tuple[StepPlan, float] | None:
-        """Apply the stretch starting with ``plan`` at ``now_s``; return (next plan, its start).
+    def jump(self, plan: StepPlan, now_s: float, bound_s: float, stop_s: float = math.inf
+             ) -> tuple[StepPlan, float, bool] | None:
+        """Apply the stretch starting with ``plan`` at ``now_s``.
 
-        ``bound_s`` is the next SimPy boundary event; ``None`` when no step can be skipped.
+        ``bound_s`` is the next SimPy boundary event, ``stop_s`` the end of the run.
+        Returns ``(plan of step J, end time, folded)``: unfolded, step ``J`` is still to
+        run from the end time; folded, it ran too.  ``None`` when nothing can be skipped.
         """
         if not self.enabled or not plan.is_decode_only or plan.extra_s:
             return None
-        for h in self.hooks:
-            bound_s = min(bound_s, h.next_trigger_s(now_s))
+        hook_s = min((h.next_trigger_s(now_s) for h in self.hooks), default=math.inf)
+        quiet_s = bound_s
+        bound_s = min(bound_s, hook_s)
         if bound_s <= now_s:
             return None
         dt0 = math.inf
@@ -175,14 +196,19 @@ class FastForward:
         steps = min(int(np.searchsorted(times[1:], bound_s, side="left")), limit)
         if steps < 1:
             return None
-        times = times[:steps + 1]
+        # fold step J when a SimPy event (an arrival) cut the stretch inside it
+        fold = self.fold and steps < limit and quiet_s <= times[steps + 1] < min(hook_s, stop_s)
+        applied = steps + fold
+        times = times[:applied + 1]
         if getattr(self.latency, "clamped_steps", None) is not None:
-            self.latency.decode_steps_s(ctx, steps)  # count the clamped steps used
+            self.latency.decode_steps_s(ctx, applied)  # count the clamped steps used
         # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
         # state after it gives every other column (Stretch.memory_at)
         alloc, cached, after = self.scheduler.advance_decode(plan, times)
         self.stretch = Stretch(times, after, alloc, cached)
-        self.recorder.step(float(times[0]), float(times[-1]), 0, n * steps, n, steps=steps)
+        self.recorder.step(float(times[0]), float(times[-1]), 0, n * applied, n,
+                           steps=applied)
         self.stretches += 1
         self.steps_skipped += steps
-        return advanced_plan(plan, steps), float(times[-1])
+        self.folded += fold
+        return advanced_plan(plan, steps), float(times[-1]), fold
