@@ -84,10 +84,11 @@ class Stretch:
 
     def memory_rows(self, ticks: list[float]) -> list[tuple]:
         """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
-        j = np.searchsorted(self.times, ticks, side="left") - 1
-        j = np.clip(j, 0, len(self.allocated_bytes) - 1)
-        alloc = self.allocated_bytes[j].tolist()
-        cached = self.cached_bytes[j].tolist()
+        last = len(self.allocated_bytes) - 1
+        js = [min(max(j - 1, 0), last)
+              for j in np.searchsorted(self.times, ticks, side="left").tolist()]
+        alloc = self.allocated_bytes[js].tolist()
+        cached = self.cached_bytes[js].tolist()
         b = self.base
         quant = getattr(b, "kv_quant_bytes", 0)
         follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at

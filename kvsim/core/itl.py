@@ -119,7 +119,7 @@ def stretch_runs(gaps: np.ndarray, ends_s: np.ndarray
     while s < m:
         g0 = float(gaps[s])
         lo_c, hi_c = -_INF, _INF
-        p, chunk = s + 1, 32
+        p, chunk = s + 1, 4096  # NOTE: a stretch is usually one run: test it whole
         while p < m:
             w = min(m - p, chunk)
             k = np.arange(p - s, p - s + w, dtype=np.float64)
@@ -135,7 +135,6 @@ def stretch_runs(gaps: np.ndarray, ends_s: np.ndarray
                 break
             lo_c, hi_c = float(lo[-1]), float(hi[-1])
             p += w
-            chunk *= 4
         out.append((g0, lo_c, hi_c, p - s))
         s = p
     return out
