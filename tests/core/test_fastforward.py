@@ -150,3 +150,36 @@ def test_too_many_requests_stop_with_a_clear_message() -> None:
     rec.check_capacity(3)
     with pytest.raises(InputError, match="at most 3 requests per run"):
         rec.check_capacity(4)
+
+
+def test_arrival_inside_a_decode_step_is_folded_and_exact() -> None:
+    """A request decoding at 20 ms/step; a second one arrives at 1.005 s, inside step
+    50 (1.00–1.02 s).  Fast mode runs steps 0..50 as one stretch (the arrival only
+    joins the waiting queue, admitted at 1.02 s as in step mode) and agrees exactly."""
+    sess = [Session(session_id="a", turns=(Turn(start_s=0.0, input_tokens=100,
+                                                output_tokens=300),)),
+            Session(session_id="b", turns=(Turn(start_s=1.005, input_tokens=50,
+                                                output_tokens=20),))]
+    out = {}
+    for fidelity in ("fast", "step"):
+        sched = make_scheduler(resolve_scenario({
+            "gpu": "rtx-4090", "model": "llama-3.1-8b", "engine": ENGINES["vllm"],
+            "workload": {}}).engine, PoolSizing(
+                kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
+                num_gpu_blocks=256, block_tokens=16))
+        eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=0.25, fidelity=fidelity)
+        eng.run(sess)
+        out[fidelity] = eng
+    fast, step = out["fast"], out["step"]
+    assert fast.fastforward.folded >= 1
+    ra, rb = fast.recorder.requests, step.recorder.requests
+    assert [r[0] for r in ra] == [r[0] for r in rb] == ["b#0", "a#0"]
+    for x, y in zip(ra, rb):
+        assert _close(np.array(x[5:12], dtype=float), np.array(y[5:12], dtype=float))
+        assert x[12:19] == y[12:19]  # token counts
+    # a's prefill is step 0 (0–0.02 s), its decode steps end at 0.02·k: b is admitted
+    # at the end of the step it arrived in, 1.02 s
+    assert ra[0][6] == pytest.approx(1.02, abs=1e-9)
+    ma, mb = fast.recorder.memory, step.recorder.memory
+    assert [m[1:] for m in ma] == [m[1:] for m in mb]
+    assert _close(np.array([m[0] for m in ma]), np.array([m[0] for m in mb]))
