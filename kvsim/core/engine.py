@@ -22,7 +22,10 @@ Only this module (and ``link.py``) imports SimPy; schedulers and pools take
 Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` may
 advance several decode-only steps in one timeout when no boundary (any pending
 SimPy event but the sampler's tick, a completion, a failing allocation, a hook
-trigger) falls inside the jump; ticks inside it read the stretch's memory.
+trigger) falls inside the jump; the sampler ticks inside it before the next SimPy
+event are recorded at once from the stretch's memory (``_sample_stretch``; the
+sampler then sleeps past them), later ones read it when they fire.  The next
+pending event is read off the SimPy heap in O(1) (``next_event_s``).
 
 NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step
 end always records the state *before* that instant's changes, in both fidelities.
