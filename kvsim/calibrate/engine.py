@@ -144,12 +144,12 @@ async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]) -> f
     to the RAM cache), then ``A + x`` brings A back (restored), then ``A + x + y`` runs
     on the slot as it is.  The last two compute the same 16 new tokens on ~C cached
     ones, so the difference of their first-token times is the restore; the takeover's
-    first-token time minus a takeover of a 16-token slot is the save.  Their sum per
-    token of C is charged to restores (each restore in a household pattern pairs with
-    the save of the slot it takes over).
+    first-token time minus a takeover of a 16-token slot is the save.  Their sum, per
+    restored token, is charged to restores (each restore in a household pattern pairs
+    with the save of the slot it takes over): the least-squares slope over all samples.
     """
-    per_token = []
-    for ctx in (c for c in contexts if c >= 64):
+    restored_n, excess_s = [], []
+    for ctx in (c for c in contexts if c >= 256):
         for _ in range(probe.grid.repeats):
             a = probe.fresh(ctx)
             await probe.complete(a, 1, slot=0)
@@ -164,9 +164,14 @@ async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]) -> f
             restored = int(res[2][1].final["timings"]["cache_n"])
             if restored < ctx // 2:
                 return None  # nothing came back: the server keeps no RAM cache
-            save_s, restore_s = ttft[0] - ttft[1], ttft[2] - ttft[3]
-            per_token.append(max(0.0, save_s + restore_s) / restored)
-    return float(np.median(per_token)) if per_token else None
+            restored_n.append(restored)
+            excess_s.append((ttft[0] - ttft[1]) + (ttft[2] - ttft[3]))
+    if not restored_n:
+        return None
+    # NOTE: least-squares slope through the origin over every sample (noise of either
+    # sign averages out); a cost the noise hides is recorded as 0, not as negative.
+    n, e = np.array(restored_n, dtype=float), np.array(excess_s)
+    return max(0.0, float(n @ e / (n @ n)))
 
 
 async def _measure(url: str, grid: EngineGrid, slots: int
@@ -221,10 +226,11 @@ def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> Li
     measured seconds per restored token over the model's KV bytes per token give it.
     """
     s_per_token = artifact.settings.get("ram_cache_s_per_token")
-    if not isinstance(s_per_token, float) or s_per_token <= 0:
+    if not isinstance(s_per_token, (int, float)) or isinstance(s_per_token, bool):
         raise InputError("calibration", artifact.device,
                          "measured no RAM-cache cost (server without --cache-ram?)")
-    rate = kv_bytes_per_token / s_per_token
+    # NOTE: a cost below the measurement noise (0) becomes a link too fast to matter.
+    rate = kv_bytes_per_token / s_per_token if s_per_token > 0 else 1e18
     return LinkSpec(name="llama-server-ram-cache", display_name="llama-server RAM cache",
                     h2d_bytes_per_s=rate, d2h_bytes_per_s=rate, latency_s=0.0,
                     source=f"kvsim calibrate engine ({artifact.device})")

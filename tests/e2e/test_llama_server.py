@@ -142,8 +142,9 @@ def test_kv_buffer_sizes_match_llama_server(server_bin: str, gguf_path: Path, tm
 def _sessions() -> list[Session]:
     """Five chat sessions rotating through two slots: shared system prompt, 3 turns each.
 
-    Sessions start 0.6 s apart and think 3 s, so each turn's five requests arrive 0.6 s
-    apart and a wave ends before the next begins: which session takes which slot
+    Sessions start 1 s apart and think 5 s, so each turn's five requests arrive 1 s
+    apart (a request takes ≤ 0.5 s even without the RAM cache) and a wave ends before
+    the next begins: which session takes which slot
     (similarity, LRU, RAM-cache save/restore) is decided by the engine's rules, not by
     a race that a latency error of a few tens of milliseconds could flip.  Answers of
     48–64 tokens: the first decode step after a prompt is slower (the engine rebuilds
@@ -153,7 +154,7 @@ def _sessions() -> list[Session]:
     shape = [(40, 128), (60, 112), (30, 144)]
     for k in range(5):
         turns = tuple(
-            Turn(start_s=0.6 * k if i == 0 else None, think_s=0.0 if i == 0 else 3.0,
+            Turn(start_s=1.0 * k if i == 0 else None, think_s=0.0 if i == 0 else 5.0,
                  input_tokens=inp + 10 * k, output_tokens=out)
             for i, (inp, out) in enumerate(shape))
         out.append(Session(session_id=f"s{k}", member=f"m{k}", system_prompt_id="house",
