@@ -129,8 +129,6 @@ def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
 class FastForward:
     """Plans and applies decode stretches for one engine."""
 
-    fold = True  # run the step an arrival falls into inside the stretch (see module doc)
-
     def __init__(self, scheduler: Any, latency: Any, hooks: Sequence[Any], recorder: Any) -> None:
         self.scheduler = scheduler
         self.latency = latency
@@ -142,7 +140,8 @@ class FastForward:
         self.stretch: Stretch | None = None
         self.stretches = 0
         self.steps_skipped = 0
-        self.folded = 0  # stretches that also ran the step an arrival fell into
+        self.fold = True  # run the step an arrival falls into inside the stretch (module doc)
+        self.folded = 0  # stretches that did
 
     def _step_times(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         # NOTE: a calibrated model counts clamped steps; count only the steps we use.
