@@ -41,21 +41,41 @@ import simpy
 from simpy.events import URGENT
 
 from kvsim.core.fastforward import FastForward, delay_to, next_event_s
-from kvsim.core.requests import Request, seq_from_segments
+from kvsim.core.requests import Request, TokenSeq, seq_from_segments
 from kvsim.core.step import StepHook, StepPlan
 from kvsim.errors import InputError
 from kvsim.metrics.records import Recorder
-from kvsim.workload.schema import Session, output_segment, prompt_segments
+from kvsim.workload.schema import Session, output_segment, prompt_segments, turn_segments
 
 
-def make_request(session: Session, i: int, now_s: float) -> Request:
+def make_request(session: Session, i: int, now_s: float,
+                 prompt: TokenSeq | None = None) -> Request:
+    """Turn ``i`` of ``session`` arriving at ``now_s`` (``prompt``: see session_prompts)."""
     turn = session.turns[i]
-    prompt = seq_from_segments([(s.id, s.tokens) for s in prompt_segments(session, i)])
+    if prompt is None:
+        prompt = seq_from_segments([(s.id, s.tokens) for s in prompt_segments(session, i)])
     return Request(request_id=f"{session.session_id}#{i}", session_id=session.session_id,
                    turn=i, arrival_s=now_s, prompt=prompt,
                    output_id=output_segment(session, i).id,
                    max_output_tokens=turn.output_tokens, member=session.member,
                    kind=session.kind)
+
+
+def session_prompts(session: Session) -> Iterator[TokenSeq]:
+    """Each turn's prompt, equal to ``prompt_segments`` but built incrementally.
+
+    NOTE: ``prompt_segments(s, i)`` rebuilds the whole history (O(i) pydantic segments)
+    for every turn; here turn ``i`` adds only its own segments and the previous answer.
+    """
+    def seq(segs: Iterable[Any]) -> TokenSeq:
+        return seq_from_segments([(g.id, g.tokens) for g in segs])
+
+    n_sys = 0 if session.system_prompt_id is None else 1
+    head = seq(prompt_segments(session, 0)[:n_sys])
+    for i in range(len(session.turns)):
+        yield head + seq(turn_segments(session, i))
+        if session.history == "full":
+            head = head + seq([*turn_segments(session, i), output_segment(session, i)])
 
 
 class Engine:
@@ -120,7 +140,9 @@ class Engine:
 
     def _session(self, s: Session):
         prev: simpy.Event | None = None
+        prompts = session_prompts(s)
         for i, turn in enumerate(s.turns):
+            prompt = next(prompts)
             if i > 0 and turn.start_s is None:
                 if prev is not None:
                     yield prev
@@ -128,7 +150,7 @@ class Engine:
                     yield self.env.timeout(turn.think_s)
             elif turn.start_s is not None and turn.start_s > self.env.now:
                 yield self.env.timeout(turn.start_s - self.env.now)
-            prev = self._submit(make_request(s, i, self.env.now))
+            prev = self._submit(make_request(s, i, self.env.now, prompt))
         if prev is not None:
             yield prev
         self._active_sessions -= 1
