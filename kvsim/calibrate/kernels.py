@@ -265,13 +265,23 @@ class _Harness:
 
 
 def calibrate_kernels(model: ModelSpec, device: str = "cpu", layers: int = 2,
-                      grid: KernelGrid | None = None, seed: int = 0) -> CalibrationArtifact:
-    """Run the whole kernel calibration and return the fitted artifact."""
+                      grid: KernelGrid | None = None, seed: int = 0,
+                      threads: int | None = None) -> CalibrationArtifact:
+    """Run the whole kernel calibration and return the fitted artifact.
+
+    ``threads`` sets torch's CPU threads (None: torch's default).  On a shared machine
+    use fewer threads than cores: spinning worker threads that lose their core to
+    another process make every timed step many times slower.
+    """
     if device not in ("cpu", "cuda"):
         raise InputError("--device", device, "one of cpu, cuda")
     grid = grid or KernelGrid()
+    torch = _torch()
+    if threads is not None:
+        if threads <= 0:
+            raise InputError("--threads", threads, "a positive integer")
+        torch.set_num_threads(threads)
     h = _Harness(model, device, layers, grid, seed)
-    torch = h.torch
     points = h.timing_points()
     if not points:
         raise InputError("grid", "all points", "every grid point ran out of memory: "

@@ -36,10 +36,12 @@ def calibrate() -> None:
               help="prefill chunk sizes (tokens)")
 @click.option("--cache-types", default="f16,q8_0,q4_0", show_default=True)
 @click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--threads", type=int, default=None,
+              help="torch CPU threads (default: torch's); fewer than cores on a shared box")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="artifact path, e.g. calibration/DEVICE__MODEL.json")
 def kernels(model: str, device: str, layers: int, batches: str, contexts: str, prefill: str,
-            cache_types: str, repeats: int, output: str) -> None:
+            cache_types: str, repeats: int, threads: int | None, output: str) -> None:
     """Build the model's layers with random weights and time them on DEVICE."""
     from kvsim.calibrate.artifact import save_artifact
     from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels
@@ -55,7 +57,7 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
     grid = KernelGrid(batches=_ints(batches, "--batches"), contexts=_ints(contexts, "--contexts"),
                       prefill_tokens=_ints(prefill, "--prefill"), cache_types=types,
                       repeats=repeats)
-    art = calibrate_kernels(load_model(model), device, layers, grid)
+    art = calibrate_kernels(load_model(model), device, layers, grid, threads=threads)
     save_artifact(art, output)
     _print_fits(art, output)
 
