@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
-from conftest import EVIL, make_run, plan_table
+from report_helpers import EVIL, make_run, plan_table
 
 from kvsim.report import write_report
 
@@ -39,8 +39,10 @@ def _chromium() -> str:
         return found
     if shutil.which("apt-get") is None:
         pytest.skip("chromium is not installed and apt-get is unavailable to install it")
-    subprocess.run(["apt-get", "install", "-y", "chromium"], check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    # NOTE: a fresh machine's package lists are empty until `apt-get update`.
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=900)
     found = shutil.which("chromium")
     if not found:
         pytest.skip("apt-get install -y chromium did not provide a chromium binary")

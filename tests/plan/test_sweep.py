@@ -2,7 +2,7 @@
 
 
 import pytest
-from conftest import write_sweep
+from sweep_files import write_sweep
 from plan_fake_runners import fake_run, fake_summary
 
 from kvsim.config.scenario import scenario_hash

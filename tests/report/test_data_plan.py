@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_run, plan_table
+from report_helpers import make_run, plan_table
 
 from kvsim.errors import InputError
 from kvsim.report import data_plan as dp

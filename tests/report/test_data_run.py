@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import EVIL, GIB, make_run
+from report_helpers import EVIL, GIB, make_run
 
 from kvsim.report import data_run as dr
 

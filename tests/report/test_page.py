@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import EVIL, GIB, make_run, plan_table
+from report_helpers import EVIL, GIB, make_run, plan_table
 
 from kvsim.errors import InputError
 from kvsim.report import build_report, write_report

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from conftest import GIB, Run
+from report_helpers import GIB, Run
 
 from kvsim.report import build_report
 from kvsim.report import data_run as dr
