@@ -21,6 +21,8 @@ from pydantic import BaseModel, ValidationError
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.errors import InputError, from_validation_error, unknown_name
 
+# libyaml's safe loader when available (same documents, ~10x faster on presets).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KINDS = ("gpus", "models", "links", "hosts", "engines")
 _SPEC_BY_KIND: dict[str, type[BaseModel]] = {
     "gpus": GpuSpec, "models": ModelSpec, "links": LinkSpec, "hosts": HostSpec,
@@ -45,7 +47,7 @@ def list_names(kind: str) -> list[str]:
 def read_yaml(path: Path, field: str) -> dict[str, Any]:
     """Read one YAML mapping; malformed or empty files are InputErrors."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     except OSError as exc:
         raise InputError(field, str(path), f"cannot read file ({exc.strerror})") from None
     except yaml.YAMLError as exc:
