@@ -218,9 +218,25 @@ class PagedScheduler:
         items: list[ScheduledItem] = []
         preempted = False
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = min(req.remaining_tokens, budget)
+        running = self.running
+        mgr = self.manager
+        req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
+        bt, caching = self.block_tokens, self.pool.enable_caching
+        while i < len(running) and budget > 0:
+            req = running[i]
+            nc = req.num_computed_tokens
+            rem = req.prompt_tokens + req.num_output - nc
+            n = rem if rem < budget else budget
+            # NOTE: allocate_slots' no-op hot path inlined (a decode token inside the
+            # request's last block, nothing new to hash): same result, no call.
+            total = nc + n
+            have = req_blocks.get(req.request_id)
+            if have is not None and len(have) * bt >= total and (
+                    not caching or total // bt <= req_hashed.get(req.request_id, 0)):
+                items.append(ScheduledItem(req, n, nc, rem == 1 and req.num_output > 0))
+                budget -= n
+                i += 1
+                continue
             while not self.manager.allocate_slots(req, n):
                 preempted = True
                 victim = self._preempt(now_s)
@@ -257,17 +273,17 @@ class PagedScheduler:
     def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
         """Apply a finished step; return the requests that finished in it."""
         done: list[Request] = []
-        for item in plan.items:
-            req = item.req
-            if req.status is not Status.RUNNING:
+        running = Status.RUNNING
+        for req, n, _, _ in plan.items:
+            if req.status is not running:
                 continue
-            req.record_compute(item.num_new_tokens)
-            if req.remaining_tokens:
+            req.record_compute(n)
+            if req.prompt_tokens + req.num_output != req.num_computed_tokens:
                 continue  # prefill chunk, no token yet
             req.sample(now_s)
             if req.num_output >= req.max_output_tokens:
                 req.finish(now_s)
-            elif req.num_tokens >= self.max_model_len:
+            elif req.prompt_tokens + req.num_output >= self.max_model_len:
                 req.finish(now_s, truncated=True)  # finish_reason "length"
             else:
                 continue

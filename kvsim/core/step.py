@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kvsim.core.requests import Request
 from kvsim.latency.base import BatchShape
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledItem:
-    """``num_new_tokens`` of ``req`` computed in this step on top of ``context_tokens``."""
+class ScheduledItem(NamedTuple):
+    """``num_new_tokens`` of ``req`` computed in this step on top of ``context_tokens``.
+
+    NOTE: a named tuple (immutable, built in C): one is made per request and step.
+    """
 
     req: Request
     num_new_tokens: int
@@ -45,12 +47,17 @@ class StepPlan:
 
 
 def make_plan(items: list[ScheduledItem], extra_s: float = 0.0) -> StepPlan:
-    pre = [i for i in items if not i.is_decode]
-    dec = [i for i in items if i.is_decode]
-    batch = BatchShape(
-        prefill_tokens=tuple(i.num_new_tokens for i in pre),
-        prefill_context=tuple(i.context_tokens for i in pre),
-        decode_context=tuple(i.context_tokens for i in dec))
+    pre_n: list[int] = []
+    pre_c: list[int] = []
+    dec: list[int] = []
+    for _, n, c, decode in items:
+        if decode:
+            dec.append(c)
+        else:
+            pre_n.append(n)
+            pre_c.append(c)
+    batch = BatchShape(prefill_tokens=tuple(pre_n), prefill_context=tuple(pre_c),
+                       decode_context=tuple(dec))
     return StepPlan(tuple(items), batch, extra_s)
 
 
