@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvsim.core.kv.block_pool import BlockPool
+from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.kv.manager import KVCacheManager
 from kvsim.core.requests import Request
 
@@ -101,22 +102,93 @@ class PagedPoolMachine(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(sorted(self.live)))
         self.mgr.free(self.live.pop(rid))
 
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def preempt_and_readmit(self, data: st.DataObject) -> None:
+        """vLLM recompute preemption: free the blocks, reset progress, ask again —
+        the request re-hits whatever of its own prefix nobody evicted meanwhile."""
+        rid = data.draw(st.sampled_from(sorted(self.live)))
+        req = self.live.pop(rid)
+        self.mgr.free(req)
+        req.num_computed_tokens = 0  # its sampled tokens stay; all but the last recomputed
+        hit = self.mgr.get_computed_blocks(req)
+        n = req.num_tokens - 1 - hit.num_tokens
+        if self.mgr.allocate_slots(req, n, hit):
+            req.num_computed_tokens = hit.num_tokens + n
+            self.live[rid] = req
+
     @invariant()
     def conserved(self) -> None:
         pool = self.pool
         in_flight = 0  # no transfers without policies
-        uncached_free = pool.num_free - pool.num_cached_free
-        assert uncached_free + pool.num_cached_free + pool.num_active + in_flight \
-            == pool.num_blocks
+        # counted independently of the pool's own counters: walk the free queue
+        queued = list(pool.free_queue)
+        assert len({b.block_id for b in queued}) == len(queued) == pool.num_free
+        assert all(b.ref_cnt == 0 for b in queued)
+        active = [b for b in pool.blocks if b.ref_cnt > 0]
+        cached_free = [b for b in queued if b.block_hash is not None]
+        assert len(queued) - len(cached_free) + len(cached_free) + len(active) + in_flight \
+            == pool.num_blocks == 24
+        assert pool.num_cached_free == len(cached_free)
         assert all(b.ref_cnt >= 0 for b in pool.blocks)
-        assert sum(1 for b in pool.blocks if b.ref_cnt == 0) == pool.num_free
-        assert pool.num_cached_free == sum(
-            1 for b in pool.blocks if b.ref_cnt == 0 and b.block_hash is not None)
+        # allocated never above reserved: live tables fit the pool and hold their tokens
         refs = sum(b.ref_cnt for b in pool.blocks)
         assert refs == sum(len(v) for v in self.mgr.req_blocks.values())
+        assert len(active) <= pool.num_blocks
+        for rid, req in self.live.items():
+            assert len(self.mgr.req_blocks[rid]) * 4 >= req.num_computed_tokens
         for h, b in pool.cached.items():
             assert b.block_hash == h
 
 
 TestPagedPool = PagedPoolMachine.TestCase
 TestPagedPool.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+class HostPoolMachine(RuleBasedStateMachine):
+    """Host KV tier (LRU set of block hashes): never above capacity, every stored block
+    is either held or counted as evicted, and a chain's match is its held leading run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = HostBlockPool(capacity_blocks=8, block_bytes=1000)
+
+    @rule(hashes=st.lists(st.integers(0, 20), min_size=1, max_size=12, unique=True))
+    def store(self, hashes: list[int]) -> None:
+        before = set(self.pool.lru)
+        new = self.pool.store(hashes)
+        cap = self.pool.capacity_blocks
+        if len(hashes) <= cap:  # nothing of this chain is evicted while it is stored
+            assert new == len(set(hashes) - before)
+        # stored last-block-first, so the chain's prefix ends most recently used:
+        # the LRU tail is the chain's first min(n, cap) blocks, reversed
+        k = min(len(hashes), cap)
+        assert list(self.pool.lru)[-k:] == hashes[:k][::-1]
+
+    @rule(hashes=st.lists(st.integers(0, 20), max_size=12, unique=True))
+    def match(self, hashes: list[int]) -> None:
+        n = self.pool.match(hashes)
+        assert all(h in self.pool.lru for h in hashes[:n])
+        assert n == len(hashes) or hashes[n] not in self.pool.lru
+
+    @invariant()
+    def conserved(self) -> None:
+        p = self.pool
+        assert 0 <= p.num_blocks <= p.capacity_blocks
+        assert p.bytes == p.num_blocks * 1000
+        assert p.stored_blocks - p.evicted_blocks == p.num_blocks
+
+
+TestHostPool = HostPoolMachine.TestCase
+TestHostPool.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+def test_host_store_never_evicts_its_own_held_prefix() -> None:
+    """Capacity 8 holding 7 blocks (0 and 1 among them); storing the chain [1, 2, 3]
+    copies only 2 and 3 (block 1 is already on the host), so one older block (8, the
+    least recently used) is evicted — not block 1, which would then cross the link again."""
+    pool = HostBlockPool(capacity_blocks=8, block_bytes=1000)
+    assert pool.store([0, 4, 5, 6, 7, 8, 1]) == 7
+    assert pool.store([1, 2, 3]) == 2
+    assert 8 not in pool.lru and 1 in pool.lru and pool.evicted_blocks == 1
+    assert list(pool.lru)[-3:] == [3, 2, 1]

@@ -111,6 +111,26 @@ def test_ram_cache_saves_taken_over_slot_and_restores_it() -> None:
     assert a1.cached_tokens == 1000 + 10 - 1
 
 
+def test_ram_cache_off_loses_the_taken_over_slot() -> None:
+    """--cache-ram 0 (engines.md §3.4: 0 = off): the same three requests as above, but
+    nothing is saved when b takes the only slot over, so a's follow-up finds b's tokens
+    in the slot (common prefix 0) and computes its whole prompt."""
+    s = _slots(parallel=1, slot_tokens=4096, pool_cells=4096, cache_ram_bytes=0)
+    a0 = req("a#0", [("a", 1000)], out=10)
+    s.add_request(a0, 0.0)
+    now = run_until_idle(s)
+    b0 = req("b#0", [("b", 1000)], out=10)
+    s.add_request(b0, now)
+    now = run_until_idle(s, now)
+    a1 = req("a#1", [("a", 1000), ("a/t0/out", 10), ("a/t1/in", 50)], out=5)
+    s.add_request(a1, now)
+    run_until_idle(s, now)
+    kinds = [e.kind for e in s.events]
+    assert "cache_save" not in kinds and "restore" not in kinds
+    assert a1.cached_tokens == 0
+    assert a1.computed_prompt_tokens == 1000 + 10 + 50
+
+
 class SlotPoolMachine(RuleBasedStateMachine):
     """Random arrivals and steps on a unified and a per-slot pool: cells conserved."""
 

@@ -46,6 +46,9 @@ class HostBlockPool:
         """Copy the blocks of ``hashes`` (a request's chain, prefix first) to host RAM;
         return how many were new (the ones that cross the link)."""
         new = 0
+        for h in hashes:  # NOTE: touch the chain's held blocks first, so storing its tail
+            if h in self.lru:  # never evicts its own prefix (which would cross the link twice)
+                self.lru.move_to_end(h)
         for h in reversed(hashes):  # NOTE: prefix stored last → most recently used
             if h in self.lru:
                 self.lru.move_to_end(h)
