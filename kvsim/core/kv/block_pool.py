@@ -117,16 +117,23 @@ class BlockPool:
         if n > self.num_free:
             raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
         out = []
-        for _ in range(n):
-            b = self.free_queue.popleft()
-            if b.block_hash is not None:
-                if self.cached.get(b.block_hash) is b:
-                    del self.cached[b.block_hash]
+        q = self.free_queue
+        head, cached = q._head, self.cached
+        for _ in range(n):  # NOTE: FreeBlockQueue.popleft inlined (hot path)
+            b = head.next
+            nxt = b.next
+            head.next, nxt.prev = nxt, head
+            b.prev = b.next = None
+            h = b.block_hash
+            if h is not None:
+                if cached.get(h) is b:
+                    del cached[h]
                     self.evictions += 1
                     self._cached_free -= 1
                 b.block_hash = None
             b.ref_cnt = 1
             out.append(b)
+        q.num_free -= n
         return out
 
     def cache_full_block(self, block: Block, block_hash: int) -> None:
@@ -143,12 +150,19 @@ class BlockPool:
         ``ordered`` must already be in eviction order (vLLM passes a request's blocks
         reversed, so its last block is evicted first and its prefix last).
         """
+        q, cached = self.free_queue, self.cached
+        tail = q._tail
         for b in ordered:
             b.ref_cnt -= 1
             assert b.ref_cnt >= 0, "ref_cnt below zero"
             if b.ref_cnt == 0:
-                if b.block_hash is not None and self.cached.get(b.block_hash) is not b:
-                    b.block_hash = None  # an uncached duplicate: plain free block
-                if b.block_hash is not None:
-                    self._cached_free += 1
-                self.free_queue.append(b)
+                h = b.block_hash
+                if h is not None:
+                    if cached.get(h) is not b:
+                        b.block_hash = None  # an uncached duplicate: plain free block
+                    else:
+                        self._cached_free += 1
+                last = tail.prev  # NOTE: FreeBlockQueue.append inlined (hot path)
+                last.next, b.prev = b, last
+                b.next, tail.prev = tail, b
+                q.num_free += 1
