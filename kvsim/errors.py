@@ -49,6 +49,10 @@ def from_validation_error(exc: Any, prefix: str = "") -> InputError:
     field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "input")
     original = (err.get("ctx") or {}).get("error")
     if isinstance(original, InputError):
+        # NOTE: a model-level validator sees the whole model (a dict input, no loc of its
+        # own): name the sub-field it rejected, not the dict.
+        if isinstance(err.get("input"), dict) and original.field:
+            field = f"{field}.{original.field}" if field != "input" else original.field
         return InputError(field, original.value, original.allowed)
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     return InputError(field, err.get("input"), msg)

@@ -78,6 +78,18 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
     return spec, notes
 
 
+def _check_kv_types(engine: str, *flag_types: tuple[str, str | None]) -> None:
+    """Name the flag the user typed when the engine has no such cache type."""
+    from kvsim.config.engine import engine_names, resolve_engine
+    if engine not in engine_names():
+        raise unknown_name("--engine", engine, engine_names())
+    supported = resolve_engine(engine).supported_cache_types
+    for flag, t in flag_types:
+        if t is not None and t not in supported:
+            raise InputError(flag, t, f"not supported by {engine}; allowed: "
+                             + ", ".join(supported))
+
+
 def _verdict(b: Any) -> str:
     if not b.fits:
         return f"DOES NOT FIT — {b.failure}"
@@ -201,6 +213,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     g = load_gpu(gpu)
     m = load_model(model_name)
     weight_format(weights, "--weights")
+    _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
+                    ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
                                flash_attn, ngl, gpu_util)
     eng = engine_for_gpu(spec, g)

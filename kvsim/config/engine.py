@@ -99,11 +99,13 @@ class SlotEngineConfig(BaseModel):
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
         if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
-            raise ValueError(
-                f"quantized V cache ({self.cache_type_v}) requires flash attention: the real "
-                "server refuses it ('V cache quantization requires flash_attn'); set flash_attn")
+            raise InputError(
+                "cache_type_v", self.cache_type_v, "a quantized V cache requires flash "
+                "attention: the real server refuses it ('V cache quantization requires "
+                "flash_attn'); set flash_attn or use an f16 V cache")
         if self.allocator == "slots" and self.parallel > self.context_tokens:
-            raise ValueError(f"parallel {self.parallel} exceeds context {self.context_tokens}")
+            raise InputError("parallel", self.parallel,
+                             f"exceeds context_tokens ({self.context_tokens}); must be at most that")
         return self
 
 
@@ -113,8 +115,8 @@ EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminat
 def _check_cache_types(k: str, v: str, supported: tuple[str, ...], preset: str) -> None:
     for which, t in (("cache_type_k", k), ("cache_type_v", v)):
         if t not in supported:
-            raise ValueError(f"{which} {t!r} is not supported by {preset}; "
-                             f"allowed: {', '.join(supported)}")
+            raise InputError(which, t, f"not supported by {preset}; allowed: "
+                             + ", ".join(supported))
 
 
 def slot_tokens(cfg: SlotEngineConfig) -> int:

@@ -114,3 +114,19 @@ def test_bad_input_is_one_line_exit_2(capsys, args, needle):
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("engine,args,line", [
+    ("llama.cpp", ["--kv", "q9_0"], ("error: --kv: 'q9_0' — not supported by llama.cpp; "
+                                     "allowed: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, "
+                                     "q5_0, q5_1")),
+    ("vllm", ["--kv-v", "q8_0"], ("error: --kv-v: 'q8_0' — not supported by vllm; "
+                                  "allowed: f16, bf16, fp8, fp8_e4m3, fp8_e5m2")),
+    # Ollama would silently use f16 without flash attention; an unknown type is still an error
+    ("ollama", ["--kv", "q9_0"], ("error: --kv: 'q9_0' — not supported by ollama; "
+                                  "allowed: f16, q8_0, q4_0")),
+])
+def test_unknown_cache_type_names_the_flag(capsys, engine, args, line):
+    code, out, err = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                         "--engine", engine, *args)
+    assert code == 2 and out == "" and err == line + "\n"
