@@ -46,8 +46,10 @@ def generate(preset: HouseholdPreset, days: float, seed: int,
 
     Sessions are sorted by first ``start_s`` (ties by ``session_id``).
     """
-    if not days > 0:
-        raise InputError("days", days, "must be > 0")
+    if not 0 < days < math.inf:
+        raise InputError("days", days, "must be a finite number > 0")
+    if not (isinstance(seed, (int, np.integer)) and seed >= 0):
+        raise InputError("seed", seed, "a non-negative integer")
     if not 0 <= start_weekday <= 6:
         raise InputError("start_weekday", start_weekday, "0 (Monday) … 6 (Sunday)")
     horizon_s = days * DAY_S

@@ -39,6 +39,8 @@ def sample(sessions: Iterable[Session], n_sessions: int | None = None,
     (requests/s, see :func:`request_rate`); keeps ``round(n * rate / current)``
     sessions — down-sampling only, so a rate above the current one is an error.
     """
+    if not (isinstance(seed, (int, np.integer)) and seed >= 0):
+        raise InputError("--seed", seed, "a non-negative integer")
     if (n_sessions is None) == (rate is None):
         raise InputError("sample", {"sessions": n_sessions, "rate": rate},
                          "give exactly one of --sessions or --rate")

@@ -118,3 +118,16 @@ def test_sample_rejects_bad_trace_and_options(tmp_path, capsys):
     good.write_text('{"trace_meta": {}}\n{"session_id": "s", "turns": [{"start_s": 0, '
                     '"input_tokens": 1, "output_tokens": 3}]}\n')
     _assert_clean_failure(capsys, tmp_path, ["trace", "sample", str(good)], "exactly one")
+
+
+def test_negative_seed_and_infinite_days_are_one_line_errors(tmp_path, capsys):
+    # numpy's SeedSequence rejects negative seeds with a traceback; kvsim says so first
+    _assert_clean_failure(capsys, tmp_path, ["trace", "generate", "family-2", "--seed", "-3"],
+                          "seed: -3 — a non-negative integer")
+    _assert_clean_failure(capsys, tmp_path, ["trace", "generate", "family-2", "--days", "inf"],
+                          "days: inf — must be a finite number > 0")
+    good = tmp_path / "g.jsonl"
+    good.write_text('{"trace_meta": {}}\n{"session_id": "s", "turns": [{"start_s": 0, '
+                    '"input_tokens": 1, "output_tokens": 3}]}\n')
+    _assert_clean_failure(capsys, tmp_path, ["trace", "sample", str(good), "--sessions", "1",
+                                             "--seed", "-1"], "--seed: -1 — a non-negative")
