@@ -74,8 +74,13 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # One line, like every other user error: click's message plus where help is.
+        where = exc.ctx.command_path if exc.ctx is not None else "kvsim"
+        click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except InputError as exc:
         click.echo(f"error: {exc.one_line()}", err=True)
