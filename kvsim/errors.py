@@ -22,6 +22,10 @@ class InputError(ValueError):
         self.allowed = allowed
         super().__init__(self.one_line())
 
+    def __reduce__(self) -> tuple[Any, tuple[str, Any, str]]:
+        # NOTE: raised in worker processes (plan/sweep pools): must survive pickling
+        return (type(self), (self.field, self.value, self.allowed))
+
     def one_line(self) -> str:
         shown = repr(self.value) if not isinstance(self.value, str) else f"'{self.value}'"
         if len(shown) > 120:

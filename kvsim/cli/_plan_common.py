@@ -61,24 +61,41 @@ def load_runner(spec: str | None, default: Callable[..., Any]) -> Callable[..., 
 
 @contextmanager
 def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr; yields ``advance(n)``."""
-    if not enabled or total == 0:
+    """A rich progress bar on stderr (a terminal only); yields ``advance(n)``.
+
+    NOTE: when the work fails (bad input found while running) the bar is cleared, so
+    the error stays the only line the user sees."""
+    if not enabled or total == 0 or not ERR.is_terminal:
         yield lambda n: None
         return
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn())
     with Progress(*cols, console=ERR, transient=False) as prog:
         task = prog.add_task(label, total=total)
-        yield lambda n: prog.advance(task, n)
+        try:
+            yield lambda n: prog.advance(task, n)
+        except BaseException:
+            prog.live.transient = True
+            raise
+
+
+# Short column headers, so the tables stay readable in an 80-column terminal.
+HEADERS = {"kv_dtype": "kv", "context_tokens": "context", "best_context_tokens": "context",
+           "best_parallel": "parallel", "best_kv_dtype": "kv", "peak_device_fraction": "peak dev",
+           "ttft_p95_s": "TTFT p95 s", "itl_p95_s": "ITL p95 s", "oom_risk": "OOM risk",
+           "memory_gib": "GiB", "price_usd": "USD", "usd_per_session": "USD/session",
+           "max_parallel": "max par", "evaluated": "how"}
+MIN_PIPE_WIDTH = 160  # NOTE: piped output (not a terminal) would otherwise wrap at 80
 
 
 def print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
     table = Table(title=title)
     for c in columns:
-        table.add_column(c, overflow="fold")
+        table.add_column(HEADERS.get(c, c), overflow="fold")
     for r in rows:
         table.add_row(*[_cell(r.get(c)) for c in columns])
-    OUT.print(table)
+    console = Console() if OUT.is_terminal else Console(width=MIN_PIPE_WIDTH)
+    console.print(table)
 
 
 def _cell(v: Any) -> str:

@@ -74,6 +74,24 @@ class _Point:
     parallel: int
     scenario: Scenario | None = None
     row: dict[str, Any] = field(default_factory=dict)
+    error: InputError | None = None  # why this point's configuration is invalid
+
+
+def _invalid_row(p: _Point, exc: InputError) -> dict[str, Any]:
+    p.error = exc
+    return {"kv_dtype": p.kv or "", "policy": p.policy, "context_tokens": p.context,
+            "parallel": p.parallel, "feasible": False, "binding": "config",
+            "tightest": "config", "evaluated": "invalid", "notes": exc.one_line()}
+
+
+def _refuse_invalid_groups(pts: list[_Point]) -> None:
+    """A KV type or policy set that no grid point accepts is bad input, not a plan."""
+    groups: dict[tuple[str | None, str], list[_Point]] = {}
+    for p in pts:
+        groups.setdefault((p.kv, p.policy), []).append(p)
+    for members in groups.values():
+        if all(m.error is not None for m in members):
+            raise members[0].error  # type: ignore[misc]
 
 
 def _static(scenario: Scenario) -> tuple[bool, bool, float]:
@@ -170,9 +188,9 @@ class _Evaluator:
         try:
             reps = replicate(p.scenario, replications or self.n, executor=self.executor,
                              runner=self.runner, progress=self.progress)
-        except InputError as exc:  # the simulator refused to load it
-            if verdict is None:
-                raise
+        except InputError as exc:  # the simulator refused this configuration
+            if verdict is None:  # e.g. a policy window larger than this point's context
+                return _invalid_row(p, exc)
             return {**_row(p, verdict, "static", None, frac), "notes": exc.one_line()}
         sim = judge(self.c, _estimates(reps, self.c, self.conservative, frac))
         return _row(p, verdict or sim, "simulated", reps, frac) | {"sim_feasible": sim.feasible}
@@ -189,10 +207,7 @@ def _points(scenario: Scenario, grid: PlanGrid, c: Constraints) -> list[_Point]:
                         p.scenario = configure(scenario, p.context, p.parallel, kv, policies,
                                                c.max_device_fraction)
                     except InputError as exc:
-                        p.row = {"kv_dtype": kv or "", "policy": label, "context_tokens": ctx,
-                                 "parallel": par, "feasible": False, "binding": "config",
-                                 "tightest": "config", "evaluated": "invalid",
-                                 "notes": exc.one_line()}
+                        p.row = _invalid_row(p, exc)
                     pts.append(p)
     return pts
 
@@ -211,6 +226,7 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
         raise InputError("--replications", replications, "at least 1")
     ev = _Evaluator(constraints, replications, executor, runner, conservative, progress)
     pts = _points(scenario, grid, constraints)
+    _refuse_invalid_groups(pts)
     walls: list[_Point] = []
     pruned: list[_Point] = []
     for p in pts:
@@ -220,6 +236,7 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
         p.row = ev.evaluate(p)
         if p.row.get("binding") in MEMORY_BINDINGS:
             walls.append(p)
+    _refuse_invalid_groups([p for p in pts if p not in pruned])
     notes = _verify(ev, pruned)
     table = pd.DataFrame([p.row for p in pts])
     front = pareto_front(table)

@@ -63,6 +63,8 @@ def test_compare_gpus_table(tmp_path):
     (["--slo", "ttft_p95=soon"], "--slo"),
     (["--contexts", ","], "empty grid"),
     (["--max-device-fraction", "1.5"], "--max-device-fraction"),
+    (["--kv", "q9_9"], "cache_type_k"),
+    (["--policy", "teleport"], "teleport"),
 ])
 def test_plan_bad_input_one_line_exit_2(tmp_path, args, needle):
     r = kvsim(tmp_path, "plan", "SCEN", *args, *FAKE)
@@ -74,3 +76,17 @@ def test_plan_bad_input_one_line_exit_2(tmp_path, args, needle):
 def test_compare_unknown_gpu(tmp_path):
     r = kvsim(tmp_path, "compare", "--gpus", "rtx-4090,rtx-9999", "SCEN", *FAKE)
     assert r.returncode == 2 and "rtx-9999" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_plan_and_compare_write_a_self_contained_report_by_default(tmp_path, command):
+    out = tmp_path / "out"
+    gpus = ["--gpus", "rtx-4060-ti-16gb,rtx-5090"] if command == "compare" else []
+    r = kvsim(tmp_path, command, *gpus, "SCEN", "--slo", "ttft_p95=0.9s", "--max-oom-risk",
+              "0", "--contexts", "8192,24576", "--parallel", "1,4", "-o", str(out), *FAKE)
+    assert r.returncode == 0, r.stderr
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html")
+    # offline: no script or stylesheet fetched from elsewhere
+    assert "<script src=\"http" not in html and "<link rel=\"stylesheet\" href=\"http" not in html
+    assert f"{out / 'report.html'}" in r.stdout

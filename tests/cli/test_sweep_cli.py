@@ -83,3 +83,15 @@ def test_bad_input_exit_2_one_line_store_untouched(tmp_path, spec, extra, needle
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
     assert not out.exists()
+
+
+def test_sweep_writes_a_report_by_default(tmp_path):
+    sweep = _setup(tmp_path, factors={"engine.parallel": [1, 2]})
+    out = tmp_path / "out"
+    cmd = [a for a in _cmd(sweep, out, "--jobs", "1", "--runner", "plan_fake_runners:fake_run")
+           if a != "--no-report"]
+    res = subprocess.run(cmd, env=_env(tmp_path / "log"), capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html") and "<script src=\"http" not in html
