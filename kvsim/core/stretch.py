@@ -73,51 +73,64 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, Any]:
     steps = len(times) - 1
     mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
-    reqs = [i.req for i in plan.items]
-    # (step, request, kind): kind 0 pops a new block, kind 1 registers a block that fills
+    caching = pool.enable_caching
+    items = plan.items
+    reqs = [i.req for i in items]
+    # (step, request, kind): kind 0 pops a new block, kind 1 registers a block that fills.
+    # Step j holds c + j + 1 tokens: it needs a new block when (c + j) % block == 0 and
+    # fills one when (c + j + 1) % block == 0 (j = 1..steps).
     events: list[tuple[int, int, int]] = []
-    for i, item in enumerate(plan.items):
-        c = item.context_tokens
-        first_pop = (-c) % block or block
-        events.extend((j, i, 0) for j in range(first_pop, steps + 1, block))
-        if pool.enable_caching:
-            first_full = (-(c + 1)) % block or block
-            events.extend((j, i, 1) for j in range(first_full, steps + 1, block))
+    for i, (r, _, c, _) in enumerate(items):
+        j = block - c % block
+        while j <= steps:
+            events.append((j, i, 0))
+            j += block
+        if caching:
+            j = block - (c + 1) % block
+            while j <= steps:
+                events.append((j, i, 1))
+                j += block
+        a = r.num_computed_tokens  # NOTE: Request.record_compute's decode path, inlined
+        if a >= r.high_water and a >= r.prompt_tokens:
+            r.num_computed_tokens = r.high_water = a + steps
+        else:
+            r.record_compute(steps)
     events.sort()
-    for r in reqs:
-        r.record_compute(steps)
     emit_tokens(reqs, times)
-    hashes_of = {}
-    if pool.enable_caching:  # every hash the stretch registers, one chain pass a request
-        for item in plan.items:
-            r = item.req
-            n_full = (item.context_tokens + steps + 1) // block
-            hashes_of[r.request_id] = r.block_hashes if n_full <= len(r.block_hashes) \
-                else mgr._hashes(r, n_full)
-    active = np.zeros(steps + 1, dtype=np.int64)
-    cached = np.zeros(steps + 1, dtype=np.int64)
+    active = [0] * (steps + 1)
+    cached = [0] * (steps + 1)
+    req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
+    hashes_of: dict[str, list[int]] = {}  # every hash a request registers, one chain pass
     for j, i, kind in events:
         req = reqs[i]
+        rid = req.request_id
         if kind == 0:
             before = pool.num_cached_free
-            mgr.req_blocks[req.request_id].extend(pool.get_new_blocks(1))
+            req_blocks[rid].extend(pool.get_new_blocks(1))
             active[j] += 1
             cached[j] += before - pool.num_cached_free
-        else:
-            n_full = (plan.items[i].context_tokens + j + 1) // block
-            rid = req.request_id
-            done = mgr.req_num_hashed.get(rid, 0)
-            if n_full > done:
-                hashes = hashes_of[rid]
-                blocks = mgr.req_blocks[rid]
-                for b in range(done, n_full):
-                    pool.cache_full_block(blocks[b], hashes[b])
-                mgr.req_num_hashed[rid] = n_full
+            continue
+        c = items[i].context_tokens
+        n_full = (c + j + 1) // block
+        done = req_hashed.get(rid, 0)
+        if n_full > done:
+            hashes = hashes_of.get(rid)
+            if hashes is None:
+                last = (c + steps + 1) // block
+                hashes = req.block_hashes if last <= len(req.block_hashes) \
+                    else mgr._hashes(req, last)
+                hashes_of[rid] = hashes
+            blocks = req_blocks[rid]
+            for b in range(done, n_full):
+                pool.cache_full_block(blocks[b], hashes[b])
+            req_hashed[rid] = n_full
     bb = sched.block_bytes
     mem = sched.memory()
     # state during step j = final state minus what steps j+1..J allocated
-    alloc = mem.kv_allocated_bytes - bb * (active.sum() - np.cumsum(active))[:steps]
-    cache = mem.kv_cached_bytes + bb * (cached.sum() - np.cumsum(cached))[:steps]
+    act = np.array(active, dtype=np.int64)
+    cac = np.array(cached, dtype=np.int64)
+    alloc = mem.kv_allocated_bytes - bb * (act.sum() - np.cumsum(act))[:steps]
+    cache = mem.kv_cached_bytes + bb * (cac.sum() - np.cumsum(cac))[:steps]
     return alloc, cache, mem
 
 
