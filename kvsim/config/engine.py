@@ -86,6 +86,8 @@ class SlotEngineConfig(BaseModel):
     cache_ram_bytes: Bytes | None = Field(None, description="--cache-ram; None = unlimited")
     context_shift: bool = False
     n_keep: int = Field(0, ge=-1)
+    n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "
+                           "0 = half of them (llama.cpp request default, engines.md §3.4)")
     gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
     gpu_overhead_bytes: Bytes = 0
     minimum_reserve_bytes: Bytes = 0

@@ -43,7 +43,7 @@ class SlotScheduler:
                  bytes_per_token: int, reserved_bytes: int, n_batch: int,
                  similarity: float = 0.10, cache_prompt: bool = True,
                  cache_ram_bytes: int | None = 0, context_shift: bool = False,
-                 n_keep: int = 0, truncate_prompt: bool = False,
+                 n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,
                  restore_time_s: Callable[[int], float] = lambda b: 0.0) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
                              unified=unified, similarity=similarity)
@@ -54,6 +54,7 @@ class SlotScheduler:
         self.cache_prompt = cache_prompt
         self.context_shift = context_shift
         self.n_keep = n_keep
+        self.n_discard = n_discard  # 0 = half of the tokens after n_keep
         self.truncate_prompt = truncate_prompt or context_shift
         self.policy: SchedulerPolicy = NullPolicy(restore_time_s)  # kvsim.core.policy
         self.waiting: deque[Request] = deque()
@@ -211,7 +212,8 @@ class SlotScheduler:
 
     def _shift(self, slot: Slot, now_s: float) -> None:
         keep = max(self.n_keep, 0)
-        discard = (slot.n_tokens - keep) // 2
+        left = slot.n_tokens - keep
+        discard = min(self.n_discard, left) if self.n_discard > 0 else left // 2
         slot.cache = list(seq_drop(tuple(slot.cache), keep, keep + discard))
         slot.n_tokens -= discard
         self.events.append(EngineEvent(now_s, "context_shift", slot.req.request_id,

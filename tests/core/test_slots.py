@@ -83,6 +83,22 @@ def test_generation_stops_or_shifts_at_slot_end() -> None:
     assert any(e.kind == "context_shift" for e in t.events)
 
 
+def test_context_shift_discards_n_discard_tokens_after_n_keep() -> None:
+    """llama.cpp (engines.md §3.4): at the slot's end keep n_keep tokens, then drop
+    n_discard of the rest (0 = half).  Slot 256, prompt 200, n_keep 10: the slot is full
+    at 255 tokens (n_past + 1 >= n_ctx), so the first shift discards (255 - 10) // 2 = 122
+    by default, or exactly 50 with n_discard=50."""
+    for n_discard, expected in ((0, 122), (50, 50)):
+        t = _slots(slot_tokens=256, pool_cells=512, context_shift=True, n_keep=10,
+                   n_discard=n_discard)
+        r = req("G#0", [("G", 200)], out=100)
+        t.add_request(r, 0.0)
+        run_until_idle(t)
+        shifts = [e.detail for e in t.events if e.kind == "context_shift"]
+        assert shifts[0] == f"kept 10, discarded {expected}"
+        assert r.num_output == 100 and not r.truncated
+
+
 def test_unified_pool_exhaustion_fails_every_active_slot() -> None:
     s = _slots(parallel=2, slot_tokens=1024, pool_cells=1024, unified=True)
     a = req("a#0", [("a", 400)], out=400)
