@@ -187,6 +187,11 @@ def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngine
     model = PagedEngineConfig if merged.get("allocator", "paged") == "paged" else SlotEngineConfig
     if merged["preset"] in ("llama.cpp", "ollama"):
         model = SlotEngineConfig
+    unknown = sorted(set(overrides) - set(model.model_fields))
+    if unknown:
+        knobs = ", ".join(k for k in model.model_fields if k not in ("preset", "notes"))
+        raise InputError(f"engine.{unknown[0]}", overrides[unknown[0]],
+                         f"not a knob of the {merged['preset']} preset; its knobs: {knobs}")
     try:
         return model.model_validate(merged)
     except ValidationError as exc:

@@ -30,7 +30,7 @@ def test_overrides_and_slot_tokens():
 
 @pytest.mark.parametrize("spec,match", [
     ({"preset": "llama.cpp", "cache_type_v": "q8_0", "flash_attn": False}, "flash"),
-    ({"preset": "llama.cpp", "block_tokens": 16}, "Extra inputs"),
+    ({"preset": "llama.cpp", "block_tokens": 16}, "not a knob of the llama.cpp preset"),
     ({"preset": "vllm", "cache_type_k": "q4_0"}, "not supported"),
     ({"preset": "llama.cpp", "allocator": "slots", "context_tokens": 2, "parallel": 4},
      "exceeds"),
