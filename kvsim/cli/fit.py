@@ -163,7 +163,16 @@ def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
     console.print(f"[bold]{verdict}[/bold]", highlight=False)
     console.print(f"largest context at 85% (parallel {b.parallel}): {max_ctx}  ·  largest "
                   f"parallel at 85% (context {b.slot_tokens if b.allocator == 'paged' else ''}"
-                  f"{'' if b.allocator == 'paged' else 'as given'}): {max_par}", highlight=False)
+                  f"{'' if b.allocator == 'paged' else 'as given'}): {max_par}"
+                  f"{_parallel_cap_note(b, max_par)}", highlight=False)
+
+
+def _parallel_cap_note(b: Any, max_par: int) -> str:
+    """Say when the largest parallel is bounded by llama.cpp's 256-token slot padding
+    (each slot needs at least one pad unit of -c), not by memory."""
+    if b.engine == "llama.cpp" and max_par > 1 and max_par == b.kv_pool_tokens // 256:
+        return " (bounded by -c: one 256-token pad unit per slot, not by memory)"
+    return ""
 
 
 @click.command()

@@ -130,3 +130,19 @@ def test_unknown_cache_type_names_the_flag(capsys, engine, args, line):
     code, out, err = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                          "--engine", engine, *args)
     assert code == 2 and out == "" and err == line + "\n"
+
+
+def test_parallel_bounded_by_slot_padding_says_so() -> None:
+    """llama.cpp: -c is the whole pool, so more slots cost no KV; the search stops at
+    one 256-token pad unit per slot (32768 / 256 = 128) and the output says why."""
+    from click.testing import CliRunner
+
+    from kvsim.cli import cli
+
+    res = CliRunner().invoke(cli, ["fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                                   "--engine", "llama.cpp", "--context", "32768",
+                                   "--parallel", "4", "--kv", "q8_0"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "(context as given): 128" in flat
+    assert "one 256-token pad unit per slot, not by memory" in flat
