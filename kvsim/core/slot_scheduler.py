@@ -86,7 +86,7 @@ class SlotScheduler:
                     f"request ({req.prompt_tokens} tokens) exceeds the available context "
                     f"size ({self.cap} tokens)"))
                 return False
-            keep = max(self.n_keep, 0)
+            keep = self._keep_tokens(req.prompt_tokens)
             block = (self.cap - keep) // 2
             erased = (req.prompt_tokens - keep - block) // block
             start, end = keep, keep + erased * block
@@ -210,8 +210,13 @@ class SlotScheduler:
             done.append(req)
         return done
 
+    def _keep_tokens(self, prompt_tokens: int) -> int:
+        """llama.cpp's n_keep: -1 keeps the whole prompt; capped at n_ctx - 4."""
+        keep = prompt_tokens if self.n_keep < 0 else self.n_keep
+        return max(0, min(keep, self.cap - 4))
+
     def _shift(self, slot: Slot, now_s: float) -> None:
-        keep = max(self.n_keep, 0)
+        keep = self._keep_tokens(slot.req.prompt_tokens)
         left = slot.n_tokens - keep
         discard = min(self.n_discard, left) if self.n_discard > 0 else left // 2
         slot.cache = list(seq_drop(tuple(slot.cache), keep, keep + discard))

@@ -99,6 +99,18 @@ def test_context_shift_discards_n_discard_tokens_after_n_keep() -> None:
         assert r.num_output == 100 and not r.truncated
 
 
+def test_context_shift_n_keep_minus_one_keeps_the_whole_prompt() -> None:
+    """n_keep = -1 keeps the whole prompt (engines.md §3.4): slot 256, prompt 200, full
+    at 255 tokens, so the shift keeps 200 and discards half of the other 55 = 27."""
+    t = _slots(slot_tokens=256, pool_cells=512, context_shift=True, n_keep=-1)
+    r = req("G#0", [("G", 200)], out=100)
+    t.add_request(r, 0.0)
+    run_until_idle(t)
+    shifts = [e.detail for e in t.events if e.kind == "context_shift"]
+    assert shifts[0] == "kept 200, discarded 27"
+    assert r.num_output == 100 and not r.truncated
+
+
 def test_unified_pool_exhaustion_fails_every_active_slot() -> None:
     s = _slots(parallel=2, slot_tokens=1024, pool_cells=1024, unified=True)
     a = req("a#0", [("a", 400)], out=400)
