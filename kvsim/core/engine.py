@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import simpy
-from simpy.events import URGENT
+from simpy.events import NORMAL, URGENT
 
 from kvsim.core.fastforward import FastForward, delay_to, next_event_s
 from kvsim.core.requests import Request, TokenSeq, seq_from_segments
@@ -111,8 +111,11 @@ class Engine:
         self._sampled_until_s = -math.inf  # ticks up to here were recorded by a stretch
         self._next_tick_s = 0.0
         self._stop_s = math.inf if max_sim_time_s is None else max_sim_time_s
+        self._follow: dict[str, float] = {}  # request id → its session's follow-up delay
         self.fastforward = FastForward(scheduler, latency, self.hooks, self.recorder) \
             if fidelity == "fast" else None
+        if self.fastforward is not None:
+            self.fastforward.follow_s = lambda req: self._follow.get(req.request_id, 0.0)
 
     # -- processes ----------------------------------------------------------------
     def _guarded(self, gen):
@@ -150,13 +153,17 @@ class Engine:
                     yield self.env.timeout(turn.think_s)
             elif turn.start_s is not None and turn.start_s > self.env.now:
                 yield self.env.timeout(turn.start_s - self.env.now)
-            prev = self._submit(make_request(s, i, self.env.now, prompt))
+            nxt = s.turns[i + 1] if i + 1 < len(s.turns) else None
+            # NOTE: only a closed-loop next turn waits for this answer (fast-forward bound)
+            follow = (nxt.think_s or 0.0) if nxt is not None and nxt.start_s is None \
+                else math.inf
+            prev = self._submit(make_request(s, i, self.env.now, prompt), follow)
         if prev is not None:
             yield prev
         self._active_sessions -= 1
         self._poke()
 
-    def _submit(self, req: Request) -> simpy.Event:
+    def _submit(self, req: Request, follow_s: float = 0.0) -> simpy.Event:
         limit = self.max_context_tokens
         if limit is not None and req.prompt_tokens > limit:
             raise InputError("workload", f"{req.request_id}: prompt {req.prompt_tokens} tokens",
@@ -165,6 +172,7 @@ class Engine:
         self.recorder.check_capacity(self.requests_submitted)
         done = self.env.event()
         self._done_events[req.request_id] = done
+        self._follow[req.request_id] = follow_s
         if not self.scheduler.add_request(req, self.env.now):
             self._finish(req)
         self._drain_events()
@@ -176,9 +184,30 @@ class Engine:
             self._wake.succeed()
 
     def _finish(self, req: Request) -> None:
+        self._record_done(req).succeed()
+
+    def _record_done(self, req: Request) -> simpy.Event:
+        """Record a finished request; return its done event (not yet triggered)."""
         self.recorder.request_done(req)
         self.requests_done += 1
-        self._done_events.pop(req.request_id).succeed()
+        self._follow.pop(req.request_id, None)
+        return self._done_events.pop(req.request_id)
+
+    def _finish_in_stretch(self, finished: list[tuple[float, Request]], end_s: float
+                           ) -> list[simpy.Event]:
+        """Requests a stretch finished at their times: recorded now (before any later
+        SimPy event), done events fired at their instants; the ones at ``end_s`` are
+        returned for the driver to fire when it resumes there, as after a step.
+        """
+        at_end = []
+        for t, req in finished:
+            ev = self._record_done(req)
+            if t < end_s:
+                ev._ok, ev._value = True, None
+                self.env.schedule(ev, NORMAL, delay_to(self.env.now, t))
+            else:
+                at_end.append(ev)
+        return at_end
 
     def _drain_events(self) -> None:
         evs = self.scheduler.events
@@ -189,8 +218,8 @@ class Engine:
 
     def _driver(self):
         sched = self.scheduler
+        plan = sched.schedule(self.env.now)
         while True:
-            plan = sched.schedule(self.env.now)
             self._drain_events()
             if plan is None:
                 if self._feeder_done and not self._active_sessions and not sched.has_work:
@@ -201,12 +230,17 @@ class Engine:
                 self._idle = False
                 if self._activity is not None and not self._activity.triggered:
                     self._activity.succeed()
+                plan = sched.schedule(self.env.now)
                 continue
-            plan = yield from self._execute(plan)
-            stall = sum(h.after_step(sched, plan, self.env.now) for h in self.hooks)
+            ran = yield from self._execute(plan)
+            if ran is None:  # a stretch ended with a schedule that had nothing to run
+                plan = None
+                continue
+            stall = sum(h.after_step(sched, ran, self.env.now) for h in self.hooks)
             self._drain_events()
             if stall > 0:
                 yield self.env.timeout(stall)
+            plan = sched.schedule(self.env.now)
         self._finished = True
 
     def _execute(self, plan: StepPlan):
@@ -218,8 +252,13 @@ class Engine:
             if jumped is not None:
                 plan, end_s, folded = jumped
                 self._sample_stretch(ff.stretch, min(end_s, math.nextafter(quiet_s, 0.0)))
+                at_end = self._finish_in_stretch(ff.finished, end_s)
                 yield self.env.timeout(delay_to(self.env.now, end_s))
                 ff.stretch = None
+                for ev in at_end:
+                    ev.succeed()
+                if ff.idle_after:
+                    return None
                 if folded:
                     return plan
         start = self.env.now

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,15 +53,29 @@ MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's nu
 
 @dataclasses.dataclass(frozen=True)
 class Stretch:
-    """A fast-forwarded stretch: step start times ``t_0..t_J`` and memory per step."""
+    """A fast-forwarded stretch: step start times ``t_0..t_J`` and memory per step.
+
+    ``bases[base_of[j]]`` gives the columns other than the KV bytes during step ``j``
+    (a stretch through completions changes the running count and host bytes at each
+    completion); without ``bases`` every step has ``base``.
+    """
 
     times: np.ndarray
     base: MemoryState
     allocated_bytes: np.ndarray  # during step j (after its allocations), j = 0..J-1
     cached_bytes: np.ndarray
+    bases: tuple[MemoryState, ...] = ()
+    base_of: np.ndarray | None = None
 
     def covers(self, t_s: float) -> bool:
         return bool(self.times[0] < t_s <= self.times[-1])
+
+    def _step(self, t_s: float) -> int:
+        j = int(np.searchsorted(self.times, t_s, side="left")) - 1
+        return min(max(j, 0), len(self.allocated_bytes) - 1)
+
+    def base_at(self, j: int) -> MemoryState:
+        return self.base if self.base_of is None else self.bases[int(self.base_of[j])]
 
     def memory_at(self, t_s: float, live: MemoryState | None = None) -> MemoryState:
         """Memory just before ``t_s`` (a tick at a step end sees that step's state).
@@ -69,17 +83,20 @@ class Stretch:
         ``live`` (the scheduler's state now) gives every column but the KV bytes: an
         arrival during a folded step changes the waiting count.
         """
-        j = int(np.searchsorted(self.times, t_s, side="left")) - 1
-        j = min(max(j, 0), len(self.allocated_bytes) - 1)
+        j = self._step(t_s)
         alloc = int(self.allocated_bytes[j])
+        base = self.base_at(j)
         extra = {}
         # NOTE: with a quantized cache type every allocated byte is quantized
         # (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
         # columns cannot change inside a stretch (hooks bound it by next_trigger_s).
-        quant = getattr(self.base, "kv_quant_bytes", None)
-        if quant is not None and quant == self.base.kv_allocated_bytes and quant:
+        quant = getattr(base, "kv_quant_bytes", None)
+        if quant is not None and quant == base.kv_allocated_bytes and quant:
             extra["kv_quant_bytes"] = alloc
-        return dataclasses.replace(live or self.base, kv_allocated_bytes=alloc,
+        if live is not None and self.base_of is not None:
+            live = dataclasses.replace(live, running=base.running,
+                                       host_kv_bytes=base.host_kv_bytes)
+        return dataclasses.replace(live or base, kv_allocated_bytes=alloc,
                                    kv_cached_bytes=int(self.cached_bytes[j]), **extra)
 
     def memory_rows(self, ticks: list[float]) -> list[tuple]:
@@ -89,11 +106,26 @@ class Stretch:
               for j in np.searchsorted(self.times, ticks, side="left").tolist()]
         alloc = self.allocated_bytes[js].tolist()
         cached = self.cached_bytes[js].tolist()
-        b = self.base
-        quant = getattr(b, "kv_quant_bytes", 0)
-        follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
-        return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                 a if follows else quant) for t, a, c in zip(ticks, alloc, cached)]
+        rows = []
+        for t, j, a, c in zip(ticks, js, alloc, cached):
+            b = self.base_at(j)
+            quant = getattr(b, "kv_quant_bytes", 0)
+            follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
+            rows.append((t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                         a if follows else quant))
+        return rows
+
+
+def join_stretches(parts: list[Stretch]) -> Stretch:
+    """One stretch from consecutive parts (each part's first time is the last one's end)."""
+    if len(parts) == 1:
+        return parts[0]
+    times = np.concatenate([parts[0].times[:1], *(p.times[1:] for p in parts)])
+    return Stretch(times, parts[-1].base,
+                   np.concatenate([p.allocated_bytes for p in parts]),
+                   np.concatenate([p.cached_bytes for p in parts]),
+                   tuple(p.base for p in parts),
+                   np.repeat(np.arange(len(parts)), [len(p.allocated_bytes) for p in parts]))
 
 
 def next_event_s(queue: list[tuple], skip: Any) -> float:
@@ -142,6 +174,12 @@ class FastForward:
         self.steps_skipped = 0
         self.fold = True  # run the step an arrival falls into inside the stretch (module doc)
         self.folded = 0  # stretches that did
+        self.through = True  # run through completions (module doc)
+        self.finished: list[tuple[float, Any]] = []  # (time, request) finished in the jump
+        self.idle_after = False
+        # seconds after a request finishes that its session may submit the next turn
+        # (the engine knows; 0 = at once, the safe default)
+        self.follow_s: Callable[[Any], float] = lambda req: 0.0
 
     def _step_times(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         # NOTE: a calibrated model counts clamped steps; count only the steps we use.
@@ -160,21 +198,17 @@ class FastForward:
             lat.clamped_steps = before
         return dt
 
-    def jump(self, plan: StepPlan, now_s: float, bound_s: float, stop_s: float = math.inf
-             ) -> tuple[StepPlan, float, bool] | None:
-        """Apply the stretch starting with ``plan`` at ``now_s``.
+    def _segment(self, plan: StepPlan, now_s: float, quiet_s: float, hard_s: float,
+                 stop_s: float) -> tuple[int, bool, bool, Stretch | None]:
+        """One numpy stretch from ``plan`` at ``now_s``: ``(steps, folded, at_limit, part)``.
 
-        ``bound_s`` is the next SimPy boundary event, ``stop_s`` the end of the run.
-        Returns ``(plan of step J, end time, folded)``: unfolded, step ``J`` is still to
-        run from the end time; folded, it ran too.  ``None`` when nothing can be skipped.
+        ``quiet_s`` is the next SimPy event (foldable), ``hard_s`` every other bound;
+        ``at_limit``: the stretch ended at the scheduler's own boundary (step ``J`` may
+        finish a request); ``part`` is None when no step was applied.
         """
-        if not self.enabled or not plan.is_decode_only or plan.extra_s:
-            return None
-        hook_s = min((h.next_trigger_s(now_s) for h in self.hooks), default=math.inf)
-        quiet_s = bound_s
-        bound_s = min(bound_s, hook_s)
+        bound_s = min(quiet_s, hard_s)
         if bound_s <= now_s:
-            return None
+            return 0, False, False, None
         dt0 = math.inf
         if math.isfinite(bound_s):
             # NOTE: cheap exit before the stretch limit: step 1 must start before the
@@ -182,12 +216,12 @@ class FastForward:
             # a borderline stretch then just runs as single steps, which is exact).
             dt0 = self._first_step_s(plan)
             if not now_s + dt0 < bound_s:
-                return None
-        limit = self.scheduler.decode_stretch_limit(plan)
+                return 0, False, False, None
+        sched_limit = self.scheduler.decode_stretch_limit(plan)
         n = len(plan.items)
-        limit = min(limit, MAX_STRETCH_CELLS // max(n, 1))
+        limit = min(sched_limit, MAX_STRETCH_CELLS // max(n, 1))
         if limit < 1:
-            return None
+            return 0, False, sched_limit < 1, None
         ctx = np.array(plan.batch.decode_context, dtype=np.int64)
         if 0 < dt0 < math.inf:
             limit = min(limit, int((bound_s - now_s) / dt0) + 2)
@@ -195,9 +229,9 @@ class FastForward:
         times = np.concatenate(([now_s], dts)).cumsum()  # NOTE: sequential, as SimPy adds
         steps = min(int(np.searchsorted(times[1:], bound_s, side="left")), limit)
         if steps < 1:
-            return None
+            return 0, False, False, None
         # fold step J when a SimPy event (an arrival) cut the stretch inside it
-        fold = self.fold and steps < limit and quiet_s <= times[steps + 1] < min(hook_s, stop_s)
+        fold = self.fold and steps < limit and quiet_s <= times[steps + 1] < min(hard_s, stop_s)
         applied = steps + fold
         times = times[:applied + 1]
         if getattr(self.latency, "clamped_steps", None) is not None:
@@ -205,10 +239,91 @@ class FastForward:
         # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
         # state after it gives every other column (Stretch.memory_at)
         alloc, cached, after = self.scheduler.advance_decode(plan, times)
-        self.stretch = Stretch(times, after, alloc, cached)
         self.recorder.step(float(times[0]), float(times[-1]), 0, n * applied, n,
                            steps=applied)
-        self.stretches += 1
         self.steps_skipped += steps
         self.folded += fold
-        return advanced_plan(plan, steps), float(times[-1]), fold
+        return steps, fold, steps == sched_limit, Stretch(times, after, alloc, cached)
+
+    def _drain_events(self) -> None:
+        evs = self.scheduler.events
+        if evs:
+            for ev in evs:
+                self.recorder.event(ev)
+            evs.clear()
+
+    def jump(self, plan: StepPlan, now_s: float, bound_s: float, stop_s: float = math.inf
+             ) -> tuple[StepPlan, float, bool] | None:
+        """Apply the stretch starting with ``plan`` at ``now_s``.
+
+        ``bound_s`` is the next SimPy boundary event, ``stop_s`` the end of the run.
+        Returns ``(plan, end time, folded)``: unfolded, ``plan`` is still to run from
+        the end time; folded, it ran too (the driver runs the hooks and schedules).
+        ``None`` when nothing can be skipped.  Requests that finished inside the
+        stretch are in :attr:`finished` as ``(time, request)``; :attr:`idle_after`
+        says the stretch ended with a ``schedule`` that returned nothing.
+
+        Through completions (module doc): a step at the scheduler's boundary runs
+        inline — the scalar step time, the scheduler's own ``complete`` — if it ends
+        before every bound; then, unless a hook wants to act, the scheduler's own
+        ``schedule`` gives the next plan, and a decode-only one continues the stretch.
+        A finished request's session may submit its next turn ``follow_s(req)``
+        after it finishes: that bounds the rest of the stretch.
+        """
+        self.finished = []
+        self.idle_after = False
+        if not self.enabled or not plan.is_decode_only or plan.extra_s:
+            return None
+        hook_s = min((h.next_trigger_s(now_s) for h in self.hooks), default=math.inf)
+        quiet_s, hard_s = bound_s, hook_s
+        parts: list[Stretch] = []
+        t = now_s
+        while True:
+            steps, fold, at_limit, part = self._segment(plan, t, quiet_s, hard_s, stop_s)
+            if part is not None:
+                parts.append(part)
+                t = float(part.times[-1])
+                plan = advanced_plan(plan, steps)
+                if fold:
+                    return self._ended(parts, plan, t, True)
+            if not (self.through and at_limit) or plan.extra_s:
+                break
+            dt = self._first_step_s(plan) + plan.extra_s
+            end = t + dt if dt > 0 else t
+            if not (end < quiet_s and end < hard_s):
+                break
+            if getattr(self.latency, "clamped_steps", None) is not None:
+                self.latency.step_time_s(plan.batch)  # count it, as the driver would
+            mem = part.base if part is not None else self.scheduler.memory()
+            done = self.scheduler.complete(plan, end)
+            b = plan.batch
+            self.recorder.step(t, end, sum(b.prefill_tokens), len(b.decode_context),
+                               len(plan.items))
+            parts.append(Stretch(np.array([t, end]), mem,
+                                 np.array([mem.kv_allocated_bytes], dtype=np.int64),
+                                 np.array([mem.kv_cached_bytes], dtype=np.int64)))
+            t = end
+            for req in done:
+                self.finished.append((end, req))
+                hard_s = min(hard_s, end + self.follow_s(req))
+            if min((h.next_trigger_s(t) for h in self.hooks), default=math.inf) <= t:
+                return self._ended(parts, plan, t, True)  # a hook acts: the driver runs it
+            nxt = self.scheduler.schedule(t)
+            self._drain_events()
+            if nxt is None:
+                self.idle_after = True
+                return self._ended(parts, plan, t, True)
+            hard_s = min(hard_s, min((h.next_trigger_s(t) for h in self.hooks),
+                                     default=math.inf))
+            plan = nxt
+            if not plan.is_decode_only or plan.extra_s:
+                break
+        if not parts:
+            return None
+        return self._ended(parts, plan, t, False)
+
+    def _ended(self, parts: list[Stretch], plan: StepPlan, end_s: float, folded: bool
+               ) -> tuple[StepPlan, float, bool]:
+        self.stretch = join_stretches(parts)
+        self.stretches += 1
+        return plan, end_s, folded
