@@ -8,6 +8,17 @@ computes the times of the following steps with the latency model's numpy path
 ``advance_decode``; the driver then waits ``t_J − t_0`` in one SimPy timeout and
 runs step ``J`` as an ordinary step (which may finish requests).
 
+*Through completions*: when the stretch ends at the scheduler's own boundary (step
+``J`` finishes a request, or would allocate past the free blocks / admit a waiting
+request), :meth:`FastForward.jump` runs step ``J`` inline — the scalar
+``step_time_s``, the scheduler's own ``complete`` — if it ends before every bound;
+then, unless a hook wants to act at that instant, the scheduler's own ``schedule``
+gives the next plan, and a decode-only one continues the jump with a new stretch
+(anything else is handed to the driver, already scheduled).  This is exactly what
+the driver would do, minus SimPy: nothing else can happen before the bound.  A
+finished request's done event fires at its finish instant (the engine schedules it);
+its session's next closed-loop turn, ``follow_s(req)`` later, is a new bound.
+
 Stretch length ``J`` is the largest number of steps such that
 
 - no request finishes or hits a context limit in steps ``0..J−1`` and no block /

@@ -183,3 +183,46 @@ def test_arrival_inside_a_decode_step_is_folded_and_exact() -> None:
     ma, mb = fast.recorder.memory, step.recorder.memory
     assert [m[1:] for m in ma] == [m[1:] for m in mb]
     assert _close(np.array([m[0] for m in ma]), np.array([m[0] for m in mb]))
+
+
+def test_stretch_runs_through_completions_and_agrees() -> None:
+    """Three requests arrive together (20 ms/step, constant latency): they finish after
+    20, 45 and 80 output tokens.  Nothing else happens, so fast mode applies the whole
+    decode phase in one jump through both early completions (each at its exact step
+    end: the first token at 0.02 s after a 0.02 s prefill, then one every 0.02 s), and
+    a third session's closed-loop turn that follows the first answer after 0.5 s think
+    time cuts the stretch there and is admitted at the next step end, as in step mode."""
+    def turn(out: int, **kw) -> Turn:
+        return Turn(input_tokens=40, output_tokens=out, **kw)
+    sess = [Session(session_id="a", turns=(turn(20, start_s=0.0), turn(10, think_s=0.5))),
+            Session(session_id="b", turns=(turn(45, start_s=0.0),)),
+            Session(session_id="c", turns=(turn(80, start_s=0.0),))]
+    out = {}
+    for fidelity in ("fast", "step"):
+        sched = make_scheduler(resolve_scenario({
+            "gpu": "rtx-4090", "model": "llama-3.1-8b", "engine": ENGINES["vllm"],
+            "workload": {}}).engine, PoolSizing(
+                kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
+                num_gpu_blocks=256, block_tokens=16))
+        eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=0.1, fidelity=fidelity)
+        eng.run(sess)
+        out[fidelity] = eng
+    fast, step = out["fast"], out["step"]
+    ra, rb = fast.recorder.requests, step.recorder.requests
+    assert [r[0] for r in ra] == [r[0] for r in rb] == ["a#0", "b#0", "a#1", "c#0"]
+    finish = {r[0]: r[8] for r in ra}
+    # one shared prefill step (0–0.02 s), then token k of every request at 0.02·(k+1)
+    assert finish["a#0"] == pytest.approx(0.02 * 20, abs=1e-9)
+    assert finish["b#0"] == pytest.approx(0.02 * 45, abs=1e-9)
+    # a#1 arrives at 0.4 + 0.5 = 0.9 s — the instant b finishes — and is admitted then
+    assert {r[0]: r[6] for r in ra}["a#1"] == pytest.approx(0.9, abs=1e-9)
+    for x, y in zip(ra, rb):
+        assert _close(np.array(x[5:12], dtype=float), np.array(y[5:12], dtype=float))
+        assert x[12:19] == y[12:19]
+    ma, mb = fast.recorder.memory, step.recorder.memory
+    assert [m[1:] for m in ma] == [m[1:] for m in mb]
+    assert _close(np.array([m[0] for m in ma]), np.array([m[0] for m in mb]))
+    # two jumps: 0.02–0.88 s through a#0's completion (b's last step, 0.88–0.90 s, ends
+    # at the follow-up's arrival and runs as a driver step), then from a#1's prefill
+    # to the end through a#1's completion (stopping at every completion would take 4)
+    assert fast.fastforward.stretches == 2
