@@ -78,6 +78,20 @@ def session_prompts(session: Session) -> Iterator[TokenSeq]:
             head = head + seq([*turn_segments(session, i), output_segment(session, i)])
 
 
+def seed_block_hashes(req: Request, before: Request | None) -> None:
+    """Start ``req``'s prefix-hash chain with the previous turn's, when its prompt
+    begins with that turn's whole token sequence (prompt + answer).
+
+    NOTE: a block's chained hash depends only on the pieces of the tokens up to its
+    end, so the previous turn's full-block hashes are this prompt's first ones.
+    """
+    if before is None or not before.block_hashes:
+        return
+    head = before.all_tokens()
+    if req.prompt[:len(head)] == head:
+        req.block_hashes = list(before.block_hashes)
+
+
 class Engine:
     """One inference server simulated over a stream of sessions."""
 
@@ -143,6 +157,7 @@ class Engine:
 
     def _session(self, s: Session):
         prev: simpy.Event | None = None
+        last: Request | None = None
         prompts = session_prompts(s)
         for i, turn in enumerate(s.turns):
             prompt = next(prompts)
@@ -157,7 +172,10 @@ class Engine:
             # NOTE: only a closed-loop next turn waits for this answer (fast-forward bound)
             follow = (nxt.think_s or 0.0) if nxt is not None and nxt.start_s is None \
                 else math.inf
-            prev = self._submit(make_request(s, i, self.env.now, prompt), follow)
+            req = make_request(s, i, self.env.now, prompt)
+            seed_block_hashes(req, last)
+            last = req
+            prev = self._submit(req, follow)
         if prev is not None:
             yield prev
         self._active_sessions -= 1
