@@ -76,7 +76,7 @@ class Stretch:
     allocated_bytes: np.ndarray  # during step j (after its allocations), j = 0..J-1
     cached_bytes: np.ndarray
     bases: tuple[MemoryState, ...] = ()
-    base_of: np.ndarray | None = None
+    base_of: list[int] | None = None
 
     def covers(self, t_s: float) -> bool:
         return bool(self.times[0] < t_s <= self.times[-1])
@@ -86,7 +86,7 @@ class Stretch:
         return min(max(j, 0), len(self.allocated_bytes) - 1)
 
     def base_at(self, j: int) -> MemoryState:
-        return self.base if self.base_of is None else self.bases[int(self.base_of[j])]
+        return self.base if self.base_of is None else self.bases[self.base_of[j]]
 
     def memory_at(self, t_s: float, live: MemoryState | None = None) -> MemoryState:
         """Memory just before ``t_s`` (a tick at a step end sees that step's state).
@@ -117,11 +117,17 @@ class Stretch:
               for j in np.searchsorted(self.times, ticks, side="left").tolist()]
         alloc = self.allocated_bytes[js].tolist()
         cached = self.cached_bytes[js].tolist()
-        rows = []
-        for t, j, a, c in zip(ticks, js, alloc, cached):
-            b = self.base_at(j)
+        if self.base_of is None:
+            b = self.base
             quant = getattr(b, "kv_quant_bytes", 0)
             follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
+            return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                     a if follows else quant) for t, a, c in zip(ticks, alloc, cached)]
+        rows = []
+        for t, j, a, c in zip(ticks, js, alloc, cached):
+            b = self.bases[self.base_of[j]]
+            quant = getattr(b, "kv_quant_bytes", 0)
+            follows = bool(quant) and quant == b.kv_allocated_bytes
             rows.append((t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
                          a if follows else quant))
         return rows
@@ -136,7 +142,8 @@ def join_stretches(parts: list[Stretch]) -> Stretch:
                    np.concatenate([p.allocated_bytes for p in parts]),
                    np.concatenate([p.cached_bytes for p in parts]),
                    tuple(p.base for p in parts),
-                   np.repeat(np.arange(len(parts)), [len(p.allocated_bytes) for p in parts]))
+                   np.repeat(np.arange(len(parts)),
+                             [len(p.allocated_bytes) for p in parts]).tolist())
 
 
 def next_event_s(queue: list[tuple], skip: Any) -> float:
