@@ -57,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.core.step import MemoryState, ScheduledItem, StepPlan, make_plan
+from kvsim.core.step import MemoryState, ScheduledItem, StepPlan
+from kvsim.latency.base import BatchShape
 
 MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's numpy arrays
 
@@ -171,9 +172,12 @@ def delay_to(now_s: float, target_s: float) -> float:
 
 
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
-    """The decode-only plan ``steps`` steps after ``plan`` (every context + steps)."""
-    return make_plan([ScheduledItem(i.req, 1, i.context_tokens + steps, True)
-                      for i in plan.items])
+    """The decode-only plan ``steps`` steps after ``plan`` (every context + steps).
+
+    NOTE: equal to ``make_plan`` of the advanced items, built without its partition.
+    """
+    items = tuple([ScheduledItem(r, 1, c + steps, True) for r, _, c, _ in plan.items])
+    return StepPlan(items, BatchShape(decode_context=tuple([i[2] for i in items])))
 
 
 class FastForward:

@@ -29,7 +29,9 @@ from kvsim.core.step import StepPlan
 
 
 def _all_decode(plan: StepPlan, running: list[Any]) -> bool:
-    return len(plan.items) == len(running) and all(i.is_decode for i in plan.items)
+    # NOTE: make_plan puts exactly the decode items in batch.decode_context
+    n = len(plan.items)
+    return n == len(running) and len(plan.batch.decode_context) == n
 
 
 def _new_blocks(ctx: np.ndarray, steps: int, block: int) -> int:
@@ -50,12 +52,12 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
         n = min(head.remaining_tokens - hit.num_tokens, sched.budget_tokens - len(plan.items))
         if mgr.blocks_needed(head, n, hit) <= pool.num_free:
             return 0
-    reqs = [i.req for i in plan.items]
-    limit = min(min(r.max_output_tokens - r.num_output, sched.max_model_len - r.num_tokens)
-                for r in reqs) - 1
+    max_len = sched.max_model_len
+    limit = min(min(r.max_output_tokens - r.num_output, max_len - r.prompt_tokens - r.num_output)
+                for r, _, _, _ in plan.items) - 1
     if limit < 1:
         return 0
-    ctx = np.array([i.context_tokens for i in plan.items], dtype=np.int64)
+    ctx = np.array(plan.batch.decode_context, dtype=np.int64)  # items order (decode-only)
     free, block = pool.num_free, sched.block_tokens
     if _new_blocks(ctx, limit, block) <= free:
         return limit
