@@ -97,6 +97,15 @@ class GapRuns:
             closed.append((g0, _slope(lo, hi), n))
         self.g0, self.lo, self.hi, self.n = runs[-1]
 
+    def extend_shared(self, closed: list[tuple[float, float, int]],
+                      last: tuple[float, float, float, int]) -> None:
+        """:meth:`extend` with the runs but the last already closed (shared by a batch)."""
+        if self.n:
+            self.closed.append((self.g0, _slope(self.lo, self.hi), self.n))
+        if closed:
+            self.closed.extend(closed)
+        self.g0, self.lo, self.hi, self.n = last
+
     def runs(self) -> list[tuple[float, float, int]]:
         """Every run, the open one closed: ``[(gap_s, gap_delta_s, count), ...]``."""
         out = list(self.closed)
@@ -150,9 +159,11 @@ def emit_tokens(reqs: list, times: np.ndarray) -> None:
     last = float(times[-1])
     steps = len(times) - 1
     shared = stretch_runs(np.diff(times[1:]), times[2:]) if steps > 1 else []
+    closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in shared[:-1]]
     for r in reqs:
         runs = r.itl
         runs.add(t1 - r.last_token_s, t1)
-        runs.extend(shared)
+        if shared:
+            runs.extend_shared(closed, shared[-1])
         r.last_token_s = last
         r.num_output += steps
