@@ -240,12 +240,17 @@ class SlotScheduler:
 
     def memory(self) -> MemoryState:
         bpt = self.bytes_per_token
+        used = idle = running = 0  # NOTE: SlotPool.used_cells / idle_cached_cells in one pass
+        for s in self.pool.slots:
+            used += s.n_tokens
+            if s.req is None:
+                idle += s.n_tokens
+            else:
+                running += 1
         return self.policy.memory(MemoryState(
-            kv_reserved_bytes=self.reserved_bytes,
-            kv_allocated_bytes=self.pool.used_cells * bpt,
-            kv_cached_bytes=self.pool.idle_cached_cells * bpt,
-            running=sum(1 for s in self.pool.slots if s.req is not None),
-            waiting=len(self.waiting), host_kv_bytes=self.ram.total_bytes))
+            kv_reserved_bytes=self.reserved_bytes, kv_allocated_bytes=used * bpt,
+            kv_cached_bytes=idle * bpt, running=running, waiting=len(self.waiting),
+            host_kv_bytes=self.ram.total_bytes))
 
     # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
     def decode_stretch_limit(self, plan: StepPlan) -> int:
