@@ -21,8 +21,9 @@ Client-side times include what the server's ``prompt_ms`` leaves out (HTTP, slot
 set-up, first-token sampling) — exactly what ``kvsim replay`` measures, so predictions
 and replays are compared on the same footing.  With ``--cache-ram`` on, the seconds
 per token that a RAM-cache save + restore adds are measured too
-(``settings.ram_cache_s_per_token``; :func:`ram_cache_link` turns them into the link a
-scenario's restores are timed on).  Each measured prompt follows an idle
+(``settings.ram_cache_save_s_per_token`` / ``ram_cache_restore_s_per_token``;
+:func:`ram_cache_link` turns them into the link a
+scenario's saves and restores are timed on).  Each measured prompt follows an idle
 pause (``idle_s``), as a household's requests follow think time: a prompt sent
 straight after another finds the weights hot in the CPU caches and runs faster than
 one that arrives after a pause.
@@ -137,18 +138,21 @@ class _Prober:
                            measured_s=statistics.median(times), repeats=g.repeats)
 
 
-async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]) -> float | None:
-    """Seconds per token that a RAM-cache round trip adds to a prompt (None: no cache).
+async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]
+                                 ) -> tuple[float, float] | None:
+    """Seconds per token that a RAM-cache save and a restore add to a prompt
+    (``(save, restore)``; None: the server keeps no RAM cache).
 
     Slot 0 holds ``A`` (C tokens); an unrelated prompt takes the slot over (A is saved
     to the RAM cache), then ``A + x`` brings A back (restored), then ``A + x + y`` runs
-    on the slot as it is.  The last two compute the same 16 new tokens on ~C cached
-    ones, so the difference of their first-token times is the restore; the takeover's
-    first-token time minus a takeover of a 16-token slot is the save.  Their sum, per
-    restored token, is charged to restores (each restore in a household pattern pairs
-    with the save of the slot it takes over): the least-squares slope over all samples.
+    on the slot as it is.  The takeover's first-token time minus a takeover of a
+    16-token slot is the save; the last two compute the same 16 new tokens on ~C
+    cached ones, so the difference of their first-token times is the restore.  Each
+    is a least-squares slope through the origin over every sample, per saved or
+    restored token: the simulator charges saves (synchronous on llama-server's loop
+    thread) and restores separately.
     """
-    restored_n, excess_s = [], []
+    restored_n, save_s, restore_s = [], [], []
     for ctx in (c for c in contexts if c >= 256):
         for _ in range(probe.grid.repeats):
             a = probe.fresh(ctx)
@@ -165,13 +169,15 @@ async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]) -> f
             if restored < ctx // 2:
                 return None  # nothing came back: the server keeps no RAM cache
             restored_n.append(restored)
-            excess_s.append((ttft[0] - ttft[1]) + (ttft[2] - ttft[3]))
+            save_s.append(ttft[0] - ttft[1])
+            restore_s.append(ttft[2] - ttft[3])
     if not restored_n:
         return None
-    # NOTE: least-squares slope through the origin over every sample (noise of either
-    # sign averages out); a cost the noise hides is recorded as 0, not as negative.
-    n, e = np.array(restored_n, dtype=float), np.array(excess_s)
-    return max(0.0, float(n @ e / (n @ n)))
+    # NOTE: the saved slot held A plus its one answer token; ~C either way.  A cost the
+    # noise hides is recorded as 0, not as negative.
+    n = np.array(restored_n, dtype=float)
+    return (max(0.0, float(n @ np.array(save_s) / (n @ n))),
+            max(0.0, float(n @ np.array(restore_s) / (n @ n))))
 
 
 async def _measure(url: str, grid: EngineGrid, slots: int
@@ -204,8 +210,10 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
         raise InputError("calibrate engine", f"slot context {slot_ctx}",
                          f"the grid needs {need} tokens per slot; start the server with a "
                          "larger -c or calibrate a smaller grid")
-    points, ram_s_per_token = asyncio.run(_measure(url, grid, slots))
-    extra = {} if ram_s_per_token is None else {"ram_cache_s_per_token": ram_s_per_token}
+    points, ram = asyncio.run(_measure(url, grid, slots))
+    extra = {} if ram is None else {"ram_cache_save_s_per_token": ram[0],
+                                    "ram_cache_restore_s_per_token": ram[1],
+                                    "ram_cache_s_per_token": ram[0] + ram[1]}
     model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
     return CalibrationArtifact(
         source="engine", device=f"llama-server at {url}", model=model,
@@ -220,17 +228,29 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
 
 
 def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> LinkSpec:
-    """The "link" a llama-server's RAM-cache restores move over, as measured.
+    """The "link" a llama-server's RAM-cache saves and restores move over, as measured.
 
-    The simulator times a restore of ``n`` bytes as ``n / h2d_bytes_per_s``; the
-    measured seconds per restored token over the model's KV bytes per token give it.
+    The simulator times a save of ``n`` bytes as ``n / d2h_bytes_per_s`` and a restore
+    as ``n / h2d_bytes_per_s``; the measured seconds per saved / restored token over
+    the model's KV bytes per token give them.  An artifact that holds only the
+    round-trip cost (``ram_cache_s_per_token``) splits it evenly between the two.
     """
-    s_per_token = artifact.settings.get("ram_cache_s_per_token")
-    if not isinstance(s_per_token, (int, float)) or isinstance(s_per_token, bool):
-        raise InputError("calibration", artifact.device,
-                         "measured no RAM-cache cost (server without --cache-ram?)")
+    st = artifact.settings
+    total = st.get("ram_cache_s_per_token")
+    save, restore = st.get("ram_cache_save_s_per_token"), st.get("ram_cache_restore_s_per_token")
+    if not _is_number(save) or not _is_number(restore):
+        if not _is_number(total):
+            raise InputError("calibration", artifact.device,
+                             "measured no RAM-cache cost (server without --cache-ram?)")
+        save = restore = total / 2
     # NOTE: a cost below the measurement noise (0) becomes a link too fast to matter.
-    rate = kv_bytes_per_token / s_per_token if s_per_token > 0 else 1e18
+    def rate(s_per_token: float) -> float:
+        return kv_bytes_per_token / s_per_token if s_per_token > 0 else 1e18
+
     return LinkSpec(name="llama-server-ram-cache", display_name="llama-server RAM cache",
-                    h2d_bytes_per_s=rate, d2h_bytes_per_s=rate, latency_s=0.0,
+                    h2d_bytes_per_s=rate(restore), d2h_bytes_per_s=rate(save), latency_s=0.0,
                     source=f"kvsim calibrate engine ({artifact.device})")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

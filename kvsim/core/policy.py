@@ -10,8 +10,10 @@ policy can be unit-tested against either scheduler without SimPy:
   transitions: an idle slot offloaded at its deadline);
 - ``after_schedule(plan, now_s)`` — the plan the scheduler built; the policy may
   return it with more ``extra_s`` (a recall over PCIe, dequantization);
-- ``on_host_save(nbytes, now_s)`` — the engine wrote ``nbytes`` of KV to host RAM
-  (llama.cpp's prompt cache): an asynchronous device→host copy;
+- ``on_host_save(nbytes, now_s) -> float`` — the engine writes ``nbytes`` of KV to
+  host RAM (llama.cpp's prompt cache); returns the stall: llama-server serializes the
+  taken-over slot on its loop thread before the new prompt runs, so the copy is on
+  the critical path (the restore that may follow starts after it);
 - ``restore_time_s(nbytes, now_s)`` — stall for a blocking host→device restore of
   ``nbytes`` (the policy may recompute instead when that is cheaper);
 - ``memory(state)`` — the scheduler's :class:`MemoryState` adjusted for what the
@@ -37,7 +39,7 @@ class SchedulerPolicy(Protocol):
 
     def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None: ...
 
-    def on_host_save(self, nbytes: int, now_s: float) -> None: ...
+    def on_host_save(self, nbytes: int, now_s: float) -> float: ...
 
     def restore_time_s(self, nbytes: int, now_s: float) -> float: ...
 
@@ -45,10 +47,13 @@ class SchedulerPolicy(Protocol):
 
 
 class NullPolicy:
-    """No policy: restores cost ``restore_s(nbytes)``, everything else is unchanged."""
+    """No policy: restores cost ``restore_s(nbytes)``, saves ``save_s(nbytes)``,
+    everything else is unchanged."""
 
-    def __init__(self, restore_s: Callable[[int], float] = lambda n: 0.0) -> None:
+    def __init__(self, restore_s: Callable[[int], float] = lambda n: 0.0,
+                 save_s: Callable[[int], float] = lambda n: 0.0) -> None:
         self.restore_s = restore_s
+        self.save_s = save_s
 
     def on_admit(self, req: Any, now_s: float) -> None:
         return None
@@ -59,8 +64,8 @@ class NullPolicy:
     def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None:
         return plan
 
-    def on_host_save(self, nbytes: int, now_s: float) -> None:
-        return None
+    def on_host_save(self, nbytes: int, now_s: float) -> float:
+        return self.save_s(nbytes) if nbytes > 0 else 0.0
 
     def restore_time_s(self, nbytes: int, now_s: float) -> float:
         return self.restore_s(nbytes)

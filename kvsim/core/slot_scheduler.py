@@ -99,7 +99,8 @@ class SlotScheduler:
 
     # -- schedule --------------------------------------------------------------
     def _assign(self, req: Request, slot: Slot, lcp: int, now_s: float) -> float:
-        """Put ``req`` in ``slot``; return the restore stall in seconds."""
+        """Put ``req`` in ``slot``; return the stall in seconds (a synchronous save of
+        the taken-over slot to the RAM cache, then the restore of the best entry)."""
         stall = 0.0
         entry = None
         if self.cache_prompt and self.ram.enabled:
@@ -108,12 +109,12 @@ class SlotScheduler:
             keep = common_prefix(entry.seq, req.prompt) if entry else lcp
             if slot.n_tokens and (entry or keep / slot.n_tokens < SAVE_BELOW_KEEP):
                 saved = self.ram.save(tuple(slot.cache), now_s)
-                self.policy.on_host_save(saved, now_s)
+                stall += self.policy.on_host_save(saved, now_s) or 0.0
                 self.events.append(EngineEvent(now_s, "cache_save", req.request_id,
                                                f"slot {slot.slot_id}", saved))
             if entry is not None:
                 slot.cache, slot.n_tokens, lcp = list(entry.seq), entry.n_tokens, keep
-                stall = self.policy.restore_time_s(entry.bytes, now_s)
+                stall += self.policy.restore_time_s(entry.bytes, now_s)
                 self.events.append(EngineEvent(now_s, "restore", req.request_id,
                                                f"slot {slot.slot_id}", entry.bytes))
         n_past = min(lcp, req.prompt_tokens - 1) if self.cache_prompt else 0

@@ -10,9 +10,10 @@
 - ``before_schedule``: idle slots past ``idle_after_s`` are offloaded (or dropped);
 - ``after_schedule``: a turn admitted in this step is scored
   (:mod:`kvsim.policies.recall`); recalls stall the step until the copy ends;
-  quantized tokens add their dequantization time; the engine's own prompt-cache
-  saves go over the link *after* the step's restores are priced (a restore is on
-  the critical path, a save is asynchronous and queues behind it);
+  quantized tokens add their dequantization time;
+- ``on_host_save``: the engine's own prompt-cache save of a taken-over slot is a
+  device→host copy on the critical path (llama-server serializes it on its loop
+  thread before the new prompt runs); a restore that follows starts after it;
 - ``restore_time_s``: a saved slot comes back host→device, or is recomputed when
   that is cheaper (``restore: auto``);
 - ``memory``: mixed-precision bytes, host copies;
@@ -75,7 +76,6 @@ class PolicyRuntime:
         self.evictor = SlotEvictor(self, evict, host_backup_bytes) \
             if evict is not None and self.slots else None
         self._now, self._stall_end = 0.0, 0.0
-        self._saves: list[int] = []
 
     # -- workload ----------------------------------------------------------------------
     def tap(self, sessions: Any):
@@ -116,16 +116,18 @@ class PolicyRuntime:
         self._time_policies(now_s)
         self.refresh_credits()
 
-    def on_host_save(self, nbytes: int, now_s: float) -> None:
-        if nbytes > 0:
-            self._saves.append(nbytes)
+    def on_host_save(self, nbytes: int, now_s: float) -> float:
+        """llama-server writes the taken-over slot to its RAM cache on the loop thread
+        before the new prompt runs: the copy is a stall, after earlier stalls."""
+        if nbytes <= 0:
+            return 0.0
+        self.c["offload_bytes"] += nbytes
+        if self.link is None:
+            return 0.0
+        _, end = self.link.d2h.reserve(nbytes, max(now_s, self._stall_end))
+        return self._incremental(end)
 
     def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None:
-        if self.link is not None:  # NOTE: after the restores of this step (see module doc)
-            for nbytes in self._saves:
-                self.link.d2h.reserve(nbytes, now_s)
-                self.c["offload_bytes"] += nbytes
-        self._saves.clear()
         if plan is None:
             return None
         recall_end = now_s
@@ -146,14 +148,15 @@ class PolicyRuntime:
         h2d = self.link.h2d if self.link is not None else None
         if nbytes <= 0 or h2d is None:
             return 0.0
+        t0 = max(now_s, self._stall_end)  # NOTE: after this step's save (same thread)
         if self.offload is not None and self.offload.restore == "auto" and self.recompute_s:
-            start = max(now_s, h2d.busy_until_s)
+            start = max(t0, h2d.busy_until_s)
             xfer_end = start + h2d.duration_s(nbytes, start)
-            rec_end = now_s + self.recompute_s(nbytes // self.bpt)
+            rec_end = t0 + self.recompute_s(nbytes // self.bpt)
             if rec_end < xfer_end:
                 self.c["restore_recomputes"] += 1
                 return self._incremental(rec_end)
-        _, end = h2d.reserve(nbytes, now_s)
+        _, end = h2d.reserve(nbytes, t0)
         self.c["restore_bytes"] += nbytes
         return self._incremental(end)
 

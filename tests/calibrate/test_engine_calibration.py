@@ -42,6 +42,14 @@ def test_ram_cache_link_from_the_measured_cost() -> None:
     assert "ram_cache_s_per_token" not in art.settings
     with pytest.raises(InputError, match="no RAM-cache cost"):
         ram_cache_link(art, 3072)
-    # 2 µs per restored token of 3072 bytes → 1.536 GB/s
+    # a round trip of 2 µs per token of 3072 bytes, split evenly: 1 µs each way
     measured = art.model_copy(update={"settings": {"ram_cache_s_per_token": 2e-6}})
-    assert ram_cache_link(measured, 3072).h2d_bytes_per_s == pytest.approx(3072 / 2e-6)
+    link = ram_cache_link(measured, 3072)
+    assert link.h2d_bytes_per_s == pytest.approx(3072 / 1e-6)
+    assert link.d2h_bytes_per_s == pytest.approx(3072 / 1e-6)
+    # measured separately: save 3 µs/token (d2h), restore 0.5 µs/token (h2d)
+    both = art.model_copy(update={"settings": {"ram_cache_save_s_per_token": 3e-6,
+                                               "ram_cache_restore_s_per_token": 5e-7}})
+    link = ram_cache_link(both, 3072)
+    assert link.d2h_bytes_per_s == pytest.approx(3072 / 3e-6)
+    assert link.h2d_bytes_per_s == pytest.approx(3072 / 5e-7)

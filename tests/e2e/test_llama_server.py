@@ -238,9 +238,10 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
                           f" predicted {predicted_s:.4f} ({rel:+.0%})")
     if misses and cache_ram != "0":
         # NOTE: known model gap, kept visible rather than hidden: with --cache-ram on,
-        # llama-server saves the taken-over slot to RAM synchronously on its loop
-        # thread; the simulator charges only the restore (at the calibrated RAM-cache
-        # rate), so TTFT is under-predicted (seen: p50 -30 % on a quiet machine).
-        # The token counters above stay exact and asserted.
-        pytest.xfail("RAM-cache save cost not modelled: " + "; ".join(misses))
+        # llama-server saves the taken-over slot to RAM and restores the best entry on
+        # its loop thread.  The simulator charges both at the calibrated per-token
+        # rates (save d2h, restore h2d), which brought TTFT p50 within ±25 %; a fixed
+        # per-save/restore cost the per-token slopes cannot see still leaves the TTFT
+        # tail under-predicted (seen: p95 -27 %).  Token counters above stay exact.
+        pytest.xfail("RAM-cache fixed per-request cost not modelled: " + "; ".join(misses))
     assert not misses, "; ".join(misses)
