@@ -193,7 +193,7 @@ class Engine:
         self._follow[req.request_id] = follow_s
         if not self.scheduler.add_request(req, self.env.now):
             self._finish(req)
-        self._drain_events()
+        self.recorder.drain(self.scheduler.events)
         self._poke()
         return done
 
@@ -227,18 +227,11 @@ class Engine:
                 at_end.append(ev)
         return at_end
 
-    def _drain_events(self) -> None:
-        evs = self.scheduler.events
-        if evs:
-            for ev in evs:
-                self.recorder.event(ev)
-            evs.clear()
-
     def _driver(self):
         sched = self.scheduler
         plan = sched.schedule(self.env.now)
         while True:
-            self._drain_events()
+            self.recorder.drain(self.scheduler.events)
             if plan is None:
                 if self._feeder_done and not self._active_sessions and not sched.has_work:
                     break
@@ -255,7 +248,7 @@ class Engine:
                 plan = None
                 continue
             stall = sum(h.after_step(sched, ran, self.env.now) for h in self.hooks)
-            self._drain_events()
+            self.recorder.drain(self.scheduler.events)
             if stall > 0:
                 yield self.env.timeout(stall)
             plan = sched.schedule(self.env.now)

@@ -267,13 +267,6 @@ class FastForward:
         self.folded += fold
         return steps, fold, steps == sched_limit, Stretch(times, after, alloc, cached)
 
-    def _drain_events(self) -> None:
-        evs = self.scheduler.events
-        if evs:
-            for ev in evs:
-                self.recorder.event(ev)
-            evs.clear()
-
     def jump(self, plan: StepPlan, now_s: float, bound_s: float, stop_s: float = math.inf
              ) -> tuple[StepPlan, float, bool] | None:
         """Apply the stretch starting with ``plan`` at ``now_s``.
@@ -331,7 +324,7 @@ class FastForward:
             if min((h.next_trigger_s(t) for h in self.hooks), default=math.inf) <= t:
                 return self._ended(parts, plan, t, True)  # a hook acts: the driver runs it
             nxt = self.scheduler.schedule(t)
-            self._drain_events()
+            self.recorder.drain(self.scheduler.events)
             if nxt is None:
                 self.idle_after = True
                 return self._ended(parts, plan, t, True)

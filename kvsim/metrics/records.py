@@ -140,3 +140,10 @@ class Recorder:
 
     def event(self, ev: Any) -> None:
         self.events.append((ev.time_s, ev.kind, ev.request_id, ev.detail, int(ev.bytes)))
+
+    def drain(self, pending: list[Any]) -> None:
+        """Record and clear a scheduler's pending :class:`EngineEvent` list."""
+        if pending:
+            for ev in pending:
+                self.event(ev)
+            pending.clear()
