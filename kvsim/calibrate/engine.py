@@ -139,9 +139,9 @@ class _Prober:
 
 
 async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]
-                                 ) -> tuple[float, float] | None:
-    """Seconds per token that a RAM-cache save and a restore add to a prompt
-    (``(save, restore)``; None: the server keeps no RAM cache).
+                                 ) -> tuple[float, float, float] | None:
+    """Seconds per token that a RAM-cache save and a restore add to a prompt, and the
+    fixed seconds per copy (``(save, restore, fixed)``; None: no RAM cache).
 
     Slot 0 holds ``A`` (C tokens); an unrelated prompt takes the slot over (A is saved
     to the RAM cache), then ``A + x`` brings A back (restored), then ``A + x + y`` runs
@@ -173,11 +173,19 @@ async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]
             restore_s.append(ttft[2] - ttft[3])
     if not restored_n:
         return None
-    # NOTE: the saved slot held A plus its one answer token; ~C either way.  A cost the
-    # noise hides is recorded as 0, not as negative.
+    # NOTE: the saved slot held A plus its one answer token; ~C either way.  The save
+    # difference cancels any fixed cost (both takeovers pay it), so its slope goes
+    # through the origin; the restore is fitted with an intercept: a fixed cost per
+    # copy (state set-up, buffer allocation) that the per-token slope cannot show.
+    # A cost the noise hides is recorded as 0, not as negative.
     n = np.array(restored_n, dtype=float)
-    return (max(0.0, float(n @ np.array(save_s) / (n @ n))),
-            max(0.0, float(n @ np.array(restore_s) / (n @ n))))
+    save = max(0.0, float(n @ np.array(save_s) / (n @ n)))
+    if len(set(restored_n)) > 1:
+        (fixed, per_token), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(n), n]),
+                                                 np.array(restore_s), rcond=None)
+    else:
+        fixed, per_token = 0.0, float(n @ np.array(restore_s) / (n @ n))
+    return save, max(0.0, float(per_token)), max(0.0, float(fixed))
 
 
 async def _measure(url: str, grid: EngineGrid, slots: int
@@ -213,6 +221,7 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
     points, ram = asyncio.run(_measure(url, grid, slots))
     extra = {} if ram is None else {"ram_cache_save_s_per_token": ram[0],
                                     "ram_cache_restore_s_per_token": ram[1],
+                                    "ram_cache_fixed_s": ram[2],
                                     "ram_cache_s_per_token": ram[0] + ram[1]}
     model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
     return CalibrationArtifact(
@@ -230,10 +239,13 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
 def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> LinkSpec:
     """The "link" a llama-server's RAM-cache saves and restores move over, as measured.
 
-    The simulator times a save of ``n`` bytes as ``n / d2h_bytes_per_s`` and a restore
-    as ``n / h2d_bytes_per_s``; the measured seconds per saved / restored token over
-    the model's KV bytes per token give them.  An artifact that holds only the
+    The simulator times a save of ``n`` bytes as ``latency + n / d2h_bytes_per_s``
+    and a restore as ``latency + n / h2d_bytes_per_s``; the measured seconds per
+    saved / restored token over the model's KV bytes per token give the rates.  An artifact that holds only the
     round-trip cost (``ram_cache_s_per_token``) splits it evenly between the two.
+    The fixed cost per copy measured on restores (``ram_cache_fixed_s``) becomes the
+    link's per-transfer latency, paid by saves and restores alike (an approximation:
+    the save's fixed cost cancels out of its measurement).
     """
     st = artifact.settings
     total = st.get("ram_cache_s_per_token")
@@ -247,8 +259,10 @@ def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> Li
     def rate(s_per_token: float) -> float:
         return kv_bytes_per_token / s_per_token if s_per_token > 0 else 1e18
 
+    fixed = st.get("ram_cache_fixed_s")
     return LinkSpec(name="llama-server-ram-cache", display_name="llama-server RAM cache",
-                    h2d_bytes_per_s=rate(restore), d2h_bytes_per_s=rate(save), latency_s=0.0,
+                    h2d_bytes_per_s=rate(restore), d2h_bytes_per_s=rate(save),
+                    latency_s=fixed if _is_number(fixed) else 0.0,
                     source=f"kvsim calibrate engine ({artifact.device})")
 
 

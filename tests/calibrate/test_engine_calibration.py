@@ -49,7 +49,9 @@ def test_ram_cache_link_from_the_measured_cost() -> None:
     assert link.d2h_bytes_per_s == pytest.approx(3072 / 1e-6)
     # measured separately: save 3 µs/token (d2h), restore 0.5 µs/token (h2d)
     both = art.model_copy(update={"settings": {"ram_cache_save_s_per_token": 3e-6,
-                                               "ram_cache_restore_s_per_token": 5e-7}})
+                                               "ram_cache_restore_s_per_token": 5e-7,
+                                               "ram_cache_fixed_s": 0.004}})
     link = ram_cache_link(both, 3072)
     assert link.d2h_bytes_per_s == pytest.approx(3072 / 3e-6)
     assert link.h2d_bytes_per_s == pytest.approx(3072 / 5e-7)
+    assert link.latency_s == 0.004  # the fixed cost per copy
