@@ -109,7 +109,7 @@ class SlotScheduler:
             keep = common_prefix(entry.seq, req.prompt) if entry else lcp
             if slot.n_tokens and (entry or keep / slot.n_tokens < SAVE_BELOW_KEEP):
                 saved = self.ram.save(tuple(slot.cache), now_s)
-                stall += self.policy.on_host_save(saved, now_s) or 0.0
+                stall += self.policy.on_host_save(saved, now_s)
                 self.events.append(EngineEvent(now_s, "cache_save", req.request_id,
                                                f"slot {slot.slot_id}", saved))
             if entry is not None:

@@ -98,13 +98,19 @@ class SlotEvictor:
         if changed:
             rt.c["quantized_tokens"] += changed
             nbytes = changed * rt.bpt if backed else 0
-            if backed and rt.link is not None:
-                rt.link.d2h.reserve(nbytes, now_s)
-                rt.c["offload_bytes"] += nbytes
+            if backed:
+                self._write_back(nbytes, now_s)
             rt.emit(now_s, "quantize", slot.req.request_id if slot.req else "",
                     f"{changed} tokens to {rt.demote_bits:g} bits"
                     + (" (full copy on host)" if backed else ""), nbytes)
             rt.refresh_credits()
+
+    def _write_back(self, nbytes: int, now_s: float) -> None:
+        """Full-precision copy of demoted or dropped tokens to the host (device→host)."""
+        rt = self.rt
+        if rt.link is not None:
+            rt.link.d2h.reserve(nbytes, now_s)
+            rt.c["offload_bytes"] += nbytes
 
     def _drop(self, slot: Any, victims: list, write_back: bool, now_s: float) -> None:
         if not victims:
@@ -124,9 +130,8 @@ class SlotEvictor:
         slot.n_tokens -= k
         rt.c["evicted_tokens"] += k
         nbytes = k * rt.bpt if write_back else 0
-        if write_back and rt.link is not None:
-            rt.link.d2h.reserve(nbytes, now_s)
-            rt.c["offload_bytes"] += nbytes
+        if write_back:
+            self._write_back(nbytes, now_s)
         rt.emit(now_s, "evict", slot.req.request_id if slot.req else "",
                 f"{k} tokens " + ("offloaded (write-back)" if write_back else "dropped"), nbytes)
 

@@ -160,17 +160,7 @@ def test_arrival_inside_a_decode_step_is_folded_and_exact() -> None:
                                                 output_tokens=300),)),
             Session(session_id="b", turns=(Turn(start_s=1.005, input_tokens=50,
                                                 output_tokens=20),))]
-    out = {}
-    for fidelity in ("fast", "step"):
-        sched = make_scheduler(resolve_scenario({
-            "gpu": "rtx-4090", "model": "llama-3.1-8b", "engine": ENGINES["vllm"],
-            "workload": {}}).engine, PoolSizing(
-                kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
-                num_gpu_blocks=256, block_tokens=16))
-        eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=0.25, fidelity=fidelity)
-        eng.run(sess)
-        out[fidelity] = eng
-    fast, step = out["fast"], out["step"]
+    fast, step = _run_both_vllm(sess, sample_interval_s=0.25)
     assert fast.fastforward.folded >= 1
     ra, rb = fast.recorder.requests, step.recorder.requests
     assert [r[0] for r in ra] == [r[0] for r in rb] == ["b#0", "a#0"]
@@ -197,17 +187,7 @@ def test_stretch_runs_through_completions_and_agrees() -> None:
     sess = [Session(session_id="a", turns=(turn(20, start_s=0.0), turn(10, think_s=0.5))),
             Session(session_id="b", turns=(turn(45, start_s=0.0),)),
             Session(session_id="c", turns=(turn(80, start_s=0.0),))]
-    out = {}
-    for fidelity in ("fast", "step"):
-        sched = make_scheduler(resolve_scenario({
-            "gpu": "rtx-4090", "model": "llama-3.1-8b", "engine": ENGINES["vllm"],
-            "workload": {}}).engine, PoolSizing(
-                kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
-                num_gpu_blocks=256, block_tokens=16))
-        eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=0.1, fidelity=fidelity)
-        eng.run(sess)
-        out[fidelity] = eng
-    fast, step = out["fast"], out["step"]
+    fast, step = _run_both_vllm(sess, sample_interval_s=0.1)
     ra, rb = fast.recorder.requests, step.recorder.requests
     assert [r[0] for r in ra] == [r[0] for r in rb] == ["a#0", "b#0", "a#1", "c#0"]
     finish = {r[0]: r[8] for r in ra}
@@ -226,3 +206,19 @@ def test_stretch_runs_through_completions_and_agrees() -> None:
     # at the follow-up's arrival and runs as a driver step), then from a#1's prefill
     # to the end through a#1's completion (stopping at every completion would take 4)
     assert fast.fastforward.stretches == 2
+
+
+def _run_both_vllm(sess: list, sample_interval_s: float) -> tuple[Engine, Engine]:
+    """The same sessions on a small vLLM pool (20 ms constant steps), fast and step."""
+    out = {}
+    for fidelity in ("fast", "step"):
+        sched = make_scheduler(resolve_scenario({
+            "gpu": "rtx-4090", "model": "llama-3.1-8b", "engine": ENGINES["vllm"],
+            "workload": {}}).engine, PoolSizing(
+                kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
+                num_gpu_blocks=256, block_tokens=16))
+        eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=sample_interval_s,
+                     fidelity=fidelity)
+        eng.run(sess)
+        out[fidelity] = eng
+    return out["fast"], out["step"]
