@@ -84,6 +84,9 @@ class SlotEngineConfig(BaseModel):
     cache_prompt: bool = True
     slot_prompt_similarity: float = Field(0.10, ge=0, le=1)
     cache_ram_bytes: Bytes | None = Field(None, description="--cache-ram; None = unlimited")
+    cache_idle_slots: bool = Field(True, description="--cache-idle-slots: after a task starts, "
+                                   "idle slots are saved to the RAM cache (and cleared when "
+                                   "unified)")
     context_shift: bool = False
     n_keep: int = Field(0, ge=-1)
     n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "

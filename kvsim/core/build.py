@@ -102,6 +102,7 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
         unified=unified, bytes_per_token=sizing.kv_reserved_bytes // cells,
         reserved_bytes=sizing.kv_reserved_bytes, n_batch=engine.n_batch,
         similarity=engine.slot_prompt_similarity, cache_prompt=engine.cache_prompt,
-        cache_ram_bytes=engine.cache_ram_bytes, context_shift=engine.context_shift,
+        cache_ram_bytes=engine.cache_ram_bytes, cache_idle_slots=engine.cache_idle_slots,
+        context_shift=engine.context_shift,
         n_keep=engine.n_keep, n_discard=engine.n_discard, truncate_prompt=engine.preset == "ollama",
         restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0))

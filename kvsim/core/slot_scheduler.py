@@ -42,12 +42,14 @@ class SlotScheduler:
     def __init__(self, *, parallel: int, slot_tokens: int, pool_cells: int, unified: bool,
                  bytes_per_token: int, reserved_bytes: int, n_batch: int,
                  similarity: float = 0.10, cache_prompt: bool = True,
-                 cache_ram_bytes: int | None = 0, context_shift: bool = False,
+                 cache_ram_bytes: int | None = 0, cache_idle_slots: bool = False,
+                 context_shift: bool = False,
                  n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,
                  restore_time_s: Callable[[int], float] = lambda b: 0.0) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
                              unified=unified, similarity=similarity)
-        self.ram = PromptCache(cache_ram_bytes, bytes_per_token)
+        self.ram = PromptCache(cache_ram_bytes, bytes_per_token, limit_tokens=pool_cells)
+        self.cache_idle_slots = cache_idle_slots
         self.bytes_per_token = bytes_per_token
         self.reserved_bytes = reserved_bytes
         self.n_batch = n_batch
@@ -98,25 +100,27 @@ class SlotScheduler:
         return True
 
     # -- schedule --------------------------------------------------------------
-    def _assign(self, req: Request, slot: Slot, lcp: int, now_s: float) -> float:
-        """Put ``req`` in ``slot``; return the stall in seconds (a synchronous save of
-        the taken-over slot to the RAM cache, then the restore of the best entry)."""
+    def _assign(self, req: Request, slot: Slot, lcp: int, takeover: bool,
+                now_s: float) -> float:
+        """Put ``req`` in ``slot``; return the stall in seconds.
+
+        A takeover (``takeover``: the LRU choice, or a similar slot that would keep
+        < 50 % of its tokens) goes through the RAM cache, synchronously on the
+        server's loop: the slot's state is saved, then the best entry restored.
+        """
         stall = 0.0
-        entry = None
-        if self.cache_prompt and self.ram.enabled:
+        if self.cache_prompt and self.ram.enabled and (
+                takeover or (slot.n_tokens and lcp / slot.n_tokens < SAVE_BELOW_KEEP)):
+            stall += self._save(slot, req.request_id, "cache_save", now_s)
             room = slot.n_tokens + self.pool.free_cells if self.pool.unified else self.cap
             entry = self.ram.take_best(req.prompt, lcp, slot.n_tokens, max_tokens=room)
-            keep = common_prefix(entry.seq, req.prompt) if entry else lcp
-            if slot.n_tokens and (entry or keep / slot.n_tokens < SAVE_BELOW_KEEP):
-                saved = self.ram.save(tuple(slot.cache), now_s)
-                stall += self.policy.on_host_save(saved, now_s)
-                self.events.append(EngineEvent(now_s, "cache_save", req.request_id,
-                                               f"slot {slot.slot_id}", saved))
             if entry is not None:
-                slot.cache, slot.n_tokens, lcp = list(entry.seq), entry.n_tokens, keep
+                slot.cache, slot.n_tokens = list(entry.seq), entry.n_tokens
+                lcp = common_prefix(entry.seq, req.prompt)
                 stall += self.policy.restore_time_s(entry.bytes, now_s)
                 self.events.append(EngineEvent(now_s, "restore", req.request_id,
                                                f"slot {slot.slot_id}", entry.bytes))
+            self.ram.trim()
         n_past = min(lcp, req.prompt_tokens - 1) if self.cache_prompt else 0
         slot.keep(n_past)
         slot.req, req.slot_id = req, slot.slot_id
@@ -126,16 +130,40 @@ class SlotScheduler:
         req.status = Status.RUNNING
         return stall
 
+    def _save(self, slot: Slot, request_id: str, kind: str, now_s: float) -> float:
+        """Save ``slot``'s state to the RAM cache; return the stall (0 when skipped)."""
+        saved = self.ram.save(tuple(slot.cache), now_s)
+        if not saved:
+            return 0.0
+        self.events.append(EngineEvent(now_s, kind, request_id, f"slot {slot.slot_id}", saved))
+        return self.policy.on_host_save(saved, now_s)
+
+    def _save_idle_slots(self, request_id: str, now_s: float) -> float:
+        """``--cache-idle-slots``: after a task starts, every idle slot's state is
+        saved to the RAM cache (skipped when already held) and, with a unified pool,
+        the slot is cleared; return the stall."""
+        if not (self.cache_idle_slots and self.cache_prompt and self.ram.enabled):
+            return 0.0
+        stall = 0.0
+        for slot in self.pool.slots:
+            if slot.req is None:
+                stall += self._save(slot, request_id, "idle_save", now_s)
+                if self.pool.unified:
+                    slot.clear()
+        return stall
+
     def _make_room(self, needed: int, now_s: float) -> bool:
-        """Unified pool: purge idle slots (LRU first) until ``needed`` cells are free."""
+        """Unified pool: purge idle slots (LRU first) until ``needed`` cells are free.
+
+        NOTE: llama-server clears a purged slot without saving it to the RAM cache.
+        """
         while self.pool.free_cells < needed:
             victim = self.pool.lru_idle_with_cache()
             if victim is None:
                 return False
-            saved = self.ram.save(tuple(victim.cache), now_s) if self.cache_prompt else 0
-            self.policy.on_host_save(saved, now_s)
             self.events.append(EngineEvent(now_s, "purge_idle_slot", "",
-                                           f"slot {victim.slot_id}", saved))
+                                           f"slot {victim.slot_id}",
+                                           victim.n_tokens * self.bytes_per_token))
             victim.clear()
         return True
 
@@ -149,7 +177,9 @@ class SlotScheduler:
             sel = self.pool.select(self.waiting[0].prompt)
             if sel is None:
                 break  # deferred: no idle slot
-            stall += self._assign(self.waiting.popleft(), sel[0], sel[1], now_s)
+            req = self.waiting.popleft()
+            stall += self._assign(req, *sel, now_s)
+            stall += self._save_idle_slots(req.request_id, now_s)
         items: list[ScheduledItem] = []
         busy = [s for s in self.pool.slots if s.req is not None]
         for s in busy:

@@ -57,6 +57,9 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
     return resolve_scenario(doc)
 
 
+LLAMA_CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # engines.md §3.4: --cache-ram default 8192 MiB
+
+
 def engine_flags(s: Scenario) -> str:
     """The command that starts the real engine with this scenario's settings."""
     e = s.engine
@@ -66,6 +69,11 @@ def engine_flags(s: Scenario) -> str:
                  f"-fa {'on' if e.flash_attn else 'off'}"]
         if e.allocator == "unified":
             parts.append("-kvu")
+        if e.cache_ram_bytes != LLAMA_CACHE_RAM_DEFAULT_BYTES:
+            ram = -1 if e.cache_ram_bytes is None else -(-e.cache_ram_bytes // 2**20)
+            parts.append(f"--cache-ram {ram}")
+        if not e.cache_idle_slots:
+            parts.append("--no-cache-idle-slots")
         return " ".join(parts)
     if isinstance(e, SlotEngineConfig):
         env = [f"OLLAMA_NUM_PARALLEL={e.parallel}", f"OLLAMA_CONTEXT_LENGTH={e.context_tokens}",

@@ -11,11 +11,21 @@ Slot choice (``--slot-prompt-similarity``): the idle slot with the longest commo
 prefix if ``LCP / len(prompt)`` exceeds the threshold, else the least recently used
 idle slot; no idle slot → the request is deferred.
 
-The host-RAM prompt cache (``--cache-ram``) stores whole slot states: saved when a
-slot is taken over and would keep < 50 % of its tokens; on a new request the entry
-that beats the slot on both kept fraction and similarity (kept fraction ≥ 0.25) is
-restored; entries contained in a newer one are dropped; oldest-first eviction above
-the byte limit, always keeping at least one entry.
+The host-RAM prompt cache (``--cache-ram``) stores whole slot states, as the
+llama-server vendored in llama-cpp-python 0.3.36 does (``server_prompt_cache``): a
+task that takes a slot over (LRU choice, or a similarity choice keeping < 50 % of
+the slot's tokens) first saves the slot's state, then restores the entry that beats
+the slot on both kept fraction and similarity (kept fraction ≥ 0.25; the entry
+leaves the cache).  A save is skipped when one entry already holds the whole state
+or when the state alone exceeds the byte limit; otherwise entries contained in it
+are dropped and the oldest are evicted to make room.  After every save and restore
+the cache is trimmed oldest-first to the byte limit and to a token limit (``n_ctx``,
+raised to what the byte limit holds).  Idle-slot saves (``--cache-idle-slots``) are
+the scheduler's (:mod:`kvsim.core.slot_scheduler`).
+
+NOTE: an entry's bytes are its tokens × the KV bytes per token; the real state adds
+a small header per cell (positions, sequence ids), which only moves evictions that
+fall within a few bytes of the limit.
 
 NOTE: ``used_cells == sum(slot.n_tokens)`` and never exceeds ``pool_cells``.
 """
@@ -69,9 +79,11 @@ class CacheEntry:
 class PromptCache:
     """Host-RAM cache of slot states (llama.cpp ``--cache-ram``)."""
 
-    def __init__(self, limit_bytes: int | None, bytes_per_token: int) -> None:
+    def __init__(self, limit_bytes: int | None, bytes_per_token: int,
+                 limit_tokens: int = 0) -> None:
         self.limit_bytes = limit_bytes  # None = unlimited, 0 = off
         self.bytes_per_token = bytes_per_token
+        self.limit_tokens = limit_tokens  # llama-server: n_ctx; 0 = no token limit
         self.entries: list[CacheEntry] = []  # oldest first
 
     @property
@@ -83,17 +95,37 @@ class PromptCache:
         return sum(e.bytes for e in self.entries)
 
     def save(self, seq: TokenSeq, now_s: float) -> int:
-        """Store a slot state; return the bytes written (0 when off or empty)."""
+        """Store a slot state; return the bytes written (0: off, empty or skipped)."""
         n = seq_len(seq)
         if not self.enabled or n == 0:
             return 0
+        if any(common_prefix(e.seq, seq) == n for e in self.entries):
+            return 0  # already held whole by one entry
+        size = n * self.bytes_per_token
+        limit = self.limit_bytes
+        if limit is not None and size > limit:
+            return 0  # over-limit states are skipped, not cached
         self.entries = [e for e in self.entries if common_prefix(e.seq, seq) < e.n_tokens]
-        entry = CacheEntry(seq, n, n * self.bytes_per_token, now_s)
-        self.entries.append(entry)
-        while self.limit_bytes is not None and len(self.entries) > 1 \
-                and self.total_bytes > self.limit_bytes:
+        while self.entries and limit is not None and self.total_bytes + size > limit:
             self.entries.pop(0)
-        return entry.bytes
+        self.entries.append(CacheEntry(seq, n, size, now_s))
+        self.trim()
+        return size
+
+    def trim(self) -> None:
+        """Evict oldest entries above the byte limit, then above the token limit
+        (``n_ctx``, raised to the tokens the byte limit holds at the current bytes
+        per token)."""
+        limit = self.limit_bytes
+        while self.entries and limit is not None and self.total_bytes > limit:
+            self.entries.pop(0)
+        if not self.limit_tokens:
+            return
+        n_tokens = sum(e.n_tokens for e in self.entries)
+        per_token = max(1.0, self.total_bytes / max(1, n_tokens))
+        cap = max(self.limit_tokens, int(limit / per_token)) if limit else self.limit_tokens
+        while self.entries and n_tokens > cap:
+            n_tokens -= self.entries.pop(0).n_tokens
 
     def take_best(self, prompt: TokenSeq, slot_lcp: int, slot_tokens: int,
                   max_tokens: int | None = None) -> CacheEntry | None:
@@ -137,8 +169,9 @@ class SlotPool:
     def idle_cached_cells(self) -> int:
         return sum(s.n_tokens for s in self.slots if s.idle)
 
-    def select(self, prompt: TokenSeq) -> tuple[Slot, int] | None:
-        """The slot a new task gets and its LCP with the prompt; None = deferred."""
+    def select(self, prompt: TokenSeq) -> tuple[Slot, int, bool] | None:
+        """The slot a new task gets, its LCP with the prompt and whether it was the
+        LRU choice (no slot similar enough); None = deferred."""
         idle = [s for s in self.slots if s.idle]
         if not idle:
             return None
@@ -150,9 +183,9 @@ class SlotPool:
                 if lcp > best_lcp:
                     best, best_lcp = s, lcp
             if best is not None and best_lcp / n > self.similarity:
-                return best, best_lcp
+                return best, best_lcp, False
         lru = min(idle, key=lambda s: (s.last_used_s, s.slot_id))
-        return lru, common_prefix(tuple(lru.cache), prompt)
+        return lru, common_prefix(tuple(lru.cache), prompt), True
 
     def lru_idle_with_cache(self) -> Slot | None:
         cands = [s for s in self.slots if s.idle and s.n_tokens]
