@@ -7,6 +7,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.kv.manager import KVCacheManager
+from kvsim.core.kv.prefix import block_hashes
 from kvsim.core.requests import Request
 
 
@@ -192,3 +193,20 @@ def test_host_store_never_evicts_its_own_held_prefix() -> None:
     assert pool.store([1, 2, 3]) == 2
     assert 8 not in pool.lru and 1 in pool.lru and pool.evicted_blocks == 1
     assert list(pool.lru)[-3:] == [3, 2, 1]
+
+
+def test_decode_chain_extension_equals_hashing_the_whole_sequence() -> None:
+    # A decoding request's prompt ends mid-block; its output then fills block after block.
+    # Extending its chain block by block (the decode path) must give exactly the keys of
+    # hashing the whole prompt + output at once.
+    bt = 16
+    prompt = (("sys", 0, 40), ("u0", 0, 30), ("a0", 0, 25), ("u1", 3, 21))  # 113 tokens
+    req = Request(request_id="r", session_id="s", turn=1, arrival_s=0.0, prompt=prompt,
+                  output_id="a1", max_output_tokens=200)
+    mgr = KVCacheManager(BlockPool(64), bt)
+    expected = block_hashes(prompt + (("a1", 0, 90),), bt)
+    for n_out in range(1, 91):
+        req.num_output = n_out
+        mgr._hashes(req, (req.prompt_tokens + n_out) // bt)
+    assert req.block_hashes == expected
+    assert len(expected) == (113 + 90) // bt

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvsim.core.kv.block_pool import Block, BlockPool
-from kvsim.core.kv.prefix import extend_block_hashes
+from kvsim.core.kv.prefix import extend_block_hashes, extend_tail_hashes
 from kvsim.core.requests import Request
 
 
@@ -40,8 +40,15 @@ class KVCacheManager:
         self.hit_tokens = 0
 
     def _hashes(self, req: Request, num_blocks: int) -> list[int]:
-        return extend_block_hashes(req.block_hashes, req.all_tokens(), self.block_tokens,
-                                   num_blocks)
+        hashes, bt = req.block_hashes, self.block_tokens
+        k = len(hashes)
+        if num_blocks <= k:
+            return hashes
+        start = k * bt - req.prompt_tokens
+        if start >= 0 and req.num_output:  # every new block is output: no piece walk
+            n = min(num_blocks, (req.prompt_tokens + req.num_output) // bt)
+            return extend_tail_hashes(hashes, req.output_id, 0, start, bt, n)
+        return extend_block_hashes(hashes, req.all_tokens(), bt, num_blocks)
 
     def chain(self, req: Request, num_blocks: int) -> list[int]:
         """The chained hashes of ``req``'s first ``num_blocks`` full blocks."""

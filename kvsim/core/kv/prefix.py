@@ -54,6 +54,24 @@ def extend_block_hashes(hashes: list[int], seq: TokenSeq, block_tokens: int,
     return hashes
 
 
+def extend_tail_hashes(hashes: list[int], piece_id: str, piece_start: int, offset: int,
+                       block_tokens: int, num_blocks: int) -> list[int]:
+    """:func:`extend_block_hashes` when every new block lies inside the sequence's last
+    piece ``(piece_id, piece_start, ...)`` and block ``len(hashes)`` starts ``offset``
+    tokens into it (a decoding request's output): the same keys, no piece walk.
+
+    NOTE: inside one piece the generic split gives each block the single piece
+    ``(piece_id, a, a + block_tokens)``, so the keys are equal by construction.
+    """
+    parent: int | None = hashes[-1] if hashes else None
+    a = piece_start + offset
+    for _ in range(len(hashes), num_blocks):
+        parent = hash((parent, ((piece_id, a, a + block_tokens),)))
+        hashes.append(parent)
+        a += block_tokens
+    return hashes
+
+
 def block_hashes(seq: TokenSeq, block_tokens: int) -> list[int]:
     """Hashes of every full block of ``seq``."""
     n = sum(e - s for _, s, e in seq) // block_tokens
