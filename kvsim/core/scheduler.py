@@ -222,6 +222,7 @@ class PagedScheduler:
         mgr = self.manager
         req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
         bt, caching = self.block_tokens, self.pool.enable_caching
+        new_item = tuple.__new__  # NOTE: ScheduledItem's own constructor, minus its frame
         while i < len(running) and budget > 0:
             req = running[i]
             nc = req.num_computed_tokens
@@ -233,7 +234,8 @@ class PagedScheduler:
             have = req_blocks.get(req.request_id)
             if have is not None and len(have) * bt >= total and (
                     not caching or total // bt <= req_hashed.get(req.request_id, 0)):
-                items.append(ScheduledItem(req, n, nc, rem == 1 and req.num_output > 0))
+                decode = rem == 1 and req.num_output > 0
+                items.append(new_item(ScheduledItem, (req, n, nc, decode)))
                 budget -= n
                 i += 1
                 continue

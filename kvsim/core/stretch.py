@@ -71,64 +71,81 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
     return lo
 
 
+def _block_events(items: tuple, steps: int, block: int, caching: bool
+                  ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(step, item) pairs in (step, item) order: new blocks popped, full blocks registered.
+
+    Step j holds c + j + 1 tokens: it needs a new block when (c + j) % block == 0 and
+    fills one when (c + j + 1) % block == 0 (j = 1..steps).
+    """
+    pops: list[tuple[int, int]] = []
+    regs: list[tuple[int, int]] = []
+    for i, (_, _, c, _) in enumerate(items):
+        pops.extend([(j, i) for j in range(block - c % block, steps + 1, block)])
+        if caching:
+            regs.extend([(j, i) for j in range(block - (c + 1) % block, steps + 1, block)])
+    pops.sort()
+    regs.sort()
+    return pops, regs
+
+
 def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, Any]:
     steps = len(times) - 1
     mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
-    caching = pool.enable_caching
     items = plan.items
     reqs = [i.req for i in items]
-    # (step, request, kind): kind 0 pops a new block, kind 1 registers a block that fills.
-    # Step j holds c + j + 1 tokens: it needs a new block when (c + j) % block == 0 and
-    # fills one when (c + j + 1) % block == 0 (j = 1..steps).
-    events: list[tuple[int, int, int]] = []
-    for i, (r, _, c, _) in enumerate(items):
-        j = block - c % block
-        while j <= steps:
-            events.append((j, i, 0))
-            j += block
-        if caching:
-            j = block - (c + 1) % block
-            while j <= steps:
-                events.append((j, i, 1))
-                j += block
+    pops, regs = _block_events(items, steps, block, pool.enable_caching)
+    for r in reqs:
         a = r.num_computed_tokens  # NOTE: Request.record_compute's decode path, inlined
         if a >= r.high_water and a >= r.prompt_tokens:
             r.num_computed_tokens = r.high_water = a + steps
         else:
             r.record_compute(steps)
-    events.sort()
     emit_tokens(reqs, times)
+    req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
+    chains: dict[int, list[int]] = {}  # item → its hash chain through the stretch's end
+    for i in {i for _, i in regs}:
+        chains[i] = mgr._hashes(reqs[i], (items[i].context_tokens + steps + 1) // block)
     active = [0] * (steps + 1)
     cached = [0] * (steps + 1)
-    req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
-    hashes_of: dict[str, list[int]] = {}  # every hash a request registers, one chain pass
-    for j, i, kind in events:
-        req = reqs[i]
-        rid = req.request_id
+    # NOTE: pops and registrations commute unless a hash to register is still indexed
+    # (a free cached block carrying it, which a pop would evict): then interleave them.
+    cached_idx = pool.cached
+    if any(h in cached_idx for i, ch in chains.items()
+           for h in ch[req_hashed.get(reqs[i].request_id, 0):]):
+        order = sorted([(j, i, 0) for j, i in pops] + [(j, i, 1) for j, i in regs])
+    else:
+        flags: list[bool] = []
+        new = pool.get_new_blocks(len(pops), flags)
+        for (j, i), b, f in zip(pops, new, flags):
+            req_blocks[reqs[i].request_id].append(b)
+            active[j] += 1
+            cached[j] += f
+        order = [(j, i, 1) for j, i in regs]
+    for j, i, kind in order:
+        rid = reqs[i].request_id
         if kind == 0:
             before = pool.num_cached_free
             req_blocks[rid].extend(pool.get_new_blocks(1))
             active[j] += 1
             cached[j] += before - pool.num_cached_free
             continue
-        c = items[i].context_tokens
-        n_full = (c + j + 1) // block
+        n_full = (items[i].context_tokens + j + 1) // block
         done = req_hashed.get(rid, 0)
         if n_full > done:
-            hashes = hashes_of.get(rid)
-            if hashes is None:
-                last = (c + steps + 1) // block
-                hashes = req.block_hashes if last <= len(req.block_hashes) \
-                    else mgr._hashes(req, last)
-                hashes_of[rid] = hashes
-            blocks = req_blocks[rid]
+            blocks, hashes = req_blocks[rid], chains[i]
             for b in range(done, n_full):
                 pool.cache_full_block(blocks[b], hashes[b])
             req_hashed[rid] = n_full
+    return _stretch_memory(sched, steps, active, cached)
+
+
+def _stretch_memory(sched: Any, steps: int, active: list[int], cached: list[int]
+                    ) -> tuple[np.ndarray, np.ndarray, Any]:
+    """KV bytes during each step: the final state minus what steps j+1..J allocated."""
     bb = sched.block_bytes
     mem = sched.memory()
-    # state during step j = final state minus what steps j+1..J allocated
     act = np.array(active, dtype=np.int64)
     cac = np.array(cached, dtype=np.int64)
     alloc = mem.kv_allocated_bytes - bb * (act.sum() - np.cumsum(act))[:steps]
@@ -157,8 +174,12 @@ def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
         req = item.req
         slot = sched.pool.slots[req.slot_id]
         a = req.num_computed_tokens
-        for sid, s, e in pieces_in_range(req.all_tokens(), a, a + steps):
-            seq_append(slot.cache, sid, s, e)
+        p = req.prompt_tokens
+        if a >= p:  # NOTE: decode: the range lies in the output piece (all_tokens' last)
+            seq_append(slot.cache, req.output_id, a - p, a - p + steps)
+        else:
+            for sid, s, e in pieces_in_range(req.all_tokens(), a, a + steps):
+                seq_append(slot.cache, sid, s, e)
         slot.n_tokens += steps
         req.record_compute(steps)
     mem = sched.memory()

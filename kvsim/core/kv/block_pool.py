@@ -112,8 +112,11 @@ class BlockPool:
                     self._cached_free -= 1
             b.ref_cnt += 1
 
-    def get_new_blocks(self, n: int) -> list[Block]:
-        """Pop ``n`` blocks from the head of the free queue, evicting their hashes."""
+    def get_new_blocks(self, n: int, evicted: list[bool] | None = None) -> list[Block]:
+        """Pop ``n`` blocks from the head of the free queue, evicting their hashes.
+
+        ``evicted`` (if given) gets one flag per block: it was free but cached.
+        """
         if n > self.num_free:
             raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
         out = []
@@ -125,12 +128,16 @@ class BlockPool:
             head.next, nxt.prev = nxt, head
             b.prev = b.next = None
             h = b.block_hash
+            hit = False
             if h is not None:
                 if cached.get(h) is b:
                     del cached[h]
                     self.evictions += 1
                     self._cached_free -= 1
+                    hit = True
                 b.block_hash = None
+            if evicted is not None:
+                evicted.append(hit)
             b.ref_cnt = 1
             out.append(b)
         q.num_free -= n
