@@ -161,13 +161,18 @@ class PolicyRuntime:
         return self._incremental(end)
 
     def memory(self, m: MemoryState) -> MemoryState:
-        q = sum(self._qcount(s) for s in self.slots)
-        quant = int(q * self.bpt * self.ratio)
+        # NOTE: no quantized tokens without a ratio (_qcount); unchanged → m itself
+        q = sum(self._qcount(s) for s in self.slots) if self.ratio != 1 else 0
+        quant = int(q * self.bpt * self.ratio) if q else 0
         alloc = m.kv_allocated_bytes - q * self.bpt + quant
         if self.engine_bits < 16:
             quant = alloc
-        return dataclasses.replace(m, kv_allocated_bytes=alloc, kv_quant_bytes=quant,
-                                   host_kv_bytes=m.host_kv_bytes + self.host_backed_bytes)
+        host = m.host_kv_bytes + self.host_backed_bytes
+        if alloc == m.kv_allocated_bytes and quant == m.kv_quant_bytes \
+                and host == m.host_kv_bytes:
+            return m
+        return MemoryState(m.kv_reserved_bytes, alloc, m.kv_cached_bytes, m.running,
+                           m.waiting, host, quant)
 
     # -- StepHook (kvsim.core.step) ----------------------------------------------------------
     def after_step(self, scheduler: Any, plan: Any, now_s: float) -> float:
