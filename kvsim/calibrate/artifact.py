@@ -11,15 +11,23 @@ scenarios reference with ``latency: {kind: calibrated, path: ...}``.  It holds:
   validity range of every fit feature (what :mod:`kvsim.latency.calibrated` clamps to);
 - the limits a run reached (device memory exhausted at some grid point).
 
-The step-time model (the same for kernel and engine calibrations) is linear in six
+The step-time model (the same for kernel and engine calibrations) is linear in seven
 non-negative coefficients over features of one engine step (see :func:`step_features`):
 
     t = c_step + c_prefill_seq·S + c_prefill_token·P + c_prefill_attn·A
-        + c_decode_seq·D + c_decode_kv·K
+        + c_prefill_attn_small·A_small + c_decode_seq·D + c_decode_kv·K
 
 S prefill chunks (sequences whose prompt is computed in this step: per-sequence set-up
 and first-token sampling), P prefill tokens, A = Σ p_i·(ctx_i + p_i/2) attention pairs
-of the prefill chunks, D decoding sequences and K = Σ decode contexts (KV tokens read).
+of the prefill chunks of at least ``small_chunk_tokens`` tokens and A_small the same
+sum over the shorter chunks, D decoding sequences and K = Σ decode contexts (KV tokens
+read).  The split exists because an engine's attention kernel may change with the
+number of query rows: ggml's CPU flash attention runs a tiled GEMM path only for
+ubatches of at least 64 query rows (``GGML_FA_TILE_Q``, ggml-cpu/common.h) and a
+per-row vector path below, which costs about 2.4× more per attention pair (measured on
+llama-server: 61 new tokens on 495 cached took ~48 ms, 64 tokens ~27 ms).  A fit with
+``small_chunk_tokens = 0`` (kernel calibrations, artifacts written before the split)
+has no short chunks: A_small is always 0.
 
 NOTE: artifacts are frozen pydantic models; unknown keys are rejected and the format
 version is checked on load, so an old artifact fails loudly instead of mis-predicting.
@@ -31,16 +39,17 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvsim.errors import InputError, from_validation_error
 
 ARTIFACT_VERSION = 1
 FEATURES: tuple[str, ...] = (
-    "step", "prefill_seq", "prefill_token", "prefill_attn", "decode_seq", "decode_kv")
+    "step", "prefill_seq", "prefill_token", "prefill_attn", "prefill_attn_small",
+    "decode_seq", "decode_kv")
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -83,6 +92,19 @@ class LatencyFit(BaseModel):
     valid: dict[str, FeatureRange] = Field(description="per-step feature ranges measured")
     max_context: int = Field(ge=0, description="largest context per sequence measured")
     max_batch: int = Field(gt=0, description="largest number of sequences in a step measured")
+    small_chunk_tokens: int = Field(0, ge=0, description="prefill chunks shorter than this "
+                                    "count their attention in prefill_attn_small; 0 = none")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_split_before(cls, raw: Any) -> Any:
+        """Artifacts written before the short-chunk split: A_small is always 0."""
+        if isinstance(raw, dict) and "prefill_attn_small" not in raw.get("coefficients_s", {}):
+            raw = {**raw, "coefficients_s": {**raw.get("coefficients_s", {}),
+                                             "prefill_attn_small": 0.0}}
+            if isinstance(raw.get("valid"), dict):
+                raw["valid"] = {**raw["valid"], "prefill_attn_small": {"min": 0.0, "max": 0.0}}
+        return raw
 
 
 class KvBytes(BaseModel):
@@ -146,37 +168,44 @@ class CalibrationArtifact(BaseModel):
 
 
 def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
-                  decode_context: np.ndarray) -> np.ndarray:
+                  decode_context: np.ndarray, small_chunk_tokens: int = 0) -> np.ndarray:
     """Feature vector (in :data:`FEATURES` order) of one engine step."""
     p = np.asarray(prefill_tokens, dtype=float)
     c = np.asarray(prefill_context, dtype=float)
     d = np.asarray(decode_context, dtype=float)
-    return np.array([1.0, float(p.size), p.sum(), (p * (c + p / 2.0)).sum(), float(d.size),
-                     d.sum()])
+    attn = p * (c + p / 2.0)
+    small = p < small_chunk_tokens
+    return np.array([1.0, float(p.size), p.sum(), attn[~small].sum(), attn[small].sum(),
+                     float(d.size), d.sum()])
 
 
-def point_features(pt: TimingPoint) -> np.ndarray:
+def point_features(pt: TimingPoint, small_chunk_tokens: int = 0) -> np.ndarray:
     """Summed features of all steps of a point (the model is linear, so sums add)."""
     b, s = pt.batch, pt.steps
     if pt.kind == "prefill":
         chunk = pt.tokens / s
         ctx = pt.context + chunk * np.arange(s)
-        per_seq_attn = (chunk * (ctx + chunk / 2.0)).sum()
-        return np.array([s, b * s, b * pt.tokens, b * per_seq_attn, 0.0, 0.0])
+        attn = b * (chunk * (ctx + chunk / 2.0)).sum()
+        small = chunk < small_chunk_tokens
+        return np.array([s, b * s, b * pt.tokens, 0.0 if small else attn,
+                         attn if small else 0.0, 0.0, 0.0])
     ctx_sum = s * pt.context + s * (s - 1) / 2.0
-    return np.array([s, 0.0, 0.0, 0.0, b * s, b * ctx_sum])
+    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, b * ctx_sum])
 
 
-def point_step_ranges(pt: TimingPoint) -> dict[str, tuple[float, float]]:
+def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0
+                      ) -> dict[str, tuple[float, float]]:
     """Per-step feature ranges a point covers (for the validity range)."""
-    f = point_features(pt) / pt.steps
+    f = point_features(pt, small_chunk_tokens) / pt.steps
     if pt.kind == "decode":
         lo = pt.batch * pt.context
         hi = pt.batch * (pt.context + pt.steps - 1)
         return {"prefill_seq": (0, 0), "prefill_token": (0, 0), "prefill_attn": (0, 0),
-                "decode_seq": (pt.batch, pt.batch), "decode_kv": (lo, hi)}
+                "prefill_attn_small": (0, 0), "decode_seq": (pt.batch, pt.batch),
+                "decode_kv": (lo, hi)}
     return {"prefill_seq": (f[1], f[1]), "prefill_token": (f[2], f[2]),
-            "prefill_attn": (f[3], f[3]), "decode_seq": (0, 0), "decode_kv": (0, 0)}
+            "prefill_attn": (f[3], f[3]), "prefill_attn_small": (f[4], f[4]),
+            "decode_seq": (0, 0), "decode_kv": (0, 0)}
 
 
 def load_artifact(path: str | Path) -> CalibrationArtifact:

@@ -15,7 +15,10 @@ server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
   prompt step), timed by the server's per-token ``predicted_ms`` — the clock replay
   reads its gaps from — as the median gap times the steps;
 - batch effects: ``B`` requests sent together decode in lockstep: ``n − 1`` steps of a
-  ``B``-sequence decode batch.
+  ``B``-sequence decode batch;
+- prompts shorter than ``small_chunk_tokens`` (64: the query-row tile of ggml's CPU
+  flash attention, below which it runs a per-row path) are fitted with their own
+  attention coefficient, so the grid needs prompt sizes on both sides of it.
 
 Client-side times include what the server's ``prompt_ms`` leaves out (HTTP, slot
 set-up, first-token sampling) — exactly what ``kvsim replay`` measures, so predictions
@@ -69,6 +72,10 @@ class EngineGrid:
     ram_cache: bool = True
     cache_type: str = "f16"
     space: TokenSpace = field(default_factory=TokenSpace)
+    # NOTE: ggml's CPU flash attention tiles query rows in 64s (GGML_FA_TILE_Q) and runs a
+    # slower per-row path for shorter ubatches: such prompts get their own attention
+    # coefficient.  Keep prompt sizes on both sides of it in the grid.
+    small_chunk_tokens: int = 64
 
 
 class _Prober:
@@ -233,7 +240,7 @@ def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArt
               "cache_type": [grid.cache_type]},
         settings={"repeats": grid.repeats, "decode_tokens": grid.decode_tokens,
                   "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx, **extra},
-        points=tuple(points), fits=fit_points(points))
+        points=tuple(points), fits=fit_points(points, grid.small_chunk_tokens))
 
 
 def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> LinkSpec:

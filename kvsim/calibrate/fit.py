@@ -31,11 +31,12 @@ from kvsim.calibrate.artifact import (
 from kvsim.errors import InputError
 
 
-def fit_one(points: list[TimingPoint]) -> LatencyFit:
-    """Fit one cache dtype's points (all of the same ``cache_type``)."""
+def fit_one(points: list[TimingPoint], small_chunk_tokens: int = 0) -> LatencyFit:
+    """Fit one cache dtype's points (all of the same ``cache_type``); prefill chunks
+    shorter than ``small_chunk_tokens`` get their own attention coefficient."""
     if not points:
         raise InputError("points", 0, "at least one timing point is needed to fit")
-    x = np.array([point_features(p) for p in points])
+    x = np.array([point_features(p, small_chunk_tokens) for p in points])
     t = np.array([p.measured_s for p in points])
     scale = 1.0 / t
     # NOTE: normalise columns so the solver sees comparable magnitudes; undo afterwards.
@@ -49,17 +50,18 @@ def fit_one(points: list[TimingPoint]) -> LatencyFit:
         cache_type=points[0].cache_type,
         coefficients_s={name: float(v) for name, v in zip(FEATURES, coef)},
         mape=float(ape.mean()), max_ape=float(ape.max()), points=len(points),
-        valid=_valid_ranges(points),
+        valid=_valid_ranges(points, small_chunk_tokens),
         max_context=max(p.context + (p.steps - 1 if p.kind == "decode" else p.tokens)
                         for p in points),
-        max_batch=max(p.batch for p in points))
+        max_batch=max(p.batch for p in points), small_chunk_tokens=small_chunk_tokens)
 
 
-def _valid_ranges(points: list[TimingPoint]) -> dict[str, FeatureRange]:
+def _valid_ranges(points: list[TimingPoint], small_chunk_tokens: int
+                  ) -> dict[str, FeatureRange]:
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
     for p in points:
-        for name, (a, b) in point_step_ranges(p).items():
+        for name, (a, b) in point_step_ranges(p, small_chunk_tokens).items():
             if (p.kind == "prefill") != name.startswith("prefill"):
                 continue  # a decode point says nothing about the prefill range
             lo[name] = min(lo.get(name, a), a)
@@ -70,9 +72,10 @@ def _valid_ranges(points: list[TimingPoint]) -> dict[str, FeatureRange]:
     return out
 
 
-def fit_points(points: Iterable[TimingPoint]) -> dict[str, LatencyFit]:
+def fit_points(points: Iterable[TimingPoint], small_chunk_tokens: int = 0
+               ) -> dict[str, LatencyFit]:
     """Fit every cache dtype present in ``points``."""
     by_type: dict[str, list[TimingPoint]] = defaultdict(list)
     for p in points:
         by_type[p.cache_type].append(p)
-    return {k: fit_one(v) for k, v in sorted(by_type.items())}
+    return {k: fit_one(v, small_chunk_tokens) for k, v in sorted(by_type.items())}

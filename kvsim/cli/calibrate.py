@@ -74,9 +74,13 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
 @click.option("--batches", default="1,2,4", show_default=True, help="parallel decodes")
 @click.option("--decode-tokens", type=int, default=48, show_default=True)
 @click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--small-chunk-tokens", type=int, default=64, show_default=True,
+              help="prompts shorter than this get their own attention cost (ggml CPU flash "
+                   "attention tiles 64 query rows; 0 = one cost for all)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts: str,
-           contexts: str, batches: str, decode_tokens: int, repeats: int, output: str) -> None:
+           contexts: str, batches: str, decode_tokens: int, repeats: int,
+           small_chunk_tokens: int, output: str) -> None:
     """Fit a running llama-server's prefill, decode and batch costs (streamed requests)."""
     from kvsim.calibrate.artifact import save_artifact
     from kvsim.calibrate.engine import EngineGrid, calibrate_engine
@@ -84,13 +88,16 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
     if decode_tokens < 2 or repeats <= 0:
         raise InputError("--decode-tokens/--repeats", (decode_tokens, repeats),
                          "decode tokens >= 2 and repeats >= 1")
+    if small_chunk_tokens < 0:
+        raise InputError("--small-chunk-tokens", small_chunk_tokens, "an integer >= 0")
     ctx = tuple(int(v) for v in contexts.split(",") if v.strip().isdigit())
     if not ctx:
         raise InputError("--contexts", contexts, "a comma-separated list of integers >= 0")
     grid = EngineGrid(prompt_tokens=_ints(prompts, "--prompts"), contexts=ctx,
                       batches=_ints(batches, "--batches"), decode_tokens=decode_tokens,
                       repeats=repeats, cache_type=cache_type,
-                      space=token_space(token_range, ban_tokens))
+                      space=token_space(token_range, ban_tokens),
+                      small_chunk_tokens=small_chunk_tokens)
     art = calibrate_engine(url, grid)
     save_artifact(art, output)
     _print_fits(art, output)

@@ -1,9 +1,9 @@
 """Calibrated latency: step times from a measured, fitted artifact (DESIGN.md §3.5).
 
 The artifact (:mod:`kvsim.calibrate.artifact`) holds, per KV cache dtype, non-negative
-coefficients of a linear step-time model over six step features (a constant, prefill
-chunks, prefill tokens, prefill attention pairs, decoding sequences, KV tokens read by
-decode) and the range of each feature that was actually measured.
+coefficients of a linear step-time model over seven step features (a constant, prefill
+chunks, prefill tokens, prefill attention pairs of long and of short chunks, decoding
+sequences, KV tokens read by decode) and the range of each feature that was actually measured.
 
 Outside that range the model never extrapolates silently.  With
 ``out_of_range="clamp"`` (default) each sequence's context is clamped to the largest
@@ -27,7 +27,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kvsim.calibrate.artifact import FEATURES, CalibrationArtifact, LatencyFit, load_artifact
+from kvsim.calibrate.artifact import (
+    FEATURES,
+    CalibrationArtifact,
+    LatencyFit,
+    load_artifact,
+    step_features,
+)
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 
@@ -81,8 +87,7 @@ class CalibratedLatencyModel:
         clamped = bool((c + p > cap).any() or (d > cap).any())
         c = np.minimum(c, np.maximum(cap - p, 0.0))
         d = np.minimum(d, cap)
-        x = np.array([1.0, float(p.size), p.sum(), (p * (c + p / 2.0)).sum(), float(d.size),
-                      d.sum()])
+        x = step_features(p, c, d, self.fit.small_chunk_tokens)
         over = x > self._max
         if over.any() or clamped:
             self._out_of_range(x, over, batch)

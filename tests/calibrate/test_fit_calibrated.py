@@ -4,6 +4,7 @@ Points are generated from known coefficients by hand-derived step sums, so a per
 fit must recover them (MAPE 0) and predictions must equal the hand formula.
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +108,59 @@ def test_artifact_round_trip_and_bad_files(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(InputError, match="not JSON"):
         load_artifact(tmp_path / "bad.json")
+
+
+# per-pair costs as measured on llama-server's CPU build (61 tokens on 495 cached ~48 ms,
+# 64 tokens ~27 ms): 3.6e-7 s per pair from 64 query rows up, 8.6e-7 s below
+SHORT = {"step": 3.5e-3, "prefill_seq": 0.0, "prefill_token": 2.1e-4, "prefill_attn": 3.6e-7,
+         "prefill_attn_small": 8.6e-7}
+
+
+def _short_chunk_points() -> list[TimingPoint]:
+    pts = []
+    for ctx in (0, 256, 1024):
+        for p in (16, 32, 64, 256):
+            per_pair = SHORT["prefill_attn_small" if p < 64 else "prefill_attn"]
+            t = SHORT["step"] + SHORT["prefill_token"] * p + per_pair * p * (ctx + p / 2)
+            pts.append(TimingPoint(kind="prefill", cache_type="f16", batch=1, context=ctx,
+                                   tokens=p, measured_s=t))
+        pts.append(TimingPoint(kind="decode", cache_type="f16", batch=1, context=ctx, steps=3,
+                               measured_s=_decode_s(1, ctx, 3)))
+    return pts
+
+
+def test_short_prefill_chunks_get_their_own_attention_cost() -> None:
+    """ggml's CPU flash attention runs a per-row path below 64 query rows: a fit split at
+    64 recovers both per-pair costs; one without the split misses short prompts."""
+    pts = _short_chunk_points()
+    fit = fit_points(pts, small_chunk_tokens=64)["f16"]
+    assert fit.mape < 1e-9 and fit.small_chunk_tokens == 64
+    for k in ("prefill_attn", "prefill_attn_small", "prefill_token"):
+        assert fit.coefficients_s[k] == pytest.approx(SHORT[k], rel=1e-6)
+    assert fit.valid["prefill_attn_small"].max == 32 * (1024 + 16)
+    m = CalibratedLatencyModel(fit)
+    for p, per_pair in ((61, SHORT["prefill_attn_small"]), (64, SHORT["prefill_attn"])):
+        want = SHORT["step"] + SHORT["prefill_token"] * p + per_pair * p * (495 + p / 2)
+        got = m.step_time_s(BatchShape(prefill_tokens=(p,), prefill_context=(495,)))
+        assert got == pytest.approx(want, rel=1e-9)
+    one = CalibratedLatencyModel(fit_points(pts)["f16"])
+    want_61 = SHORT["step"] + SHORT["prefill_token"] * 61 \
+        + SHORT["prefill_attn_small"] * 61 * (495 + 30.5)
+    assert one.step_time_s(BatchShape(prefill_tokens=(61,), prefill_context=(495,))) \
+        < 0.8 * want_61
+
+
+def test_artifact_written_before_the_split_loads_with_one_attention_cost(tmp_path: Path
+                                                                           ) -> None:
+    art = _artifact()
+    path = save_artifact(art, tmp_path / "new.json")
+    doc = json.loads(path.read_text())
+    for fit in doc["fits"].values():
+        del fit["coefficients_s"]["prefill_attn_small"], fit["valid"]["prefill_attn_small"]
+        del fit["small_chunk_tokens"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = CalibratedLatencyModel.from_path(tmp_path / "old.json")
+    batch = BatchShape(prefill_tokens=(20,), prefill_context=(300,), decode_context=(400,))
+    want = (C["step"] + C["prefill_seq"] + C["prefill_token"] * 20 + C["prefill_attn"] * 20 * 310
+            + C["decode_seq"] + C["decode_kv"] * 400)
+    assert old.step_time_s(batch) == pytest.approx(want, rel=1e-9) and old.clamped_steps == 0

@@ -14,7 +14,8 @@ Acceptance (issue 9):
   ``timings.cache_n`` and computed == ``prompt_n`` — with more sessions than slots, and
   with ``--cache-ram`` on and 0;
 - p50 and p95 TTFT and inter-token latency within ±25% after calibrating against the
-  same server (``kvsim calibrate engine``).
+  same server (``kvsim calibrate engine``): the median over three replays, or over six
+  when the first three miss (a busy machine's replays swing by more than the band).
 """
 
 from __future__ import annotations
@@ -185,18 +186,24 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
     sessions = _sessions()
     args = ("-c", "4096", "-np", "2", "--cache-ram", cache_ram)
     with _serve(server_bin, gguf_path, tmp_path / "calibrate.log", *args) as srv:
-        # covers the replay: prompts up to 354 new tokens on up to 1024 cached
-        grid = EngineGrid(prompt_tokens=(16, 64, 256, 512), contexts=(0, 256, 1024),
-                          batches=(1, 2), decode_tokens=32, repeats=3, space=SPACE)
+        # covers the replay: prompts up to 490 new tokens on up to 1024 cached, short
+        # prompts on both sides of ggml's 64-row flash-attention tile (kvsim.calibrate.engine)
+        grid = EngineGrid(prompt_tokens=(16, 40, 64, 128, 256, 512),
+                          contexts=(0, 256, 512, 1024), batches=(1, 2), decode_tokens=32,
+                          repeats=3, space=SPACE)
         artifact = save_artifact(calibrate_engine(srv.url, grid), tmp_path / "engine.json")
     # NOTE: each replay on a fresh server: the simulator starts with empty slots and
     # an empty RAM cache.
-    runs = []
-    for i in range(REPEATS):
-        with _serve(server_bin, gguf_path, tmp_path / f"replay{i}.log", *args,
-                    "--slot-save-path", str(tmp_path)) as srv:
-            _warm_up(srv.url)
-            runs.append(replay(sessions, ReplayOptions(url=srv.url, space=SPACE)))
+    def replays(first: int) -> list:
+        out = []
+        for i in range(first, first + REPEATS):
+            with _serve(server_bin, gguf_path, tmp_path / f"replay{i}.log", *args,
+                        "--slot-save-path", str(tmp_path)) as srv:
+                _warm_up(srv.url)
+                out.append(replay(sessions, ReplayOptions(url=srv.url, space=SPACE)))
+        return out
+
+    runs = replays(0)
     model = model_from_gguf(gguf_path)
     raw = {"gpu": "rtx-4090", "model": model, "weights": "f16",
            "engine": {"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
@@ -226,22 +233,29 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
     else:
         assert (later > 96).sum() >= 5
 
-    # latency: the median of the repeats (one replay varies by ~8-14 %) within ±25 %
+    # latency: the median of the repeats (one replay varies by ~8-14 %) within ±25 %;
+    # a miss on a busy machine earns one more set of replays, judged on all of them
+    misses = _latency_misses(runs, predicted)
+    if misses:
+        more = replays(REPEATS)
+        for measured in more:
+            per = compare_requests(measured, predicted)
+            assert (per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"]).all()
+        misses = _latency_misses(runs + more, predicted)
+    assert not misses, "latency outside ±25 %: " + "; ".join(misses)
+
+
+def _latency_misses(runs: list, predicted) -> list[str]:
+    """p50/p95 TTFT and inter-token latency: the median over replays vs the prediction."""
     tables = [compare_results(m, predicted).set_index("metric") for m in runs]
     misses = []
     for metric in LATENCY_METRICS:
         measured_s = float(np.median([t.loc[metric, "measured"] for t in tables]))
         predicted_s = tables[0].loc[metric, "predicted"]
         rel = predicted_s / measured_s - 1
+        print(f"{metric}: measured median {measured_s:.4f} s over {len(runs)} replays, "
+              f"predicted {predicted_s:.4f} s ({rel:+.1%})")
         if abs(rel) > 0.25:
             misses.append(f"{metric}: measured {[round(t.loc[metric, 'measured'], 4) for t in tables]}"
                           f" predicted {predicted_s:.4f} ({rel:+.0%})")
-    if misses:
-        # NOTE: kept visible as an expected failure, not asserted, so that CI stays a
-        # verdict on correctness: (1) with --cache-ram on, requests that take a slot
-        # over come out ~25-35 % faster than measured although saves and restores are
-        # charged (calibrated per-token rates plus a fixed cost per copy) — cause not
-        # yet found; (2) the p95 of 15 requests on a shared 2-core machine swings by up
-        # to ±45 % between replays of the same trace (seen: 0.147-0.213 s), more than
-        # the ±25 % band.  The token counters above stay exact and asserted.
-        pytest.xfail("latency outside ±25 %: " + "; ".join(misses))
+    return misses
