@@ -8,6 +8,7 @@ Expectations are worked by hand from those rules: bytes are tokens × 10 B here.
 from core_helpers import req, run_until_idle
 
 from kvsim.core.kv.slots import PromptCache
+from kvsim.core.requests import Request
 from kvsim.core.slot_scheduler import SlotScheduler
 
 
@@ -81,14 +82,20 @@ def test_idle_slots_are_saved_when_a_task_starts() -> None:
     assert c.cached_tokens == 104
 
 
-def test_unified_pool_clears_idle_slots_and_restores_from_ram() -> None:
-    s = _sched(unified=True, slot_tokens=8192)
+def _a_done_then_b_starts(s: SlotScheduler) -> tuple[Request, float]:
+    """``a`` (100 tokens, 5 out) runs alone to the end; then ``b`` (50 tokens) starts."""
     a = req("a#0", [("a", 100)], out=5)
     s.add_request(a, 0.0)
     now = run_until_idle(s)
     b = req("b#0", [("b", 50)], out=5)
     s.add_request(b, now)
     s.schedule(now)
+    return b, now
+
+
+def test_unified_pool_clears_idle_slots_and_restores_from_ram() -> None:
+    s = _sched(unified=True, slot_tokens=8192)
+    b, now = _a_done_then_b_starts(s)
     # a's idle slot is saved and cleared: only b's prompt will occupy cells
     assert s.pool.used_cells == 0 and len(s.ram.entries) == 1
     now = run_until_idle(s, now)
@@ -104,12 +111,7 @@ def test_unified_pool_clears_idle_slots_and_restores_from_ram() -> None:
 
 def test_no_cache_idle_slots_keeps_idle_slots_resident_and_unsaved() -> None:
     s = _sched(unified=True, slot_tokens=8192, cache_idle_slots=False)
-    a = req("a#0", [("a", 100)], out=5)
-    s.add_request(a, 0.0)
-    now = run_until_idle(s)
-    b = req("b#0", [("b", 50)], out=5)
-    s.add_request(b, now)
-    s.schedule(now)
+    _a_done_then_b_starts(s)
     assert "idle_save" not in [e.kind for e in s.events]
     assert s.pool.used_cells == 104 and s.ram.entries == []
 
