@@ -116,8 +116,8 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
            for h in ch[req_hashed.get(reqs[i].request_id, 0):]):
         order = sorted([(j, i, 0) for j, i in pops] + [(j, i, 1) for j, i in regs])
     else:
-        flags: list[bool] = []
-        new = pool.get_new_blocks(len(pops), flags)
+        flags = pool.head_is_cached(len(pops))
+        new = pool.get_new_blocks(len(pops))
         for (j, i), b, f in zip(pops, new, flags):
             req_blocks[reqs[i].request_id].append(b)
             active[j] += 1

@@ -112,11 +112,8 @@ class BlockPool:
                     self._cached_free -= 1
             b.ref_cnt += 1
 
-    def get_new_blocks(self, n: int, evicted: list[bool] | None = None) -> list[Block]:
-        """Pop ``n`` blocks from the head of the free queue, evicting their hashes.
-
-        ``evicted`` (if given) gets one flag per block: it was free but cached.
-        """
+    def get_new_blocks(self, n: int) -> list[Block]:
+        """Pop ``n`` blocks from the head of the free queue, evicting their hashes."""
         if n > self.num_free:
             raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
         out = []
@@ -128,19 +125,28 @@ class BlockPool:
             head.next, nxt.prev = nxt, head
             b.prev = b.next = None
             h = b.block_hash
-            hit = False
             if h is not None:
                 if cached.get(h) is b:
                     del cached[h]
                     self.evictions += 1
                     self._cached_free -= 1
-                    hit = True
                 b.block_hash = None
-            if evicted is not None:
-                evicted.append(hit)
             b.ref_cnt = 1
             out.append(b)
         q.num_free -= n
+        return out
+
+    def head_is_cached(self, n: int) -> list[bool]:
+        """For the next ``n`` blocks an allocation would pop: is each free but cached?
+
+        NOTE: a free block carrying a hash is the one indexed under it (free_blocks
+        clears an unindexed duplicate's hash), so its hash is what says so.
+        """
+        out = []
+        b = self.free_queue._head.next
+        for _ in range(n):
+            out.append(b.block_hash is not None)
+            b = b.next
         return out
 
     def cache_full_block(self, block: Block, block_hash: int) -> None:

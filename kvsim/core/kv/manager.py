@@ -103,7 +103,9 @@ class KVCacheManager:
             # NOTE: blocks that become full during this step are registered at once, so
             # requests in the same batch (and the request's own output) can reuse them.
             n_full = total // self.block_tokens
-            done = self.req_num_hashed.get(req.request_id, 0)
+            # NOTE: hit blocks lead the table and already carry their hashes
+            # (cache_full_block would skip them)
+            done = max(self.req_num_hashed.get(req.request_id, 0), len(hit.blocks))
             if n_full > done:
                 hashes = self._hashes(req, n_full)
                 for i in range(done, n_full):
