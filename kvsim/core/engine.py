@@ -20,9 +20,10 @@ Only this module (and ``link.py``) imports SimPy; schedulers and pools take
 ``now_s`` and are tested without it.
 
 Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` may
-advance several decode-only steps in one timeout when no boundary (any pending
-SimPy event but the sampler's tick, a completion, a failing allocation, a hook
-trigger) falls inside the jump; the sampler ticks inside it before the next SimPy
+advance several steps in one timeout — decode-only stretches, and the single steps
+between them (completions, prefill chunks) run inline — when no boundary (any
+pending SimPy event but the sampler's tick, a failing allocation, a hook trigger,
+a finished request's closed-loop follow-up) falls inside the jump; the sampler ticks inside it before the next SimPy
 event are recorded at once from the stretch's memory (``_sample_stretch``; the
 sampler then sleeps past them), later ones read it when they fire.  The next
 pending event is read off the SimPy heap in O(1) (``next_event_s``).
@@ -240,7 +241,7 @@ class Engine:
                 yield self._wake
                 self._idle = False
                 if self._activity is not None and not self._activity.triggered:
-                    self._activity.succeed()
+                    self._wake_sampler()
                 plan = sched.schedule(self.env.now)
                 continue
             ran = yield from self._execute(plan)
@@ -257,7 +258,7 @@ class Engine:
     def _execute(self, plan: StepPlan):
         """Run one step (after a fast-forwarded stretch, if any); return the plan run last."""
         ff = self.fastforward
-        if ff is not None and plan.is_decode_only:
+        if ff is not None:
             quiet_s = next_event_s(self.env._queue, self._tick)
             jumped = ff.jump(plan, self.env.now, quiet_s, self._stop_s)
             if jumped is not None:
@@ -283,6 +284,23 @@ class Engine:
         for req in done:
             self._finish(req)
         return plan
+
+    def _wake_sampler(self) -> None:
+        """Resume the idle sampler: at once on a tick instant, else at the next tick.
+
+        NOTE: the activity event the sampler waits on *is* that tick (URGENT, as
+        ``_sleep``), so a jump from the wake instant sees no event at ``now``.
+        Memory changes only from the driver's next step on, so the state at the wake
+        instant equals the idle sample already taken.
+        """
+        ev, now, dt = self._activity, self.env.now, self.sample_interval_s
+        delay = math.ceil(now / dt) * dt - now
+        if not delay > 0:
+            ev.succeed()
+            return
+        ev._ok, ev._value = True, None
+        self.env.schedule(ev, URGENT, delay)
+        self._tick, self._tick_s = ev, now + delay
 
     def _sleep(self, delay_s: float) -> simpy.Event:
         """A sampler tick: URGENT, so it precedes every other event at its instant."""
@@ -327,13 +345,7 @@ class Engine:
                 self.progress(self.env.now, self.requests_done)
             if self._idle:
                 self._activity = self.env.event()
-                yield self._activity
-                now = self.env.now
-                next_tick = math.ceil(now / dt) * dt
-                if next_tick > now:
-                    # NOTE: memory changes only from the driver's next step on, so the
-                    # state at the wake instant equals the idle sample already taken.
-                    yield self._sleep(next_tick - now)
+                yield self._activity  # resumed on the tick grid (_wake_sampler)
                 continue
             yield self._sleep(dt)
 

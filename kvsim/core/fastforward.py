@@ -13,11 +13,13 @@ runs step ``J`` as an ordinary step (which may finish requests).
 request), :meth:`FastForward.jump` runs step ``J`` inline — the scalar
 ``step_time_s``, the scheduler's own ``complete`` — if it ends before every bound;
 then, unless a hook wants to act at that instant, the scheduler's own ``schedule``
-gives the next plan, and a decode-only one continues the jump with a new stretch
-(anything else is handed to the driver, already scheduled).  This is exactly what
-the driver would do, minus SimPy: nothing else can happen before the bound.  A
-finished request's done event fires at its finish instant (the engine schedules it);
-its session's next closed-loop turn, ``follow_s(req)`` later, is a new bound.
+gives the next plan: a decode-only one continues the jump with a new stretch, any
+other (prefill chunks, a stall) runs inline as one step by the same rule — and so
+does the plan the jump starts with.  A step that would not end before every bound
+is handed to the driver, already scheduled.  This is exactly what the driver would
+do, minus SimPy: nothing else can happen before the bound.  A finished request's
+done event fires at its finish instant (the engine schedules it); its session's
+next closed-loop turn, ``follow_s(req)`` later, is a new bound.
 
 Stretch length ``J`` is the largest number of steps such that
 
@@ -279,49 +281,42 @@ class FastForward:
         stretch are in :attr:`finished` as ``(time, request)``; :attr:`idle_after`
         says the stretch ended with a ``schedule`` that returned nothing.
 
-        Through completions (module doc): a step at the scheduler's boundary runs
-        inline — the scalar step time, the scheduler's own ``complete`` — if it ends
-        before every bound; then, unless a hook wants to act, the scheduler's own
-        ``schedule`` gives the next plan, and a decode-only one continues the stretch.
+        Through completions (module doc): a step at the scheduler's boundary, and
+        any step that is not a plain decode, runs inline — the scalar step time, the
+        scheduler's own ``complete`` — if it ends before every bound; then, unless a
+        hook wants to act, the scheduler's own ``schedule`` gives the next plan.
         A finished request's session may submit its next turn ``follow_s(req)``
         after it finishes: that bounds the rest of the stretch.
         """
         self.finished = []
         self.idle_after = False
-        if not self.enabled or not plan.is_decode_only or plan.extra_s:
+        if not self.enabled:
             return None
         hook_s = min((h.next_trigger_s(now_s) for h in self.hooks), default=math.inf)
         quiet_s, hard_s = bound_s, hook_s
         parts: list[Stretch] = []
         t = now_s
         while True:
-            steps, fold, at_limit, part = self._segment(plan, t, quiet_s, hard_s, stop_s)
-            if part is not None:
-                parts.append(part)
-                t = float(part.times[-1])
-                plan = advanced_plan(plan, steps)
-                if fold:
-                    return self._ended(parts, plan, t, True)
-            if not (self.through and at_limit) or plan.extra_s:
+            part = None
+            if plan.is_decode_only and not plan.extra_s:
+                steps, fold, at_limit, part = self._segment(plan, t, quiet_s, hard_s, stop_s)
+                if part is not None:
+                    parts.append(part)
+                    t = float(part.times[-1])
+                    plan = advanced_plan(plan, steps)
+                    if fold:
+                        return self._ended(parts, plan, t, True)
+                if not at_limit:
+                    break
+            if not self.through:
                 break
-            dt = self._first_step_s(plan) + plan.extra_s
-            end = t + dt if dt > 0 else t
-            if not (end < quiet_s and end < hard_s):
+            ran = self._inline_step(plan, t, min(quiet_s, hard_s), part, parts)
+            if ran is None:
                 break
-            if getattr(self.latency, "clamped_steps", None) is not None:
-                self.latency.step_time_s(plan.batch)  # count it, as the driver would
-            mem = part.base if part is not None else self.scheduler.memory()
-            done = self.scheduler.complete(plan, end)
-            b = plan.batch
-            self.recorder.step(t, end, sum(b.prefill_tokens), len(b.decode_context),
-                               len(plan.items))
-            parts.append(Stretch(np.array([t, end]), mem,
-                                 np.array([mem.kv_allocated_bytes], dtype=np.int64),
-                                 np.array([mem.kv_cached_bytes], dtype=np.int64)))
-            t = end
+            t, done = ran
             for req in done:
-                self.finished.append((end, req))
-                hard_s = min(hard_s, end + self.follow_s(req))
+                self.finished.append((t, req))
+                hard_s = min(hard_s, t + self.follow_s(req))
             if min((h.next_trigger_s(t) for h in self.hooks), default=math.inf) <= t:
                 return self._ended(parts, plan, t, True)  # a hook acts: the driver runs it
             nxt = self.scheduler.schedule(t)
@@ -332,11 +327,32 @@ class FastForward:
             hard_s = min(hard_s, min((h.next_trigger_s(t) for h in self.hooks),
                                      default=math.inf))
             plan = nxt
-            if not plan.is_decode_only or plan.extra_s:
-                break
         if not parts:
             return None
         return self._ended(parts, plan, t, False)
+
+    def _inline_step(self, plan: StepPlan, t: float, bound_s: float, part: Stretch | None,
+                     parts: list[Stretch]) -> tuple[float, list[Any]] | None:
+        """Run ``plan`` as the driver would (scalar step time, the scheduler's own
+        ``complete``) if it ends before ``bound_s``: ``(end, finished)``, else None.
+
+        ``part`` is the stretch just applied (its final state is this step's memory).
+        """
+        dt = self._first_step_s(plan) + plan.extra_s
+        end = t + dt if dt > 0 else t
+        if not end < bound_s:
+            return None
+        if getattr(self.latency, "clamped_steps", None) is not None:
+            self.latency.step_time_s(plan.batch)  # count it, as the driver would
+        mem = part.base if part is not None else self.scheduler.memory()
+        done = self.scheduler.complete(plan, end)
+        b = plan.batch
+        self.recorder.step(t, end, sum(b.prefill_tokens), len(b.decode_context),
+                           len(plan.items))
+        parts.append(Stretch(np.array([t, end]), mem,
+                             np.array([mem.kv_allocated_bytes], dtype=np.int64),
+                             np.array([mem.kv_cached_bytes], dtype=np.int64)))
+        return end, done
 
     def _ended(self, parts: list[Stretch], plan: StepPlan, end_s: float, folded: bool
                ) -> tuple[StepPlan, float, bool]:
