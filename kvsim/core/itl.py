@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 TOL_REL = 2.0 ** -50
+SMALL_STRETCH = 32  # NOTE: emit_tokens segments shorter stretches in pure Python
 _INF = math.inf
 
 
@@ -155,15 +156,29 @@ def emit_tokens(reqs: list, times: np.ndarray) -> None:
     Each request's first gap (from its own last token) goes through its open run;
     the gaps between the stretch's tokens are shared and segmented once.
     """
-    t1 = float(times[1])
-    last = float(times[-1])
     steps = len(times) - 1
-    shared = stretch_runs(np.diff(times[1:]), times[2:]) if steps > 1 else []
-    closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in shared[:-1]]
+    closed: list[tuple[float, float, int]] = []
+    shared: tuple[float, float, float, int] | None = None
+    if steps <= SMALL_STRETCH:  # NOTE: a fresh GapRuns fed gap by gap: the same runs
+        ts = times.tolist()
+        t1 = ts[1]
+        if steps > 1:
+            one = GapRuns()
+            prev = t1
+            for t in ts[2:]:
+                one.add(t - prev, t)
+                prev = t
+            closed, shared = one.closed, (one.g0, one.lo, one.hi, one.n)
+    else:
+        t1 = float(times[1])
+        runs4 = stretch_runs(np.diff(times[1:]), times[2:])
+        closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]]
+        shared = runs4[-1]
+    last = float(times[-1])
     for r in reqs:
         runs = r.itl
         runs.add(t1 - r.last_token_s, t1)
-        if shared:
-            runs.extend_shared(closed, shared[-1])
+        if shared is not None:
+            runs.extend_shared(closed, shared)
         r.last_token_s = last
         r.num_output += steps

@@ -5,6 +5,7 @@ Percentiles over ``(gap_s, gap_delta_s, count)`` runs must equal numpy's
 other latency), on both the expansion path and the bisection path for large inputs.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.core.itl import TOL_REL, GapRuns, stretch_runs
+from kvsim.core.itl import TOL_REL, GapRuns, emit_tokens, stretch_runs
 from kvsim.metrics import gaps
 from kvsim.metrics.summary import itl_quantile
 from kvsim.report.data_run import itl_cdf
@@ -97,3 +98,31 @@ def test_decode_stretch_is_a_few_runs_within_clock_resolution(dt0, slope, steps,
     rows = online.runs()
     back = gaps.expand(*zip(*rows))
     assert np.all(np.abs(back - gs) <= TOL_REL * np.maximum(ends, 1.0) * (1 + 1e-9) + 1e-18)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dt0=st.floats(0.005, 0.05), slope=st.sampled_from([0.0, 2.5e-7, 1e-5]),
+       steps=st.integers(1, 80), t0=st.floats(0.0, 6e5), jitter=st.integers(0, 5))
+def test_emit_tokens_equals_sampling_token_by_token(dt0, slope, steps, t0, jitter) -> None:
+    """A stretch's tokens emitted at once (short stretches in Python, long ones with
+    numpy): each request's first gap joins its own open run, the gaps between the
+    stretch's tokens are the runs of a fresh builder fed one gap at a time."""
+    j = np.arange(steps)
+    dts = dt0 + slope * j + np.where(j % 7 < jitter, 1e-4, 0.0)  # some off-run steps
+    times = np.concatenate(([t0], dts)).cumsum()
+
+    class Req:
+        def __init__(self, last: float) -> None:
+            self.itl, self.last_token_s, self.num_output = GapRuns(), last, 1
+
+    reqs = [Req(t0 - 0.02), Req(t0 - 0.5)]
+    emit_tokens(reqs, times)
+    shared = GapRuns()
+    ts = times[1:].tolist()
+    for a, b in itertools.pairwise(ts):
+        shared.add(b - a, b)
+    for r, last in zip(reqs, (t0 - 0.02, t0 - 0.5)):
+        first = GapRuns()
+        first.add(ts[0] - last, ts[0])
+        assert r.itl.runs() == first.runs() + shared.runs()
+        assert r.last_token_s == times[-1] and r.num_output == 1 + steps
