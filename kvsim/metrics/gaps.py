@@ -23,6 +23,7 @@ import numpy as np
 _MAG = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 EXPAND_MAX = 1 << 22  # gaps expanded in memory at most (32 MB; larger inputs bisect)
 SMALL_TOTAL = 512  # per-request stats: expand in pure Python up to this many gaps
+CHUNK_GROUPS = (1 << 15) - 1  # group_stats: groups sorted together (int16 radix keys)
 
 
 def as_runs(gap_s, delta_s, count) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,3 +155,61 @@ def run_stats(runs: list[tuple[float, float, int]]) -> tuple[float, float, float
     g, d, n = (np.array(c) for c in zip(*runs))
     p50, p95 = quantiles(g, d, n, (0.5, 0.95))
     return mean(g, d, n), p50, p95, maximum(g, d, n)
+
+
+def group_stats(index, gap_s, delta_s, count, groups: int,
+                chunk_gaps: int = 1 << 20) -> np.ndarray:
+    """``(mean, p50, p95, max)`` per group of runs, as :func:`run_stats` of each group.
+
+    ``index[i]`` is run ``i``'s group (non-decreasing: a group's runs are contiguous);
+    row ``k`` of the result is group ``k`` (NaN without gaps).  Groups are expanded
+    and sorted together, a chunk of whole groups of at most ``chunk_gaps`` gaps (and
+    ``CHUNK_GROUPS`` groups) at a time: bounded memory; a larger group goes through
+    :func:`run_stats` alone.
+
+    NOTE: quantiles and maximum are exactly the expansion's values; the mean sums a
+    group's sorted gaps with numpy (equal to run_stats' to float rounding).
+    """
+    out = np.full((groups, 4), np.nan)
+    idx = np.asarray(index, dtype=np.int64)
+    g, d, n = (np.asarray(a, dtype=t) for a, t in ((gap_s, np.float64),
+                                                   (delta_s, np.float64), (count, np.int64)))
+    bounds = np.searchsorted(idx, np.arange(groups + 1), side="left")
+    cum = np.concatenate(([0], np.cumsum(n)))
+    totals = cum[bounds[1:]] - cum[bounds[:-1]]  # gaps per group
+    ends = np.cumsum(totals)
+    a = 0
+    while a < groups:
+        if totals[a] > chunk_gaps:
+            r0, r1 = bounds[a], bounds[a + 1]
+            out[a] = run_stats(list(zip(g[r0:r1].tolist(), d[r0:r1].tolist(),
+                                        n[r0:r1].tolist())))
+            a += 1
+            continue
+        base = ends[a] - totals[a]
+        b = max(int(np.searchsorted(ends, base + chunk_gaps, side="right")), a + 1)
+        b = min(b, a + CHUNK_GROUPS)
+        _chunk_stats(out, a, b, bounds, totals, idx, g, d, n)
+        a = b
+    return out
+
+
+def _chunk_stats(out: np.ndarray, a: int, b: int, bounds: np.ndarray, totals: np.ndarray,
+                 idx: np.ndarray, g: np.ndarray, d: np.ndarray, n: np.ndarray) -> None:
+    """:func:`group_stats` of groups ``a..b−1`` (every one at most the chunk size)."""
+    r0, r1 = bounds[a], bounds[b]
+    tot = totals[a:b]
+    has = tot > 0
+    if not has.any():
+        return
+    v = expand(g[r0:r1], d[r0:r1], n[r0:r1])
+    grp = np.repeat((idx[r0:r1] - a).astype(np.int16), n[r0:r1])
+    order = np.argsort(v)  # then a stable (radix) sort by group: sorted within groups
+    vs = v[order[np.argsort(grp[order], kind="stable")]]
+    t = tot[has]
+    off = (np.cumsum(tot) - tot)[has]
+    rows = np.arange(a, b)[has]
+    out[rows, 0] = np.add.reduceat(vs, off) / t
+    for col, q in ((1, 0.5), (2, 0.95)):
+        out[rows, col] = vs[off + np.maximum(np.ceil(q * t).astype(np.int64), 1) - 1]
+    out[rows, 3] = vs[off + t - 1]

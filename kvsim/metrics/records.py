@@ -25,6 +25,7 @@ exceed :data:`MAX_REQUESTS` (≈ 0.6 KB of rows each, ~200 MB) stops with an
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import InputError
-from kvsim.metrics.gaps import run_stats
+from kvsim.metrics.gaps import group_stats
 
 MAX_REQUESTS = 300_000  # NOTE: keeps one run's result rows well inside ~400 MB
 
@@ -66,7 +67,9 @@ def weighted_quantile(values: list[float], counts: list[int], q: float) -> float
 class Recorder:
     """Collects request, ITL, step, memory-sample and event rows during one run."""
 
-    requests: list[tuple[Any, ...]] = field(default_factory=list)
+    request_rows: list[tuple[Any, ...]] = field(default_factory=list)  # without ITL stats
+    itl_row: array = field(default_factory=lambda: array("i"))  # per itl id: its request row
+    final_rows: int = 0  # leading request rows that carry their ITL statistics
     itl_ids: list[str] = field(default_factory=list)  # one per request with gaps
     itl_index: array = field(default_factory=lambda: array("i"))
     itl_gap_s: array = field(default_factory=lambda: array("d"))
@@ -77,6 +80,36 @@ class Recorder:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     output_tokens: int = 0
     max_requests: int = MAX_REQUESTS
+
+    @property
+    def requests(self) -> list[tuple[Any, ...]]:
+        """The ``requests`` rows (REQUEST_COLUMNS), ITL statistics included."""
+        self._finalize()
+        return self.request_rows
+
+    def _finalize(self) -> None:
+        """Append the ITL statistics to the rows that lack them, in place.
+
+        NOTE: computed for all those requests at once (:func:`gaps.group_stats`), not
+        as each request finishes; rows are replaced one by one (no second copy).
+        """
+        rows, n0 = self.request_rows, self.final_rows
+        if n0 == len(rows):
+            return
+        nan4 = (math.nan,) * 4
+        for i in range(n0, len(rows)):
+            rows[i] = (*rows[i], *nan4)
+        self.final_rows = len(rows)
+        k0 = bisect.bisect_left(self.itl_row, n0)  # first request with runs to fill
+        if k0 == len(self.itl_ids):
+            return
+        idx = np.frombuffer(self.itl_index, dtype=np.int32)
+        r0 = int(np.searchsorted(idx, k0, side="left"))
+        stats = group_stats(idx[r0:] - k0, self.itl_gap_s[r0:], self.itl_delta_s[r0:],
+                            self.itl_count[r0:], len(self.itl_ids) - k0).tolist()
+        for k, st in enumerate(stats, start=k0):
+            row = self.itl_row[k]
+            rows[row] = (*rows[row][:-4], *st)
 
     @property
     def itl(self) -> dict[str, Any]:
@@ -106,16 +139,17 @@ class Recorder:
         fin = req.finish_s
         failed = req.failure_reason != ""
         runs = req.itl.runs()
-        self.requests.append((
+        self.request_rows.append((
             req.request_id, req.session_id, req.turn, req.member, req.kind, arr, first, tok,
             fin, nan if math.isnan(first) else first - arr, nan if math.isnan(tok) else tok - arr,
             fin - arr if not failed else nan, req.prompt_tokens, req.cached_tokens,
             req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
-            failed, req.failure_reason, req.truncated, *run_stats(runs)))
+            failed, req.failure_reason, req.truncated))
         self.output_tokens += req.num_output
         if runs:
             k = len(self.itl_ids)
             self.itl_ids.append(req.request_id)
+            self.itl_row.append(len(self.request_rows) - 1)
             gaps, deltas, counts = zip(*runs)
             self.itl_index.extend([k] * len(runs))
             self.itl_gap_s.extend(gaps)

@@ -126,3 +126,22 @@ def test_emit_tokens_equals_sampling_token_by_token(dt0, slope, steps, t0, jitte
         first.add(ts[0] - last, ts[0])
         assert r.itl.runs() == first.runs() + shared.runs()
         assert r.last_token_s == times[-1] and r.num_output == 1 + steps
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups=st.lists(st.one_of(st.just([]), runs_st), min_size=1, max_size=8),
+       chunk=st.sampled_from([1 << 20, 700, 50]))
+def test_group_stats_equal_numpy_per_group(groups, chunk) -> None:
+    """Per-request (mean, p50, p95, max) of many requests' runs at once equal numpy
+    over each request's expanded gaps, whatever the chunking (NaN without gaps)."""
+    idx = [k for k, runs in enumerate(groups) for _ in runs]
+    g, d, n = ([r[i] for runs in groups for r in runs] for i in range(3))
+    out = gaps.group_stats(idx, g, d, n, len(groups), chunk_gaps=chunk)
+    for k, runs in enumerate(groups):
+        if not runs:
+            assert np.isnan(out[k]).all()
+            continue
+        v = np.concatenate([gg + np.arange(c) * dd for gg, dd, c in runs])
+        assert out[k][1] == _np_q(v, 0.5) and out[k][2] == _np_q(v, 0.95)
+        assert out[k][3] == v.max()
+        assert out[k][0] == pytest.approx(v.mean(), rel=1e-12)
