@@ -34,9 +34,9 @@ def _all_decode(plan: StepPlan, running: list[Any]) -> bool:
     return n == len(running) and len(plan.batch.decode_context) == n
 
 
-def _new_blocks(ctx: np.ndarray, steps: int, block: int) -> int:
+def _new_blocks(ctx: tuple[int, ...], steps: int, block: int) -> int:
     """Blocks first needed by steps ``1..steps`` (step j holds ``ctx + j + 1`` tokens)."""
-    return int(((ctx + steps) // block - ctx // block).sum())
+    return sum([(c + steps) // block - c // block for c in ctx])
 
 
 def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
@@ -52,12 +52,12 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
         n = min(head.remaining_tokens - hit.num_tokens, sched.budget_tokens - len(plan.items))
         if mgr.blocks_needed(head, n, hit) <= pool.num_free:
             return 0
-    max_len = sched.max_model_len
-    limit = min(min(r.max_output_tokens - r.num_output, max_len - r.prompt_tokens - r.num_output)
-                for r, _, _, _ in plan.items) - 1
+    reqs = [it[0] for it in plan.items]
+    limit = min(min([r.max_output_tokens - r.num_output for r in reqs]),
+                sched.max_model_len - max([r.prompt_tokens + r.num_output for r in reqs])) - 1
     if limit < 1:
         return 0
-    ctx = np.array(plan.batch.decode_context, dtype=np.int64)  # items order (decode-only)
+    ctx = plan.batch.decode_context
     free, block = pool.num_free, sched.block_tokens
     if _new_blocks(ctx, limit, block) <= free:
         return limit
@@ -81,9 +81,14 @@ def _block_events(items: tuple, steps: int, block: int, caching: bool
     pops: list[tuple[int, int]] = []
     regs: list[tuple[int, int]] = []
     for i, (_, _, c, _) in enumerate(items):
-        pops.extend([(j, i) for j in range(block - c % block, steps + 1, block)])
-        if caching:
-            regs.extend([(j, i) for j in range(block - (c + 1) % block, steps + 1, block)])
+        j = block - c % block
+        while j <= steps:
+            pops.append((j, i))
+            j += block
+        j = block - (c + 1) % block
+        while caching and j <= steps:
+            regs.append((j, i))
+            j += block
     pops.sort()
     regs.sort()
     return pops, regs
@@ -146,10 +151,10 @@ def _stretch_memory(sched: Any, steps: int, active: list[int], cached: list[int]
     """KV bytes during each step: the final state minus what steps j+1..J allocated."""
     bb = sched.block_bytes
     mem = sched.memory()
-    act = np.array(active, dtype=np.int64)
-    cac = np.array(cached, dtype=np.int64)
-    alloc = mem.kv_allocated_bytes - bb * (act.sum() - np.cumsum(act))[:steps]
-    cache = mem.kv_cached_bytes + bb * (cac.sum() - np.cumsum(cac))[:steps]
+    act = np.cumsum(np.array(active, dtype=np.int64))
+    cac = np.cumsum(np.array(cached, dtype=np.int64))
+    alloc = mem.kv_allocated_bytes - bb * (act[-1] - act[:steps])
+    cache = mem.kv_cached_bytes + bb * (cac[-1] - cac[:steps])
     return alloc, cache, mem
 
 
