@@ -9,7 +9,9 @@ as ``J`` rounds of ``complete`` + ``schedule`` would — tokens sampled at
 ``times[1..J]``, blocks popped from the free queue and full blocks registered in
 the same (step, request) order — and returns the KV bytes during each step
 ``0..J−1`` for the memory sampler, and the memory state after the stretch (whose
-other columns held throughout it).
+other columns held throughout it).  The pops are taken in one call when no hash to
+register is still indexed: a pop then never evicts one, so pops and registrations
+commute (each kind keeps its own order).
 
 NOTE: the paged admission argument: a waiting request that cannot be admitted at
 step 0 cannot be admitted later in the stretch — free blocks only decrease and
