@@ -130,6 +130,9 @@ class PolicyRuntime:
     def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None:
         if plan is None:
             return None
+        if not self.scorer.pending and not (self.dequant_s_per_byte and self.slots) \
+                and plan.extra_s >= 0:
+            return plan  # NOTE: nothing to score or dequantize: extra below would be 0
         recall_end = now_s
         dequant = 0.0
         pending = self.scorer.pending
