@@ -248,8 +248,8 @@ def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> Li
 
     The simulator times a save of ``n`` bytes as ``latency + n / d2h_bytes_per_s``
     and a restore as ``latency + n / h2d_bytes_per_s``; the measured seconds per
-    saved / restored token over the model's KV bytes per token give the rates.  An artifact that holds only the
-    round-trip cost (``ram_cache_s_per_token``) splits it evenly between the two.
+    saved / restored token over the model's KV bytes per token give the rates.  An
+    artifact that holds only the round-trip cost (``ram_cache_s_per_token``) splits it evenly between the two.
     The fixed cost per copy measured on restores (``ram_cache_fixed_s``) becomes the
     link's per-transfer latency, paid by saves and restores alike (an approximation:
     the save's fixed cost cancels out of its measurement).

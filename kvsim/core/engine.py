@@ -23,9 +23,10 @@ Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` 
 advance several steps in one timeout — decode-only stretches, and the single steps
 between them (completions, prefill chunks) run inline — when no boundary (any
 pending SimPy event but the sampler's tick, a failing allocation, a hook trigger,
-a finished request's closed-loop follow-up) falls inside the jump; the sampler ticks inside it before the next SimPy
-event are recorded at once from the stretch's memory (``_sample_stretch``; the
-sampler then sleeps past them), later ones read it when they fire.  The next
+a finished request's closed-loop follow-up) falls inside the jump; the sampler ticks
+inside it before the next SimPy event are recorded at once from the stretch's memory
+(``_sample_stretch``; the sampler then sleeps past them), later ones read it when
+they fire.  The next
 pending event is read off the SimPy heap in O(1) (``next_event_s``).
 
 NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step

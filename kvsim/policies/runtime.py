@@ -174,8 +174,8 @@ class PolicyRuntime:
         if alloc == m.kv_allocated_bytes and quant == m.kv_quant_bytes \
                 and host == m.host_kv_bytes:
             return m
-        return MemoryState(m.kv_reserved_bytes, alloc, m.kv_cached_bytes, m.running,
-                           m.waiting, host, quant)
+        return dataclasses.replace(m, kv_allocated_bytes=alloc, kv_quant_bytes=quant,
+                                   host_kv_bytes=host)
 
     # -- StepHook (kvsim.core.step) ----------------------------------------------------------
     def after_step(self, scheduler: Any, plan: Any, now_s: float) -> float:

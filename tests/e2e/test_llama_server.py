@@ -256,6 +256,6 @@ def _latency_misses(runs: list, predicted) -> list[str]:
         print(f"{metric}: measured median {measured_s:.4f} s over {len(runs)} replays, "
               f"predicted {predicted_s:.4f} s ({rel:+.1%})")
         if abs(rel) > 0.25:
-            misses.append(f"{metric}: measured {[round(t.loc[metric, 'measured'], 4) for t in tables]}"
-                          f" predicted {predicted_s:.4f} ({rel:+.0%})")
+            each = [round(t.loc[metric, "measured"], 4) for t in tables]
+            misses.append(f"{metric}: measured {each} predicted {predicted_s:.4f} ({rel:+.0%})")
     return misses

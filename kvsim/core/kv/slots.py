@@ -85,6 +85,7 @@ class PromptCache:
         self.bytes_per_token = bytes_per_token
         self.limit_tokens = limit_tokens  # llama-server: n_ctx; 0 = no token limit
         self.entries: list[CacheEntry] = []  # oldest first
+        self._bytes = 0  # NOTE: == sum(e.bytes for e in entries), kept by every change
 
     @property
     def enabled(self) -> bool:
@@ -92,40 +93,51 @@ class PromptCache:
 
     @property
     def total_bytes(self) -> int:
-        return sum(e.bytes for e in self.entries)
+        return self._bytes
 
     def save(self, seq: TokenSeq, now_s: float) -> int:
         """Store a slot state; return the bytes written (0: off, empty or skipped)."""
         n = seq_len(seq)
         if not self.enabled or n == 0:
             return 0
-        if any(common_prefix(e.seq, seq) == n for e in self.entries):
+        lcps = [common_prefix(e.seq, seq) for e in self.entries]
+        if n in lcps:
             return 0  # already held whole by one entry
         size = n * self.bytes_per_token
         limit = self.limit_bytes
         if limit is not None and size > limit:
             return 0  # over-limit states are skipped, not cached
-        self.entries = [e for e in self.entries if common_prefix(e.seq, seq) < e.n_tokens]
-        while self.entries and limit is not None and self.total_bytes + size > limit:
-            self.entries.pop(0)
+        self.entries = [e for e, lcp in zip(self.entries, lcps) if lcp < e.n_tokens]
+        self._bytes = sum(e.bytes for e in self.entries)
+        while self.entries and limit is not None and self._bytes + size > limit:
+            self._pop_oldest()
         self.entries.append(CacheEntry(seq, n, size, now_s))
+        self._bytes += size
         self.trim()
         return size
 
     def trim(self) -> None:
         """Evict oldest entries above the byte limit, then above the token limit
-        (``n_ctx``, raised to the tokens the byte limit holds at the current bytes
-        per token)."""
+        (``n_ctx``, raised to the tokens the byte limit holds).
+
+        NOTE: llama-server raises it by the cache's bytes per token, which here is
+        exactly ``bytes_per_token`` (entries are tokens × that).
+        """
         limit = self.limit_bytes
-        while self.entries and limit is not None and self.total_bytes > limit:
-            self.entries.pop(0)
+        while self.entries and limit is not None and self._bytes > limit:
+            self._pop_oldest()
         if not self.limit_tokens:
             return
+        cap = max(self.limit_tokens, limit // self.bytes_per_token) if limit \
+            else self.limit_tokens
         n_tokens = sum(e.n_tokens for e in self.entries)
-        per_token = max(1.0, self.total_bytes / max(1, n_tokens))
-        cap = max(self.limit_tokens, int(limit / per_token)) if limit else self.limit_tokens
         while self.entries and n_tokens > cap:
-            n_tokens -= self.entries.pop(0).n_tokens
+            n_tokens -= self._pop_oldest().n_tokens
+
+    def _pop_oldest(self) -> CacheEntry:
+        e = self.entries.pop(0)
+        self._bytes -= e.bytes
+        return e
 
     def take_best(self, prompt: TokenSeq, slot_lcp: int, slot_tokens: int,
                   max_tokens: int | None = None) -> CacheEntry | None:
@@ -143,6 +155,7 @@ class PromptCache:
                 best, best_keep, best_sim = e, keep, sim
         if best is not None:
             self.entries.remove(best)
+            self._bytes -= best.bytes
         return best
 
 
