@@ -224,16 +224,20 @@ class FastForward:
         return dt
 
     def _segment(self, plan: StepPlan, now_s: float, quiet_s: float, hard_s: float,
-                 stop_s: float) -> tuple[int, bool, bool, Stretch | None]:
-        """One numpy stretch from ``plan`` at ``now_s``: ``(steps, folded, at_limit, part)``.
+                 stop_s: float) -> tuple[int, bool, bool, Stretch | None, list | None]:
+        """One numpy stretch from ``plan`` at ``now_s``:
+        ``(steps, folded, at_limit, part, done)``.
 
         ``quiet_s`` is the next SimPy event (foldable), ``hard_s`` every other bound;
         ``at_limit``: the stretch ended at the scheduler's own boundary (step ``J`` may
-        finish a request); ``part`` is None when no step was applied.
+        finish a request); ``part`` is None when no step was applied.  ``done`` is not
+        None when step ``J`` was completed too (through completions, ending before
+        every bound: what the inline step would do, in the same pass): the requests
+        it finished; the next plan is then the scheduler's to make.
         """
         bound_s = min(quiet_s, hard_s)
         if bound_s <= now_s:
-            return 0, False, False, None
+            return 0, False, False, None, None
         dt0 = math.inf
         if math.isfinite(bound_s):
             # NOTE: cheap exit before the stretch limit: step 1 must start before the
@@ -241,34 +245,40 @@ class FastForward:
             # a borderline stretch then just runs as single steps, which is exact).
             dt0 = self._first_step_s(plan)
             if not now_s + dt0 < bound_s:
-                return 0, False, False, None
+                return 0, False, False, None, None
         sched_limit = self.scheduler.decode_stretch_limit(plan)
         n = len(plan.items)
         limit = min(sched_limit, MAX_STRETCH_CELLS // max(n, 1))
         if limit < 1:
-            return 0, False, sched_limit < 1, None
+            return 0, False, sched_limit < 1, None, None
         ctx = np.array(plan.batch.decode_context, dtype=np.int64)
+        # NOTE: one step more than the limit: step J itself, when it can be completed here
+        n_dts = limit + 1
         if 0 < dt0 < math.inf:
-            limit = min(limit, int((bound_s - now_s) / dt0) + 2)
-        dts = self._step_times(ctx, limit)
+            n_dts = min(n_dts, int((bound_s - now_s) / dt0) + 2)
+        dts = self._step_times(ctx, n_dts)
         times = np.concatenate(([now_s], dts)).cumsum()  # NOTE: sequential, as SimPy adds
         steps = min(int(np.searchsorted(times[1:], bound_s, side="left")), limit)
         if steps < 1:
-            return 0, False, False, None
+            return 0, False, False, None, None
         # fold step J when a SimPy event (an arrival) cut the stretch inside it
         fold = self.fold and steps < limit and quiet_s <= times[steps + 1] < min(hard_s, stop_s)
-        applied = steps + fold
+        at_limit = steps == sched_limit
+        # complete step J here when _inline_step would run it (it ends before every bound)
+        finish = at_limit and self.through and steps < n_dts and times[steps + 1] < bound_s
+        applied = steps + fold + finish
         times = times[:applied + 1]
         if getattr(self.latency, "clamped_steps", None) is not None:
             self.latency.decode_steps_s(ctx, applied)  # count the clamped steps used
         # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
         # state after it gives every other column (Stretch.memory_at)
-        alloc, cached, after = self.scheduler.advance_decode(plan, times)
+        alloc, cached, after, done = self.scheduler.advance_decode(plan, times, finish)
         self.recorder.step(float(times[0]), float(times[-1]), 0, n * applied, n,
                            steps=applied)
         self.steps_skipped += steps
         self.folded += fold
-        return steps, fold, steps == sched_limit, Stretch(times, after, alloc, cached)
+        return steps, fold, at_limit, Stretch(times, after, alloc, cached), \
+            done if finish else None
 
     def jump(self, plan: StepPlan, now_s: float, bound_s: float, stop_s: float = math.inf
              ) -> tuple[StepPlan, float, bool] | None:
@@ -297,28 +307,33 @@ class FastForward:
         parts: list[Stretch] = []
         t = now_s
         while True:
-            part = None
+            part, done = None, None
             if plan.is_decode_only and not plan.extra_s:
-                steps, fold, at_limit, part = self._segment(plan, t, quiet_s, hard_s, stop_s)
+                steps, fold, at_limit, part, done = self._segment(plan, t, quiet_s, hard_s,
+                                                                  stop_s)
                 if part is not None:
                     parts.append(part)
                     t = float(part.times[-1])
-                    plan = advanced_plan(plan, steps)
+                    if done is None:
+                        plan = advanced_plan(plan, steps)
                     if fold:
                         return self._ended(parts, plan, t, True)
                 if not at_limit:
                     break
-            if not self.through:
-                break
-            ran = self._inline_step(plan, t, min(quiet_s, hard_s), part, parts)
-            if ran is None:
-                break
-            t, done = ran
+            bulk = done is not None  # step J was completed by the segment
+            if not bulk:
+                if not self.through:
+                    break
+                ran = self._inline_step(plan, t, min(quiet_s, hard_s), part, parts)
+                if ran is None:
+                    break
+                t, done = ran
             for req in done:
                 self.finished.append((t, req))
                 hard_s = min(hard_s, t + self.follow_s(req))
             if min((h.next_trigger_s(t) for h in self.hooks), default=math.inf) <= t:
-                return self._ended(parts, plan, t, True)  # a hook acts: the driver runs it
+                # a hook acts: the driver runs it (with the plan step J ran)
+                return self._ended(parts, advanced_plan(plan, steps) if bulk else plan, t, True)
             nxt = self.scheduler.schedule(t)
             self.recorder.drain(self.scheduler.events)
             if nxt is None:

@@ -307,5 +307,5 @@ class PagedScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return paged_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times):
-        return paged_advance(self, plan, times)
+    def advance_decode(self, plan: StepPlan, times, finish: bool = False):
+        return paged_advance(self, plan, times, finish)

@@ -287,5 +287,5 @@ class SlotScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return slot_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times):
-        return slot_advance(self, plan, times)
+    def advance_decode(self, plan: StepPlan, times, finish: bool = False):
+        return slot_advance(self, plan, times, finish)

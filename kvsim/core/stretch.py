@@ -8,8 +8,13 @@ finishing or reaching its context limit, a block/cell allocation that would fail
 as ``J`` rounds of ``complete`` + ``schedule`` would — tokens sampled at
 ``times[1..J]``, blocks popped from the free queue and full blocks registered in
 the same (step, request) order — and returns the KV bytes during each step
-``0..J−1`` for the memory sampler, and the memory state after the stretch (whose
-other columns held throughout it).  The pops are taken in one call when no hash to
+``0..J−1`` for the memory sampler, the memory state after the stretch (whose
+other columns held throughout it) and the requests the stretch finished.  With
+``finish=True`` the last step is only *completed* (the scheduler's ``complete``,
+not followed by a ``schedule``): it allocates nothing, and the requests it
+finishes are finished and released at ``times[J]`` in batch order, as ``complete``
+does — so a stretch that ends at a completion needs no separate inline step (one
+pass over the batch instead of three).  The pops are taken in one call when no hash to
 register is still indexed: a pop then never evicts one, so pops and registrations
 commute (each kind keeps its own order).
 
@@ -96,13 +101,36 @@ def _block_events(items: tuple, steps: int, block: int, caching: bool
     return pops, regs
 
 
-def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, Any]:
+def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray, finish: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray, Any, list[Any]]:
     steps = len(times) - 1
-    mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
     items = plan.items
     reqs = [i.req for i in items]
-    pops, regs = _block_events(items, steps, block, pool.enable_caching)
+    _decode_tokens(reqs, steps, times)
+    alloc, cached, mem = _paged_blocks(sched, items, reqs, steps - finish, steps)
+    return alloc, cached, mem, paged_finish(sched, reqs, float(times[-1])) if finish else []
+
+
+def paged_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
+    """The end of ``PagedScheduler.complete`` for requests that just sampled a decode
+    token at ``now_s``: those at their output or context limit finish, in batch order."""
+    done = []
+    max_len = sched.max_model_len
+    for r in reqs:
+        if r.num_output >= r.max_output_tokens:
+            r.finish(now_s)
+        elif r.prompt_tokens + r.num_output >= max_len:
+            r.finish(now_s, truncated=True)
+        else:
+            continue
+        sched._release(r, now_s)
+        sched.running.remove(r)
+        done.append(r)
+    return done
+
+
+def _decode_tokens(reqs: list[Any], steps: int, times: np.ndarray) -> None:
+    """Every request computes and samples one token per step (``times[1:]``)."""
     for r in reqs:
         a = r.num_computed_tokens  # NOTE: Request.record_compute's decode path, inlined
         if a >= r.high_water and a >= r.prompt_tokens:
@@ -110,10 +138,17 @@ def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray
         else:
             r.record_compute(steps)
     emit_tokens(reqs, times)
+
+
+def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
+                  ) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Blocks of the schedules after steps ``0..alloc_steps−1``; KV bytes per step."""
+    mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
+    pops, regs = _block_events(items, alloc_steps, block, pool.enable_caching)
     req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
     chains: dict[int, list[int]] = {}  # item → its hash chain through the stretch's end
     for i in {i for _, i in regs}:
-        chains[i] = mgr._hashes(reqs[i], (items[i].context_tokens + steps + 1) // block)
+        chains[i] = mgr._hashes(reqs[i], (items[i].context_tokens + alloc_steps + 1) // block)
     active = [0] * (steps + 1)
     cached = [0] * (steps + 1)
     # NOTE: pops and registrations commute unless a hash to register is still indexed
@@ -173,10 +208,11 @@ def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
     return max(limit, 0)
 
 
-def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, Any]:
+def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray, finish: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, Any, list[Any]]:
     steps = len(times) - 1
-    emit_tokens([i.req for i in plan.items], times)
+    reqs = [i.req for i in plan.items]
+    emit_tokens(reqs, times)
     for item in plan.items:
         req = item.req
         slot = sched.pool.slots[req.slot_id]
@@ -194,4 +230,26 @@ def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray
     j = np.arange(steps, dtype=np.int64)
     alloc = mem.kv_allocated_bytes - sched.bytes_per_token * n * (steps - j)
     cache = np.full(steps, mem.kv_cached_bytes, dtype=np.int64)
-    return alloc, cache, mem
+    return alloc, cache, mem, slot_finish(sched, reqs, float(times[-1])) if finish else []
+
+
+def slot_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
+    """The end of ``SlotScheduler.complete`` for requests that just sampled a decode
+    token at ``now_s``: finish at the output limit, at the slot's end stop or shift
+    the context, in batch order."""
+    done = []
+    slots = sched.pool.slots
+    for r in reqs:
+        slot = slots[r.slot_id]
+        if r.num_output >= r.max_output_tokens:
+            r.finish(now_s)
+        elif slot.n_tokens + 1 >= sched.cap:
+            if sched.context_shift:
+                sched._shift(slot, now_s)
+                continue
+            r.finish(now_s, truncated=True)  # stop_type limit
+        else:
+            continue
+        sched._release(slot, now_s)
+        done.append(r)
+    return done
