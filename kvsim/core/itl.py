@@ -107,6 +107,34 @@ class GapRuns:
             self.closed.extend(closed)
         self.g0, self.lo, self.hi, self.n = last
 
+    def add_then_extend(self, gap_s: float, t_s: float, closed: list[tuple[float, float, int]],
+                        last: tuple[float, float, float, int]) -> None:
+        """:meth:`add` then :meth:`extend_shared` in one call (a stretch's per-request
+        path): the run the gap joins or starts is closed at once.
+
+        NOTE: a run started by the gap alone has the slope interval (−inf, inf): 0.
+        """
+        out = self.closed
+        k = self.n
+        if k:
+            tol = TOL_REL * t_s if t_s > 1.0 else TOL_REL
+            lo = (gap_s - tol - self.g0) / k
+            hi = (gap_s + tol - self.g0) / k
+            if lo < self.lo:  # noqa: PLR1730 (as in add)
+                lo = self.lo
+            if hi > self.hi:  # noqa: PLR1730
+                hi = self.hi
+            if lo <= hi:
+                out.append((self.g0, 0.0 if lo <= 0.0 <= hi else _slope(lo, hi), k + 1))
+            else:
+                out.append((self.g0, _slope(self.lo, self.hi), k))
+                out.append((gap_s, 0.0, 1))
+        else:
+            out.append((gap_s, 0.0, 1))
+        if closed:
+            out.extend(closed)
+        self.g0, self.lo, self.hi, self.n = last
+
     def runs(self) -> list[tuple[float, float, int]]:
         """Every run, the open one closed: ``[(gap_s, gap_delta_s, count), ...]``."""
         out = list(self.closed)
@@ -175,10 +203,13 @@ def emit_tokens(reqs: list, times: np.ndarray) -> None:
         closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]]
         shared = runs4[-1]
     last = float(times[-1])
+    if shared is None:
+        for r in reqs:
+            r.itl.add(t1 - r.last_token_s, t1)
+            r.last_token_s = last
+            r.num_output += steps
+        return
     for r in reqs:
-        runs = r.itl
-        runs.add(t1 - r.last_token_s, t1)
-        if shared is not None:
-            runs.extend_shared(closed, shared)
+        r.itl.add_then_extend(t1 - r.last_token_s, t1, closed, shared)
         r.last_token_s = last
         r.num_output += steps

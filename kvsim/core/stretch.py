@@ -176,9 +176,7 @@ def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, s
         n_full = (items[i].context_tokens + j + 1) // block
         done = req_hashed.get(rid, 0)
         if n_full > done:
-            blocks, hashes = req_blocks[rid], chains[i]
-            for b in range(done, n_full):
-                pool.cache_full_block(blocks[b], hashes[b])
+            pool.cache_full_blocks(req_blocks[rid][done:n_full], chains[i][done:n_full])
             req_hashed[rid] = n_full
     return _stretch_memory(sched, steps, active, cached)
 

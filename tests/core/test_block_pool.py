@@ -210,3 +210,18 @@ def test_decode_chain_extension_equals_hashing_the_whole_sequence() -> None:
         mgr._hashes(req, (req.prompt_tokens + n_out) // bt)
     assert req.block_hashes == expected
     assert len(expected) == (113 + 90) // bt
+
+
+def test_cache_full_blocks_registers_in_order_and_keeps_the_first_duplicate() -> None:
+    """Bulk registration: a block that already carries a hash keeps it, a duplicate
+    hash stays indexed under its first block, a pool without caching records nothing."""
+    pool = BlockPool(4)
+    b0, b1, b2 = pool.get_new_blocks(3)
+    pool.cache_full_block(b0, 99)
+    pool.cache_full_blocks([b0, b1, b2], [10, 20, 20])
+    assert (b0.block_hash, b1.block_hash, b2.block_hash) == (99, 20, 20)
+    assert pool.cached == {99: b0, 20: b1}
+    off = BlockPool(2, enable_caching=False)
+    c0, c1 = off.get_new_blocks(2)
+    off.cache_full_blocks([c0, c1], [1, 2])
+    assert (c0.block_hash, c1.block_hash, off.cached) == (None, None, {})

@@ -145,3 +145,29 @@ def test_group_stats_equal_numpy_per_group(groups, chunk) -> None:
         assert out[k][1] == _np_q(v, 0.5) and out[k][2] == _np_q(v, 0.95)
         assert out[k][3] == v.max()
         assert out[k][0] == pytest.approx(v.mean(), rel=1e-12)
+
+
+def test_add_then_extend_closes_the_joined_or_new_run() -> None:
+    """A stretch's per-request path: the first gap joins the open run (or starts a
+    run of one when it breaks it), that run is closed, the shared runs follow and
+    the shared last run stays open."""
+    inf = math.inf
+    joined = GapRuns()
+    joined.add(0.1, 1.0)
+    joined.add(0.1, 1.1)
+    joined.add_then_extend(0.1, 1.2, [(0.5, 0.0, 3)], (0.2, -inf, inf, 1))
+    assert joined.runs() == [(0.1, 0.0, 3), (0.5, 0.0, 3), (0.2, 0.0, 1)]
+    broken = GapRuns()
+    broken.add(0.1, 1.0)
+    broken.add(0.1, 1.1)
+    broken.add_then_extend(0.3, 1.4, [], (0.2, -inf, inf, 1))
+    assert broken.runs() == [(0.1, 0.0, 2), (0.3, 0.0, 1), (0.2, 0.0, 1)]
+    fresh = GapRuns()
+    fresh.add_then_extend(0.25, 2.0, [], (0.2, -inf, inf, 4))
+    assert fresh.runs() == [(0.25, 0.0, 1), (0.2, 0.0, 4)]
+    sloped = GapRuns()  # gaps 0.1, 0.2, 0.3: one run with slope 0.1
+    sloped.add(0.1, 1.0)
+    sloped.add(0.2, 1.2)
+    sloped.add_then_extend(0.3, 1.5, [], (0.2, -inf, inf, 1))
+    (g0, d, n), last = sloped.runs()
+    assert (g0, n, last) == (0.1, 3, (0.2, 0.0, 1)) and d == pytest.approx(0.1, rel=1e-12)

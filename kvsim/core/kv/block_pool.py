@@ -157,6 +157,16 @@ class BlockPool:
         # NOTE: duplicates may exist (append-only block tables); the index keeps the first.
         self.cached.setdefault(block_hash, block)
 
+    def cache_full_blocks(self, blocks: list[Block], hashes: list[int]) -> None:
+        """:meth:`cache_full_block` for each ``(block, hash)`` pair, in order."""
+        if not self.enable_caching:
+            return
+        cached = self.cached
+        for block, h in zip(blocks, hashes):
+            if block.block_hash is None:
+                block.block_hash = h
+                cached.setdefault(h, block)  # NOTE: the index keeps the first (as above)
+
     def free_blocks(self, ordered: Iterable[Block]) -> None:
         """Drop one reference per block; blocks reaching zero go to the queue tail.
 

@@ -82,12 +82,16 @@ class KVCacheManager:
     def allocate_slots(self, req: Request, num_new_tokens: int,
                        hit: PrefixHit = PrefixHit()) -> bool:
         """Reference the hit blocks and allocate blocks for ``num_new_tokens``; all or nothing."""
-        if not hit.blocks:  # NOTE: hot path (a decode token inside its last block): no-op
+        if not hit.blocks:  # NOTE: hot path (a running request, e.g. a decode token)
             have = self.req_blocks.get(req.request_id)
-            total = req.num_computed_tokens + num_new_tokens
-            if have is not None and len(have) * self.block_tokens >= total and (
-                    not self.pool.enable_caching
-                    or total // self.block_tokens <= self.req_num_hashed.get(req.request_id, 0)):
+            if have is not None:
+                total = req.num_computed_tokens + num_new_tokens
+                n_new = -(-total // self.block_tokens) - len(have)
+                if n_new > 0:
+                    if n_new > self.pool.free_queue.num_free:
+                        return False
+                    have.extend(self.pool.get_new_blocks(n_new))
+                self._register(req, have, total, 0)
                 return True
         if not self.can_allocate(req, num_new_tokens, hit):
             return False
@@ -99,19 +103,28 @@ class KVCacheManager:
         n_new = -(-total // self.block_tokens) - len(blocks)
         if n_new > 0:
             blocks.extend(self.pool.get_new_blocks(n_new))
-        if self.pool.enable_caching:
-            # NOTE: blocks that become full during this step are registered at once, so
-            # requests in the same batch (and the request's own output) can reuse them.
-            n_full = total // self.block_tokens
-            # NOTE: hit blocks lead the table and already carry their hashes
-            # (cache_full_block would skip them)
-            done = max(self.req_num_hashed.get(req.request_id, 0), len(hit.blocks))
-            if n_full > done:
-                hashes = self._hashes(req, n_full)
-                for i in range(done, n_full):
-                    self.pool.cache_full_block(blocks[i], hashes[i])
-                self.req_num_hashed[req.request_id] = n_full
+        # NOTE: hit blocks lead the table and already carry their hashes
+        # (cache_full_block would skip them)
+        self._register(req, blocks, total, len(hit.blocks))
         return True
+
+    def _register(self, req: Request, blocks: list[Block], total: int, first: int) -> None:
+        """Register ``req``'s blocks that are full at ``total`` tokens (from block
+        ``first`` or the first not yet registered).
+
+        NOTE: blocks that become full during a step are registered at once, so
+        requests in the same batch (and the request's own output) can reuse them.
+        """
+        if not self.pool.enable_caching:
+            return
+        n_full = total // self.block_tokens
+        done = self.req_num_hashed.get(req.request_id, 0)
+        if first > done:  # noqa: PLR1730 (builtins max costs more on this hot path)
+            done = first
+        if n_full > done:
+            hashes = self._hashes(req, n_full)
+            self.pool.cache_full_blocks(blocks[done:n_full], hashes[done:n_full])
+            self.req_num_hashed[req.request_id] = n_full
 
     def free(self, req: Request) -> None:
         """Release a request's blocks, last block first (prefix evicted last)."""
