@@ -46,6 +46,7 @@ from kvsim.core.policy import NullPolicy, SchedulerPolicy
 from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import paged_advance, paged_stretch_limit
+from kvsim.latency.base import BatchShape
 
 FAIL_MAX_LEN = "maximum context length exceeded"
 
@@ -212,13 +213,48 @@ class PagedScheduler:
         self.policy.before_schedule(now_s)
         return self.policy.after_schedule(self._schedule(now_s), now_s)
 
+    def _decode_pass(self) -> tuple[list[ScheduledItem], list[int]]:
+        """The leading running requests that decode one token and get their blocks,
+        as plan items and their contexts; it stops at the first that does not.
+
+        NOTE: the same items and allocations, in the same order, as ``_schedule``'s
+        general loop (an allocation that fails changes nothing: that loop retries it
+        and preempts); ``allocate_slots``' no-op case is inlined.  At most one token
+        each, so the budget (> the batch, checked by the caller) is not reached.
+        """
+        items: list[ScheduledItem] = []
+        dec: list[int] = []
+        mgr = self.manager
+        req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
+        bt, caching = self.block_tokens, self.pool.enable_caching
+        new_item = tuple.__new__  # NOTE: ScheduledItem's own constructor, minus its frame
+        for req in self.running:
+            nc = req.num_computed_tokens
+            if req.prompt_tokens + req.num_output - nc != 1 or not req.num_output:
+                break
+            have = req_blocks.get(req.request_id)
+            if (have is None or len(have) * bt <= nc or (
+                    caching and (nc + 1) // bt > req_hashed.get(req.request_id, 0))) \
+                    and not mgr.allocate_slots(req, 1):
+                break
+            items.append(new_item(ScheduledItem, (req, 1, nc, True)))
+            dec.append(nc)
+        return items, dec
+
     def _schedule(self, now_s: float) -> StepPlan | None:
         self._stall_end = now_s
         budget = self.budget_tokens
-        items: list[ScheduledItem] = []
-        preempted = False
-        i = 0
         running = self.running
+        items: list[ScheduledItem] = []
+        if budget > len(running):
+            items, dec = self._decode_pass()
+            if len(items) == len(running) and (not self.waiting or len(running)
+                                               >= self.max_num_seqs) and items:
+                # NOTE: make_plan of decode-only items (nothing to admit: no extra_s)
+                return StepPlan(tuple(items), BatchShape(decode_context=tuple(dec)))
+        budget -= len(items)
+        preempted = False
+        i = len(items)
         mgr = self.manager
         req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
         bt, caching = self.block_tokens, self.pool.enable_caching
@@ -282,7 +318,12 @@ class PagedScheduler:
             req.record_compute(n)
             if req.prompt_tokens + req.num_output != req.num_computed_tokens:
                 continue  # prefill chunk, no token yet
-            req.sample(now_s)
+            if req.num_output:  # NOTE: Request.sample inlined (one call per token saved)
+                req.itl.add(now_s - req.last_token_s, now_s)
+            else:
+                req.first_token_s = now_s
+            req.last_token_s = now_s
+            req.num_output += 1
             if req.num_output >= req.max_output_tokens:
                 req.finish(now_s)
             elif req.prompt_tokens + req.num_output >= self.max_model_len:
