@@ -94,6 +94,9 @@ class LatencyFit(BaseModel):
     max_batch: int = Field(gt=0, description="largest number of sequences in a step measured")
     small_chunk_tokens: int = Field(0, ge=0, description="prefill chunks shorter than this "
                                     "count their attention in prefill_attn_small; 0 = none")
+    decode_spread: tuple[float, ...] = Field(
+        (), description="quantiles (q = 0, 1/(n-1), …, 1) of each measured decode step's "
+        "time over the fitted one: the device's step-to-step spread; () = none measured")
 
     @model_validator(mode="before")
     @classmethod

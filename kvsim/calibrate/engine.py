@@ -31,8 +31,14 @@ pause (``idle_s``), as a household's requests follow think time: a prompt sent
 straight after another finds the weights hot in the CPU caches and runs faster than
 one that arrives after a pause.
 
-Every point is the median over ``repeats``; the points are fitted by
-:func:`kvsim.calibrate.fit.fit_points` into an artifact with ``source="engine"``
+The grid is measured in ``repeats`` rounds, each visiting every point once (not each
+point ``repeats`` times in a row): on a shared machine whose speed drifts by ±15–20 %
+over tens of seconds, a slow spell then touches every point alike instead of bending
+the fit through the few points measured in it.  :func:`measure_engine` returns the raw
+samples (:class:`EngineSamples`); samples of rounds taken at different times add up,
+so rounds can be spread over the period a prediction will be checked against.  Every
+point is the median over its samples; :func:`engine_artifact` fits the points
+(:func:`kvsim.calibrate.fit.fit_points`) into an artifact with ``source="engine"``
 that scenarios use like a kernel calibration.
 
 NOTE: prompts are fresh random ids (a per-request segment id) so nothing but the
@@ -53,7 +59,7 @@ from datetime import UTC, datetime
 import httpx
 import numpy as np
 
-from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint
+from kvsim.calibrate.artifact import CalibrationArtifact, LatencyFit, TimingPoint
 from kvsim.calibrate.fit import fit_points
 from kvsim.calibrate.wire import StreamResult, TokenSpace, check_server, llama_body, parse_event
 from kvsim.config.specs import LinkSpec
@@ -67,6 +73,7 @@ class EngineGrid:
     batches: tuple[int, ...] = (1, 2, 4)
     decode_tokens: int = 48
     repeats: int = 3
+    decode_repeats: int = 3  # decode requests per point per round (cheap, and noisy)
     n_batch: int = 2048
     idle_s: float = 0.25
     ram_cache: bool = True
@@ -108,139 +115,259 @@ class _Prober:
                              "the server did not stream a complete answer")
         return t_send, res
 
-    async def prefill(self, ctx: int, p: int) -> TimingPoint:
-        """Time to first token (client side) of P new tokens on C cached ones."""
-        g, times, seen = self.grid, [], []
-        for _ in range(g.repeats):
-            base = self.fresh(ctx)
-            if ctx:
-                await self.complete(base, 1)
-            await asyncio.sleep(g.idle_s)
-            t_send, res = await self.complete(base + self.fresh(p), 1)
-            times.append(res.token_times_s[0] - t_send)
-            t = res.final["timings"]
-            seen.append((int(t["cache_n"]), int(t["prompt_n"])))
-        cache_n, prompt_n = statistics.median_low(seen)
-        return TimingPoint(kind="prefill", cache_type=g.cache_type, batch=1, context=cache_n,
-                           tokens=prompt_n, steps=math.ceil(prompt_n / g.n_batch),
-                           measured_s=statistics.median(times), repeats=g.repeats)
+    async def prefill(self, ctx: int, p: int) -> tuple[float, int, int]:
+        """One sample: client-side time to first token of P new tokens on C cached
+        ones, with the server's ``cache_n`` and ``prompt_n``."""
+        base = self.fresh(ctx)
+        if ctx:
+            await self.complete(base, 1)
+        await asyncio.sleep(self.grid.idle_s)
+        t_send, res = await self.complete(base + self.fresh(p), 1)
+        t = res.final["timings"]
+        return res.token_times_s[0] - t_send, int(t["cache_n"]), int(t["prompt_n"])
 
-    async def decode(self, batch: int, ctx: int) -> TimingPoint:
-        """Server-timed decode of ``batch`` requests decoding in lockstep."""
-        g, times, counts = self.grid, [], []
-        for _ in range(g.repeats):
-            res = await asyncio.gather(*(self.complete(self.fresh(max(ctx, 1)),
-                                                       g.decode_tokens) for _ in range(batch)))
-            for _, r in res:
-                t = r.final["timings"]
-                steps = int(t["predicted_n"]) - 1
-                gaps = np.diff(r.server_ms) / 1000.0
-                # NOTE: the median step (robust to a busy machine's stray slow steps)
-                # times the steps; the server's total when it gave no per-token times.
-                times.append(float(np.median(gaps)) * steps if gaps.size
-                             else t["predicted_ms"] / 1000.0)
-                counts.append(steps)
-        return TimingPoint(kind="decode", cache_type=g.cache_type, batch=batch,
-                           context=max(ctx, 1), steps=max(1, min(counts)),
-                           measured_s=statistics.median(times), repeats=g.repeats)
+    async def decode(self, batch: int, ctx: int) -> list[DecodeSample]:
+        """One sample per sequence of ``batch`` requests decoding in lockstep,
+        server-timed."""
+        res = await asyncio.gather(*(self.complete(self.fresh(max(ctx, 1)),
+                                                   self.grid.decode_tokens)
+                                     for _ in range(batch)))
+        out = []
+        for _, r in res:
+            t = r.final["timings"]
+            steps = int(t["predicted_n"]) - 1
+            gaps = tuple((np.diff(r.server_ms) / 1000.0).tolist())
+            # NOTE: the median gap (robust to a busy machine's stray slow steps and to
+            # the first few steps after a prompt); the server's mean when it gave no
+            # per-token times.
+            step_s = (float(np.median(gaps)) if gaps
+                      else t["predicted_ms"] / 1000.0 / max(steps, 1))
+            out.append(DecodeSample(step_s, steps, gaps))
+        return out
 
 
-async def _ram_cache_s_per_token(probe: _Prober, contexts: tuple[int, ...]
-                                 ) -> tuple[float, float, float] | None:
-    """Seconds per token that a RAM-cache save and a restore add to a prompt, and the
-    fixed seconds per copy (``(save, restore, fixed)``; None: no RAM cache).
+@dataclass(frozen=True)
+class DecodeSample:
+    """One decoding sequence: its median step time, its decode steps and every
+    server-timed gap (the step-to-step spread, :func:`decode_spread`)."""
+
+    step_s: float
+    steps: int
+    gaps_s: tuple[float, ...] = ()
+
+
+@dataclass
+class EngineSamples:
+    """Raw samples of one or more calibration rounds, pooled before the fit.
+
+    One round visits every grid point once (prefill, decode, RAM cache), so a slow
+    minute on a shared machine touches every point alike instead of the few measured
+    in it; samples of rounds taken at different times (say, between the replays they
+    will predict) add up with :meth:`extend`.
+    """
+
+    props: dict
+    prefill: dict[tuple[int, int], list[tuple[float, int, int]]] = field(default_factory=dict)
+    decode: dict[tuple[int, int], list[DecodeSample]] = field(default_factory=dict)
+    ram: list[tuple[int, float, float]] = field(default_factory=list)
+    ram_absent: bool = False
+    rounds: int = 0
+
+    def extend(self, other: EngineSamples) -> EngineSamples:
+        for mine, theirs in ((self.prefill, other.prefill), (self.decode, other.decode)):
+            for key, vals in theirs.items():
+                mine.setdefault(key, []).extend(vals)
+        self.ram.extend(other.ram)
+        self.ram_absent |= other.ram_absent
+        self.rounds += other.rounds
+        return self
+
+
+async def _ram_cache_round(probe: _Prober, ctx: int) -> tuple[int, float, float] | None:
+    """One RAM-cache sample on ``ctx`` tokens: (restored tokens, save s, restore s);
+    None when nothing came back (the server keeps no RAM cache).
 
     Slot 0 holds ``A`` (C tokens); an unrelated prompt takes the slot over (A is saved
     to the RAM cache), then ``A + x`` brings A back (restored), then ``A + x + y`` runs
     on the slot as it is.  The takeover's first-token time minus a takeover of a
     16-token slot is the save; the last two compute the same 16 new tokens on ~C
-    cached ones, so the difference of their first-token times is the restore.  Each
-    is a least-squares slope through the origin over every sample, per saved or
+    cached ones, so the difference of their first-token times is the restore.
+    """
+    a = probe.fresh(ctx)
+    await probe.complete(a, 1, slot=0)
+    ax = a + probe.fresh(16)
+    # takeover of A (saves A), takeover of a 16-token slot, A + x (restores A),
+    # A + x + y (no cache traffic)
+    res = []
+    for prompt in (probe.fresh(16), probe.fresh(16), ax, ax + probe.fresh(16)):
+        await asyncio.sleep(probe.grid.idle_s)
+        res.append(await probe.complete(prompt, 1, slot=0))
+    ttft = [r.token_times_s[0] - t for t, r in res]
+    restored = int(res[2][1].final["timings"]["cache_n"])
+    if restored < ctx // 2:
+        return None
+    return restored, ttft[0] - ttft[1], ttft[2] - ttft[3]
+
+
+def _ram_cache_fit(samples: list[tuple[int, float, float]]) -> tuple[float, float, float]:
+    """Seconds per saved token, per restored token, and fixed seconds per copy.
+
+    Each is a least-squares slope through the origin over every sample, per saved or
     restored token: the simulator charges saves (synchronous on llama-server's loop
     thread) and restores separately.
+    NOTE: the saved slot held A plus its one answer token; ~C either way.  The save
+    difference cancels any fixed cost (both takeovers pay it), so its slope goes
+    through the origin; the restore is fitted with an intercept: a fixed cost per copy
+    (state set-up, buffer allocation) that the per-token slope cannot show.  A cost
+    the noise hides is recorded as 0, not as negative.
     """
-    restored_n, save_s, restore_s = [], [], []
-    for ctx in (c for c in contexts if c >= 256):
-        for _ in range(probe.grid.repeats):
-            a = probe.fresh(ctx)
-            await probe.complete(a, 1, slot=0)
-            ax = a + probe.fresh(16)
-            # takeover of A (saves A), takeover of a 16-token slot, A + x (restores A),
-            # A + x + y (no cache traffic)
-            res = []
-            for prompt in (probe.fresh(16), probe.fresh(16), ax, ax + probe.fresh(16)):
-                await asyncio.sleep(probe.grid.idle_s)
-                res.append(await probe.complete(prompt, 1, slot=0))
-            ttft = [r.token_times_s[0] - t for t, r in res]
-            restored = int(res[2][1].final["timings"]["cache_n"])
-            if restored < ctx // 2:
-                return None  # nothing came back: the server keeps no RAM cache
-            restored_n.append(restored)
-            save_s.append(ttft[0] - ttft[1])
-            restore_s.append(ttft[2] - ttft[3])
-    if not restored_n:
-        return None
-    # NOTE: the saved slot held A plus its one answer token; ~C either way.  The save
-    # difference cancels any fixed cost (both takeovers pay it), so its slope goes
-    # through the origin; the restore is fitted with an intercept: a fixed cost per
-    # copy (state set-up, buffer allocation) that the per-token slope cannot show.
-    # A cost the noise hides is recorded as 0, not as negative.
-    n = np.array(restored_n, dtype=float)
-    save = max(0.0, float(n @ np.array(save_s) / (n @ n)))
-    if len(set(restored_n)) > 1:
+    n = np.array([s[0] for s in samples], dtype=float)
+    save_s, restore_s = np.array([s[1] for s in samples]), np.array([s[2] for s in samples])
+    save = max(0.0, float(n @ save_s / (n @ n)))
+    if len(set(n.tolist())) > 1:
         (fixed, per_token), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(n), n]),
-                                                 np.array(restore_s), rcond=None)
+                                                 restore_s, rcond=None)
     else:
-        fixed, per_token = 0.0, float(n @ np.array(restore_s) / (n @ n))
+        fixed, per_token = 0.0, float(n @ restore_s / (n @ n))
     return save, max(0.0, float(per_token)), max(0.0, float(fixed))
 
 
-async def _measure(url: str, grid: EngineGrid, slots: int
-                   ) -> tuple[list[TimingPoint], float | None]:
+async def _measure(url: str, grid: EngineGrid, samples: EngineSamples) -> None:
+    """``grid.repeats`` rounds, each visiting every grid point once, into ``samples``."""
+    slots = int(samples.props.get("total_slots", 1))
     # NOTE: no keep-alive: llama-server may close a connection after a streamed answer,
     # and a reused closed connection fails the next request.
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0),
                                  limits=httpx.Limits(max_keepalive_connections=0)) as client:
         probe = _Prober(client, grid)
         await probe.complete(probe.fresh(8), 2)  # warm-up
-        points = [await probe.prefill(c, p) for c in grid.contexts for p in grid.prompt_tokens]
-        for b in grid.batches:
-            if b > slots:
-                continue
-            for c in sorted(set(grid.contexts)):
-                points.append(await probe.decode(b, c))
-        ram = await _ram_cache_s_per_token(probe, grid.contexts) if grid.ram_cache else None
-        return points, ram
+        for _ in range(grid.repeats):
+            for c in grid.contexts:
+                for p in grid.prompt_tokens:
+                    samples.prefill.setdefault((c, p), []).append(await probe.prefill(c, p))
+            for b in (b for b in grid.batches if b <= slots):
+                for c in sorted(set(grid.contexts)):
+                    for _ in range(grid.decode_repeats):
+                        samples.decode.setdefault((b, c), []).extend(await probe.decode(b, c))
+            for c in (c for c in grid.contexts if grid.ram_cache and c >= 256):
+                if samples.ram_absent:
+                    break
+                got = await _ram_cache_round(probe, c)
+                if got is None:
+                    samples.ram_absent = True
+                else:
+                    samples.ram.append(got)
+            samples.rounds += 1
 
 
-def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArtifact:
-    """Measure a running llama-server and return the fitted artifact."""
+def measure_engine(url: str, grid: EngineGrid | None = None) -> EngineSamples:
+    """Check a running llama-server and take ``grid.repeats`` rounds of samples."""
     grid = grid or EngineGrid()
     with httpx.Client(base_url=url) as client:
         props = check_server(client, "llama.cpp")
-    slots = int(props.get("total_slots", 1))
     slot_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx", 0))
     need = max(grid.contexts) + max(grid.prompt_tokens) + grid.decode_tokens
     if slot_ctx and need > slot_ctx:
         raise InputError("calibrate engine", f"slot context {slot_ctx}",
                          f"the grid needs {need} tokens per slot; start the server with a "
                          "larger -c or calibrate a smaller grid")
-    points, ram = asyncio.run(_measure(url, grid, slots))
-    extra = {} if ram is None else {"ram_cache_save_s_per_token": ram[0],
-                                    "ram_cache_restore_s_per_token": ram[1],
-                                    "ram_cache_fixed_s": ram[2],
-                                    "ram_cache_s_per_token": ram[0] + ram[1]}
+    samples = EngineSamples(props={**props, "url": url})
+    asyncio.run(_measure(url, grid, samples))
+    return samples
+
+
+def _points(samples: EngineSamples, grid: EngineGrid) -> list[TimingPoint]:
+    """One point per grid entry: the median over its samples."""
+    points = []
+    for vals in samples.prefill.values():
+        cache_n, prompt_n = statistics.median_low([(c, p) for _, c, p in vals])
+        points.append(TimingPoint(
+            kind="prefill", cache_type=grid.cache_type, batch=1, context=cache_n,
+            tokens=prompt_n, steps=math.ceil(prompt_n / grid.n_batch),
+            measured_s=statistics.median(t for t, _, _ in vals), repeats=len(vals)))
+    for (b, c), vals in samples.decode.items():
+        steps = max(1, min(v.steps for v in vals))
+        points.append(TimingPoint(
+            kind="decode", cache_type=grid.cache_type, batch=b, context=max(c, 1),
+            steps=steps, measured_s=statistics.median(v.step_s for v in vals) * steps,
+            repeats=len(vals)))
+    return points
+
+
+SPREAD_QUANTILES = 101
+WARM_UP_GAPS = 4
+
+
+def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
+    """Quantiles of the measured decode gaps over their point's typical step time.
+
+    Gap ``i`` of a sequence that started at ``c`` cached tokens is the decode step at
+    context ``c + i`` (the point features' convention) in a batch of ``b``; its ratio to
+    the fitted step time at that shape is divided by the median ratio of its point, so
+    what remains is the spread around a point's typical step — the device's
+    step-to-step jitter and the machine's speed from one request to the next (a
+    point's samples come from different rounds) — and not the fit's error at that
+    point, which the prediction carries already.  This is the spread inter-token
+    percentiles show (:mod:`kvsim.metrics.spread`).
+
+    NOTE: the first ``WARM_UP_GAPS`` gaps of each sequence are left out: on llama-server
+    the first steps after a prompt run up to ~2.5x slower (graph rebuild, cold caches,
+    measured by answer position), and their share of all gaps is set by the answer
+    length — the calibration's ``decode_tokens``, not the workload's.
+    """
+    coef = fit.coefficients_s
+    ratios = []
+    for (b, c), vals in samples.decode.items():
+        per_point = []
+        for v in vals:
+            gaps = np.asarray(v.gaps_s[WARM_UP_GAPS:])
+            ctx = max(c, 1) + WARM_UP_GAPS + np.arange(len(gaps))
+            fitted = coef["step"] + b * coef["decode_seq"] + b * coef["decode_kv"] * ctx
+            per_point.append(gaps / fitted)
+        r = np.concatenate(per_point) if per_point else np.zeros(0)
+        r = r[r > 0]
+        if r.size:
+            ratios.append(r / np.median(r))
+    if not ratios:
+        return ()
+    q = np.linspace(0.0, 1.0, SPREAD_QUANTILES)
+    return tuple(float(v) for v in np.quantile(np.concatenate(ratios), q,
+                                                 method="inverted_cdf"))
+
+
+def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArtifact:
+    """Fit pooled samples into an artifact with ``source="engine"``."""
+    props, points = samples.props, _points(samples, grid)
+    slots = int(props.get("total_slots", 1))
+    slot_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx", 0))
+    extra = {}
+    if samples.ram and not samples.ram_absent:
+        save, restore, fixed = _ram_cache_fit(samples.ram)
+        extra = {"ram_cache_save_s_per_token": save, "ram_cache_restore_s_per_token": restore,
+                 "ram_cache_fixed_s": fixed, "ram_cache_s_per_token": save + restore}
     model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
     return CalibrationArtifact(
-        source="engine", device=f"llama-server at {url}", model=model,
+        source="engine", device=f"llama-server at {props['url']}", model=model,
         software={"server": str(props.get("build_info", "llama-server"))},
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         grid={"prompt_tokens": list(grid.prompt_tokens), "context": list(grid.contexts),
               "batch": [b for b in grid.batches if b <= slots],
               "cache_type": [grid.cache_type]},
-        settings={"repeats": grid.repeats, "decode_tokens": grid.decode_tokens,
+        settings={"repeats": samples.rounds, "decode_tokens": grid.decode_tokens,
                   "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx, **extra},
-        points=tuple(points), fits=fit_points(points, grid.small_chunk_tokens))
+        points=tuple(points), fits=_with_spread(samples, fit_points(points,
+                                                                  grid.small_chunk_tokens)))
+
+
+def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:
+    return {k: f.model_copy(update={"decode_spread": decode_spread(samples, f)})
+            for k, f in fits.items()}
+
+
+def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArtifact:
+    """Measure a running llama-server and return the fitted artifact."""
+    grid = grid or EngineGrid()
+    return engine_artifact(measure_engine(url, grid), grid)
 
 
 def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> LinkSpec:

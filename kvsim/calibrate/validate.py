@@ -5,7 +5,8 @@ per metric with the measured value, the predicted value, the error
 (predicted − measured) and the relative error (error / measured):
 
 - ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: over successful requests;
-- ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length;
+- ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length (times
+  the calibrated step-time spread, when the prediction had one);
 - ``requests``, ``failed_requests``, ``prompt_tokens``, ``cached_tokens``,
   ``computed_prompt_tokens``, ``output_tokens``: totals;
 - ``cached_tokens_match``, ``computed_tokens_match``: the share of requests (joined
@@ -15,7 +16,9 @@ per metric with the measured value, the predicted value, the error
 :func:`compare_requests` gives the per-request join behind the two ``*_match`` rows.
 
 NOTE: both sides are read from their tables, not their summaries, so a result saved
-by an older kvsim with a different summary still compares the same way.
+by an older kvsim with a different summary still compares the same way; only the
+calibrated step-time spread a prediction was made with (``itl_spread``) is taken
+from the summary (:mod:`kvsim.metrics.spread`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.results import Results
-from kvsim.metrics.summary import itl_quantile
+from kvsim.metrics.spread import spread_quantiles
+from kvsim.metrics.summary import itl_runs
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_tokens")
@@ -40,8 +44,12 @@ def _metrics(r: Results) -> dict[str, float]:
         vals = ok[f"{name}_s"].dropna().to_numpy(dtype=float)
         for k, q in QUANTILES:
             out[f"{name}_{k}_s"] = float(np.quantile(vals, q)) if vals.size else math.nan
-    for k, q in QUANTILES:  # exact over affine runs (gap_delta_s) and run-length rows
-        out[f"itl_{k}_s"] = itl_quantile(r.itl, q)
+    # exact over affine runs (gap_delta_s) and run-length rows; a prediction made with a
+    # calibrated step-time spread carries it (recorded in its summary)
+    vals = spread_quantiles(*itl_runs(r.itl), r.summary.get("itl_spread") or (),
+                            [q for _, q in QUANTILES])
+    for (k, _), v in zip(QUANTILES, vals):
+        out[f"itl_{k}_s"] = v
     out["requests"] = float(len(req))
     out["failed_requests"] = float(req["failed"].astype(bool).sum())
     for col in TOTALS:

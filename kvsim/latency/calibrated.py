@@ -78,6 +78,12 @@ class CalibratedLatencyModel:
         return cls.from_artifact(load_artifact(path), cache_type, out_of_range,
                                  source=Path(path).name)
 
+    @property
+    def decode_spread(self) -> tuple[float, ...]:
+        """Measured decode step time over fitted, as quantiles (() if not measured);
+        the run's inter-token percentiles carry it (:mod:`kvsim.metrics.spread`)."""
+        return self.fit.decode_spread
+
     # -- LatencyModel protocol -------------------------------------------------------
     def step_time_s(self, batch: BatchShape) -> float:
         cap = self.fit.max_context

@@ -5,7 +5,8 @@ least q of the samples at or below it (numpy ``inverted_cdf``) — so TTFT/E2E
 percentiles and the inter-token percentiles agree, and every reported value is
 one that actually occurred.  Inter-token gaps come as affine runs (``itl`` table,
 :mod:`kvsim.metrics.records`); their percentiles are exact over the expanded gaps
-(:mod:`kvsim.metrics.gaps`) without expanding them.
+(:mod:`kvsim.metrics.gaps`) without expanding them; with a calibrated step-time
+spread they are those of the gaps times that spread (:mod:`kvsim.metrics.spread`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.metrics import gaps
+from kvsim.metrics import gaps, spread
 from kvsim.metrics.records import ITL_DELTA
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
@@ -45,16 +46,25 @@ def itl_quantile(itl: pd.DataFrame, q: float) -> float:
 
 def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
               steps: pd.DataFrame, *, static_device_bytes: int, device_bytes: int,
-              preemptions: int, evictions: int = 0, sim_time_s: float) -> dict[str, Any]:
-    """The flat summary dict written to ``summary.json``."""
+              preemptions: int, evictions: int = 0, sim_time_s: float,
+              decode_spread: tuple[float, ...] = ()) -> dict[str, Any]:
+    """The flat summary dict written to ``summary.json``.
+
+    ``decode_spread``: a calibrated step-time spread that the inter-token percentiles
+    and mean carry (:mod:`kvsim.metrics.spread`); recorded as ``itl_spread``
+    (only when there is one).
+    """
     out: dict[str, Any] = {}
     out.update(_pcts("ttft", requests["ttft_s"]))
     out.update(_pcts("queue", requests["queue_s"]))
     out.update(_pcts("e2e", requests["e2e_s"]))
     runs = itl_runs(itl)
-    for (k, _), v in zip(QUANTILES, gaps.quantiles(*runs, [q for _, q in QUANTILES])):
+    for (k, _), v in zip(QUANTILES, spread.spread_quantiles(*runs, decode_spread,
+                                                             [q for _, q in QUANTILES])):
         out[f"itl_{k}_s"] = v
-    out["itl_mean_s"] = gaps.mean(*runs)
+    out["itl_mean_s"] = spread.spread_mean(*runs, decode_spread)
+    if decode_spread:
+        out["itl_spread"] = list(decode_spread)
     output_tokens = int(requests["output_tokens"].sum())
     span = (requests["finish_s"].max() - requests["arrival_s"].min()) if len(requests) else 0.0
     out["output_tokens"] = output_tokens

@@ -4,9 +4,21 @@ The fake reuses the longest common prefix held in its slot, so every point's con
 and token counts are known by hand (its times are just its own response times).
 """
 
+from dataclasses import replace
+
 import pytest
 
-from kvsim.calibrate.engine import EngineGrid, calibrate_engine, ram_cache_link
+from kvsim.calibrate.artifact import FEATURES, FeatureRange, LatencyFit
+from kvsim.calibrate.engine import (
+    DecodeSample,
+    EngineGrid,
+    EngineSamples,
+    calibrate_engine,
+    decode_spread,
+    engine_artifact,
+    measure_engine,
+    ram_cache_link,
+)
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.errors import InputError
 
@@ -55,3 +67,57 @@ def test_ram_cache_link_from_the_measured_cost() -> None:
     assert link.d2h_bytes_per_s == pytest.approx(3072 / 3e-6)
     assert link.h2d_bytes_per_s == pytest.approx(3072 / 5e-7)
     assert link.latency_s == 0.004  # the fixed cost per copy
+
+
+def test_rounds_visit_every_point_before_repeating_one() -> None:
+    with FakeLlama(slot_tokens=200) as srv:
+        calibrate_engine(srv.url, GRID)
+    # measured requests (the warm-up asks 2 tokens, context fills ask 1 token of a
+    # prompt that the next one extends): prompt length and n_predict, in order
+    sent = [(len(b["prompt"]), b["n_predict"]) for b in srv.bodies[1:]]
+    round_len = len(sent) // 2
+    # both rounds send the same sequence: 4 prefill points (2 with a 64-token fill
+    # first), then the two batch-1 decodes of 5 tokens, each decode_repeats times
+    assert sent[:round_len] == [(8, 1), (32, 1), (64, 1), (72, 1), (64, 1), (96, 1),
+                                (1, 5), (1, 5), (1, 5), (64, 5), (64, 5), (64, 5)]
+    assert sent[round_len:] == sent[:round_len]
+
+
+def test_samples_of_separate_rounds_pool_into_one_fit() -> None:
+    one = replace(GRID, repeats=1)
+    with FakeLlama(slot_tokens=200) as srv:
+        first = measure_engine(srv.url, one)
+        pooled = first.extend(measure_engine(srv.url, one))
+        art = engine_artifact(pooled, one)
+    assert pooled.rounds == 2 and art.settings["repeats"] == 2
+    assert [p.repeats for p in art.points] == [2, 2, 2, 2, 6, 6]
+    # the fake streams a token every 2.5 ms on its own clock: 4 steps take 10 ms
+    dec = [p.measured_s for p in art.points if p.kind == "decode"]
+    assert dec == pytest.approx([0.010, 0.010])
+
+
+def test_decode_spread_is_each_gap_over_the_fitted_step() -> None:
+    coef = {"step": 1e-3, "prefill_seq": 0.0, "prefill_token": 0.0, "prefill_attn": 0.0,
+            "prefill_attn_small": 0.0, "decode_seq": 2e-4, "decode_kv": 1e-6}
+    fit = LatencyFit(cache_type="f16", coefficients_s=coef, mape=0.0, max_ape=0.0, points=1,
+                     valid={n: FeatureRange(min=0.0, max=1.0) for n in FEATURES[1:]},
+                     max_context=100, max_batch=2)
+
+    def fitted(b: int, ctx: int) -> float:  # one decode step by hand
+        return 1e-3 + b * 2e-4 + b * 1e-6 * ctx
+
+    # batch 1 from 10 cached tokens: four warm-up gaps (left out, however slow), then
+    # gaps at contexts 14..17 measured at 1.0, 2.0, 1.0 and 0.5 times the fit (its point's
+    # median ratio 1.0); batch 2 from an empty context (counted as 1): after its
+    # warm-up, gaps at contexts 5 and 6 measured at 3.0 and 3.0 times the fit — a fit
+    # error the prediction carries already: divided by the point's median, both are 1.0
+    warm = (9.0,) * 4
+    samples = EngineSamples(props={}, decode={
+        (1, 10): [DecodeSample(0.0, 8, warm + (fitted(1, 14), 2.0 * fitted(1, 15),
+                                               fitted(1, 16), 0.5 * fitted(1, 17)))],
+        (2, 0): [DecodeSample(0.0, 6, warm + (3.0 * fitted(2, 5), 3.0 * fitted(2, 6)))]})
+    spread = decode_spread(samples, fit)
+    # ratios 0.5, 1.0, 1.0, 1.0, 1.0, 2.0 at 101 quantiles (inverted_cdf: q·6 rounded up)
+    assert len(spread) == 101
+    assert (spread[0], spread[16], spread[17], spread[83], spread[84], spread[100]) == \
+        pytest.approx((0.5, 0.5, 1.0, 1.0, 2.0, 2.0))

@@ -14,10 +14,9 @@ Acceptance (issue 9):
   ``timings.cache_n`` and computed == ``prompt_n`` — with more sessions than slots, and
   with ``--cache-ram`` on and 0;
 - p50 and p95 TTFT and inter-token latency within ±25% after calibrating against the
-  same server (``kvsim calibrate engine``): the median over three replays, or over six
-  when the first three miss (a busy machine's replays swing by more than the band).
-  Reported as an expected failure with the numbers when it misses, not asserted (see
-  the NOTE at ``LATENCY_METRICS``).
+  same build (:func:`~kvsim.calibrate.engine.measure_engine`, one round before each
+  replay): the median over three replays, or over six when the first three miss (a
+  busy machine's replays swing by more than the band).
 """
 
 from __future__ import annotations
@@ -34,7 +33,13 @@ import numpy as np
 import pytest
 
 from kvsim.calibrate.artifact import load_artifact, save_artifact
-from kvsim.calibrate.engine import EngineGrid, calibrate_engine, ram_cache_link
+from kvsim.calibrate.engine import (
+    EngineGrid,
+    EngineSamples,
+    engine_artifact,
+    measure_engine,
+    ram_cache_link,
+)
 from kvsim.calibrate.logs import read_log_text
 from kvsim.calibrate.replay import ReplayOptions, replay
 from kvsim.calibrate.tiny_gguf import BYTE_IDS, TinyLlama, write_tiny_gguf
@@ -178,11 +183,24 @@ def _warm_up(url: str) -> None:
 
 REPEATS = 3
 LATENCY_METRICS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s")
-# NOTE: latency is reported (expected failure with the numbers), not asserted: on this
-# shared 2-core machine one full run's inter-token p95 measured 1.9 ms and the next
-# 2.5-2.7 ms against 1.8 ms predicted, and a calibration taken in a slow minute
-# over-predicted inter-token p50 by 29-66 %; TTFT p50/p95 stayed within ±17 % in every
-# run since short prompts got their own attention cost.
+# covers the replay: prompts up to 490 new tokens on up to 1024 cached, short prompts on
+# both sides of ggml's 64-row flash-attention tile (kvsim.calibrate.engine); one round
+# per replay
+GRID = EngineGrid(prompt_tokens=(16, 40, 64, 128, 256, 512), contexts=(0, 256, 512, 1024),
+                  batches=(1, 2), decode_tokens=64, repeats=1, space=SPACE)
+
+
+def _scenario(gguf: Path, cache_ram: str, artifact: Path, tmp_path: Path):
+    model = model_from_gguf(gguf)
+    raw = {"gpu": "rtx-4090", "model": model, "weights": "f16",
+           "engine": {"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
+                      "parallel": 2, "cache_ram_bytes": int(cache_ram) * MiB},
+           "workload": {"trace": str(tmp_path / "unused.jsonl")},
+           "latency": {"kind": "calibrated", "path": str(artifact)}}
+    if cache_ram != "0":  # restores move at the measured RAM-cache speed, not over PCIe
+        raw["link"] = ram_cache_link(load_artifact(artifact),
+                                     kv_geometry(model, "f16", "f16").kv_bytes_per_token)
+    return resolve_scenario(raw)
 
 
 @pytest.mark.parametrize("cache_ram", ["64", "0"])
@@ -192,65 +210,67 @@ def test_replay_matches_simulation(server_bin: str, gguf_path: Path, tmp_path: P
 
     sessions = _sessions()
     args = ("-c", "4096", "-np", "2", "--cache-ram", cache_ram)
-    with _serve(server_bin, gguf_path, tmp_path / "calibrate.log", *args) as srv:
-        # covers the replay: prompts up to 490 new tokens on up to 1024 cached, short
-        # prompts on both sides of ggml's 64-row flash-attention tile (kvsim.calibrate.engine)
-        grid = EngineGrid(prompt_tokens=(16, 40, 64, 128, 256, 512),
-                          contexts=(0, 256, 512, 1024), batches=(1, 2), decode_tokens=32,
-                          repeats=3, space=SPACE)
-        artifact = save_artifact(calibrate_engine(srv.url, grid), tmp_path / "engine.json")
-    # NOTE: each replay on a fresh server: the simulator starts with empty slots and
-    # an empty RAM cache.
-    def replays(first: int) -> list:
-        out = []
-        for i in range(first, first + REPEATS):
+    samples: list[EngineSamples] = []
+    runs: list = []
+
+    def pairs(n: int) -> None:
+        """n × (one calibration round, one replay on a fresh server)."""
+        # NOTE: rounds alternate with replays: this machine's speed drifts by ±15-20 %
+        # over tens of seconds, and a calibration taken all at once, before the
+        # replays, is off by that much in whichever direction the drift went.  Each
+        # replay runs on a fresh server: the simulator starts with empty slots and an
+        # empty RAM cache.
+        for _ in range(n):
+            samples.append(measure_engine(cal.url, GRID))
+            i = len(runs)
             with _serve(server_bin, gguf_path, tmp_path / f"replay{i}.log", *args,
                         "--slot-save-path", str(tmp_path)) as srv:
                 _warm_up(srv.url)
-                out.append(replay(sessions, ReplayOptions(url=srv.url, space=SPACE)))
-        return out
+                runs.append(replay(sessions, ReplayOptions(url=srv.url, space=SPACE)))
 
-    runs = replays(0)
-    model = model_from_gguf(gguf_path)
-    raw = {"gpu": "rtx-4090", "model": model, "weights": "f16",
-           "engine": {"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
-                      "parallel": 2, "cache_ram_bytes": int(cache_ram) * MiB},
-           "workload": {"trace": str(tmp_path / "unused.jsonl")},
-           "latency": {"kind": "calibrated", "path": str(artifact)}}
-    if cache_ram != "0":  # restores move at the measured RAM-cache speed, not over PCIe
-        raw["link"] = ram_cache_link(load_artifact(artifact),
-                                     kv_geometry(model, "f16", "f16").kv_bytes_per_token)
-    scenario = resolve_scenario(raw)
-    predicted = simulate(scenario, sessions=sessions)
-    assert "clamped" not in predicted.summary["latency_model"]
+    def predict():
+        pooled = EngineSamples(props=samples[0].props)
+        for smp in samples:
+            pooled.extend(smp)
+        artifact = save_artifact(engine_artifact(pooled, GRID),
+                                 tmp_path / f"engine{len(samples)}.json")
+        predicted = simulate(_scenario(gguf_path, cache_ram, artifact, tmp_path),
+                             sessions=sessions)
+        assert "clamped" not in predicted.summary["latency_model"]
+        return predicted
 
-    # token counters: exact, for every request of every replay
-    for measured in runs:
-        assert measured.summary["failed_requests"] == 0
-        per = compare_requests(measured, predicted)
-        bad = per[~(per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"])]
-        assert bad.empty, bad.to_string()
-    # five sessions rotate through two slots, each new prompt taking over the slot that
-    # shares the system prompt: without the RAM cache every turn after the first reuses
-    # only the 96 system-prompt tokens; with it, later turns get their history back
-    cached = runs[0].requests.set_index("request_id")["cached_tokens"]
-    later = cached.drop("s0#0")
-    if cache_ram == "0":
-        assert (later == 96).all() and cached["s0#0"] == 0
-    else:
-        assert (later > 96).sum() >= 5
+    with _serve(server_bin, gguf_path, tmp_path / "calibrate.log", *args) as cal:
+        pairs(REPEATS)
+        predicted = predict()
 
-    # latency: the median of the repeats (one replay varies by ~8-14 %) within ±25 %;
-    # a miss on a busy machine earns one more set of replays, judged on all of them
-    misses = _latency_misses(runs, predicted)
-    if misses:
-        more = replays(REPEATS)
-        for measured in more:
+        # token counters: exact, for every request of every replay
+        for measured in runs:
+            assert measured.summary["failed_requests"] == 0
             per = compare_requests(measured, predicted)
-            assert (per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"]).all()
-        misses = _latency_misses(runs + more, predicted)
-    if misses:
-        pytest.xfail("latency outside ±25 % (reported, not asserted): " + "; ".join(misses))
+            bad = per[~(per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"])]
+            assert bad.empty, bad.to_string()
+        # five sessions rotate through two slots, each new prompt taking over the slot
+        # that shares the system prompt: without the RAM cache every turn after the
+        # first reuses only the 96 system-prompt tokens; with it, later turns get their
+        # history back
+        cached = runs[0].requests.set_index("request_id")["cached_tokens"]
+        later = cached.drop("s0#0")
+        if cache_ram == "0":
+            assert (later == 96).all() and cached["s0#0"] == 0
+        else:
+            assert (later > 96).sum() >= 5
+
+        # latency: the median of the replays (one replay varies by ~8-14 %) within
+        # ±25 %; a miss earns three more rounds and replays, judged on all of them
+        misses = _latency_misses(runs, predicted)
+        if misses:
+            pairs(REPEATS)
+            predicted = predict()
+            for measured in runs[REPEATS:]:
+                per = compare_requests(measured, predicted)
+                assert (per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"]).all()
+            misses = _latency_misses(runs, predicted)
+    assert not misses, "latency outside ±25 %: " + "; ".join(misses)
 
 
 def _latency_misses(runs: list, predicted) -> list[str]:
