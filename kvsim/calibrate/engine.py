@@ -13,7 +13,8 @@ server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
   land in a replay;
 - decode: ``n − 1`` decode steps of one sequence (the first token comes out of the
   prompt step), timed by the server's per-token ``predicted_ms`` — the clock replay
-  reads its gaps from — as the median gap times the steps;
+  reads its gaps from — as the median gap times the steps; every gap is kept for the
+  step-time spread (:func:`decode_spread`);
 - batch effects: ``B`` requests sent together decode in lockstep: ``n − 1`` steps of a
   ``B``-sequence decode batch;
 - prompts shorter than ``small_chunk_tokens`` (64: the query-row tile of ggml's CPU

@@ -73,21 +73,25 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
 @click.option("--contexts", default="0,512,1536", show_default=True, help="cached tokens")
 @click.option("--batches", default="1,2,4", show_default=True, help="parallel decodes")
 @click.option("--decode-tokens", type=int, default=48, show_default=True)
-@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True,
+              help="rounds over the whole grid (each visits every point once)")
+@click.option("--decode-repeats", type=int, default=3, show_default=True,
+              help="decode requests per point per round")
 @click.option("--small-chunk-tokens", type=int, default=64, show_default=True,
               help="prompts shorter than this get their own attention cost (ggml CPU flash "
                    "attention tiles 64 query rows; 0 = one cost for all)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts: str,
            contexts: str, batches: str, decode_tokens: int, repeats: int,
-           small_chunk_tokens: int, output: str) -> None:
+           decode_repeats: int, small_chunk_tokens: int, output: str) -> None:
     """Fit a running llama-server's prefill, decode and batch costs (streamed requests)."""
     from kvsim.calibrate.artifact import save_artifact
     from kvsim.calibrate.engine import EngineGrid, calibrate_engine
 
-    if decode_tokens < 2 or repeats <= 0:
-        raise InputError("--decode-tokens/--repeats", (decode_tokens, repeats),
-                         "decode tokens >= 2 and repeats >= 1")
+    if decode_tokens < 2 or repeats <= 0 or decode_repeats <= 0:
+        raise InputError("--decode-tokens/--repeats/--decode-repeats",
+                         (decode_tokens, repeats, decode_repeats),
+                         "decode tokens >= 2, repeats >= 1 and decode repeats >= 1")
     if small_chunk_tokens < 0:
         raise InputError("--small-chunk-tokens", small_chunk_tokens, "an integer >= 0")
     ctx = tuple(int(v) for v in contexts.split(",") if v.strip().isdigit())
@@ -95,7 +99,7 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
         raise InputError("--contexts", contexts, "a comma-separated list of integers >= 0")
     grid = EngineGrid(prompt_tokens=_ints(prompts, "--prompts"), contexts=ctx,
                       batches=_ints(batches, "--batches"), decode_tokens=decode_tokens,
-                      repeats=repeats, cache_type=cache_type,
+                      repeats=repeats, decode_repeats=decode_repeats, cache_type=cache_type,
                       space=token_space(token_range, ban_tokens),
                       small_chunk_tokens=small_chunk_tokens)
     art = calibrate_engine(url, grid)
@@ -138,11 +142,14 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
     table = Table(title=f"{art.source} calibration → {output}")
-    for col in ("cache type", "points", "MAPE", "max APE", "max context", "max batch"):
+    for col in ("cache type", "points", "MAPE", "max APE", "max context", "max batch",
+                "decode spread p5/p95"):
         table.add_column(col)
     for f in art.fits.values():
+        sp = f.decode_spread
+        spread = f"{sp[len(sp) // 20]:.2f} / {sp[-1 - len(sp) // 20]:.2f}" if sp else "-"
         table.add_row(f.cache_type, str(f.points), f"{100 * f.mape:.1f}%",
-                      f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch))
+                      f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch), spread)
     Console().print(table)
     for lim in art.limits_reached:
         click.echo(f"limit reached: {lim.what}: {lim.error}", err=True)
