@@ -18,6 +18,7 @@ held in that state, and ``host_<...>_bytes`` columns are the host tier.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ import pandas as pd
 
 from kvsim.metrics import gaps
 from kvsim.metrics.records import weighted_quantile
+from kvsim.metrics.spread import base_quantiles, spread_quantiles
 from kvsim.metrics.summary import itl_runs
 from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
@@ -263,13 +265,16 @@ def ttft_cdf(requests: pd.DataFrame | None, max_points: int = 2000) -> dict | No
             "p95_s": weighted_quantile(x.tolist(), ones, 0.95)}
 
 
-def itl_cdf(itl: pd.DataFrame | None, max_points: int = 2000) -> dict | None:
+def itl_cdf(itl: pd.DataFrame | None, max_points: int = 2000,
+            spread: Sequence[float] = ()) -> dict | None:
     """CDF of inter-token gaps from the ``itl`` table (affine runs, notes/results.md).
 
     Each row stands for ``count`` gaps ``gap_s + k·gap_delta_s`` (delta 0 or absent:
     run-length rows).  Up to :data:`CDF_EXPAND_MAX` gaps the exact step CDF is built
     from the expanded values; beyond, it is evaluated exactly at ``max_points``
-    evenly spaced gap values.  p50/p95 are exact either way.
+    evenly spaced gap values.  p50/p95 are exact either way.  With a calibrated
+    step-time ``spread`` (the summary's ``itl_spread``) the curve and percentiles are
+    those of gap × spread, as in the summary (:mod:`kvsim.metrics.spread`).
     """
     if not nonempty(itl):
         return None
@@ -278,6 +283,11 @@ def itl_cdf(itl: pd.DataFrame | None, max_points: int = 2000) -> dict | None:
     total = int(n.sum())
     if not total:
         return None
+    if len(spread):
+        x = np.sort(np.multiply.outer(base_quantiles(g, d, n), np.asarray(spread)).ravel())
+        xs, ps = thin_monotone(x, np.arange(1, x.size + 1) / x.size, max_points)
+        p50, p95 = spread_quantiles(g, d, n, spread, (0.5, 0.95))
+        return {"x_s": xs, "p": ps, "n": total, "p50_s": p50, "p95_s": p95}
     p50, p95 = gaps.quantiles(g, d, n, (0.5, 0.95))
     if not d.any() or total <= CDF_EXPAND_MAX:
         if d.any():

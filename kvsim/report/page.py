@@ -107,7 +107,9 @@ def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -
     labeled = [(_label(r), r) for r in runs[:MAX_OVERLAID_RUNS]]
     specs = (("TTFT", lambda r: dr.ttft_cdf(getattr(r, "requests", None)), "ttft_p95_s",
               "time to first token (s)"),
-             ("Inter-token latency", lambda r: dr.itl_cdf(getattr(r, "itl", None)),
+             ("Inter-token latency", lambda r: dr.itl_cdf(
+                 getattr(r, "itl", None),
+                 spread=(getattr(r, "summary", None) or {}).get("itl_spread") or ()),
               "itl_p95_s", "gap between tokens (s)"))
     for name, fn, slo_key, xlabel in specs:
         curves = [(lab, d) for lab, r in labeled if (d := fn(r)) is not None]

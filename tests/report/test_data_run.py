@@ -97,6 +97,17 @@ def test_itl_cdf_is_weighted_by_run_length_count() -> None:
     assert (cdf["p50_s"], cdf["p95_s"]) == (0.02, 0.03)
 
 
+def test_itl_cdf_carries_a_calibrated_spread() -> None:
+    # every gap 20 ms, J ∈ {0.5, 1, 2} equally: the curve steps at 10, 20 and 40 ms
+    itl = pd.DataFrame({"request_id": ["a"], "gap_s": [0.02], "count": [300]})
+    cdf = dr.itl_cdf(itl, spread=(0.5, 1.0, 2.0))
+    assert cdf["n"] == 300
+    assert (cdf["x_s"][0], cdf["x_s"][-1]) == pytest.approx((0.01, 0.04))
+    assert (cdf["p50_s"], cdf["p95_s"]) == pytest.approx((0.02, 0.04))
+    # a third of the curve at or below 10 ms, two thirds at or below 20 ms
+    assert float(np.interp(0.015, cdf["x_s"], cdf["p"])) == pytest.approx(1 / 3, abs=1e-3)
+
+
 def test_concurrency_series() -> None:
     run = make_run()
     c = dr.concurrency(run.memory, run.steps)
