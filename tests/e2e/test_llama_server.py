@@ -155,8 +155,8 @@ def _sessions() -> list[Session]:
     the next begins: which session takes which slot
     (similarity, LRU, RAM-cache save/restore) is decided by the engine's rules, not by
     a race that a latency error of a few tens of milliseconds could flip.  Answers of
-    48–64 tokens: the first decode step after a prompt is slower (the engine rebuilds
-    its graph and warms its caches for ~4 steps) and those gaps stay out of the p95.
+    112–144 tokens: the first ~4 decode steps after a prompt run up to ~2.5x slower
+    (measured by answer position), about 3 % of the gaps, above the p95.
     """
     out = []
     shape = [(40, 128), (60, 112), (30, 144)]
