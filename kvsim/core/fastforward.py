@@ -48,13 +48,19 @@ NOTE: step times are accumulated exactly as SimPy does (``t + dt`` in sequence),
 both fidelities agree to the rounding difference between ``decode_steps_s`` and
 ``step_time_s`` (≤ 1e-12 relative).  Memory samples inside a stretch come from
 :meth:`Stretch.memory_at` (the state during the step that covers the tick).
+
+A stretch's times and bytes are plain Python lists: most stretches between
+arrivals and completions are a few steps long, where numpy's per-call overhead
+exceeds the work; only the latency model's step times are computed with numpy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from itertools import accumulate, chain
 from typing import Any
 
 import numpy as np
@@ -63,6 +69,7 @@ from kvsim.core.step import MemoryState, ScheduledItem, StepPlan
 from kvsim.latency.base import BatchShape
 
 MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's numpy arrays
+SMALL_STEPS = 32  # NOTE: shorter stretches take their step times in scalar Python
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,18 +81,18 @@ class Stretch:
     completion); without ``bases`` every step has ``base``.
     """
 
-    times: np.ndarray
+    times: list[float]
     base: MemoryState
-    allocated_bytes: np.ndarray  # during step j (after its allocations), j = 0..J-1
-    cached_bytes: np.ndarray
+    allocated_bytes: list[int]  # during step j (after its allocations), j = 0..J-1
+    cached_bytes: list[int]
     bases: tuple[MemoryState, ...] = ()
     base_of: list[int] | None = None
 
     def covers(self, t_s: float) -> bool:
-        return bool(self.times[0] < t_s <= self.times[-1])
+        return self.times[0] < t_s <= self.times[-1]
 
     def _step(self, t_s: float) -> int:
-        j = int(np.searchsorted(self.times, t_s, side="left")) - 1
+        j = bisect_left(self.times, t_s) - 1
         return min(max(j, 0), len(self.allocated_bytes) - 1)
 
     def base_at(self, j: int) -> MemoryState:
@@ -115,11 +122,10 @@ class Stretch:
 
     def memory_rows(self, ticks: list[float]) -> list[tuple]:
         """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
-        last = len(self.allocated_bytes) - 1
-        js = [min(max(j - 1, 0), last)
-              for j in np.searchsorted(self.times, ticks, side="left").tolist()]
-        alloc = self.allocated_bytes[js].tolist()
-        cached = self.cached_bytes[js].tolist()
+        last, times = len(self.allocated_bytes) - 1, self.times
+        js = [min(max(bisect_left(times, t) - 1, 0), last) for t in ticks]
+        alloc = [self.allocated_bytes[j] for j in js]
+        cached = [self.cached_bytes[j] for j in js]
         if self.base_of is None:
             b = self.base
             quant = getattr(b, "kv_quant_bytes", 0)
@@ -140,13 +146,15 @@ def join_stretches(parts: list[Stretch]) -> Stretch:
     """One stretch from consecutive parts (each part's first time is the last one's end)."""
     if len(parts) == 1:
         return parts[0]
-    times = np.concatenate([parts[0].times[:1], *(p.times[1:] for p in parts)])
+    times = parts[0].times[:1]
+    base_of: list[int] = []
+    for k, p in enumerate(parts):
+        times.extend(p.times[1:])
+        base_of.extend([k] * len(p.allocated_bytes))
     return Stretch(times, parts[-1].base,
-                   np.concatenate([p.allocated_bytes for p in parts]),
-                   np.concatenate([p.cached_bytes for p in parts]),
-                   tuple(p.base for p in parts),
-                   np.repeat(np.arange(len(parts)),
-                             [len(p.allocated_bytes) for p in parts]).tolist())
+                   list(chain.from_iterable(p.allocated_bytes for p in parts)),
+                   list(chain.from_iterable(p.cached_bytes for p in parts)),
+                   tuple(p.base for p in parts), base_of)
 
 
 def next_event_s(queue: list[tuple], skip: Any) -> float:
@@ -206,14 +214,18 @@ class FastForward:
         # (the engine knows; 0 = at once, the safe default)
         self.follow_s: Callable[[Any], float] = lambda req: 0.0
 
-    def _step_times(self, contexts: np.ndarray, steps: int) -> np.ndarray:
-        # NOTE: a calibrated model counts clamped steps; count only the steps we use.
+    def _step_times(self, contexts: tuple[int, ...], steps: int) -> list[float]:
         lat = self.latency
+        if steps <= SMALL_STEPS and hasattr(lat, "decode_steps_list"):
+            dts = lat.decode_steps_list(contexts, steps)  # the same floats, no numpy
+            if dts is not None:
+                return dts
+        # NOTE: a calibrated model counts clamped steps; count only the steps we use.
         before = getattr(lat, "clamped_steps", None)
-        dts = lat.decode_steps_s(contexts, steps)
+        dts = lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps)
         if before is not None:
             lat.clamped_steps = before
-        return np.asarray(dts, dtype=np.float64)
+        return np.asarray(dts, dtype=np.float64).tolist()
 
     def _first_step_s(self, plan: StepPlan) -> float:
         lat = self.latency
@@ -251,14 +263,14 @@ class FastForward:
         limit = min(sched_limit, MAX_STRETCH_CELLS // max(n, 1))
         if limit < 1:
             return 0, False, sched_limit < 1, None, None
-        ctx = np.array(plan.batch.decode_context, dtype=np.int64)
+        ctx = plan.batch.decode_context
         # NOTE: one step more than the limit: step J itself, when it can be completed here
         n_dts = limit + 1
         if 0 < dt0 < math.inf:
             n_dts = min(n_dts, int((bound_s - now_s) / dt0) + 2)
         dts = self._step_times(ctx, n_dts)
-        times = np.concatenate(([now_s], dts)).cumsum()  # NOTE: sequential, as SimPy adds
-        steps = min(int(np.searchsorted(times[1:], bound_s, side="left")), limit)
+        times = list(accumulate(dts, initial=now_s))  # NOTE: sequential, as SimPy adds
+        steps = min(bisect_left(times, bound_s, 1) - 1, limit)
         if steps < 1:
             return 0, False, False, None, None
         # fold step J when a SimPy event (an arrival) cut the stretch inside it
@@ -269,12 +281,12 @@ class FastForward:
         applied = steps + fold + finish
         times = times[:applied + 1]
         if getattr(self.latency, "clamped_steps", None) is not None:
-            self.latency.decode_steps_s(ctx, applied)  # count the clamped steps used
+            # count the clamped steps used
+            self.latency.decode_steps_s(np.array(ctx, dtype=np.int64), applied)
         # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
         # state after it gives every other column (Stretch.memory_at)
         alloc, cached, after, done = self.scheduler.advance_decode(plan, times, finish)
-        self.recorder.step(float(times[0]), float(times[-1]), 0, n * applied, n,
-                           steps=applied)
+        self.recorder.step(times[0], times[-1], 0, n * applied, n, steps=applied)
         self.steps_skipped += steps
         self.folded += fold
         return steps, fold, at_limit, Stretch(times, after, alloc, cached), \
@@ -313,7 +325,7 @@ class FastForward:
                                                                   stop_s)
                 if part is not None:
                     parts.append(part)
-                    t = float(part.times[-1])
+                    t = part.times[-1]
                     if done is None:
                         plan = advanced_plan(plan, steps)
                     if fold:
@@ -364,9 +376,7 @@ class FastForward:
         b = plan.batch
         self.recorder.step(t, end, sum(b.prefill_tokens), len(b.decode_context),
                            len(plan.items))
-        parts.append(Stretch(np.array([t, end]), mem,
-                             np.array([mem.kv_allocated_bytes], dtype=np.int64),
-                             np.array([mem.kv_cached_bytes], dtype=np.int64)))
+        parts.append(Stretch([t, end], mem, [mem.kv_allocated_bytes], [mem.kv_cached_bytes]))
         return end, done
 
     def _ended(self, parts: list[Stretch], plan: StepPlan, end_s: float, folded: bool

@@ -178,7 +178,7 @@ def stretch_runs(gaps: np.ndarray, ends_s: np.ndarray
     return out
 
 
-def emit_tokens(reqs: list, times: np.ndarray) -> None:
+def emit_tokens(reqs: list, times: list[float] | np.ndarray) -> None:
     """Every request of a stretch samples one token at each of ``times[1:]``.
 
     Each request's first gap (from its own last token) goes through its open run;
@@ -188,7 +188,7 @@ def emit_tokens(reqs: list, times: np.ndarray) -> None:
     closed: list[tuple[float, float, int]] = []
     shared: tuple[float, float, float, int] | None = None
     if steps <= SMALL_STRETCH:  # NOTE: a fresh GapRuns fed gap by gap: the same runs
-        ts = times.tolist()
+        ts = times if isinstance(times, list) else times.tolist()
         t1 = ts[1]
         if steps > 1:
             one = GapRuns()
@@ -198,8 +198,9 @@ def emit_tokens(reqs: list, times: np.ndarray) -> None:
                 prev = t
             closed, shared = one.closed, (one.g0, one.lo, one.hi, one.n)
     else:
-        t1 = float(times[1])
-        runs4 = stretch_runs(np.diff(times[1:]), times[2:])
+        arr = np.asarray(times, dtype=np.float64)
+        t1 = float(arr[1])
+        runs4 = stretch_runs(np.diff(arr[1:]), arr[2:])
         closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]]
         shared = runs4[-1]
     last = float(times[-1])

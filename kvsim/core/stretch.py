@@ -25,9 +25,8 @@ its prefix hit only shrinks (evictions), so the blocks it needs never decrease.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
-
-import numpy as np
 
 from kvsim.core.itl import emit_tokens
 from kvsim.core.kv.prefix import pieces_in_range
@@ -101,14 +100,14 @@ def _block_events(items: tuple, steps: int, block: int, caching: bool
     return pops, regs
 
 
-def paged_advance(sched: Any, plan: StepPlan, times: np.ndarray, finish: bool = False
-                  ) -> tuple[np.ndarray, np.ndarray, Any, list[Any]]:
+def paged_advance(sched: Any, plan: StepPlan, times: list[float], finish: bool = False
+                  ) -> tuple[list[int], list[int], Any, list[Any]]:
     steps = len(times) - 1
     items = plan.items
     reqs = [i.req for i in items]
     _decode_tokens(reqs, steps, times)
     alloc, cached, mem = _paged_blocks(sched, items, reqs, steps - finish, steps)
-    return alloc, cached, mem, paged_finish(sched, reqs, float(times[-1])) if finish else []
+    return alloc, cached, mem, paged_finish(sched, reqs, times[-1]) if finish else []
 
 
 def paged_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
@@ -129,7 +128,7 @@ def paged_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
     return done
 
 
-def _decode_tokens(reqs: list[Any], steps: int, times: np.ndarray) -> None:
+def _decode_tokens(reqs: list[Any], steps: int, times: list[float]) -> None:
     """Every request computes and samples one token per step (``times[1:]``)."""
     for r in reqs:
         a = r.num_computed_tokens  # NOTE: Request.record_compute's decode path, inlined
@@ -141,7 +140,7 @@ def _decode_tokens(reqs: list[Any], steps: int, times: np.ndarray) -> None:
 
 
 def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
-                  ) -> tuple[np.ndarray, np.ndarray, Any]:
+                  ) -> tuple[list[int], list[int], Any]:
     """Blocks of the schedules after steps ``0..alloc_steps−1``; KV bytes per step."""
     mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
     pops, regs = _block_events(items, alloc_steps, block, pool.enable_caching)
@@ -182,15 +181,14 @@ def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, s
 
 
 def _stretch_memory(sched: Any, steps: int, active: list[int], cached: list[int]
-                    ) -> tuple[np.ndarray, np.ndarray, Any]:
+                    ) -> tuple[list[int], list[int], Any]:
     """KV bytes during each step: the final state minus what steps j+1..J allocated."""
     bb = sched.block_bytes
     mem = sched.memory()
-    act = np.cumsum(np.array(active, dtype=np.int64))
-    cac = np.cumsum(np.array(cached, dtype=np.int64))
-    alloc = mem.kv_allocated_bytes - bb * (act[-1] - act[:steps])
-    cache = mem.kv_cached_bytes + bb * (cac[-1] - cac[:steps])
-    return alloc, cache, mem
+    act = list(accumulate(active))
+    cac = list(accumulate(cached))
+    a_end, c_end = mem.kv_allocated_bytes - bb * act[-1], mem.kv_cached_bytes + bb * cac[-1]
+    return [a_end + bb * a for a in act[:steps]], [c_end - bb * c for c in cac[:steps]], mem
 
 
 def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
@@ -206,8 +204,8 @@ def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
     return max(limit, 0)
 
 
-def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray, finish: bool = False
-                 ) -> tuple[np.ndarray, np.ndarray, Any, list[Any]]:
+def slot_advance(sched: Any, plan: StepPlan, times: list[float], finish: bool = False
+                 ) -> tuple[list[int], list[int], Any, list[Any]]:
     steps = len(times) - 1
     reqs = [i.req for i in plan.items]
     emit_tokens(reqs, times)
@@ -224,11 +222,11 @@ def slot_advance(sched: Any, plan: StepPlan, times: np.ndarray, finish: bool = F
         slot.n_tokens += steps
         req.record_compute(steps)
     mem = sched.memory()
-    n = len(plan.items)
-    j = np.arange(steps, dtype=np.int64)
-    alloc = mem.kv_allocated_bytes - sched.bytes_per_token * n * (steps - j)
-    cache = np.full(steps, mem.kv_cached_bytes, dtype=np.int64)
-    return alloc, cache, mem, slot_finish(sched, reqs, float(times[-1])) if finish else []
+    per_step = sched.bytes_per_token * len(plan.items)
+    end = mem.kv_allocated_bytes - per_step * steps
+    alloc = [end + per_step * j for j in range(steps)]
+    cache = [mem.kv_cached_bytes] * steps
+    return alloc, cache, mem, slot_finish(sched, reqs, times[-1]) if finish else []
 
 
 def slot_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:

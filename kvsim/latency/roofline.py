@@ -24,6 +24,8 @@ per-step fidelity agree to floating-point rounding (tests/latency checks it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
@@ -153,6 +155,35 @@ class RooflineLatency:
                      self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
             t += self.dequant * kv_time_cpu
         return t
+
+    def decode_steps_list(self, contexts: Sequence[int], steps: int) -> list[float] | None:
+        """:meth:`decode_steps_s` in scalar Python, for short stretches (numpy's per-call
+        overhead exceeds their work); None when the KV is not linear in the context.
+
+        NOTE: the numpy path's formulas (:meth:`_times`) element by element, in the same
+        order, on the same integer-exact inputs: the same floats.
+        """
+        if self._linear_kv is None:
+            return None
+        n, total = len(contexts), sum(contexts)
+        nf, full, lkv = float(n), self.full_layers, self._linear_kv
+        lin, pf, f = self.linear_flops_per_token, self.pair_flops, self.gpu_fraction
+        gflops, gbw, dq = self.gpu_flops, self.gpu_bw, self.dequant
+        w_gpu = self.gpu_weight_bytes / gbw
+        out = []
+        for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
+            kv = float(lkv * tok)
+            flops = nf * lin + float(full * tok) * pf
+            kv_time_gpu = f * kv / gbw
+            t_gpu = max(f * flops / gflops, w_gpu + kv_time_gpu)
+            t_cpu = 0.0
+            if f < 1.0:
+                kv_time_cpu = (1 - f) * kv / self.cpu_bw
+                t_cpu = max((1 - f) * flops / self.cpu_flops,
+                            self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
+                t_cpu = t_cpu + dq * kv_time_cpu
+            out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)
+        return out
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         if self._linear_kv is not None:  # integer sums, as in step_time_s: same floats

@@ -15,13 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsim.api import simulate
+from kvsim.config.catalog import load_gpu, load_host, load_model
 from kvsim.config.scenario import resolve_scenario
 from kvsim.core.build import PoolSizing, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.errors import InputError
 from kvsim.latency.constant import ConstantLatency
+from kvsim.latency.roofline import RooflineLatency
 from kvsim.metrics.gaps import expand
 from kvsim.metrics.records import Recorder
+from kvsim.model.geometry import kv_geometry
+from kvsim.model.weights import model_weights
 from kvsim.workload.schema import Session, Turn
 
 ENGINES = {
@@ -222,3 +226,19 @@ def _run_both_vllm(sess: list, sample_interval_s: float) -> tuple[Engine, Engine
         eng.run(sess)
         out[fidelity] = eng
     return out["fast"], out["step"]
+
+
+@pytest.mark.parametrize("gpu_layers", [None, 20])
+@pytest.mark.parametrize("contexts", [(), (5,), (100, 2000, 31), tuple(range(1, 40))])
+def test_short_stretch_step_times_equal_the_numpy_path(contexts, gpu_layers) -> None:
+    """Short stretches take their roofline step times in scalar Python: bit-for-bit the
+    numpy path's floats (both fidelities then see the same step ends), GPU-only and
+    with layers offloaded to the CPU, with a dequantization cost (q8_0 KV)."""
+    m = load_model("llama-3.1-8b")
+    lat = RooflineLatency(gpu=load_gpu("rtx-4090"), host=load_host("desktop-64gb"), model=m,
+                          geometry=kv_geometry(m, "q8_0", "q8_0"),
+                          weights=model_weights(m, "q4_k_m"), gpu_layers=gpu_layers,
+                          kv_quantized=True)
+    for steps in (1, 7, 32):
+        quick = lat.decode_steps_list(contexts, steps)
+        assert quick == lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps).tolist()
