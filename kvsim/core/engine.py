@@ -75,9 +75,10 @@ def session_prompts(session: Session) -> Iterator[TokenSeq]:
     n_sys = 0 if session.system_prompt_id is None else 1
     head = seq(prompt_segments(session, 0)[:n_sys])
     for i in range(len(session.turns)):
-        yield head + seq(turn_segments(session, i))
+        new = seq(turn_segments(session, i))  # NOTE: pieces concatenate (empty ones dropped)
+        yield head + new
         if session.history == "full":
-            head = head + seq([*turn_segments(session, i), output_segment(session, i)])
+            head = head + new + seq([output_segment(session, i)])
 
 
 def seed_block_hashes(req: Request, before: Request | None) -> None:

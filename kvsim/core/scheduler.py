@@ -315,7 +315,11 @@ class PagedScheduler:
         for req, n, _, _ in plan.items:
             if req.status is not running:
                 continue
-            req.record_compute(n)
+            a = req.num_computed_tokens  # NOTE: Request.record_compute's decode path inlined
+            if a >= req.high_water and a >= req.prompt_tokens:
+                req.num_computed_tokens = req.high_water = a + n
+            else:
+                req.record_compute(n)
             if req.prompt_tokens + req.num_output != req.num_computed_tokens:
                 continue  # prefill chunk, no token yet
             if req.num_output:  # NOTE: Request.sample inlined (one call per token saved)
