@@ -196,9 +196,12 @@ def sweep_dimensions(sweep: pd.DataFrame | None) -> dict[str, Any] | None:
         if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
             dims.append({"label": c, "values": col.to_numpy(dtype=float)})
         else:
-            cats = sorted(col.astype(str).unique())
+            # NOTE: a listed sweep may set a key in some points only: those read "(unset)"
+            # (pandas' astype(str) keeps NaN, which does not sort among strings)
+            text = col.map(lambda v: "(unset)" if v is None or v != v else str(v))
+            cats = sorted(text.unique())
             code = {v: i for i, v in enumerate(cats)}
-            dims.append({"label": c, "values": col.astype(str).map(code).to_numpy(dtype=float),
+            dims.append({"label": c, "values": text.map(code).to_numpy(dtype=float),
                          "tickvals": list(range(len(cats))), "ticktext": cats})
     color = sweep[metrics[0]].to_numpy(dtype=float)
     return {"dimensions": dims, "color": color, "color_label": metrics[0], "rows": len(sweep)}

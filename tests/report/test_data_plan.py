@@ -79,3 +79,12 @@ def test_sweep_dimensions_from_combined_table() -> None:
     cat = d["dimensions"][1]
     assert cat["ticktext"] == ["f16", "q4_0", "q8_0"] and list(cat["values"]) == [2, 0, 1]
     assert d["color_label"] == "ttft_p95_s" and d["rows"] == 3
+
+
+def test_sweep_dimensions_with_a_key_only_some_points_set() -> None:
+    # listed points: one sets a latency block, the other keeps the base scenario's
+    sweep = pd.DataFrame({"point": [0, 1], "latency": [{"kind": "calibrated"}, np.nan],
+                          "scenario_hash": ["a", "b"], "ttft_p95_s": [0.3, 0.5]})
+    dim = dp.sweep_dimensions(sweep)["dimensions"][0]
+    assert dim["ticktext"] == ["(unset)", "{'kind': 'calibrated'}"]
+    assert list(dim["values"]) == [1, 0]
