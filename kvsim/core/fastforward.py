@@ -306,7 +306,8 @@ class FastForward:
         Through completions (module doc): a step at the scheduler's boundary, and
         any step that is not a plain decode, runs inline — the scalar step time, the
         scheduler's own ``complete`` — if it ends before every bound; then, unless a
-        hook wants to act, the scheduler's own ``schedule`` gives the next plan.
+        hook wants to act (the driver runs it, with the plan step J ran), the
+        scheduler's own ``schedule`` gives the next plan.
         A finished request's session may submit its next turn ``follow_s(req)``
         after it finishes: that bounds the rest of the stretch.
         """
@@ -332,19 +333,15 @@ class FastForward:
                         return self._ended(parts, plan, t, True)
                 if not at_limit:
                     break
-            bulk = done is not None  # step J was completed by the segment
+            bulk = done is not None  # step J was completed by the segment (else inline)
             if not bulk:
-                if not self.through:
-                    break
-                ran = self._inline_step(plan, t, min(quiet_s, hard_s), part, parts)
+                ran = self._inline_step(plan, t, min(quiet_s, hard_s), part, parts) \
+                    if self.through else None
                 if ran is None:
                     break
                 t, done = ran
-            for req in done:
-                self.finished.append((t, req))
-                hard_s = min(hard_s, t + self.follow_s(req))
+            hard_s = min(hard_s, self._finished_at(t, done))
             if min((h.next_trigger_s(t) for h in self.hooks), default=math.inf) <= t:
-                # a hook acts: the driver runs it (with the plan step J ran)
                 return self._ended(parts, advanced_plan(plan, steps) if bulk else plan, t, True)
             nxt = self.scheduler.schedule(t)
             self.recorder.drain(self.scheduler.events)
@@ -357,6 +354,14 @@ class FastForward:
         if not parts:
             return None
         return self._ended(parts, plan, t, False)
+
+    def _finished_at(self, t: float, done: list[Any]) -> float:
+        """Record requests finished at ``t``; return the first follow-up turn's time."""
+        first = math.inf
+        for req in done:
+            self.finished.append((t, req))
+            first = min(first, t + self.follow_s(req))
+        return first
 
     def _inline_step(self, plan: StepPlan, t: float, bound_s: float, part: Stretch | None,
                      parts: list[Stretch]) -> tuple[float, list[Any]] | None:

@@ -292,8 +292,13 @@ class PagedScheduler:
                 continue
             if self.retract_order != "sglang":
                 break  # the request itself was preempted: it was the last one
-        while not preempted and self.waiting and budget > 0 \
-                and len(self.running) < self.max_num_seqs:
+        if not preempted:  # NOTE: no waiting request is admitted in a step that preempted
+            self._admit_waiting(items, budget, now_s)
+        return make_plan(items, self._stall_end - now_s) if items else None
+
+    def _admit_waiting(self, items: list[ScheduledItem], budget: int, now_s: float) -> None:
+        """Admit waiting requests FCFS while the budget, ``max_num_seqs`` and blocks allow."""
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             n, decode = self._admit(req, budget, now_s)
             if not n:
@@ -305,7 +310,6 @@ class PagedScheduler:
             self.running.append(req)
             items.append(ScheduledItem(req, n, req.num_computed_tokens, decode))
             budget -= n
-        return make_plan(items, self._stall_end - now_s) if items else None
 
     # -- postprocess -------------------------------------------------------------
     def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
