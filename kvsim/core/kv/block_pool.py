@@ -175,6 +175,8 @@ class BlockPool:
         """
         q, cached = self.free_queue, self.cached
         tail = q._tail
+        last = tail.prev
+        freed = cached_free = 0
         for b in ordered:
             b.ref_cnt -= 1
             assert b.ref_cnt >= 0, "ref_cnt below zero"
@@ -184,8 +186,10 @@ class BlockPool:
                     if cached.get(h) is not b:
                         b.block_hash = None  # an uncached duplicate: plain free block
                     else:
-                        self._cached_free += 1
-                last = tail.prev  # NOTE: FreeBlockQueue.append inlined (hot path)
-                last.next, b.prev = b, last
-                b.next, tail.prev = tail, b
-                q.num_free += 1
+                        cached_free += 1
+                last.next, b.prev = b, last  # NOTE: FreeBlockQueue.append inlined,
+                last = b  # the chain closed at the tail once, after the loop
+                freed += 1
+        last.next, tail.prev = tail, last
+        q.num_free += freed
+        self._cached_free += cached_free
