@@ -54,7 +54,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import httpx
@@ -88,7 +88,7 @@ class EngineGrid:
 
 class _Prober:
     def __init__(self, client: httpx.AsyncClient, grid: EngineGrid) -> None:
-        self.client, self.grid, self.count = client, grid, 0
+        self.client, self.grid, self.count, self.round = client, grid, 0, 0
 
     def fresh(self, n: int) -> list[int]:
         self.count += 1
@@ -143,18 +143,20 @@ class _Prober:
             # per-token times.
             step_s = (float(np.median(gaps)) if gaps
                       else t["predicted_ms"] / 1000.0 / max(steps, 1))
-            out.append(DecodeSample(step_s, steps, gaps))
+            out.append(DecodeSample(step_s, steps, gaps, self.round))
         return out
 
 
 @dataclass(frozen=True)
 class DecodeSample:
-    """One decoding sequence: its median step time, its decode steps and every
-    server-timed gap (the step-to-step spread, :func:`decode_spread`)."""
+    """One decoding sequence: its median step time, its decode steps, every
+    server-timed gap (the step-to-step spread, :func:`decode_spread`) and the round it
+    was measured in."""
 
     step_s: float
     steps: int
     gaps_s: tuple[float, ...] = ()
+    round: int = 0
 
 
 @dataclass
@@ -175,9 +177,11 @@ class EngineSamples:
     rounds: int = 0
 
     def extend(self, other: EngineSamples) -> EngineSamples:
-        for mine, theirs in ((self.prefill, other.prefill), (self.decode, other.decode)):
-            for key, vals in theirs.items():
-                mine.setdefault(key, []).extend(vals)
+        for key, vals in other.prefill.items():
+            self.prefill.setdefault(key, []).extend(vals)
+        for key, dec in other.decode.items():  # their rounds follow ours
+            self.decode.setdefault(key, []).extend(
+                replace(v, round=v.round + self.rounds) for v in dec)
         self.ram.extend(other.ram)
         self.ram_absent |= other.ram_absent
         self.rounds += other.rounds
@@ -243,6 +247,7 @@ async def _measure(url: str, grid: EngineGrid, samples: EngineSamples) -> None:
         probe = _Prober(client, grid)
         await probe.complete(probe.fresh(8), 2)  # warm-up
         for _ in range(grid.repeats):
+            probe.round = samples.rounds
             for c in grid.contexts:
                 for p in grid.prompt_tokens:
                     samples.prefill.setdefault((c, p), []).append(await probe.prefill(c, p))
@@ -303,12 +308,14 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
     """Quantiles of the measured decode gaps over their point's typical step time.
 
     Gap ``i`` of a sequence that started at ``c`` cached tokens is the decode step at
-    context ``c + i`` (the point features' convention) in a batch of ``b``; its ratio to
-    the fitted step time at that shape is divided by the median ratio of its point, so
-    what remains is the spread around a point's typical step — the device's
-    step-to-step jitter and the machine's speed from one request to the next (a
-    point's samples come from different rounds) — and not the fit's error at that
-    point, which the prediction carries already.  This is the spread inter-token
+    context ``c + i`` (the point features' convention) in a batch of ``b``.  Its ratio
+    to the fitted step time at that shape is divided by the median ratio of its point
+    (over all rounds), which takes out the fit's error at that point — the prediction
+    carries it already — and then by the median of its round's ratios, which takes
+    out how fast the machine ran in that round: a replay's percentiles are read
+    within one run, and the spread of a whole session of rounds would add the drift
+    between runs to it.  What remains is the step-to-step jitter and the speed
+    changes from one request to the next within a round: the spread that inter-token
     percentiles show (:mod:`kvsim.metrics.spread`).
 
     NOTE: the first ``WARM_UP_GAPS`` gaps of each sequence are left out: on llama-server
@@ -317,16 +324,23 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
     length — the calibration's ``decode_tokens``, not the workload's.
     """
     coef = fit.coefficients_s
-    ratios = []
+    by_round: dict[int, list[np.ndarray]] = {}
     for (b, c), vals in samples.decode.items():
-        per_point = []
+        per_sample = []
         for v in vals:
             gaps = np.asarray(v.gaps_s[WARM_UP_GAPS:])
             ctx = max(c, 1) + WARM_UP_GAPS + np.arange(len(gaps))
             fitted = coef["step"] + b * coef["decode_seq"] + b * coef["decode_kv"] * ctx
-            per_point.append(gaps / fitted)
-        r = np.concatenate(per_point) if per_point else np.zeros(0)
-        r = r[r > 0]
+            per_sample.append((v.round, gaps[gaps > 0] / fitted[gaps > 0]))
+        point = np.concatenate([r for _, r in per_sample]) if per_sample else np.zeros(0)
+        if not point.size:
+            continue
+        mid = np.median(point)
+        for rnd, r in per_sample:
+            by_round.setdefault(rnd, []).append(r / mid)
+    ratios = []
+    for parts in by_round.values():
+        r = np.concatenate(parts)
         if r.size:
             ratios.append(r / np.median(r))
     if not ratios:

@@ -121,3 +121,25 @@ def test_decode_spread_is_each_gap_over_the_fitted_step() -> None:
     assert len(spread) == 101
     assert (spread[0], spread[16], spread[17], spread[83], spread[84], spread[100]) == \
         pytest.approx((0.5, 0.5, 1.0, 1.0, 2.0, 2.0))
+
+
+def test_decode_spread_leaves_out_how_fast_each_round_ran() -> None:
+    coef = {"step": 1e-3, "prefill_seq": 0.0, "prefill_token": 0.0, "prefill_attn": 0.0,
+            "prefill_attn_small": 0.0, "decode_seq": 0.0, "decode_kv": 0.0}
+    fit = LatencyFit(cache_type="f16", coefficients_s=coef, mape=0.0, max_ape=0.0, points=1,
+                     valid={n: FeatureRange(min=0.0, max=1.0) for n in FEATURES[1:]},
+                     max_context=100, max_batch=1)
+    warm = (9.0,) * 4
+    # the fit says 1 ms a step; round 0 measured 1, 1, 2 ms, round 1 (a machine running
+    # 1.5x slower) 1.5, 1.5, 3 ms: within each round the gaps are 1, 1, 2 times its median
+    rounds = [DecodeSample(0.0, 7, warm + (1e-3, 1e-3, 2e-3), round=0),
+              DecodeSample(0.0, 7, warm + (1.5e-3, 1.5e-3, 3e-3), round=1)]
+    spread = decode_spread(EngineSamples(props={}, decode={(1, 10): rounds}), fit)
+    assert (spread[0], spread[66], spread[67], spread[100]) == pytest.approx(
+        (1.0, 1.0, 2.0, 2.0))
+    # rounds pooled with extend keep apart: the second call's round 0 becomes round 1
+    first = EngineSamples(props={}, decode={(1, 10): rounds[:1]}, rounds=1)
+    second = EngineSamples(props={}, decode={(1, 10): [replace(rounds[1], round=0)]}, rounds=1)
+    pooled = first.extend(second)
+    assert [v.round for v in pooled.decode[(1, 10)]] == [0, 1]
+    assert decode_spread(pooled, fit) == spread
