@@ -63,7 +63,8 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                         static_device_bytes=sizing.static_device_bytes,
                         device_bytes=sizing.device_bytes, preemptions=scheduler.preemptions,
                         evictions=evictions, sim_time_s=end_s,
-                        decode_spread=getattr(latency, "decode_spread", ()))
+                        decode_spread=getattr(latency, "decode_spread", ()),
+                        prefill_spread=getattr(latency, "prefill_spread", ()))
     summary["latency_model"] = latency.provenance
     summary.update(runtime.summary())
     mem = tables["memory"]

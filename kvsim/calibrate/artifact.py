@@ -97,6 +97,9 @@ class LatencyFit(BaseModel):
     decode_spread: tuple[float, ...] = Field(
         (), description="quantiles (q = 0, 1/(n-1), …, 1) of each measured decode step's "
         "time over the fitted one: the device's step-to-step spread; () = none measured")
+    prefill_spread: tuple[float, ...] = Field(
+        (), description="quantiles (as decode_spread) of each measured time to first token "
+        "over its point's typical one; () = none measured")
 
     @model_validator(mode="before")
     @classmethod

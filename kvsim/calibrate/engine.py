@@ -116,7 +116,7 @@ class _Prober:
                              "the server did not stream a complete answer")
         return t_send, res
 
-    async def prefill(self, ctx: int, p: int) -> tuple[float, int, int]:
+    async def prefill(self, ctx: int, p: int) -> PrefillSample:
         """One sample: client-side time to first token of P new tokens on C cached
         ones, with the server's ``cache_n`` and ``prompt_n``."""
         base = self.fresh(ctx)
@@ -125,7 +125,8 @@ class _Prober:
         await asyncio.sleep(self.grid.idle_s)
         t_send, res = await self.complete(base + self.fresh(p), 1)
         t = res.final["timings"]
-        return res.token_times_s[0] - t_send, int(t["cache_n"]), int(t["prompt_n"])
+        return PrefillSample(res.token_times_s[0] - t_send, int(t["cache_n"]),
+                             int(t["prompt_n"]), self.round)
 
     async def decode(self, batch: int, ctx: int) -> list[DecodeSample]:
         """One sample per sequence of ``batch`` requests decoding in lockstep,
@@ -145,6 +146,17 @@ class _Prober:
                       else t["predicted_ms"] / 1000.0 / max(steps, 1))
             out.append(DecodeSample(step_s, steps, gaps, self.round))
         return out
+
+
+@dataclass(frozen=True)
+class PrefillSample:
+    """One prompt: client-side time to first token, the server's cached and computed
+    prompt tokens, and the round it was measured in."""
+
+    ttft_s: float
+    cache_n: int
+    prompt_n: int
+    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -170,18 +182,17 @@ class EngineSamples:
     """
 
     props: dict
-    prefill: dict[tuple[int, int], list[tuple[float, int, int]]] = field(default_factory=dict)
+    prefill: dict[tuple[int, int], list[PrefillSample]] = field(default_factory=dict)
     decode: dict[tuple[int, int], list[DecodeSample]] = field(default_factory=dict)
     ram: list[tuple[int, float, float]] = field(default_factory=list)
     ram_absent: bool = False
     rounds: int = 0
 
     def extend(self, other: EngineSamples) -> EngineSamples:
-        for key, vals in other.prefill.items():
-            self.prefill.setdefault(key, []).extend(vals)
-        for key, dec in other.decode.items():  # their rounds follow ours
-            self.decode.setdefault(key, []).extend(
-                replace(v, round=v.round + self.rounds) for v in dec)
+        for mine, theirs in ((self.prefill, other.prefill), (self.decode, other.decode)):
+            for key, vals in theirs.items():  # their rounds follow ours
+                mine.setdefault(key, []).extend(
+                    replace(v, round=v.round + self.rounds) for v in vals)
         self.ram.extend(other.ram)
         self.ram_absent |= other.ram_absent
         self.rounds += other.rounds
@@ -286,11 +297,11 @@ def _points(samples: EngineSamples, grid: EngineGrid) -> list[TimingPoint]:
     """One point per grid entry: the median over its samples."""
     points = []
     for vals in samples.prefill.values():
-        cache_n, prompt_n = statistics.median_low([(c, p) for _, c, p in vals])
+        cache_n, prompt_n = statistics.median_low([(v.cache_n, v.prompt_n) for v in vals])
         points.append(TimingPoint(
             kind="prefill", cache_type=grid.cache_type, batch=1, context=cache_n,
             tokens=prompt_n, steps=math.ceil(prompt_n / grid.n_batch),
-            measured_s=statistics.median(t for t, _, _ in vals), repeats=len(vals)))
+            measured_s=statistics.median(v.ttft_s for v in vals), repeats=len(vals)))
     for (b, c), vals in samples.decode.items():
         steps = max(1, min(v.steps for v in vals))
         points.append(TimingPoint(
@@ -308,15 +319,11 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
     """Quantiles of the measured decode gaps over their point's typical step time.
 
     Gap ``i`` of a sequence that started at ``c`` cached tokens is the decode step at
-    context ``c + i`` (the point features' convention) in a batch of ``b``.  Its ratio
-    to the fitted step time at that shape is divided by the median ratio of its point
-    (over all rounds), which takes out the fit's error at that point — the prediction
-    carries it already — and then by the median of its round's ratios, which takes
-    out how fast the machine ran in that round: a replay's percentiles are read
-    within one run, and the spread of a whole session of rounds would add the drift
-    between runs to it.  What remains is the step-to-step jitter and the speed
-    changes from one request to the next within a round: the spread that inter-token
-    percentiles show (:mod:`kvsim.metrics.spread`).
+    context ``c + i`` (the point features' convention) in a batch of ``b``; its ratio
+    to the fitted step time at that shape is normalised as :func:`_spread` says.
+    What remains is the step-to-step jitter and the speed changes from one request to
+    the next within a round: the spread that inter-token percentiles show
+    (:mod:`kvsim.metrics.spread`).
 
     NOTE: the first ``WARM_UP_GAPS`` gaps of each sequence are left out: on llama-server
     the first steps after a prompt run up to ~2.5x slower (graph rebuild, cold caches,
@@ -324,7 +331,7 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
     length — the calibration's ``decode_tokens``, not the workload's.
     """
     coef = fit.coefficients_s
-    by_round: dict[int, list[np.ndarray]] = {}
+    points = []
     for (b, c), vals in samples.decode.items():
         per_sample = []
         for v in vals:
@@ -332,17 +339,37 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
             ctx = max(c, 1) + WARM_UP_GAPS + np.arange(len(gaps))
             fitted = coef["step"] + b * coef["decode_seq"] + b * coef["decode_kv"] * ctx
             per_sample.append((v.round, gaps[gaps > 0] / fitted[gaps > 0]))
-        point = np.concatenate([r for _, r in per_sample]) if per_sample else np.zeros(0)
-        if not point.size:
-            continue
-        mid = np.median(point)
+        points.append(per_sample)
+    return _spread(points)
+
+
+def prefill_spread(samples: EngineSamples) -> tuple[float, ...]:
+    """Quantiles of the measured times to first token over their point's typical one
+    (normalised as :func:`_spread` says): the spread TTFT percentiles show."""
+    return _spread([[(v.round, np.array([v.ttft_s])) for v in vals if v.ttft_s > 0]
+                    for vals in samples.prefill.values()])
+
+
+def _spread(points: list[list[tuple[int, np.ndarray]]]) -> tuple[float, ...]:
+    """``SPREAD_QUANTILES`` quantiles of per-sample ratios ``(round, ratios)``, grouped
+    by grid point.
+
+    Each ratio is divided by the median of its point (over all rounds), which takes
+    out the fit's error at that point — the prediction carries it already — and then
+    by the median of its round, which takes out how fast the machine ran in that
+    round: a replay's percentiles are read within one run, and the spread of a whole
+    session of rounds would add the drift between runs to it.
+    """
+    by_round: dict[int, list[np.ndarray]] = {}
+    for per_sample in points:
+        per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
+        if not per_sample:
+            continue  # e.g. decodes no longer than the warm-up
+        mid = np.median(np.concatenate([r for _, r in per_sample]))
         for rnd, r in per_sample:
             by_round.setdefault(rnd, []).append(r / mid)
-    ratios = []
-    for parts in by_round.values():
-        r = np.concatenate(parts)
-        if r.size:
-            ratios.append(r / np.median(r))
+    ratios = [r / np.median(r) for r in (np.concatenate(v) for v in by_round.values())
+              if r.size]
     if not ratios:
         return ()
     q = np.linspace(0.0, 1.0, SPREAD_QUANTILES)
@@ -375,7 +402,9 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
 
 
 def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:
-    return {k: f.model_copy(update={"decode_spread": decode_spread(samples, f)})
+    ttft = prefill_spread(samples)
+    return {k: f.model_copy(update={"decode_spread": decode_spread(samples, f),
+                                    "prefill_spread": ttft})
             for k, f in fits.items()}
 
 

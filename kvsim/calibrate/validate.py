@@ -4,7 +4,8 @@
 per metric with the measured value, the predicted value, the error
 (predicted − measured) and the relative error (error / measured):
 
-- ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: over successful requests;
+- ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: over successful requests (TTFT
+  times the calibrated prefill spread, when the prediction had one);
 - ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length (times
   the calibrated step-time spread, when the prediction had one);
 - ``requests``, ``failed_requests``, ``prompt_tokens``, ``cached_tokens``,
@@ -17,8 +18,8 @@ per metric with the measured value, the predicted value, the error
 
 NOTE: both sides are read from their tables, not their summaries, so a result saved
 by an older kvsim with a different summary still compares the same way; only the
-calibrated step-time spread a prediction was made with (``itl_spread``) is taken
-from the summary (:mod:`kvsim.metrics.spread`).
+calibrated spreads a prediction was made with (``itl_spread``, ``ttft_spread``) are
+taken from the summary (:mod:`kvsim.metrics.spread`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.results import Results
-from kvsim.metrics.spread import spread_quantiles
+from kvsim.metrics.spread import spread_quantiles, with_spread
 from kvsim.metrics.summary import itl_runs
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
@@ -42,6 +43,8 @@ def _metrics(r: Results) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in ("ttft", "e2e"):
         vals = ok[f"{name}_s"].dropna().to_numpy(dtype=float)
+        if name == "ttft":  # a prediction's calibrated prefill spread, when it had one
+            vals = with_spread(vals, r.summary.get("ttft_spread") or ())
         for k, q in QUANTILES:
             out[f"{name}_{k}_s"] = float(np.quantile(vals, q)) if vals.size else math.nan
     # exact over affine runs (gap_delta_s) and run-length rows; a prediction made with a

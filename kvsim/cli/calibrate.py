@@ -137,19 +137,24 @@ def _range(text: str, field: str) -> tuple[int, int]:
     return a, b
 
 
+def _p5_p95(spread: tuple[float, ...]) -> str:
+    """p5 / p95 of a spread given as evenly spaced quantiles ("-" when none)."""
+    k = len(spread) // 20
+    return f"{spread[k]:.2f} / {spread[-1 - k]:.2f}" if spread else "-"
+
+
 def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{art.source} calibration → {output}")
     for col in ("cache type", "points", "MAPE", "max APE", "max context", "max batch",
-                "decode spread p5/p95"):
+                "decode spread p5/p95", "TTFT spread p5/p95"):
         table.add_column(col)
     for f in art.fits.values():
-        sp = f.decode_spread
-        spread = f"{sp[len(sp) // 20]:.2f} / {sp[-1 - len(sp) // 20]:.2f}" if sp else "-"
         table.add_row(f.cache_type, str(f.points), f"{100 * f.mape:.1f}%",
-                      f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch), spread)
+                      f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch),
+                      _p5_p95(f.decode_spread), _p5_p95(f.prefill_spread))
     Console().print(table)
     for lim in art.limits_reached:
         click.echo(f"limit reached: {lim.what}: {lim.error}", err=True)

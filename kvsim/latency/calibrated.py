@@ -84,6 +84,12 @@ class CalibratedLatencyModel:
         the run's inter-token percentiles carry it (:mod:`kvsim.metrics.spread`)."""
         return self.fit.decode_spread
 
+    @property
+    def prefill_spread(self) -> tuple[float, ...]:
+        """Measured time to first token over typical, as quantiles (() if not measured);
+        the run's TTFT percentiles carry it (:mod:`kvsim.metrics.spread`)."""
+        return self.fit.prefill_spread
+
     # -- LatencyModel protocol -------------------------------------------------------
     def step_time_s(self, batch: BatchShape) -> float:
         cap = self.fit.max_context

@@ -19,9 +19,13 @@ product distribution — computed, not sampled, so a run stays deterministic:
 2. every such quantile times every spread quantile is one equally weighted value;
 3. the requested ``inverted_cdf`` percentiles are read off those values.
 
-NOTE: only the reported percentiles and mean carry the spread; the ``itl`` table
-keeps the simulated gaps, and the timeline (TTFT, E2E, queueing) is the
-deterministic one.  The mean is the simulated mean times the spread's mean.
+The same holds for time to first token with the calibrated prefill spread
+(``LatencyFit.prefill_spread``): each request's TTFT times every spread quantile
+(:func:`with_spread`).
+
+NOTE: only the reported percentiles and mean carry the spread; the ``itl`` and
+``requests`` tables keep the simulated values, and the timeline (queueing, E2E) is
+the deterministic one.  The mean is the simulated mean times the spread's mean.
 """
 
 from __future__ import annotations
@@ -82,3 +86,13 @@ def spread_mean(gap_s, delta_s, count, spread: Sequence[float]) -> float:
     """Mean of gap × spread: the gaps' mean times the spread's (independent)."""
     m = gaps.mean(gap_s, delta_s, count)
     return m * float(np.mean(spread)) if len(spread) else m
+
+
+def with_spread(values, spread: Sequence[float]) -> np.ndarray:
+    """Finite ``values`` (one per request, e.g. TTFT) times every spread quantile, as one
+    equally weighted sample of value × J (the values themselves without a spread)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not len(spread):
+        return v
+    return np.multiply.outer(v, np.asarray(spread, dtype=np.float64)).ravel()

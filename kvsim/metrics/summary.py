@@ -47,15 +47,17 @@ def itl_quantile(itl: pd.DataFrame, q: float) -> float:
 def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
               steps: pd.DataFrame, *, static_device_bytes: int, device_bytes: int,
               preemptions: int, evictions: int = 0, sim_time_s: float,
-              decode_spread: tuple[float, ...] = ()) -> dict[str, Any]:
+              decode_spread: tuple[float, ...] = (),
+              prefill_spread: tuple[float, ...] = ()) -> dict[str, Any]:
     """The flat summary dict written to ``summary.json``.
 
-    ``decode_spread``: a calibrated step-time spread that the inter-token percentiles
-    and mean carry (:mod:`kvsim.metrics.spread`); recorded as ``itl_spread``
-    (only when there is one).
+    ``decode_spread`` / ``prefill_spread``: calibrated spreads that the inter-token
+    percentiles and mean / the TTFT percentiles carry (:mod:`kvsim.metrics.spread`);
+    recorded as ``itl_spread`` / ``ttft_spread`` (only when there is one).
     """
     out: dict[str, Any] = {}
-    out.update(_pcts("ttft", requests["ttft_s"]))
+    out.update(_pcts("ttft", pd.Series(spread.with_spread(requests["ttft_s"],
+                                                          prefill_spread))))
     out.update(_pcts("queue", requests["queue_s"]))
     out.update(_pcts("e2e", requests["e2e_s"]))
     runs = itl_runs(itl)
@@ -65,6 +67,8 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["itl_mean_s"] = spread.spread_mean(*runs, decode_spread)
     if decode_spread:
         out["itl_spread"] = list(decode_spread)
+    if prefill_spread:
+        out["ttft_spread"] = list(prefill_spread)
     output_tokens = int(requests["output_tokens"].sum())
     span = (requests["finish_s"].max() - requests["arrival_s"].min()) if len(requests) else 0.0
     out["output_tokens"] = output_tokens

@@ -26,7 +26,7 @@ import pandas as pd
 
 from kvsim.metrics import gaps
 from kvsim.metrics.records import weighted_quantile
-from kvsim.metrics.spread import base_quantiles, spread_quantiles
+from kvsim.metrics.spread import base_quantiles, spread_quantiles, with_spread
 from kvsim.metrics.summary import itl_runs
 from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
@@ -249,18 +249,20 @@ def session_markers(requests: pd.DataFrame | None, events: pd.DataFrame | None
     return pd.DataFrame(rows, columns=["session_id", "request_id", "kind", "time_s", "detail"])
 
 
-def ttft_cdf(requests: pd.DataFrame | None, max_points: int = 2000) -> dict | None:
-    """Empirical CDF of TTFT over requests that produced a first token."""
+def ttft_cdf(requests: pd.DataFrame | None, max_points: int = 2000,
+             spread: Sequence[float] = ()) -> dict | None:
+    """Empirical CDF of TTFT over requests that produced a first token (times a
+    calibrated prefill ``spread``, the summary's ``ttft_spread``, as in the summary)."""
     if not nonempty(requests) or "ttft_s" not in requests.columns:
         return None
-    x = np.sort(requests["ttft_s"].to_numpy(dtype=float))
-    x = x[np.isfinite(x)]
+    ttft = requests["ttft_s"].to_numpy(dtype=float)
+    x = np.sort(with_spread(ttft, spread))
     if len(x) == 0:
         return None
     p = np.arange(1, len(x) + 1) / len(x)
-    n = len(x)
+    n = int(np.isfinite(ttft).sum())  # requests, not request × spread values
     xs, ps = thin_monotone(x, p, max_points)
-    ones = [1] * n
+    ones = [1] * len(x)
     return {"x_s": xs, "p": ps, "n": n, "p50_s": weighted_quantile(x.tolist(), ones, 0.5),
             "p95_s": weighted_quantile(x.tolist(), ones, 0.95)}
 

@@ -103,13 +103,18 @@ def _run_sections(page: _Page, res: Any, label: str) -> None:
            f"{label}: no reference events; accuracy proxy omitted.")
 
 
+def _spread(run: Any, key: str) -> tuple[float, ...]:
+    """A run's calibrated spread (summary ``ttft_spread`` / ``itl_spread``), if any."""
+    return tuple((getattr(run, "summary", None) or {}).get(key) or ())
+
+
 def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -> None:
     labeled = [(_label(r), r) for r in runs[:MAX_OVERLAID_RUNS]]
-    specs = (("TTFT", lambda r: dr.ttft_cdf(getattr(r, "requests", None)), "ttft_p95_s",
-              "time to first token (s)"),
-             ("Inter-token latency", lambda r: dr.itl_cdf(
-                 getattr(r, "itl", None),
-                 spread=(getattr(r, "summary", None) or {}).get("itl_spread") or ()),
+    specs = (("TTFT", lambda r: dr.ttft_cdf(getattr(r, "requests", None),
+                                             spread=_spread(r, "ttft_spread")),
+              "ttft_p95_s", "time to first token (s)"),
+             ("Inter-token latency", lambda r: dr.itl_cdf(getattr(r, "itl", None),
+                                                          spread=_spread(r, "itl_spread")),
               "itl_p95_s", "gap between tokens (s)"))
     for name, fn, slo_key, xlabel in specs:
         curves = [(lab, d) for lab, r in labeled if (d := fn(r)) is not None]

@@ -13,10 +13,12 @@ from kvsim.calibrate.engine import (
     DecodeSample,
     EngineGrid,
     EngineSamples,
+    PrefillSample,
     calibrate_engine,
     decode_spread,
     engine_artifact,
     measure_engine,
+    prefill_spread,
     ram_cache_link,
 )
 from kvsim.calibrate.wire import TokenSpace
@@ -143,3 +145,19 @@ def test_decode_spread_leaves_out_how_fast_each_round_ran() -> None:
     pooled = first.extend(second)
     assert [v.round for v in pooled.decode[(1, 10)]] == [0, 1]
     assert decode_spread(pooled, fit) == spread
+
+
+def test_prefill_spread_over_each_points_and_rounds_median() -> None:
+    # two points, two rounds; round 1 ran 2x slower throughout.  Point (0, 16): 10 and
+    # 20 ms; point (0, 64): 30 and 60 ms.  Each over its point's median (15 / 45 ms) then
+    # over its round's median: every ratio is 1 — the drift is not spread
+    s = EngineSamples(props={}, prefill={
+        (0, 16): [PrefillSample(0.010, 0, 16, 0), PrefillSample(0.020, 0, 16, 1)],
+        (0, 64): [PrefillSample(0.030, 0, 64, 0), PrefillSample(0.060, 0, 64, 1)]})
+    assert prefill_spread(s) == pytest.approx((1.0,) * 101)
+    # one round: point (0, 16) at 10 and 20 ms, point (0, 64) at 40 and 10 ms
+    s.prefill[(0, 16)] = [PrefillSample(0.010, 0, 16, 0), PrefillSample(0.020, 0, 16, 0)]
+    s.prefill[(0, 64)] = [PrefillSample(0.040, 0, 64, 0), PrefillSample(0.010, 0, 64, 0)]
+    got = prefill_spread(s)
+    # point medians 15 and 25 ms: ratios 0.667, 1.333, 1.6, 0.4; round median 1.0
+    assert (got[0], got[100]) == pytest.approx((0.4, 1.6))

@@ -41,3 +41,12 @@ def test_a_unit_spread_keeps_a_ramps_quantiles_to_the_resolution() -> None:
 
 def test_no_gaps_give_nan() -> None:
     assert all(np.isnan(v) for v in spread_quantiles([], [], [], (1.0,), QS))
+
+
+def test_values_with_a_spread_are_every_value_times_every_quantile() -> None:
+    from kvsim.metrics.spread import with_spread
+
+    # NaN (no first token) is dropped; 1 and 3 s times J ∈ {0.5, 2}
+    got = with_spread([1.0, np.nan, 3.0], (0.5, 2.0))
+    assert sorted(got.tolist()) == [0.5, 1.5, 2.0, 6.0]
+    assert with_spread([1.0, np.nan], ()).tolist() == [1.0]

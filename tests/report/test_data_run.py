@@ -162,3 +162,13 @@ def test_scenario_config_accepts_wrapped_and_flat() -> None:
     assert dr.scenario_config({"scenario": {"gpu": {}}, "hash": "ab"}) == ({"gpu": {}}, "ab")
     assert dr.scenario_config({"name": "x", "hash": "cd"}) == ({"name": "x"}, "cd")
     assert np.isnan(dr.ttft_cdf(make_run().requests)["x_s"]).sum() == 0
+
+
+def test_ttft_cdf_carries_a_calibrated_spread() -> None:
+    # TTFTs 100 and 300 ms, J ∈ {1, 2}: 100, 200, 300, 600 ms, a quarter each
+    req = pd.DataFrame({"ttft_s": [0.1, 0.3, np.nan]})
+    cdf = dr.ttft_cdf(req, spread=(1.0, 2.0))
+    assert cdf["n"] == 2  # requests that produced a first token
+    assert list(cdf["x_s"]) == pytest.approx([0.1, 0.2, 0.3, 0.6])
+    assert list(cdf["p"]) == [0.25, 0.5, 0.75, 1.0]
+    assert (cdf["p50_s"], cdf["p95_s"]) == pytest.approx((0.2, 0.6))
