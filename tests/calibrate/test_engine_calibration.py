@@ -9,17 +9,14 @@ from dataclasses import replace
 import pytest
 
 from kvsim.calibrate.artifact import FEATURES, FeatureRange, LatencyFit
-from kvsim.calibrate.engine import (
+from kvsim.calibrate.engine import EngineGrid, calibrate_engine, measure_engine, ram_cache_link
+from kvsim.calibrate.engine_samples import (
     DecodeSample,
-    EngineGrid,
     EngineSamples,
     PrefillSample,
-    calibrate_engine,
     decode_spread,
     engine_artifact,
-    measure_engine,
     prefill_spread,
-    ram_cache_link,
 )
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.errors import InputError

@@ -33,13 +33,8 @@ import numpy as np
 import pytest
 
 from kvsim.calibrate.artifact import load_artifact, save_artifact
-from kvsim.calibrate.engine import (
-    EngineGrid,
-    EngineSamples,
-    engine_artifact,
-    measure_engine,
-    ram_cache_link,
-)
+from kvsim.calibrate.engine import EngineGrid, measure_engine, ram_cache_link
+from kvsim.calibrate.engine_samples import EngineSamples, engine_artifact
 from kvsim.calibrate.logs import read_log_text
 from kvsim.calibrate.replay import ReplayOptions, replay
 from kvsim.calibrate.tiny_gguf import BYTE_IDS, TinyLlama, write_tiny_gguf

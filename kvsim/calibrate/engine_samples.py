@@ -1,0 +1,219 @@
+"""Engine calibration samples: pooled rounds, their points, fit and measured spreads.
+
+:func:`kvsim.calibrate.engine.measure_engine` returns :class:`EngineSamples` — the raw
+samples of one or more rounds (a round visits every grid point once).  Samples of
+rounds taken at different times pool with :meth:`EngineSamples.extend`;
+:func:`engine_artifact` turns them into a fitted artifact: one timing point per grid
+entry (the median over its samples), the RAM-cache save/restore costs, and the
+measured spreads of decode steps and of times to first token around each point's
+typical value (:func:`decode_spread`, :func:`prefill_spread`), which the predicted
+percentiles carry (:mod:`kvsim.metrics.spread`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvsim.calibrate.artifact import CalibrationArtifact, LatencyFit, TimingPoint
+from kvsim.calibrate.fit import fit_points
+
+if TYPE_CHECKING:
+    from kvsim.calibrate.engine import EngineGrid
+
+
+@dataclass(frozen=True)
+class PrefillSample:
+    """One prompt: client-side time to first token, the server's cached and computed
+    prompt tokens, and the round it was measured in."""
+
+    ttft_s: float
+    cache_n: int
+    prompt_n: int
+    round: int = 0
+
+
+@dataclass(frozen=True)
+class DecodeSample:
+    """One decoding sequence: its median step time, its decode steps, every
+    server-timed gap (the step-to-step spread, :func:`decode_spread`) and the round it
+    was measured in."""
+
+    step_s: float
+    steps: int
+    gaps_s: tuple[float, ...] = ()
+    round: int = 0
+
+
+@dataclass
+class EngineSamples:
+    """Raw samples of one or more calibration rounds, pooled before the fit.
+
+    One round visits every grid point once (prefill, decode, RAM cache), so a slow
+    minute on a shared machine touches every point alike instead of the few measured
+    in it; samples of rounds taken at different times (say, between the replays they
+    will predict) add up with :meth:`extend`.
+    """
+
+    props: dict
+    prefill: dict[tuple[int, int], list[PrefillSample]] = field(default_factory=dict)
+    decode: dict[tuple[int, int], list[DecodeSample]] = field(default_factory=dict)
+    ram: list[tuple[int, float, float]] = field(default_factory=list)
+    ram_absent: bool = False
+    rounds: int = 0
+
+    def extend(self, other: EngineSamples) -> EngineSamples:
+        for mine, theirs in ((self.prefill, other.prefill), (self.decode, other.decode)):
+            for key, vals in theirs.items():  # their rounds follow ours
+                mine.setdefault(key, []).extend(
+                    replace(v, round=v.round + self.rounds) for v in vals)
+        self.ram.extend(other.ram)
+        self.ram_absent |= other.ram_absent
+        self.rounds += other.rounds
+        return self
+
+
+
+def _ram_cache_fit(samples: list[tuple[int, float, float]]) -> tuple[float, float, float]:
+    """Seconds per saved token, per restored token, and fixed seconds per copy.
+
+    Each is a least-squares slope through the origin over every sample, per saved or
+    restored token: the simulator charges saves (synchronous on llama-server's loop
+    thread) and restores separately.
+    NOTE: the saved slot held A plus its one answer token; ~C either way.  The save
+    difference cancels any fixed cost (both takeovers pay it), so its slope goes
+    through the origin; the restore is fitted with an intercept: a fixed cost per copy
+    (state set-up, buffer allocation) that the per-token slope cannot show.  A cost
+    the noise hides is recorded as 0, not as negative.
+    """
+    n = np.array([s[0] for s in samples], dtype=float)
+    save_s, restore_s = np.array([s[1] for s in samples]), np.array([s[2] for s in samples])
+    save = max(0.0, float(n @ save_s / (n @ n)))
+    if len(set(n.tolist())) > 1:
+        (fixed, per_token), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(n), n]),
+                                                 restore_s, rcond=None)
+    else:
+        fixed, per_token = 0.0, float(n @ restore_s / (n @ n))
+    return save, max(0.0, float(per_token)), max(0.0, float(fixed))
+
+
+
+
+def _points(samples: EngineSamples, grid: EngineGrid) -> list[TimingPoint]:
+    """One point per grid entry: the median over its samples."""
+    points = []
+    for vals in samples.prefill.values():
+        cache_n, prompt_n = statistics.median_low([(v.cache_n, v.prompt_n) for v in vals])
+        points.append(TimingPoint(
+            kind="prefill", cache_type=grid.cache_type, batch=1, context=cache_n,
+            tokens=prompt_n, steps=math.ceil(prompt_n / grid.n_batch),
+            measured_s=statistics.median(v.ttft_s for v in vals), repeats=len(vals)))
+    for (b, c), vals in samples.decode.items():
+        steps = max(1, min(v.steps for v in vals))
+        points.append(TimingPoint(
+            kind="decode", cache_type=grid.cache_type, batch=b, context=max(c, 1),
+            steps=steps, measured_s=statistics.median(v.step_s for v in vals) * steps,
+            repeats=len(vals)))
+    return points
+
+
+SPREAD_QUANTILES = 101
+WARM_UP_GAPS = 4
+
+
+def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
+    """Quantiles of the measured decode gaps over their point's typical step time.
+
+    Gap ``i`` of a sequence that started at ``c`` cached tokens is the decode step at
+    context ``c + i`` (the point features' convention) in a batch of ``b``; its ratio
+    to the fitted step time at that shape is normalised as :func:`_spread` says.
+    What remains is the step-to-step jitter and the speed changes from one request to
+    the next within a round: the spread that inter-token percentiles show
+    (:mod:`kvsim.metrics.spread`).
+
+    NOTE: the first ``WARM_UP_GAPS`` gaps of each sequence are left out: on llama-server
+    the first steps after a prompt run up to ~2.5x slower (graph rebuild, cold caches,
+    measured by answer position), and their share of all gaps is set by the answer
+    length — the calibration's ``decode_tokens``, not the workload's.
+    """
+    coef = fit.coefficients_s
+    points = []
+    for (b, c), vals in samples.decode.items():
+        per_sample = []
+        for v in vals:
+            gaps = np.asarray(v.gaps_s[WARM_UP_GAPS:])
+            ctx = max(c, 1) + WARM_UP_GAPS + np.arange(len(gaps))
+            fitted = coef["step"] + b * coef["decode_seq"] + b * coef["decode_kv"] * ctx
+            per_sample.append((v.round, gaps[gaps > 0] / fitted[gaps > 0]))
+        points.append(per_sample)
+    return _spread(points)
+
+
+def prefill_spread(samples: EngineSamples) -> tuple[float, ...]:
+    """Quantiles of the measured times to first token over their point's typical one
+    (normalised as :func:`_spread` says): the spread TTFT percentiles show."""
+    return _spread([[(v.round, np.array([v.ttft_s])) for v in vals if v.ttft_s > 0]
+                    for vals in samples.prefill.values()])
+
+
+def _spread(points: list[list[tuple[int, np.ndarray]]]) -> tuple[float, ...]:
+    """``SPREAD_QUANTILES`` quantiles of per-sample ratios ``(round, ratios)``, grouped
+    by grid point.
+
+    Each ratio is divided by the median of its point (over all rounds), which takes
+    out the fit's error at that point — the prediction carries it already — and then
+    by the median of its round, which takes out how fast the machine ran in that
+    round: a replay's percentiles are read within one run, and the spread of a whole
+    session of rounds would add the drift between runs to it.
+    """
+    by_round: dict[int, list[np.ndarray]] = {}
+    for per_sample in points:
+        per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
+        if not per_sample:
+            continue  # e.g. decodes no longer than the warm-up
+        mid = np.median(np.concatenate([r for _, r in per_sample]))
+        for rnd, r in per_sample:
+            by_round.setdefault(rnd, []).append(r / mid)
+    ratios = [r / np.median(r) for r in (np.concatenate(v) for v in by_round.values())
+              if r.size]
+    if not ratios:
+        return ()
+    q = np.linspace(0.0, 1.0, SPREAD_QUANTILES)
+    return tuple(float(v) for v in np.quantile(np.concatenate(ratios), q,
+                                                 method="inverted_cdf"))
+
+
+def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArtifact:
+    """Fit pooled samples into an artifact with ``source="engine"``."""
+    props, points = samples.props, _points(samples, grid)
+    slots = int(props.get("total_slots", 1))
+    slot_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx", 0))
+    extra = {}
+    if samples.ram and not samples.ram_absent:
+        save, restore, fixed = _ram_cache_fit(samples.ram)
+        extra = {"ram_cache_save_s_per_token": save, "ram_cache_restore_s_per_token": restore,
+                 "ram_cache_fixed_s": fixed, "ram_cache_s_per_token": save + restore}
+    model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
+    return CalibrationArtifact(
+        source="engine", device=f"llama-server at {props['url']}", model=model,
+        software={"server": str(props.get("build_info", "llama-server"))},
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        grid={"prompt_tokens": list(grid.prompt_tokens), "context": list(grid.contexts),
+              "batch": [b for b in grid.batches if b <= slots],
+              "cache_type": [grid.cache_type]},
+        settings={"repeats": samples.rounds, "decode_tokens": grid.decode_tokens,
+                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx, **extra},
+        points=tuple(points), fits=_with_spread(samples, fit_points(points,
+                                                                  grid.small_chunk_tokens)))
+
+
+def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:
+    ttft = prefill_spread(samples)
+    return {k: f.model_copy(update={"decode_spread": decode_spread(samples, f),
+                                    "prefill_spread": ttft})
+            for k, f in fits.items()}
