@@ -315,8 +315,7 @@ class FastForward:
         self.idle_after = False
         if not self.enabled:
             return None
-        hook_s = min((h.next_trigger_s(now_s) for h in self.hooks), default=math.inf)
-        quiet_s, hard_s = bound_s, hook_s
+        quiet_s, hard_s = bound_s, self._hook_s(now_s)
         parts: list[Stretch] = []
         t = now_s
         while True:
@@ -341,19 +340,22 @@ class FastForward:
                     break
                 t, done = ran
             hard_s = min(hard_s, self._finished_at(t, done))
-            if min((h.next_trigger_s(t) for h in self.hooks), default=math.inf) <= t:
+            if self._hook_s(t) <= t:
                 return self._ended(parts, advanced_plan(plan, steps) if bulk else plan, t, True)
             nxt = self.scheduler.schedule(t)
             self.recorder.drain(self.scheduler.events)
             if nxt is None:
                 self.idle_after = True
                 return self._ended(parts, plan, t, True)
-            hard_s = min(hard_s, min((h.next_trigger_s(t) for h in self.hooks),
-                                     default=math.inf))
+            hard_s = min(hard_s, self._hook_s(t))
             plan = nxt
         if not parts:
             return None
         return self._ended(parts, plan, t, False)
+
+    def _hook_s(self, t: float) -> float:
+        """The earliest time a hook wants to act, seen from ``t``."""
+        return min((h.next_trigger_s(t) for h in self.hooks), default=math.inf)
 
     def _finished_at(self, t: float, done: list[Any]) -> float:
         """Record requests finished at ``t``; return the first follow-up turn's time."""

@@ -332,16 +332,23 @@ class PagedScheduler:
                 req.first_token_s = now_s
             req.last_token_s = now_s
             req.num_output += 1
-            if req.num_output >= req.max_output_tokens:
-                req.finish(now_s)
-            elif req.prompt_tokens + req.num_output >= self.max_model_len:
-                req.finish(now_s, truncated=True)  # finish_reason "length"
-            else:
-                continue
-            self._release(req, now_s)
-            self.running.remove(req)
-            done.append(req)
+            if self.finish_if_done(req, now_s):
+                done.append(req)
         return done
+
+    def finish_if_done(self, req: Request, now_s: float) -> bool:
+        """A request that just sampled a token at ``now_s`` finishes — at its output
+        limit, or truncated at the context limit (finish_reason "length") — and leaves
+        the batch, its blocks released."""
+        if req.num_output >= req.max_output_tokens:
+            req.finish(now_s)
+        elif req.prompt_tokens + req.num_output >= self.max_model_len:
+            req.finish(now_s, truncated=True)
+        else:
+            return False
+        self._release(req, now_s)
+        self.running.remove(req)
+        return True
 
     def memory(self) -> MemoryState:
         pool = self.pool

@@ -113,19 +113,7 @@ def paged_advance(sched: Any, plan: StepPlan, times: list[float], finish: bool =
 def paged_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
     """The end of ``PagedScheduler.complete`` for requests that just sampled a decode
     token at ``now_s``: those at their output or context limit finish, in batch order."""
-    done = []
-    max_len = sched.max_model_len
-    for r in reqs:
-        if r.num_output >= r.max_output_tokens:
-            r.finish(now_s)
-        elif r.prompt_tokens + r.num_output >= max_len:
-            r.finish(now_s, truncated=True)
-        else:
-            continue
-        sched._release(r, now_s)
-        sched.running.remove(r)
-        done.append(r)
-    return done
+    return [r for r in reqs if sched.finish_if_done(r, now_s)]
 
 
 def _decode_tokens(reqs: list[Any], steps: int, times: list[float]) -> None:
