@@ -1,13 +1,13 @@
 """Paged block pool and manager: exact eviction order, prefix hits, conservation."""
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.kv.manager import KVCacheManager
-from kvsim.core.kv.prefix import block_hashes
+from kvsim.core.kv.prefix import block_hashes, extend_block_hashes
 from kvsim.core.requests import Request
 
 
@@ -210,6 +210,39 @@ def test_decode_chain_extension_equals_hashing_the_whole_sequence() -> None:
         mgr._hashes(req, (req.prompt_tokens + n_out) // bt)
     assert req.block_hashes == expected
     assert len(expected) == (113 + 90) // bt
+
+
+def _keys_token_by_token(seq: tuple, bt: int) -> list[int]:
+    """Reference keys: list every token (segment, offset), cut the list into blocks and
+    merge each block's consecutive tokens of one segment into a piece."""
+    tokens = [(sid, i) for sid, s, e in seq for i in range(s, e)]
+    keys: list[int] = []
+    parent = None
+    for b in range(len(tokens) // bt):
+        pieces: list[tuple[str, int, int]] = []
+        for sid, i in tokens[b * bt:(b + 1) * bt]:
+            if pieces and pieces[-1][0] == sid and pieces[-1][2] == i:
+                pieces[-1] = (sid, pieces[-1][1], i + 1)
+            else:
+                pieces.append((sid, i, i + 1))
+        parent = hash((parent, tuple(pieces)))
+        keys.append(parent)
+    return keys
+
+
+_pieces = st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 40), st.integers(1, 70)),
+                   min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_pieces, st.sampled_from([1, 4, 16]), st.integers(0, 6))
+def test_block_keys_equal_a_token_by_token_split(raw: list, bt: int, start_blocks: int) -> None:
+    # pieces of arbitrary lengths and offsets; a chain extended from a partial start
+    seq = tuple((f"{sid}{k}", s, s + n) for k, (sid, s, n) in enumerate(raw))
+    expected = _keys_token_by_token(seq, bt)
+    head = extend_block_hashes([], seq, bt, min(start_blocks, len(expected)))
+    assert extend_block_hashes(head, seq, bt, len(expected)) == expected
+    assert block_hashes(seq, bt) == expected
 
 
 def test_cache_full_blocks_registers_in_order_and_keeps_the_first_duplicate() -> None:

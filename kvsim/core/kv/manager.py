@@ -14,6 +14,7 @@ token must be computed to get logits, and computed tokens stay block-aligned.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 from kvsim.core.kv.block_pool import Block, BlockPool
 from kvsim.core.kv.prefix import extend_block_hashes, extend_tail_hashes
@@ -60,8 +61,9 @@ class KVCacheManager:
             return PrefixHit()
         max_blocks = (req.num_tokens - 1) // self.block_tokens
         hits: list[Block] = []
-        for h in self._hashes(req, max_blocks)[:max_blocks]:
-            b = self.pool.get_cached_block(h)
+        lookup = self.pool.cached.get  # NOTE: get_cached_block inlined (caching is on)
+        for h in islice(self._hashes(req, max_blocks), max_blocks):
+            b = lookup(h)
             if b is None:
                 break
             hits.append(b)

@@ -32,25 +32,37 @@ def pieces_in_range(seq: TokenSeq, start: int, end: int) -> list[Piece]:
 
 def extend_block_hashes(hashes: list[int], seq: TokenSeq, block_tokens: int,
                         num_blocks: int) -> list[int]:
-    """Extend ``hashes`` (in place) to the first ``num_blocks`` full blocks of ``seq``."""
+    """Extend ``hashes`` (in place) to the first ``num_blocks`` full blocks of ``seq``.
+
+    NOTE: a block that lies inside one piece is keyed by that single piece, exactly as
+    the general split gives it; such runs of blocks (most of a long segment) take a
+    tight loop instead of the split.
+    """
     k = len(hashes)
     if num_blocks <= k:
         return hashes
     parent: int | None = hashes[-1] if hashes else None
-    pieces = pieces_in_range(seq, k * block_tokens, num_blocks * block_tokens)
-    # split the covering pieces at block boundaries
-    cur: list[Piece] = []
+    append = hashes.append
+    bt = block_tokens
+    cur: list[Piece] = []  # the pieces of the block being filled
     filled = 0
-    for sid, s, e in pieces:
-        while s < e:
-            take = min(e - s, block_tokens - filled)
+    for sid, s, e in pieces_in_range(seq, k * bt, num_blocks * bt):
+        if filled:  # complete the block a previous piece started
+            take = min(e - s, bt - filled)
             cur.append((sid, s, s + take))
             s += take
             filled += take
-            if filled == block_tokens:
-                parent = hash((parent, tuple(cur)))
-                hashes.append(parent)
-                cur, filled = [], 0
+            if filled < bt:
+                continue
+            parent = hash((parent, tuple(cur)))
+            append(parent)
+            cur, filled = [], 0
+        whole_end = s + (e - s) // bt * bt
+        for a in range(s, whole_end, bt):  # blocks inside this piece
+            parent = hash((parent, ((sid, a, a + bt),)))
+            append(parent)
+        if whole_end < e:
+            cur, filled = [(sid, whole_end, e)], e - whole_end
     return hashes
 
 
