@@ -45,6 +45,27 @@ def test_save_skips_a_state_over_the_byte_limit_and_evicts_oldest_for_room() -> 
     assert [e.seq[0][0] for e in c.entries] == ["y", "z"] and c.total_bytes == 1400
 
 
+def test_restore_finds_entries_by_shared_tokens_through_every_change() -> None:
+    """Entries that start differently never match; the one sharing the prompt's start
+    is found again after saves that drop, evict and restore entries around it."""
+    c = PromptCache(3000, 10)
+    c.save(_seq(("sys", 50), ("a", 40)), 0.0)      # 900 B
+    c.save(_seq(("other", 60)), 1.0)               # 600 B
+    # shares nothing with either: nothing to restore
+    assert c.take_best(_seq(("new", 30)), 0, 0) is None
+    # contains the first entry: that one is dropped, the new state stored last
+    c.save(_seq(("sys", 50), ("a", 40), ("b", 30)), 2.0)  # 1200 B
+    assert [e.n_tokens for e in c.entries] == [60, 120] and c.total_bytes == 1800
+    # 1800 + 1300 > 3000: the oldest ("other") leaves
+    c.save(_seq(("x", 130)), 3.0)
+    assert [e.seq[0][0] for e in c.entries] == ["sys", "x"] and c.total_bytes == 2500
+    # a prompt continuing the "sys" state restores it (keeps 120/120, similarity 120/150)
+    got = c.take_best(_seq(("sys", 50), ("a", 40), ("b", 30), ("c", 30)), 0, 0)
+    assert got is not None and got.n_tokens == 120
+    assert c.take_best(_seq(("sys", 50), ("a", 40)), 0, 0) is None  # it left the cache
+    assert [e.seq[0][0] for e in c.entries] == ["x"] and c.total_bytes == 1300
+
+
 def test_token_limit_is_n_ctx_when_bytes_are_unlimited() -> None:
     """--cache-ram -1: no byte limit, so update() caps the tokens at n_ctx (1000)."""
     c = PromptCache(None, 10, limit_tokens=1000)

@@ -204,6 +204,7 @@ class SlotPoolMachine(RuleBasedStateMachine):
             assert mem.kv_cached_bytes <= mem.kv_allocated_bytes
             if s.ram.limit_bytes is not None and len(s.ram.entries) > 1:
                 assert s.ram.total_bytes <= s.ram.limit_bytes
+            assert s.ram.total_bytes == sum(e.bytes for e in s.ram.entries)
 
 
 TestSlotPool = SlotPoolMachine.TestCase

@@ -85,7 +85,13 @@ class PromptCache:
         self.bytes_per_token = bytes_per_token
         self.limit_tokens = limit_tokens  # llama-server: n_ctx; 0 = no token limit
         self.entries: list[CacheEntry] = []  # oldest first
-        self._bytes = 0  # NOTE: == sum(e.bytes for e in entries), kept by every change
+        # NOTE: kept by every change (_add, _drop, _reindex): _bytes and _tokens are the
+        # entries' sums; _first counts the entries by their first piece's (id, start).
+        # A sequence shares no token with an entry whose first piece differs
+        # (common_prefix is 0), so a prompt without a count there skips the scan.
+        self._bytes = 0
+        self._tokens = 0
+        self._first: dict[tuple[str, int], int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -100,19 +106,20 @@ class PromptCache:
         n = seq_len(seq)
         if not self.enabled or n == 0:
             return 0
-        lcps = [common_prefix(e.seq, seq) for e in self.entries]
-        if n in lcps:
+        lcps = [common_prefix(e.seq, seq) for e in self.entries] \
+            if self._first.get(seq[0][:2]) else None
+        if lcps is not None and n in lcps:
             return 0  # already held whole by one entry
         size = n * self.bytes_per_token
         limit = self.limit_bytes
         if limit is not None and size > limit:
             return 0  # over-limit states are skipped, not cached
-        self.entries = [e for e, lcp in zip(self.entries, lcps) if lcp < e.n_tokens]
-        self._bytes = sum(e.bytes for e in self.entries)
+        if lcps is not None:  # drop the entries the new state contains
+            self.entries = [e for e, lcp in zip(self.entries, lcps) if lcp < e.n_tokens]
+            self._reindex()
         while self.entries and limit is not None and self._bytes + size > limit:
             self._pop_oldest()
-        self.entries.append(CacheEntry(seq, n, size, now_s))
-        self._bytes += size
+        self._add(CacheEntry(seq, n, size, now_s))
         self.trim()
         return size
 
@@ -130,18 +137,44 @@ class PromptCache:
             return
         cap = max(self.limit_tokens, limit // self.bytes_per_token) if limit \
             else self.limit_tokens
-        n_tokens = sum(e.n_tokens for e in self.entries)
-        while self.entries and n_tokens > cap:
-            n_tokens -= self._pop_oldest().n_tokens
+        while self.entries and self._tokens > cap:
+            self._pop_oldest()
+
+    def _add(self, e: CacheEntry) -> None:
+        self.entries.append(e)
+        self._bytes += e.bytes
+        self._tokens += e.n_tokens
+        key = e.seq[0][:2]
+        self._first[key] = self._first.get(key, 0) + 1
+
+    def _drop(self, e: CacheEntry) -> None:
+        """Account for ``e`` having left :attr:`entries`."""
+        self._bytes -= e.bytes
+        self._tokens -= e.n_tokens
+        key = e.seq[0][:2]
+        left = self._first[key] - 1
+        if left:
+            self._first[key] = left
+        else:
+            del self._first[key]
+
+    def _reindex(self) -> None:
+        entries, self.entries = self.entries, []
+        self._bytes = self._tokens = 0
+        self._first = {}
+        for e in entries:
+            self._add(e)
 
     def _pop_oldest(self) -> CacheEntry:
         e = self.entries.pop(0)
-        self._bytes -= e.bytes
+        self._drop(e)
         return e
 
     def take_best(self, prompt: TokenSeq, slot_lcp: int, slot_tokens: int,
                   max_tokens: int | None = None) -> CacheEntry | None:
         """Remove and return the entry to restore for ``prompt``, if one beats the slot."""
+        if not prompt or not self._first.get(prompt[0][:2]):
+            return None  # no entry shares a token with it: all keep 0 < RESTORE_MIN_KEEP
         n_prompt = max(seq_len(prompt), 1)
         best_keep = slot_lcp / slot_tokens if slot_tokens else 0.0
         best_sim = slot_lcp / n_prompt
@@ -155,7 +188,7 @@ class PromptCache:
                 best, best_keep, best_sim = e, keep, sim
         if best is not None:
             self.entries.remove(best)
-            self._bytes -= best.bytes
+            self._drop(best)
         return best
 
 
