@@ -10,6 +10,7 @@ from kvsim.core.build import PoolSizing, check_loads, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import StepHook
 from kvsim.latency.factory import make_latency_model
+from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
 from kvsim.metrics.results import Results, tables_from
 from kvsim.metrics.summary import summarize
@@ -32,6 +33,11 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
              sizing: PoolSizing | None = None) -> Results:
     """Simulate ``scenario`` and return its :class:`Results`.
 
+    A workload over the request cap (:data:`kvsim.metrics.records.MAX_REQUESTS`) raises
+    :class:`~kvsim.errors.RunStopped`: at once for a trace file that holds more sessions
+    than that, else when the run reaches it, with the results up to then in
+    ``partial``.
+
     ``sessions`` replaces the scenario's workload (tests, replays); ``sizing`` replaces
     the memory budget (tests); ``hooks`` are policy hooks called after every step;
     ``progress(now_s, requests_done)`` is called at every memory sample.
@@ -44,13 +50,16 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     latency = make_latency_model(scenario, budget)
     if sessions is None:
         from kvsim.workload import load_workload
+        from kvsim.workload.loader import check_trace_size
 
+        if scenario.sim.max_sim_time_s is None:
+            check_trace_size(scenario.workload, records_mod.MAX_REQUESTS)
         sessions = load_workload(scenario.workload, scenario.seed)
     from kvsim.policies.build import install
 
     runtime = install(scenario, scheduler, latency)  # KV policies + the accuracy proxy
     sessions = runtime.tap(sessions)
-    recorder = Recorder()
+    recorder = Recorder(max_requests=records_mod.MAX_REQUESTS)
     engine = Engine(scheduler, latency, recorder=recorder,
                     sample_interval_s=scenario.sim.sample_interval_s, hooks=(*hooks, runtime),
                     max_context_tokens=scenario.model.max_context_tokens,
@@ -58,6 +67,24 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                     fidelity=scenario.sim.fidelity)
     end_s = engine.run(sessions)
     tables = tables_from(recorder)
+    summary = _summary(tables, sizing, scheduler, latency, end_s)
+    summary.update(runtime.summary())
+    stop = engine.stopped
+    if stop is not None:
+        summary["stopped_at_s"] = end_s
+        summary["stopped_reason"] = stop.one_line()
+    res = Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
+                  scenario_hash=scenario_hash(scenario))
+    if stop is not None:
+        # NOTE: the caller decides what to keep (the CLI saves them, then reports the stop)
+        stop.partial = res
+        raise stop
+    return res
+
+
+def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Any, latency: Any,
+             end_s: float) -> dict[str, Any]:
+    """The run's summary metrics from its tables and the engine's counters."""
     evictions = getattr(getattr(scheduler, "pool", None), "evictions", 0)
     summary = summarize(tables["requests"], tables["itl"], tables["memory"], tables["steps"],
                         static_device_bytes=sizing.static_device_bytes,
@@ -66,8 +93,6 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                         decode_spread=getattr(latency, "decode_spread", ()),
                         prefill_spread=getattr(latency, "prefill_spread", ()))
     summary["latency_model"] = latency.provenance
-    summary.update(runtime.summary())
     mem = tables["memory"]
     summary["peak_kv_quant_bytes"] = int(mem["kv_quant_bytes"].max()) if len(mem) else 0
-    return Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
-                   scenario_hash=scenario_hash(scenario))
+    return summary

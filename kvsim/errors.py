@@ -33,6 +33,16 @@ class InputError(ValueError):
         return f"{self.field}: {shown} — {self.allowed}".replace("\n", " ")
 
 
+class RunStopped(InputError):
+    """A run stopped early by a user-set bound (a trace too large for one run's results
+    memory).  ``partial`` holds the results computed up to the stop (``None`` after
+    pickling: a worker's partial results do not travel)."""
+
+    def __init__(self, field: str, value: Any, allowed: str, partial: Any = None) -> None:
+        super().__init__(field, value, allowed)
+        self.partial = partial
+
+
 def closest_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Closest candidate names for a "did you mean" hint (difflib ratio)."""
     pool = sorted(set(candidates))

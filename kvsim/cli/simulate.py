@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kvsim.errors import InputError
+from kvsim.errors import InputError, RunStopped
 
 
 def _fmt(key: str, value: object) -> str:
@@ -58,7 +58,13 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         def progress(now_s: float, done: int) -> None:
             bar.update(task, completed=now_s, done=done)
 
-        res = run(sc, progress=progress)
+        stop: RunStopped | None = None
+        try:
+            res = run(sc, progress=progress)
+        except RunStopped as exc:  # NOTE: keep what ran: save it, then report the stop
+            stop, res = exc, exc.partial
+            if res is None:
+                raise
     try:
         path = res.save(out_dir)
     except OSError as exc:
@@ -75,3 +81,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
 
         html = write_report(path / "report.html", [res], kind="simulate")
         click.echo(f"report: {html}")
+    if stop is not None:
+        raise InputError(stop.field, stop.value,
+                         f"{stop.allowed}; the run stopped at {res.summary['stopped_at_s']:.1f} s "
+                         f"and its results so far are in {path}")

@@ -45,7 +45,7 @@ from simpy.events import NORMAL, URGENT
 from kvsim.core.fastforward import FastForward, delay_to, next_event_s
 from kvsim.core.requests import Request, TokenSeq, seq_from_segments
 from kvsim.core.step import StepHook, StepPlan
-from kvsim.errors import InputError
+from kvsim.errors import InputError, RunStopped
 from kvsim.metrics.records import Recorder
 from kvsim.workload.schema import Session, output_segment, prompt_segments, turn_segments
 
@@ -121,6 +121,7 @@ class Engine:
         self._activity: simpy.Event | None = None
         self._abort = self.env.event()
         self._error: InputError | None = None
+        self.stopped: RunStopped | None = None  # the run ended early, results kept
         self.requests_done = 0
         self.requests_submitted = 0
         self._tick: simpy.Event | None = None
@@ -353,7 +354,11 @@ class Engine:
 
     # -- entry ------------------------------------------------------------------------
     def run(self, sessions: Iterable[Session]) -> float:
-        """Simulate every session to completion (or ``max_sim_time_s``); return the end time."""
+        """Simulate every session to completion (or ``max_sim_time_s``); return the end time.
+
+        A run that reaches the request cap ends at that instant: :attr:`stopped` holds
+        the reason and the records hold everything that finished before it.
+        """
         self.env.process(self._guarded(self._feeder(iter(sessions))))
         driver = self.env.process(self._driver())
         self.env.process(self._sampler())
@@ -361,7 +366,9 @@ class Engine:
         if self.max_sim_time_s is not None:
             stops.append(self.env.timeout(self.max_sim_time_s))
         self.env.run(until=self.env.any_of(stops))
-        if self._error is not None:
+        if isinstance(self._error, RunStopped):
+            self.stopped = self._error  # NOTE: a bound, not a failure: keep what ran
+        elif self._error is not None:
             raise self._error
         self._finished = True
         self.recorder.sample(self.env.now, self.scheduler.memory())

@@ -19,8 +19,12 @@ a row, the request id stored once per request).  Percentiles over the runs are
 exact with respect to their expansion (:mod:`kvsim.metrics.gaps`).
 
 The requests table is one row per request and cannot be spilled: a run that would
-exceed :data:`MAX_REQUESTS` (≈ 0.6 KB of rows each, ~200 MB) stops with an
-:class:`~kvsim.errors.InputError` before it exhausts memory (``check_capacity``).
+exceed :data:`MAX_REQUESTS` stops there (``check_capacity`` raises
+:class:`~kvsim.errors.RunStopped`; the engine ends the run at that instant and the
+results so far are kept).  Measured peak memory per request of a whole ``kvsim
+simulate`` (rows, steps, events and policy state while it runs, then the tables, the
+Parquet files and the report built from them): ≈ 2.2–3 KB on top of ≈ 150 MB
+(``benchmarks/request_cap.py``), so the cap keeps a run inside ~400 MB.
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.errors import InputError
+from kvsim.errors import RunStopped
 from kvsim.metrics.gaps import group_stats
 
-MAX_REQUESTS = 300_000  # NOTE: keeps one run's result rows well inside ~400 MB
+MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory inside ~400 MB (module doc)
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "member", "kind", "arrival_s", "first_scheduled_s",
@@ -50,6 +54,13 @@ STEP_COLUMNS = ("start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", 
 MEMORY_COLUMNS = ("time_s", "kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes",
                   "host_kv_bytes", "running", "waiting", "kv_quant_bytes")
 EVENT_COLUMNS = ("time_s", "kind", "request_id", "detail", "bytes")
+
+
+def capacity_hint(max_requests: int) -> str:
+    """What the user can do about a workload over ``max_requests`` requests."""
+    return (f"at most {max_requests:,} requests per run fit the ~400 MB memory bound; "
+            "down-sample it (kvsim trace sample, workload.max_sessions), cut it "
+            "(sim.max_sim_time_s) or split the trace")
 
 
 def weighted_quantile(values: list[float], counts: list[int], q: float) -> float:
@@ -125,11 +136,8 @@ class Recorder:
     def check_capacity(self, submitted: int) -> None:
         """Stop a run whose per-request rows would exceed the memory bound."""
         if submitted > self.max_requests:
-            raise InputError(
-                "workload", f"more than {self.max_requests:,} requests",
-                f"at most {self.max_requests:,} requests per run fit the results memory bound "
-                "(~0.6 KB each); limit it with workload.max_sessions or sim.max_sim_time_s, "
-                "or split the trace")
+            raise RunStopped("workload", f"more than {self.max_requests:,} requests",
+                             capacity_hint(self.max_requests))
 
     def request_done(self, req: Any) -> None:
         nan = math.nan

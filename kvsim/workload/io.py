@@ -96,6 +96,15 @@ def read_meta(path: str | Path) -> TraceMeta:
     raise InputError(p.name, "", "empty file — expected a trace_meta header line")
 
 
+def count_sessions(path: str | Path) -> int:
+    """Sessions in a trace file without parsing them (Parquet metadata / JSONL lines)."""
+    p = _existing(path)
+    if trace_format(p, "trace") == ".parquet":
+        return _parquet_file(p).metadata.num_rows
+    with p.open("rb") as fh:
+        return max(sum(1 for line in fh if not line.isspace()) - 1, 0)  # minus the header
+
+
 def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Session]:
     """Stream the sessions of a trace file; InputError on the first bad record.
 

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 from kvsim.config.scenario import WorkloadConfig
 from kvsim.errors import InputError
+from kvsim.metrics.records import capacity_hint
 from kvsim.workload.generator import generate
-from kvsim.workload.io import iter_sessions
+from kvsim.workload.io import count_sessions, iter_sessions
 from kvsim.workload.preset import load_preset
 from kvsim.workload.sampling import reservoir, scale_time
 from kvsim.workload.schema import Session
@@ -36,3 +37,17 @@ def load_workload(cfg: WorkloadConfig, seed: int) -> Iterator[Session]:
     if cfg.max_sessions is not None:
         source = iter(reservoir(source, cfg.max_sessions, seed))
     return scale_time(source, cfg.time_scale)
+
+
+def check_trace_size(cfg: WorkloadConfig, max_requests: int) -> None:
+    """Refuse at once a trace file with more sessions than one run may hold requests
+    (every session is at least one request), unless ``max_sessions`` brings it under.
+
+    NOTE: only for a run that is not cut by ``sim.max_sim_time_s`` (the caller's test):
+    a trace cut by time may fit, and then only the run itself can tell.
+    """
+    if cfg.trace is None or (cfg.max_sessions is not None and cfg.max_sessions <= max_requests):
+        return
+    n = count_sessions(cfg.trace)
+    if n > max_requests:
+        raise InputError("workload.trace", f"{cfg.trace}: {n:,} sessions", capacity_hint(max_requests))

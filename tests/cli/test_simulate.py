@@ -82,3 +82,49 @@ def test_module_entry_point_reports_one_line(tmp_path) -> None:
                         str(tmp_path / "o")], capture_output=True, text=True, check=False)
     assert r.returncode == 2
     assert "unknown; closest: " in r.stderr and "Traceback" not in r.stderr
+
+
+def _many_sessions(tmp_path: Path, n: int, gap_s: float = 10.0) -> Path:
+    """``n`` one-turn sessions, ``gap_s`` apart (each ends long before the next)."""
+    lines = [json.dumps({"trace_meta": {"source": "test", "schema_version": 1}})]
+    for i in range(n):
+        line = json.loads(json.dumps(TRACE_LINE))
+        line["session_id"] = f"s{i}"
+        line["turns"][0]["start_s"] = i * gap_s
+        lines.append(json.dumps(line))
+    p = tmp_path / "many.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_a_run_over_the_request_cap_keeps_its_results_and_exits_2(tmp_path, capsys,
+                                                                  monkeypatch) -> None:
+    # 6 sessions at 0, 10, ..., 50 s against a cap of 4 requests, cut by time so the trace
+    # is not refused up front: the 5th submission (at 40 s) stops the run there
+    monkeypatch.setattr("kvsim.metrics.records.MAX_REQUESTS", 4)
+    sc = _scenario(tmp_path, _many_sessions(tmp_path, 6))
+    out = tmp_path / "res"
+    code, _, err = _run_main(["simulate", str(sc), "--set", "sim.max_sim_time_s=1000",
+                              "-o", str(out)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "more than 4 requests" in err and "stopped at 40.0 s" in err and str(out) in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 4 and summary["stopped_at_s"] == 40.0
+    assert "more than 4 requests" in summary["stopped_reason"]
+    assert (out / "requests.parquet").is_file() and (out / "report.html").is_file()
+
+
+def test_a_trace_with_more_sessions_than_the_cap_is_refused_at_once(tmp_path, capsys,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setattr("kvsim.metrics.records.MAX_REQUESTS", 4)
+    trace = _many_sessions(tmp_path, 5)
+    sc = _scenario(tmp_path, trace)
+    out = tmp_path / "res"
+    code, _, err = _run_main(["simulate", str(sc), "-o", str(out)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "workload.trace" in err and "5 sessions" in err and "at most 4 requests" in err
+    assert not out.exists()
+    # down-sampled to the cap, the same trace runs
+    code, _, _ = _run_main(["simulate", str(sc), "--set", "workload.max_sessions=4",
+                            "--no-report", "-o", str(out)], capsys)
+    assert code == 0 and json.loads((out / "summary.json").read_text())["requests"] == 4
