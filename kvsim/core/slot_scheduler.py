@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from kvsim.core.kv.prefix import pieces_in_range
-from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool
+from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool, append_computed
 from kvsim.core.policy import NullPolicy, SchedulerPolicy
-from kvsim.core.requests import Request, Status, common_prefix, seq_append, seq_drop, seq_len
+from kvsim.core.requests import Request, Status, common_prefix, seq_drop, seq_len
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import slot_advance, slot_stretch_limit
 
@@ -219,9 +218,7 @@ class SlotScheduler:
         for item in plan.items:
             req = item.req
             slot = self.pool.slots[req.slot_id]
-            a = req.num_computed_tokens
-            for sid, s, e in pieces_in_range(req.all_tokens(), a, a + item.num_new_tokens):
-                seq_append(slot.cache, sid, s, e)
+            append_computed(slot, req, item.num_new_tokens)
             slot.n_tokens += item.num_new_tokens
             req.record_compute(item.num_new_tokens)
             if req.remaining_tokens:

@@ -29,8 +29,7 @@ from itertools import accumulate
 from typing import Any
 
 from kvsim.core.itl import emit_tokens
-from kvsim.core.kv.prefix import pieces_in_range
-from kvsim.core.requests import seq_append
+from kvsim.core.kv.slots import append_computed
 from kvsim.core.step import StepPlan
 
 
@@ -200,13 +199,7 @@ def slot_advance(sched: Any, plan: StepPlan, times: list[float], finish: bool = 
     for item in plan.items:
         req = item.req
         slot = sched.pool.slots[req.slot_id]
-        a = req.num_computed_tokens
-        p = req.prompt_tokens
-        if a >= p:  # NOTE: decode: the range lies in the output piece (all_tokens' last)
-            seq_append(slot.cache, req.output_id, a - p, a - p + steps)
-        else:
-            for sid, s, e in pieces_in_range(req.all_tokens(), a, a + steps):
-                seq_append(slot.cache, sid, s, e)
+        append_computed(slot, req, steps)
         slot.n_tokens += steps
         req.record_compute(steps)
     mem = sched.memory()

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvsim.core.requests import Piece, Request, TokenSeq, common_prefix, seq_len
+from kvsim.core.kv.prefix import pieces_in_range
+from kvsim.core.requests import Piece, Request, TokenSeq, common_prefix, seq_append, seq_len
 
 SAVE_BELOW_KEEP = 0.5   # a takeover keeping less than this fraction saves the slot
 RESTORE_MIN_KEEP = 0.25  # cache entries keeping less than this are ignored
@@ -66,6 +67,21 @@ class Slot:
             out.append((sid, s, s + take))
             left -= take
         self.cache, self.n_tokens = out, min(n, self.n_tokens)
+
+
+def append_computed(slot: Slot, req: Request, n: int) -> None:
+    """Append ``req``'s next ``n`` tokens to compute (from ``num_computed_tokens``) to
+    ``slot``'s cache.
+
+    NOTE: a decode's range lies in the output piece (``all_tokens``' last), so it takes
+    no walk over the prompt's pieces.
+    """
+    a, p = req.num_computed_tokens, req.prompt_tokens
+    if a >= p and req.num_output:
+        seq_append(slot.cache, req.output_id, a - p, a - p + n)
+        return
+    for sid, s, e in pieces_in_range(req.all_tokens(), a, a + n):
+        seq_append(slot.cache, sid, s, e)
 
 
 @dataclass(frozen=True)
