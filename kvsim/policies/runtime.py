@@ -71,6 +71,11 @@ class PolicyRuntime:
         self.slot_session: dict[int, str] = {}
         self.wm: dict[int, int] = {}  # per slot: tokens below this are already demoted
         self._qcache: dict[int, tuple[Any, int, int]] = {}
+        # NOTE: exact bytes of q quantized tokens (Fraction) by q, and the quantized total
+        # the pool's credit was last set for: counts change only when tokens are demoted
+        # or promoted, so most steps reuse them (Fraction arithmetic is slow)
+        self._qbytes: dict[int, Fraction] = {}
+        self._credited_q = 0
         self.c = dict.fromkeys(COUNTERS, 0)
         self.scorer = RecallScorer(self)
         self.evictor = SlotEvictor(self, evict, host_backup_bytes) \
@@ -142,7 +147,7 @@ class PolicyRuntime:
                 recall_end = max(recall_end, self.scorer.admit(req, now_s))
             if self.dequant_s_per_byte and self.slots and req.slot_id >= 0:
                 q = self._qcount(self.slots[req.slot_id])
-                dequant += self.dequant_s_per_byte * float(q * self.bpt * self.ratio)
+                dequant += self.dequant_s_per_byte * float(self._quant_bytes(q))
         extra = max(0.0, recall_end - (now_s + plan.extra_s)) + dequant
         return dataclasses.replace(plan, extra_s=plan.extra_s + extra) if extra > 0 else plan
 
@@ -166,7 +171,7 @@ class PolicyRuntime:
     def memory(self, m: MemoryState) -> MemoryState:
         # NOTE: no quantized tokens without a ratio (_qcount); unchanged → m itself
         q = sum(self._qcount(s) for s in self.slots) if self.ratio != 1 else 0
-        quant = int(q * self.bpt * self.ratio) if q else 0
+        quant = int(self._quant_bytes(q)) if q else 0
         alloc = m.kv_allocated_bytes - q * self.bpt + quant
         if self.engine_bits < 16:
             quant = alloc
@@ -236,11 +241,24 @@ class PolicyRuntime:
         self._qcache[slot.slot_id] = (slot.cache, led.version, n)
         return n
 
+    def _quant_bytes(self, q: int) -> Fraction:
+        """Bytes of ``q`` quantized tokens, exact (memoized by ``q``)."""
+        v = self._qbytes.get(q)
+        if v is None:
+            if len(self._qbytes) > 4096:
+                self._qbytes.clear()
+            v = self._qbytes[q] = q * self.bpt * self.ratio
+        return v
+
     def refresh_credits(self) -> None:
         """Unified pool: bytes saved by quantized tokens become free cells."""
         if self.ratio == 1 or not self.unified:
             return
-        saved = sum(self._qcount(s) for s in self.slots) * (1 - self.ratio)
+        q = sum(self._qcount(s) for s in self.slots)
+        if q == self._credited_q:
+            return  # NOTE: the pool already holds this credit (0 at start: none)
+        self._credited_q = q
+        saved = q * (1 - self.ratio)
         pool = self.sched.pool
         pool.pool_cells = self.base_cells + int(saved)
         pool.slot_tokens = self.base_slot_tokens + int(saved)

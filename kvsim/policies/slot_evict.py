@@ -46,12 +46,13 @@ class SlotEvictor:
         self.host_limit_bytes = host_limit_bytes
         self.backups: deque[tuple[str, str, int, int, int]] = deque()
         self.host_backed_bytes = 0
+        self.global_scope = getattr(pol, "scope", "session") == "global"
 
     def _boundary(self) -> int:
         return self.pol.boundary_tokens if self.pol.pin_turn_boundaries else 0
 
     def after_step(self, now_s: float) -> None:
-        if getattr(self.pol, "scope", "session") == "global":
+        if self.global_scope:
             self._global_budget(now_s)
             return
         for slot in self.rt.slots:
