@@ -28,7 +28,15 @@ Stretch length ``J`` is the largest number of steps such that
   (the scheduler's ``decode_stretch_limit``);
 - every intermediate step end ``t_1..t_J`` is strictly before the next boundary:
   any pending SimPy event except the memory sampler's tick (arrivals, session
-  timers, transfer ends, ``max_sim_time_s``) and every hook's ``next_trigger_s``.
+  timers, transfer ends, ``max_sim_time_s``) and every hook's ``next_trigger_s``;
+- ``J`` is at most a hook's ``quiet_steps(plan)``: the steps after each of which its
+  ``after_step`` does nothing (a per-token policy: a window, a budget, KIVI
+  demotion, counted in tokens).  A step run inline at or past that count ends the
+  jump, and the driver runs the hooks after it.
+
+A plan with a stall (``extra_s``) is jumped only when the scheduler's policy says it
+is steady (``steady_extra_s``: the dequantization of demoted tokens, the same for
+every decode step until the next demotion); each step then takes it on top.
 
 *Folding* the straddling step: when the stretch was cut by a SimPy event (not by the
 limit, a hook trigger or ``max_sim_time_s``), step ``J`` itself cannot finish a
@@ -42,7 +50,8 @@ Ticks after that event read the live queue lengths (``memory_at(t, live)``).
 
 NOTE: a hook without ``next_trigger_s``, or a latency model / scheduler without the
 stretch methods, disables fast-forward (per-step fidelity).  ``next_trigger_s(now)``
-promises that ``after_step`` does nothing and returns no stall before that time.
+promises that ``after_step`` does nothing and returns no stall before that time;
+``quiet_steps`` (optional) promises the same for that many steps.
 
 NOTE: step times are accumulated exactly as SimPy does (``t + dt`` in sequence), so
 both fidelities agree to the rounding difference between ``decode_steps_s`` and
@@ -56,105 +65,20 @@ exceeds the work; only the latency model's step times are computed with numpy.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from itertools import accumulate, chain
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
-from kvsim.core.step import MemoryState, ScheduledItem, StepPlan
+from kvsim.core.step import ScheduledItem, StepPlan
+from kvsim.core.stretch_memory import Stretch, join_stretches
 from kvsim.latency.base import BatchShape
 
 MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's numpy arrays
 SMALL_STEPS = 32  # NOTE: shorter stretches take their step times in scalar Python
-
-
-@dataclasses.dataclass(frozen=True)
-class Stretch:
-    """A fast-forwarded stretch: step start times ``t_0..t_J`` and memory per step.
-
-    ``bases[base_of[j]]`` gives the columns other than the KV bytes during step ``j``
-    (a stretch through completions changes the running count and host bytes at each
-    completion); without ``bases`` every step has ``base``.
-    """
-
-    times: list[float]
-    base: MemoryState
-    allocated_bytes: list[int]  # during step j (after its allocations), j = 0..J-1
-    cached_bytes: list[int]
-    bases: tuple[MemoryState, ...] = ()
-    base_of: list[int] | None = None
-
-    def covers(self, t_s: float) -> bool:
-        return self.times[0] < t_s <= self.times[-1]
-
-    def _step(self, t_s: float) -> int:
-        j = bisect_left(self.times, t_s) - 1
-        return min(max(j, 0), len(self.allocated_bytes) - 1)
-
-    def base_at(self, j: int) -> MemoryState:
-        return self.base if self.base_of is None else self.bases[self.base_of[j]]
-
-    def memory_at(self, t_s: float, live: MemoryState | None = None) -> MemoryState:
-        """Memory just before ``t_s`` (a tick at a step end sees that step's state).
-
-        ``live`` (the scheduler's state now) gives every column but the KV bytes: an
-        arrival during a folded step changes the waiting count.
-        """
-        j = self._step(t_s)
-        alloc = int(self.allocated_bytes[j])
-        base = self.base_at(j)
-        extra = {}
-        # NOTE: with a quantized cache type every allocated byte is quantized
-        # (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
-        # columns cannot change inside a stretch (hooks bound it by next_trigger_s).
-        quant = getattr(base, "kv_quant_bytes", None)
-        if quant is not None and quant == base.kv_allocated_bytes and quant:
-            extra["kv_quant_bytes"] = alloc
-        if live is not None and self.base_of is not None:
-            live = dataclasses.replace(live, running=base.running,
-                                       host_kv_bytes=base.host_kv_bytes)
-        return dataclasses.replace(live or base, kv_allocated_bytes=alloc,
-                                   kv_cached_bytes=int(self.cached_bytes[j]), **extra)
-
-    def memory_rows(self, ticks: list[float]) -> list[tuple]:
-        """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
-        last, times = len(self.allocated_bytes) - 1, self.times
-        js = [min(max(bisect_left(times, t) - 1, 0), last) for t in ticks]
-        alloc = [self.allocated_bytes[j] for j in js]
-        cached = [self.cached_bytes[j] for j in js]
-        if self.base_of is None:
-            b = self.base
-            quant = getattr(b, "kv_quant_bytes", 0)
-            follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
-            return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                     a if follows else quant) for t, a, c in zip(ticks, alloc, cached)]
-        rows = []
-        for t, j, a, c in zip(ticks, js, alloc, cached):
-            b = self.bases[self.base_of[j]]
-            quant = getattr(b, "kv_quant_bytes", 0)
-            follows = bool(quant) and quant == b.kv_allocated_bytes
-            rows.append((t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                         a if follows else quant))
-        return rows
-
-
-def join_stretches(parts: list[Stretch]) -> Stretch:
-    """One stretch from consecutive parts (each part's first time is the last one's end)."""
-    if len(parts) == 1:
-        return parts[0]
-    times = parts[0].times[:1]
-    base_of: list[int] = []
-    for k, p in enumerate(parts):
-        times.extend(p.times[1:])
-        base_of.extend([k] * len(p.allocated_bytes))
-    return Stretch(times, parts[-1].base,
-                   list(chain.from_iterable(p.allocated_bytes for p in parts)),
-                   list(chain.from_iterable(p.cached_bytes for p in parts)),
-                   tuple(p.base for p in parts), base_of)
 
 
 def next_event_s(queue: list[tuple], skip: Any) -> float:
@@ -184,11 +108,12 @@ def delay_to(now_s: float, target_s: float) -> float:
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
     """The decode-only plan ``steps`` steps after ``plan`` (every context + steps).
 
-    NOTE: equal to ``make_plan`` of the advanced items, built without its partition.
+    NOTE: equal to ``make_plan`` of the advanced items, built without its partition;
+    it keeps ``plan``'s steady per-step extra (FastForward.steady_extra_s).
     """
     new = tuple.__new__  # NOTE: ScheduledItem's own constructor, minus its Python frame
     items = tuple([new(ScheduledItem, (r, 1, c + steps, True)) for r, _, c, _ in plan.items])
-    return StepPlan(items, BatchShape(decode_context=tuple([i[2] for i in items])))
+    return StepPlan(items, BatchShape(decode_context=tuple([i[2] for i in items])), plan.extra_s)
 
 
 class FastForward:
@@ -214,18 +139,22 @@ class FastForward:
         # (the engine knows; 0 = at once, the safe default)
         self.follow_s: Callable[[Any], float] = lambda req: 0.0
 
-    def _step_times(self, contexts: tuple[int, ...], steps: int) -> list[float]:
+    def _step_times(self, contexts: tuple[int, ...], steps: int, extra_s: float = 0.0
+                    ) -> list[float]:
+        """Durations of ``steps`` decode steps, each ``extra_s`` longer (the plan's steady
+        stall, added as the driver adds ``plan.extra_s`` to a step time)."""
         lat = self.latency
+        dts = None
         if steps <= SMALL_STEPS and hasattr(lat, "decode_steps_list"):
             dts = lat.decode_steps_list(contexts, steps)  # the same floats, no numpy
-            if dts is not None:
-                return dts
-        # NOTE: a calibrated model counts clamped steps; count only the steps we use.
-        before = getattr(lat, "clamped_steps", None)
-        dts = lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps)
-        if before is not None:
-            lat.clamped_steps = before
-        return np.asarray(dts, dtype=np.float64).tolist()
+        if dts is None:
+            # NOTE: a calibrated model counts clamped steps; count only the steps we use.
+            before = getattr(lat, "clamped_steps", None)
+            arr = lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps)
+            if before is not None:
+                lat.clamped_steps = before
+            dts = np.asarray(arr, dtype=np.float64).tolist()
+        return [d + extra_s for d in dts] if extra_s else dts
 
     def _first_step_s(self, plan: StepPlan) -> float:
         lat = self.latency
@@ -236,7 +165,8 @@ class FastForward:
         return dt
 
     def _segment(self, plan: StepPlan, now_s: float, quiet_s: float, hard_s: float,
-                 stop_s: float) -> tuple[int, bool, bool, Stretch | None, list | None]:
+                 stop_s: float, quiet_steps: float = math.inf
+                 ) -> tuple[int, bool, bool, Stretch | None, list | None]:
         """One numpy stretch from ``plan`` at ``now_s``:
         ``(steps, folded, at_limit, part, done)``.
 
@@ -245,7 +175,9 @@ class FastForward:
         finish a request); ``part`` is None when no step was applied.  ``done`` is not
         None when step ``J`` was completed too (through completions, ending before
         every bound: what the inline step would do, in the same pass): the requests
-        it finished; the next plan is then the scheduler's to make.
+        it finished; the next plan is then the scheduler's to make.  At most
+        ``quiet_steps`` steps are applied before step ``J`` (the hooks' bound); every
+        step takes the plan's steady extra seconds on top of its step time.
         """
         bound_s = min(quiet_s, hard_s)
         if bound_s <= now_s:
@@ -255,12 +187,12 @@ class FastForward:
             # NOTE: cheap exit before the stretch limit: step 1 must start before the
             # bound (the scalar step time may differ from the numpy one by a rounding;
             # a borderline stretch then just runs as single steps, which is exact).
-            dt0 = self._first_step_s(plan)
+            dt0 = self._first_step_s(plan) + plan.extra_s
             if not now_s + dt0 < bound_s:
                 return 0, False, False, None, None
         sched_limit = self.scheduler.decode_stretch_limit(plan)
         n = len(plan.items)
-        limit = min(sched_limit, MAX_STRETCH_CELLS // max(n, 1))
+        limit = min(sched_limit, MAX_STRETCH_CELLS // max(n, 1), quiet_steps)
         if limit < 1:
             return 0, False, sched_limit < 1, None, None
         ctx = plan.batch.decode_context
@@ -268,7 +200,7 @@ class FastForward:
         n_dts = limit + 1
         if 0 < dt0 < math.inf:
             n_dts = min(n_dts, int((bound_s - now_s) / dt0) + 2)
-        dts = self._step_times(ctx, n_dts)
+        dts = self._step_times(ctx, n_dts, plan.extra_s)
         times = list(accumulate(dts, initial=now_s))  # NOTE: sequential, as SimPy adds
         steps = min(bisect_left(times, bound_s, 1) - 1, limit)
         if steps < 1:
@@ -303,13 +235,11 @@ class FastForward:
         stretch are in :attr:`finished` as ``(time, request)``; :attr:`idle_after`
         says the stretch ended with a ``schedule`` that returned nothing.
 
-        Through completions (module doc): a step at the scheduler's boundary, and
-        any step that is not a plain decode, runs inline — the scalar step time, the
-        scheduler's own ``complete`` — if it ends before every bound; then, unless a
-        hook wants to act (the driver runs it, with the plan step J ran), the
-        scheduler's own ``schedule`` gives the next plan.
-        A finished request's session may submit its next turn ``follow_s(req)``
-        after it finishes: that bounds the rest of the stretch.
+        Through completions (module doc): a step at the scheduler's boundary, and any
+        step that is not a plain decode, runs inline if it ends before every bound;
+        then, unless a hook may act (its trigger time, or its quiet steps are used up:
+        the driver runs it), the scheduler's ``schedule`` gives the next plan.  A
+        finished request's next turn, ``follow_s(req)`` later, bounds the rest.
         """
         self.finished = []
         self.idle_after = False
@@ -319,10 +249,11 @@ class FastForward:
         parts: list[Stretch] = []
         t = now_s
         while True:
-            part, done = None, None
-            if plan.is_decode_only and not plan.extra_s:
+            part, done, steps = None, None, 0
+            quiet = self._quiet_steps(plan)
+            if plan.is_decode_only and self._steady(plan):
                 steps, fold, at_limit, part, done = self._segment(plan, t, quiet_s, hard_s,
-                                                                  stop_s)
+                                                                  stop_s, quiet)
                 if part is not None:
                     parts.append(part)
                     t = part.times[-1]
@@ -340,7 +271,8 @@ class FastForward:
                     break
                 t, done = ran
             hard_s = min(hard_s, self._finished_at(t, done))
-            if self._hook_s(t) <= t:
+            # NOTE: step `steps` of the plan just ran: a hook may act after it
+            if self._hook_s(t) <= t or steps >= quiet:
                 return self._ended(parts, advanced_plan(plan, steps) if bulk else plan, t, True)
             nxt = self.scheduler.schedule(t)
             self.recorder.drain(self.scheduler.events)
@@ -352,6 +284,20 @@ class FastForward:
         if not parts:
             return None
         return self._ended(parts, plan, t, False)
+
+    def _quiet_steps(self, plan: StepPlan) -> float:
+        """Steps from ``plan`` on after each of which no hook acts (their ``quiet_steps``;
+        a hook without one acts only at its ``next_trigger_s``)."""
+        return min((h.quiet_steps(plan) for h in self.hooks if hasattr(h, "quiet_steps")),
+                   default=math.inf)
+
+    def _steady(self, plan: StepPlan) -> bool:
+        """Is ``plan``'s extra the same for every decode step of its batch (none, or the
+        scheduler policy's ``steady_extra_s``), so a stretch may add it to each step?"""
+        if not plan.extra_s:
+            return True
+        steady = getattr(getattr(self.scheduler, "policy", None), "steady_extra_s", None)
+        return steady is not None and steady(plan) == plan.extra_s
 
     def _hook_s(self, t: float) -> float:
         """The earliest time a hook wants to act, seen from ``t``."""

@@ -23,10 +23,13 @@
 Quantized tokens take fewer bytes: on a unified pool (llama.cpp ``-kvu``) the saved
 bytes become free cells (exact capacity effect).
 
-NOTE: policies that act per token (windows, budgets, KIVI, recall) make
-:meth:`next_trigger_s` return *now* while a slot is busy, so a fast-forward never
-jumps across one; ``idle_offload`` alone reports its exact next offload time.
-Paged engines' policy (the host tier) lives inside the scheduler and never triggers.
+NOTE: fast-forward (kvsim.core.fastforward) never jumps across a policy action:
+windows, budgets and KIVI act per token, so :meth:`quiet_steps` counts the decode
+steps before they would act (a step that is not a plain decode may: 0);
+``idle_offload`` reports its exact next offload time (:meth:`next_trigger_s`);
+recall scoring happens at admission, a boundary of every stretch; inside one the
+dequantization stall of each step is constant (:meth:`steady_extra_s`).  Paged
+engines' policy (the host tier) lives inside the scheduler and never triggers.
 """
 
 from __future__ import annotations
@@ -190,14 +193,38 @@ class PolicyRuntime:
         return 0.0
 
     def next_trigger_s(self, now_s: float) -> float:
-        if self.evictor is not None and any(s.req is not None for s in self.slots):
-            return now_s
+        """The next idle-offload time; per-step eviction is bounded by :meth:`quiet_steps`."""
         t = math.inf
         if self.offload is not None:
             for s in self.slots:
                 if s.req is None and s.n_tokens and s.last_used_s >= 0:
                     t = min(t, max(now_s, s.last_used_s + self.offload.idle_after_s))
         return t
+
+    def quiet_steps(self, plan: StepPlan) -> float:
+        """Steps of ``plan`` (and the decode steps that continue it) after each of which
+        :meth:`after_step` changes nothing but what :meth:`next_trigger_s` bounds in time.
+
+        NOTE: a step that is not a plain decode may grow a slot by a whole chunk: 0.
+        """
+        if self.evictor is None:
+            return math.inf
+        if not plan.is_decode_only:
+            return 0
+        return self.evictor.quiet_steps()
+
+    def steady_extra_s(self, plan: StepPlan) -> float:
+        """The extra seconds :meth:`after_schedule` gives every decode step of ``plan``'s
+        batch while no turn is admitted and no token changes precision: the
+        dequantization of the quantized tokens (each item's, in batch order)."""
+        if not (self.dequant_s_per_byte and self.slots):
+            return 0.0
+        dequant = 0.0
+        for item in plan.items:
+            if item.req.slot_id >= 0:
+                q = self._qcount(self.slots[item.req.slot_id])
+                dequant += self.dequant_s_per_byte * float(self._quant_bytes(q))
+        return dequant
 
     # -- time policies, capacity ------------------------------------------------------------
     def _time_policies(self, now_s: float) -> None:

@@ -21,6 +21,7 @@ place, so the engine's prompt-cache reuse sees exactly what is left.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -58,6 +59,33 @@ class SlotEvictor:
         for slot in self.rt.slots:
             if slot.req is not None:
                 self._evict_slot(slot, now_s)
+
+    def quiet_steps(self) -> int:
+        """Decode steps (each adding one token to every busy slot) after each of which
+        :meth:`after_step` changes nothing: 0 when it may act after the next one.
+
+        NOTE: the thresholds of :meth:`_evict_slot` solved for the step count: after
+        decode step ``k`` (from 0) a slot holds ``n + k + 1`` tokens.  A window or
+        budget acts once that exceeds ``pin + keep + chunk``; a demotion once it reaches
+        ``wm + recent + chunk`` (the watermark only moves when it acts).
+        """
+        if self.global_scope:
+            return 0
+        pol, quiet = self.pol, math.inf
+        for slot in self.rt.slots:
+            if slot.req is None:
+                continue
+            n = slot.n_tokens
+            pin = pinned_len(tuple(slot.cache[:1]), pol.sink_tokens, pol.pin_system_prompt)
+            if pol.kind == "sliding_window":
+                steps = pin + pol.keep_recent() + pol.chunk_tokens - n
+            elif pol.kind == "score_eviction":
+                steps = pin + pol.budget_tokens + pol.chunk_tokens - n
+            else:
+                wm = max(self.rt.wm.get(slot.slot_id, 0), pin)
+                steps = wm + pol.keep_recent() + pol.chunk_tokens - n - 1
+            quiet = min(quiet, max(steps, 0))
+        return quiet
 
     def _evict_slot(self, slot: Any, now_s: float) -> None:
         pol, rt = self.pol, self.rt

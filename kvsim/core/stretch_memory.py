@@ -1,0 +1,101 @@
+"""The memory of a fast-forwarded stretch (issue 6): what the sampler sees inside it.
+
+A stretch applies many decode steps at once; the engine's memory sampler may tick
+inside it.  :class:`Stretch` keeps the step start times and the KV bytes during
+each step, so a tick at ``t`` gets the state of the step that covers ``t``; the
+other columns come from the state after the stretch (they cannot change inside
+one), or from the part of a stretch through completions that covers ``t``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from bisect import bisect_left
+from itertools import chain
+
+from kvsim.core.step import MemoryState
+
+
+@dataclasses.dataclass(frozen=True)
+class Stretch:
+    """A fast-forwarded stretch: step start times ``t_0..t_J`` and memory per step.
+
+    ``bases[base_of[j]]`` gives the columns other than the KV bytes during step ``j``
+    (a stretch through completions changes the running count and host bytes at each
+    completion); without ``bases`` every step has ``base``.
+    """
+
+    times: list[float]
+    base: MemoryState
+    allocated_bytes: list[int]  # during step j (after its allocations), j = 0..J-1
+    cached_bytes: list[int]
+    bases: tuple[MemoryState, ...] = ()
+    base_of: list[int] | None = None
+
+    def covers(self, t_s: float) -> bool:
+        return self.times[0] < t_s <= self.times[-1]
+
+    def _step(self, t_s: float) -> int:
+        j = bisect_left(self.times, t_s) - 1
+        return min(max(j, 0), len(self.allocated_bytes) - 1)
+
+    def base_at(self, j: int) -> MemoryState:
+        return self.base if self.base_of is None else self.bases[self.base_of[j]]
+
+    def memory_at(self, t_s: float, live: MemoryState | None = None) -> MemoryState:
+        """Memory just before ``t_s`` (a tick at a step end sees that step's state).
+
+        ``live`` (the scheduler's state now) gives every column but the KV bytes: an
+        arrival during a folded step changes the waiting count.
+        """
+        j = self._step(t_s)
+        alloc = int(self.allocated_bytes[j])
+        base = self.base_at(j)
+        extra = {}
+        # NOTE: with a quantized cache type every allocated byte is quantized
+        # (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
+        # columns cannot change inside a stretch (hooks bound it by next_trigger_s).
+        quant = getattr(base, "kv_quant_bytes", None)
+        if quant is not None and quant == base.kv_allocated_bytes and quant:
+            extra["kv_quant_bytes"] = alloc
+        if live is not None and self.base_of is not None:
+            live = dataclasses.replace(live, running=base.running,
+                                       host_kv_bytes=base.host_kv_bytes)
+        return dataclasses.replace(live or base, kv_allocated_bytes=alloc,
+                                   kv_cached_bytes=int(self.cached_bytes[j]), **extra)
+
+    def memory_rows(self, ticks: list[float]) -> list[tuple]:
+        """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
+        last, times = len(self.allocated_bytes) - 1, self.times
+        js = [min(max(bisect_left(times, t) - 1, 0), last) for t in ticks]
+        alloc = [self.allocated_bytes[j] for j in js]
+        cached = [self.cached_bytes[j] for j in js]
+        if self.base_of is None:
+            b = self.base
+            quant = getattr(b, "kv_quant_bytes", 0)
+            follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
+            return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                     a if follows else quant) for t, a, c in zip(ticks, alloc, cached)]
+        rows = []
+        for t, j, a, c in zip(ticks, js, alloc, cached):
+            b = self.bases[self.base_of[j]]
+            quant = getattr(b, "kv_quant_bytes", 0)
+            follows = bool(quant) and quant == b.kv_allocated_bytes
+            rows.append((t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                         a if follows else quant))
+        return rows
+
+
+def join_stretches(parts: list[Stretch]) -> Stretch:
+    """One stretch from consecutive parts (each part's first time is the last one's end)."""
+    if len(parts) == 1:
+        return parts[0]
+    times = parts[0].times[:1]
+    base_of: list[int] = []
+    for k, p in enumerate(parts):
+        times.extend(p.times[1:])
+        base_of.extend([k] * len(p.allocated_bytes))
+    return Stretch(times, parts[-1].base,
+                   list(chain.from_iterable(p.allocated_bytes for p in parts)),
+                   list(chain.from_iterable(p.cached_bytes for p in parts)),
+                   tuple(p.base for p in parts), base_of)
