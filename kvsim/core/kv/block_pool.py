@@ -105,12 +105,18 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on prefix-hit blocks (removing free ones from the queue)."""
+        removed = cached = 0
         for b in blocks:
-            if b.ref_cnt == 0:
-                self.free_queue.remove(b)
+            if b.ref_cnt == 0:  # NOTE: FreeBlockQueue.remove inlined (hot path)
+                prev, nxt = b.prev, b.next
+                prev.next, nxt.prev = nxt, prev
+                b.prev = b.next = None
+                removed += 1
                 if b.block_hash is not None:
-                    self._cached_free -= 1
+                    cached += 1
             b.ref_cnt += 1
+        self.free_queue.num_free -= removed
+        self._cached_free -= cached
 
     def get_new_blocks(self, n: int) -> list[Block]:
         """Pop ``n`` blocks from the head of the free queue, evicting their hashes."""
