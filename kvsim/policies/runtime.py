@@ -149,8 +149,7 @@ class PolicyRuntime:
             if req.request_id in pending:
                 recall_end = max(recall_end, self.scorer.admit(req, now_s))
             if self.dequant_s_per_byte and self.slots and req.slot_id >= 0:
-                q = self._qcount(self.slots[req.slot_id])
-                dequant += self.dequant_s_per_byte * float(self._quant_bytes(q))
+                dequant += self._dequant_s(req)
         extra = max(0.0, recall_end - (now_s + plan.extra_s)) + dequant
         return dataclasses.replace(plan, extra_s=plan.extra_s + extra) if extra > 0 else plan
 
@@ -222,9 +221,13 @@ class PolicyRuntime:
         dequant = 0.0
         for item in plan.items:
             if item.req.slot_id >= 0:
-                q = self._qcount(self.slots[item.req.slot_id])
-                dequant += self.dequant_s_per_byte * float(self._quant_bytes(q))
+                dequant += self._dequant_s(item.req)
         return dequant
+
+    def _dequant_s(self, req: Any) -> float:
+        """Seconds a step spends dequantizing the quantized tokens of ``req``'s slot."""
+        q = self._qcount(self.slots[req.slot_id])
+        return self.dequant_s_per_byte * float(self._quant_bytes(q))
 
     # -- time policies, capacity ------------------------------------------------------------
     def _time_policies(self, now_s: float) -> None:
