@@ -59,7 +59,9 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
 
     runtime = install(scenario, scheduler, latency)  # KV policies + the accuracy proxy
     sessions = runtime.tap(sessions)
-    recorder = Recorder(max_requests=records_mod.MAX_REQUESTS)
+    recorder = Recorder(max_requests=records_mod.MAX_REQUESTS,
+                        max_rss_bytes=scenario.sim.max_rss_bytes
+                        or records_mod.default_rss_limit_bytes())
     engine = Engine(scheduler, latency, recorder=recorder,
                     sample_interval_s=scenario.sim.sample_interval_s, hooks=(*hooks, runtime),
                     max_context_tokens=scenario.model.max_context_tokens,

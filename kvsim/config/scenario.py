@@ -92,6 +92,9 @@ class SimOptions(BaseModel):
     fidelity: Literal["fast", "step"] = "fast"
     sample_interval_s: Seconds = Field(1.0, gt=0, description="memory sampling tick")
     max_sim_time_s: Seconds | None = Field(None, gt=0, description="stop the clock here")
+    max_rss_bytes: Bytes | None = Field(
+        None, gt=0, description="stop the run (results kept) when the process memory "
+        "passes this; default: half the machine's RAM")
 
 
 class Scenario(BaseModel):

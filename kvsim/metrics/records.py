@@ -24,13 +24,20 @@ exceed :data:`MAX_REQUESTS` stops there (``check_capacity`` raises
 results so far are kept).  Measured peak memory per request of a whole ``kvsim
 simulate`` (rows, steps, events and policy state while it runs, then the tables, the
 Parquet files and the report built from them): ≈ 2.2–3 KB on top of ≈ 150 MB
-(``benchmarks/request_cap.py``), so the cap keeps a run inside ~400 MB.
+(``benchmarks/request_cap.py``), so the cap keeps a run of household-sized
+requests inside ~400 MB.  Live state is not rows: an overloaded server's queue of
+10k-token prompts holds ~25 KB of prefix keys per waiting request, so the process
+memory is checked too (``max_rss_bytes``, by default half the machine's RAM: the run
+stops there, results kept, rather than swap).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import os
+import resource
+import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +48,7 @@ from kvsim.errors import RunStopped
 from kvsim.metrics.gaps import group_stats
 
 MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory inside ~400 MB (module doc)
+RSS_CHECK_REQUESTS = 500  # NOTE: read the process memory once per this many requests
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "member", "kind", "arrival_s", "first_scheduled_s",
@@ -54,6 +62,24 @@ STEP_COLUMNS = ("start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", 
 MEMORY_COLUMNS = ("time_s", "kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes",
                   "host_kv_bytes", "running", "waiting", "kv_quant_bytes")
 EVENT_COLUMNS = ("time_s", "kind", "request_id", "detail", "bytes")
+
+
+def current_rss_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc``; else its peak so far)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def default_rss_limit_bytes() -> int | None:
+    """Half of the machine's physical memory (None when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def capacity_hint(max_requests: int) -> str:
@@ -91,6 +117,7 @@ class Recorder:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     output_tokens: int = 0
     max_requests: int = MAX_REQUESTS
+    max_rss_bytes: int | None = None  # process memory that stops the run (check_capacity)
 
     @property
     def requests(self) -> list[tuple[Any, ...]]:
@@ -134,10 +161,20 @@ class Recorder:
                 ITL_DELTA: np.array(self.itl_delta_s, dtype=np.float64)}
 
     def check_capacity(self, submitted: int) -> None:
-        """Stop a run whose per-request rows would exceed the memory bound."""
+        """Stop a run whose per-request rows would exceed the memory bound, or whose
+        process has grown past ``max_rss_bytes`` (read every :data:`RSS_CHECK_REQUESTS`
+        requests: a long queue of big prompts grows faster than the rows)."""
         if submitted > self.max_requests:
             raise RunStopped("workload", f"more than {self.max_requests:,} requests",
                              capacity_hint(self.max_requests))
+        if self.max_rss_bytes is None or submitted % RSS_CHECK_REQUESTS:
+            return
+        rss = current_rss_bytes()
+        if rss > self.max_rss_bytes:
+            raise RunStopped(
+                "sim.max_rss_bytes", f"{rss / 2**20:,.0f} MiB after {submitted:,} requests",
+                f"the run passed its memory limit ({self.max_rss_bytes / 2**20:,.0f} MiB); "
+                "down-sample or cut the workload, or raise sim.max_rss_bytes")
 
     def request_done(self, req: Any) -> None:
         nan = math.nan

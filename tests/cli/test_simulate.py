@@ -128,3 +128,16 @@ def test_a_trace_with_more_sessions_than_the_cap_is_refused_at_once(tmp_path, ca
     code, _, _ = _run_main(["simulate", str(sc), "--set", "workload.max_sessions=4",
                             "--no-report", "-o", str(out)], capsys)
     assert code == 0 and json.loads((out / "summary.json").read_text())["requests"] == 4
+
+
+def test_a_run_past_its_memory_limit_stops_with_its_results(tmp_path, capsys) -> None:
+    # memory is read every 500 requests: with a 1 MiB limit the 500th submission stops
+    # the run (at 4,990 s, sessions 10 s apart); the 499 finished before are kept
+    sc = _scenario(tmp_path, _many_sessions(tmp_path, 520))
+    out = tmp_path / "res"
+    code, _, err = _run_main(["simulate", str(sc), "--set", "sim.max_rss_bytes=1MiB",
+                              "--no-report", "-o", str(out)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "sim.max_rss_bytes" in err and "after 500 requests" in err and "1 MiB" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 499 and summary["stopped_at_s"] == 4990.0
