@@ -36,7 +36,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     A workload over the request cap (:data:`kvsim.metrics.records.MAX_REQUESTS`) raises
     :class:`~kvsim.errors.RunStopped`: at once for a trace file that holds more sessions
     than that, else when the run reaches it, with the results up to then in
-    ``partial``.
+    ``partial``; so does a run whose process grows past ``sim.max_rss_bytes``.
 
     ``sessions`` replaces the scenario's workload (tests, replays); ``sizing`` replaces
     the memory budget (tests); ``hooks`` are policy hooks called after every step;
