@@ -224,19 +224,25 @@ class SlotScheduler:
             if req.remaining_tokens:
                 continue
             req.sample(now_s)
-            if req.num_output >= req.max_output_tokens:
-                req.finish(now_s)
-            elif slot.n_tokens + 1 >= self.cap:
-                if not self.context_shift:
-                    req.finish(now_s, truncated=True)  # stop_type limit
-                else:
-                    self._shift(slot, now_s)
-                    continue
-            else:
-                continue
-            self._release(slot, now_s)
-            done.append(req)
+            if self.finish_if_done(req, slot, now_s):
+                done.append(req)
         return done
+
+    def finish_if_done(self, req: Request, slot: Slot, now_s: float) -> bool:
+        """A request that just sampled a token at ``now_s`` finishes at its output limit,
+        or at the slot's end (stop_type limit) unless the context shifts, and leaves its
+        slot."""
+        if req.num_output >= req.max_output_tokens:
+            req.finish(now_s)
+        elif slot.n_tokens + 1 >= self.cap:
+            if self.context_shift:
+                self._shift(slot, now_s)
+                return False
+            req.finish(now_s, truncated=True)  # stop_type limit
+        else:
+            return False
+        self._release(slot, now_s)
+        return True
 
     def _keep_tokens(self, prompt_tokens: int) -> int:
         """llama.cpp's n_keep: -1 keeps the whole prompt; capped at n_ctx - 4."""

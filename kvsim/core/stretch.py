@@ -214,19 +214,5 @@ def slot_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
     """The end of ``SlotScheduler.complete`` for requests that just sampled a decode
     token at ``now_s``: finish at the output limit, at the slot's end stop or shift
     the context, in batch order."""
-    done = []
     slots = sched.pool.slots
-    for r in reqs:
-        slot = slots[r.slot_id]
-        if r.num_output >= r.max_output_tokens:
-            r.finish(now_s)
-        elif slot.n_tokens + 1 >= sched.cap:
-            if sched.context_shift:
-                sched._shift(slot, now_s)
-                continue
-            r.finish(now_s, truncated=True)  # stop_type limit
-        else:
-            continue
-        sched._release(slot, now_s)
-        done.append(r)
-    return done
+    return [r for r in reqs if sched.finish_if_done(r, slots[r.slot_id], now_s)]
