@@ -98,19 +98,11 @@ class GapRuns:
             closed.append((g0, _slope(lo, hi), n))
         self.g0, self.lo, self.hi, self.n = runs[-1]
 
-    def extend_shared(self, closed: list[tuple[float, float, int]],
-                      last: tuple[float, float, float, int]) -> None:
-        """:meth:`extend` with the runs but the last already closed (shared by a batch)."""
-        if self.n:
-            self.closed.append((self.g0, _slope(self.lo, self.hi), self.n))
-        if closed:
-            self.closed.extend(closed)
-        self.g0, self.lo, self.hi, self.n = last
-
     def add_then_extend(self, gap_s: float, t_s: float, closed: list[tuple[float, float, int]],
                         last: tuple[float, float, float, int]) -> None:
-        """:meth:`add` then :meth:`extend_shared` in one call (a stretch's per-request
-        path): the run the gap joins or starts is closed at once.
+        """:meth:`add`, then the stretch's runs shared by its batch: ``closed`` (already
+        closed) and ``last`` (left open), in one call (a stretch's per-request path);
+        the run the gap joins or starts is closed at once.
 
         NOTE: a run started by the gap alone has the slope interval (−inf, inf): 0.
         """

@@ -250,7 +250,7 @@ def test_cache_full_blocks_registers_in_order_and_keeps_the_first_duplicate() ->
     hash stays indexed under its first block, a pool without caching records nothing."""
     pool = BlockPool(4)
     b0, b1, b2 = pool.get_new_blocks(3)
-    pool.cache_full_block(b0, 99)
+    pool.cache_full_blocks([b0], [99])
     pool.cache_full_blocks([b0, b1, b2], [10, 20, 20])
     assert (b0.block_hash, b1.block_hash, b2.block_hash) == (99, 20, 20)
     assert pool.cached == {99: b0, 20: b1}

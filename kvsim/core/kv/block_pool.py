@@ -34,7 +34,12 @@ class Block:
 
 
 class FreeBlockQueue:
-    """Doubly linked list of free blocks with O(1) pop-head, append and remove."""
+    """Doubly linked list of free blocks, head = evicted first.
+
+    NOTE: the blocks are the list's nodes; :class:`BlockPool` pops the head, unlinks
+    prefix hits and appends freed chains in place (O(1) a block, one counter update a
+    call), so this class holds the sentinels, the count and the order.
+    """
 
     def __init__(self, blocks: Iterable[Block]) -> None:
         self._head = Block(-1)  # sentinels
@@ -50,20 +55,6 @@ class FreeBlockQueue:
         last.next, block.prev = block, last
         block.next, self._tail.prev = self._tail, block
         self.num_free += 1
-
-    def remove(self, block: Block) -> None:
-        prev, nxt = block.prev, block.next
-        assert prev is not None and nxt is not None, "block is not in the free queue"
-        prev.next, nxt.prev = nxt, prev
-        block.prev = block.next = None
-        self.num_free -= 1
-
-    def popleft(self) -> Block:
-        first = self._head.next
-        if first is None or first is self._tail:
-            raise IndexError("no free blocks")
-        self.remove(first)
-        return first
 
     def __iter__(self):  # head → tail, eviction order
         b = self._head.next
@@ -100,14 +91,11 @@ class BlockPool:
         """Free blocks that still hold a reusable prefix (evictable cache)."""
         return self._cached_free
 
-    def get_cached_block(self, block_hash: int) -> Block | None:
-        return self.cached.get(block_hash) if self.enable_caching else None
-
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on prefix-hit blocks (removing free ones from the queue)."""
         removed = cached = 0
         for b in blocks:
-            if b.ref_cnt == 0:  # NOTE: FreeBlockQueue.remove inlined (hot path)
+            if b.ref_cnt == 0:  # NOTE: unlinked from the free queue in place
                 prev, nxt = b.prev, b.next
                 prev.next, nxt.prev = nxt, prev
                 b.prev = b.next = None
@@ -125,7 +113,7 @@ class BlockPool:
         out = []
         q = self.free_queue
         head, cached = q._head, self.cached
-        for _ in range(n):  # NOTE: FreeBlockQueue.popleft inlined (hot path)
+        for _ in range(n):  # NOTE: the head unlinked in place
             b = head.next
             nxt = b.next
             head.next, nxt.prev = nxt, head
@@ -155,23 +143,19 @@ class BlockPool:
             b = b.next
         return out
 
-    def cache_full_block(self, block: Block, block_hash: int) -> None:
-        """Register a block that just became full under its chained hash."""
-        if not self.enable_caching or block.block_hash is not None:
-            return
-        block.block_hash = block_hash
-        # NOTE: duplicates may exist (append-only block tables); the index keeps the first.
-        self.cached.setdefault(block_hash, block)
-
     def cache_full_blocks(self, blocks: list[Block], hashes: list[int]) -> None:
-        """:meth:`cache_full_block` for each ``(block, hash)`` pair, in order."""
+        """Register blocks that just became full under their chained hashes, in order;
+        a block that already carries a hash keeps it.
+
+        NOTE: duplicates may exist (append-only block tables); the index keeps the first.
+        """
         if not self.enable_caching:
             return
         cached = self.cached
         for block, h in zip(blocks, hashes):
             if block.block_hash is None:
                 block.block_hash = h
-                cached.setdefault(h, block)  # NOTE: the index keeps the first (as above)
+                cached.setdefault(h, block)
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
         """Drop one reference per block; blocks reaching zero go to the queue tail.
@@ -193,7 +177,7 @@ class BlockPool:
                         b.block_hash = None  # an uncached duplicate: plain free block
                     else:
                         cached_free += 1
-                last.next, b.prev = b, last  # NOTE: FreeBlockQueue.append inlined,
+                last.next, b.prev = b, last  # NOTE: appended in place,
                 last = b  # the chain closed at the tail once, after the loop
                 freed += 1
         last.next, tail.prev = tail, last

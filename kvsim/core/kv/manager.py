@@ -106,7 +106,7 @@ class KVCacheManager:
         if n_new > 0:
             blocks.extend(self.pool.get_new_blocks(n_new))
         # NOTE: hit blocks lead the table and already carry their hashes
-        # (cache_full_block would skip them)
+        # (cache_full_blocks would skip them)
         self._register(req, blocks, total, len(hit.blocks))
         return True
 
