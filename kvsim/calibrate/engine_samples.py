@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsim.calibrate.artifact import CalibrationArtifact, LatencyFit, TimingPoint
+from kvsim.calibrate.artifact import (
+    FEATURES,
+    CalibrationArtifact,
+    LatencyFit,
+    TimingPoint,
+    step_features,
+)
 from kvsim.calibrate.fit import fit_points
 
 if TYPE_CHECKING:
@@ -78,7 +84,6 @@ class EngineSamples:
         return self
 
 
-
 def _ram_cache_fit(samples: list[tuple[int, float, float]]) -> tuple[float, float, float]:
     """Seconds per saved token, per restored token, and fixed seconds per copy.
 
@@ -100,8 +105,6 @@ def _ram_cache_fit(samples: list[tuple[int, float, float]]) -> tuple[float, floa
     else:
         fixed, per_token = 0.0, float(n @ restore_s / (n @ n))
     return save, max(0.0, float(per_token)), max(0.0, float(fixed))
-
-
 
 
 def _points(samples: EngineSamples, grid: EngineGrid) -> list[TimingPoint]:
@@ -141,14 +144,16 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
     measured by answer position), and their share of all gaps is set by the answer
     length — the calibration's ``decode_tokens``, not the workload's.
     """
-    coef = fit.coefficients_s
+    coef = np.array([fit.coefficients_s[n] for n in FEATURES])
+    none = np.empty(0)
     points = []
     for (b, c), vals in samples.decode.items():
         per_sample = []
         for v in vals:
             gaps = np.asarray(v.gaps_s[WARM_UP_GAPS:])
             ctx = max(c, 1) + WARM_UP_GAPS + np.arange(len(gaps))
-            fitted = coef["step"] + b * coef["decode_seq"] + b * coef["decode_kv"] * ctx
+            fitted = np.array([step_features(none, none, np.full(b, float(x))) @ coef
+                               for x in ctx])
             per_sample.append((v.round, gaps[gaps > 0] / fitted[gaps > 0]))
         points.append(per_sample)
     return _spread(points)

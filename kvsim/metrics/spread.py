@@ -6,7 +6,7 @@ one request to the next, steps jitter, and the first steps after a prompt run sl
 — so measured inter-token percentiles are wider than the simulated gaps.  An engine
 calibration measures that spread (``LatencyFit.decode_spread``: quantiles of each
 measured decode gap over its point's typical step time,
-:func:`kvsim.calibrate.engine.decode_spread`).
+:func:`kvsim.calibrate.engine_samples.decode_spread`).
 
 Here a gap ``g`` of the simulation stands for ``g·J`` with ``J`` drawn from the
 measured ratios, independent of ``g``, and the percentiles are those of that
