@@ -280,7 +280,7 @@ class Engine:
         dt = self.latency.step_time_s(plan.batch) + plan.extra_s
         if dt > 0:
             yield self.env.timeout(dt)
-        done = self.scheduler.complete(plan, self.env.now)
+        done = self.scheduler.complete(plan, self.env.now, dt)
         b = plan.batch
         self.recorder.step(start, self.env.now, sum(b.prefill_tokens), len(b.decode_context),
                            len(plan.items))

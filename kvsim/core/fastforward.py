@@ -217,7 +217,7 @@ class FastForward:
             self.latency.decode_steps_s(np.array(ctx, dtype=np.int64), applied)
         # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
         # state after it gives every other column (Stretch.memory_at)
-        alloc, cached, after, done = self.scheduler.advance_decode(plan, times, finish)
+        alloc, cached, after, done = self.scheduler.advance_decode(plan, times, dts, finish)
         self.recorder.step(times[0], times[-1], 0, n * applied, n, steps=applied)
         self.steps_skipped += steps
         self.folded += fold
@@ -325,7 +325,7 @@ class FastForward:
         if getattr(self.latency, "clamped_steps", None) is not None:
             self.latency.step_time_s(plan.batch)  # count it, as the driver would
         mem = part.base if part is not None else self.scheduler.memory()
-        done = self.scheduler.complete(plan, end)
+        done = self.scheduler.complete(plan, end, dt)
         b = plan.batch
         self.recorder.step(t, end, sum(b.prefill_tokens), len(b.decode_context),
                            len(plan.items))

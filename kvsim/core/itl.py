@@ -4,6 +4,17 @@ A request's gaps are kept as runs ``(gap_s, gap_delta_s, count)``: the run stand
 for the ``count`` gaps ``gap_s + k · gap_delta_s`` (``k = 0 .. count−1``, evaluated
 in float64 exactly as written).  ``gap_delta_s == 0`` is plain run-length encoding.
 
+What a gap is: the time from a request's previous token to this one.  When the
+previous token came at the end of the step just before (the common case: a request
+in the running batch), the gap *is* that step's duration, the float the latency
+model gave — not the difference of two clock readings.  The float64 clock resolves
+only about one unit in the last place of ``t`` (1.2e-10 s after a simulated week,
+which is 5e-9 of a 25 ms gap), so clock differences would carry that noise into the
+inter-token statistics.  A gap is taken as the step duration when the clock
+difference is within one unit in the last place of the clock of it
+(:func:`token_gap`); any other gap (after a stall, a preemption, a wait) is the
+clock difference.
+
 Why affine: inside a decode-only stretch every sequence gains one token per step,
 so the batch's total context grows by the batch size each step and the step time
 of the roofline, constant and calibrated models is affine in the step index (until
@@ -17,12 +28,10 @@ intersection of these intervals is non-empty, and when it closes its slope is
 ``0`` if the interval holds 0, else the interval's midpoint.  Every stored gap is
 therefore within ``tol_k`` (plus one rounding) of the recorded gap, where
 
-    tol_k = TOL_REL · max(t_k, 1 s),   TOL_REL = 2⁻⁵⁰ (4 units in the last place)
+    tol_k = TOL_REL · |g_k|,   TOL_REL = 2⁻⁴⁴ (≈ 5.7e-14, 256 units in the last place)
 
-and ``t_k`` is the clock at the token.  The recorded gaps are differences of the
-float64 simulation clock, which are themselves only resolved to about one unit in
-the last place of ``t_k`` — so the stored form loses nothing the clock had
-(8.9e-16 s at t ≤ 1 s, 5e-10 s after a simulated week).
+— room for the latency model's own rounding along a stretch, and far inside the
+1e-9 at which the two fidelities must agree, at any clock.
 
 NOTE: fast-forward (:func:`stretch_runs`) segments a stretch's shared gaps once,
 with the same greedy rule vectorised, and hands the runs to every request of the
@@ -36,14 +45,18 @@ import math
 
 import numpy as np
 
-TOL_REL = 2.0 ** -50
+TOL_REL = 2.0 ** -44
 SMALL_STRETCH = 32  # NOTE: emit_tokens segments shorter stretches in pure Python
 _INF = math.inf
+_ulp = math.ulp
 
 
-def gap_tol_s(t_s: float) -> float:
-    """Absolute tolerance for a gap ending at clock ``t_s``."""
-    return TOL_REL * max(1.0, t_s)
+def token_gap(now_s: float, last_s: float, dt_s: float) -> float:
+    """The gap of a token sampled at ``now_s`` by the step of duration ``dt_s``, the
+    previous one at ``last_s``: the step's duration when the clock difference is
+    within one unit in the last place of ``now_s`` of it, else the clock difference."""
+    g = now_s - last_s
+    return dt_s if abs(g - dt_s) <= _ulp(now_s) else g
 
 
 def _slope(lo: float, hi: float) -> float:
@@ -71,11 +84,11 @@ class GapRuns:
         if self.n:
             self.closed.append((self.g0, _slope(self.lo, self.hi), self.n))
 
-    def add(self, gap_s: float, t_s: float) -> None:
-        """Append one gap that ended at clock ``t_s`` (the per-step path)."""
+    def add(self, gap_s: float) -> None:
+        """Append one gap (the per-step path)."""
         k = self.n
         if k:
-            tol = TOL_REL * t_s if t_s > 1.0 else TOL_REL
+            tol = TOL_REL * gap_s if gap_s > 0.0 else -TOL_REL * gap_s
             lo = (gap_s - tol - self.g0) / k
             hi = (gap_s + tol - self.g0) / k
             if lo < self.lo:  # noqa: PLR1730 (builtins max/min cost twice as much here)
@@ -98,7 +111,7 @@ class GapRuns:
             closed.append((g0, _slope(lo, hi), n))
         self.g0, self.lo, self.hi, self.n = runs[-1]
 
-    def add_then_extend(self, gap_s: float, t_s: float, closed: list[tuple[float, float, int]],
+    def add_then_extend(self, gap_s: float, closed: list[tuple[float, float, int]],
                         last: tuple[float, float, float, int]) -> None:
         """:meth:`add`, then the stretch's runs shared by its batch: ``closed`` (already
         closed) and ``last`` (left open), in one call (a stretch's per-request path);
@@ -109,7 +122,7 @@ class GapRuns:
         out = self.closed
         k = self.n
         if k:
-            tol = TOL_REL * t_s if t_s > 1.0 else TOL_REL
+            tol = TOL_REL * gap_s if gap_s > 0.0 else -TOL_REL * gap_s
             lo = (gap_s - tol - self.g0) / k
             hi = (gap_s + tol - self.g0) / k
             if lo < self.lo:  # noqa: PLR1730 (as in add)
@@ -135,15 +148,13 @@ class GapRuns:
         return out
 
 
-def stretch_runs(gaps: np.ndarray, ends_s: np.ndarray
-                 ) -> list[tuple[float, float, float, int]]:
+def stretch_runs(gaps: np.ndarray) -> list[tuple[float, float, float, int]]:
     """Greedy swing-filter runs ``(g0, lo, hi, count)`` over ``gaps`` (vectorised).
 
-    ``ends_s[i]`` is the clock at the end of ``gaps[i]``.  Gives the same runs as
-    feeding the gaps one by one to a fresh :class:`GapRuns`.
+    Gives the same runs as feeding the gaps one by one to a fresh :class:`GapRuns`.
     """
     m = len(gaps)
-    tol = TOL_REL * np.maximum(ends_s, 1.0)
+    tol = TOL_REL * np.abs(gaps)
     out: list[tuple[float, float, float, int]] = []
     s = 0
     while s < m:
@@ -170,39 +181,38 @@ def stretch_runs(gaps: np.ndarray, ends_s: np.ndarray
     return out
 
 
-def emit_tokens(reqs: list, times: list[float] | np.ndarray) -> None:
-    """Every request of a stretch samples one token at each of ``times[1:]``.
+def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
+    """Every request of a stretch samples one token at each of ``times[1:]``, step
+    ``j`` taking ``dts[j]`` (``times[j + 1] = times[j] + dts[j]``).
 
-    Each request's first gap (from its own last token) goes through its open run;
-    the gaps between the stretch's tokens are shared and segmented once.
+    Each request's first gap (from its own last token, :func:`token_gap`) goes
+    through its open run; the gaps between the stretch's tokens are the step
+    durations ``dts[1:]``, shared and segmented once.
     """
     steps = len(times) - 1
     closed: list[tuple[float, float, int]] = []
     shared: tuple[float, float, float, int] | None = None
     if steps <= SMALL_STRETCH:  # NOTE: a fresh GapRuns fed gap by gap: the same runs
-        ts = times if isinstance(times, list) else times.tolist()
-        t1 = ts[1]
         if steps > 1:
             one = GapRuns()
-            prev = t1
-            for t in ts[2:]:
-                one.add(t - prev, t)
-                prev = t
+            for d in dts[1:steps]:
+                one.add(d)
             closed, shared = one.closed, (one.g0, one.lo, one.hi, one.n)
     else:
-        arr = np.asarray(times, dtype=np.float64)
-        t1 = float(arr[1])
-        runs4 = stretch_runs(np.diff(arr[1:]), arr[2:])
+        runs4 = stretch_runs(np.asarray(dts[1:steps], dtype=np.float64))
         closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]]
         shared = runs4[-1]
-    last = float(times[-1])
+    t1, d0, last = times[1], dts[0], times[-1]
+    u = _ulp(t1)
     if shared is None:
         for r in reqs:
-            r.itl.add(t1 - r.last_token_s, t1)
+            g = t1 - r.last_token_s
+            r.itl.add(d0 if abs(g - d0) <= u else g)
             r.last_token_s = last
             r.num_output += steps
         return
     for r in reqs:
-        r.itl.add_then_extend(t1 - r.last_token_s, t1, closed, shared)
+        g = t1 - r.last_token_s
+        r.itl.add_then_extend(d0 if abs(g - d0) <= u else g, closed, shared)
         r.last_token_s = last
         r.num_output += steps

@@ -19,10 +19,11 @@ module boundaries (plans, snapshots) is a frozen value type.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kvsim.core.itl import GapRuns
+from kvsim.core.itl import GapRuns, token_gap
 
 Piece = tuple[str, int, int]
 TokenSeq = tuple[Piece, ...]
@@ -166,12 +167,12 @@ class Request:
         self.num_computed_tokens = b
         self.high_water = max(self.high_water, b)
 
-    def sample(self, now_s: float) -> None:
-        """One output token is emitted at ``now_s``."""
+    def sample(self, now_s: float, dt_s: float = math.nan) -> None:
+        """One output token is emitted at ``now_s`` by a step of ``dt_s`` seconds."""
         if self.num_output == 0:
             self.first_token_s = now_s
         else:
-            self.itl.add(now_s - self.last_token_s, now_s)
+            self.itl.add(token_gap(now_s, self.last_token_s, dt_s))
         self.last_token_s = now_s
         self.num_output += 1
 

@@ -312,10 +312,14 @@ class PagedScheduler:
             budget -= n
 
     # -- postprocess -------------------------------------------------------------
-    def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
-        """Apply a finished step; return the requests that finished in it."""
+    def complete(self, plan: StepPlan, now_s: float, dt_s: float = math.nan) -> list[Request]:
+        """Apply a step of ``dt_s`` seconds that ended at ``now_s``; return the requests
+        that finished in it (a token's gap is the step's duration when it follows the
+        previous step's token: :func:`kvsim.core.itl.token_gap`)."""
         done: list[Request] = []
         running = Status.RUNNING
+        u = math.ulp(now_s)
+        lo, hi = dt_s - u, dt_s + u
         for req, n, _, _ in plan.items:
             if req.status is not running:
                 continue
@@ -327,7 +331,8 @@ class PagedScheduler:
             if req.prompt_tokens + req.num_output != req.num_computed_tokens:
                 continue  # prefill chunk, no token yet
             if req.num_output:  # NOTE: Request.sample inlined (one call per token saved)
-                req.itl.add(now_s - req.last_token_s, now_s)
+                g = now_s - req.last_token_s
+                req.itl.add(dt_s if lo <= g <= hi else g)
             else:
                 req.first_token_s = now_s
             req.last_token_s = now_s
@@ -363,5 +368,5 @@ class PagedScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return paged_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times, finish: bool = False):
-        return paged_advance(self, plan, times, finish)
+    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False):
+        return paged_advance(self, plan, times, dts, finish)

@@ -22,6 +22,7 @@ retries process what fits, then fail), and its tokens are discarded.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -210,7 +211,7 @@ class SlotScheduler:
         if not self.cache_prompt:
             slot.clear()
 
-    def complete(self, plan: StepPlan, now_s: float) -> list[Request]:
+    def complete(self, plan: StepPlan, now_s: float, dt_s: float = math.nan) -> list[Request]:
         if self._exhausted is plan:
             self._exhausted = None
             return self._fail_all(now_s)
@@ -223,7 +224,7 @@ class SlotScheduler:
             req.record_compute(item.num_new_tokens)
             if req.remaining_tokens:
                 continue
-            req.sample(now_s)
+            req.sample(now_s, dt_s)
             if self.finish_if_done(req, slot, now_s):
                 done.append(req)
         return done
@@ -290,5 +291,5 @@ class SlotScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return slot_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times, finish: bool = False):
-        return slot_advance(self, plan, times, finish)
+    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False):
+        return slot_advance(self, plan, times, dts, finish)

@@ -99,12 +99,12 @@ def _block_events(items: tuple, steps: int, block: int, caching: bool
     return pops, regs
 
 
-def paged_advance(sched: Any, plan: StepPlan, times: list[float], finish: bool = False
-                  ) -> tuple[list[int], list[int], Any, list[Any]]:
+def paged_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[float],
+                  finish: bool = False) -> tuple[list[int], list[int], Any, list[Any]]:
     steps = len(times) - 1
     items = plan.items
     reqs = [i.req for i in items]
-    _decode_tokens(reqs, steps, times)
+    _decode_tokens(reqs, steps, times, dts)
     alloc, cached, mem = _paged_blocks(sched, items, reqs, steps - finish, steps)
     return alloc, cached, mem, paged_finish(sched, reqs, times[-1]) if finish else []
 
@@ -115,7 +115,8 @@ def paged_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
     return [r for r in reqs if sched.finish_if_done(r, now_s)]
 
 
-def _decode_tokens(reqs: list[Any], steps: int, times: list[float]) -> None:
+def _decode_tokens(reqs: list[Any], steps: int, times: list[float], dts: list[float]
+                   ) -> None:
     """Every request computes and samples one token per step (``times[1:]``)."""
     for r in reqs:
         a = r.num_computed_tokens  # NOTE: Request.record_compute's decode path, inlined
@@ -123,7 +124,7 @@ def _decode_tokens(reqs: list[Any], steps: int, times: list[float]) -> None:
             r.num_computed_tokens = r.high_water = a + steps
         else:
             r.record_compute(steps)
-    emit_tokens(reqs, times)
+    emit_tokens(reqs, times, dts)
 
 
 def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
@@ -191,11 +192,11 @@ def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
     return max(limit, 0)
 
 
-def slot_advance(sched: Any, plan: StepPlan, times: list[float], finish: bool = False
-                 ) -> tuple[list[int], list[int], Any, list[Any]]:
+def slot_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[float],
+                 finish: bool = False) -> tuple[list[int], list[int], Any, list[Any]]:
     steps = len(times) - 1
     reqs = [i.req for i in plan.items]
-    emit_tokens(reqs, times)
+    emit_tokens(reqs, times, dts)
     for item in plan.items:
         req = item.req
         slot = sched.pool.slots[req.slot_id]

@@ -11,9 +11,11 @@ Bounded, exact inter-token storage (issue 6): gaps are stored as *affine runs*
 the ``count`` consecutive gaps ``gap_s + k·gap_delta_s`` (``k = 0..count−1``);
 ``gap_delta_s == 0`` is plain run-length encoding.  A decode stretch's step time is
 affine in the step index (each step adds the batch size to the total context), so
-under the roofline model a whole stretch is one row, not one row a token.  Every
-stored gap is within 4 units in the last place of the simulation clock of the gap
-the clock recorded (the clock's own resolution), in both fidelities.  Rows live in
+under the roofline model a whole stretch is one row, not one row a token.  A gap
+that follows the previous step's token is that step's duration (not a difference of
+clock readings, which after a simulated week resolve only 1.2e-10 s), and every
+stored gap is within 2⁻⁴⁴ (≈ 5.7e-14) of its own size of that, in both fidelities
+and at any clock.  Rows live in
 typed arrays (8-byte gap, 8-byte delta, 8-byte count, 4-byte request index: 28 bytes
 a row, the request id stored once per request).  Percentiles over the runs are
 exact with respect to their expansion (:mod:`kvsim.metrics.gaps`).

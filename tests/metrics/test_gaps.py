@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.core.itl import TOL_REL, GapRuns, emit_tokens, stretch_runs
+from kvsim.core.itl import TOL_REL, GapRuns, emit_tokens, stretch_runs, token_gap
 from kvsim.metrics import gaps
 from kvsim.metrics.summary import itl_quantile
 from kvsim.report.data_run import itl_cdf
@@ -72,32 +72,44 @@ def test_summary_and_report_read_affine_and_run_length_tables() -> None:
     assert itl_quantile(old, 0.5) == 0.02 and itl_cdf(old)["n"] == 100
 
 
-def _feed(gs: np.ndarray, ts: np.ndarray) -> GapRuns:
+def _feed(gs: np.ndarray) -> GapRuns:
     r = GapRuns()
-    for gap, t in zip(gs.tolist(), ts.tolist()):
-        r.add(gap, t)
+    for gap in gs.tolist():
+        r.add(gap)
     return r
 
 
 @settings(max_examples=40, deadline=None)
 @given(dt0=st.floats(0.005, 0.05), slope=st.sampled_from([0.0, 2.5e-7, 1e-5]),
-       steps=st.integers(2, 3000), t0=st.floats(0.0, 6e5), kink=st.integers(0, 3000))
-def test_decode_stretch_is_a_few_runs_within_clock_resolution(dt0, slope, steps, t0,
-                                                              kink) -> None:
-    """Affine step times summed on a float clock: a couple of runs, every gap kept to
-    within the tolerance, and the online and vectorised builders give the same runs."""
+       steps=st.integers(2, 3000), kink=st.integers(0, 3000))
+def test_decode_stretch_is_a_few_runs_within_tolerance(dt0, slope, steps, kink) -> None:
+    """Affine step durations (computed in float64, one regime change): a couple of
+    runs, every stored gap within TOL_REL of its own size, and the online and
+    vectorised builders give the same runs."""
     j = np.arange(steps)
-    dts = dt0 + slope * j + np.where(j > kink, 3 * slope, 0.0) * (j - kink)  # one regime change
-    times = np.concatenate(([t0], dts)).cumsum()
-    gs, ends = np.diff(times), times[1:]
-    online = _feed(gs, ends)
+    gs = dt0 + slope * j + np.where(j > kink, 3 * slope, 0.0) * (j - kink)
+    online = _feed(gs)
     vec = GapRuns()
-    vec.extend(stretch_runs(gs, ends))
+    vec.extend(stretch_runs(gs))
     assert online.runs() == vec.runs()
     assert len(online) <= 4
-    rows = online.runs()
-    back = gaps.expand(*zip(*rows))
-    assert np.all(np.abs(back - gs) <= TOL_REL * np.maximum(ends, 1.0) * (1 + 1e-9) + 1e-18)
+    back = gaps.expand(*zip(*online.runs()))
+    assert np.all(np.abs(back - gs) <= TOL_REL * gs * (1 + 1e-9))
+
+
+@pytest.mark.parametrize("t0", [0.0, 1.0, 86_400.0, 604_800.0, 2_592_000.0])
+def test_a_token_after_the_previous_step_has_that_steps_duration_as_gap(t0) -> None:
+    """At any clock — 1.2e-10 s resolution after a simulated week, 5e-9 of a 25 ms
+    gap — a gap that follows the previous step's token is the step's own duration;
+    a gap across a wait is the clock difference."""
+    dt = 0.025 + 1e-7 / 3
+    now = t0 + dt
+    assert token_gap(now, t0, dt) == dt
+    if t0 >= 604_800.0:  # the clock difference is off by > 1e-10 of the gap here
+        assert abs((now - t0) - dt) > 1e-10 * dt
+    later = now + 0.3
+    assert token_gap(later + dt, now, dt) == (later + dt) - now
+    assert token_gap(now, t0, math.nan) == now - t0  # no step duration known
 
 
 @settings(max_examples=30, deadline=None)
@@ -106,26 +118,27 @@ def test_decode_stretch_is_a_few_runs_within_clock_resolution(dt0, slope, steps,
 def test_emit_tokens_equals_sampling_token_by_token(dt0, slope, steps, t0, jitter) -> None:
     """A stretch's tokens emitted at once (short stretches in Python, long ones with
     numpy): each request's first gap joins its own open run, the gaps between the
-    stretch's tokens are the runs of a fresh builder fed one gap at a time."""
+    stretch's tokens are the runs of a fresh builder fed one step duration at a time."""
     j = np.arange(steps)
-    dts = dt0 + slope * j + np.where(j % 7 < jitter, 1e-4, 0.0)  # some off-run steps
-    times = np.concatenate(([t0], dts)).cumsum()
+    dts = (dt0 + slope * j + np.where(j % 7 < jitter, 1e-4, 0.0)).tolist()  # off-run steps
+    times = list(itertools.accumulate(dts, initial=t0))
 
     class Req:
         def __init__(self, last: float) -> None:
             self.itl, self.last_token_s, self.num_output = GapRuns(), last, 1
 
-    reqs = [Req(t0 - 0.02), Req(t0 - 0.5)]
-    emit_tokens(reqs, times)
+    lasts = (t0, t0 - 0.5)  # a token at the stretch start; one across a wait
+    reqs = [Req(last) for last in lasts]
+    emit_tokens(reqs, times, dts)
     shared = GapRuns()
-    ts = times[1:].tolist()
-    for a, b in itertools.pairwise(ts):
-        shared.add(b - a, b)
-    for r, last in zip(reqs, (t0 - 0.02, t0 - 0.5)):
+    for d in dts[1:]:
+        shared.add(d)
+    for r, last in zip(reqs, lasts):
         first = GapRuns()
-        first.add(ts[0] - last, ts[0])
+        first.add(token_gap(times[1], last, dts[0]))
         assert r.itl.runs() == first.runs() + shared.runs()
         assert r.last_token_s == times[-1] and r.num_output == 1 + steps
+    assert reqs[0].itl.runs()[0][0] == dts[0]
 
 
 @settings(max_examples=40, deadline=None)
@@ -153,21 +166,21 @@ def test_add_then_extend_closes_the_joined_or_new_run() -> None:
     the shared last run stays open."""
     inf = math.inf
     joined = GapRuns()
-    joined.add(0.1, 1.0)
-    joined.add(0.1, 1.1)
-    joined.add_then_extend(0.1, 1.2, [(0.5, 0.0, 3)], (0.2, -inf, inf, 1))
+    joined.add(0.1)
+    joined.add(0.1)
+    joined.add_then_extend(0.1, [(0.5, 0.0, 3)], (0.2, -inf, inf, 1))
     assert joined.runs() == [(0.1, 0.0, 3), (0.5, 0.0, 3), (0.2, 0.0, 1)]
     broken = GapRuns()
-    broken.add(0.1, 1.0)
-    broken.add(0.1, 1.1)
-    broken.add_then_extend(0.3, 1.4, [], (0.2, -inf, inf, 1))
+    broken.add(0.1)
+    broken.add(0.1)
+    broken.add_then_extend(0.3, [], (0.2, -inf, inf, 1))
     assert broken.runs() == [(0.1, 0.0, 2), (0.3, 0.0, 1), (0.2, 0.0, 1)]
     fresh = GapRuns()
-    fresh.add_then_extend(0.25, 2.0, [], (0.2, -inf, inf, 4))
+    fresh.add_then_extend(0.25, [], (0.2, -inf, inf, 4))
     assert fresh.runs() == [(0.25, 0.0, 1), (0.2, 0.0, 4)]
     sloped = GapRuns()  # gaps 0.1, 0.2, 0.3: one run with slope 0.1
-    sloped.add(0.1, 1.0)
-    sloped.add(0.2, 1.2)
-    sloped.add_then_extend(0.3, 1.5, [], (0.2, -inf, inf, 1))
+    sloped.add(0.1)
+    sloped.add(0.2)
+    sloped.add_then_extend(0.3, [], (0.2, -inf, inf, 1))
     (g0, d, n), last = sloped.runs()
     assert (g0, n, last) == (0.1, 3, (0.2, 0.0, 1)) and d == pytest.approx(0.1, rel=1e-12)
