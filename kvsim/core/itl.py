@@ -33,10 +33,10 @@ therefore within ``tol_k`` (plus one rounding) of the recorded gap, where
 — room for the latency model's own rounding along a stretch, and far inside the
 1e-9 at which the two fidelities must agree, at any clock.
 
-NOTE: fast-forward (:func:`stretch_runs`) segments a stretch's shared gaps once,
-with the same greedy rule vectorised, and hands the runs to every request of the
-stretch; it does not continue a request's open run across the stretch start, so
-the fast mode may store a few more rows than the per-step mode for identical gaps.
+NOTE: fast-forward (:func:`emit_tokens`) continues each request's open run
+through the stretch with the same greedy rule vectorised (:func:`stretch_runs`),
+once for all requests whose open runs are equal, so both fidelities store the same
+runs for the same gaps.
 """
 
 from __future__ import annotations
@@ -80,10 +80,6 @@ class GapRuns:
     def __len__(self) -> int:
         return len(self.closed) + (1 if self.n else 0)
 
-    def _close(self) -> None:
-        if self.n:
-            self.closed.append((self.g0, _slope(self.lo, self.hi), self.n))
-
     def add(self, gap_s: float) -> None:
         """Append one gap (the per-step path)."""
         k = self.n
@@ -101,45 +97,6 @@ class GapRuns:
             self.closed.append((self.g0, _slope(self.lo, self.hi), k))
         self.g0, self.n, self.lo, self.hi = gap_s, 1, -_INF, _INF
 
-    def extend(self, runs: list[tuple[float, float, float, int]]) -> None:
-        """Append precomputed runs ``(g0, lo, hi, count)``; the last one stays open."""
-        if not runs:
-            return
-        self._close()
-        closed = self.closed
-        for g0, lo, hi, n in runs[:-1]:
-            closed.append((g0, _slope(lo, hi), n))
-        self.g0, self.lo, self.hi, self.n = runs[-1]
-
-    def add_then_extend(self, gap_s: float, closed: list[tuple[float, float, int]],
-                        last: tuple[float, float, float, int]) -> None:
-        """:meth:`add`, then the stretch's runs shared by its batch: ``closed`` (already
-        closed) and ``last`` (left open), in one call (a stretch's per-request path);
-        the run the gap joins or starts is closed at once.
-
-        NOTE: a run started by the gap alone has the slope interval (−inf, inf): 0.
-        """
-        out = self.closed
-        k = self.n
-        if k:
-            tol = TOL_REL * gap_s if gap_s > 0.0 else -TOL_REL * gap_s
-            lo = (gap_s - tol - self.g0) / k
-            hi = (gap_s + tol - self.g0) / k
-            if lo < self.lo:  # noqa: PLR1730 (as in add)
-                lo = self.lo
-            if hi > self.hi:  # noqa: PLR1730
-                hi = self.hi
-            if lo <= hi:
-                out.append((self.g0, 0.0 if lo <= 0.0 <= hi else _slope(lo, hi), k + 1))
-            else:
-                out.append((self.g0, _slope(self.lo, self.hi), k))
-                out.append((gap_s, 0.0, 1))
-        else:
-            out.append((gap_s, 0.0, 1))
-        if closed:
-            out.extend(closed)
-        self.g0, self.lo, self.hi, self.n = last
-
     def runs(self) -> list[tuple[float, float, int]]:
         """Every run, the open one closed: ``[(gap_s, gap_delta_s, count), ...]``."""
         out = list(self.closed)
@@ -148,22 +105,30 @@ class GapRuns:
         return out
 
 
-def stretch_runs(gaps: np.ndarray) -> list[tuple[float, float, float, int]]:
-    """Greedy swing-filter runs ``(g0, lo, hi, count)`` over ``gaps`` (vectorised).
+def stretch_runs(gaps: np.ndarray, open_run: tuple[float, float, float, int] | None = None
+                 ) -> list[tuple[float, float, float, int]]:
+    """Greedy swing-filter runs ``(g0, lo, hi, count)`` over ``gaps`` (vectorised),
+    continuing ``open_run`` (a :class:`GapRuns`' open run ``(g0, lo, hi, n)``) if given.
 
-    Gives the same runs as feeding the gaps one by one to a fresh :class:`GapRuns`.
+    Gives the same runs as feeding the gaps one by one to a :class:`GapRuns` in that
+    state (the same float operations, in the same order); the first run returned is
+    the continued one, the last is still open.
     """
     m = len(gaps)
     tol = TOL_REL * np.abs(gaps)
     out: list[tuple[float, float, float, int]] = []
-    s = 0
-    while s < m:
-        g0 = float(gaps[s])
-        lo_c, hi_c = -_INF, _INF
-        p, chunk = s + 1, 4096  # NOTE: a stretch is usually one run: test it whole
+    if open_run is not None and open_run[3]:
+        g0, lo_c, hi_c, c = open_run
+        p = 0
+    elif m:
+        g0, lo_c, hi_c, c, p = float(gaps[0]), -_INF, _INF, 1, 1
+    else:
+        return out
+    while True:
+        q, chunk = p, 4096  # NOTE: a stretch is usually one run: test it whole
         while p < m:
             w = min(m - p, chunk)
-            k = np.arange(p - s, p - s + w, dtype=np.float64)
+            k = np.arange(c + p - q, c + p - q + w, dtype=np.float64)
             seg, tl = gaps[p:p + w], tol[p:p + w]
             lo = np.maximum(np.maximum.accumulate((seg - tl - g0) / k), lo_c)
             hi = np.minimum(np.minimum.accumulate((seg + tl - g0) / k), hi_c)
@@ -176,43 +141,59 @@ def stretch_runs(gaps: np.ndarray) -> list[tuple[float, float, float, int]]:
                 break
             lo_c, hi_c = float(lo[-1]), float(hi[-1])
             p += w
-        out.append((g0, lo_c, hi_c, p - s))
-        s = p
-    return out
+        out.append((g0, lo_c, hi_c, c + p - q))
+        if p >= m:
+            return out
+        g0, lo_c, hi_c, c = float(gaps[p]), -_INF, _INF, 1
+        p += 1
+
+
+def continued_runs(open_run: tuple[float, float, float, int], first_s: float,
+                   gaps: list[float]) -> tuple[list[tuple[float, float, int]],
+                                               tuple[float, float, float, int]]:
+    """What a :class:`GapRuns` with ``open_run`` does on ``add(first_s)`` and then
+    ``add(g)`` for each of ``gaps``: ``(runs it closes, its new open run)``."""
+    one = GapRuns()
+    one.g0, one.lo, one.hi, one.n = open_run
+    one.add(first_s)
+    if len(gaps) <= SMALL_STRETCH:  # NOTE: numpy's per-call cost exceeds the work
+        for g in gaps:
+            one.add(g)
+        return one.closed, (one.g0, one.lo, one.hi, one.n)
+    runs4 = stretch_runs(np.asarray(gaps, dtype=np.float64), (one.g0, one.lo, one.hi, one.n))
+    return one.closed + [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]], runs4[-1]
 
 
 def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
     """Every request of a stretch samples one token at each of ``times[1:]``, step
     ``j`` taking ``dts[j]`` (``times[j + 1] = times[j] + dts[j]``).
 
-    Each request's first gap (from its own last token, :func:`token_gap`) goes
-    through its open run; the gaps between the stretch's tokens are the step
-    durations ``dts[1:]``, shared and segmented once.
+    Each request's gaps are its first one (from its own last token,
+    :func:`token_gap`) and then the step durations ``dts[1:]``, continuing its open
+    run: the same runs as the per-step mode builds.  Requests whose open run and
+    first gap are equal (those in the batch since its last change) are segmented
+    once, together.
     """
     steps = len(times) - 1
-    closed: list[tuple[float, float, int]] = []
-    shared: tuple[float, float, float, int] | None = None
-    if steps <= SMALL_STRETCH:  # NOTE: a fresh GapRuns fed gap by gap: the same runs
-        if steps > 1:
-            one = GapRuns()
-            for d in dts[1:steps]:
-                one.add(d)
-            closed, shared = one.closed, (one.g0, one.lo, one.hi, one.n)
-    else:
-        runs4 = stretch_runs(np.asarray(dts[1:steps], dtype=np.float64))
-        closed = [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]]
-        shared = runs4[-1]
     t1, d0, last = times[1], dts[0], times[-1]
     u = _ulp(t1)
-    if shared is None:
-        for r in reqs:
-            g = t1 - r.last_token_s
-            r.itl.add(d0 if abs(g - d0) <= u else g)
-            r.last_token_s = last
-            r.num_output += steps
-        return
+    groups: dict[tuple, list] = {}
     for r in reqs:
         g = t1 - r.last_token_s
-        r.itl.add_then_extend(d0 if abs(g - d0) <= u else g, closed, shared)
-        r.last_token_s = last
-        r.num_output += steps
+        it = r.itl
+        key = (d0 if abs(g - d0) <= u else g, it.g0, it.lo, it.hi, it.n)
+        same = groups.get(key)
+        if same is None:
+            groups[key] = [r]
+        else:
+            same.append(r)
+    gaps = dts[1:steps]
+    for (g, *open_run), rs in groups.items():
+        closed, state = continued_runs(tuple(open_run), g, gaps)
+        for r in rs:
+            it = r.itl
+            if closed:
+                it.closed.extend(closed)
+            it.g0, it.lo, it.hi, it.n = state
+            r.last_token_s = last
+            r.num_output += steps

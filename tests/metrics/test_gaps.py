@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.core.itl import TOL_REL, GapRuns, emit_tokens, stretch_runs, token_gap
+from kvsim.core.itl import SMALL_STRETCH, TOL_REL, GapRuns, continued_runs, emit_tokens, token_gap
 from kvsim.metrics import gaps
 from kvsim.metrics.summary import itl_quantile
 from kvsim.report.data_run import itl_cdf
@@ -72,11 +72,20 @@ def test_summary_and_report_read_affine_and_run_length_tables() -> None:
     assert itl_quantile(old, 0.5) == 0.02 and itl_cdf(old)["n"] == 100
 
 
-def _feed(gs: np.ndarray) -> GapRuns:
-    r = GapRuns()
-    for gap in gs.tolist():
-        r.add(gap)
+def _feed(gs, r: GapRuns | None = None) -> GapRuns:
+    r = r if r is not None else GapRuns()
+    for gap in list(gs):
+        r.add(float(gap))
     return r
+
+
+def _continued(r: GapRuns, gs: list[float]) -> list[tuple[float, float, int]]:
+    """``r``'s runs after the gaps ``gs`` through :func:`continued_runs` (r unchanged)."""
+    closed, state = continued_runs((r.g0, r.lo, r.hi, r.n), gs[0], gs[1:])
+    out = GapRuns()
+    out.closed = list(r.closed) + closed
+    out.g0, out.lo, out.hi, out.n = state
+    return out.runs()
 
 
 @settings(max_examples=40, deadline=None)
@@ -89,12 +98,26 @@ def test_decode_stretch_is_a_few_runs_within_tolerance(dt0, slope, steps, kink) 
     j = np.arange(steps)
     gs = dt0 + slope * j + np.where(j > kink, 3 * slope, 0.0) * (j - kink)
     online = _feed(gs)
-    vec = GapRuns()
-    vec.extend(stretch_runs(gs))
-    assert online.runs() == vec.runs()
+    assert _continued(GapRuns(), gs.tolist()) == online.runs()
     assert len(online) <= 4
     back = gaps.expand(*zip(*online.runs()))
     assert np.all(np.abs(back - gs) <= TOL_REL * gs * (1 + 1e-9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=st.lists(st.sampled_from([0.02, 0.021, 0.0205, 0.03]), max_size=6),
+       dt0=st.sampled_from([0.02, 0.021]), slope=st.sampled_from([0.0, 0.001, 2.5e-7]),
+       steps=st.sampled_from([1, 2, 5, SMALL_STRETCH, SMALL_STRETCH + 1, 200]),
+       jitter=st.integers(0, 3))
+def test_continuing_an_open_run_equals_feeding_gap_by_gap(before, dt0, slope, steps,
+                                                          jitter) -> None:
+    """From any open run (fed ``before``), a stretch's gaps through
+    ``continued_runs`` (Python below SMALL_STRETCH, numpy above) give exactly the runs
+    of the per-step builder."""
+    j = np.arange(steps)
+    gs = (dt0 + slope * j + np.where(j % 11 < jitter, 1e-4, 0.0)).tolist()
+    r = _feed(before)
+    assert _continued(r, gs) == _feed(gs, _feed(before)).runs()
 
 
 @pytest.mark.parametrize("t0", [0.0, 1.0, 86_400.0, 604_800.0, 2_592_000.0])
@@ -117,28 +140,45 @@ def test_a_token_after_the_previous_step_has_that_steps_duration_as_gap(t0) -> N
        steps=st.integers(1, 80), t0=st.floats(0.0, 6e5), jitter=st.integers(0, 5))
 def test_emit_tokens_equals_sampling_token_by_token(dt0, slope, steps, t0, jitter) -> None:
     """A stretch's tokens emitted at once (short stretches in Python, long ones with
-    numpy): each request's first gap joins its own open run, the gaps between the
-    stretch's tokens are the runs of a fresh builder fed one step duration at a time."""
+    numpy) store exactly the runs of the per-step path: each request's first gap
+    (token_gap) and then the step durations, continuing its own open run."""
     j = np.arange(steps)
     dts = (dt0 + slope * j + np.where(j % 7 < jitter, 1e-4, 0.0)).tolist()  # off-run steps
     times = list(itertools.accumulate(dts, initial=t0))
 
     class Req:
-        def __init__(self, last: float) -> None:
-            self.itl, self.last_token_s, self.num_output = GapRuns(), last, 1
+        def __init__(self, last: float, before: list[float]) -> None:
+            self.itl, self.last_token_s, self.num_output = _feed(before), last, 1
 
-    lasts = (t0, t0 - 0.5)  # a token at the stretch start; one across a wait
-    reqs = [Req(last) for last in lasts]
+    cases = [(t0, [dts[0]] * 3), (t0, [dts[0]] * 3), (t0, [0.5]),  # two with equal runs
+             (t0 - 0.5, []), (t0, [])]  # one across a wait, one fresh
+    reqs = [Req(last, before) for last, before in cases]
     emit_tokens(reqs, times, dts)
-    shared = GapRuns()
-    for d in dts[1:]:
-        shared.add(d)
-    for r, last in zip(reqs, lasts):
-        first = GapRuns()
-        first.add(token_gap(times[1], last, dts[0]))
-        assert r.itl.runs() == first.runs() + shared.runs()
+    for r, (last, before) in zip(reqs, cases):
+        want = _feed([token_gap(times[1], last, dts[0]), *dts[1:]], _feed(before))
+        assert r.itl.runs() == want.runs()
         assert r.last_token_s == times[-1] and r.num_output == 1 + steps
-    assert reqs[0].itl.runs()[0][0] == dts[0]
+    assert reqs[4].itl.runs()[0][0] == dts[0]
+
+
+def test_a_stretch_continues_each_requests_open_run_by_hand() -> None:
+    """Open runs 0.1 × 2 and 0.2 × 2, then five steps of 0.1 s: the first request's
+    run goes on (one row of 7), the second's closes before the stretch's run."""
+    same, other = _feed([0.1, 0.1]), _feed([0.2, 0.2])
+
+    class Req:
+        def __init__(self, itl: GapRuns) -> None:
+            self.itl, self.last_token_s, self.num_output = itl, 1.0, 3
+
+    a, b = Req(same), Req(other)
+    emit_tokens([a, b], list(itertools.accumulate([0.1] * 5, initial=1.0)), [0.1] * 5)
+    assert a.itl.runs() == [(0.1, 0.0, 7)]
+    assert b.itl.runs() == [(0.2, 0.0, 2), (0.1, 0.0, 5)]
+    sloped = _feed([0.1, 0.2])  # then 0.3 on the same line: one run with slope 0.1
+    c = Req(sloped)
+    emit_tokens([c], [1.0, 1.3], [0.3])
+    (g0, d, n), = c.itl.runs()
+    assert (g0, n) == (0.1, 3) and d == pytest.approx(0.1, rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -158,29 +198,3 @@ def test_group_stats_equal_numpy_per_group(groups, chunk) -> None:
         assert out[k][1] == _np_q(v, 0.5) and out[k][2] == _np_q(v, 0.95)
         assert out[k][3] == v.max()
         assert out[k][0] == pytest.approx(v.mean(), rel=1e-12)
-
-
-def test_add_then_extend_closes_the_joined_or_new_run() -> None:
-    """A stretch's per-request path: the first gap joins the open run (or starts a
-    run of one when it breaks it), that run is closed, the shared runs follow and
-    the shared last run stays open."""
-    inf = math.inf
-    joined = GapRuns()
-    joined.add(0.1)
-    joined.add(0.1)
-    joined.add_then_extend(0.1, [(0.5, 0.0, 3)], (0.2, -inf, inf, 1))
-    assert joined.runs() == [(0.1, 0.0, 3), (0.5, 0.0, 3), (0.2, 0.0, 1)]
-    broken = GapRuns()
-    broken.add(0.1)
-    broken.add(0.1)
-    broken.add_then_extend(0.3, [], (0.2, -inf, inf, 1))
-    assert broken.runs() == [(0.1, 0.0, 2), (0.3, 0.0, 1), (0.2, 0.0, 1)]
-    fresh = GapRuns()
-    fresh.add_then_extend(0.25, [], (0.2, -inf, inf, 4))
-    assert fresh.runs() == [(0.25, 0.0, 1), (0.2, 0.0, 4)]
-    sloped = GapRuns()  # gaps 0.1, 0.2, 0.3: one run with slope 0.1
-    sloped.add(0.1)
-    sloped.add(0.2)
-    sloped.add_then_extend(0.3, [], (0.2, -inf, inf, 1))
-    (g0, d, n), last = sloped.runs()
-    assert (g0, n, last) == (0.1, 3, (0.2, 0.0, 1)) and d == pytest.approx(0.1, rel=1e-12)
