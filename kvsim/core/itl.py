@@ -176,12 +176,10 @@ def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
     """
     steps = len(times) - 1
     t1, d0, last = times[1], dts[0], times[-1]
-    u = _ulp(t1)
     groups: dict[tuple, list] = {}
     for r in reqs:
-        g = t1 - r.last_token_s
         it = r.itl
-        key = (d0 if abs(g - d0) <= u else g, it.g0, it.lo, it.hi, it.n)
+        key = (token_gap(t1, r.last_token_s, d0), it.g0, it.lo, it.hi, it.n)
         same = groups.get(key)
         if same is None:
             groups[key] = [r]

@@ -319,7 +319,6 @@ class PagedScheduler:
         done: list[Request] = []
         running = Status.RUNNING
         u = math.ulp(now_s)
-        lo, hi = dt_s - u, dt_s + u
         for req, n, _, _ in plan.items:
             if req.status is not running:
                 continue
@@ -330,9 +329,9 @@ class PagedScheduler:
                 req.record_compute(n)
             if req.prompt_tokens + req.num_output != req.num_computed_tokens:
                 continue  # prefill chunk, no token yet
-            if req.num_output:  # NOTE: Request.sample inlined (one call per token saved)
+            if req.num_output:  # NOTE: Request.sample and token_gap inlined (hot path)
                 g = now_s - req.last_token_s
-                req.itl.add(dt_s if lo <= g <= hi else g)
+                req.itl.add(dt_s if abs(g - dt_s) <= u else g)
             else:
                 req.first_token_s = now_s
             req.last_token_s = now_s

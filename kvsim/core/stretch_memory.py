@@ -51,13 +51,7 @@ class Stretch:
         j = self._step(t_s)
         alloc = int(self.allocated_bytes[j])
         base = self.base_at(j)
-        extra = {}
-        # NOTE: with a quantized cache type every allocated byte is quantized
-        # (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
-        # columns cannot change inside a stretch (hooks bound it by next_trigger_s).
-        quant = getattr(base, "kv_quant_bytes", None)
-        if quant is not None and quant == base.kv_allocated_bytes and quant:
-            extra["kv_quant_bytes"] = alloc
+        extra = {"kv_quant_bytes": alloc} if _quant_follows(base) else {}
         if live is not None and self.base_of is not None:
             live = dataclasses.replace(live, running=base.running,
                                        host_kv_bytes=base.host_kv_bytes)
@@ -70,20 +64,22 @@ class Stretch:
         js = [min(max(bisect_left(times, t) - 1, 0), last) for t in ticks]
         alloc = [self.allocated_bytes[j] for j in js]
         cached = [self.cached_bytes[j] for j in js]
-        if self.base_of is None:
-            b = self.base
-            quant = getattr(b, "kv_quant_bytes", 0)
-            follows = bool(quant) and quant == b.kv_allocated_bytes  # see memory_at
-            return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                     a if follows else quant) for t, a, c in zip(ticks, alloc, cached)]
-        rows = []
-        for t, j, a, c in zip(ticks, js, alloc, cached):
-            b = self.bases[self.base_of[j]]
-            quant = getattr(b, "kv_quant_bytes", 0)
-            follows = bool(quant) and quant == b.kv_allocated_bytes
-            rows.append((t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                         a if follows else quant))
-        return rows
+        bases = [self.base_at(j) for j in js] if self.base_of is not None \
+            else [self.base] * len(js)
+        return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                 a if _quant_follows(b) else getattr(b, "kv_quant_bytes", 0))
+                for t, b, a, c in zip(ticks, bases, alloc, cached)]
+
+
+def _quant_follows(m: MemoryState) -> bool:
+    """Do ``m``'s quantized bytes follow its allocated bytes inside a stretch?
+
+    NOTE: with a quantized cache type every allocated byte is quantized
+    (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
+    columns cannot change inside a stretch (hooks bound it by next_trigger_s).
+    """
+    quant = getattr(m, "kv_quant_bytes", 0)
+    return bool(quant) and quant == m.kv_allocated_bytes
 
 
 def join_stretches(parts: list[Stretch]) -> Stretch:
