@@ -43,6 +43,13 @@ class RunStopped(InputError):
         self.partial = partial
 
 
+def capacity_hint(max_requests: int) -> str:
+    """What the user can do about a workload over ``max_requests`` requests."""
+    return (f"at most {max_requests:,} requests per run fit the ~400 MB memory bound; "
+            "down-sample it (kvsim trace sample, workload.max_sessions), cut it "
+            "(sim.max_sim_time_s) or split the trace")
+
+
 def closest_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Closest candidate names for a "did you mean" hint (difflib ratio)."""
     pool = sorted(set(candidates))

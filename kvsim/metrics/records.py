@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.errors import RunStopped
+from kvsim.errors import RunStopped, capacity_hint
 from kvsim.metrics.gaps import group_stats
 
 MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory inside ~400 MB (module doc)
@@ -82,13 +82,6 @@ def default_rss_limit_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def capacity_hint(max_requests: int) -> str:
-    """What the user can do about a workload over ``max_requests`` requests."""
-    return (f"at most {max_requests:,} requests per run fit the ~400 MB memory bound; "
-            "down-sample it (kvsim trace sample, workload.max_sessions), cut it "
-            "(sim.max_sim_time_s) or split the trace")
 
 
 def weighted_quantile(values: list[float], counts: list[int], q: float) -> float:

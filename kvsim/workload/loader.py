@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kvsim.config.scenario import WorkloadConfig
-from kvsim.errors import InputError
-from kvsim.metrics.records import capacity_hint
+from kvsim.errors import InputError, capacity_hint
 from kvsim.workload.generator import generate
 from kvsim.workload.io import count_sessions, iter_sessions
 from kvsim.workload.preset import load_preset
