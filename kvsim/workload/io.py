@@ -29,6 +29,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +97,21 @@ def read_meta(path: str | Path) -> TraceMeta:
     raise InputError(p.name, "", "empty file — expected a trace_meta header line")
 
 
-def count_sessions(path: str | Path) -> int:
-    """Sessions in a trace file without parsing them (Parquet metadata / JSONL lines)."""
+def count_sessions(path: str | Path, limit: int | None = None) -> int:
+    """Sessions in a trace file without parsing them (Parquet metadata / JSONL lines).
+
+    With ``limit`` a JSONL file is read only until it is known to hold more than
+    ``limit`` sessions (the result is then ``limit + 1``), so a huge trace is not read
+    whole just to be refused.
+    """
     p = _existing(path)
     if trace_format(p, "trace") == ".parquet":
-        return _parquet_file(p).metadata.num_rows
+        n = _parquet_file(p).metadata.num_rows
+        return n if limit is None else min(n, limit + 1)
+    stop = None if limit is None else limit + 2  # the header line, then limit + 1 sessions
     with p.open("rb") as fh:
-        return max(sum(1 for line in fh if not line.isspace()) - 1, 0)  # minus the header
+        lines = islice((line for line in fh if not line.isspace()), stop)
+        return max(sum(1 for _ in lines) - 1, 0)  # minus the header
 
 
 def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Session]:

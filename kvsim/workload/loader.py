@@ -47,6 +47,6 @@ def check_trace_size(cfg: WorkloadConfig, max_requests: int) -> None:
     """
     if cfg.trace is None or (cfg.max_sessions is not None and cfg.max_sessions <= max_requests):
         return
-    n = count_sessions(cfg.trace)
-    if n > max_requests:
-        raise InputError("workload.trace", f"{cfg.trace}: {n:,} sessions", capacity_hint(max_requests))
+    if count_sessions(cfg.trace, limit=max_requests) > max_requests:
+        raise InputError("workload.trace", f"{cfg.trace}: over {max_requests:,} sessions",
+                         capacity_hint(max_requests))

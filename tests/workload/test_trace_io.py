@@ -6,7 +6,7 @@ import pytest
 
 from kvsim.errors import InputError
 from kvsim.workload.generator import generate
-from kvsim.workload.io import iter_sessions, read_meta, read_trace, write_trace
+from kvsim.workload.io import count_sessions, iter_sessions, read_meta, read_trace, write_trace
 from kvsim.workload.preset import load_preset
 from kvsim.workload.schema import Segment, Session, TraceMeta, Turn
 
@@ -53,6 +53,17 @@ def test_parquet_streams_in_batches(tmp_path, monkeypatch, household):
     it = iter_sessions(path)
     assert next(it) == household[0]  # a generator, not a list
     assert [household[0], *it] == household
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".parquet"])
+def test_count_sessions_stops_past_its_limit(tmp_path, household, ext):
+    path = tmp_path / f"t{ext}"
+    write_trace(path, household)
+    n = len(household)
+    assert n > 5
+    assert count_sessions(path) == n
+    # over the limit: limit + 1 (a JSONL file is read no further than that)
+    assert [count_sessions(path, limit=k) for k in (0, 4, n - 1, n, n + 10)] == [1, 5, n, n, n]
 
 
 def test_writer_leaves_nothing_on_error(tmp_path, household):
