@@ -1,10 +1,12 @@
 """`kvsim simulate`: a bundled scenario end to end, and one-line errors with exit code 2."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -48,8 +50,23 @@ def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
     names = {p.name for p in out.iterdir()}
     assert {"requests.parquet", "itl.parquet", "steps.parquet", "memory.parquet",
             "events.parquet", "summary.json", "scenario.json", "meta.json"} <= names
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["requests"] > 0
+    # what the CLI wrote is the API's run of the same scenario, whole
+    from kvsim.api import simulate
+    from kvsim.config.scenario import load_scenario
+    from kvsim.metrics.results import Results
+    from kvsim.workload.loader import load_workload
+    sc = load_scenario("quickstart", ["workload.max_sessions=6"])
+    expected = simulate(sc)
+    written = Results.load(out)
+    # one request per turn of the 6 sampled sessions (all finish within the day)
+    turns = sum(len(s.turns) for s in load_workload(sc.workload, sc.seed))
+    assert written.summary["requests"] == len(written.requests) == turns > 6
+    assert written.summary.keys() == expected.summary.keys()
+    for k, v in expected.summary.items():
+        w = written.summary[k]
+        assert w == v or (isinstance(v, float) and (
+            math.isnan(v) and math.isnan(w) or math.isclose(w, v, rel_tol=1e-15))), (k, w, v)
+    pd.testing.assert_frame_equal(written.requests, expected.requests, check_dtype=False)
 
 
 @pytest.mark.parametrize("args, needle", [
