@@ -5,8 +5,7 @@ installs); the grid is tiny so the whole module takes seconds.
 """
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch  # calibrate extra, installed by scripts/test.sh: never a skip
 
 from kvsim.calibrate import torch_model as tm
 from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels, layer_shape

@@ -3,14 +3,13 @@
 import json
 from pathlib import Path
 
+import gguf  # core dependency: a missing gguf is a broken install, not a skip
 import numpy as np
 import pytest
 import yaml
 
 from kvsim.cli import main
 from kvsim.config.catalog import load_model
-
-gguf = pytest.importorskip("gguf")
 
 
 def run(capsys, *argv):

@@ -38,8 +38,7 @@ def test_generate_then_inspect_json(tmp_path, capsys):
 
 
 def test_import_sample_inspect_mooncake(tmp_path, capsys):
-    if not MOONCAKE.is_file():
-        pytest.skip("shared trace not present")
+    assert MOONCAKE.is_file(), f"shared trace missing: {MOONCAKE}"
     full, small = tmp_path / "mc.jsonl", tmp_path / "mc50.parquet"
     assert run(capsys, "trace", "import", "mooncake", str(MOONCAKE), "-o", str(full))[0] == 0
     assert run(capsys, "trace", "sample", str(full), "--sessions", "50", "--seed", "1",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import websocket  # websocket-client, dev extra (the test command installs it)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from report_helpers import EVIL, make_run, plan_table
@@ -30,7 +31,6 @@ from report_helpers import EVIL, make_run, plan_table
 from kvsim.report import write_report
 
 pytestmark = pytest.mark.e2e
-websocket = pytest.importorskip("websocket", reason="websocket-client (dev extra) missing")
 
 
 def _chromium() -> str:

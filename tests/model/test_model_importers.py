@@ -2,10 +2,9 @@
 
 import json
 
+import gguf  # core dependency: a missing gguf is a broken install, not a skip
 import numpy as np
 import pytest
-
-gguf = pytest.importorskip("gguf")
 
 from kvsim.config.catalog import load_model
 from kvsim.errors import InputError

@@ -65,7 +65,7 @@ def test_half_of_the_seeds_oom_wilson_contains_half(executor):
 
 
 def test_real_sweep_on_dask_equals_local_pool(tmp_path, executor):
-    distributed = pytest.importorskip("distributed")
+    import distributed  # dev/dask extras, installed by scripts/test.sh: never a skip
     spec = SweepSpec(base={"gpu": "rtx-4090", "model": "llama-3.1-8b",
                            "engine": {"preset": "llama.cpp", "allocator": "slots",
                                       "context_tokens": 32768, "parallel": 4},

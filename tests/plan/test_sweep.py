@@ -2,8 +2,8 @@
 
 
 import pytest
-from sweep_files import write_sweep
 from plan_fake_runners import fake_run, fake_summary
+from sweep_files import write_sweep
 
 from kvsim.config.scenario import scenario_hash
 from kvsim.errors import InputError
@@ -133,7 +133,7 @@ def test_local_pool_equals_inline(tmp_path, base_yaml):
 
 
 def test_dask_local_cluster_equals_local_pool(tmp_path, base_yaml):
-    distributed = pytest.importorskip("distributed")
+    import distributed  # dev/dask extras, installed by scripts/test.sh: never a skip
     a = _table(tmp_path, base_yaml, "pool", LocalExecutor(2))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:

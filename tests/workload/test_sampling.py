@@ -1,6 +1,7 @@
 """Down-sampling keeps whole sessions; time scaling hits a target rate."""
 
 import pytest
+from scipy.stats import chisquare
 
 from kvsim.errors import InputError
 from kvsim.workload.sampling import request_rate, reservoir, sample, scale_time, scale_to_rate
@@ -41,6 +42,28 @@ def test_reservoir_is_uniform_subset_of_stream():
     got = reservoir(iter(pool), 7, seed=3)
     assert len(got) == 7 and all(s in pool for s in got)
     assert reservoir(iter(pool), 7, seed=3) == got
+    assert reservoir(iter(pool), 7, seed=4) != got
+
+
+def test_reservoir_includes_every_position_equally_often():
+    # Uniform sampling of k of N: each item is kept with probability k/N, so over S fixed
+    # seeds each is kept ~S*k/N times. Chi-square goodness of fit against that flat
+    # expectation. (Draws within a seed are without replacement, so the counts vary a bit
+    # less than the multinomial the test assumes: the test is conservative, never flaky.)
+    # A first-k / last-k / recency-biased reservoir piles the counts on some positions and
+    # gets p ~ 0.
+    n_items, k, seeds = 20, 5, 2000
+    pool = _sessions(n_items)
+    index = {s.session_id: i for i, s in enumerate(pool)}
+    counts = [0] * n_items
+    for seed in range(seeds):
+        got = reservoir(iter(pool), k, seed=seed)
+        assert len(got) == k and len({s.session_id for s in got}) == k
+        for s in got:
+            counts[index[s.session_id]] += 1
+    assert sum(counts) == seeds * k
+    p = chisquare(counts, [seeds * k / n_items] * n_items).pvalue
+    assert p > 1e-3, (p, counts)
 
 
 def test_scale_time_and_rate():
