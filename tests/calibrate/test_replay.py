@@ -1,6 +1,8 @@
 """Replay client against a fake one-slot llama-server: closed loop, token feedback,
 failures recorded, bad servers refused before any load."""
 
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -68,11 +70,49 @@ def test_unreachable_or_wrong_api_refused_before_load() -> None:
         assert srv.prompts == []
 
 
-def test_compare_identical_results_has_zero_error() -> None:
+def _two_turn_replay() -> Results:
     with FakeLlama() as srv:
-        res = replay([_session("s", 0.0, [(10, 5), (7, 4)])],
-                     ReplayOptions(url=srv.url, space=SPACE))
+        return replay([_session("s", 0.0, [(10, 5), (7, 4)])],
+                      ReplayOptions(url=srv.url, space=SPACE))
+
+
+def test_compare_identical_results_has_zero_error() -> None:
+    res = _two_turn_replay()
     df = compare_results(res, res).set_index("metric")
-    assert (df["error"].fillna(0) == 0).all()
+    # no fillna: a NaN error (an empty quantile, a broken join) must fail here
+    assert df["error"].notna().all() and (df["error"] == 0).all()
     assert df.loc["cached_tokens_match", "predicted"] == 1.0
+    assert df.loc["computed_tokens_match", "predicted"] == 1.0
     assert df.loc["cached_tokens", "measured"] == 0 + 34
+
+
+def test_compare_reports_ttft_relative_error_and_match_share() -> None:
+    measured = _two_turn_replay()
+    req = measured.requests.copy()
+    req["ttft_s"] = req["ttft_s"] * 1.1  # every predicted TTFT 10 % slower
+    rid = req["request_id"] == "s#1"
+    assert req.loc[rid, "cached_tokens"].tolist() == [34]
+    req.loc[rid, "cached_tokens"] = 30  # one of the two requests mispredicts its cache hit
+    predicted = dataclasses.replace(measured, requests=req, source="simulated")
+    df = compare_results(measured, predicted).set_index("metric")
+    # error = predicted - measured, rel_error = error / measured (validate.py docstring).
+    # A quantile of values all scaled by 1.1 is the quantile scaled by 1.1 (linear
+    # interpolation), so each TTFT row: (1.1 m - m) / m = +0.10; m > 0 (a real TTFT).
+    for q in ("p50", "p95", "p99"):
+        row = df.loc[f"ttft_{q}_s"]
+        assert row["measured"] > 0
+        assert math.isclose(row["predicted"], 1.1 * row["measured"], rel_tol=1e-12)
+        assert math.isclose(row["rel_error"], 0.10, rel_tol=1e-9), q  # NaN fails isclose
+        # E2E and ITL come from other columns / the itl table: untouched, error exactly 0
+        assert df.loc[f"e2e_{q}_s", "error"] == 0 and df.loc[f"itl_{q}_s", "error"] == 0
+    # match share: joined on request_id, s#0 0 == 0, s#1 34 != 30 → 1 of 2 = 0.5;
+    # the "measured" column holds 1.0, so error = 0.5 - 1.0 = -0.5 (the share that missed)
+    match = df.loc["cached_tokens_match"]
+    assert (match["measured"], match["predicted"], match["error"]) == (1.0, 0.5, -0.5)
+    assert match["rel_error"] == -0.5
+    # computed_prompt_tokens untouched: both requests still match
+    assert df.loc["computed_tokens_match", "predicted"] == 1.0
+    # totals: cached 0 + 34 measured vs 0 + 30 predicted
+    tot = df.loc["cached_tokens"]
+    assert (tot["measured"], tot["predicted"], tot["error"]) == (34, 30, -4)
+    assert math.isclose(tot["rel_error"], -4 / 34, rel_tol=1e-12)

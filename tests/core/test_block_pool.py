@@ -1,5 +1,7 @@
 """Paged block pool and manager: exact eviction order, prefix hits, conservation."""
 
+from collections import Counter
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -128,14 +130,21 @@ class PagedPoolMachine(RuleBasedStateMachine):
         assert all(b.ref_cnt == 0 for b in queued)
         active = [b for b in pool.blocks if b.ref_cnt > 0]
         cached_free = [b for b in queued if b.block_hash is not None]
-        assert len(queued) - len(cached_free) + len(cached_free) + len(active) + in_flight \
-            == pool.num_blocks == 24
+        # two independent sources: the linked free queue vs the blocks' ref counts.  They
+        # partition the pool: disjoint, and together every block exactly once (a block
+        # leaked from the queue with ref_cnt 0, or queued while referenced, fails here).
+        queued_ids = {b.block_id for b in queued}
+        active_ids = {b.block_id for b in active}
+        assert not queued_ids & active_ids
+        assert queued_ids | active_ids == set(range(24))
+        assert len(queued) + len(active) + in_flight == pool.num_blocks == 24
+        assert pool.num_active == len(active)
         assert pool.num_cached_free == len(cached_free)
         assert all(b.ref_cnt >= 0 for b in pool.blocks)
-        # allocated never above reserved: live tables fit the pool and hold their tokens
-        refs = sum(b.ref_cnt for b in pool.blocks)
-        assert refs == sum(len(v) for v in self.mgr.req_blocks.values())
-        assert len(active) <= pool.num_blocks
+        # every reference comes from a live block table: each block's ref_cnt is the
+        # number of tables holding it, so the referenced blocks are exactly the tables'
+        held = Counter(b.block_id for v in self.mgr.req_blocks.values() for b in v)
+        assert {b.block_id: b.ref_cnt for b in active} == dict(held)
         for rid, req in self.live.items():
             assert len(self.mgr.req_blocks[rid]) * 4 >= req.num_computed_tokens
         for h, b in pool.cached.items():

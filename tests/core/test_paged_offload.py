@@ -62,14 +62,29 @@ def test_swap_preemption_copies_the_victims_blocks_out_and_back() -> None:
 
 
 def test_swap_space_too_small_falls_back_to_recompute() -> None:
+    # As in the swap test, at step 5 a needs its 6th block with all 10 in use and b
+    # (20 computed tokens = 5 blocks = 500 B) is the victim; 500 > 400 of swap space, so
+    # it is recomputed: its blocks are freed last-first, free queue = [b4 b3 b2 b1 b0].
+    # a takes b4 at step 5 (21 tokens) and b3 at step 9 (25 tokens), evicting their
+    # hashes.  Steps 6-11: b (21 tokens) hits b0..b3 (then b0..b2) and needs 6 blocks,
+    # more than the 4 (then 3) free → waits.  a finishes at step 11 (12th output); at
+    # step 12 b re-hits b0..b2 = 12 tokens and computes 21 − 12 = 9: the ones below its
+    # old high-water mark (20) are recomputed → 20 − 12 = 8.
     s = _sched(preemption_mode="swap", swap_space_bytes=400, link=_link())
     a, b = req("a#0", [("a", 16)], out=12), req("b#0", [("b", 16)], out=12)
     s.add_request(a, 0.0)
     s.add_request(b, 0.0)
-    _drive(s)
+    plans = _drive(s)
     assert not [e for e in s.events if e.kind == "swap_out"]
-    assert next(e.request_id for e in s.events if e.kind == "preempt") == "b#0"
-    assert b.recomputed_tokens > 0 and s.link.h2d.bytes == 0
+    pre = [e for e in s.events if e.kind == "preempt"]
+    assert [(e.request_id, e.detail) for e in pre] == [("b#0", "recompute 20 tokens")]
+    assert pre[0].time_s == pytest.approx(0.05)  # issued in step 5 (steps start at 0.01·k)
+    assert [len(p.items) for p in plans[4:13]] == [2, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert [(i.req.request_id, i.num_new_tokens, i.context_tokens) for i in plans[12].items] \
+        == [("b#0", 9, 12)]
+    assert b.recomputed_tokens == 8 and b.preemptions == 1 and a.preemptions == 0
+    assert a.num_output == b.num_output == 12
+    assert s.link.h2d.bytes == s.link.d2h.bytes == 0 and s.stats["swap_out_bytes"] == 0
 
 
 @pytest.mark.parametrize("order, victim", [("sglang", "a#0"), ("newest", "b#0")])

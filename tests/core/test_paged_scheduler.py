@@ -40,9 +40,22 @@ def test_newest_request_is_preempted_and_rehits_its_prefix() -> None:
     assert pre and all(e.request_id == "b#0" for e in pre)
     assert a.preemptions == 0 and b.preemptions == len(pre) == s.preemptions
     assert a.num_output == b.num_output == 12
-    # b lost its KV but re-hit its own cached prefix: it recomputed fewer tokens than it lost
+    # b lost its KV but re-hit its own cached prefix: it recomputed fewer tokens than it lost.
+    # Trace: step 0 prefills both (4 + 4 blocks); decode step k needs ceil((16 + k) / 4)
+    # blocks each: 5 + 5 = 10 for k = 1..4, so at k = 5 a's 6th block preempts b with
+    # 20 computed tokens (16 prompt + 4 decoded).  b's blocks are freed last-first
+    # (free queue [b4 b3 b2 b1 b0]); a pops b4 at k = 5 and b3 at k = 9 (25 tokens →
+    # 7 blocks), evicting their hashes.  Until a finishes (k = 11, its 12th output) b
+    # cannot fit: 21 tokens = 6 blocks, 4 (then 3) of them hits, with only 4 (then 3)
+    # free.  At k = 12 b re-hits b0..b2 = 12 tokens and computes 21 − 12 = 9 tokens, of
+    # which those below its old high-water mark 20 are recomputed: 20 − 12 = 8.
     lost = sum(int(e.detail.split()[1]) for e in pre)
-    assert 0 < b.recomputed_tokens < lost
+    assert len(pre) == 1 and lost == 20 and pre[0].time_s == 0.05
+    assert b.recomputed_tokens == 8
+    # hashes evicted: b4, b3 by a; then b's 3 new blocks and its 7th take a's freed
+    # blocks (freed last-first, so by table position a6, a5, a4, a3): a6 unhashed (27
+    # tokens fill only 6 blocks), a5, a4, a3 hashed → 2 + 3 = 5
+    assert s.pool.evictions == 5
 
 
 def test_max_num_seqs_and_max_model_len() -> None:

@@ -40,9 +40,21 @@ def test_sliding_window_loses_an_exact_reference_beyond_the_window() -> None:
     _, res = run(*WINDOW)
     assert references(res) == [("LOST", 0.10, 0.0, 0)]  # kv-policies §6.4 LOST exact
     assert res.summary["evicted_tokens"] > 0 and res.summary["recall_collapse_events"] == 0
-    # turn 2 computed a prompt without the dropped middle: pinned head + window + new input
+    # turn 2 computed a prompt without the dropped middle: pinned head + window + new input.
+    # Rule (eviction.py): after a step with n > pin + W + chunk = 400 + 1024 + 256 = 1680,
+    # drop everything in [pin, n − W) except each message's first 4 tokens.
+    # Turn 0: 3400-token prompt in n_batch 2048 steps → n = 2048 then 1428 + 1352 = 2780,
+    #   each time cut back to 400 + 4 (turn-0 input pin) + 1024 = 1428 tokens.
+    # Turn 1: 1428 + 49 answer tokens in KV = 1477 cached, + 2001 new (last answer token
+    #   + 2000 input) in one step → n = 3478: the window (last 1024) lies inside turn 1's
+    #   input, so 400 + pins of turn 0 input / turn 0 answer / turn 1 input (3 × 4 = 12)
+    #   + 1024 survive = 1436; dropped 3478 − 1436 = 2042.  Turn 1's 20 answer tokens
+    #   never cross 1680 again (1436 + 20).
+    # Turn 2 prompt = 400 + 12 + 1024 + 20 (turn 1 answer) + 20 (new input) = 1476.
     turn2 = res.requests.set_index("turn").loc[2]
-    assert turn2.prompt_tokens <= 400 + 1024 + 256 + 20 + 20
+    assert turn2.prompt_tokens == 400 + 12 + 1024 + 20 + 20 == 1476
+    assert turn2.cached_tokens == 1476 - 21  # all but the last answer token and new input
+    assert res.summary["evicted_tokens"] == 620 + 1352 + 2042
 
 
 def test_gist_reference_lost_scores_the_gist_multiplier() -> None:

@@ -55,7 +55,17 @@ def test_four_long_sessions_exhaust_the_unified_pool() -> None:
     assert "batch_halving" in kinds
     reasons = set(unified.requests.failure_reason) - {""}
     assert reasons == {"Context size has been exceeded."}
-    assert unified.summary["failed_requests"] >= 4
+    # Sessions in lockstep (same start, same turn lengths).  After turn t every session
+    # holds 1000 (t + 1) tokens: turns 0-3 need at most 4 × 4000 = 16,000 ≤ 16,384 cells
+    # → none fails.  Turn 4 (4 × 5000 = 20,000) and turn 5 (4 × 6000 = 24,000) overflow
+    # the pool while all four requests are active (a request needs its 200 outputs, one
+    # per step, before it leaves; the others' prompts fill the pool within a few 2048-token
+    # batches), and engines.md §3.4: at batch size 1 *every active slot* fails, caches
+    # cleared → all 4 of turn 4 and all 4 of turn 5 fail: 8 = 2 per session.
+    assert unified.summary["failed_requests"] == 8
+    assert _failed_by_session(unified) == {f"long{i}": 2 for i in range(4)}
+    failed_turns = unified.requests[unified.requests.failed.astype(bool)].turn
+    assert sorted(failed_turns) == [4] * 4 + [5] * 4
     vllm = _run({"preset": "vllm", "context_tokens": 16384}, sessions, gpu="rtx-5090")
     assert vllm.summary["failed_requests"] == 0
     assert vllm.summary["requests"] == 24
