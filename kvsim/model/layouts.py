@@ -77,7 +77,7 @@ def _slot_kv_bytes(geo: KvGeometry, n_ctx: int, n_ctx_seq: int, parallel: int,
 
 def _layout(gpu: GpuSpec, model: ModelSpec, ws: WeightSplit, geo: KvGeometry, engine:
             SlotEngineConfig, n_ctx: int, n_ctx_seq: int, unified: bool, driver: int,
-            display: int) -> dict:
+            display: int, head_first: bool = False) -> dict:
     kv_total, swa = _slot_kv_bytes(geo, n_ctx, n_ctx_seq, engine.parallel, unified,
                                    engine.n_ubatch)
     compute = engine.compute_buffer_bytes
@@ -87,9 +87,11 @@ def _layout(gpu: GpuSpec, model: ModelSpec, ws: WeightSplit, geo: KvGeometry, en
     L = model.num_layers
 
     def gpu_total(n: int) -> int:
-        return (driver + display + ws.gpu_bytes(n) + compute + kv_total * n // L)
+        return (driver + display + ws.gpu_bytes(n, head_first=head_first) + compute
+                + kv_total * n // L)
 
-    return {"kv_total": kv_total, "swa": swa, "compute": compute, "gpu_total": gpu_total}
+    return {"kv_total": kv_total, "swa": swa, "compute": compute, "gpu_total": gpu_total,
+            "head_first": head_first}
 
 
 def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: WeightSplit,
@@ -103,7 +105,8 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
         engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display,
         weights_format=ws.format, weights_total_bytes=ws.total_bytes,
-        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu), weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu),
+        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=lay["head_first"]),
+        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=lay["head_first"]),
         gpu_layers=n_layers_gpu, num_layers=L, activation_bytes=lay["compute"],
         engine_overhead_bytes=0, cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
         kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=kv_gpu,
@@ -120,7 +123,8 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
 
 
 def _auto_layers(gpu: GpuSpec, L: int, gpu_total, target: int) -> int:
-    """--fit: most layers (filled from the back) that leave ``target`` bytes free."""
+    """--fit: most layers (filled from the back, after the output layer: ``gpu_total``
+    counts the head) that leave ``target`` bytes free."""
     n = L
     while n > 0 and gpu_total(n) > gpu.memory_bytes - target:
         n -= 1
@@ -137,7 +141,9 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
     n_ctx = _pad(engine.context_tokens, engine.context_pad_tokens)
     n_ctx_seq = n_ctx if unified else _pad(n_ctx // engine.parallel, engine.context_pad_tokens)
     n_ctx = n_ctx if unified else n_ctx_seq * engine.parallel
-    lay = _layout(gpu, model, ws, geo, engine, n_ctx, n_ctx_seq, unified, driver, display)
+    # NOTE: --fit places the output layer first (§3.6); an explicit -ngl places it last
+    lay = _layout(gpu, model, ws, geo, engine, n_ctx, n_ctx_seq, unified, driver, display,
+                  head_first=engine.gpu_layers is None)
     L = model.num_layers
     notes = []
     if engine.gpu_layers is None:

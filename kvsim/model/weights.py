@@ -89,22 +89,27 @@ class WeightSplit:
     embedding_bytes: int          # token embedding alone (part of non_repeating_bytes)
     num_layers: int
 
-    def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False) -> int:
+    def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
+                  head_first: bool = False) -> int:
         """Bytes on the GPU with ``gpu_layers`` repeating layers offloaded.
 
-        The output head goes to the GPU only with a full offload (llama.cpp offloads the
-        output layer last).  The token embedding stays in host memory in llama.cpp and
-        Ollama (its input layer runs on the CPU); paged engines keep everything on the
-        GPU (``embedding_on_gpu=True``).
+        The output head goes to the GPU with a full offload, and with any partial one
+        when ``head_first``: llama.cpp's ``--fit`` fills layers from the back, output
+        layer first (engines.md §3.6), while an explicit ``-ngl N`` below the layer count
+        and Ollama's layer estimate (§4.2) place it last.  The token embedding stays in
+        host memory in llama.cpp and Ollama (its input layer runs on the CPU); paged
+        engines keep everything on the GPU (``embedding_on_gpu=True``).
         """
         n = max(0, min(gpu_layers, self.num_layers))
         full = n == self.num_layers
         head = self.non_repeating_bytes - self.embedding_bytes
         embed = self.embedding_bytes if (embedding_on_gpu and full) else 0
-        return n * self.per_layer_bytes + (head if full else 0) + embed
+        return n * self.per_layer_bytes + (head if full or (head_first and n) else 0) + embed
 
-    def cpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False) -> int:
-        return self.total_bytes - self.gpu_bytes(gpu_layers, embedding_on_gpu=embedding_on_gpu)
+    def cpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
+                  head_first: bool = False) -> int:
+        return self.total_bytes - self.gpu_bytes(gpu_layers, embedding_on_gpu=embedding_on_gpu,
+                                                 head_first=head_first)
 
 
 def _tied(model: ModelSpec) -> bool:

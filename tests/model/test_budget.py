@@ -103,18 +103,88 @@ def test_ollama_estimate_undercounts_q8_0():
     assert b.kv_reserved_bytes * 16 == b.estimate.kv_bytes * 17
 
 
+# Qwen2.5-32B (models.csv: 32.5e9 params, 64 layers, hidden 5120, vocab 152064, 40 q /
+# 8 kv heads, head dim 128, untied embeddings) in q4_k_m (4.84 bpw = 0.605 B/param,
+# llama.cpp quantize README) on an RTX 3060 12GB (12 GiB = 12,884,901,888 B), by hand:
+#   embedding = output head = 152064 x 5120 = 778,567,680 params
+#                                 -> int(x 0.605) = 471,033,446 B each (head on GPU last)
+#   per layer  (32.5e9 - 2 x 778,567,680) / 64 = 483,482,260 params -> 292,506,767 B
+#   f16 KV     2 x 64 x 8 x 128 x 2 = 262,144 B/token (models.csv) = 4,096 B/token/layer
+Q32_VRAM = 12 * GIB
+Q32_LAYERS = 64
+Q32_LAYER_W = 292_506_767
+Q32_HEAD_W = 471_033_446
+Q32_KV_TOKEN_LAYER = 262_144 // 64
+
+
 def test_ollama_spills_layers_when_weights_do_not_fit():
+    # engines.md §4.2 era-A estimator, num_ctx 4096, 1 slot, f16 (2 B/elem), FA off:
+    #   kv_total  4096 x (128+128) x 8 x 2 x 64          = 1,073,741,824 (16,777,216/layer)
+    #   graph     (40/8) x kv_total / 6                  =   894,784,853
+    #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + graph = 1,373,984,085
+    #   per layer 292,506,767 + 16,777,216               =   309,283,983
+    #   all 64 + head need 21.6 GB > 12 GiB, so layers go from the back until
+    #   n = floor((12,884,901,888 - 1,373,984,085) / 309,283,983) = floor(37.22) = 37
+    #   (37 -> 12,817,491,456 <= 12 GiB; 38 -> 13,126,775,439 > 12 GiB)
+    kv_layer = 4096 * (128 + 128) * 8 * 2
+    reserve = 457 * MIB + int(40 / 8 * kv_layer * Q32_LAYERS / 6)
+    per_layer = Q32_LAYER_W + kv_layer
+    assert (kv_layer, reserve, per_layer) == (16_777_216, 1_373_984_085, 309_283_983)
+    assert reserve + 37 * per_layer <= Q32_VRAM < reserve + 38 * per_layer
     eng = resolve_engine({"preset": "ollama", "context_tokens": 4096})
     b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
-    assert 0 < b.gpu_layers < 64 and b.weights_cpu_bytes > 0
-    assert b.estimate.gpu_layers == b.gpu_layers
+    assert b.gpu_layers == 37 and b.estimate.gpu_layers == 37
+    assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_817_491_456
+    assert b.weights_cpu_bytes == 27 * Q32_LAYER_W + 2 * Q32_HEAD_W
+    # one more layer would break the estimator's own rule (the maximum was chosen)
+    more = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m",
+                         eng.model_copy(update={"gpu_layers": 38}))
+    assert more.estimate.total_bytes == reserve + 38 * per_layer > Q32_VRAM
+
+
+def _llama_fit_case(gpu_layers=None):
+    eng = llama(context_tokens=8192, **({} if gpu_layers is None else
+                                        {"gpu_layers": gpu_layers}))
+    return memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
+
+
+# llama-server -c 8192 (unified, 4 slots, f16, -fa on), --fit target 1 GiB (engines.md §3.6):
+#   target     12,884,901,888 - 1,073,741,824                 = 11,811,160,064
+#   fixed      400 MiB CUDA context 419,430,400 + compute buffer
+#              512 x 152064 x 4 + 512 x 5120 x 16 = 353,370,112 =    772,800,512
+#   per layer  292,506,767 weights + 8192 x 4,096 KV (33,554,432) =   326,061,199
+#   head-less  (11,811,160,064 - 772,800,512) / 326,061,199 = 33.85 -> at most 33 layers
+#   output layer first (§3.6 "filling layers from the back (output layer first)";
+#   llama.cpp i_gpu_start = n_layer + 1 - ngl puts layer n_layer = output on the GPU first):
+#              (11,811,160,064 - 772,800,512 - 471,033,446) / 326,061,199 = 32.41 -> 32
+LLAMA_FIT_TARGET = 12 * GIB - 1024 * MIB
+LLAMA_FIXED = 400 * MIB + 512 * 152064 * 4 + 512 * 5120 * 16
+LLAMA_PER_LAYER = Q32_LAYER_W + 8192 * Q32_KV_TOKEN_LAYER
 
 
 def test_llama_cpp_auto_layers_leave_fit_target():
-    b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m",
-                      llama(context_tokens=8192))
-    assert b.gpu_layers < 64 and b.fits
-    assert b.total_bytes <= b.device_bytes - 1024 * MIB
+    assert (LLAMA_FIT_TARGET, LLAMA_FIXED, LLAMA_PER_LAYER) == (
+        11_811_160_064, 772_800_512, 326_061_199)
+    b = _llama_fit_case()
+    assert b.fits and b.total_bytes <= LLAMA_FIT_TARGET
+    # hand bounds: 32 layers fit even with the output head on the GPU, 34 never fit
+    assert LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
+    assert LLAMA_FIXED + 34 * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
+    assert b.gpu_layers in (32, 33)
+    assert b.kv_reserved_bytes == b.gpu_layers * 8192 * Q32_KV_TOKEN_LAYER
+    # the most that fit: one more layer after the output head breaks the 1 GiB target
+    assert LLAMA_FIXED + Q32_HEAD_W + (b.gpu_layers + 1) * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
+    # an explicit -ngl 33 places the output layer last: 33 layers, the head on the CPU
+    explicit = _llama_fit_case(33)
+    assert explicit.weights_gpu_bytes == 33 * Q32_LAYER_W
+    assert explicit.total_bytes == LLAMA_FIXED + 33 * LLAMA_PER_LAYER
+
+
+def test_llama_cpp_fit_offloads_output_layer_first():
+    b = _llama_fit_case()
+    assert b.gpu_layers == 32
+    assert b.weights_gpu_bytes == Q32_HEAD_W + 32 * Q32_LAYER_W
+    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER == 11_677_792_326
 
 
 def test_quantized_k_needs_head_dim_multiple_of_block():
