@@ -166,5 +166,21 @@ def make_calibrated(scenario: Any, budget: Any | None = None) -> CalibratedLaten
     factory's signature; a calibrated artifact already reflects the device it ran on.
     """
     cfg, eng = scenario.latency, scenario.engine
-    return calibrated_latency(cfg.path, cache_key(eng.cache_type_k, eng.cache_type_v),
-                              cfg.out_of_range)
+    artifact = load_artifact(cfg.path)
+    check_model(artifact, scenario.model.name, str(cfg.path))
+    return CalibratedLatencyModel.from_artifact(
+        artifact, cache_key(eng.cache_type_k, eng.cache_type_v), cfg.out_of_range,
+        source=Path(cfg.path).name)
+
+
+def check_model(artifact: CalibrationArtifact, model: str, path: str) -> None:
+    """A kernel artifact times one catalogue model's layers: refuse it for another model.
+
+    NOTE: an engine artifact names the server's model file, not a catalogue name, so it
+    is not checked (the user pairs a server with its scenario).
+    """
+    if artifact.source == "kernels" and artifact.model != model:
+        raise InputError("latency.path", path,
+                         f"measured {artifact.model}'s layers, but the scenario's model is "
+                         f"{model}; calibrate {model} (kvsim calibrate kernels --model "
+                         f"{model}) or set model: {artifact.model}")

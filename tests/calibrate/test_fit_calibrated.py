@@ -164,3 +164,34 @@ def test_artifact_written_before_the_split_loads_with_one_attention_cost(tmp_pat
     want = (C["step"] + C["prefill_seq"] + C["prefill_token"] * 20 + C["prefill_attn"] * 20 * 310
             + C["decode_seq"] + C["decode_kv"] * 400)
     assert old.step_time_s(batch) == pytest.approx(want, rel=1e-9) and old.clamped_steps == 0
+
+
+def test_a_kernel_artifact_of_another_model_is_refused(tmp_path: Path, capsys) -> None:
+    from kvsim.api import simulate
+    from kvsim.cli import main
+    from kvsim.config.scenario import load_scenario
+
+    kernels = save_artifact(_artifact().model_copy(update={"model": "llama-3.2-1b"}),
+                            tmp_path / "k.json")
+    sets = ["latency.kind=calibrated", f"latency.path={kernels}", "workload.max_sessions=1"]
+    with pytest.raises(InputError) as exc:  # quickstart's model is llama-3.1-8b
+        simulate(load_scenario("quickstart", sets))
+    assert exc.value.field == "latency.path" and exc.value.value == str(kernels)
+    assert "measured llama-3.2-1b's layers" in exc.value.allowed
+    assert "model is llama-3.1-8b" in exc.value.allowed
+    with pytest.raises(SystemExit) as code:
+        main(["simulate", "quickstart", *(a for s in sets for a in ("--set", s)),
+              "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and err.count("\n") == 1 and "latency.path" in err
+    assert not (tmp_path / "out").exists()
+    # the same artifact for its own model runs; an engine artifact names the server's
+    # model file, not a catalogue model, and is not checked
+    ok = simulate(load_scenario("quickstart", [*sets, "model=llama-3.2-1b"]))
+    assert ok.summary["requests"] > 0
+    engine = save_artifact(_artifact().model_copy(update={"source": "engine",
+                                                          "model": "model.gguf"}),
+                           tmp_path / "e.json")
+    sets[1] = f"latency.path={engine}"
+    assert simulate(load_scenario("quickstart", sets)).summary["requests"] == \
+        ok.summary["requests"]
