@@ -1,11 +1,14 @@
 """Mooncake (FAST'25) synthetic trace through ``kvsim.workload`` import.
 
-The trace (/work/shared/traces/mooncake-fast25/synthetic_trace.jsonl) has long
-prompts with shared ``hash_ids`` prefixes; it is replayed open loop on vLLM
+The shared Mooncake trace (not bundled; default path
+/work/shared/traces/mooncake-fast25/synthetic_trace.jsonl, else pass ``--trace PATH``)
+has long prompts with shared ``hash_ids`` prefixes; it is replayed open loop on vLLM
 (llama-3.1-8b bf16, H100 SXM 80 GB, max_model_len 131072, prefix caching on).
 
     python benchmarks/mooncake.py                       # whole trace, fast and step
-    python benchmarks/mooncake.py --max-requests 2000   # a prefix of the trace
+    python benchmarks/mooncake.py --trace PATH          # the trace stored elsewhere
+    python benchmarks/mooncake.py --max-sessions 2000   # its first 2000 sessions
+    python benchmarks/mooncake.py --no-step             # fast only
 """
 
 from __future__ import annotations

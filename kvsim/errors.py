@@ -57,10 +57,27 @@ def closest_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]
     return hits or pool[:n]
 
 
-def unknown_name(field: str, name: str, candidates: Iterable[str]) -> InputError:
-    """An :class:`InputError` for a name that is not in a catalogue."""
-    hints = closest_names(name, candidates)
-    return InputError(field, name, "unknown; closest: " + ", ".join(hints))
+LIST_ALL_UP_TO = 10
+"""Catalogues this small are listed whole in an unknown-name message."""
+
+
+def unknown_name(field: str, name: str, candidates: Iterable[str],
+                 also: str = "") -> InputError:
+    """An :class:`InputError` for a name that is not in a catalogue.
+
+    Up to :data:`LIST_ALL_UP_TO` candidates are all listed (``unknown; one of: ...``,
+    closest first, then the rest sorted); a larger catalogue gets the three closest
+    (``unknown; closest: ...``).  ``also`` is appended, e.g. "or a path to a .yaml file".
+    """
+    pool = sorted(set(candidates))
+    if not pool:
+        allowed = "unknown; none are available"
+    elif len(pool) <= LIST_ALL_UP_TO:
+        near = closest_names(name, pool, n=len(pool))
+        allowed = "unknown; one of: " + ", ".join(near + [c for c in pool if c not in near])
+    else:
+        allowed = "unknown; closest: " + ", ".join(closest_names(name, pool))
+    return InputError(field, name, f"{allowed} ({also})" if also else allowed)
 
 
 def from_validation_error(exc: Any, prefix: str = "") -> InputError:

@@ -57,8 +57,8 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise InputError("calibrate", "torch", "not installed; pip install 'kvsim[calibrate]'"
-                         ) from None
+        raise InputError("calibrate", "torch", "not installed; pip install '.[calibrate]' in "
+                         "the kvsim checkout") from None
     return torch
 
 

@@ -27,7 +27,8 @@ def calibrate() -> None:
 
 @calibrate.command()
 @click.option("--model", required=True, help="model profile name or YAML path")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="torch device to time the layers on")
 @click.option("--layers", type=int, default=2, show_default=True,
               help="decoder layers to build (timings scale to the model's layer count)")
 @click.option("--batches", default="1,2,4", show_default=True)
@@ -110,7 +111,9 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
 @calibrate.command("from-log")
 @click.argument("logfile", type=click.Path(dir_okay=False))
 def from_log(logfile: str) -> None:
-    """Read KV capacity (tokens, blocks, buffer sizes) from an engine's startup log."""
+    """Read KV capacity facts (tokens, blocks, n_ctx, KV buffer sizes) from a vLLM,
+    llama.cpp or Ollama startup log and print them as JSON on stdout. Nothing is
+    written or applied: copy the numbers you need into your scenario."""
     from kvsim.calibrate.logs import read_log
 
     facts = read_log(logfile)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ from kvsim.plan.compare import compare_gpus, parse_gpus
 from kvsim.plan.slo import build_constraints
 from kvsim.plan.store import write_table
 
+OUT_HELP = ("write results here. --gpus: compare.csv, compare.parquet, plan.parquet (every "
+            "card's points) and report.html; MEASURED PREDICTED: errors.csv and report.html. "
+            "No recommendation.json in either mode")
+
 GPU_COLUMNS = ["gpu", "memory_gib", "feasible", "best_context_tokens", "best_parallel",
                "kv_dtype", "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
                "max_parallel", "price_usd", "usd_per_session"]
@@ -32,10 +37,20 @@ GPU_COLUMNS = ["gpu", "memory_gib", "feasible", "best_context_tokens", "best_par
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--gpus", default=None, help="compare these GPU profiles (comma-separated)")
 @constraint_options
-@grid_options
+@functools.partial(grid_options, out_help=OUT_HELP)
 def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
             **opts: Any) -> None:
-    """GPU what-if (--gpus A,B,C SCENARIO) or prediction error (MEASURED PREDICTED)."""
+    """GPU what-if (--gpus A,B,C SCENARIO) or prediction error (MEASURED PREDICTED).
+
+    \b
+    --gpus A,B,C SCENARIO: the plan search per card. The SLO and constraint
+      options (--slo, --max-device-fraction, --max-oom-risk, --min-recall,
+      --replications, --jobs, --conservative), the grid options (--set,
+      --contexts, --parallel, --kv, --policy) and --no-progress apply to
+      this mode only.
+    MEASURED PREDICTED: two Results folders (kvsim replay, kvsim simulate);
+      prints the error per metric. Only -o and --no-report apply.
+    """
     if gpus is not None:
         if len(inputs) != 1:
             raise InputError("compare", " ".join(inputs), "--gpus takes exactly one SCENARIO")

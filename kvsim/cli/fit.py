@@ -183,14 +183,22 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               help="weight format: bf16, fp8, q8_0, q6_k, q5_k_m, q4_k_m, q4_0, iq4_xs, awq, gptq")
 @click.option("--engine", default="llama.cpp", show_default=True,
               help="llama.cpp, ollama, vllm or sglang")
-@click.option("--context", default=None, help="context tokens (engine's meaning; '32k' ok)")
-@click.option("--parallel", default=None, help="slots (llama.cpp/ollama) or concurrent "
-              "full-length requests (vllm/sglang)")
+@click.option("--context", default=None,
+              help="context tokens in the engine's own meaning (llama.cpp -c for all slots, "
+              "ollama num_ctx per slot, vllm/sglang max_model_len); '32Ki' = 32768, "
+              "'32k' = 32000")
+@click.option("--parallel", default=None,
+              help="slots (llama.cpp/ollama) or concurrent full-length requests "
+              "(vllm/sglang). On llama.cpp an explicit --parallel without --kv-unified "
+              "means per-slot streams (-c split evenly over the slots), as llama-server "
+              "does for -np without -kvu")
 @click.option("--kv", default=None, help="KV cache type for K and V (f16, q8_0, q4_0, fp8...)")
 @click.option("--kv-k", default=None, help="K cache type (-ctk)")
 @click.option("--kv-v", default=None, help="V cache type (-ctv)")
 @click.option("--kv-unified/--no-kv-unified", default=None,
-              help="llama.cpp: one shared pool (-kvu) or per-slot streams")
+              help="llama.cpp: one shared pool of -c cells (-kvu) or per-slot streams (-c "
+              "split evenly). Default: the preset's unified pool (4 slots), but per-slot "
+              "streams when --parallel is given, as llama-server does")
 @click.option("--flash-attn/--no-flash-attn", default=None, help="llama.cpp / ollama")
 @click.option("--gpu-layers", default=None, help="-ngl / num_gpu (default: auto)")
 @click.option("--gpu-util", type=float, default=None,

@@ -85,7 +85,13 @@ def build_grid(s: Scenario, contexts: str | None, parallel: str | None, kv: str 
     return PlanGrid(ctx, par, kvs, pols)
 
 
-def grid_options(fn: Any) -> Any:
+PLAN_OUT_HELP = ("write plan.parquet, plan.csv, front.csv, recommendation.json and "
+                 "report.html here")
+
+
+def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
+    """The grid and output flags of plan (and of ``compare --gpus``; ``out_help`` says
+    what that command's ``-o`` writes)."""
     for opt in reversed([
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="override a scenario key (repeatable)"),
@@ -95,7 +101,7 @@ def grid_options(fn: Any) -> Any:
         click.option("--policy", "policies", multiple=True,
                      help="policy set to try: none | FILE.yaml | KIND[:k=v,...] (repeatable)"),
         click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
-                     help="write the tables, recommendation and report here"),
+                     help=out_help),
         click.option("--no-report", is_flag=True, help="do not write report.html"),
         click.option("--no-progress", is_flag=True, help="no progress bar"),
     ]):

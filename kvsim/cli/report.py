@@ -49,11 +49,15 @@ def load_for_report(path: str | Path) -> Any:
 @click.option("-o", "--output", default="report.html", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path), help="HTML file to write")
 @click.option("--title", default=None, help="page title (default: the first scenario's name)")
-@click.option("--slo", "slos", multiple=True, metavar="METRIC=SECONDS",
-              help="SLO line on the CDFs, e.g. --slo ttft_p95=2s --slo itl_p95=150ms")
+@click.option("--slo", "slos", multiple=True, metavar="{ttft_p95,itl_p95}=DURATION",
+              help="SLO line on the CDFs: only ttft_p95 or itl_p95, with a duration "
+              "(2s, 150ms; a bare number is seconds), e.g. --slo ttft_p95=2s "
+              "--slo itl_p95=150ms (repeatable)")
 def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
            slos: tuple[str, ...]) -> None:
-    """Write one self-contained HTML report for RESULTS_DIR... (simulated or measured)."""
+    """Write one self-contained HTML report for RESULTS_DIR... (Results folders written
+    by kvsim simulate or kvsim replay). The plan heatmap and GPU comparison are in the
+    report.html that plan -o / compare --gpus -o write."""
     from kvsim.config.units import parse_duration
     from kvsim.report import write_report
 

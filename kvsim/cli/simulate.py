@@ -32,13 +32,16 @@ SHOWN = ("requests", "failed_requests", "preemptions", "ttft_p50_s", "ttft_p95_s
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory to write the Results into")
 @click.option("--fidelity", type=click.Choice(["fast", "step"]), default=None,
-              help="fast-forward decode stretches (fast) or simulate every step (step)")
+              help="fast-forward decode stretches (fast) or simulate every step (step); "
+              "sets sim.fidelity  [default: the scenario's sim.fidelity, fast unless set]")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="also write DIR/report.html (self-contained, interactive)")
 def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
              report: bool) -> None:
     """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
-    (Parquet tables, summary.json, scenario.json) and an HTML report in DIR."""
+    (Parquet tables, summary.json, scenario.json, meta.json) and an HTML report in
+    DIR. The printed table is a subset of summary.json (the recall proxy, for one, is
+    only in summary.json and the report)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table

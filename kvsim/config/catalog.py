@@ -122,6 +122,8 @@ def bundled_path(kind: str, name: str) -> Path:
     """Path of a bundled scenario or household preset, by name."""
     p = _workloads_root() / kind / f"{name}.yaml"
     if not p.is_file():
-        field = "scenario" if kind == "scenarios" else "preset"
-        raise unknown_name(field, name, list_bundled(kind))
+        if kind == "scenarios":
+            raise unknown_name("scenario", name, list_bundled(kind),
+                               also="or a path to a scenario .yaml file")
+        raise unknown_name("preset", name, list_bundled(kind))
     return p

@@ -75,7 +75,8 @@ class DaskExecutor:
             from distributed import Client
         except ImportError:
             raise InputError("--dask", address,
-                             "needs the 'dask' extra: pip install 'kvsim[dask]'") from None
+                             "needs the 'dask' extra: pip install '.[dask]' in the kvsim "
+                             "checkout") from None
         try:
             self.client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
         except (OSError, TimeoutError, ValueError, TypeError) as exc:

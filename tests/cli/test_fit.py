@@ -92,7 +92,7 @@ def test_ollama_ignores_quantized_kv_without_flash_attention(capsys):
 @pytest.mark.parametrize("args,needle", [
     (["--gpu", "rtx-4091"], "closest: rtx-4090"),
     (["--model", "llama-3.1-9b"], "closest"),
-    (["--engine", "vllmm"], "closest: vllm"),
+    (["--engine", "vllmm"], "one of: vllm, "),
     (["--context", "0"], "--context"),
     (["--context", "-5"], "--context"),
     (["--parallel", "0"], "--parallel"),

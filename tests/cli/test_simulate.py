@@ -98,7 +98,8 @@ def test_module_entry_point_reports_one_line(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-m", "kvsim", "simulate", "no-such-scenario", "-o",
                         str(tmp_path / "o")], capture_output=True, text=True, check=False)
     assert r.returncode == 2
-    assert "unknown; closest: " in r.stderr and "Traceback" not in r.stderr
+    assert "unknown; one of: " in r.stderr and "quickstart" in r.stderr
+    assert "or a path to a scenario .yaml file" in r.stderr and "Traceback" not in r.stderr
 
 
 def _many_sessions(tmp_path: Path, n: int, gap_s: float = 10.0) -> Path:

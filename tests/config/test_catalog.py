@@ -99,3 +99,26 @@ def test_profile_from_yaml_path(tmp_path):
     p = tmp_path / "my-card.yaml"
     p.write_text(yaml.safe_dump(raw))
     assert load_gpu(str(p)).name == "my-card"
+
+
+def test_small_catalogues_are_listed_whole_large_ones_closest_three():
+    from kvsim.errors import unknown_name
+    # up to 10 names: all of them, closest first, then the rest sorted
+    e = unknown_name("engine.preset", "nosuch", ["vllm", "sglang", "ollama", "llama.cpp"])
+    assert e.allowed.startswith("unknown; one of: ")
+    assert sorted(e.allowed.removeprefix("unknown; one of: ").split(", ")) == [
+        "llama.cpp", "ollama", "sglang", "vllm"]
+    assert unknown_name("x", "vllmm", ["vllm", "sglang", "ollama", "llama.cpp"]).allowed \
+        .startswith("unknown; one of: vllm, ")
+    # more than 10: the three closest only
+    with pytest.raises(InputError, match=r"unknown; closest: rtx-4090, [^,]+, [^,]+$"):
+        load_gpu("rtx-4091")
+    assert unknown_name("x", "a", [], also="or a path").allowed == \
+        "unknown; none are available (or a path)"
+
+
+def test_unknown_scenario_mentions_yaml_paths():
+    from kvsim.config.scenario import load_scenario
+    with pytest.raises(InputError, match=r"scenario: 'nosuch' — unknown; one of: .*quickstart"
+                       r".* \(or a path to a scenario \.yaml file\)$"):
+        load_scenario("nosuch")

@@ -34,7 +34,7 @@ def test_overrides_and_slot_tokens():
     ({"preset": "vllm", "cache_type_k": "q4_0"}, "not supported"),
     ({"preset": "llama.cpp", "allocator": "slots", "context_tokens": 2, "parallel": 4},
      "exceeds"),
-    ({"preset": "nope"}, "closest")])
+    ({"preset": "nope"}, "unknown; one of: llama.cpp, ollama, sglang, vllm")])
 def test_bad_engine_configs(spec, match):
     with pytest.raises(InputError, match=match):
         resolve_engine(spec)
