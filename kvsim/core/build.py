@@ -30,6 +30,7 @@ class PoolSizing:
     block_tokens: int = 1
     static_device_bytes: int = 0  # everything on the device except the KV pool
     device_bytes: int = 1
+    kv_cpu_bytes: int = 0  # KV of layers left on the CPU (partial offload)
 
     @classmethod
     def from_budget(cls, b: Any) -> PoolSizing:
@@ -37,7 +38,7 @@ class PoolSizing:
                    kv_reserved_bytes=b.kv_reserved_bytes, num_gpu_blocks=b.num_gpu_blocks,
                    block_tokens=b.block_tokens,
                    static_device_bytes=b.total_bytes - b.kv_reserved_bytes,
-                   device_bytes=b.device_bytes)
+                   device_bytes=b.device_bytes, kv_cpu_bytes=b.kv_cpu_bytes)
 
 
 def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
@@ -104,5 +105,7 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
         similarity=engine.slot_prompt_similarity, cache_prompt=engine.cache_prompt,
         cache_ram_bytes=engine.cache_ram_bytes, cache_idle_slots=engine.cache_idle_slots,
         context_shift=engine.context_shift,
-        n_keep=engine.n_keep, n_discard=engine.n_discard, truncate_prompt=engine.preset == "ollama",
-        restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0))
+        n_keep=engine.n_keep, n_discard=engine.n_discard,
+        truncate_prompt=engine.preset == "ollama",
+        restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0),
+        state_bytes_per_token=(sizing.kv_reserved_bytes + sizing.kv_cpu_bytes) // cells)

@@ -45,10 +45,14 @@ class SlotScheduler:
                  cache_ram_bytes: int | None = 0, cache_idle_slots: bool = False,
                  context_shift: bool = False,
                  n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,
-                 restore_time_s: Callable[[int], float] = lambda b: 0.0) -> None:
+                 restore_time_s: Callable[[int], float] = lambda b: 0.0,
+                 state_bytes_per_token: int | None = None) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
                              unified=unified, similarity=similarity)
-        self.ram = PromptCache(cache_ram_bytes, bytes_per_token, limit_tokens=pool_cells)
+        # NOTE: bytes_per_token is the GPU's KV (its offloaded layers); the RAM cache
+        # serializes a slot's whole state, every layer's KV (engines.md §3.4)
+        self.ram = PromptCache(cache_ram_bytes, state_bytes_per_token or bytes_per_token,
+                               limit_tokens=pool_cells)
         self.cache_idle_slots = cache_idle_slots
         self.bytes_per_token = bytes_per_token
         self.reserved_bytes = reserved_bytes
@@ -57,7 +61,9 @@ class SlotScheduler:
         self.context_shift = context_shift
         self.n_keep = n_keep
         self.n_discard = n_discard  # 0 = half of the tokens after n_keep
-        self.truncate_prompt = truncate_prompt or context_shift
+        # NOTE: llama-server rejects a prompt longer than the slot even with context
+        # shift on (engines.md §3.4, current builds); Ollama truncates it (§4.5)
+        self.truncate_prompt = truncate_prompt
         self.policy: SchedulerPolicy = NullPolicy(restore_time_s)  # kvsim.core.policy
         self.waiting: deque[Request] = deque()
         self.events: list[EngineEvent] = []

@@ -59,7 +59,12 @@ def test_prompt_longer_than_slot_fails_with_400_or_truncates() -> None:
     long = req("L#0", [("L", 1500)], out=4)
     assert not s.add_request(long, 0.0)
     assert long.failure_reason == FAIL_PROMPT_TOO_LONG == "exceed_context_size_error"
-    t = _slots(slot_tokens=1024, pool_cells=2048, context_shift=True, n_keep=4)
+    # context shift does not change that in current llama-server builds (§3.4)
+    shifting = _slots(slot_tokens=1024, pool_cells=2048, context_shift=True, n_keep=4)
+    assert not shifting.add_request(req("L#0", [("L", 1500)], out=4), 0.0)
+    # Ollama truncates on its side (§4.5)
+    t = _slots(slot_tokens=1024, pool_cells=2048, context_shift=True, n_keep=4,
+               truncate_prompt=True)
     long2 = req("L#0", [("L", 1500)], out=4)
     assert t.add_request(long2, 0.0)
     # block = (1024 - 4) // 2 = 510; erased = (1500 - 4 - 510) // 510 = 1 block
@@ -209,3 +214,21 @@ class SlotPoolMachine(RuleBasedStateMachine):
 
 TestSlotPool = SlotPoolMachine.TestCase
 TestSlotPool.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
+
+
+def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
+    # qwen2.5-32b q4_k_m on a 12 GB card: --fit puts the output head + 32 of 64 layers
+    # on the GPU (tests/model/test_budget.py); f16 KV is 262,144 B/token over 64 layers
+    # (models.csv), so the GPU pool holds 131,072 B/token and a RAM-cache entry, the
+    # slot's whole serialized state (engines.md §3.4), 262,144 B/token
+    from kvsim.config.scenario import resolve_scenario
+    from kvsim.core.build import PoolSizing, make_scheduler
+    from kvsim.model.budget import memory_budget
+
+    sc = resolve_scenario({"gpu": "rtx-3060-12gb", "model": "qwen2.5-32b",
+                           "weights": "q4_k_m", "workload": {},
+                           "engine": {"preset": "llama.cpp", "context_tokens": 8192}})
+    b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine)
+    assert (b.gpu_layers, b.num_layers) == (32, 64)
+    sched = make_scheduler(sc.engine, PoolSizing.from_budget(b))
+    assert sched.bytes_per_token == 131_072 and sched.ram.bytes_per_token == 262_144
