@@ -82,7 +82,9 @@ class SlotEngineConfig(BaseModel):
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     cache_prompt: bool = True
-    slot_prompt_similarity: float = Field(0.10, ge=0, le=1)
+    slot_prompt_similarity: float | None = Field(
+        0.10, ge=0, le=1, description="llama-server's threshold (0 = always the LRU slot); "
+        "None = the longest common prefix, no threshold (Ollama's runners)")
     cache_ram_bytes: Bytes | None = Field(None, description="--cache-ram; None = unlimited")
     cache_idle_slots: bool = Field(True, description="--cache-idle-slots: after a task starts, "
                                    "idle slots are saved to the RAM cache (and cleared when "
@@ -98,6 +100,23 @@ class SlotEngineConfig(BaseModel):
     supported_cache_types: tuple[str, ...] = (
         "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
     notes: str = ""
+
+    ignored_cache_type: str | None = Field(
+        None, description="Ollama: the OLLAMA_KV_CACHE_TYPE it ignored because flash "
+        "attention is off (the cache is then f16, engines.md §4.1)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ollama_quantizes_only_with_flash_attention(cls, raw: Any) -> Any:
+        """Ollama applies its KV cache type only with flash attention, otherwise the cache
+        is silently f16 (§4.1); llama-server refuses a quantized V cache instead (below)."""
+        if not isinstance(raw, dict) or raw.get("preset") != "ollama" or raw.get(
+                "flash_attn", True):
+            return raw
+        k, v = raw.get("cache_type_k", "f16"), raw.get("cache_type_v", "f16")
+        if (k, v) == ("f16", "f16"):
+            return raw
+        return {**raw, "cache_type_k": "f16", "cache_type_v": "f16", "ignored_cache_type": v}
 
     @model_validator(mode="after")
     def _check(self) -> "SlotEngineConfig":

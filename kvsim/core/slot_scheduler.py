@@ -41,7 +41,7 @@ class SlotScheduler:
 
     def __init__(self, *, parallel: int, slot_tokens: int, pool_cells: int, unified: bool,
                  bytes_per_token: int, reserved_bytes: int, n_batch: int,
-                 similarity: float = 0.10, cache_prompt: bool = True,
+                 similarity: float | None = 0.10, cache_prompt: bool = True,
                  cache_ram_bytes: int | None = 0, cache_idle_slots: bool = False,
                  context_shift: bool = False,
                  n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,

@@ -201,10 +201,9 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
     llama.cpp's with ``num_ctx × parallel`` cells in ``parallel`` slots."""
     notes = []
     k, v = engine.cache_type_k, engine.cache_type_v
-    if not engine.flash_attn and (k, v) != ("f16", "f16"):
-        notes.append(f"OLLAMA_KV_CACHE_TYPE={v} ignored: flash attention is off, so the "
-                     "cache is f16 (engines.md §4.1)")
-        k = v = "f16"
+    if engine.ignored_cache_type:  # NOTE: the engine config already made the cache f16
+        notes.append(f"OLLAMA_KV_CACHE_TYPE={engine.ignored_cache_type} ignored: flash "
+                     "attention is off, so the cache is f16 (engines.md §4.1)")
     geo = kv_geometry(model, k, v, state_dtype="f32")
     _check_quant_k(model, geo)
     ws = model_weights(model, weights)

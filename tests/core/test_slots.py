@@ -54,6 +54,23 @@ def test_slot_choice_lcp_above_threshold_else_lru() -> None:
     assert s2.pool.slots[a_slot].cache[0][0] == "B"  # A's slot (older) was taken
 
 
+def test_ollama_takes_the_longest_common_prefix_slot_without_threshold() -> None:
+    # A (t=0) then B (t=5) each leave 100 + 2 - 1 tokens in their slot; B's follow-up
+    # shares only 100 of its 2,000 prompt tokens (5 % < llama.cpp's 0.10 threshold)
+    def follow_up(similarity):
+        s = _slots(parallel=2, pool_cells=8192, similarity=similarity)
+        for name, t in (("A", 0.0), ("B", 5.0)):
+            s.add_request(req(f"{name}#0", [(name, 100)], out=2), t)
+            run_until_idle(s, t)
+        b1 = req("B#1", [("B", 100), ("x", 1900)], out=2)
+        s.add_request(b1, 10.0)
+        s.schedule(10.0)
+        return b1.cached_tokens
+    # llama.cpp: below the threshold → the least recently used slot (A's): nothing reused
+    # Ollama (§4.5): the free slot with the longest common prefix (B's): 100 tokens
+    assert (follow_up(0.10), follow_up(None)) == (0, 100)
+
+
 def test_prompt_longer_than_slot_fails_with_400_or_truncates() -> None:
     s = _slots(slot_tokens=1024, pool_cells=2048)
     long = req("L#0", [("L", 1500)], out=4)

@@ -117,6 +117,18 @@ Q32_HEAD_W = 471_033_446
 Q32_KV_TOKEN_LAYER = 262_144 // 64
 
 
+def test_ollama_ignores_a_quantized_kv_type_without_flash_attention():
+    # engines.md §4.1: OLLAMA_KV_CACHE_TYPE only applies with flash attention, otherwise
+    # the cache is silently f16: llama-3.1-8b f16 KV is 131,072 B/token (models.csv)
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "parallel": 2,
+                          "flash_attn": False, "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
+    assert (eng.cache_type_k, eng.cache_type_v, eng.ignored_cache_type) == ("f16", "f16", "q8_0")
+    b = memory_budget(GPU, load_model("llama-3.1-8b"), "q4_k_m", eng)
+    assert b.kv_reserved_bytes == 16384 * 131_072
+    assert any("OLLAMA_KV_CACHE_TYPE=q8_0 ignored" in n for n in b.notes)
+    # llama-server refuses the same setting instead (tests/config/test_engine_errors.py)
+
+
 def test_ollama_spills_layers_when_weights_do_not_fit():
     # engines.md §4.2 era-A estimator, num_ctx 4096, 1 slot, f16 (2 B/elem), FA off:
     #   kv_total  4096 x (128+128) x 8 x 2 x 64          = 1,073,741,824 (16,777,216/layer)

@@ -9,7 +9,9 @@ A server has ``parallel`` slots.  Each slot keeps the KV of its last sequence
 
 Slot choice (``--slot-prompt-similarity``): the idle slot with the longest common
 prefix if ``LCP / len(prompt)`` exceeds the threshold, else the least recently used
-idle slot; no idle slot → the request is deferred.
+idle slot; no idle slot → the request is deferred.  Ollama's runners (``similarity``
+None, §4.5) take the idle slot with the longest common prefix, with no threshold
+(ties: the lowest slot id, the first the runner's loop finds).
 
 The host-RAM prompt cache (``--cache-ram``) stores whole slot states, as the
 llama-server vendored in llama-cpp-python 0.3.36 does (``server_prompt_cache``): a
@@ -212,7 +214,7 @@ class SlotPool:
     """The slots of one llama.cpp/Ollama server and their KV cells."""
 
     def __init__(self, *, parallel: int, slot_tokens: int, pool_cells: int, unified: bool,
-                 similarity: float) -> None:
+                 similarity: float | None) -> None:
         self.slots = [Slot(i) for i in range(parallel)]
         self.slot_tokens = slot_tokens
         self.pool_cells = pool_cells
@@ -238,13 +240,13 @@ class SlotPool:
         if not idle:
             return None
         n = max(seq_len(prompt), 1)
-        if self.similarity > 0:
-            best, best_lcp = None, -1
+        if self.similarity is None or self.similarity > 0:
+            best, best_lcp = idle[0], -1
             for s in idle:
                 lcp = common_prefix(tuple(s.cache), prompt)
                 if lcp > best_lcp:
                     best, best_lcp = s, lcp
-            if best is not None and best_lcp / n > self.similarity:
+            if self.similarity is None or best_lcp / n > self.similarity:
                 return best, best_lcp, False
         lru = min(idle, key=lambda s: (s.last_used_s, s.slot_id))
         return lru, common_prefix(tuple(lru.cache), prompt), True
