@@ -113,6 +113,25 @@ def _int(text: str) -> int | None:
         return None
 
 
+# hardware-and-models.md §4 "Unified memory limits": what the GPU may use by default on a
+# unified-memory machine.  Apple: "about 65-75% of RAM" -> the midpoint, 70 %; Strix Halo:
+# the BIOS carve-out of up to 96 GB (Linux GTT reaches ~108 GB or more: set it in the
+# profile if you run that); DGX Spark: "about 110-120 GB" -> the midpoint, 115 GB.  All
+# marked UNCERTAIN there; Jetson is not covered (its whole memory).
+UNIFIED_GPU_LIMIT: dict[str, tuple[str, float]] = {
+    "apple-m2-ultra": ("fraction", 0.70), "apple-m3-max": ("fraction", 0.70),
+    "apple-m4-max": ("fraction", 0.70), "strix-halo": ("gib", 96.0),
+    "dgx-spark": ("gib", 115.0),
+}
+
+
+def _gpu_limit(slug: str, memory_bytes: int) -> int | None:
+    if slug not in UNIFIED_GPU_LIMIT:
+        return None
+    kind, value = UNIFIED_GPU_LIMIT[slug]
+    return int(value * memory_bytes) if kind == "fraction" else int(value * GIB)
+
+
 def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
     unified = "unified" in row["segment"].lower()
     gen, lanes = _int(row["pcie_gen"]), _int(row["pcie_lanes"])
@@ -140,6 +159,8 @@ def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
         "pcie_gen": gen,
         "pcie_lanes": lanes,
         "unified_memory": unified,
+        "gpu_memory_limit_bytes": _gpu_limit(GPU_SLUGS[row["name"]],
+                                             int(float(row["memory_gib"]) * GIB)),
         "default_link": None if unified or gen is None else f"pcie{gen}-x{lanes}",
         "tdp_w": row["tdp_w"],
         "launch_price_usd": _num(row["launch_msrp_usd"]),

@@ -39,6 +39,9 @@ class GpuSpec(BaseModel):
     pcie_gen: int | None = None
     pcie_lanes: int | None = None
     unified_memory: bool = False
+    gpu_memory_limit_bytes: Bytes | None = Field(
+        None, gt=0, description="unified memory: what the GPU may use by default "
+        "(hardware-and-models.md §4); None = all of memory_bytes")
     default_link: str | None = Field(None, description="link profile slug; None for unified memory")
     tdp_w: str = ""
     launch_price_usd: float | None = None
@@ -50,6 +53,12 @@ class GpuSpec(BaseModel):
     compute_efficiency: float = Field(0.5, gt=0, le=1)
     source: str
     notes: str = ""
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """The memory an engine may allocate on this device: all of it on a discrete card,
+        the default GPU limit on a unified-memory machine."""
+        return self.gpu_memory_limit_bytes or self.memory_bytes
 
 
 class LinkSpec(BaseModel):

@@ -102,7 +102,7 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
     L = model.num_layers
     kv_gpu = lay["kv_total"] * n_layers_gpu // L
     b = MemoryBudget(
-        engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.memory_bytes,
+        engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display,
         weights_format=ws.format, weights_total_bytes=ws.total_bytes,
         weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=lay["head_first"]),
@@ -113,9 +113,9 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
         kv_cpu_bytes=lay["kv_total"] - kv_gpu, kv_needed_bytes=kv_gpu, kv_pool_tokens=n_ctx,
         slot_tokens=n_ctx_seq, parallel=engine.parallel, estimate=estimate,
         extra={"swa_cells": tuple(lay["swa"])})
-    if failure is None and b.total_bytes > gpu.memory_bytes:
+    if failure is None and b.total_bytes > gpu.usable_memory_bytes:
         failure = (f"cudaMalloc failed: out of memory — needs {format_bytes(b.total_bytes)} of "
-                   f"{format_bytes(gpu.memory_bytes)}")
+                   f"{format_bytes(gpu.usable_memory_bytes)}")
     logs.append(f"{engine.preset}: KV cache {n_ctx} cells, {_mib(lay['kv_total'])} in total, "
                 f"{_mib(kv_gpu)} on GPU; compute buffer size = {_mib(lay['compute'])}")
     return replace(b, fits=failure is None, failure=failure, log_lines=tuple(logs),
@@ -126,7 +126,7 @@ def _auto_layers(gpu: GpuSpec, L: int, gpu_total, target: int) -> int:
     """--fit: most layers (filled from the back, after the output layer: ``gpu_total``
     counts the head) that leave ``target`` bytes free."""
     n = L
-    while n > 0 and gpu_total(n) > gpu.memory_bytes - target:
+    while n > 0 and gpu_total(n) > gpu.usable_memory_bytes - target:
         n -= 1
     return n
 
@@ -210,7 +210,7 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
     num_ctx = _pad(engine.context_tokens, engine.context_pad_tokens)
     n_ctx = num_ctx * engine.parallel
     lay = _layout(gpu, model, ws, geo, engine, n_ctx, num_ctx, False, driver, display)
-    est = _ollama_estimate(model, engine, ws, v, gpu.memory_bytes - display)
+    est = _ollama_estimate(model, engine, ws, v, gpu.usable_memory_bytes - display)
     L = model.num_layers
     offload = est.gpu_layers + (est.gpu_layers == L)      # + output layer on full offload
     logs = [(f"offload to cuda layers.model={L + 1} layers.offload={offload} "
@@ -225,7 +225,7 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
         notes.append("Ollama's estimate under-counts this KV cache type (q8_0 as 1, q4_0 as "
                      "0.5 bytes/element; real 1.0625 / 0.5625)")
     failure = None
-    if lay["gpu_total"](est.gpu_layers) > gpu.memory_bytes:
+    if lay["gpu_total"](est.gpu_layers) > gpu.usable_memory_bytes:
         failure = ("cudaMalloc failed: out of memory — Ollama estimated "
                    f"{format_bytes(est.total_bytes)} but the runner needs "
                    f"{format_bytes(lay['gpu_total'](est.gpu_layers))}")
@@ -247,7 +247,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     ws = model_weights(model, weights)
     act = paged_activation_bytes(model, engine)
-    share = int(engine.gpu_memory_utilization * gpu.memory_bytes)
+    share = int(engine.gpu_memory_utilization * gpu.usable_memory_bytes)
     vllm = engine.preset == "vllm"
     inside = ws.total_bytes + (act + engine.non_torch_bytes if vllm else 0)
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
@@ -269,9 +269,9 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     overhead = engine.non_torch_bytes + engine.cuda_graph_bytes
     conc = tokens / ctx
     failure = None
-    free = gpu.memory_bytes - driver - display
+    free = gpu.usable_memory_bytes - driver - display
     if vllm and engine.kv_cache_memory_bytes is None and free < share:
-        failure = (f"Free memory on device ({format_bytes(free)}/{format_bytes(gpu.memory_bytes)})"
+        failure = (f"Free memory on device ({format_bytes(free)}/{format_bytes(gpu.usable_memory_bytes)})"
                    f" on startup is less than desired GPU memory utilization "
                    f"({engine.gpu_memory_utilization}, {format_bytes(share)})")
     elif pool <= 0 or blocks <= 0:
@@ -290,7 +290,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         notes.append("sliding-window layers are counted at full length per block (no hybrid "
                      "KV manager); the real pool holds more tokens")
     b = MemoryBudget(
-        engine=engine.preset, allocator="paged", device_bytes=gpu.memory_bytes,
+        engine=engine.preset, allocator="paged", device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
         weights_total_bytes=ws.total_bytes, weights_gpu_bytes=ws.total_bytes,
         weights_cpu_bytes=0, gpu_layers=L, num_layers=L, activation_bytes=act,
@@ -300,7 +300,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
         block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc, log_lines=tuple(logs),
         notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share})
-    if failure is None and b.total_bytes > gpu.memory_bytes:
+    if failure is None and b.total_bytes > gpu.usable_memory_bytes:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "
-                   f"{format_bytes(gpu.memory_bytes)}")
+                   f"{format_bytes(gpu.usable_memory_bytes)}")
     return replace(b, fits=failure is None, failure=failure)

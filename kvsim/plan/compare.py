@@ -88,7 +88,7 @@ def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
         "itl_p95_s": rec.get("itl_p95_s", float("nan")),
         "peak_device_fraction": peak,
         "headroom_fraction": c.max_device_fraction - peak,
-        "headroom_bytes": (c.max_device_fraction - peak) * s.gpu.memory_bytes,
+        "headroom_bytes": (c.max_device_fraction - peak) * s.gpu.usable_memory_bytes,
         "oom_risk": rec.get("oom_risk", float("nan")),
         "oom_risk_low": rec.get("oom_risk_low", float("nan")),
         "oom_risk_high": rec.get("oom_risk_high", float("nan")),

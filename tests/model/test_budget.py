@@ -220,3 +220,23 @@ def test_searches_find_the_boundary():
     assert acceptable(memory_budget(GPU, m, "q4_k_m", big.model_copy(update={"parallel": p})), p)
     # slots split -c, so more slots only add padding; at -c 65536 every split fits
     assert p == 65536 // 256
+
+
+def test_unified_memory_budgets_against_the_default_gpu_limit():
+    # hardware-and-models.md §4: Apple GPU-wired memory is about 65-75 % of RAM by
+    # default (70 % planned); Strix Halo's carve-out is up to 96 GB; discrete cards keep
+    # their whole memory.  M2 Ultra 192 GiB x 0.70 = 144,310,901,145 B (134.4 GiB).
+    m2, halo = load_gpu("apple-m2-ultra"), load_gpu("strix-halo")
+    assert m2.memory_bytes == 192 * GIB and m2.usable_memory_bytes == 144_310_901_145
+    assert halo.usable_memory_bytes == 96 * GIB
+    assert GPU.usable_memory_bytes == GPU.memory_bytes == 24 * GIB
+    # llama-3.1-70b bf16 (131.5 GiB of weights) with 32k of f16 KV (320 KiB/token x 32768
+    # = 10 GiB): within 192 GiB, above the default GPU limit, so --fit leaves layers to
+    # the CPU cores
+    eng, m70 = llama(context_tokens=32768), load_model("llama-3.1-70b")
+    b = memory_budget(m2, m70, "bf16", eng)
+    assert b.device_bytes == 144_310_901_145 and b.weights_total_bytes > 131 * GIB
+    assert b.gpu_layers < b.num_layers and b.total_bytes <= b.device_bytes - 1024 * MIB
+    whole = memory_budget(m2.model_copy(update={"gpu_memory_limit_bytes": None}), m70,
+                          "bf16", eng)
+    assert whole.device_bytes == 192 * GIB and whole.gpu_layers == whole.num_layers
