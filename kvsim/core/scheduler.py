@@ -114,19 +114,25 @@ class PagedScheduler:
 
     def _victim(self) -> Request:
         if self.retract_order == "sglang":  # fewest outputs, ties longest prompt, newest
-            return min(reversed(self.running), key=lambda r: (r.num_output, -r.prompt_tokens))
+            # NOTE: SGLang retracts from its decode batch; a request still in (chunked)
+            # prefill is not in it (engines.md §2.3)
+            batch = [r for r in self.running if r.num_output] or self.running
+            return min(reversed(batch), key=lambda r: (r.num_output, -r.prompt_tokens))
         return self.running[-1]
 
-    def _release(self, req: Request, now_s: float) -> None:
-        """Free ``req``'s blocks, first writing its hashed blocks to the host tier."""
+    def _release(self, req: Request, now_s: float, keep_cached: int | None = None) -> None:
+        """Free ``req``'s blocks, first writing its hashed blocks to the host tier
+        (only the first ``keep_cached`` stay reusable when given)."""
         if self.host is not None:
             n = self.manager.req_num_hashed.get(req.request_id, 0)
+            if keep_cached is not None:
+                n = min(n, keep_cached)
             new = self.host.store(req.block_hashes[:n])
             if new and self.link is not None:
                 nbytes = new * self.block_bytes
                 self.link.d2h.reserve(nbytes, now_s)  # asynchronous: no stall
                 self.stats["host_store_bytes"] += nbytes
-        self.manager.free(req)
+        self.manager.free(req, keep_cached)
 
     def _preempt(self, now_s: float) -> Request:
         victim = self._victim()
@@ -144,7 +150,11 @@ class PagedScheduler:
             victim.preemptions += 1
             victim.status = Status.WAITING
         else:
-            self._release(victim, now_s)
+            # NOTE: SGLang frees a retracted request's decoded KV without inserting it
+            # into the tree; its prompt was inserted when prefilled (engines.md §2.2-§2.3)
+            keep = victim.prompt_tokens // self.block_tokens \
+                if self.retract_order == "sglang" else None
+            self._release(victim, now_s, keep)
             self.events.append(EngineEvent(now_s, "preempt", victim.request_id,
                                            f"recompute {victim.num_computed_tokens} tokens"))
             victim.preempt()

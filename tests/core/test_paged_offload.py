@@ -151,3 +151,37 @@ def test_host_pool_is_lru_and_keeps_prefixes_longest() -> None:
     assert h.store([4, 5]) == 2  # evicts the LRU blocks: 3 then 2 (stored last-first)
     assert h.match([1]) == 1 and h.match([2]) == 0 and h.match([3]) == 0
     assert h.evicted_blocks == 2 and h.num_blocks == 3
+
+
+def test_sglang_retract_frees_decoded_kv_and_keeps_the_prompt_cached() -> None:
+    # The pool of the test above.  SGLang retracts a at decode step 9, holding 12 + 8 =
+    # 20 computed tokens: 5 full blocks hashed, 3 of them prompt.  The tree keeps the
+    # prompt (inserted when prefilled) and frees the decoded KV uninserted (engines.md
+    # §2.2-§2.3), so when b then takes a block from the queue head (a's last, freed
+    # first) nothing indexed is evicted.  vLLM preempts b (12 tokens, 3 full blocks) and
+    # keeps its hashes, so a's new block evicts b's last (§1.3: freed last-first).
+    for order, victim, indexed, evictions in (("sglang", "a#0", [True] * 3 + [False] * 2, 0),
+                                              ("newest", "b#0", [True, True, False], 1)):
+        s = _sched(num_blocks=8, retract_order=order)
+        reqs = {r.request_id: r for r in (req("a#0", [("a", 12)], out=20),
+                                          req("b#0", [("b", 4)], out=20))}
+        for r in reqs.values():
+            s.add_request(r, 0.0)
+        now = 0.0
+        while not any(e.kind == "preempt" for e in s.events):
+            plan = s.schedule(now)
+            now += 0.01
+            s.complete(plan, now)
+        [event] = [e for e in s.events if e.kind == "preempt"]
+        assert (event.request_id, s.pool.evictions) == (victim, evictions)
+        hashes = reqs[victim].block_hashes
+        assert [h in s.pool.cached for h in hashes] == indexed, order
+
+
+def test_sglang_retracts_from_the_decode_batch_not_a_prefilling_request() -> None:
+    s = _sched(retract_order="sglang")
+    decoding, prefilling = req("d#0", [("d", 8)], out=20), req("p#0", [("p", 40)], out=20)
+    decoding.num_output, s.running = 3, [decoding, prefilling]
+    assert s._victim() is decoding  # p (no output yet) would win on fewest outputs
+    prefilling.num_output = 3
+    assert s._victim() is prefilling  # a tie: the longer prompt goes first

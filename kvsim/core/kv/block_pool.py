@@ -157,6 +157,18 @@ class BlockPool:
                 block.block_hash = h
                 cached.setdefault(h, block)
 
+    def uncache(self, blocks: Iterable[Block]) -> None:
+        """Drop the hashes of referenced blocks from the index (their KV will be freed,
+        not kept for reuse)."""
+        cached = self.cached
+        for b in blocks:
+            h = b.block_hash
+            if h is not None:
+                assert b.ref_cnt > 0, "uncache a referenced block"
+                if cached.get(h) is b:
+                    del cached[h]
+                b.block_hash = None
+
     def free_blocks(self, ordered: Iterable[Block]) -> None:
         """Drop one reference per block; blocks reaching zero go to the queue tail.
 

@@ -128,11 +128,18 @@ class KVCacheManager:
             self.pool.cache_full_blocks(blocks[done:n_full], hashes[done:n_full])
             self.req_num_hashed[req.request_id] = n_full
 
-    def free(self, req: Request) -> None:
-        """Release a request's blocks, last block first (prefix evicted last)."""
+    def free(self, req: Request, keep_cached: int | None = None) -> None:
+        """Release a request's blocks, last block first (prefix evicted last).
+
+        With ``keep_cached`` only the first ``keep_cached`` blocks stay indexed for
+        reuse; the rest lose their hashes (SGLang's retract frees the decoded KV without
+        inserting it into the tree).
+        """
         blocks = self.req_blocks.pop(req.request_id, None)
         self.req_num_hashed.pop(req.request_id, None)
         if blocks:
+            if keep_cached is not None:
+                self.pool.uncache(blocks[keep_cached:])
             self.pool.free_blocks(reversed(blocks))
 
     def num_blocks_of(self, req: Request) -> int:
