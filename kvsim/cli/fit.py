@@ -186,7 +186,8 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
 @click.option("--context", default=None,
               help="context tokens in the engine's own meaning (llama.cpp -c for all slots, "
               "ollama num_ctx per slot, vllm/sglang max_model_len); '32Ki' = 32768, "
-              "'32k' = 32000")
+              "'32k' = 32000; unset, the engine's own default: the model's maximum for "
+              "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama 4096")
 @click.option("--parallel", default=None,
               help="slots (llama.cpp/ollama) or concurrent full-length requests "
               "(vllm/sglang). On llama.cpp an explicit --parallel without --kv-unified "
@@ -234,7 +235,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
                                flash_attn, ngl, gpu_util)
-    eng = engine_for_gpu(spec, g)
+    eng = engine_for_gpu(spec, g, m)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
     max_par = max_parallel_at(g, m, weights, eng, **reserves)
@@ -242,7 +243,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     if as_json:
         click.echo(_as_json(b, max_ctx, max_par, verdict, notes))
         return
+    context = (f"context {b.kv_pool_tokens} (-c unset: --fit)" if eng.preset == "llama.cpp"
+               and eng.fit_context else f"context {eng.context_tokens}")
     title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
-             f"context {eng.context_tokens}, parallel {b.parallel}, KV {b.cache_type_k}/"
-             f"{b.cache_type_v}")
+             f"{context}, parallel {b.parallel}, KV {b.cache_type_k}/{b.cache_type_v}")
     _print_table(b, title, max_ctx, max_par, verdict, notes)

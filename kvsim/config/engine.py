@@ -16,6 +16,10 @@ NOTE: ``context_tokens`` means what the engine's own flag means: llama.cpp ``-c`
 (the whole pool, all slots), Ollama ``num_ctx`` (per slot; the runner gets
 ``num_ctx × parallel``), vLLM/SGLang ``max_model_len`` (per request).  Use
 :func:`slot_tokens` and :func:`pool_tokens_hint` rather than re-deriving it.
+Unset in a scenario, it is the model's own default (:func:`engine_for_gpu`): vLLM and
+SGLang take the model's maximum, llama-server ``-c 0`` the training context that
+``--fit`` then shrinks toward what fits (``fit_context``); Ollama keeps its ``num_ctx``.
+The presets' numbers apply only where no model is known.
 """
 
 from __future__ import annotations
@@ -94,6 +98,9 @@ class SlotEngineConfig(BaseModel):
     n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "
                            "0 = half of them (llama.cpp request default, engines.md §3.4)")
     gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
+    fit_context: bool = Field(False, description="-c unset (0 = the training context): "
+                              "--fit shrinks it toward what fits, not below 4096, rounded "
+                              "to 256 (engines.md §3.1, §3.6)")
     gpu_overhead_bytes: Bytes = 0
     minimum_reserve_bytes: Bytes = 0
     compute_buffer_bytes: Bytes | None = Field(None, description="None = estimate from the model")
@@ -174,10 +181,12 @@ def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
     return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
 
 
-def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec) -> EngineConfig:
+def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
+                   ) -> EngineConfig:
     """Resolve an engine preset, filling the defaults real engines derive from the GPU
     for keys the caller did not set: vLLM's batch budget on ≥ 70 GiB non-A100 cards
-    (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1)."""
+    (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1);
+    with ``model``, the context the engine takes when none is set (module NOTE)."""
     given = {"preset": spec} if isinstance(spec, str) else dict(spec)
     preset = given.get("preset")
     fill: dict[str, Any] = {}
@@ -186,6 +195,11 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec) -> EngineConfig:
     elif preset == "sglang":
         frac, chunk = sglang_gpu_defaults(gpu.memory_bytes)
         fill = {"gpu_memory_utilization": frac, "max_num_batched_tokens": chunk}
+    if model is not None and "context_tokens" not in given:
+        if preset in ("vllm", "sglang"):  # §1.1: max_model_len = the model's maximum
+            fill["context_tokens"] = model.max_context_tokens
+        elif preset == "llama.cpp":  # §3.1: -c 0 = the training context; §3.6: --fit
+            fill.update(context_tokens=model.max_context_tokens, fit_context=True)
     return resolve_engine({**fill, **given})
 
 

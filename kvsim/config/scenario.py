@@ -174,7 +174,13 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
             raise from_validation_error(exc, prefix="gpu") from None
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
-    data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu)
+    model = data["model"]
+    if isinstance(model, dict):
+        try:
+            model = data["model"] = ModelSpec.model_validate(model)
+        except ValidationError as exc:
+            raise from_validation_error(exc, prefix="model") from None
+    data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model)
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}

@@ -46,10 +46,16 @@ def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
     if getattr(budget, "fits", True):
         return
     gib = 2**30
+    failure = budget.failure or "does not fit"
+    if budget.total_bytes <= budget.device_bytes:  # fits in memory, refused by an engine rule
+        hint = ("; set engine.context_tokens (max_model_len; unset, it is the model's "
+                f"maximum) to at most {budget.kv_pool_tokens}") if "max seq len" in failure else ""
+        raise InputError("engine", budget.engine, f"cannot start on {gpu_name} with "
+                         f"{model_name}: {failure}{hint}")
     raise InputError(
         "model", model_name,
         f"cannot load on {gpu_name}: needs {budget.total_bytes / gib:.2f} GiB, the card has "
-        f"{budget.device_bytes / gib:.2f} GiB ({budget.failure or 'does not fit'})")
+        f"{budget.device_bytes / gib:.2f} GiB ({failure})")
 
 
 def restore_time_fn(link: Any, host: Any):

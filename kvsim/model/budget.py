@@ -166,6 +166,8 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
 
 
 def _with(engine: EngineConfig, **update: Any) -> EngineConfig | None:
+    if "context_tokens" in update and "fit_context" in type(engine).model_fields:
+        update.setdefault("fit_context", False)  # NOTE: a context set is not --fit's to shrink
     try:
         return type(engine).model_validate({**engine.model_dump(), **update})
     except Exception:  # noqa: BLE001 - an invalid combination simply does not fit

@@ -19,6 +19,7 @@ engine's own figure (``compute_buffer_bytes`` / ``activation_bytes``):
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.config.specs import GpuSpec, ModelSpec
@@ -30,6 +31,7 @@ from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.weights import WeightSplit, model_weights
 
 LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
+LLAMA_FIT_CTX_TOKENS = 4096              # §3.6: --fit-ctx default, the floor of the shrink
 OLLAMA_EST_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}   # §4.2 (real: 2 / 1.0625 / 0.5625)
 
 
@@ -131,21 +133,44 @@ def _auto_layers(gpu: GpuSpec, L: int, gpu_total, target: int) -> int:
     return n
 
 
+def _fit_context(max_tokens: int, pad: int, fits: Any) -> int:
+    """--fit with -c unset (§3.6): the training context if it ``fits`` with every layer
+    on the GPU, else the largest multiple of ``pad`` that does, not below --fit-ctx."""
+    if fits(max_tokens):
+        return max_tokens
+    lo, hi = max(LLAMA_FIT_CTX_TOKENS // pad, 1), max_tokens // pad
+    while lo < hi:  # largest k with fits(k * pad); fits shrinks with the context
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid * pad) else (lo, mid - 1)
+    return lo * pad
+
+
 def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,
                      driver: int, display: int) -> MemoryBudget:
-    """llama-server (§3.1-§3.3, §3.6): -c padded to 256, unified pool or per-slot streams."""
+    """llama-server (§3.1-§3.3, §3.6): -c padded to 256, unified pool or per-slot streams;
+    with -c unset, --fit first shrinks the context, then places layers."""
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     _check_quant_k(model, geo)
     ws = model_weights(model, weights)
-    unified = engine.allocator == "unified"
-    n_ctx = _pad(engine.context_tokens, engine.context_pad_tokens)
-    n_ctx_seq = n_ctx if unified else _pad(n_ctx // engine.parallel, engine.context_pad_tokens)
-    n_ctx = n_ctx if unified else n_ctx_seq * engine.parallel
-    # NOTE: --fit places the output layer first (§3.6); an explicit -ngl places it last
-    lay = _layout(gpu, model, ws, geo, engine, n_ctx, n_ctx_seq, unified, driver, display,
-                  head_first=engine.gpu_layers is None)
-    L = model.num_layers
-    notes = []
+    unified, pad, L = engine.allocator == "unified", engine.context_pad_tokens, model.num_layers
+
+    def layout(ctx: int) -> tuple[int, int, dict]:
+        n_ctx = _pad(ctx, pad)
+        n_ctx_seq = n_ctx if unified else _pad(n_ctx // engine.parallel, pad)
+        n_ctx = n_ctx if unified else n_ctx_seq * engine.parallel
+        # NOTE: --fit places the output layer first (§3.6); an explicit -ngl places it last
+        return n_ctx, n_ctx_seq, _layout(gpu, model, ws, geo, engine, n_ctx, n_ctx_seq,
+                                         unified, driver, display,
+                                         head_first=engine.gpu_layers is None)
+
+    ctx, notes = engine.context_tokens, []
+    if engine.fit_context:
+        room = gpu.usable_memory_bytes - LLAMA_FIT_TARGET_BYTES
+        ctx = _fit_context(ctx, pad, lambda c: layout(c)[2]["gpu_total"](L) <= room)
+        if ctx < engine.context_tokens:
+            notes.append(f"-c unset: --fit shrank the context from the model's "
+                         f"{engine.context_tokens} to {ctx} tokens")
+    n_ctx, n_ctx_seq, lay = layout(ctx)
     if engine.gpu_layers is None:
         n_gpu = _auto_layers(gpu, L, lay["gpu_total"], LLAMA_FIT_TARGET_BYTES)
         if n_gpu < L:

@@ -31,7 +31,9 @@ def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None,
     """Engine keys that realise one plan point on this engine."""
     if isinstance(engine, SlotEngineConfig):
         total = context * parallel if engine.preset == "llama.cpp" else context
-        out: dict[str, Any] = {"context_tokens": total, "parallel": parallel}
+        # NOTE: a context the plan sets is not --fit's to shrink
+        out: dict[str, Any] = {"context_tokens": total, "parallel": parallel,
+                               "fit_context": False}
         if kv is not None:
             out.update(cache_type_k=kv, cache_type_v=kv)
             if kv in _QUANT_V:

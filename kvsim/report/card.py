@@ -96,7 +96,9 @@ def _engine(engine: dict[str, Any]) -> str:
     for key, label in (("allocator", ""), ("context_tokens", "context "),
                        ("parallel", "parallel "), ("max_num_seqs", "max seqs ")):
         if engine.get(key) is not None:
-            parts.append(f"{label}{engine[key]}")
+            shrunk = " (-c unset: --fit may shrink it)" if key == "context_tokens" \
+                and engine.get("fit_context") else ""
+            parts.append(f"{label}{engine[key]}{shrunk}")
     if engine.get("cache_type_k"):
         parts.append(f"KV {engine['cache_type_k']}/{engine.get('cache_type_v', '')}")
     return ", ".join(p for p in parts if p)

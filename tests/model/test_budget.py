@@ -240,3 +240,36 @@ def test_unified_memory_budgets_against_the_default_gpu_limit():
     whole = memory_budget(m2.model_copy(update={"gpu_memory_limit_bytes": None}), m70,
                           "bf16", eng)
     assert whole.device_bytes == 192 * GIB and whole.gpu_layers == whole.num_layers
+
+
+def test_an_unset_context_is_the_engines_own_default():
+    # engines.md §1.1: max_model_len defaults to the model's maximum; §3.1: llama-server
+    # -c 0 = the training context, which --fit may shrink (§3.6); Ollama keeps num_ctx
+    m = load_model("llama-3.1-8b")  # max context 131,072 (models.csv)
+    vllm, llama_cpp = engine_for_gpu("vllm", GPU, m), engine_for_gpu("llama.cpp", GPU, m)
+    assert vllm.context_tokens == 131_072
+    assert (llama_cpp.context_tokens, llama_cpp.fit_context) == (131_072, True)
+    assert engine_for_gpu("ollama", GPU, m).context_tokens == 4096
+    set_ = engine_for_gpu({"preset": "llama.cpp", "context_tokens": 8192}, GPU, m)
+    assert (set_.context_tokens, set_.fit_context) == (8192, False)
+    assert engine_for_gpu("vllm", GPU).context_tokens == 32_768  # no model: the preset's
+
+
+@pytest.mark.parametrize("gpu, shrunk", [("rtx-4090", False), ("rtx-4060-ti-16gb", True)])
+def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
+    # llama-3.1-8b q4_k_m, f16 KV 131,072 B/token (models.csv), flash attention on (the
+    # compute buffer does not grow with -c): the whole 131,072-token context fits a 24 GiB
+    # card with 1 GiB left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the
+    # largest multiple of 256 that leaves the 1 GiB target free (§3.6)
+    g, m = load_gpu(gpu), load_model("llama-3.1-8b")
+    b = memory_budget(g, m, "q4_k_m", engine_for_gpu("llama.cpp", g, m))
+    room = g.memory_bytes - 1024 * MIB
+    assert b.gpu_layers == 32 and b.total_bytes <= room
+    if not shrunk:
+        assert b.kv_pool_tokens == 131_072
+        return
+    fixed = b.total_bytes - b.kv_reserved_bytes
+    assert b.kv_reserved_bytes == b.kv_pool_tokens * 131_072 and b.kv_pool_tokens % 256 == 0
+    assert 4096 <= b.kv_pool_tokens < 131_072
+    assert fixed + (b.kv_pool_tokens + 256) * 131_072 > room  # the largest that fits
+    assert any("--fit shrank the context" in n for n in b.notes)

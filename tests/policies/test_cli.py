@@ -18,7 +18,8 @@ BASE = ["simulate", "quickstart", "--set", "workload.max_sessions=2"]
     (["policies=[{kind: idle_offload, host_budget_bytes: 0}]"], "host_budget_bytes"),
     (["engine.cache_ram_bytes=0", "policies=[{kind: idle_offload}]"], "host memory"),
     (["host=apple-m4-max-128gb", "policies=[{kind: idle_offload}]"], "no host tier"),
-    (["engine=vllm", "policies=[{kind: idle_offload}]"], "slot engines"),
+    (["engine={preset: vllm, context_tokens: 16384}", "policies=[{kind: idle_offload}]"],
+         "slot engines"),
     (["policies=[{kind: teleport}]"], "teleport"),
 ])
 def test_bad_policy_input_is_one_line_and_exit_2(tmp_path, capsys, sets, needle) -> None:

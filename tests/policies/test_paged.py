@@ -142,11 +142,15 @@ def test_turn_boundaries_are_pinned_and_dropping_them_collapses() -> None:
     assert turn2.prompt_tokens - no_turn2.prompt_tokens == 3 * 4
 
 
+VLLM_16K, SGLANG_16K = ("engine={preset: vllm, context_tokens: 16384}",
+                        "engine={preset: sglang, context_tokens: 16384}")
+
+
 @pytest.mark.parametrize("sets, field", [
-    (["engine=vllm", "policies=[{kind: sliding_window, window_tokens: 512}]"], "slot engines"),
+    ([VLLM_16K, "policies=[{kind: sliding_window, window_tokens: 512}]"], "slot engines"),
     (["policies=[{kind: host_kv_cache}]"], "host_kv_cache"),
-    (["engine=vllm", "engine.preemption_mode=swap"], "swap_space_bytes"),
-    (["engine=sglang", "host=apple-m4-max-128gb", "policies=[{kind: host_kv_cache}]"],
+    ([VLLM_16K, "engine.preemption_mode=swap"], "swap_space_bytes"),
+    ([SGLANG_16K, "host=apple-m4-max-128gb", "policies=[{kind: host_kv_cache}]"],
      "no host tier"),
 ])
 def test_policy_engine_family_errors_are_one_line(sets, field) -> None:
