@@ -77,6 +77,31 @@ def seq_drop(seq: TokenSeq, start: int, end: int) -> TokenSeq:
     return head + tuple(tail)
 
 
+def fit_chat_prompt(seq: TokenSeq, limit: int, keep: int) -> tuple[TokenSeq, int, int]:
+    """Ollama's fit of a chat prompt into ``limit`` tokens (engines.md §4.5):
+    ``(prompt, tokens of dropped messages, tokens truncated)``.
+
+    Messages (a piece each: a system prompt, a turn's input or tool output, an answer)
+    are dropped oldest first, always keeping the system messages and the latest one,
+    until the prompt fits; a prompt still too long keeps its first ``keep`` tokens and
+    drops the oldest after them.
+    """
+    total = seq_len(seq)
+    drop: set[int] = set()
+    dropped = 0
+    for i, (sid, s, e) in enumerate(seq[:-1]):
+        if total - dropped <= limit:
+            break
+        if not sid.startswith("sys/"):
+            drop.add(i)
+            dropped += e - s
+    fitted = tuple(p for i, p in enumerate(seq) if i not in drop)
+    excess = total - dropped - limit
+    if excess > 0:
+        fitted = seq_drop(fitted, keep, keep + excess)
+    return fitted, dropped, max(excess, 0)
+
+
 def seq_append(seq: list[Piece], sid: str, start: int, end: int) -> None:
     """Append ``(sid, start, end)`` in place, merging with a contiguous last piece."""
     if seq and seq[-1][0] == sid and seq[-1][2] == start:

@@ -28,7 +28,14 @@ from collections.abc import Callable
 
 from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool, append_computed
 from kvsim.core.policy import NullPolicy, SchedulerPolicy
-from kvsim.core.requests import Request, Status, common_prefix, seq_drop, seq_len
+from kvsim.core.requests import (
+    Request,
+    Status,
+    common_prefix,
+    fit_chat_prompt,
+    seq_drop,
+    seq_len,
+)
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import slot_advance, slot_stretch_limit
 
@@ -94,14 +101,14 @@ class SlotScheduler:
                     f"request ({req.prompt_tokens} tokens) exceeds the available context "
                     f"size ({self.cap} tokens)"))
                 return False
+            # NOTE: fitted to cap - 1 so the slot holds the first sampled token (Ollama
+            # fits num_ctx and shifts at once: one token apart)
             keep = self._keep_tokens(req.prompt_tokens)
-            block = (self.cap - keep) // 2
-            erased = (req.prompt_tokens - keep - block) // block
-            start, end = keep, keep + erased * block
-            self.events.append(EngineEvent(now_s, "truncate_prompt", req.request_id,
-                                           f"dropped tokens [{start}, {end})"))
-            req.prompt = seq_drop(req.prompt, start, end)
+            req.prompt, dropped, cut = fit_chat_prompt(req.prompt, self.cap - 1, keep)
             req.prompt_tokens = seq_len(req.prompt)
+            self.events.append(EngineEvent(
+                now_s, "truncate_prompt", req.request_id,
+                f"dropped {dropped} tokens of old messages, truncated {cut} after {keep}"))
         self.waiting.append(req)
         return True
 

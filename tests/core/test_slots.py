@@ -84,10 +84,33 @@ def test_prompt_longer_than_slot_fails_with_400_or_truncates() -> None:
                truncate_prompt=True)
     long2 = req("L#0", [("L", 1500)], out=4)
     assert t.add_request(long2, 0.0)
-    # block = (1024 - 4) // 2 = 510; erased = (1500 - 4 - 510) // 510 = 1 block
-    assert long2.prompt_tokens == 1500 - 510
+    # one message (the latest, kept): the runner keeps num_keep = 4 tokens and drops the
+    # oldest after them down to 1023 (one cell left in the 1024-token slot): [4, 481)
+    assert long2.prompt_tokens == 1023 and long2.prompt == (("L", 0, 4), ("L", 481, 1500))
     run_until_idle(t)
     assert long2.num_output == 4 and not long2.failure_reason
+
+
+def test_ollama_drops_old_messages_then_truncates() -> None:
+    # engines.md §4.5: messages go oldest first, system prompt and the latest kept.
+    # 100 system + 4 x (300 in + 200 out) + 300 in = 2,400 tokens into a 1,024-token slot
+    # (fitted to 1,023): t0/in, t0/out, t1/in, t1/out, t2/in, t2/out go (1,500 tokens),
+    # leaving 100 + 300 (t3/in) + 200 (t3/out) + 300 (t4/in) = 900
+    t = _slots(slot_tokens=1024, pool_cells=2048, n_keep=4, truncate_prompt=True)
+    hist = [("sys/s", 100)] + [(f"c/t{i}/{k}", n) for i in range(4)
+                                for k, n in (("in", 300), ("out", 200))]
+    r = req("c#4", [*hist, ("c/t4/in", 300)], out=4)
+    assert t.add_request(r, 0.0)
+    assert r.prompt_tokens == 900
+    assert [p[0] for p in r.prompt] == ["sys/s", "c/t3/in", "c/t3/out", "c/t4/in"]
+    assert t.events[-1].detail == "dropped 1500 tokens of old messages, truncated 0 after 4"
+    # the latest message alone over the slot: every older message goes, then the runner
+    # truncates after num_keep: 100 + 1,200 = 1,300 -> 1,023, cutting tokens [4, 281):
+    # the system prompt's last 96 and the message's first 181
+    big = req("c#5", [("sys/s", 100), ("c/t0/in", 300), ("c/t5/in", 1200)], out=4)
+    assert t.add_request(big, 0.0)
+    assert big.prompt == (("sys/s", 0, 4), ("c/t5/in", 181, 1200))
+    assert t.events[-1].detail == "dropped 300 tokens of old messages, truncated 277 after 4"
 
 
 def test_generation_stops_or_shifts_at_slot_end() -> None:
