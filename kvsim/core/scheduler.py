@@ -77,6 +77,10 @@ class PagedScheduler:
         self.policy: SchedulerPolicy = NullPolicy()  # kvsim.core.policy
         self.host: HostBlockPool | None = None
         self.host_load = "auto"
+        # NOTE: LMCache keeps whole chunks of prompt KV only (engines.md §5): blocks per
+        # chunk, and whether decoded KV is stored (vLLM native offload / HiCache: blocks)
+        self.host_chunk_blocks = 1
+        self.host_store_decode = True
         self.recompute_s: Callable[[int, int], float] | None = None
         self.swapped: dict[str, int] = {}  # request id → bytes in swap space
         self.loaded_tokens: dict[str, int] = {}  # request id → tokens loaded from host
@@ -127,6 +131,9 @@ class PagedScheduler:
             n = self.manager.req_num_hashed.get(req.request_id, 0)
             if keep_cached is not None:
                 n = min(n, keep_cached)
+            if not self.host_store_decode:
+                n = min(n, req.prompt_tokens // self.block_tokens)
+            n -= n % self.host_chunk_blocks
             new = self.host.store(req.block_hashes[:n])
             if new and self.link is not None:
                 nbytes = new * self.block_bytes
@@ -172,6 +179,7 @@ class PagedScheduler:
         if max_blocks <= k:
             return 0
         m = self.host.match(self.manager.chain(req, max_blocks)[k:])
+        m = max((k + m) // self.host_chunk_blocks * self.host_chunk_blocks - k, 0)
         tokens = m * self.block_tokens
         if m and self.host_load == "auto" and self.recompute_s is not None:
             h2d = self.link.h2d

@@ -28,6 +28,7 @@ from kvsim.policies.runtime import PolicyRuntime
 
 HOST_KV_FRACTION = 0.5  # ASSUMPTION: half of host RAM may hold KV copies (OS + apps the rest)
 LMCACHE_CPU_BYTES = 5 * 10**9  # engines.md §5: LMCache max_local_cpu_size default 5.0 GB
+LMCACHE_CHUNK_TOKENS = 256     # engines.md §5: chunk_size default 256
 
 
 def _bytes_per_token(sched: Any) -> int:
@@ -93,6 +94,10 @@ def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any
                          f"({host.memory_bytes} bytes)")
     sched.host = HostBlockPool(budget // sched.block_bytes, sched.block_bytes)
     sched.host_load = pol.load
+    if engine.preset == "vllm" and pol.backend == "lmcache":
+        # NOTE: save_unfull_chunk=false, save_decode_cache=false (engines.md §5)
+        sched.host_chunk_blocks = max(LMCACHE_CHUNK_TOKENS // sched.block_tokens, 1)
+        sched.host_store_decode = False
     sched.recompute_s = lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ()))
 
 

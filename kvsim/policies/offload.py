@@ -44,7 +44,8 @@ class HostKVCacheConfig(BaseModel):
     backend (``max_local_cpu_size`` default 5.0 GB), SGLang HiCache (host pool =
     ``--hicache-ratio`` × the device KV pool, default 2.0), engines.md §1.6, §2.4, §5.
     ``host_budget_bytes`` None = the engine's default: 2.0 × the GPU pool on SGLang,
-    LMCache's 5.0 GB on vLLM.  ``load: auto`` loads a host hit only when the copy
+    LMCache's 5.0 GB on vLLM.  On vLLM ``backend: lmcache`` (default) stores and loads
+    whole 256-token chunks of prompt KV only; ``native`` stores every full block.  ``load: auto`` loads a host hit only when the copy
     ends before recomputing those tokens would; ``always`` loads every hit.
     """
 
@@ -53,3 +54,6 @@ class HostKVCacheConfig(BaseModel):
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
     hicache_ratio: float = Field(2.0, gt=0, description="SGLang: host pool / device pool")
     load: Literal["auto", "always"] = "auto"
+    backend: Literal["lmcache", "native"] = Field(
+        "lmcache", description="vLLM: LMCache keeps whole 256-token chunks of prompt KV "
+        "(no partial chunk, no decoded KV, engines.md §5); native offloading keeps blocks")

@@ -15,7 +15,6 @@ from tests.policies.helpers import SPAN, doc_session, references, run
 
 # 1 GiB pool of 16-token f16 blocks of Llama-3.1-8B (128 KiB/token): 512 blocks.
 SMALL = ["engine.kv_cache_memory_bytes=1GiB", "engine.context_tokens=8192", "policies=[]"]
-HOST = "policies=[{kind: host_kv_cache}]"
 
 
 def _vllm(*sets: str, sessions):
@@ -34,7 +33,12 @@ def _detail(res) -> str:
     return d
 
 
-def test_paged_reference_is_intact_and_names_where_its_kv_came_from() -> None:
+# Turn 2 = 5490 tokens, GPU hit 12 blocks (192 tokens; see the test below).  LMCache
+# (default) stored whole 256-token chunks of each prompt: turn 1's 5450-token prompt
+# -> 21 chunks = 5376 tokens = 336 blocks, so 324 blocks (5184 tokens) load.  Native
+# offloading stored turn 1's whole chain up to block 341 -> 329 blocks (5264 tokens).
+@pytest.mark.parametrize("backend, loaded", [("lmcache", 5184), ("native", 5264)])
+def test_paged_reference_is_intact_and_names_where_its_kv_came_from(backend, loaded) -> None:
     doc = doc_session(think_s=60.0)
     _, alone = _vllm(sessions=[doc])
     assert "via=gpu" in _detail(alone) and references(alone) == [("INTACT", 1.0, 0.0, 0)]
@@ -44,16 +48,15 @@ def test_paged_reference_is_intact_and_names_where_its_kv_came_from() -> None:
     _, evicted = _vllm(sessions=[doc, _intruder()])
     assert "via=recompute" in _detail(evicted)
     assert references(evicted) == [("INTACT", 1.0, 0.0, 0)]
-    sc, host = _vllm(HOST, sessions=[doc, _intruder()])
+    sc, host = _vllm(f"policies=[{{kind: host_kv_cache, backend: {backend}}}]",
+                     sessions=[doc, _intruder()])
     assert "via=host" in _detail(host) and references(host) == [("INTACT", 1.0, 0.0, 0)]
-    # turn 2 = 5490 tokens: GPU hit 12 blocks, host holds the turn-1 chain up to block
-    # 341 → 329 blocks (5264 tokens) loaded instead of recomputed
     bpt = kv_geometry(sc.model).kv_bytes_per_token
-    assert host.summary["host_load_bytes"] == 5264 * bpt
+    assert host.summary["host_load_bytes"] == loaded * bpt
     t = {r: (e.set_index("request_id").loc["s#2"]) for r, e in
          (("evicted", evicted.requests), ("host", host.requests))}
-    assert t["evicted"].cached_tokens == 192 and t["host"].cached_tokens == 192 + 5264
-    copy_s = sc.link.latency_s + 5264 * bpt / sc.link.h2d_bytes_per_s
+    assert t["evicted"].cached_tokens == 192 and t["host"].cached_tokens == 192 + loaded
+    copy_s = sc.link.latency_s + loaded * bpt / sc.link.h2d_bytes_per_s
     assert copy_s <= t["host"].ttft_s < t["evicted"].ttft_s
 
 
