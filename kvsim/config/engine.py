@@ -200,7 +200,11 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
             fill["context_tokens"] = model.max_context_tokens
         elif preset == "llama.cpp":  # §3.1: -c 0 = the training context; §3.6: --fit
             fill.update(context_tokens=model.max_context_tokens, fit_context=True)
-    return resolve_engine({**fill, **given})
+    merged = {**fill, **given}
+    if preset == "ollama" and model is not None and any(
+            g.kind == "mla" for g in model.layer_groups):
+        merged["context_shift"] = False  # §4.5: DeepSeek2-family models cannot shift
+    return resolve_engine(merged)
 
 
 def engine_names() -> list[str]:

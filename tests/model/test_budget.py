@@ -273,3 +273,11 @@ def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
     assert 4096 <= b.kv_pool_tokens < 131_072
     assert fixed + (b.kv_pool_tokens + 256) * 131_072 > room  # the largest that fits
     assert any("--fit shrank the context" in n for n in b.notes)
+
+
+def test_ollama_cannot_shift_deepseek2_models():
+    # engines.md §4.5: context shift on a full slot, except DeepSeek2-family (MLA) models
+    assert engine_for_gpu("ollama", GPU, load_model("llama-3.1-8b")).context_shift
+    assert not engine_for_gpu("ollama", GPU, load_model("deepseek-v2-lite")).context_shift
+    assert not engine_for_gpu({"preset": "ollama", "context_shift": True}, GPU,
+                              load_model("deepseek-v2-lite")).context_shift
