@@ -46,17 +46,20 @@ class RooflineLatency:
     def __init__(self, *, gpu: GpuSpec, host: HostSpec, model: ModelSpec, geometry: KvGeometry,
                  weights: WeightSplit, gpu_layers: int | None = None,
                  step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,
-                 kv_quantized: bool = False) -> None:
+                 kv_quantized: bool = False, head_on_gpu: bool | None = None) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
-        full = layers == model.num_layers
+        # the output head: on the GPU with a full offload, or where the budget put it
+        # (llama.cpp --fit places it first, kvsim.model.weights.WeightSplit.gpu_bytes)
+        on_gpu = layers == model.num_layers if head_on_gpu is None else head_on_gpu
         head = weights.non_repeating_bytes - weights.embedding_bytes
         # NOTE: the token embedding is a row lookup, never streamed whole.
         active = model.params_active / model.params_total
         self.gpu_fraction = layers / model.num_layers
-        self.gpu_weight_bytes = active * (layers * weights.per_layer_bytes + (head if full else 0))
+        self.gpu_weight_bytes = active * (layers * weights.per_layer_bytes
+                                          + (head if on_gpu else 0))
         self.cpu_weight_bytes = active * ((model.num_layers - layers) * weights.per_layer_bytes
-                                          + (0 if full else head))
+                                          + (0 if on_gpu else head))
         self.linear_flops_per_token = 2.0 * model.params_active
         self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
         self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)

@@ -85,3 +85,25 @@ def test_constant_model() -> None:
     c = ConstantLatency(0.02, prefill_token_s=1e-4, decode_token_s=1e-3)
     assert c.step_time_s(BatchShape((100,), (0,), (5, 6))) == pytest.approx(0.02 + 0.01 + 0.002)
     assert c.decode_steps_s(np.array([1, 2, 3]), 4).tolist() == [0.023] * 4
+
+
+def test_partial_offload_streams_the_head_where_the_budget_put_it() -> None:
+    # qwen2.5-32b q4_k_m, 8k context, RTX 3060 12GB: llama.cpp --fit puts the output head
+    # (471,033,446 B) and 32 of 64 layers (292,506,767 B each) on the GPU
+    # (tests/model/test_budget.py); an explicit -ngl 32 leaves the head on the CPU.  The
+    # model is dense (params_active == params_total): every byte is read per step.
+    from kvsim.config.scenario import resolve_scenario
+    from kvsim.latency.factory import make_latency_model
+    from kvsim.model.budget import memory_budget
+
+    head, layer = 471_033_446, 292_506_767
+    for ngl, gpu_bytes, cpu_bytes in ((None, head + 32 * layer, 32 * layer),
+                                      (32, 32 * layer, head + 32 * layer)):
+        engine = {"preset": "llama.cpp", "context_tokens": 8192,
+                  **({} if ngl is None else {"gpu_layers": ngl})}
+        sc = resolve_scenario({"gpu": "rtx-3060-12gb", "model": "qwen2.5-32b",
+                               "weights": "q4_k_m", "workload": {}, "engine": engine})
+        b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine)
+        r = make_latency_model(sc, b)
+        assert b.gpu_layers == 32
+        assert (r.gpu_weight_bytes, r.cpu_weight_bytes) == (gpu_bytes, cpu_bytes), ngl
