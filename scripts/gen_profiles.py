@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,13 @@ def _gpu_limit(slug: str, memory_bytes: int) -> int | None:
     return int(value * memory_bytes) if kind == "fraction" else int(value * GIB)
 
 
+def _experts(text: str) -> tuple[int | None, int | None]:
+    """Routed experts and those active per token, from "128 experts, 8 active",
+    "64 routed (6 active)", "16 experts (1 active)" (models.csv attention_kind / notes)."""
+    m = re.search(r"(\d+)\s+(?:routed\s*)?(?:experts?\s*)?[,(]\s*(\d+)\s+active", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+
+
 def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
     unified = "unified" in row["segment"].lower()
     gen, lanes = _int(row["pcie_gen"]), _int(row["pcie_lanes"])
@@ -231,6 +239,7 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
                   f"{NO_POSITION_LIMIT_TOKENS} is a kvsim planning cap")
     if mla:
         notes += " | num_kv_heads/head_dim describe the one shared MLA latent per layer"
+    experts = _experts(f"{row['attention_kind']} {row['notes']}")
     return {
         "name": MODEL_SLUGS[name],
         "display_name": name,
@@ -245,6 +254,8 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         "vocab_size": int(row["vocab_size"]),
         "max_context_tokens": max_pos or NO_POSITION_LIMIT_TOKENS,
         "layer_groups": groups,
+        "num_experts": experts[0],
+        "num_experts_active": experts[1],
         "attention_kind": row["attention_kind"],
         "source": row["source"],
         "notes": f"{notes} | kv_formula: {row['kv_formula']}".strip(" |"),

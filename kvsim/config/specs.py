@@ -152,6 +152,9 @@ class ModelSpec(BaseModel):
     vocab_size: int = Field(gt=0)
     max_context_tokens: int = Field(gt=0)
     layer_groups: tuple[LayerGroup, ...]
+    num_experts: int | None = Field(None, gt=0, description="MoE: routed experts per layer")
+    num_experts_active: int | None = Field(None, gt=0, description="MoE: routed experts "
+                                           "each token uses")
     attention_kind: str = ""
     source: str
     notes: str = ""

@@ -31,7 +31,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.model.geometry import KvGeometry
-from kvsim.model.weights import WeightSplit
+from kvsim.model.weights import WeightSplit, expert_params
 
 DEFAULT_DEQUANT_FACTOR = 0.25
 
@@ -46,7 +46,8 @@ class RooflineLatency:
     def __init__(self, *, gpu: GpuSpec, host: HostSpec, model: ModelSpec, geometry: KvGeometry,
                  weights: WeightSplit, gpu_layers: int | None = None,
                  step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,
-                 kv_quantized: bool = False, head_on_gpu: bool | None = None) -> None:
+                 kv_quantized: bool = False, head_on_gpu: bool | None = None,
+                 cpu_expert_layers: int = 0) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
         # the output head: on the GPU with a full offload, or where the budget put it
@@ -61,6 +62,14 @@ class RooflineLatency:
         self.cpu_weight_bytes = active * ((model.num_layers - layers) * weights.per_layer_bytes
                                           + (0 if on_gpu else head))
         self.linear_flops_per_token = 2.0 * model.params_active
+        # MoE experts in system RAM (llama.cpp --fit): a token reads k/E of them there
+        # and does their FLOPs on the CPU; their layers' attention and KV stay on the GPU
+        k_frac = (model.num_experts_active or 0) / (model.num_experts or 1)
+        moe_read = k_frac * cpu_expert_layers * weights.expert_bytes_per_layer
+        self.gpu_weight_bytes -= moe_read
+        self.cpu_weight_bytes += moe_read
+        self.cpu_linear_flops_per_token = (2.0 * k_frac * expert_params(model)
+                                           * cpu_expert_layers / model.num_layers)
         self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
         self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
@@ -107,14 +116,14 @@ class RooflineLatency:
     def _times(self, tokens: np.ndarray, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
         """Step time for arrays of (tokens, attention pairs, KV bytes) per step."""
         flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
-        f = self.gpu_fraction
+        f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         kv_time_gpu = f * kv_read / self.gpu_bw
-        t_gpu = np.maximum(f * flops / self.gpu_flops,
+        t_gpu = np.maximum((f * flops - moe) / self.gpu_flops,
                            self.gpu_weight_bytes / self.gpu_bw + kv_time_gpu)
         t_cpu = 0.0
-        if f < 1.0:
+        if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bw
-            t_cpu = np.maximum((1 - f) * flops / self.cpu_flops,
+            t_cpu = np.maximum(((1 - f) * flops + moe) / self.cpu_flops,
                                self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
         return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
@@ -147,14 +156,14 @@ class RooflineLatency:
 
     def _time1(self, tokens: float, pairs: float, kv_read: float) -> float:
         flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
-        f = self.gpu_fraction
+        f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         kv_time_gpu = f * kv_read / self.gpu_bw
-        t = self.overhead_s + max(f * flops / self.gpu_flops,
+        t = self.overhead_s + max((f * flops - moe) / self.gpu_flops,
                                   self.gpu_weight_bytes / self.gpu_bw + kv_time_gpu)
         t += self.dequant * kv_time_gpu
-        if f < 1.0:
+        if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bw
-            t += max((1 - f) * flops / self.cpu_flops,
+            t += max(((1 - f) * flops + moe) / self.cpu_flops,
                      self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
             t += self.dequant * kv_time_cpu
         return t
@@ -174,15 +183,17 @@ class RooflineLatency:
         gflops, gbw, dq = self.gpu_flops, self.gpu_bw, self.dequant
         w_gpu = self.gpu_weight_bytes / gbw
         out = []
+        moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
+            self.cpu_linear_flops_per_token
         for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
             kv = float(lkv * tok)
             flops = nf * lin + float(full * tok) * pf
             kv_time_gpu = f * kv / gbw
-            t_gpu = max(f * flops / gflops, w_gpu + kv_time_gpu)
+            t_gpu = max((f * flops - moe) / gflops, w_gpu + kv_time_gpu)
             t_cpu = 0.0
-            if f < 1.0:
+            if cpu_side:
                 kv_time_cpu = (1 - f) * kv / self.cpu_bw
-                t_cpu = max((1 - f) * flops / self.cpu_flops,
+                t_cpu = max(((1 - f) * flops + moe) / self.cpu_flops,
                             self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
                 t_cpu = t_cpu + dq * kv_time_cpu
             out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)

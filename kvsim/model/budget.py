@@ -66,7 +66,9 @@ class MemoryBudget:
     - ``kv_reserved_bytes``: KV bytes on the GPU (slot engines: all cells of the GPU
       layers; paged: the whole pool).  ``kv_cpu_bytes``: KV of layers left on the CPU.
     - ``gpu_layers`` of ``num_layers`` repeating layers on the GPU;
-      ``weights_cpu_bytes`` stay in host memory (partial offload).
+      ``weights_cpu_bytes`` stay in host memory (partial offload).  MoE under
+      llama.cpp ``--fit``: the routed experts of ``cpu_expert_layers`` of the GPU
+      layers stay in host memory too (their attention and KV on the GPU).
     - ``kv_needed_bytes``: what ``parallel`` sequences of ``slot_tokens`` need (paged:
       rounded up to blocks) — equal to ``kv_reserved_bytes`` for slot engines.
     """
@@ -102,6 +104,7 @@ class MemoryBudget:
     notes: tuple[str, ...] = ()
     estimate: OllamaEstimate | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu_expert_layers: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -128,15 +131,16 @@ class MemoryBudget:
 
     @property
     def all_layers_on_gpu(self) -> bool:
-        return self.gpu_layers == self.num_layers
+        return self.gpu_layers == self.num_layers and not self.cpu_expert_layers
 
     def rows(self) -> list[tuple[str, int]]:
         """(label, bytes) rows of the device budget, in the order engines allocate."""
         return [
             ("driver / CUDA context reserve", self.driver_reserve_bytes),
             ("display / other processes", self.display_reserve_bytes),
-            (f"weights on GPU ({self.gpu_layers}/{self.num_layers} layers)",
-             self.weights_gpu_bytes),
+            (f"weights on GPU ({self.gpu_layers}/{self.num_layers} layers"
+             + (f"; experts of {self.cpu_expert_layers} in RAM)" if self.cpu_expert_layers
+                else ")"), self.weights_gpu_bytes),
             ("activation & compute buffers", self.activation_bytes),
             ("engine overhead (non-torch, CUDA graphs)", self.engine_overhead_bytes),
             (f"KV reserved ({self.cache_type_k}/{self.cache_type_v})", self.kv_reserved_bytes),

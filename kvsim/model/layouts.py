@@ -100,15 +100,18 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
                  geo: KvGeometry, lay: dict, n_layers_gpu: int, n_ctx: int, n_ctx_seq: int,
                  driver: int, display: int, logs: list[str], notes: list[str],
                  estimate: OllamaEstimate | None = None,
-                 failure: str | None = None) -> MemoryBudget:
+                 failure: str | None = None, cpu_expert_layers: int = 0) -> MemoryBudget:
     L = model.num_layers
     kv_gpu = lay["kv_total"] * n_layers_gpu // L
+    experts_ram = cpu_expert_layers * ws.expert_bytes_per_layer
     b = MemoryBudget(
         engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display,
         weights_format=ws.format, weights_total_bytes=ws.total_bytes,
-        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=lay["head_first"]),
-        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=lay["head_first"]),
+        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=lay["head_first"])
+        - experts_ram,
+        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=lay["head_first"])
+        + experts_ram, cpu_expert_layers=cpu_expert_layers,
         gpu_layers=n_layers_gpu, num_layers=L, activation_bytes=lay["compute"],
         engine_overhead_bytes=0, cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
         kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=kv_gpu,
@@ -122,6 +125,22 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
                 f"{_mib(kv_gpu)} on GPU; compute buffer size = {_mib(lay['compute'])}")
     return replace(b, fits=failure is None, failure=failure, log_lines=tuple(logs),
                    notes=tuple(notes))
+
+
+def _auto_placement(gpu: GpuSpec, L: int, gpu_total: Any, expert_bytes: int
+                    ) -> tuple[int, int]:
+    """--fit (§3.6): ``(layers on the GPU, of them with their experts in RAM)``.  An MoE
+    model's routed experts go to system RAM first, a layer's at a time, keeping its
+    attention and KV on the GPU; whole layers spill only when every expert is out."""
+    room = gpu.usable_memory_bytes - LLAMA_FIT_TARGET_BYTES
+    if not expert_bytes or gpu_total(L) <= room:
+        return _auto_layers(gpu, L, gpu_total, LLAMA_FIT_TARGET_BYTES), 0
+    moe = -(-(gpu_total(L) - room) // expert_bytes)
+    if moe <= L:
+        return L, moe
+    n = _auto_layers(gpu, L, lambda k: gpu_total(k) - k * expert_bytes,
+                     LLAMA_FIT_TARGET_BYTES)
+    return n, n
 
 
 def _auto_layers(gpu: GpuSpec, L: int, gpu_total, target: int) -> int:
@@ -171,8 +190,12 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
             notes.append(f"-c unset: --fit shrank the context from the model's "
                          f"{engine.context_tokens} to {ctx} tokens")
     n_ctx, n_ctx_seq, lay = layout(ctx)
+    moe = 0
     if engine.gpu_layers is None:
-        n_gpu = _auto_layers(gpu, L, lay["gpu_total"], LLAMA_FIT_TARGET_BYTES)
+        n_gpu, moe = _auto_placement(gpu, L, lay["gpu_total"], ws.expert_bytes_per_layer)
+        if moe:
+            notes.append(f"--fit: the experts of {moe}/{L} layers in system RAM (as "
+                         f"--n-cpu-moe {moe}); attention and KV stay on the GPU")
         if n_gpu < L:
             notes.append(f"--fit: only {n_gpu}/{L} layers leave 1 GiB free; the rest run on "
                          "the CPU (much slower decode)")
@@ -187,7 +210,7 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
     if geo.recurrent_bytes_per_seq:
         notes.append(f"recurrent state f32: {_mib(geo.recurrent_bytes_per_seq)} per sequence")
     return _slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
-                        driver, display, logs, notes)
+                        driver, display, logs, notes, cpu_expert_layers=moe)
 
 
 def _ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,

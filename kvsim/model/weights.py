@@ -88,6 +88,7 @@ class WeightSplit:
     non_repeating_bytes: int      # token embedding + output head
     embedding_bytes: int          # token embedding alone (part of non_repeating_bytes)
     num_layers: int
+    expert_bytes_per_layer: int = 0  # MoE: one layer's routed experts (part of per_layer)
 
     def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
                   head_first: bool = False) -> int:
@@ -132,4 +133,27 @@ def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
         format=wf.name, bits_per_weight=wf.bits_per_weight,
         total_bytes=per_layer_b * model.num_layers + non_rep_b,
         per_layer_bytes=per_layer_b, non_repeating_bytes=non_rep_b,
-        embedding_bytes=int(embed_params * to_bytes), num_layers=model.num_layers)
+        embedding_bytes=int(embed_params * to_bytes), num_layers=model.num_layers,
+        expert_bytes_per_layer=int(max(0.0, min(expert_params(model) / model.num_layers,
+                                                per_layer - _attention_params(model)))
+                                   * to_bytes))
+
+
+def _attention_params(model: ModelSpec) -> float:
+    """Q, K, V and O projections of one layer (what stays when its experts move)."""
+    heads = 2 * model.num_attention_heads + 2 * model.num_kv_heads
+    return float(model.hidden_size * model.head_dim * heads)
+
+
+def expert_params(model: ModelSpec) -> float:
+    """All routed experts' parameters of an MoE model (0 for a dense one).
+
+    A token reads the always-active part ``N`` and ``k`` of the ``E`` experts:
+    ``total = N + E·e`` and ``active = N + k·e``, so ``E·e = E (total − active) / (E − k)``.
+    NOTE: spread evenly over the layers, though some models keep their first layers
+    dense (DeepSeek) or route only every second layer (Jamba).
+    """
+    e, k = model.num_experts, model.num_experts_active
+    if not e or not k or k >= e:
+        return 0.0
+    return e * (model.params_total - model.params_active) / (e - k)

@@ -107,3 +107,28 @@ def test_partial_offload_streams_the_head_where_the_budget_put_it() -> None:
         r = make_latency_model(sc, b)
         assert b.gpu_layers == 32
         assert (r.gpu_weight_bytes, r.cpu_weight_bytes) == (gpu_bytes, cpu_bytes), ngl
+
+
+def test_moe_experts_in_ram_are_read_and_computed_on_the_cpu() -> None:
+    # Qwen3-30B-A3B q8_0 on an RTX 4090 at -c 32768: --fit puts the experts of m layers
+    # in RAM (tests/model/test_budget.py).  A token reads 8/128 of those experts
+    # (641,300,661 B a layer) from host memory; the GPU keeps the rest.
+    from kvsim.config.scenario import resolve_scenario
+    from kvsim.latency.factory import make_latency_model
+    from kvsim.model.budget import memory_budget
+
+    sc = resolve_scenario({"gpu": "rtx-4090", "model": "qwen3-30b-a3b", "weights": "q8_0",
+                           "workload": {}, "engine": {"preset": "llama.cpp",
+                                                      "context_tokens": 32768}})
+    b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine)
+    moe = make_latency_model(sc, b)
+    all_gpu = make_latency_model(sc)
+    assert b.cpu_expert_layers > 0 and moe.gpu_fraction == 1.0
+    read = 8 / 128 * b.cpu_expert_layers * 641_300_661
+    assert math.isclose(moe.cpu_weight_bytes, read, rel_tol=1e-12)
+    assert math.isclose(all_gpu.gpu_weight_bytes - moe.gpu_weight_bytes, read, rel_tol=1e-9)
+    step = BatchShape(decode_context=(4000,))
+    assert moe.step_time_s(step) > all_gpu.step_time_s(step)
+    # the stretch paths give the same floats as the scalar one
+    assert moe.decode_steps_list((4000,), 3)[0] == moe.step_time_s(step)
+    assert moe.decode_steps_s(np.array([4000]), 3)[0] == moe.step_time_s(step)

@@ -281,3 +281,26 @@ def test_ollama_cannot_shift_deepseek2_models():
     assert not engine_for_gpu("ollama", GPU, load_model("deepseek-v2-lite")).context_shift
     assert not engine_for_gpu({"preset": "ollama", "context_shift": True}, GPU,
                               load_model("deepseek-v2-lite")).context_shift
+
+
+def test_llama_cpp_fit_puts_moe_experts_in_ram_before_layers():
+    # engines.md §3.6: --fit puts MoE expert tensors in system RAM first.  Qwen3-30B-A3B
+    # (models.csv: 30.5B total, 3.3B active, 128 experts, 8 active, 48 layers, hidden
+    # 2048, 32 q / 4 kv heads x 128, vocab 151936) in q8_0 (8.5 bits):
+    #   experts  128 x (30.5e9 - 3.3e9) / 120 = 29.01e9, but at most a layer's weights
+    #            less its attention: (30.5e9 - 2 x 151936 x 2048) / 48 - 2048 x 128 x 72
+    #            = 603.58e6 params -> 641,300,661 B per layer
+    # RTX 4090, -c 32768: all on the GPU needs more than 23 GiB, so the experts of m
+    # layers move to RAM, m the fewest that fit; attention and KV stay (KV all on GPU)
+    g, m = GPU, load_model("qwen3-30b-a3b")
+    expert = 641_300_661
+    b = memory_budget(g, m, "q8_0", llama(context_tokens=32768))
+    room = g.memory_bytes - 1024 * MIB
+    assert b.gpu_layers == 48 and b.cpu_expert_layers > 0 and b.kv_cpu_bytes == 0
+    assert b.total_bytes <= room < b.total_bytes + expert  # one layer fewer would not fit
+    embed = 151936 * 2048 * 8.5 / 8
+    assert b.weights_cpu_bytes == int(embed) + b.cpu_expert_layers * expert
+    assert not b.all_layers_on_gpu
+    # a dense model spills whole layers as before
+    assert memory_budget(g, load_model("llama-3.1-8b"), "q8_0",
+                         llama(context_tokens=32768)).cpu_expert_layers == 0
