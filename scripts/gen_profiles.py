@@ -240,12 +240,17 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
     if mla:
         notes += " | num_kv_heads/head_dim describe the one shared MLA latent per layer"
     experts = _experts(f"{row['attention_kind']} {row['notes']}")
+    total, active = float(row["params_total_b"]), float(row["params_active_b"])
+    text = re.search(r"text-only ([0-9.]+)\s*B", row["notes"])
+    if text and active == total:  # models.csv: plan with the text weights (the vision
+        total = active = float(text.group(1))  # tower is a separate GGUF / not loaded)
+        notes += f" | params_total: text-only {total}B (vision tower excluded)"
     return {
         "name": MODEL_SLUGS[name],
         "display_name": name,
         "hf_repo": row["hf_repo"],
-        "params_total": float(row["params_total_b"]) * 1e9,
-        "params_active": float(row["params_active_b"]) * 1e9,
+        "params_total": total * 1e9,
+        "params_active": active * 1e9,
         "num_layers": int(row["num_layers"]),
         "hidden_size": int(row["hidden_size"]),
         "num_attention_heads": int(row["num_attention_heads"]),

@@ -83,6 +83,17 @@ def test_model_layer_patterns():
     assert {g.kind: g.layers for g in qn.layer_groups} == {"full": 12, "recurrent": 36}
 
 
+def test_model_weights_and_experts_follow_the_catalogue_notes():
+    # models.csv notes: Gemma-3 params include the SigLIP vision tower; "text weights for
+    # planning" are 3.88B / 11.77B / 27.0B.  MoE rows name their experts.
+    assert [load_model(f"gemma-3-{s}").params_total for s in ("4b", "12b", "27b")] == [
+        3.88e9, 11.77e9, 27.0e9]
+    experts = {n: (load_model(n).num_experts, load_model(n).num_experts_active) for n in (
+        "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v2-lite", "llama-3.1-8b")}
+    assert experts == {"qwen3-30b-a3b": (128, 8), "gpt-oss-20b": (32, 4),
+                       "deepseek-v2-lite": (64, 6), "llama-3.1-8b": (None, None)}
+
+
 def test_unknown_names_give_closest():
     with pytest.raises(InputError, match="closest: rtx-4090"):
         load_gpu("rtx-4091")
