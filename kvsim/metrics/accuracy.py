@@ -39,15 +39,19 @@ class ContentMultipliers(BaseModel):
     degraded_3bit: float = M(0.95, ge=0, le=1, description="~3 bit")
     degraded_2bit: float = M(0.70, ge=0, le=1, description="2-bit grouped (KIVI-2)")
     lost: float = M(0.10, ge=0, le=1, description="dropped, no copy")
+    lost_deep: float = M(0.05, ge=0, le=1, description="dropped with at most 1/8 of the "
+                         "session's context kept (§6.4 range midpoint)")
     collapse: float = M(0.05, ge=0, le=1, description="a pinned block was dropped")
 
 
 # §6.4 ranges (low, high) for sensitivity sweeps.
 RANGES: dict[str, dict[str, tuple[float, float]]] = {
     "exact": {"degraded_4bit": (0.93, 1.00), "degraded_3bit": (0.90, 0.99),
-              "degraded_2bit": (0.60, 0.90), "lost": (0.0, 0.4), "collapse": (0.0, 0.1)},
+              "degraded_2bit": (0.60, 0.90), "lost": (0.0, 0.4), "lost_deep": (0.0, 0.1),
+              "collapse": (0.0, 0.1)},
     "gist": {"degraded_4bit": (0.97, 1.00), "degraded_3bit": (0.98, 0.98),
-             "degraded_2bit": (0.97, 0.99), "lost": (0.6, 1.0), "collapse": (0.0, 0.1)},
+             "degraded_2bit": (0.97, 0.99), "lost": (0.6, 1.0), "lost_deep": (0.5, 0.8),
+             "collapse": (0.0, 0.1)},
 }
 P_HIT_RANGE = (0.80, 0.99)
 
@@ -58,11 +62,13 @@ class AccuracyConfig(BaseModel):
     model_config = _FROZEN
     exact: ContentMultipliers = Field(default_factory=ContentMultipliers)
     gist: ContentMultipliers = Field(default_factory=lambda: ContentMultipliers(
-        degraded_4bit=0.99, degraded_3bit=0.98, degraded_2bit=0.98, lost=0.90, collapse=0.05))
+        degraded_4bit=0.99, degraded_3bit=0.98, degraded_2bit=0.98, lost=0.90, lost_deep=0.65,
+        collapse=0.05))
     p_hit: float = Field(0.95, ge=0, le=1, description="a recall selector notices the span")
 
 
 INTACT, DEGRADED, RECOVERED, LOST, COLLAPSE = "INTACT", "DEGRADED", "RECOVERED", "LOST", "COLLAPSE"
+DEEP_LOSS_KEPT = 1 / 8  # §6.4: "LOST at <= 1/8 kept" has its own, lower multipliers
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,7 @@ class Outcome:
     label: str            # INTACT | DEGRADED | RECOVERED | LOST | COLLAPSE
     bits: float = 16.0    # lowest precision read over the span (after any recall)
     added_s: float = 0.0  # recall / promotion latency added to the turn
+    kept: float = 1.0     # LOST: share of the session's context still kept
 
     @property
     def name(self) -> str:
@@ -92,7 +99,7 @@ def multiplier(cfg: AccuracyConfig, outcome: Outcome, content: str) -> float:
     if outcome.label == COLLAPSE:
         return m.collapse
     if outcome.label == LOST:
-        return m.lost
+        return m.lost_deep if outcome.kept <= DEEP_LOSS_KEPT else m.lost
     if outcome.label == RECOVERED:
         if content != "exact":
             return 1.0
@@ -101,11 +108,11 @@ def multiplier(cfg: AccuracyConfig, outcome: Outcome, content: str) -> float:
 
 
 def classify(*, collapsed: bool, lost: bool, recalled: bool, bits: float,
-             added_s: float = 0.0) -> Outcome:
+             added_s: float = 0.0, kept: float = 1.0) -> Outcome:
     if collapsed:
         return Outcome(COLLAPSE, bits)
     if lost:
-        return Outcome(LOST, bits)
+        return Outcome(LOST, bits, kept=kept)
     if recalled:
         return Outcome(RECOVERED, bits, added_s)
     return Outcome(INTACT if bits >= 8 else DEGRADED, bits)

@@ -144,6 +144,13 @@ class RecallScorer:
             if promote:
                 rt.refresh_credits()
         out = classify(collapsed=collapsed, lost=lost, recalled=bool(nbytes), bits=bits,
-                       added_s=added)
+                       added_s=added, kept=_kept_share(led, req.prompt_tokens) if lost else 1.0)
         self._record(req, now_s, out, content, f"{seg}[{lo}:{hi}]", nbytes)
         return end
+
+
+def _kept_share(led: Ledger, kept_tokens: int) -> float:
+    """Share of the session's context the model still reads: the prompt it is given
+    over that plus every span dropped or offloaded from it."""
+    gone = sum(b - a for spans in led.dropped_ranges().values() for a, b in spans)
+    return kept_tokens / max(kept_tokens + gone, 1)

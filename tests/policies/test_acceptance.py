@@ -57,6 +57,17 @@ def test_sliding_window_loses_an_exact_reference_beyond_the_window() -> None:
     assert res.summary["evicted_tokens"] == 620 + 1352 + 2042
 
 
+def test_a_reference_lost_with_little_context_kept_scores_lower() -> None:
+    # the same session under a 128-token window: turn 2 reads its prompt (pinned head,
+    # message pins, the window and the new tokens) out of a context of that plus every
+    # evicted token, at most 1/8 of it: kv-policies §6.4 "LOST at <= 1/8 kept"
+    _, res = run("policies=[{kind: sliding_window, window_tokens: 128}]")
+    turn2 = res.requests.set_index("turn").loc[2]
+    kept = turn2.prompt_tokens / (turn2.prompt_tokens + res.summary["evicted_tokens"])
+    assert kept <= 1 / 8
+    assert references(res) == [("LOST", 0.05, 0.0, 0)]
+
+
 def test_gist_reference_lost_scores_the_gist_multiplier() -> None:
     _, res = run(*WINDOW, sessions=[doc_session(content="gist")])
     assert references(res) == [("LOST", 0.90, 0.0, 0)]

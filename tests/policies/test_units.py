@@ -61,6 +61,10 @@ def test_multipliers_follow_the_reference_table() -> None:
     assert multiplier(cfg, Outcome("DEGRADED", bits=2), "gist") == 0.98
     assert multiplier(cfg, Outcome("LOST"), "exact") == 0.10
     assert multiplier(cfg, Outcome("LOST"), "gist") == 0.90
+    # "LOST at <= 1/8 kept": 0.0-0.1 exact, 0.5-0.8 gist (midpoints)
+    assert multiplier(cfg, Outcome("LOST", kept=1 / 8), "exact") == 0.05
+    assert multiplier(cfg, Outcome("LOST", kept=1 / 8), "gist") == 0.65
+    assert multiplier(cfg, Outcome("LOST", kept=0.13), "gist") == 0.90
     assert multiplier(cfg, Outcome("COLLAPSE"), "gist") == 0.05
     # RECOVERED exact = p_hit * m(full) + (1 - p_hit) * m(LOST) = 0.95 + 0.05 * 0.1
     assert multiplier(cfg, Outcome("RECOVERED"), "exact") == pytest.approx(0.955)
