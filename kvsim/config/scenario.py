@@ -156,6 +156,16 @@ def _resolve_named(raw: dict[str, Any], key: str, loader: Any) -> Any:
     return loader(value) if isinstance(value, str) else value
 
 
+def _validated(value: Any, spec: type[BaseModel], field: str) -> Any:
+    """An inline profile (a mapping) as its spec; a loaded one as it is."""
+    if not isinstance(value, dict):
+        return value
+    try:
+        return spec.model_validate(value)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix=field) from None
+
+
 def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scenario:
     """Resolve profile names and engine presets in a raw mapping → :class:`Scenario`."""
     data = dict(raw)
@@ -166,20 +176,10 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     data["model"] = _resolve_named(data, "model", load_model)
     data["host"] = _resolve_named(data, "host", load_host) if "host" in data else load_host(
         "desktop-64gb")
-    gpu = data["gpu"]
-    if isinstance(gpu, dict):
-        try:
-            gpu = data["gpu"] = GpuSpec.model_validate(gpu)
-        except ValidationError as exc:
-            raise from_validation_error(exc, prefix="gpu") from None
+    gpu = data["gpu"] = _validated(data["gpu"], GpuSpec, "gpu")
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
-    model = data["model"]
-    if isinstance(model, dict):
-        try:
-            model = data["model"] = ModelSpec.model_validate(model)
-        except ValidationError as exc:
-            raise from_validation_error(exc, prefix="model") from None
+    model = data["model"] = _validated(data["model"], ModelSpec, "model")
     data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model)
     wl = data.get("workload")
     if isinstance(wl, str):
