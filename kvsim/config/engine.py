@@ -98,6 +98,9 @@ class SlotEngineConfig(BaseModel):
     n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "
                            "0 = half of them (llama.cpp request default, engines.md §3.4)")
     gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
+    max_queue: int | None = Field(None, gt=0, description="requests that may wait for a "
+                                  "slot, then HTTP 503 (Ollama OLLAMA_MAX_QUEUE); None = "
+                                  "no limit (llama-server defers without one)")
     fit_context: bool = Field(False, description="-c unset (0 = the training context): "
                               "--fit shrinks it toward what fits, not below 4096, rounded "
                               "to 256 (engines.md §3.1, §3.6)")

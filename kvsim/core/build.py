@@ -114,4 +114,5 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
         n_keep=engine.n_keep, n_discard=engine.n_discard,
         truncate_prompt=engine.preset == "ollama",
         restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0),
-        state_bytes_per_token=(sizing.kv_reserved_bytes + sizing.kv_cpu_bytes) // cells)
+        state_bytes_per_token=(sizing.kv_reserved_bytes + sizing.kv_cpu_bytes) // cells,
+        max_queue=engine.max_queue)

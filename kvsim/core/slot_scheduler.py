@@ -41,6 +41,7 @@ from kvsim.core.stretch import slot_advance, slot_stretch_limit
 
 FAIL_PROMPT_TOO_LONG = "exceed_context_size_error"
 FAIL_POOL_EXHAUSTED = "Context size has been exceeded."
+FAIL_QUEUE_FULL = "server busy"  # engines.md §4.1: HTTP 503 past OLLAMA_MAX_QUEUE
 
 
 class SlotScheduler:
@@ -53,7 +54,8 @@ class SlotScheduler:
                  context_shift: bool = False,
                  n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,
                  restore_time_s: Callable[[int], float] = lambda b: 0.0,
-                 state_bytes_per_token: int | None = None) -> None:
+                 state_bytes_per_token: int | None = None,
+                 max_queue: int | None = None) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
                              unified=unified, similarity=similarity)
         # NOTE: bytes_per_token is the GPU's KV (its offloaded layers); the RAM cache
@@ -71,6 +73,7 @@ class SlotScheduler:
         # NOTE: llama-server rejects a prompt longer than the slot even with context
         # shift on (engines.md §3.4, current builds); Ollama truncates it (§4.5)
         self.truncate_prompt = truncate_prompt
+        self.max_queue = max_queue  # Ollama: OLLAMA_MAX_QUEUE, then HTTP 503 (§4.1)
         self.policy: SchedulerPolicy = NullPolicy(restore_time_s)  # kvsim.core.policy
         self.waiting: deque[Request] = deque()
         self.events: list[EngineEvent] = []
@@ -93,6 +96,11 @@ class SlotScheduler:
     # -- queue entry ---------------------------------------------------------
     def add_request(self, req: Request, now_s: float) -> bool:
         self.policy.on_admit(req, now_s)
+        if self.max_queue is not None and len(self.waiting) >= self.max_queue:
+            req.fail(now_s, FAIL_QUEUE_FULL)
+            self.events.append(EngineEvent(now_s, "fail", req.request_id,
+                                           f"{len(self.waiting)} requests already queued"))
+            return False
         if req.prompt_tokens >= self.cap:
             if not self.truncate_prompt:
                 req.fail(now_s, FAIL_PROMPT_TOO_LONG)

@@ -272,3 +272,22 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
     assert (b.gpu_layers, b.num_layers) == (32, 64)
     sched = make_scheduler(sc.engine, PoolSizing.from_budget(b))
     assert sched.bytes_per_token == 131_072 and sched.ram.bytes_per_token == 262_144
+
+
+def test_ollama_rejects_requests_past_its_queue_limit() -> None:
+    # engines.md §4.1: OLLAMA_MAX_QUEUE (default 512) pending requests, then HTTP 503
+    # "server busy"; llama-server defers without a limit (§3.4)
+    from kvsim.config.engine import resolve_engine
+    from kvsim.core.slot_scheduler import FAIL_QUEUE_FULL
+
+    assert (resolve_engine("ollama").max_queue, resolve_engine("llama.cpp").max_queue) == (
+        512, None)
+    s = _slots(parallel=1, max_queue=2)
+    reqs = [req(f"q{i}#0", [(f"q{i}", 10)], out=2) for i in range(4)]
+    assert [s.add_request(r, 0.0) for r in reqs] == [True, True, False, False]
+    assert reqs[2].failure_reason == FAIL_QUEUE_FULL == "server busy"
+    run_until_idle(s)  # the queue drains: a later request is accepted again
+    assert s.add_request(req("q4#0", [("q4", 10)], out=2), 1.0)
+    unlimited = _slots(parallel=1)
+    assert all(unlimited.add_request(req(f"u{i}#0", [(f"u{i}", 10)], out=2), 0.0)
+               for i in range(600))
