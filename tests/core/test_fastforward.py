@@ -33,6 +33,7 @@ from kvsim.workload.schema import Session, Turn
 ENGINES = {
     "vllm": {"preset": "vllm", "context_tokens": 2048},
     "vllm-nocache": {"preset": "vllm", "context_tokens": 2048, "enable_prefix_caching": False},
+    "sglang": {"preset": "sglang", "context_tokens": 2048},  # retracts, freeing decoded KV
     "llama-slots": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 2,
                     "allocator": "slots"},
     "llama-unified": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 3,
@@ -51,6 +52,7 @@ POLICIES = [(), ({"kind": "idle_offload", "idle_after_s": 1.0, "host_budget_byte
             ({"kind": "kivi", "residual_tokens": 64, "group_tokens": 32},),
             ({"kind": "score_eviction", "budget_tokens": 250, "chunk_tokens": 32},
              {"kind": "idle_offload", "idle_after_s": 0.5, "host_budget_bytes": 10**9})]
+PAGED_HOST = ({"kind": "host_kv_cache"},)
 INT_COLUMNS = ["turn", "prompt_tokens", "cached_tokens", "computed_prompt_tokens",
                "recomputed_tokens", "output_tokens", "preemptions"]
 TIME_COLUMNS = ["arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s",
@@ -103,7 +105,8 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
        sess=sessions(), pool_tokens=st.sampled_from([2048, 4096, 16384]),
        interval=st.sampled_from([0.05, 0.3, 1.0]), policy=st.sampled_from(POLICIES))
 def test_fast_equals_step(engine, latency, sess, pool_tokens, interval, policy) -> None:
-    policy = policy if engine.startswith(("llama", "ollama")) else ()
+    if not engine.startswith(("llama", "ollama")):  # paged: the host tier (LMCache chunks
+        policy = PAGED_HOST if policy and engine != "vllm-nocache" else ()  # on vLLM)
     if engine == "llama-q8" and policy and policy[0]["kind"] in ("kivi", "recoverable_eviction"):
         policy = ()  # NOTE: demotion needs an f16 cache
     fast = _run(engine, latency, sess, pool_tokens, interval, "fast", policy)
