@@ -10,6 +10,7 @@ NOTE: loading is pure (reads files, never writes) and memoised per process by
 
 from __future__ import annotations
 
+import copy
 import functools
 from importlib import resources
 from pathlib import Path
@@ -59,9 +60,14 @@ def read_yaml(path: Path, field: str) -> dict[str, Any]:
     return data
 
 
-@functools.lru_cache(maxsize=512)
 def load_raw(kind: str, name: str) -> dict[str, Any]:
-    """The raw mapping of one profile, by slug or by path to a YAML file."""
+    """The raw mapping of one profile, by slug or by path to a YAML file (a fresh copy:
+    callers may edit it; NOTE: the parsed file is cached, never handed out)."""
+    return copy.deepcopy(_load_raw(kind, name))
+
+
+@functools.lru_cache(maxsize=512)
+def _load_raw(kind: str, name: str) -> dict[str, Any]:
     field = _FIELD_BY_KIND.get(kind, kind)
     as_path = Path(name)
     if name.endswith((".yaml", ".yml")) and as_path.is_file():

@@ -289,6 +289,24 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
     return engine.max_num_batched_tokens * 25 * model.hidden_size + sampled * model.vocab_size * 4
 
 
+def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: int,
+                   share: int, pool: int, blocks: int, tokens: int, ctx: int) -> str | None:
+    """The engine's own start-up refusal (§1.1), if any: too little free memory for the
+    requested share (vLLM), no room for KV blocks, or a max seq len over the pool."""
+    if short:
+        return (f"Free memory on device ({format_bytes(free)}/"
+                f"{format_bytes(gpu.usable_memory_bytes)}) on startup is less than desired "
+                f"GPU memory utilization ({engine.gpu_memory_utilization}, "
+                f"{format_bytes(share)})")
+    if pool <= 0 or blocks <= 0:
+        return ("No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine.")
+    if tokens < ctx:
+        return (f"The model's max seq len ({ctx}) is larger than the maximum number of "
+                f"tokens that can be stored in KV cache ({tokens})")
+    return None
+
+
 def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
                  driver: int, display: int, parallel: int) -> MemoryBudget:
     """vLLM (§1.1) / SGLang (§2.1): a share of the device holds weights + pool."""
@@ -316,18 +334,9 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     reserved = max(0, pool)
     overhead = engine.non_torch_bytes + engine.cuda_graph_bytes
     conc = tokens / ctx
-    failure = None
     free = gpu.usable_memory_bytes - driver - display
-    if vllm and engine.kv_cache_memory_bytes is None and free < share:
-        failure = (f"Free memory on device ({format_bytes(free)}/{format_bytes(gpu.usable_memory_bytes)})"
-                   f" on startup is less than desired GPU memory utilization "
-                   f"({engine.gpu_memory_utilization}, {format_bytes(share)})")
-    elif pool <= 0 or blocks <= 0:
-        failure = ("No available memory for the cache blocks. Try increasing "
-                   "`gpu_memory_utilization` when initializing the engine.")
-    elif tokens < ctx:
-        failure = (f"The model's max seq len ({ctx}) is larger than the maximum number of "
-                   f"tokens that can be stored in KV cache ({tokens})")
+    failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
+                             and free < share, free, share, pool, blocks, tokens, ctx)
     logs = [f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     if not vllm:

@@ -161,7 +161,7 @@ def _expand(top: str, name: str) -> dict[str, Any]:
     if top == "workload":
         return {"trace": name} if name.endswith((".jsonl", ".parquet")) else {"preset": name}
     if top in _PROFILE_KIND:
-        return dict(load_raw(_PROFILE_KIND[top], name))
+        return load_raw(_PROFILE_KIND[top], name)  # NOTE: a fresh copy, safe to edit
     return {}
 
 

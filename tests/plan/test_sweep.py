@@ -149,3 +149,16 @@ def test_unreachable_dask_address_is_a_quick_input_error():
         make_executor(dask="tcp://127.0.0.1:9", dask_timeout_s=1.0)
     assert exc.value.field == "--dask"
     assert time.monotonic() - t0 < 8
+
+
+def test_a_sweep_key_inside_a_profile_leaves_the_catalogue_untouched():
+    # set_key expands a profile name into its mapping and edits it; the profile that
+    # later loads must still be the catalogue's (the parsed YAML is cached)
+    from kvsim.config.catalog import load_model, load_raw
+    from kvsim.plan.sweep import set_key
+
+    raw = {"model": "gemma-2-27b"}
+    set_key(raw, "model.layer_groups.1.kind", "full", resolved={})
+    assert raw["model"]["layer_groups"][1]["kind"] == "full"
+    assert load_raw("models", "gemma-2-27b")["layer_groups"][1]["kind"] == "sliding"
+    assert {g.kind for g in load_model("gemma-2-27b").layer_groups} == {"full", "sliding"}
