@@ -40,7 +40,9 @@ def constraint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--jobs", "-j", type=int, default=None,
                      help="worker processes (default: all cores; 1 = in-process)"),
         click.option("--conservative", is_flag=True,
-                     help="judge upper CI bounds (Wilson for OOM risk) instead of estimates"),
+                     help="judge upper CI bounds (Wilson for OOM risk) instead of estimates; "
+                     "with no OOM in n runs the bound is about 3.84/(n+3.84), so "
+                     "--max-oom-risk must be above it (0.01 needs n >= 381)"),
         click.option("--runner", default=None, hidden=True,
                      help="MODULE:FUNC runner (Scenario -> RunOutput); tests/extensions"),
     ]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+from scipy import stats
 
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.errors import InputError
@@ -224,6 +225,8 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
     """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult."""
     if replications < 1:
         raise InputError("--replications", replications, "at least 1")
+    if conservative:
+        _check_reachable(constraints.max_oom_risk, replications)
     ev = _Evaluator(constraints, replications, executor, runner, conservative, progress)
     pts = _points(scenario, grid, constraints)
     _refuse_invalid_groups(pts)
@@ -244,12 +247,34 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
     return PlanResult(table, front, rec, notes)
 
 
+def _check_reachable(max_oom_risk: float, n: int) -> None:
+    """--conservative judges the OOM risk by its Wilson upper bound, which even with no
+    OOM in ``n`` runs is z²/(n + z²): refuse a limit no point could pass."""
+    z2 = stats.norm.ppf(0.975) ** 2  # NOTE: the 95 % interval of kvsim.plan.stats
+    if z2 / (n + z2) > max_oom_risk:
+        need = math.floor(z2 * (1 / max_oom_risk - 1)) + 1 if max_oom_risk > 0 else None
+        raise InputError("--max-oom-risk", max_oom_risk, (
+            f"unreachable with --conservative and {n} runs: no OOM in {n} runs still bounds "
+            f"the risk at {z2 / (n + z2):.3f}; " + (
+                f"use at least {need} replications or a higher limit" if need else
+                "use a limit above 0")))
+
+
+def _memory_wall_holds(ev: _Evaluator, row: dict[str, Any]) -> bool:
+    """Is a simulated boundary point memory-infeasible, as its pruning assumed?  Judged
+    on memory alone (a peak over the line, or any run out of memory), not on its SLOs
+    or on the OOM bound two runs give."""
+    return (row.get("binding") in MEMORY_BINDINGS or row.get("oom_count", 0) > 0
+            or row.get("peak_device_fraction", 0.0) > ev.c.max_device_fraction)
+
+
 def _verify(ev: _Evaluator, pruned: list[_Point]) -> list[str]:
     """Check the pruning.  The boundary of the pruned region (its minimal points) is
     simulated (two seeds); every other pruned point gets its exact static layout
     (``verified`` True when that alone is memory-infeasible, NA when only the
-    boundary vouches for it).  A boundary point that turns out feasible breaks the
-    assumption for its group: all that group's pruned points are evaluated in full."""
+    boundary vouches for it).  A boundary point that turns out to fit in memory breaks
+    the assumption for its group: all that group's pruned points, the boundary's too,
+    are evaluated in full."""
     boundary = [p for p in pruned if not any(q is not p and _dominates(q, p) for q in pruned)]
     broken: set[tuple[str | None, str]] = set()
     for p in pruned:
@@ -257,7 +282,7 @@ def _verify(ev: _Evaluator, pruned: list[_Point]) -> list[str]:
             continue
         if p in boundary:
             row = ev.evaluate(p, replications=min(2, ev.n), force_sim=True)
-            ok = not row.get("sim_feasible", False) or row.get("binding") in MEMORY_BINDINGS
+            ok = _memory_wall_holds(ev, row)
             p.row = {**row, "evaluated": "pruned+simulated", "verified": ok}
             if not ok:
                 broken.add((p.kv, p.policy))
@@ -270,7 +295,7 @@ def _verify(ev: _Evaluator, pruned: list[_Point]) -> list[str]:
             p.row = {**_row(p, v, "pruned", None, frac), "verified": pd.NA,
                      "notes": "inferred from a dominated point's simulated peak memory"}
     for p in pruned:
-        if (p.kv, p.policy) in broken and p.scenario is not None and p not in boundary:
+        if (p.kv, p.policy) in broken and p.scenario is not None:
             p.row = {**ev.evaluate(p), "verified": False}
     if broken:
         return ["monotonicity did not hold for " + ", ".join(

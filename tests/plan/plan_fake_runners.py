@@ -66,3 +66,16 @@ def spiky_run(scenario) -> RunOutput:
     spike = session_context(scenario) == 8192 and scenario.engine.parallel == 2
     return RunOutput({**out.summary, "peak_device_fraction": 0.99 if spike else 0.5},
                      out.oom_reason)
+
+
+def spiky_oom_run(scenario) -> RunOutput:
+    """The spike of :func:`spiky_run` at 8192 × 2, and an OOM at 16384 × 2 in six of
+    the eight plan seeds (seed 0): the run checks the pruned boundary point with two."""
+    from kvsim.plan.replicate import replication_seeds
+
+    e = scenario.engine
+    ctx = session_context(scenario)
+    oom = scenario.seed in replication_seeds(0, 8)[2:] and (ctx, e.parallel) == (16384, 2)
+    return RunOutput({"ttft_p95_s": 0.1, "failed_requests": int(oom),
+                      "peak_device_fraction": 0.99 if (ctx, e.parallel) == (8192, 2) else 0.5},
+                     "boom" if oom else "")

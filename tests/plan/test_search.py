@@ -1,7 +1,7 @@
 """Capacity search on real static layouts with a closed-form runner."""
 
 import pytest
-from plan_fake_runners import plan_run, spiky_run
+from plan_fake_runners import plan_run, spiky_oom_run, spiky_run
 
 from kvsim.config.scenario import resolve_scenario
 from kvsim.errors import InputError
@@ -122,6 +122,39 @@ def test_broken_monotonicity_is_detected_and_repaired():
     # its dominating neighbours were pruned, the boundary simulation found them feasible
     assert bool(t.loc[(16384, 2), "feasible"]) and bool(t.loc[(8192, 4), "feasible"])
     assert "monotonicity did not hold" in res.notes[0]
+
+
+def test_a_boundary_point_that_fits_in_memory_is_judged_on_every_run():
+    # 8192 x 2 spikes over the line, so 16384 x 2 (which it dominates) is pruned; the
+    # boundary check (two seeds) finds no OOM there, so the group is redone with all
+    # eight seeds, the boundary too: six of eight OOM -> risk 0.75, not recommended
+    C1 = build_constraints([], max_oom_risk=0.01)
+    res = search(scen("rtx-4090"), C1, PlanGrid((8192, 16384), (1, 2)), replications=8,
+                 runner=spiky_oom_run)
+    t = res.table.set_index(["context_tokens", "parallel"])
+    assert (t.loc[(16384, 2), "replications"], t.loc[(16384, 2), "oom_risk"]) == (8, 0.75)
+    assert not bool(t.loc[(16384, 2), "feasible"])
+    rec = res.recommendation
+    assert (rec["context_tokens"], rec["parallel"], rec["replications"]) == (16384, 1, 8)
+
+
+def test_conservative_checks_the_boundary_on_memory_not_on_two_runs_bound():
+    # no OOM anywhere: with 8 runs the Wilson upper bound of 0/8 is 0.32 < 0.5, so
+    # 16384 x 2 is feasible; its two-run check (bound 0.66) must not count as a wall
+    C5 = build_constraints([], max_oom_risk=0.5)
+    res = search(scen("rtx-4090"), C5, PlanGrid((8192, 16384), (1, 2)), replications=8,
+                 runner=spiky_run, conservative=True)
+    t = res.table.set_index(["context_tokens", "parallel"])
+    assert bool(t.loc[(16384, 2), "feasible"])
+    assert (res.recommendation["context_tokens"], res.recommendation["parallel"]) == (16384, 2)
+
+
+def test_conservative_refuses_an_oom_limit_no_point_can_pass():
+    # Wilson 95 %, 0 of n: upper bound z^2 / (n + z^2) = 3.8415 / 11.8415 = 0.324 at n = 8;
+    # below 0.01 needs n > 3.8415 x 99 = 380.3
+    with pytest.raises(InputError, match="0.324; use at least 381 replications"):
+        search(scen("rtx-4090"), build_constraints([], max_oom_risk=0.01),
+               PlanGrid((8192,), (1,)), replications=8, runner=plan_run, conservative=True)
 
 
 def test_engine_flags_per_engine():
