@@ -43,7 +43,7 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
     executor = make_executor(jobs, dask_address, dask_timeout)
     try:
         with ResultStore(out_dir) as store:
-            todo = sum(1 for p in points if not store.has(p.hash))
+            todo = sum(1 for p in points if not store.has(p.key))
             ERR.print(f"sweep '{spec.name}': {len(points)} scenarios, {len(points) - todo} "
                       f"already stored, {todo} to run")
             with progress_bar("simulating", todo, not no_progress) as advance:

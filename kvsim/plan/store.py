@@ -1,7 +1,7 @@
-"""A resumable result store keyed by scenario hash.
+"""A resumable result store keyed by scenario (:func:`results_key`).
 
 A sweep of hundreds of scenarios takes a while, and machines get killed.  Each
-finished scenario is stored under ``<root>/results/<scenario_hash>/`` holding
+finished scenario is stored under ``<root>/results/<key>/`` holding
 ``record.json`` (summary, OOM verdict, the sweep point's parameters, provenance)
 and, when the runner returned them, the full Results under ``results/``.
 
@@ -16,6 +16,7 @@ directory exists"; nothing else is consulted.  One sweep writes a store at a tim
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -48,7 +49,7 @@ def _jsonable(v: Any) -> Any:
 
 
 class ResultStore:
-    """``<root>/results/<hash>/record.json`` (+ ``results/``), written atomically."""
+    """``<root>/results/<key>/record.json`` (+ ``results/``), written atomically."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -101,7 +102,7 @@ class ResultStore:
             return False
         work = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.tmp))
         try:
-            doc = {**record, "scenario_hash": key, "kvsim_version": __version__,
+            doc = {**record, "store_key": key, "kvsim_version": __version__,
                    "store_format": STORE_FORMAT, "run_id": self.run_id,
                    "stored_at_unix_s": time.time()}
             if results is not None:
@@ -125,6 +126,26 @@ class ResultStore:
     def results_dir(self, key: str) -> Path | None:
         p = self.entries / key / "results"
         return p if p.is_dir() else None
+
+
+def results_key(scenario_hash: str, scenario: Any, digests: dict[str, str]) -> str:
+    """The store key of a scenario's results: its hash, the kvsim version and the content
+    of every file it reads (a trace, a preset or a calibration YAML/JSON given by path),
+    so an edited input file or a new kvsim is run again, never served stale.
+
+    NOTE: a bundled preset is named, not read here: the version covers it.  ``digests``
+    caches the sha256 of each path already read (a trace can be large).
+    """
+    wl, lat = scenario.workload, scenario.latency
+    paths = [wl.trace, wl.preset if wl.preset and wl.preset.endswith((".yaml", ".yml"))
+             else None, getattr(lat, "path", None)]
+    parts = [scenario_hash, __version__]
+    for path in (str(p) for p in paths if p):
+        if path not in digests:
+            with open(path, "rb") as fh:
+                digests[path] = hashlib.file_digest(fh, "sha256").hexdigest()
+        parts.append(digests[path])
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:

@@ -38,7 +38,7 @@ from kvsim.config.scenario import Scenario, resolve_scenario, scenario_hash
 from kvsim.errors import InputError, from_validation_error
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
-from kvsim.plan.store import ResultStore, write_table
+from kvsim.plan.store import ResultStore, results_key, write_table
 
 OPEN_MAPPINGS = ("workload.params",)
 _PROFILE_KIND = {"gpu": "gpus", "model": "models", "link": "links", "host": "hosts"}
@@ -65,6 +65,7 @@ class SweepPoint:
     params: dict[str, Any]
     scenario: Scenario
     hash: str
+    key: str = ""  # the result store's key (kvsim.plan.store.results_key)
 
 
 def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
@@ -177,6 +178,7 @@ def expand(spec: SweepSpec, base_dir: Path) -> list[SweepPoint]:
                              "resolved scenario.json for the available dotted keys)")
     out: list[SweepPoint] = []
     seen: set[str] = set()
+    digests: dict[str, str] = {}  # path -> sha256 of its content (results_key)
     for i, params in enumerate(points):
         doc = json.loads(json.dumps(raw))
         for key, value in params.items():
@@ -188,7 +190,7 @@ def expand(spec: SweepSpec, base_dir: Path) -> list[SweepPoint]:
         h = scenario_hash(scen)
         if h not in seen:
             seen.add(h)
-            out.append(SweepPoint(i, params, scen, h))
+            out.append(SweepPoint(i, params, scen, h, results_key(h, scen, digests)))
     return out
 
 
@@ -203,10 +205,10 @@ def run_sweep(points: list[SweepPoint], store: ResultStore, *,
               executor: Executor | None = None, runner: Runner = simulate_keep,
               progress: Callable[[int], None] | None = None) -> SweepOutcome:
     """Run every point not yet in ``store``; store each as it finishes; combine."""
-    todo = [p for p in points if not store.has(p.hash)]
+    todo = [p for p in points if not store.has(p.key)]
     ex = executor or InlineExecutor()
     for i, out in ex.imap_unordered(call_runner, [(runner, p.scenario) for p in todo]):
-        store.put(todo[i].hash, _record(todo[i], out), out.results)
+        store.put(todo[i].key, _record(todo[i], out), out.results)
         if progress is not None:
             progress(1)
     table = combined_table(points, store)
@@ -214,7 +216,8 @@ def run_sweep(points: list[SweepPoint], store: ResultStore, *,
 
 
 def _record(p: SweepPoint, out: RunOutput) -> dict[str, Any]:
-    return {"name": p.scenario.name, "params": p.params, "summary": out.summary,
+    return {"name": p.scenario.name, "scenario_hash": p.hash, "params": p.params,
+            "summary": out.summary,
             "oom": bool(out.oom_reason), "oom_reason": out.oom_reason}
 
 
@@ -222,7 +225,7 @@ def combined_table(points: list[SweepPoint], store: ResultStore) -> pd.DataFrame
     """One row per point: point, the factor keys, scenario_hash, name, oom, summary keys."""
     rows = []
     for p in points:
-        rec = store.get(p.hash)
+        rec = store.get(p.key)
         params = {k: v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
                   for k, v in p.params.items()}
         rows.append({"point": p.index, **params, "scenario_hash": p.hash,

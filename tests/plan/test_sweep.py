@@ -162,3 +162,26 @@ def test_a_sweep_key_inside_a_profile_leaves_the_catalogue_untouched():
     assert raw["model"]["layer_groups"][1]["kind"] == "full"
     assert load_raw("models", "gemma-2-27b")["layer_groups"][1]["kind"] == "sliding"
     assert {g.kind for g in load_model("gemma-2-27b").layer_groups} == {"full", "sliding"}
+
+
+def test_an_edited_input_file_or_a_new_version_is_run_again(tmp_path, monkeypatch):
+    # the store key covers what the scenario hash cannot see: the content of the files
+    # it reads (here a trace) and the kvsim version
+    from kvsim.plan import store as store_mod
+    from kvsim.workload.io import write_trace
+    from kvsim.workload.schema import Session, Turn
+
+    trace = tmp_path / "t.jsonl"
+    one = [Session(session_id="a", turns=(Turn(start_s=0.0, input_tokens=10,
+                                               output_tokens=2),))]
+    write_trace(trace, one)
+    base = {"gpu": "rtx-4090", "model": "llama-3.1-8b", "workload": {"trace": str(trace)}}
+    spec = SweepSpec(base=base, factors={"engine.parallel": [1, 2]})
+    before = expand(spec, tmp_path)
+    write_trace(trace, one + [Session(session_id="b", turns=(Turn(
+        start_s=1.0, input_tokens=10, output_tokens=2),))])
+    edited = expand(spec, tmp_path)
+    assert [p.hash for p in edited] == [p.hash for p in before]  # the hash cannot tell
+    assert not {p.key for p in before} & {p.key for p in edited}
+    monkeypatch.setattr(store_mod, "__version__", "999")
+    assert not {p.key for p in edited} & {p.key for p in expand(spec, tmp_path)}
