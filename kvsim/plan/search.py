@@ -78,9 +78,12 @@ class _Point:
     error: InputError | None = None  # why this point's configuration is invalid
 
 
-def _invalid_row(p: _Point, exc: InputError) -> dict[str, Any]:
+def _invalid_row(p: _Point, exc: InputError, base_kv: str = "") -> dict[str, Any]:
+    """A point whose configuration the engine refuses (``base_kv``: the scenario's KV
+    type, the point's group when the grid does not vary it)."""
     p.error = exc
-    return {"kv_dtype": p.kv or "", "policy": p.policy, "context_tokens": p.context,
+    kv = p.kv or (p.scenario.engine.cache_type_k if p.scenario else base_kv)
+    return {"kv_dtype": kv, "policy": p.policy, "context_tokens": p.context,
             "parallel": p.parallel, "feasible": False, "binding": "config",
             "tightest": "config", "evaluated": "invalid", "notes": exc.one_line()}
 
@@ -208,7 +211,7 @@ def _points(scenario: Scenario, grid: PlanGrid, c: Constraints) -> list[_Point]:
                         p.scenario = configure(scenario, p.context, p.parallel, kv, policies,
                                                c.max_device_fraction)
                     except InputError as exc:
-                        p.row = _invalid_row(p, exc)
+                        p.row = _invalid_row(p, exc, scenario.engine.cache_type_k)
                     pts.append(p)
     return pts
 

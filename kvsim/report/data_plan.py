@@ -49,7 +49,8 @@ def plan_grids(plan: pd.DataFrame | None) -> list[dict[str, Any]]:
     ``peak_device_fraction`` (float); optional ``kv_dtype``, ``policy`` (grouping),
     ``ttft_p95_s``, ``itl_p95_s``, ``oom_risk``, ``accuracy_mean`` (hover).
 
-    Each grid: ``label, contexts, parallels`` (sorted axis values), ``fraction``,
+    Each grid: ``label``, ``group`` (its kv_dtype / policy values), ``contexts,
+    parallels`` (sorted axis values), ``fraction``,
     ``feasible`` (float 1/0, NaN = not tried) and ``binding`` (str) as
     (len(contexts), len(parallels)) arrays, plus ``hover`` strings.
     """
@@ -80,7 +81,7 @@ def plan_grids(plan: pd.DataFrame | None) -> list[dict[str, Any]]:
                            if pd.notna(v) and v != "") or "plan"
         grids.append({"label": label, "contexts": contexts, "parallels": parallels,
                       "fraction": fraction, "feasible": feasible, "binding": binding,
-                      "hover": hover})
+                      "hover": hover, "group": dict(zip(keys, key))})
     return grids
 
 
@@ -114,9 +115,10 @@ def gpu_comparison(compare: pd.DataFrame | None) -> pd.DataFrame | None:
     require_columns(compare, COMPARE_REQUIRED, "compare")
     out = compare.reset_index(drop=True).copy()
     out["gpu"] = out["gpu"].astype(str)
+    sessions_col = "max_parallel" if "max_parallel" in out.columns else "best_parallel"
     if "usd_per_session" not in out.columns and "price_usd" in out.columns:
-        sessions = out["best_parallel"].where(out["feasible"].astype(bool) & (
-            out["best_parallel"] > 0))
+        sessions = out[sessions_col].where(out["feasible"].astype(bool) & (
+            out[sessions_col] > 0))
         out["usd_per_session"] = out["price_usd"] / sessions
     return out
 

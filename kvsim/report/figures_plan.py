@@ -51,7 +51,9 @@ def plan_figure(grid: dict[str, Any], recommendation: dict[str, Any] | None = No
     fig.add_trace(go.Scatter(x=gx.ravel(), y=gy.ravel(), mode="text", text=labels.ravel(),
                              hoverinfo="skip", showlegend=False,
                              textfont=dict(size=11, color="black")))
-    if recommendation:
+    if recommendation and all(recommendation.get(k, v) == v
+                              for k, v in grid.get("group", {}).items() if pd.notna(v)):
+        # NOTE: only on the grid of the recommendation's KV type and policy
         ctx, par = recommendation.get("context_tokens"), recommendation.get("parallel")
         cx = np.flatnonzero(grid["parallels"] == par)
         cy = np.flatnonzero(grid["contexts"] == ctx)
@@ -87,7 +89,10 @@ def gpu_figure(table: pd.DataFrame) -> go.Figure:
                 parts.append(fmt.format(esc(r[col]) if col == "kv_dtype" else r[col]))
         hover.append("<br>".join(parts))
     colors = ["#1b7837" if f else "#b2182b" for f in table["feasible"].astype(bool)]
-    fig.add_trace(go.Bar(x=names, y=table["best_parallel"], marker_color=colors,
+    # NOTE: the sessions USD/session divides by: the most that fit (max_parallel)
+    sessions = table["max_parallel"] if "max_parallel" in table.columns \
+        else table["best_parallel"]
+    fig.add_trace(go.Bar(x=names, y=sessions, marker_color=colors,
                          customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                          name="sessions"), row=1, col=1)
     if has_price:

@@ -172,3 +172,21 @@ def test_engine_flags_per_engine():
 def test_empty_grid_is_an_input_error():
     with pytest.raises(InputError, match="empty grid"):
         PlanGrid((), (1, 2))
+
+
+def test_points_the_engine_refuses_stay_in_their_kv_group():
+    # a point whose configuration is refused gets the scenario's KV type, so the plan
+    # report draws one grid, not a separate one for the refused cells
+    from kvsim.errors import InputError as Refused
+    from kvsim.plan.replicate import RunOutput
+    from kvsim.report.data_plan import plan_grids
+
+    def run(s):
+        if s.engine.context_tokens // s.engine.parallel == 8192:
+            raise Refused("policies.0.window_tokens", 9000, "larger than the context")
+        return RunOutput({"ttft_p95_s": 0.1, "peak_device_fraction": 0.5}, "")
+
+    res = search(scen("rtx-4090"), build_constraints([]), PlanGrid((8192, 16384), (1, 2)),
+                 replications=2, runner=run)
+    assert set(res.table["kv_dtype"]) == {"f16"}
+    assert [g["label"] for g in plan_grids(res.table)] == ["kv_dtype=f16 · policy=scenario"]

@@ -88,3 +88,28 @@ def test_sweep_dimensions_with_a_key_only_some_points_set() -> None:
     dim = dp.sweep_dimensions(sweep)["dimensions"][0]
     assert dim["ticktext"] == ["(unset)", "{'kind': 'calibrated'}"]
     assert list(dim["values"]) == [1, 0]
+
+
+def test_the_recommended_star_is_on_its_own_kv_and_policy_grid_only() -> None:
+    from kvsim.report.figures_plan import plan_figure
+
+    plan = pd.DataFrame([
+        {"kv_dtype": "q8_0", "policy": "scenario", "context_tokens": 32768, "parallel": 2,
+         "feasible": True, "binding": "", "peak_device_fraction": 0.8},
+        {"kv_dtype": "f16", "policy": "scenario", "context_tokens": 32768, "parallel": 2,
+         "feasible": False, "binding": "device_fraction", "peak_device_fraction": 1.1}])
+    rec = {"kv_dtype": "q8_0", "policy": "scenario", "context_tokens": 32768, "parallel": 2}
+    stars = {g["label"]: [t.name for t in plan_figure(g, rec).data].count("recommended")
+             for g in dp.plan_grids(plan)}
+    assert stars == {"kv_dtype=q8_0 · policy=scenario": 1, "kv_dtype=f16 · policy=scenario": 0}
+
+
+def test_gpu_comparison_sessions_are_the_most_that_fit() -> None:
+    # USD / session divides by max_parallel (kvsim.plan.compare): the fallback and the
+    # bars use it too, not the recommended point's parallel
+    table = pd.DataFrame({"gpu": ["rtx-4090"], "feasible": [True], "best_parallel": [1],
+                          "max_parallel": [4], "best_context_tokens": [32768],
+                          "price_usd": [1600.0]})
+    assert dp.gpu_comparison(table)["usd_per_session"].tolist() == [400.0]
+    from kvsim.report.figures_plan import gpu_figure
+    assert list(gpu_figure(table).data[0].y) == [4]
