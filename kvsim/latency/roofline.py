@@ -75,10 +75,10 @@ class RooflineLatency:
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
                         if g.window_tokens is not None]
         self.geometry = geometry
-        self.gpu_flops = gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency
-        self.gpu_bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
-        self.cpu_flops = host.cpu_flops
-        self.cpu_bw = host.memory_bandwidth_bytes_per_s
+        self.gpu_flops_per_s = gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency
+        self.gpu_bytes_per_s = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
+        self.cpu_flops_per_s = host.cpu_flops
+        self.cpu_bytes_per_s = host.memory_bandwidth_bytes_per_s
         self.overhead_s = step_overhead_s
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
         # bytes per token when a sequence's KV is linear in its length (no window,
@@ -117,14 +117,14 @@ class RooflineLatency:
         """Step time for arrays of (tokens, attention pairs, KV bytes) per step."""
         flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
-        kv_time_gpu = f * kv_read / self.gpu_bw
-        t_gpu = np.maximum((f * flops - moe) / self.gpu_flops,
-                           self.gpu_weight_bytes / self.gpu_bw + kv_time_gpu)
+        kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
+        t_gpu = np.maximum((f * flops - moe) / self.gpu_flops_per_s,
+                           self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
         t_cpu = 0.0
         if f < 1.0 or self.cpu_linear_flops_per_token:
-            kv_time_cpu = (1 - f) * kv_read / self.cpu_bw
-            t_cpu = np.maximum(((1 - f) * flops + moe) / self.cpu_flops,
-                               self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
+            kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
+            t_cpu = np.maximum(((1 - f) * flops + moe) / self.cpu_flops_per_s,
+                               self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
         return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
 
@@ -157,14 +157,14 @@ class RooflineLatency:
     def _time1(self, tokens: float, pairs: float, kv_read: float) -> float:
         flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
-        kv_time_gpu = f * kv_read / self.gpu_bw
-        t = self.overhead_s + max((f * flops - moe) / self.gpu_flops,
-                                  self.gpu_weight_bytes / self.gpu_bw + kv_time_gpu)
+        kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
+        t = self.overhead_s + max((f * flops - moe) / self.gpu_flops_per_s,
+                                  self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:
-            kv_time_cpu = (1 - f) * kv_read / self.cpu_bw
-            t += max(((1 - f) * flops + moe) / self.cpu_flops,
-                     self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
+            kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
+            t += max(((1 - f) * flops + moe) / self.cpu_flops_per_s,
+                     self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
             t += self.dequant * kv_time_cpu
         return t
 
@@ -180,7 +180,7 @@ class RooflineLatency:
         n, total = len(contexts), sum(contexts)
         nf, full, lkv = float(n), self.full_layers, self._linear_kv
         lin, pf, f = self.linear_flops_per_token, self.pair_flops, self.gpu_fraction
-        gflops, gbw, dq = self.gpu_flops, self.gpu_bw, self.dequant
+        gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
         w_gpu = self.gpu_weight_bytes / gbw
         out = []
         moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
@@ -192,9 +192,9 @@ class RooflineLatency:
             t_gpu = max((f * flops - moe) / gflops, w_gpu + kv_time_gpu)
             t_cpu = 0.0
             if cpu_side:
-                kv_time_cpu = (1 - f) * kv / self.cpu_bw
-                t_cpu = max(((1 - f) * flops + moe) / self.cpu_flops,
-                            self.cpu_weight_bytes / self.cpu_bw + kv_time_cpu)
+                kv_time_cpu = (1 - f) * kv / self.cpu_bytes_per_s
+                t_cpu = max(((1 - f) * flops + moe) / self.cpu_flops_per_s,
+                            self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
                 t_cpu = t_cpu + dq * kv_time_cpu
             out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)
         return out

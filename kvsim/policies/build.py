@@ -137,7 +137,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
                              "idle offload needs host memory: a budget > 0 (engine "
                              "cache_ram_bytes is 0, i.e. --cache-ram 0)")
         sched.ram.limit_bytes = min(budget, host.memory_bytes)
-    gpu_bw = getattr(latency, "gpu_bw", None)
+    gpu_bw = getattr(latency, "gpu_bytes_per_s", None)  # roofline: sustained GPU bandwidth
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
     runtime = PolicyRuntime(
         sched, link=link, accuracy=scenario.accuracy, evict=evict, offload=offload,

@@ -76,3 +76,22 @@ def test_multipliers_follow_the_reference_table() -> None:
 def test_multipliers_outside_unit_interval_are_refused(bad) -> None:
     with pytest.raises(ValidationError):
         AccuracyConfig.model_validate(bad)
+
+
+def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
+    # roofline.py: dequantizing costs kv_dequant_factor (0.25) x the time to read those
+    # bytes at the GPU's sustained bandwidth (peak x bandwidth_efficiency)
+    from kvsim.api import scenario_budget
+    from kvsim.core.build import PoolSizing, make_scheduler
+    from kvsim.latency.factory import make_latency_model
+    from kvsim.policies.build import install
+    from tests.policies.helpers import scenario
+
+    sc = scenario("policies=[{kind: recoverable_eviction, window_tokens: 1024, "
+                  "cache_type: q4_0}]")
+    b = scenario_budget(sc)
+    sched = make_scheduler(sc.engine, PoolSizing.from_budget(b), link=sc.link, host=sc.host)
+    rt = install(sc, sched, make_latency_model(sc, b))
+    gpu = sc.gpu
+    assert rt.dequant_s_per_byte == 0.25 / (gpu.memory_bandwidth_bytes_per_s
+                                            * gpu.bandwidth_efficiency)
