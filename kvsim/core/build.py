@@ -48,8 +48,9 @@ def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
     gib = 2**30
     failure = budget.failure or "does not fit"
     if budget.total_bytes <= budget.device_bytes:  # fits in memory, refused by an engine rule
+        short = budget.kv_pool_tokens < budget.slot_tokens  # the pool under max_model_len
         hint = ("; set engine.context_tokens (max_model_len; unset, it is the model's "
-                f"maximum) to at most {budget.kv_pool_tokens}") if "max seq len" in failure else ""
+                f"maximum) to at most {budget.kv_pool_tokens}") if short else ""
         raise InputError("engine", budget.engine, f"cannot start on {gpu_name} with "
                          f"{model_name}: {failure}{hint}")
     raise InputError(

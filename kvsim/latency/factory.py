@@ -30,15 +30,11 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     geom = kv_geometry(scenario.model, eng.cache_type_k, eng.cache_type_v)
     quant = cache_type(eng.cache_type_k).quantized or cache_type(eng.cache_type_v,
                                                                  role="v").quantized
-    ws = model_weights(scenario.model, scenario.weights)
-    head_on_gpu, moe = None, 0
-    if budget is not None:  # the weights on the GPU beyond its layers are the head's
-        head, moe = ws.non_repeating_bytes - ws.embedding_bytes, budget.cpu_expert_layers
-        layers = budget.gpu_layers * ws.per_layer_bytes - moe * ws.expert_bytes_per_layer
-        head_on_gpu = budget.weights_gpu_bytes - layers >= head
     return RooflineLatency(
         gpu=scenario.gpu, host=scenario.host, model=scenario.model, geometry=geom,
-        weights=ws, gpu_layers=None if budget is None else budget.gpu_layers,
+        weights=model_weights(scenario.model, scenario.weights),
+        gpu_layers=None if budget is None else budget.gpu_layers,
         step_overhead_s=cfg.step_overhead_s,
         kv_dequant_factor=getattr(cfg, "kv_dequant_factor", DEFAULT_DEQUANT_FACTOR),
-        kv_quantized=quant, head_on_gpu=head_on_gpu, cpu_expert_layers=moe)
+        kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
+        cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers)

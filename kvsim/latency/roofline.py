@@ -31,7 +31,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.model.geometry import KvGeometry
-from kvsim.model.weights import WeightSplit, expert_params
+from kvsim.model.weights import WeightSplit
 
 DEFAULT_DEQUANT_FACTOR = 0.25
 
@@ -50,10 +50,10 @@ class RooflineLatency:
                  cpu_expert_layers: int = 0) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
-        # the output head: on the GPU with a full offload, or where the budget put it
-        # (llama.cpp --fit places it first, kvsim.model.weights.WeightSplit.gpu_bytes)
-        on_gpu = layers == model.num_layers if head_on_gpu is None else head_on_gpu
-        head = weights.non_repeating_bytes - weights.embedding_bytes
+        # the output head: where the budget put it (llama.cpp --fit places it first),
+        # else by WeightSplit's rule for this many layers
+        on_gpu = weights.head_on_gpu(layers) if head_on_gpu is None else head_on_gpu
+        head = weights.head_bytes
         # NOTE: the token embedding is a row lookup, never streamed whole.
         active = model.params_active / model.params_total
         self.gpu_fraction = layers / model.num_layers
@@ -68,8 +68,8 @@ class RooflineLatency:
         moe_read = k_frac * cpu_expert_layers * weights.expert_bytes_per_layer
         self.gpu_weight_bytes -= moe_read
         self.cpu_weight_bytes += moe_read
-        self.cpu_linear_flops_per_token = (2.0 * k_frac * expert_params(model)
-                                           * cpu_expert_layers / model.num_layers)
+        # NOTE: the FLOPs of those bytes' parameters (2 per parameter read)
+        self.cpu_linear_flops_per_token = 2.0 * moe_read * 8 / weights.bits_per_weight
         self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
         self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups

@@ -105,6 +105,7 @@ class MemoryBudget:
     estimate: OllamaEstimate | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     cpu_expert_layers: int = 0
+    head_on_gpu: bool = True  # the output head's place (llama.cpp --fit: first)
 
     @property
     def total_bytes(self) -> int:

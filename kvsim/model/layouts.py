@@ -112,6 +112,7 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
         - experts_ram,
         weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=lay["head_first"])
         + experts_ram, cpu_expert_layers=cpu_expert_layers,
+        head_on_gpu=ws.head_on_gpu(n_layers_gpu, lay["head_first"]),
         gpu_layers=n_layers_gpu, num_layers=L, activation_bytes=lay["compute"],
         engine_overhead_bytes=0, cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
         kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=kv_gpu,
@@ -231,7 +232,7 @@ def _ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit
     reserve = engine.gpu_overhead_bytes + engine.minimum_reserve_bytes + graph
     L = model.num_layers
     per_layer = ws.per_layer_bytes + kv_total / L
-    head = ws.non_repeating_bytes - ws.embedding_bytes
+    head = ws.head_bytes
     if engine.gpu_layers is not None:
         n = min(engine.gpu_layers, L)
     elif reserve + L * per_layer + head <= free_bytes:

@@ -103,9 +103,19 @@ class WeightSplit:
         """
         n = max(0, min(gpu_layers, self.num_layers))
         full = n == self.num_layers
-        head = self.non_repeating_bytes - self.embedding_bytes
+        head = self.head_bytes if self.head_on_gpu(n, head_first) else 0
         embed = self.embedding_bytes if (embedding_on_gpu and full) else 0
-        return n * self.per_layer_bytes + (head if full or (head_first and n) else 0) + embed
+        return n * self.per_layer_bytes + head + embed
+
+    @property
+    def head_bytes(self) -> int:
+        """The output head (the non-repeating weights less the token embedding)."""
+        return self.non_repeating_bytes - self.embedding_bytes
+
+    def head_on_gpu(self, gpu_layers: int, head_first: bool = False) -> bool:
+        """Is the output head on the GPU with ``gpu_layers`` layers there (see gpu_bytes)?"""
+        n = max(0, min(gpu_layers, self.num_layers))
+        return n == self.num_layers or (head_first and n > 0)
 
     def cpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
                   head_first: bool = False) -> int:

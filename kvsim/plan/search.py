@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from scipy import stats
 
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.errors import InputError
@@ -38,6 +37,7 @@ from kvsim.plan.executor import Executor
 from kvsim.plan.flags import configure, engine_flags
 from kvsim.plan.replicate import ReplicationSet, Runner, replicate, simulate_run
 from kvsim.plan.slo import Check, Constraints, Verdict, judge
+from kvsim.plan.stats import wilson_interval
 
 MEMORY_BINDINGS = ("load", "offload", "device_fraction")
 
@@ -251,16 +251,23 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
 
 
 def _check_reachable(max_oom_risk: float, n: int) -> None:
-    """--conservative judges the OOM risk by its Wilson upper bound, which even with no
-    OOM in ``n`` runs is z²/(n + z²): refuse a limit no point could pass."""
-    z2 = stats.norm.ppf(0.975) ** 2  # NOTE: the 95 % interval of kvsim.plan.stats
-    if z2 / (n + z2) > max_oom_risk:
-        need = math.floor(z2 * (1 / max_oom_risk - 1)) + 1 if max_oom_risk > 0 else None
-        raise InputError("--max-oom-risk", max_oom_risk, (
-            f"unreachable with --conservative and {n} runs: no OOM in {n} runs still bounds "
-            f"the risk at {z2 / (n + z2):.3f}; " + (
-                f"use at least {need} replications or a higher limit" if need else
-                "use a limit above 0")))
+    """--conservative judges the OOM risk by its Wilson upper bound, which is above 0
+    even with no OOM in ``n`` runs: refuse a limit no point could pass."""
+    bound = wilson_interval(0, n).high
+    if bound <= max_oom_risk:
+        return
+    hint = "use a limit above 0"
+    if max_oom_risk > 0:  # the fewest runs whose 0-OOM bound passes (it falls with n)
+        lo, hi = n, 2 * n
+        while wilson_interval(0, hi).high > max_oom_risk:
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if wilson_interval(0, mid).high <= max_oom_risk else (mid, hi)
+        hint = f"use at least {hi} replications or a higher limit"
+    raise InputError("--max-oom-risk", max_oom_risk, (
+        f"unreachable with --conservative and {n} runs: no OOM in {n} runs still bounds "
+        f"the risk at {bound:.3f}; {hint}"))
 
 
 def _memory_wall_holds(ev: _Evaluator, row: dict[str, Any]) -> bool:

@@ -65,7 +65,7 @@ class SweepPoint:
     params: dict[str, Any]
     scenario: Scenario
     hash: str
-    key: str = ""  # the result store's key (kvsim.plan.store.results_key)
+    key: str  # the result store's key (kvsim.plan.store.results_key)
 
 
 def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
@@ -217,8 +217,7 @@ def run_sweep(points: list[SweepPoint], store: ResultStore, *,
 
 def _record(p: SweepPoint, out: RunOutput) -> dict[str, Any]:
     return {"name": p.scenario.name, "scenario_hash": p.hash, "params": p.params,
-            "summary": out.summary,
-            "oom": bool(out.oom_reason), "oom_reason": out.oom_reason}
+            "summary": out.summary, "oom": bool(out.oom_reason), "oom_reason": out.oom_reason}
 
 
 def combined_table(points: list[SweepPoint], store: ResultStore) -> pd.DataFrame:

@@ -45,8 +45,9 @@ class HostKVCacheConfig(BaseModel):
     ``--hicache-ratio`` × the device KV pool, default 2.0), engines.md §1.6, §2.4, §5.
     ``host_budget_bytes`` None = the engine's default: 2.0 × the GPU pool on SGLang,
     LMCache's 5.0 GB on vLLM.  On vLLM ``backend: lmcache`` (default) stores and loads
-    whole 256-token chunks of prompt KV only; ``native`` stores every full block.  ``load: auto`` loads a host hit only when the copy
-    ends before recomputing those tokens would; ``always`` loads every hit.
+    whole 256-token chunks of prompt KV only; ``native`` stores every full block.
+    ``load: auto`` loads a host hit only when the copy ends before recomputing those
+    tokens would; ``always`` loads every hit.
     """
 
     model_config = _FROZEN

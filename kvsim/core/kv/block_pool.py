@@ -164,7 +164,7 @@ class BlockPool:
         for b in blocks:
             h = b.block_hash
             if h is not None:
-                assert b.ref_cnt > 0, "uncache a referenced block"
+                assert b.ref_cnt > 0, "uncache of a free block (only held blocks)"
                 if cached.get(h) is b:
                     del cached[h]
                 b.block_hash = None
