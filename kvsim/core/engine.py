@@ -42,7 +42,7 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL, URGENT
 
-from kvsim.core.fastforward import FastForward, delay_to, next_event_s
+from kvsim.core.fastforward import FastForward, next_event_s, schedule_at
 from kvsim.core.requests import Request, TokenSeq, seq_from_segments
 from kvsim.core.step import StepHook, StepPlan
 from kvsim.errors import InputError, RunStopped
@@ -226,7 +226,7 @@ class Engine:
             ev = self._record_done(req)
             if t < end_s:
                 ev._ok, ev._value = True, None
-                self.env.schedule(ev, NORMAL, delay_to(self.env.now, t))
+                schedule_at(self.env, ev, NORMAL, t)
             else:
                 at_end.append(ev)
         return at_end
@@ -268,7 +268,10 @@ class Engine:
                 plan, end_s, folded = jumped
                 self._sample_stretch(ff.stretch, min(end_s, math.nextafter(quiet_s, 0.0)))
                 at_end = self._finish_in_stretch(ff.finished, end_s)
-                yield self.env.timeout(delay_to(self.env.now, end_s))
+                resume = self.env.event()
+                resume._ok, resume._value = True, None
+                schedule_at(self.env, resume, NORMAL, end_s)
+                yield resume
                 ff.stretch = None
                 for ev in at_end:
                     ev.succeed()
@@ -305,13 +308,12 @@ class Engine:
         self.env.schedule(ev, URGENT, delay)
         self._tick, self._tick_s = ev, now + delay
 
-    def _sleep(self, delay_s: float) -> simpy.Event:
-        """A sampler tick: URGENT, so it precedes every other event at its instant."""
+    def _sleep(self, at_s: float) -> simpy.Event:
+        """A sampler tick at ``at_s``: URGENT, so it precedes every other event there."""
         ev = self.env.event()
         ev._ok, ev._value = True, None
-        self.env.schedule(ev, URGENT, delay_s)
-        self._tick = ev
-        self._tick_s = self.env.now + delay_s
+        schedule_at(self.env, ev, URGENT, at_s)
+        self._tick, self._tick_s = ev, at_s
         return ev
 
     def _sample_stretch(self, st: Any, end_s: float) -> None:
@@ -341,7 +343,7 @@ class Engine:
         dt = self.sample_interval_s
         while not self._finished:
             if self.env.now <= self._sampled_until_s:
-                yield self._sleep(delay_to(self.env.now, self._next_tick_s))
+                yield self._sleep(self._next_tick_s)
                 continue
             self.recorder.sample(self.env.now, self._memory())
             if self.progress is not None:
@@ -350,7 +352,7 @@ class Engine:
                 self._activity = self.env.event()
                 yield self._activity  # resumed on the tick grid (_wake_sampler)
                 continue
-            yield self._sleep(dt)
+            yield self._sleep(self.env.now + dt)  # NOTE: the tick grid: now + dt
 
     # -- entry ------------------------------------------------------------------------
     def run(self, sessions: Iterable[Session]) -> float:

@@ -5,8 +5,9 @@ gains one token per step and nothing else changes.  :class:`FastForward` takes
 the step the driver is about to run (step 0 of a stretch, already scheduled),
 computes the times of the following steps with the latency model's numpy path
 (``decode_steps_s``) and applies ``J`` steps at once through the scheduler's
-``advance_decode``; the driver then waits ``t_J − t_0`` in one SimPy timeout and
-runs step ``J`` as an ordinary step (which may finish requests).
+``advance_decode``; the driver then resumes at ``t_J`` (one SimPy event put at that
+exact instant, :func:`schedule_at`) and runs step ``J`` as an ordinary step (which
+may finish requests).
 
 *Through completions*: when the stretch ends at the scheduler's own boundary (step
 ``J`` finishes a request, or would allocate past the free blocks / admit a waiting
@@ -55,7 +56,9 @@ promises that ``after_step`` does nothing and returns no stall before that time;
 
 NOTE: step times are accumulated exactly as SimPy does (``t + dt`` in sequence), so
 both fidelities agree to the rounding difference between ``decode_steps_s`` and
-``step_time_s`` (≤ 1e-12 relative).  Memory samples inside a stretch come from
+``step_time_s`` (≤ 1e-12 relative); instants computed ahead (a stretch's end, a
+finish, the sampler's next tick) are put on the heap as they are, since ``now +
+delay`` cannot reach every float.  Memory samples inside a stretch come from
 :meth:`Stretch.memory_at` (the state during the step that covers the tick).
 
 A stretch's times and bytes are plain Python lists: most stretches between
@@ -68,6 +71,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from heapq import heappush
 from itertools import accumulate
 from typing import Any
 
@@ -94,15 +98,15 @@ def next_event_s(queue: list[tuple], skip: Any) -> float:
     return min((queue[i][0] for i in (1, 2) if i < len(queue)), default=math.inf)
 
 
-def delay_to(now_s: float, target_s: float) -> float:
-    """A delay ``d`` with ``now_s + d == target_s`` in floating point (SimPy adds)."""
-    d = target_s - now_s
-    for _ in range(8):
-        s = now_s + d
-        if s == target_s:
-            break
-        d = math.nextafter(d, math.inf if s < target_s else -math.inf)
-    return d
+def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> None:
+    """Schedule a triggered ``event`` at exactly ``at_s``.
+
+    NOTE: SimPy's own ``schedule`` adds a delay to ``now``, and ``now + d`` cannot
+    reach every float (0.35 + d skips 1.5000000000000007): the per-step reference's
+    times are sums of step times from each step's start, so an instant a stretch
+    computed ahead is put on SimPy's heap as it is, in SimPy's own entry format.
+    """
+    heappush(env._queue, (at_s, priority, next(env._eid), event))
 
 
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
