@@ -60,6 +60,9 @@ class PagedEngineConfig(BaseModel):
     kv_cache_memory_bytes: Bytes | None = Field(None, description="--kv-cache-memory override")
     num_gpu_blocks_override: int | None = Field(None, gt=0)
     swap_space_bytes: Bytes = 0
+    disable_hybrid_kv_cache_manager: bool | None = Field(
+        None, description="vLLM: True holds sliding-window layers at full length (§1.7); "
+        "None (auto) turns the hybrid manager off only with a KV connector or swap")
     supported_cache_types: tuple[str, ...] = ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
     notes: str = ""
 

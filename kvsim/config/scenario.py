@@ -190,9 +190,28 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
             wl = {**wl, "trace": str(base_dir / p)}
     data["workload"] = wl
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
+    return _hybrid_manager_rule(scenario)
+
+
+def _hybrid_manager_rule(s: Scenario) -> Scenario:
+    """vLLM turns its hybrid KV cache manager off with a KV connector (a host KV tier)
+    or under V0's swap preemption (engines.md §1.6-§1.7); asked for there, it refuses."""
+    eng = s.engine
+    if getattr(eng, "preset", None) != "vllm":
+        return s
+    why = "a host KV tier (KV connector)" if any(
+        p.kind == "host_kv_cache" for p in s.policies) else \
+        "preemption_mode swap (V0)" if eng.preemption_mode == "swap" else None
+    if why is None or eng.disable_hybrid_kv_cache_manager is True:
+        return s
+    if eng.disable_hybrid_kv_cache_manager is False:
+        raise InputError("engine.disable_hybrid_kv_cache_manager", False,
+                         f"true or unset: vLLM turns the hybrid KV cache manager off with {why}")
+    return s.model_copy(update={"engine": eng.model_copy(
+        update={"disable_hybrid_kv_cache_manager": True})})
 
 
 def load_scenario(path: str | Path, sets: list[str] | None = None) -> Scenario:

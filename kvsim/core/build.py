@@ -19,6 +19,7 @@ from kvsim.core.link import Link
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.errors import InputError
+from kvsim.model.hybrid import blocks_per_request
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class PoolSizing:
     static_device_bytes: int = 0  # everything on the device except the KV pool
     device_bytes: int = 1
     kv_cpu_bytes: int = 0  # KV of layers left on the CPU (partial offload)
+    kv_groups: tuple[tuple[str, int], ...] = ()  # vLLM hybrid manager (kvsim.model.hybrid)
 
     @classmethod
     def from_budget(cls, b: Any) -> PoolSizing:
@@ -38,7 +40,8 @@ class PoolSizing:
                    kv_reserved_bytes=b.kv_reserved_bytes, num_gpu_blocks=b.num_gpu_blocks,
                    block_tokens=b.block_tokens,
                    static_device_bytes=b.total_bytes - b.kv_reserved_bytes,
-                   device_bytes=b.device_bytes, kv_cpu_bytes=b.kv_cpu_bytes)
+                   device_bytes=b.device_bytes, kv_cpu_bytes=b.kv_cpu_bytes,
+                   kv_groups=b.kv_groups)
 
 
 def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
@@ -48,9 +51,10 @@ def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
     gib = 2**30
     failure = budget.failure or "does not fit"
     if budget.total_bytes <= budget.device_bytes:  # fits in memory, refused by an engine rule
-        short = budget.kv_pool_tokens < budget.slot_tokens  # the pool under max_model_len
+        fit = getattr(budget, "extra", {}).get("max_model_len_fit", budget.kv_pool_tokens)
+        short = fit < budget.slot_tokens  # the pool under max_model_len
         hint = ("; set engine.context_tokens (max_model_len; unset, it is the model's "
-                f"maximum) to at most {budget.kv_pool_tokens}") if short else ""
+                f"maximum) to at most {fit}") if short else ""
         raise InputError("engine", budget.engine, f"cannot start on {gpu_name} with "
                          f"{model_name}: {failure}{hint}")
     raise InputError(
@@ -80,7 +84,15 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
                    link: Any = None, host: Any = None) -> PagedScheduler | SlotScheduler:
     if isinstance(engine, PagedEngineConfig):
         blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens
-        if blocks * sizing.block_tokens < engine.context_tokens:
+        if sizing.kv_groups:
+            per_req = blocks_per_request(sizing.kv_groups, sizing.block_tokens,
+                                         engine.context_tokens, engine.max_num_batched_tokens)
+            if per_req > blocks:
+                raise InputError(
+                    "engine.context_tokens", engine.context_tokens,
+                    f"one request of this max_model_len holds up to {per_req} blocks across "
+                    f"the KV cache groups and the pool has {blocks}; lower it or free memory")
+        elif blocks * sizing.block_tokens < engine.context_tokens:
             raise InputError(
                 "engine.context_tokens", engine.context_tokens,
                 f"the model's max seq len ({engine.context_tokens}) is larger than the "
@@ -102,7 +114,7 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
             enable_prefix_caching=engine.enable_prefix_caching,
             preemption_mode=engine.preemption_mode,
             retract_order="sglang" if engine.preset == "sglang" else "newest",
-            swap_space_bytes=engine.swap_space_bytes, link=pcie)
+            swap_space_bytes=engine.swap_space_bytes, link=pcie, kv_groups=sizing.kv_groups)
     unified = engine.allocator == "unified" and engine.preset == "llama.cpp"
     cells = sizing.kv_pool_tokens
     return SlotScheduler(

@@ -41,6 +41,7 @@ from typing import Any
 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.kv.hybrid import HybridKVCacheManager
 from kvsim.core.kv.manager import KVCacheManager, PrefixHit
 from kvsim.core.policy import NullPolicy, SchedulerPolicy
 from kvsim.core.requests import Request, Status
@@ -58,9 +59,12 @@ class PagedScheduler:
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
                  retract_order: str = "newest", swap_space_bytes: int = 0,
-                 link: Any = None) -> None:
+                 link: Any = None, kv_groups: tuple[tuple[str, int], ...] = ()) -> None:
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching)
-        self.manager = KVCacheManager(self.pool, block_tokens)
+        # NOTE: a sliding-window group means vLLM's hybrid manager (kvsim.core.kv.hybrid)
+        self.hybrid = any(kind != "full" for kind, _ in kv_groups)
+        self.manager = HybridKVCacheManager(self.pool, block_tokens, kv_groups) \
+            if self.hybrid else KVCacheManager(self.pool, block_tokens)
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
         self.max_num_seqs = max_num_seqs

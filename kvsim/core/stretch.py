@@ -44,10 +44,23 @@ def _new_blocks(ctx: tuple[int, ...], steps: int, block: int) -> int:
     return sum([(c + steps) // block - c // block for c in ctx])
 
 
+def _first_free_step(ctx: tuple[int, ...], block: int, window: int) -> int:
+    """The first step whose schedule frees a block that left the window (hybrid)."""
+    first = 1 << 62
+    for c in ctx:
+        x = c - window + 1  # step j skips the first x + j tokens
+        j = -x % block or block
+        if x + j < block:
+            j += (block - x - j + block - 1) // block * block
+        first = min(first, j)
+    return first
+
+
 def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
     if not _all_decode(plan, sched.running):
         return 0
     mgr, pool = sched.manager, sched.pool
+    head_waits = False
     if sched.waiting and len(sched.running) < sched.max_num_seqs \
             and sched.budget_tokens > len(plan.items):
         head = sched.waiting[0]
@@ -57,6 +70,7 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
         n = min(head.remaining_tokens - hit.num_tokens, sched.budget_tokens - len(plan.items))
         if mgr.blocks_needed(head, n, hit) <= pool.num_free:
             return 0
+        head_waits = True
     reqs = [it[0] for it in plan.items]
     limit = min(min([r.max_output_tokens - r.num_output for r in reqs]),
                 sched.max_model_len - max([r.prompt_tokens + r.num_output for r in reqs])) - 1
@@ -64,12 +78,19 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
         return 0
     ctx = plan.batch.decode_context
     free, block = pool.num_free, sched.block_tokens
-    if _new_blocks(ctx, limit, block) <= free:
-        return limit
+    groups = 1
+    if sched.hybrid:
+        # NOTE: a block freed at step j may admit the waiting head in that schedule;
+        # pops are counted without the frees (a safe bound)
+        groups = len(mgr.kinds)
+        if head_waits:
+            limit = min(limit, _first_free_step(ctx, block, mgr.window) - 1)
+    if _new_blocks(ctx, limit, block) * groups <= free:
+        return max(limit, 0)
     lo, hi = 0, limit  # largest J with new blocks ≤ free
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _new_blocks(ctx, mid, block) <= free:
+        if _new_blocks(ctx, mid, block) * groups <= free:
             lo = mid
         else:
             hi = mid - 1
@@ -105,7 +126,8 @@ def paged_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[floa
     items = plan.items
     reqs = [i.req for i in items]
     _decode_tokens(reqs, steps, times, dts)
-    alloc, cached, mem = _paged_blocks(sched, items, reqs, steps - finish, steps)
+    blocks = _hybrid_blocks if sched.hybrid else _paged_blocks
+    alloc, cached, mem = blocks(sched, items, reqs, steps - finish, steps)
     return alloc, cached, mem, paged_finish(sched, reqs, times[-1]) if finish else []
 
 
@@ -166,6 +188,36 @@ def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, s
             pool.cache_full_blocks(req_blocks[rid][done:n_full], chains[i][done:n_full])
             req_hashed[rid] = n_full
     return _stretch_memory(sched, steps, active, cached)
+
+
+def _hybrid_points(items: tuple, steps: int, block: int, window: int) -> list[tuple[int, int]]:
+    """(step, item) points, in order, where an item's schedule frees a skipped block,
+    takes a new one or fills one (step j computes token ``c + j``)."""
+    pts = set()
+    for i, (_, _, c, _) in enumerate(items):
+        starts = (block - c % block, block - (c + 1) % block,
+                  _first_free_step((c,), block, window))
+        for j in starts:
+            pts.update((k, i) for k in range(j, steps + 1, block))
+    return sorted(pts)
+
+
+def _hybrid_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
+                   ) -> tuple[list[int], list[int], Any]:
+    """:func:`_paged_blocks` for hybrid KV cache groups: each point's schedule done by
+    the manager, in (step, item) order; KV bytes read off the pool after each step."""
+    mgr, pool, bb = sched.manager, sched.pool, sched.block_bytes
+    pts = _hybrid_points(items, alloc_steps, sched.block_tokens, mgr.window)
+    alloc, cached = [0] * steps, [0] * steps
+    k = 0
+    for j in range(steps + 1):
+        while k < len(pts) and pts[k][0] == j:
+            i = pts[k][1]
+            mgr.advance(reqs[i], items[i].context_tokens + j)
+            k += 1
+        if j < steps:
+            alloc[j], cached[j] = bb * pool.num_active, bb * pool.num_cached_free
+    return alloc, cached, sched.memory()
 
 
 def _stretch_memory(sched: Any, steps: int, active: list[int], cached: list[int]

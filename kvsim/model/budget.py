@@ -71,6 +71,9 @@ class MemoryBudget:
       layers stay in host memory too (their attention and KV on the GPU).
     - ``kv_needed_bytes``: what ``parallel`` sequences of ``slot_tokens`` need (paged:
       rounded up to blocks) — equal to ``kv_reserved_bytes`` for slot engines.
+    - ``kv_groups`` / ``blocks_per_request``: vLLM's hybrid KV cache manager
+      (kvsim.model.hybrid) — ``(kind, window_tokens)`` per KV cache group, and the most
+      blocks one ``slot_tokens`` request holds across them; ``()`` / None otherwise.
     """
 
     engine: str
@@ -106,6 +109,8 @@ class MemoryBudget:
     extra: dict[str, Any] = field(default_factory=dict)
     cpu_expert_layers: int = 0
     head_on_gpu: bool = True  # the output head's place (llama.cpp --fit: first)
+    kv_groups: tuple[tuple[str, int], ...] = ()
+    blocks_per_request: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -184,8 +189,9 @@ def acceptable(b: MemoryBudget, parallel: int, limit: float = PLANNING_LIMIT) ->
     if not (b.fits and b.all_layers_on_gpu and b.needed_fraction <= limit):
         return False
     if b.num_gpu_blocks is not None:   # paged: all sequences at full length at once
-        return parallel * b.slot_tokens <= b.kv_pool_tokens and parallel <= b.extra.get(
-            "max_num_seqs", parallel)
+        held = parallel * b.blocks_per_request <= b.num_gpu_blocks if b.blocks_per_request \
+            else parallel * b.slot_tokens <= b.kv_pool_tokens
+        return held and parallel <= b.extra.get("max_num_seqs", parallel)
     return True
 
 

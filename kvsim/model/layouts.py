@@ -28,6 +28,8 @@ from kvsim.errors import InputError
 from kvsim.model.budget import MIB, MemoryBudget, OllamaEstimate
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import KvGeometry, kv_geometry
+from kvsim.model.hybrid import (KVCacheGroups, hybrid_max_model_len, hybrid_notes,
+                                hybrid_refusal, vllm_kv_groups)
 from kvsim.model.weights import WeightSplit, model_weights
 
 LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
@@ -291,7 +293,7 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
 
 
 def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: int,
-                   share: int, pool: int, blocks: int, tokens: int, ctx: int) -> str | None:
+                   share: int, pool: int, blocks: int, too_long: str | None) -> str | None:
     """The engine's own start-up refusal (§1.1), if any: too little free memory for the
     requested share (vLLM), no room for KV blocks, or a max seq len over the pool."""
     if short:
@@ -302,10 +304,17 @@ def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: i
     if pool <= 0 or blocks <= 0:
         return ("No available memory for the cache blocks. Try increasing "
                 "`gpu_memory_utilization` when initializing the engine.")
-    if tokens < ctx:
-        return (f"The model's max seq len ({ctx}) is larger than the maximum number of "
-                f"tokens that can be stored in KV cache ({tokens})")
-    return None
+    return too_long
+
+
+def _too_long(ctx: int, tokens: int, groups: KVCacheGroups | None, per_req: int,
+              blocks: int, mnbt: int) -> str | None:
+    """vLLM's refusal of a ``max_model_len`` one request could not hold (§1.1, §1.7)."""
+    if groups is not None:
+        return hybrid_refusal(groups, ctx, per_req, blocks, mnbt)
+    return None if tokens >= ctx else (
+        f"The model's max seq len ({ctx}) is larger than the maximum number of "
+        f"tokens that can be stored in KV cache ({tokens})")
 
 
 def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
@@ -320,7 +329,9 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
         else share - inside
     block = engine.block_tokens
-    per_block = block * geo.kv_bytes_per_token
+    hybrid_on = vllm and engine.disable_hybrid_kv_cache_manager is not True
+    groups, off = vllm_kv_groups(model, geo, block, hybrid_on) if vllm else (None, None)
+    per_block = groups.block_bytes if groups else block * geo.kv_bytes_per_token
     L = model.num_layers
     if per_block:
         blocks = max(0, pool - geo.fixed_bytes) // per_block
@@ -329,24 +340,31 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
             -(-engine.context_tokens // block))
     if engine.num_gpu_blocks_override is not None:
         blocks = engine.num_gpu_blocks_override
-    tokens = blocks * block
     ctx = engine.context_tokens
-    kv_needed = parallel * geo.bytes_for_tokens(_pad(ctx, block))
+    if groups:   # NOTE: vLLM logs the pool as if every group held every token
+        per_req = groups.blocks_per_request(ctx, engine.max_num_batched_tokens)
+        tokens = blocks // len(groups.kinds) * block
+        kv_needed = parallel * per_req * per_block
+        conc = blocks / per_req
+    else:
+        per_req, tokens = 0, blocks * block
+        kv_needed = parallel * geo.bytes_for_tokens(_pad(ctx, block))
+        conc = tokens / ctx
     reserved = max(0, pool)
+    if engine.num_gpu_blocks_override is not None and per_block:
+        reserved = blocks * per_block + geo.fixed_bytes  # NOTE: the tensors hold that many
     overhead = engine.non_torch_bytes + engine.cuda_graph_bytes
-    conc = tokens / ctx
     free = gpu.usable_memory_bytes - driver - display
     failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
-                             and free < share, free, share, pool, blocks, tokens, ctx)
+                             and free < share, free, share, pool, blocks,
+                             _too_long(ctx, tokens, groups, per_req, blocks,
+                                       engine.max_num_batched_tokens))
     logs = [f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     if not vllm:
         logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
                        f"max_total_tokens={tokens}, page_size={block}")
-    notes = []
-    if geo.windowed:
-        notes.append("sliding-window layers are counted at full length per block (no hybrid "
-                     "KV manager); the real pool holds more tokens")
+    notes = hybrid_notes(geo, groups, off, per_req, vllm)
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
@@ -357,7 +375,11 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=reserved, kv_cpu_bytes=0,
         kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
         block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc, log_lines=tuple(logs),
-        notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share})
+        notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share,
+                                   "max_model_len_fit": hybrid_max_model_len(
+                                       groups, blocks, ctx, engine.max_num_batched_tokens)
+                                   if groups else min(ctx, tokens)},
+        kv_groups=groups.kinds if groups else (), blocks_per_request=per_req or None)
     if failure is None and b.total_bytes > gpu.usable_memory_bytes:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "
                    f"{format_bytes(gpu.usable_memory_bytes)}")

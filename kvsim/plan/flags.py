@@ -89,9 +89,12 @@ def engine_flags(s: Scenario) -> str:
         return (f"python -m sglang.launch_server --model-path {repo} "
                 f"--context-length {e.context_tokens} --max-running-requests {e.max_num_seqs} "
                 f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
+    hybrid_off = " --disable-hybrid-kv-cache-manager" \
+        if e.disable_hybrid_kv_cache_manager is True else ""
     return (f"vllm serve {repo} --max-model-len {e.context_tokens} "
             f"--max-num-seqs {e.max_num_seqs} "
-            f"--gpu-memory-utilization {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
+            f"--gpu-memory-utilization {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}"
+            + hybrid_off)
 
 
 def point_parallel(s: Scenario) -> int:

@@ -1,7 +1,8 @@
 """Fast-forward (``sim.fidelity=fast``) against the per-step reference (issue 6).
 
 Property: over random small workloads on every engine family (paged with and
-without prefix caching, llama.cpp per-slot and unified, Ollama), with constant and
+without prefix caching or with vLLM's hybrid sliding-window groups, llama.cpp
+per-slot and unified, Ollama), with constant and
 roofline step times and tight pools (preemption, exhausted unified pools, context
 limits), starting at zero or after a simulated week or month, both fidelities give
 the same per-request TTFT / E2E / inter-token distribution (relative difference
@@ -34,6 +35,8 @@ ENGINES = {
     "vllm": {"preset": "vllm", "context_tokens": 2048},
     "vllm-nocache": {"preset": "vllm", "context_tokens": 2048, "enable_prefix_caching": False},
     "sglang": {"preset": "sglang", "context_tokens": 2048},  # retracts, freeing decoded KV
+    # vLLM's hybrid manager: two 64-token sliding-window groups and a full group
+    "vllm-swa": {"preset": "vllm", "context_tokens": 2048},
     "llama-slots": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 2,
                     "allocator": "slots"},
     "llama-unified": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 3,
@@ -53,6 +56,7 @@ POLICIES = [(), ({"kind": "idle_offload", "idle_after_s": 1.0, "host_budget_byte
             ({"kind": "score_eviction", "budget_tokens": 250, "chunk_tokens": 32},
              {"kind": "idle_offload", "idle_after_s": 0.5, "host_budget_bytes": 10**9})]
 PAGED_HOST = ({"kind": "host_kv_cache"},)
+SWA_GROUPS = (("sliding", 64), ("sliding", 64), ("full", 0))
 INT_COLUMNS = ["turn", "prompt_tokens", "cached_tokens", "computed_prompt_tokens",
                "recomputed_tokens", "output_tokens", "preemptions"]
 TIME_COLUMNS = ["arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s",
@@ -82,11 +86,16 @@ def _run(engine: str, latency: dict, sess: list[Session], pool_tokens: int, inte
                            "policies": list(policies),
                            "sim": {"fidelity": fidelity, "sample_interval_s": interval}})
     slot = ENGINES[engine].get("parallel")
+    swa = engine == "vllm-swa"
     sizing = PoolSizing(kv_pool_tokens=pool_tokens,
                         slot_tokens=pool_tokens // slot if engine != "llama-unified" and slot
                         else pool_tokens,
-                        kv_reserved_bytes=pool_tokens * 1000, num_gpu_blocks=pool_tokens // 16,
-                        block_tokens=16, static_device_bytes=10**9, device_bytes=2 * 10**9)
+                        kv_reserved_bytes=pool_tokens * 1000,
+                        # NOTE: vLLM starts only when one max-length request fits: 394
+                        # blocks over SWA_GROUPS at 2048 tokens (kvsim.model.hybrid)
+                        num_gpu_blocks=pool_tokens // 16 * (3 if swa else 1) + 10 * swa,
+                        block_tokens=16, static_device_bytes=10**9, device_bytes=2 * 10**9,
+                        kv_groups=SWA_GROUPS if swa else ())
     return simulate(sc, sessions=sess, sizing=sizing)
 
 
@@ -106,7 +115,7 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
        interval=st.sampled_from([0.05, 0.3, 1.0]), policy=st.sampled_from(POLICIES))
 def test_fast_equals_step(engine, latency, sess, pool_tokens, interval, policy) -> None:
     if not engine.startswith(("llama", "ollama")):  # paged: the host tier (LMCache chunks
-        policy = PAGED_HOST if policy and engine != "vllm-nocache" else ()  # on vLLM)
+        policy = PAGED_HOST if policy and engine in ("vllm", "sglang") else ()  # on vLLM)
     if engine == "llama-q8" and policy and policy[0]["kind"] in ("kivi", "recoverable_eviction"):
         policy = ()  # NOTE: demotion needs an f16 cache
     fast = _run(engine, latency, sess, pool_tokens, interval, "fast", policy)
@@ -288,3 +297,23 @@ def test_fast_mode_jumps_between_demotions_and_agrees(monkeypatch) -> None:
     assert fast.summary["steps"] == step.summary["steps"] == 1000
     ff = seen[0]
     assert ff.steps_skipped >= 900 and ff.stretches <= 2 * 13 + 5
+
+
+def test_sampler_ticks_stay_on_the_per_step_grid() -> None:
+    # A tick 0.35 s + d cannot land on 1.5000000000000007 (the per-step grid's 1.50):
+    # fast mode puts the instants it computed on the heap as they are, so the ticks,
+    # and the one that meets the last completion at 4.499999999999992, match exactly.
+    sess = [Session(session_id="s1", turns=(Turn(start_s=0.0, input_tokens=1, output_tokens=73),
+                                            Turn(input_tokens=1, output_tokens=1))),
+            Session(session_id="s0", turns=(Turn(start_s=0.015625, input_tokens=1,
+                                                 output_tokens=48),
+                                            Turn(think_s=0.5, input_tokens=1,
+                                                 output_tokens=151))),
+            Session(session_id="s2", turns=(Turn(start_s=0.3125, input_tokens=1,
+                                                 output_tokens=1),))]
+    lat = {"kind": "constant", "step_s": 0.02}
+    fast = _run("vllm", lat, sess, 2048, 0.05, "fast")
+    step = _run("vllm", lat, sess, 2048, 0.05, "step")
+    assert len(fast.memory) == len(step.memory) == 93
+    assert fast.memory.time_s.tolist() == step.memory.time_s.tolist()
+    assert fast.memory.drop(columns="time_s").equals(step.memory.drop(columns="time_s"))

@@ -165,6 +165,10 @@ def test_engine_flags_per_engine():
     assert engine_flags(v) == ("vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768 "
                                "--max-num-seqs 8 --gpu-memory-utilization 0.85 "
                                "--kv-cache-dtype fp8")
+    off = configure(scen("rtx-4090", {"preset": "vllm",
+                                      "disable_hybrid_kv_cache_manager": True}),
+                    32768, 8, "fp8", None, 0.85)
+    assert engine_flags(off).endswith("--kv-cache-dtype fp8 --disable-hybrid-kv-cache-manager")
     u = configure(scen("rtx-4090", {"preset": "llama.cpp"}), 8192, 4, "q4_0", None, 0.85)
     assert engine_flags(u).endswith("-c 32768 --parallel 4 -ctk q4_0 -ctv q4_0 -fa on -kvu")
 

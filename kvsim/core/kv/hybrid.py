@@ -1,0 +1,224 @@
+"""Block tables per KV cache group: vLLM's hybrid KV cache manager (engines.md §1.7).
+
+A sliding-window model under vLLM v1 has several KV cache groups
+(:mod:`kvsim.model.hybrid`), all drawing blocks from the one
+:class:`~kvsim.core.kv.block_pool.BlockPool`; a request holds one block table per
+group.  What differs from :class:`~kvsim.core.kv.manager.KVCacheManager`:
+
+- **skipped blocks**: before a request's step allocates, each sliding group frees the
+  blocks lying wholly before the window (the first ``computed − window + 1`` tokens),
+  newest first, and leaves a null entry in their place (vLLM
+  ``remove_skipped_blocks``; done even when the allocation then fails).  A new
+  request's table starts with null entries for the blocks its prefix hit skips;
+- **allocation** needs ``ceil(total / block) − len(table)`` blocks in every group
+  (null entries count as held), plus the free blocks its hit revives; all or nothing;
+- **prefix hits** (``HybridKVCacheCoordinator``): one hash chain per request, indexed
+  per group as ``(hash, group)``.  Full-attention groups take the leading blocks
+  cached in all of them; sliding groups then search right to left, inside that length,
+  for ``ceil((window − 1) / block)`` consecutive blocks cached in every sliding group
+  (or the shorter run that starts at block 0); the hit ends where that run ends and
+  the full groups' hit is cut to it;
+- **registration**: full blocks get their hash in every group as they fill (null
+  entries skipped); a freed sliding block keeps its hash until evicted;
+- **free**: each group's table last block first, group after group.
+
+NOTE: ``req_blocks`` / ``req_num_hashed`` stay empty, so the scheduler's inlined
+single-group paths (kvsim.core.scheduler) find no table and always call
+``allocate_slots``; a fast-forward stretch (kvsim.core.stretch) calls ``advance`` at
+the (step, request) points where a block is freed, taken or filled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvsim.core.kv.block_pool import Block, BlockPool
+from kvsim.core.kv.manager import KVCacheManager
+from kvsim.core.requests import Request
+
+Table = list[Block | None]
+
+
+@dataclass(frozen=True)
+class HybridHit:
+    """Cached blocks found for a new request, one tuple per group (None = null)."""
+
+    groups: tuple[tuple[Block | None, ...], ...] = ()
+    num_tokens: int = 0
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return tuple(b for g in self.groups for b in g if b is not None)
+
+
+class HybridKVCacheManager(KVCacheManager):
+    """Per-request block tables, one per KV cache group, over one :class:`BlockPool`."""
+
+    def __init__(self, pool: BlockPool, block_tokens: int,
+                 kinds: tuple[tuple[str, int], ...]) -> None:
+        super().__init__(pool, block_tokens)
+        self.kinds = kinds
+        self.full = [g for g, (k, _) in enumerate(kinds) if k == "full"]
+        self.swa = [g for g, (k, _) in enumerate(kinds) if k != "full"]
+        windows = {w for k, w in kinds if k != "full"}
+        if len(windows) != 1:
+            raise ValueError(f"one sliding window expected, got {sorted(windows)}")
+        self.window = windows.pop()
+        self.tables: dict[str, list[Table]] = {}
+        self.hashed: dict[str, int] = {}  # leading block positions already registered
+
+    # -- prefix hits ------------------------------------------------------------
+    def get_computed_blocks(self, req: Request) -> HybridHit:
+        if not self.pool.enable_caching or req.num_computed_tokens:
+            return HybridHit()
+        bt = self.block_tokens
+        max_blocks = (req.num_tokens - 1) // bt
+        hashes = self._hashes(req, max_blocks)
+        lookup = self.pool.cached.get
+        n = max_blocks
+        full: list[list[Block]] = [[] for _ in self.full]
+        for i in range(max_blocks if self.full else 0):
+            found = [lookup((hashes[i], g)) for g in self.full]
+            if None in found:
+                n = i
+                break
+            for lst, b in zip(full, found):
+                lst.append(b)
+        start, end, run = self._window_run(hashes, n, lookup)
+        groups: list[tuple[Block | None, ...]] = []
+        for g in range(len(self.kinds)):
+            if g in self.full:
+                groups.append(tuple(full[self.full.index(g)][:end]))
+            else:
+                k = self.swa.index(g)
+                groups.append((None,) * start + tuple(r[k] for r in run))
+        self.query_tokens += req.num_tokens
+        self.hit_tokens += end * bt
+        return HybridHit(tuple(groups), end * bt)
+
+    def _window_run(self, hashes: list[int], n: int, lookup: Any
+                    ) -> tuple[int, int, list[list[Block]]]:
+        """(start, end, blocks per position) of the sliding groups' hit inside ``n``
+        blocks: the last run of ``ceil((window − 1) / block)`` blocks cached in every
+        sliding group, else the run that starts at block 0."""
+        need = max(1, -(-(self.window - 1) // self.block_tokens))
+        run: list[list[Block]] = []
+        for i in range(n - 1, -1, -1):
+            found = [lookup((hashes[i], g)) for g in self.swa]
+            if None in found:
+                run = []
+                continue
+            run.append(found)
+            if len(run) >= need:
+                return i, i + len(run), run[::-1]
+        return 0, len(run), run[::-1]
+
+    # -- allocation ---------------------------------------------------------------
+    def _skipped_blocks(self, computed: int) -> int:
+        return max(0, computed - self.window + 1) // self.block_tokens
+
+    def _need(self, tables: list[Table] | None, computed: int, total: int,
+              hit: Any) -> int:
+        """Free blocks this step takes: new blocks per group and revived hit blocks."""
+        required = -(-total // self.block_tokens)
+        if tables is not None:
+            return sum(max(required - len(t), 0) for t in tables)
+        skipped = self._skipped_blocks(computed)
+        need = 0
+        for g in range(len(self.kinds)):
+            hb = hit.groups[g] if hit.groups else ()
+            sk = skipped if g not in self.full else 0
+            need += max(required - max(sk, len(hb)), 0)
+            need += sum(1 for b in hb[sk:] if b is not None and b.ref_cnt == 0)
+        return need
+
+    def blocks_needed(self, req: Request, num_new_tokens: int, hit: Any = HybridHit()) -> int:
+        tables = self.tables.get(req.request_id)
+        computed = req.num_computed_tokens + hit.num_tokens
+        return self._need(tables, computed, computed + num_new_tokens, hit)
+
+    def allocate_slots(self, req: Request, num_new_tokens: int, hit: Any = HybridHit()) -> bool:
+        rid = req.request_id
+        tables = self.tables.get(rid)
+        computed = req.num_computed_tokens + hit.num_tokens
+        if tables is not None:
+            self._remove_skipped(tables, computed)
+        total = computed + num_new_tokens
+        if self._need(tables, computed, total, hit) > self.pool.num_free:
+            return False
+        if tables is None:
+            tables = self.tables[rid] = self._new_tables(computed, hit)
+        self._grow(req, tables, total)
+        return True
+
+    def advance(self, req: Request, computed: int) -> None:
+        """A running request's schedule of one decode token at ``computed`` tokens, known
+        to fit (the fast-forward stretch, kvsim.core.stretch): what ``allocate_slots``
+        does then."""
+        tables = self.tables[req.request_id]
+        self._remove_skipped(tables, computed)
+        self._grow(req, tables, computed + 1)
+
+    def _grow(self, req: Request, tables: list[Table], total: int) -> None:
+        required = -(-total // self.block_tokens)
+        for t in tables:  # NOTE: group by group, as vLLM's coordinator allocates
+            if required > len(t):
+                t.extend(self.pool.get_new_blocks(required - len(t)))
+        self._register_all(req, tables, total)
+
+    def _new_tables(self, computed: int, hit: Any) -> list[Table]:
+        """A new request's tables: null entries for skipped blocks, then its hit."""
+        skipped = self._skipped_blocks(computed)
+        tables: list[Table] = []
+        for g in range(len(self.kinds)):
+            hb = hit.groups[g] if hit.groups else ()
+            sk = skipped if g not in self.full else 0
+            t: Table = list(hb) + [None] * (sk - len(hb))
+            t[:sk] = [None] * sk
+            self.pool.touch([b for b in t if b is not None])
+            tables.append(t)
+        return tables
+
+    def _remove_skipped(self, tables: list[Table], computed: int) -> None:
+        k = self._skipped_blocks(computed)
+        if not k:
+            return
+        removed: list[Block] = []
+        for g in self.swa:
+            t = tables[g]
+            i = min(k, len(t)) - 1
+            while i >= 0 and t[i] is not None:
+                removed.append(t[i])  # type: ignore[arg-type]
+                t[i] = None
+                i -= 1
+        if removed:
+            self.pool.free_blocks(removed)
+
+    def _register_all(self, req: Request, tables: list[Table], total: int) -> None:
+        if not self.pool.enable_caching:
+            return
+        n_full = total // self.block_tokens
+        rid = req.request_id
+        done = self.hashed.get(rid, 0)
+        if n_full <= done:
+            return
+        hashes = self._hashes(req, n_full)
+        for g, t in enumerate(tables):
+            pairs = [(b, (hashes[i], g)) for i in range(done, n_full)
+                     if (b := t[i]) is not None]
+            self.pool.cache_full_blocks([b for b, _ in pairs], [k for _, k in pairs])
+        self.hashed[rid] = n_full
+
+    # -- release ---------------------------------------------------------------------
+    def free(self, req: Request, keep_cached: int | None = None) -> None:
+        tables = self.tables.pop(req.request_id, None)
+        self.hashed.pop(req.request_id, None)
+        if not tables:
+            return
+        if keep_cached is not None:
+            self.pool.uncache([b for t in tables for b in t[keep_cached:] if b is not None])
+        self.pool.free_blocks([b for t in tables for b in reversed(t) if b is not None])
+
+    def num_blocks_of(self, req: Request) -> int:
+        return sum(b is not None for t in self.tables.get(req.request_id, ()) for b in t)

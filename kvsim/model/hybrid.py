@@ -1,0 +1,152 @@
+"""vLLM's hybrid KV cache manager: KV cache groups of a sliding-window model (§1.7).
+
+A model whose attention layers are full and sliding-window (Gemma 2/3, gpt-oss,
+Cohere2 …) does not hold every layer's KV for every token under vLLM v1: its layers
+are split into *KV cache groups* of equal size, all groups draw equal-size pages
+(blocks) from one pool, and a sliding-window group holds only the blocks that still
+overlap the window (vLLM ``kv_cache_utils._get_kv_cache_groups_uniform_page_size``):
+
+- ``group_size`` = the smallest layer count of a type, or the largest when that is
+  under 1.5× the smallest (padding layers instead of a tiny group); each type gets
+  ``ceil(layers / group_size)`` groups, types in the order their first layer appears;
+- one page = ``block_tokens`` tokens of one layer; ``num_gpu_blocks = pool //
+  page // group_size`` (``group_size`` tensors of ``num_gpu_blocks`` pages, tensor i
+  shared by the i-th layer of every group) — so one simulator block costs
+  ``page × group_size`` bytes and a request takes blocks in every group;
+- the startup log says ``GPU KV cache size: (num_gpu_blocks // groups) × block``
+  tokens; a request's largest need is, per group, ``ceil(max_model_len / block)``
+  (full) or ``ceil(min(window − 1 + max_num_batched_tokens, max_model_len) / block)
+  + 1`` (sliding: the window may start mid-block), and startup fails when that sum
+  exceeds the pool.
+
+The manager is off (every layer at full length, as before 2025): when the engine
+sets ``disable_hybrid_kv_cache_manager``; with a KV connector (a host KV tier); for
+chunked-local attention (vLLM turns it off unless an environment flag is set); and
+for layouts it cannot group (unequal page sizes, MLA or recurrent layers mixed in).
+SGLang's split of its pool into full and SWA token pools is not modelled here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.config.specs import ModelSpec
+from kvsim.config.units import format_bytes
+from kvsim.model.geometry import KvGeometry
+
+
+@dataclass(frozen=True)
+class KVCacheGroups:
+    """The KV cache groups of one model under vLLM's hybrid manager.
+
+    ``kinds`` holds one ``(kind, window_tokens)`` per group in vLLM's group order
+    (``("full", 0)`` or ``("sliding", w)``); every group has ``layers_per_group``
+    layers (padding included) and one block of it costs ``block_bytes``.
+    """
+
+    kinds: tuple[tuple[str, int], ...]
+    layers_per_group: int
+    page_bytes: int            # one block of one layer
+    block_tokens: int
+
+    @property
+    def block_bytes(self) -> int:
+        return self.page_bytes * self.layers_per_group
+
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        return blocks_per_request(self.kinds, self.block_tokens, max_model_len,
+                                  max_num_batched_tokens)
+
+
+def blocks_per_request(kinds: tuple[tuple[str, int], ...], block_tokens: int,
+                       max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``max_model_len`` tokens may hold at once over ``kinds``
+    (vLLM ``max_memory_usage_bytes`` per group, in pages)."""
+    total = 0
+    for kind, window in kinds:
+        if kind == "full":
+            total += -(-max_model_len // block_tokens)
+        else:
+            n = min(window - 1 + max_num_batched_tokens, max_model_len)
+            total += -(-n // block_tokens) + 1
+    return total
+
+
+def _off_reason(model: ModelSpec, geo: KvGeometry) -> str | None:
+    kinds = {g.kind for g in model.layer_groups}
+    if "chunked" in kinds:
+        return ("chunked-local attention: vLLM turns the hybrid KV cache manager off "
+                "(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE unset)")
+    if kinds - {"full", "sliding"}:
+        return "MLA or recurrent layers beside sliding ones are not grouped here"
+    if len({g.bytes_per_token_per_layer for g in geo.groups}) != 1:
+        return "full and sliding layers have unequal page sizes"
+    if len({g.window_tokens for g in geo.windowed}) != 1:
+        return "sliding layers with different windows are not grouped here"
+    return None
+
+
+def vllm_kv_groups(model: ModelSpec, geo: KvGeometry, block_tokens: int,
+                   enabled: bool = True) -> tuple[KVCacheGroups | None, str | None]:
+    """vLLM's KV cache groups for ``model``, or (None, why the manager is off) —
+    (None, None) for a model without sliding-window layers."""
+    if not geo.windowed:
+        return None, None
+    if not enabled:
+        return None, "the hybrid KV cache manager is disabled"
+    reason = _off_reason(model, geo)
+    if reason:
+        return None, reason
+    # NOTE: one type per (kind, window); the profile's groups are already that, merged
+    # here in case a profile splits one type over several entries
+    types: dict[tuple[str, int], list[int]] = {}
+    for i, g in enumerate(model.layer_groups):
+        key = (g.kind, g.window_tokens or 0)
+        first = min(g.layer_indices) if g.layer_indices else i * 10_000
+        layers, seen = types.get(key, [0, first])
+        types[key] = [layers + g.layers, min(seen, first)]
+    counts = [n for n, _ in types.values()]
+    size = min(counts)
+    if max(counts) < 1.5 * size:
+        size = max(counts)
+    kinds: list[tuple[str, int]] = []
+    for key, (n, _) in sorted(types.items(), key=lambda kv: kv[1][1]):
+        kinds += [key] * -(-n // size)
+    page = block_tokens * geo.groups[0].bytes_per_token_per_layer
+    return KVCacheGroups(tuple(kinds), size, page, block_tokens), None
+
+
+def hybrid_max_model_len(groups: KVCacheGroups, blocks: int, ctx: int, mnbt: int) -> int:
+    """Largest max_model_len (≤ ``ctx``) whose one request fits ``blocks`` (0: none)."""
+    lo, hi = 0, ctx
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if groups.blocks_per_request(mid, mnbt) <= blocks else (lo, mid - 1)
+    return lo
+
+
+def hybrid_refusal(groups: KVCacheGroups, ctx: int, per_req: int, blocks: int,
+                   mnbt: int) -> str | None:
+    """vLLM's start-up refusal when one ``ctx`` request needs more than the pool."""
+    if per_req <= blocks:
+        return None
+    bb = groups.block_bytes
+    return (f"To serve at least one request with the model's max seq len ({ctx}), "
+            f"{format_bytes(per_req * bb)} KV cache is needed, which is larger than the "
+            f"available KV cache memory ({format_bytes(blocks * bb)}). Based on the "
+            f"available memory, the estimated maximum model length is "
+            f"{hybrid_max_model_len(groups, blocks, ctx, mnbt)}")
+
+
+def hybrid_notes(geo: KvGeometry, groups: KVCacheGroups | None, off: str | None,
+                 per_req: int, vllm: bool) -> list[str]:
+    """The budget's note on how sliding-window layers are held."""
+    if groups:
+        n_swa = sum(k == "sliding" for k, _ in groups.kinds)
+        return [f"hybrid KV cache manager: {len(groups.kinds)} groups of "
+                f"{groups.layers_per_group} layers ({n_swa} sliding-window); one request "
+                f"holds at most {per_req} blocks of {format_bytes(groups.block_bytes)}"]
+    if not geo.windowed:
+        return []
+    why = off if vllm else "SGLang's split into full and SWA token pools is not modelled"
+    return [f"sliding-window layers are held at full length: {why}"]
