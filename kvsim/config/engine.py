@@ -61,11 +61,8 @@ class PagedEngineConfig(BaseModel):
     num_gpu_blocks_override: int | None = Field(None, gt=0)
     swap_space_bytes: Bytes = 0
     disable_hybrid_kv_cache_manager: bool | None = Field(
-        None, description="True holds sliding-window layers at full length (vLLM "
-        "--disable-hybrid-kv-cache-manager §1.7, SGLang --disable-hybrid-swa-memory §2.1); "
-        "None (auto): vLLM turns it off only with a KV connector or swap")
-    swa_full_tokens_ratio: float = Field(
-        0.8, gt=0, description="SGLang --swa-full-tokens-ratio: SWA-layer / full-layer tokens")
+        None, description="vLLM: True holds sliding-window layers at full length (§1.7); "
+        "None (auto) turns the hybrid manager off only with a KV connector or swap")
     supported_cache_types: tuple[str, ...] = ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
     notes: str = ""
 
@@ -73,9 +70,6 @@ class PagedEngineConfig(BaseModel):
     def _check(self) -> "PagedEngineConfig":
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
-        if self.preset == "vllm" and self.swa_full_tokens_ratio != 0.8:
-            raise InputError("swa_full_tokens_ratio", self.swa_full_tokens_ratio,
-                             "an SGLang setting (--swa-full-tokens-ratio); vLLM has none")
         return self
 
 

@@ -23,7 +23,9 @@ The manager is off (every layer at full length, as before 2025): when the engine
 sets ``disable_hybrid_kv_cache_manager``; with a KV connector (a host KV tier); for
 chunked-local attention (vLLM turns it off unless an environment flag is set); and
 for layouts it cannot group (unequal page sizes, MLA or recurrent layers mixed in).
-SGLang's split of its pool into full and SWA token pools is not modelled here.
+SGLang holds sliding-window layers at full length for Gemma 2/3; its split into
+full-layer and SWA-layer token pools for other architectures (gpt-oss, Llama 4:
+``is_hybrid_swa_model``) is not modelled here.
 """
 
 from __future__ import annotations
@@ -116,26 +118,6 @@ def vllm_kv_groups(model: ModelSpec, geo: KvGeometry, block_tokens: int,
     return KVCacheGroups(tuple(kinds), size, page, block_tokens), None
 
 
-def sglang_swa_split(model: ModelSpec, geo: KvGeometry, cells: int, ratio: float,
-                     enabled: bool = True) -> tuple[tuple[int, int] | None, str | None]:
-    """SGLang's hybrid SWA memory (engines.md §2.1): ``cells`` tokens of every layer
-    re-split into ``(full_layer_tokens, swa_layer_tokens)`` with ``swa = full × ratio``
-    and the same bytes — or (None, why not); (None, None) without sliding layers.
-
-    ``full = int(bytes / (full_bytes_per_token + ratio × swa_bytes_per_token))``
-    (SGLang's ``total / (ratio · n_swa + n_full)`` in layer-tokens, weighted by bytes).
-    """
-    if not geo.windowed:
-        return None, None
-    if not enabled:
-        return None, "--disable-hybrid-swa-memory"
-    if {g.kind for g in model.layer_groups} - {"full", "sliding"}:
-        return None, "only full + sliding-window layouts are split here"
-    total = cells * geo.kv_bytes_per_token
-    full = int(total / (geo.full_bytes_per_token + ratio * geo.windowed_bytes_per_token))
-    return (full, int(full * ratio)), None
-
-
 def hybrid_max_model_len(groups: KVCacheGroups, blocks: int, ctx: int, mnbt: int) -> int:
     """Largest max_model_len (≤ ``ctx``) whose one request fits ``blocks`` (0: none)."""
     lo, hi = 0, ctx
@@ -166,6 +148,8 @@ def hybrid_notes(geo: KvGeometry, groups: KVCacheGroups | None, off: str | None,
         return [f"hybrid KV cache manager: {len(groups.kinds)} groups of "
                 f"{groups.layers_per_group} layers ({n_swa} sliding-window); one request "
                 f"holds at most {per_req} blocks of {format_bytes(groups.block_bytes)}"]
-    if not geo.windowed or off is None:
+    if not geo.windowed:
         return []
-    return [f"sliding-window layers are held at full length: {off}"]
+    why = off if vllm else ("SGLang keeps them so for Gemma 2/3; its split into full and "
+                            "SWA token pools (gpt-oss, Llama 4) is not modelled")
+    return [f"sliding-window layers are held at full length: {why}"]

@@ -29,7 +29,7 @@ from kvsim.model.budget import MIB, MemoryBudget, OllamaEstimate
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.hybrid import (KVCacheGroups, hybrid_max_model_len, hybrid_notes,
-                                hybrid_refusal, sglang_swa_split, vllm_kv_groups)
+                                hybrid_refusal, vllm_kv_groups)
 from kvsim.model.weights import WeightSplit, model_weights
 
 LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
@@ -340,12 +340,6 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
             -(-engine.context_tokens // block))
     if engine.num_gpu_blocks_override is not None:
         blocks = engine.num_gpu_blocks_override
-    swa_split = None
-    if not vllm:
-        swa_split, off = sglang_swa_split(model, geo, blocks * block, engine.swa_full_tokens_ratio,
-                                          engine.disable_hybrid_kv_cache_manager is not True)
-        if swa_split:
-            blocks = swa_split[0] // block
     ctx = engine.context_tokens
     if groups:   # NOTE: vLLM logs the pool as if every group held every token
         per_req = groups.blocks_per_request(ctx, engine.max_num_batched_tokens)
@@ -370,13 +364,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     if not vllm:
         logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
                        f"max_total_tokens={tokens}, page_size={block}")
-        if swa_split:
-            logs.insert(0, f"Use Sliding window memory pool. full_layer_tokens={swa_split[0]}, "
-                           f"swa_layer_tokens={swa_split[1]}")
     notes = hybrid_notes(geo, groups, off, per_req, vllm)
-    if swa_split:
-        notes.append(f"SGLang hybrid SWA memory: {swa_split[0]:,} full-layer tokens (simulated) "
-                     f"and {swa_split[1]:,} SWA-layer tokens (not simulated)")
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,

@@ -86,13 +86,9 @@ def engine_flags(s: Scenario) -> str:
     repo = re.sub(r"\(.*?\)", "", s.model.hf_repo).strip() or s.model.name
     dtype = "auto" if e.cache_type_k in ("f16", "bf16") else e.cache_type_k
     if e.preset == "sglang":
-        swa = (" --disable-hybrid-swa-memory" if e.disable_hybrid_kv_cache_manager is True
-               else "") + (f" --swa-full-tokens-ratio {e.swa_full_tokens_ratio:g}"
-                           if e.swa_full_tokens_ratio != 0.8 else "")
         return (f"python -m sglang.launch_server --model-path {repo} "
                 f"--context-length {e.context_tokens} --max-running-requests {e.max_num_seqs} "
-                f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}"
-                + swa)
+                f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
     hybrid_off = " --disable-hybrid-kv-cache-manager" \
         if e.disable_hybrid_kv_cache_manager is True else ""
     return (f"vllm serve {repo} --max-model-len {e.context_tokens} "

@@ -94,20 +94,3 @@ def test_scheduler_refuses_a_pool_one_request_cannot_fill() -> None:
                        num_gpu_blocks=256, block_tokens=16, kv_groups=groups)
     with pytest.raises(InputError, match="holds up to 257 blocks"):
         make_scheduler(eng, short)
-
-
-def test_sglang_splits_the_pool_into_full_and_swa_layer_tokens() -> None:
-    eng = resolve_engine({"preset": "sglang", "context_tokens": 8192,
-                          "kv_cache_memory_bytes": 4 * GIB})
-    b = memory_budget(GPU, load_model("gemma-3-12b"), "fp8", eng)
-    # 4 GiB // (48 x 8192) = 10922 cells of every layer; SGLang re-splits the same bytes:
-    # full = int(10922 x 393216 / (8 x 8192 + 0.8 x 40 x 8192)) = 13106, swa = int(0.8 x full)
-    assert b.kv_pool_tokens == 13106 and b.kv_groups == ()
-    assert ("Use Sliding window memory pool. full_layer_tokens=13106, "
-            "swa_layer_tokens=10484") in b.log_lines
-    off = memory_budget(GPU, load_model("gemma-3-12b"), "fp8", resolve_engine(
-        {"preset": "sglang", "context_tokens": 8192, "kv_cache_memory_bytes": 4 * GIB,
-         "disable_hybrid_kv_cache_manager": True}))
-    assert off.kv_pool_tokens == 10922
-    with pytest.raises(InputError, match="swa_full_tokens_ratio"):
-        resolve_engine({"preset": "vllm", "swa_full_tokens_ratio": 0.5})

@@ -169,9 +169,6 @@ def test_engine_flags_per_engine():
                                       "disable_hybrid_kv_cache_manager": True}),
                     32768, 8, "fp8", None, 0.85)
     assert engine_flags(off).endswith("--kv-cache-dtype fp8 --disable-hybrid-kv-cache-manager")
-    sg = configure(scen("rtx-4090", {"preset": "sglang", "swa_full_tokens_ratio": 0.5}),
-                   8192, 2, "f16", None, 0.85)
-    assert engine_flags(sg).endswith("--kv-cache-dtype auto --swa-full-tokens-ratio 0.5")
     u = configure(scen("rtx-4090", {"preset": "llama.cpp"}), 8192, 4, "q4_0", None, 0.85)
     assert engine_flags(u).endswith("-c 32768 --parallel 4 -ctk q4_0 -ctv q4_0 -fa on -kvu")
 
