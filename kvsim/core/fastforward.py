@@ -106,6 +106,7 @@ def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> None:
     times are sums of step times from each step's start, so an instant a stretch
     computed ahead is put on SimPy's heap as it is, in SimPy's own entry format.
     """
+    assert at_s >= env.now, f"schedule_at {at_s} before now {env.now}"
     heappush(env._queue, (at_s, priority, next(env._eid), event))
 
 

@@ -21,6 +21,9 @@ commute (each kind keeps its own order).
 NOTE: the paged admission argument: a waiting request that cannot be admitted at
 step 0 cannot be admitted later in the stretch — free blocks only decrease and
 its prefix hit only shrinks (evictions), so the blocks it needs never decrease.
+With hybrid KV cache groups neither holds (sliding groups free blocks; an evicted
+block cuts the hit of every group, and a head capped by the token budget then needs
+fewer blocks), so there a stretch with a waiting head ends before its first free or pop.
 """
 
 from __future__ import annotations
@@ -80,11 +83,14 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
     free, block = pool.num_free, sched.block_tokens
     groups = 1
     if sched.hybrid:
-        # NOTE: a block freed at step j may admit the waiting head in that schedule;
-        # pops are counted without the frees (a safe bound)
+        # NOTE: while a request waits, the stretch ends before the first free (it may
+        # admit the head) and before the first pop: a pop may evict a block of the
+        # head's hit, which cuts the hit in every group at once, and a budget-capped
+        # head then needs fewer blocks.  Pops are counted without the frees (a bound).
         groups = len(mgr.kinds)
         if head_waits:
-            limit = min(limit, _first_free_step(ctx, block, mgr.window) - 1)
+            first_pop = min([block - c % block for c in ctx])
+            limit = min(limit, _first_free_step(ctx, block, mgr.window), first_pop) - 1
     if _new_blocks(ctx, limit, block) * groups <= free:
         return max(limit, 0)
     lo, hi = 0, limit  # largest J with new blocks ≤ free
@@ -205,7 +211,11 @@ def _hybrid_points(items: tuple, steps: int, block: int, window: int) -> list[tu
 def _hybrid_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
                    ) -> tuple[list[int], list[int], Any]:
     """:func:`_paged_blocks` for hybrid KV cache groups: each point's schedule done by
-    the manager, in (step, item) order; KV bytes read off the pool after each step."""
+    the manager, in (step, item) order; KV bytes read off the pool after each step.
+
+    NOTE: raw pool counts, as ``PagedScheduler.memory`` reports them before its policy's
+    ``memory``: no paged policy changes KV bytes, and the host tier (the one paged
+    policy) turns the hybrid manager off."""
     mgr, pool, bb = sched.manager, sched.pool, sched.block_bytes
     pts = _hybrid_points(items, alloc_steps, sched.block_tokens, mgr.window)
     alloc, cached = [0] * steps, [0] * steps

@@ -81,6 +81,10 @@ def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
 def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any) -> None:
     """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
+    if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
+        raise InputError(f"policies[{i}].kind", pol.kind,  # pool sizing may not
+                         "no hybrid KV cache groups: vLLM turns its hybrid manager off "
+                         "with a KV connector (engine.disable_hybrid_kv_cache_manager)")
     if sched.link is None:
         raise InputError(f"policies[{i}].kind", pol.kind, f"a host KV tier needs host memory "
                          f"over PCIe; {host.name} shares memory with the GPU (no host tier)")

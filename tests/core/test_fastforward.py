@@ -35,8 +35,9 @@ ENGINES = {
     "vllm": {"preset": "vllm", "context_tokens": 2048},
     "vllm-nocache": {"preset": "vllm", "context_tokens": 2048, "enable_prefix_caching": False},
     "sglang": {"preset": "sglang", "context_tokens": 2048},  # retracts, freeing decoded KV
-    # vLLM's hybrid manager: two 64-token sliding-window groups and a full group
-    "vllm-swa": {"preset": "vllm", "context_tokens": 2048},
+    # vLLM's hybrid manager: two 64-token sliding-window groups and a full group; a
+    # small token budget caps admissions (a pop that cuts a hit must end a stretch)
+    "vllm-swa": {"preset": "vllm", "context_tokens": 2048, "max_num_batched_tokens": 64},
     "llama-slots": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 2,
                     "allocator": "slots"},
     "llama-unified": {"preset": "llama.cpp", "context_tokens": 2048, "parallel": 3,
@@ -91,9 +92,9 @@ def _run(engine: str, latency: dict, sess: list[Session], pool_tokens: int, inte
                         slot_tokens=pool_tokens // slot if engine != "llama-unified" and slot
                         else pool_tokens,
                         kv_reserved_bytes=pool_tokens * 1000,
-                        # NOTE: vLLM starts only when one max-length request fits: 394
+                        # NOTE: vLLM starts only when one max-length request fits: 146
                         # blocks over SWA_GROUPS at 2048 tokens (kvsim.model.hybrid)
-                        num_gpu_blocks=pool_tokens // 16 * (3 if swa else 1) + 10 * swa,
+                        num_gpu_blocks=pool_tokens // 16 + 20 * swa,
                         block_tokens=16, static_device_bytes=10**9, device_bytes=2 * 10**9,
                         kv_groups=SWA_GROUPS if swa else ())
     return simulate(sc, sessions=sess, sizing=sizing)

@@ -6,6 +6,7 @@ skips the first ``computed − 8 + 1`` tokens.  Expected ids are worked out by h
 the comments from the free queue (head popped first, freed blocks at the tail).
 """
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -13,6 +14,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.hybrid import HybridKVCacheManager
 from kvsim.core.requests import Request
+from kvsim.core.step import ScheduledItem
+from kvsim.core.stretch import _first_free_step, _hybrid_points
 
 KINDS = (("sliding", 8), ("full", 0))
 
@@ -125,15 +128,37 @@ def test_allocation_is_all_or_nothing_but_skipped_blocks_are_freed_first() -> No
     assert pool.num_free == 1
 
 
+@pytest.mark.parametrize("c,block,window,first", [
+    (10, 4, 8, 1),    # step 1 computes token 11: skips 4 tokens = block 0
+    (0, 4, 8, 11),    # j - 7 skipped tokens: the first whole block at j = 11
+    (5, 4, 1, 3),     # window 1: every computed token is skipped, block 0 at 8 tokens
+    (6, 16, 3, 12),   # window under a block: 6 + 12 - 3 + 1 = 16
+    (100, 16, 64, 11),  # 100 - 64 + 1 = 37 skipped at j = 0; 48 at j = 11
+])
+def test_first_free_step_is_where_skipped_tokens_reach_a_new_block(c, block, window, first):
+    skipped = [max(0, c + j - window + 1) // block for j in range(0, 4 * block)]
+    assert first == next(j for j in range(1, 4 * block) if skipped[j] > skipped[j - 1])
+    assert _first_free_step((c,), block, window) == first
+
+
+def test_stretch_points_are_every_free_pop_and_fill() -> None:
+    # item 0 at 10 tokens (block 4, window 8): pops at j = 2, 6 (tokens 12, 16), fills
+    # at j = 1, 5 (tokens 11 -> 12 full), frees at j = 1, 5
+    items = (ScheduledItem(None, 1, 10, True),)
+    assert _hybrid_points(items, 6, 4, 8) == [(1, 0), (2, 0), (5, 0), (6, 0)]
+
+
 class HybridPoolMachine(RuleBasedStateMachine):
-    """Random admissions, decodes, frees: blocks are conserved and every table entry
-    before the window is null once the request has been scheduled past it."""
+    """Random admissions, decodes, frees: blocks are conserved, a table covers the
+    request's tokens, and every sliding entry wholly before the window of its last
+    allocation is null."""
 
     def __init__(self) -> None:
         super().__init__()
         self.pool = BlockPool(30)
         self.mgr = HybridKVCacheManager(self.pool, 4, (("sliding", 6),) * 2 + (("full", 0),))
         self.live: dict[str, Request] = {}
+        self.at: dict[str, int] = {}  # computed tokens at the last allocate_slots
         self.n = 0
 
     @rule(prefix=st.sampled_from(["p", "q"]), plen=st.integers(0, 30), tail=st.integers(1, 12))
@@ -149,6 +174,7 @@ class HybridPoolMachine(RuleBasedStateMachine):
         assert ok == (need <= free)
         if ok:
             assert free - self.pool.num_free == need
+            self.at[rid] = hit.num_tokens
             req.num_computed_tokens = hit.num_tokens + n
             req.num_output = 1
             self.live[rid] = req
@@ -156,7 +182,10 @@ class HybridPoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.live)
     @rule(data=st.data())
     def decode(self, data: st.DataObject) -> None:
-        _decode(self.mgr, self.live[data.draw(st.sampled_from(sorted(self.live)))])
+        req = self.live[data.draw(st.sampled_from(sorted(self.live)))]
+        # NOTE: skipped blocks are freed even when the allocation then fails
+        self.at[req.request_id] = req.num_computed_tokens
+        _decode(self.mgr, req)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -175,6 +204,13 @@ class HybridPoolMachine(RuleBasedStateMachine):
         assert self.pool.num_free + self.pool.num_active == self.pool.num_blocks
         for h, b in self.pool.cached.items():
             assert b.block_hash == h
+        for rid, req in self.live.items():
+            tables = self.mgr.tables[rid]
+            skipped = max(0, self.at[rid] - 6 + 1) // 4
+            for g, t in enumerate(tables):
+                assert len(t) * 4 >= req.num_computed_tokens
+                assert all(b is None for b in t[:skipped]) or g == 2
+                assert None not in t[skipped:]
 
 
 TestHybridPool = HybridPoolMachine.TestCase

@@ -94,3 +94,16 @@ def test_scheduler_refuses_a_pool_one_request_cannot_fill() -> None:
                        num_gpu_blocks=256, block_tokens=16, kv_groups=groups)
     with pytest.raises(InputError, match="holds up to 257 blocks"):
         make_scheduler(eng, short)
+
+
+def test_groups_are_refused_where_the_manager_is_off() -> None:
+    groups = (("sliding", 64), ("full", 0))
+    sizing = PoolSizing(kv_pool_tokens=0, slot_tokens=2048, kv_reserved_bytes=300 * 1000,
+                        num_gpu_blocks=300, block_tokens=16, kv_groups=groups)
+    swap = resolve_engine({"preset": "vllm", "context_tokens": 2048,
+                           "preemption_mode": "swap", "swap_space_bytes": 10**9})
+    off = resolve_engine({"preset": "vllm", "context_tokens": 2048,
+                          "disable_hybrid_kv_cache_manager": True})
+    for eng in (swap, off):
+        with pytest.raises(InputError, match="hybrid manager is off"):
+            make_scheduler(eng, sizing)
