@@ -200,7 +200,8 @@ def _hybrid_manager_rule(s: Scenario) -> Scenario:
     """vLLM turns its hybrid KV cache manager off with a KV connector (a host KV tier)
     or under V0's swap preemption (engines.md §1.6-§1.7); asked for there, it refuses."""
     eng = s.engine
-    if getattr(eng, "preset", None) != "vllm":
+    windowed = any(g.kind in ("sliding", "chunked") for g in s.model.layer_groups)
+    if getattr(eng, "preset", None) != "vllm" or not windowed:
         return s
     why = "a host KV tier (KV connector)" if any(
         p.kind == "host_kv_cache" for p in s.policies) else \
