@@ -34,7 +34,8 @@ def _positive(value: str | None, flag: str) -> int | None:
 
 def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: str | None,
                  kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
-                 gpu_layers: int | None, gpu_util: float | None) -> tuple[dict[str, Any], list]:
+                 gpu_layers: int | None, gpu_util: float | None,
+                 hybrid_kv: bool | None = None) -> tuple[dict[str, Any], list]:
     from kvsim.config.engine import engine_names
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
@@ -61,6 +62,10 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
         if slots:
             raise InputError("--gpu-util", gpu_util, "only for vllm / sglang")
         spec["gpu_memory_utilization"] = gpu_util
+    if hybrid_kv is not None:
+        if engine != "vllm":
+            raise InputError("--hybrid-kv", engine, "only vllm has a hybrid KV cache manager")
+        spec["disable_hybrid_kv_cache_manager"] = not hybrid_kv
     from kvsim.config.engine import resolve_engine
     preset = resolve_engine(engine)
     fa = flash_attn if flash_attn is not None else getattr(preset, "flash_attn", True)
@@ -120,6 +125,8 @@ def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str])
         "total_bytes": b.total_bytes, "device_fraction": round(b.device_fraction, 6),
         "headroom_to_85_bytes": b.headroom_to_85_bytes, "fits": b.fits, "failure": b.failure,
         "verdict": verdict, "max_context_at_85": max_ctx, "max_parallel_at_85": max_par,
+        "kv_groups": [list(g) for g in b.kv_groups],
+        "blocks_per_request": b.blocks_per_request,
         "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
         "estimate": None if b.estimate is None else dict(b.estimate.__dict__),
     }
@@ -204,6 +211,10 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
 @click.option("--gpu-layers", default=None, help="-ngl / num_gpu (default: auto)")
 @click.option("--gpu-util", type=float, default=None,
               help="vllm gpu_memory_utilization / sglang mem_fraction_static")
+@click.option("--hybrid-kv/--no-hybrid-kv", default=None,
+              help="vllm: the hybrid KV cache manager for sliding-window models (on by "
+              "default; --no-hybrid-kv = --disable-hybrid-kv-cache-manager, every layer "
+              "at full length)")
 @click.option("--display-reserve", default="0", show_default=True,
               help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
 @click.option("--driver-reserve", default="400 MiB", show_default=True,
@@ -212,8 +223,8 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
 def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
         parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
-        gpu_util: float | None, display_reserve: str, driver_reserve: str,
-        as_json: bool) -> None:
+        gpu_util: float | None, hybrid_kv: bool | None, display_reserve: str,
+        driver_reserve: str, as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.model.budget import engine_for_gpu, max_context_at, max_parallel_at, memory_budget
     from kvsim.model.weights import weight_format
@@ -234,7 +245,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
-                               flash_attn, ngl, gpu_util)
+                               flash_attn, ngl, gpu_util, hybrid_kv)
     eng = engine_for_gpu(spec, g, m)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)

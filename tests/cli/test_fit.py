@@ -101,6 +101,7 @@ def test_ollama_ignores_quantized_kv_without_flash_attention(capsys):
     (["--context", "32kk"], "--context"),
     (["--weights", "q4_k_x"], "--weights"),
     (["--kv", "q8_0", "--no-flash-attn"], "needs flash attention"),
+    (["--no-hybrid-kv"], "only vllm has a hybrid KV cache manager"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, args, needle):
     base = {"--gpu": "rtx-4090", "--model": "llama-3.1-8b", "--engine": "llama.cpp"}
@@ -146,3 +147,19 @@ def test_parallel_bounded_by_slot_padding_says_so() -> None:
     flat = " ".join(res.output.split())
     assert "(context as given): 128" in flat
     assert "one 256-token pad unit per slot, not by memory" in flat
+
+
+def test_vllm_hybrid_manager_fits_gemma_3_at_32k_and_the_flag_turns_it_off(capsys):
+    # Gemma-3-12B fp8 on a 4090 at max_model_len 32768: the pool of 10,091 1-MiB blocks
+    # (6 groups of 8 layers) holds one request's 2048 full + 5 x 193 sliding blocks;
+    # with every layer at full length it holds 26,896 tokens < 32768 and vLLM refuses
+    argv = ["fit", "--gpu", "rtx-4090", "--model", "gemma-3-12b", "--weights", "fp8",
+            "--engine", "vllm", "--context", "32768", "--json"]
+    code, out, _ = run(capsys, *argv)
+    on = json.loads(out)
+    assert code == 0 and on["fits"] and on["blocks_per_request"] == 3013
+    assert on["kv_groups"] == [["sliding", 1024]] * 5 + [["full", 0]]
+    assert on["max_concurrency"] == pytest.approx(on["num_gpu_blocks"] / 3013)
+    code, out, _ = run(capsys, *argv, "--no-hybrid-kv")
+    off = json.loads(out)
+    assert not off["fits"] and off["kv_groups"] == [] and off["kv_pool_tokens"] == 26896
