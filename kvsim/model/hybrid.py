@@ -145,9 +145,9 @@ def hybrid_notes(geo: KvGeometry, groups: KVCacheGroups | None, off: str | None,
     """The budget's note on how sliding-window layers are held."""
     if groups:
         n_swa = sum(k == "sliding" for k, _ in groups.kinds)
-        return [f"hybrid KV cache manager: {len(groups.kinds)} groups of "
-                f"{groups.layers_per_group} layers ({n_swa} sliding-window); one request "
-                f"holds at most {per_req} blocks of {format_bytes(groups.block_bytes)}"]
+        return [(f"hybrid KV cache manager: {len(groups.kinds)} groups of "
+                 f"{groups.layers_per_group} layers ({n_swa} sliding-window); one request "
+                 f"holds at most {per_req} blocks of {format_bytes(groups.block_bytes)}")]
     if not geo.windowed:
         return []
     why = off if vllm else ("SGLang keeps them so for Gemma 2/3; its split into full and "

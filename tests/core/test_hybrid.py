@@ -136,7 +136,7 @@ def test_allocation_is_all_or_nothing_but_skipped_blocks_are_freed_first() -> No
     (100, 16, 64, 11),  # 100 - 64 + 1 = 37 skipped at j = 0; 48 at j = 11
 ])
 def test_first_free_step_is_where_skipped_tokens_reach_a_new_block(c, block, window, first):
-    skipped = [max(0, c + j - window + 1) // block for j in range(0, 4 * block)]
+    skipped = [max(0, c + j - window + 1) // block for j in range(4 * block)]
     assert first == next(j for j in range(1, 4 * block) if skipped[j] > skipped[j - 1])
     assert _first_free_step((c,), block, window) == first
 
