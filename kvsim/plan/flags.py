@@ -11,12 +11,15 @@ them differently (``reference/engines.md``):
 - Ollama: ``OLLAMA_CONTEXT_LENGTH`` is per slot (the runner gets ``num_ctx ×
   parallel``, §4); ``OLLAMA_KV_CACHE_TYPE`` only applies with flash attention;
 - vLLM / SGLang: ``--max-model-len`` / ``--context-length`` per request and
-  ``--max-num-seqs`` / ``--max-running-requests``; the memory fraction is capped at
-  the plan's device-fraction limit, since it *is* the reservation.
+  ``--max-num-seqs`` / ``--max-running-requests``; the memory fraction is lowered
+  until the whole device total (driver, display and what the engine takes outside its
+  share: vLLM's CUDA graphs, SGLang's activations) stays within the plan's
+  device-fraction limit, since the share *is* the reservation.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -56,7 +59,34 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
         scenario.engine, context, parallel, kv, max_device_fraction)}
     if policies is not None:
         doc["policies"] = [dict(p) for p in policies]
-    return resolve_scenario(doc)
+    out = resolve_scenario(doc)
+    if isinstance(out.engine, PagedEngineConfig):
+        util = _util_within(out, max_device_fraction)
+        if util is not None:
+            doc["engine"]["gpu_memory_utilization"] = util
+            out = resolve_scenario(doc)
+    return out
+
+
+def _util_within(s: Scenario, limit: float) -> float | None:
+    """A lower memory fraction (3 decimals) under which the device total stays at or
+    under ``limit``, or None when the current one already does (or none can).
+
+    NOTE: the fraction is only the engine's share: the driver reserve, the display and
+    what the engine takes outside it (vLLM's CUDA graphs, SGLang's activations) come on
+    top, and the total grows by the share alone, so the share left is linear.
+    """
+    from kvsim.model.budget import memory_budget
+
+    b = memory_budget(s.gpu, s.model, s.weights, s.engine,
+                      driver_reserve_bytes=s.driver_reserve_bytes,
+                      display_reserve_bytes=s.display_reserve_bytes)
+    room = limit * b.device_bytes
+    if b.total_bytes <= room:
+        return None
+    outside = b.total_bytes - b.extra["share_bytes"]
+    util = math.floor((room - outside) / s.gpu.usable_memory_bytes * 1000) / 1000
+    return util if util > 0 else None
 
 
 LLAMA_CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # engines.md §3.4: --cache-ram default 8192 MiB

@@ -162,8 +162,11 @@ def test_engine_flags_per_engine():
     assert engine_flags(s) == ("OLLAMA_NUM_PARALLEL=2 OLLAMA_CONTEXT_LENGTH=16384 "
                                "OLLAMA_KV_CACHE_TYPE=q8_0 OLLAMA_FLASH_ATTENTION=1 ollama serve")
     v = configure(scen("rtx-4090", {"preset": "vllm"}), 32768, 8, "fp8", None, 0.85)
+    # the share is what is left of 85 % of 24 GiB after the 400 MiB driver reserve and
+    # vLLM's 0.65 GiB of CUDA graphs (outside its share): floor((0.85 x 24 GiB -
+    # 400 MiB - 0.65 GiB) / 24 GiB, 3 decimals) = 0.806
     assert engine_flags(v) == ("vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768 "
-                               "--max-num-seqs 8 --gpu-memory-utilization 0.85 "
+                               "--max-num-seqs 8 --gpu-memory-utilization 0.806 "
                                "--kv-cache-dtype fp8")
     off = configure(scen("rtx-4090", {"preset": "vllm",
                                       "disable_hybrid_kv_cache_manager": True}),
@@ -194,3 +197,18 @@ def test_points_the_engine_refuses_stay_in_their_kv_group():
                  replications=2, runner=run)
     assert set(res.table["kv_dtype"]) == {"f16"}
     assert [g["label"] for g in plan_grids(res.table)] == ["kv_dtype=f16 · policy=scenario"]
+
+
+def test_plan_points_keep_the_whole_device_within_the_limit() -> None:
+    from kvsim.model.budget import memory_budget
+    for preset in ("vllm", "sglang"):
+        s = configure(scen("rtx-4090", {"preset": preset}), 8192, 2, None, None, 0.85)
+        b = memory_budget(s.gpu, s.model, s.weights, s.engine,
+                          driver_reserve_bytes=s.driver_reserve_bytes,
+                          display_reserve_bytes=s.display_reserve_bytes)
+        assert b.device_fraction <= 0.85, preset
+        # and the share is not lowered further than that: 0.001 more goes over
+        more = s.engine.model_copy(update={"gpu_memory_utilization":
+                                           s.engine.gpu_memory_utilization + 0.001})
+        assert memory_budget(s.gpu, s.model, s.weights, more,
+                             driver_reserve_bytes=s.driver_reserve_bytes).device_fraction > 0.85
