@@ -50,6 +50,7 @@ class KVCacheGroups:
     layers_per_group: int
     page_bytes: int            # one block of one layer
     block_tokens: int
+    padding_layers: int = 0    # groups × layers_per_group − real layers (vLLM warns)
 
     @property
     def block_bytes(self) -> int:
@@ -115,7 +116,8 @@ def vllm_kv_groups(model: ModelSpec, geo: KvGeometry, block_tokens: int,
     for key, (n, _) in sorted(types.items(), key=lambda kv: kv[1][1]):
         kinds += [key] * -(-n // size)
     page = block_tokens * geo.groups[0].bytes_per_token_per_layer
-    return KVCacheGroups(tuple(kinds), size, page, block_tokens), None
+    padding = len(kinds) * size - sum(counts)
+    return KVCacheGroups(tuple(kinds), size, page, block_tokens, padding), None
 
 
 def hybrid_max_model_len(groups: KVCacheGroups, blocks: int, ctx: int, mnbt: int) -> int:
@@ -145,9 +147,12 @@ def hybrid_notes(geo: KvGeometry, groups: KVCacheGroups | None, off: str | None,
     """The budget's note on how sliding-window layers are held."""
     if groups:
         n_swa = sum(k == "sliding" for k, _ in groups.kinds)
+        pad = (f" ({groups.padding_layers} padding layers, as vLLM warns)"
+               if groups.padding_layers else "")
         return [(f"hybrid KV cache manager: {len(groups.kinds)} groups of "
-                 f"{groups.layers_per_group} layers ({n_swa} sliding-window); one request "
-                 f"holds at most {per_req} blocks of {format_bytes(groups.block_bytes)}")]
+                 f"{groups.layers_per_group} layers ({n_swa} sliding-window){pad}; one "
+                 f"request holds at most {per_req} blocks of "
+                 f"{format_bytes(groups.block_bytes)}")]
     if not geo.windowed:
         return []
     why = off if vllm else ("SGLang keeps them so for Gemma 2/3; its split into full and "

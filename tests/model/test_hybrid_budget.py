@@ -45,6 +45,15 @@ def test_gpt_oss_two_groups_of_twelve() -> None:
     assert b.blocks_per_request == 8192 + 137 and b.fits
 
 
+def test_uneven_layer_counts_are_padded_to_whole_groups() -> None:
+    # Gemma-3-27B: 10 full + 52 sliding layers; group size 10 (52 >= 1.5 x 10), so the
+    # sliding layers fill ceil(52/10) = 6 groups: 8 padding layers, 7 groups in all
+    b = memory_budget(load_gpu("rtx-pro-6000-blackwell"), load_model("gemma-3-27b"), "bf16",
+                      _vllm(32768))
+    assert b.kv_groups == (("sliding", 1024),) * 6 + (("full", 0),)
+    assert any("8 padding layers" in n for n in b.notes)
+
+
 def test_too_long_for_the_pool_names_the_largest_length_that_fits() -> None:
     b = memory_budget(GPU, load_model("gemma-3-12b"), "fp8", _vllm(131072))
     # 8192 + 965 blocks > 4096; the largest L has ceil(L/16) <= 4096 - 965 = 3131
