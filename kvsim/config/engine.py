@@ -123,9 +123,11 @@ class SlotEngineConfig(BaseModel):
     def _ollama_quantizes_only_with_flash_attention(cls, raw: Any) -> Any:
         """Ollama applies its KV cache type only with flash attention, otherwise the cache
         is silently f16 (§4.1); llama-server refuses a quantized V cache instead (below)."""
-        if not isinstance(raw, dict) or raw.get("preset") != "ollama" or raw.get(
-                "flash_attn", True):
+        if not isinstance(raw, dict) or raw.get("preset") != "ollama":
             return raw
+        if raw.get("flash_attn", True):  # NOTE: a re-validated dump may carry a stale one
+            return {**raw, "ignored_cache_type": None} if raw.get("ignored_cache_type") \
+                else raw
         k, v = raw.get("cache_type_k", "f16"), raw.get("cache_type_v", "f16")
         if (k, v) == ("f16", "f16"):
             return raw

@@ -127,6 +127,12 @@ def test_ollama_ignores_a_quantized_kv_type_without_flash_attention():
     assert b.kv_reserved_bytes == 16384 * 131_072
     assert any("OLLAMA_KV_CACHE_TYPE=q8_0 ignored" in n for n in b.notes)
     # llama-server refuses the same setting instead (tests/config/test_engine_errors.py)
+    # a plan point re-validates the dump with flash attention and q8_0: nothing ignored
+    on = type(eng).model_validate({**eng.model_dump(), "flash_attn": True,
+                                   "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
+    assert (on.cache_type_v, on.ignored_cache_type) == ("q8_0", None)
+    b = memory_budget(GPU, load_model("llama-3.1-8b"), "q4_k_m", on)
+    assert not any("ignored" in n for n in b.notes)
 
 
 def test_ollama_spills_layers_when_weights_do_not_fit():
