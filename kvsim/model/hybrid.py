@@ -130,8 +130,9 @@ def hybrid_max_model_len(groups: KVCacheGroups, blocks: int, ctx: int, mnbt: int
 
 
 def hybrid_refusal(groups: KVCacheGroups, ctx: int, per_req: int, blocks: int,
-                   mnbt: int) -> str | None:
-    """vLLM's start-up refusal when one ``ctx`` request needs more than the pool."""
+                   fit_len: int) -> str | None:
+    """vLLM's start-up refusal when one ``ctx`` request needs more than the pool
+    (``fit_len``: :func:`hybrid_max_model_len`)."""
     if per_req <= blocks:
         return None
     bb = groups.block_bytes
@@ -139,7 +140,7 @@ def hybrid_refusal(groups: KVCacheGroups, ctx: int, per_req: int, blocks: int,
             f"{format_bytes(per_req * bb)} KV cache is needed, which is larger than the "
             f"available KV cache memory ({format_bytes(blocks * bb)}). Based on the "
             f"available memory, the estimated maximum model length is "
-            f"{hybrid_max_model_len(groups, blocks, ctx, mnbt)}")
+            f"{fit_len}")
 
 
 def hybrid_notes(geo: KvGeometry, groups: KVCacheGroups | None, off: str | None,

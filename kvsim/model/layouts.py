@@ -308,13 +308,28 @@ def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: i
 
 
 def _too_long(ctx: int, tokens: int, groups: KVCacheGroups | None, per_req: int,
-              blocks: int, mnbt: int) -> str | None:
+              blocks: int, fit_len: int) -> str | None:
     """vLLM's refusal of a ``max_model_len`` one request could not hold (§1.1, §1.7)."""
     if groups is not None:
-        return hybrid_refusal(groups, ctx, per_req, blocks, mnbt)
+        return hybrid_refusal(groups, ctx, per_req, blocks, fit_len)
     return None if tokens >= ctx else (
         f"The model's max seq len ({ctx}) is larger than the maximum number of "
         f"tokens that can be stored in KV cache ({tokens})")
+
+
+def _pool_shape(geo: KvGeometry, groups: KVCacheGroups | None, blocks: int, block: int,
+                ctx: int, parallel: int, mnbt: int) -> tuple[int, int, int, float, int]:
+    """(blocks a request holds (0: one group), logged pool tokens, KV bytes ``parallel``
+    full-length requests need, concurrency, the largest max_model_len that starts)."""
+    if groups is None:
+        tokens = blocks * block
+        return (0, tokens, parallel * geo.bytes_for_tokens(_pad(ctx, block)), tokens / ctx,
+                min(ctx, tokens))
+    # NOTE: vLLM logs the pool as if every group held every token
+    per_req = groups.blocks_per_request(ctx, mnbt)
+    fit_len = ctx if per_req <= blocks else hybrid_max_model_len(groups, blocks, ctx, mnbt)
+    return (per_req, blocks // len(groups.kinds) * block,
+            parallel * per_req * groups.block_bytes, blocks / per_req, fit_len)
 
 
 def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
@@ -341,15 +356,8 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     if engine.num_gpu_blocks_override is not None:
         blocks = engine.num_gpu_blocks_override
     ctx = engine.context_tokens
-    if groups:   # NOTE: vLLM logs the pool as if every group held every token
-        per_req = groups.blocks_per_request(ctx, engine.max_num_batched_tokens)
-        tokens = blocks // len(groups.kinds) * block
-        kv_needed = parallel * per_req * per_block
-        conc = blocks / per_req
-    else:
-        per_req, tokens = 0, blocks * block
-        kv_needed = parallel * geo.bytes_for_tokens(_pad(ctx, block))
-        conc = tokens / ctx
+    per_req, tokens, kv_needed, conc, fit_len = _pool_shape(
+        geo, groups, blocks, block, ctx, parallel, engine.max_num_batched_tokens)
     reserved = max(0, pool)
     if engine.num_gpu_blocks_override is not None and per_block:
         reserved = blocks * per_block + geo.fixed_bytes  # NOTE: the tensors hold that many
@@ -357,8 +365,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     free = gpu.usable_memory_bytes - driver - display
     failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
                              and free < share, free, share, pool, blocks,
-                             _too_long(ctx, tokens, groups, per_req, blocks,
-                                       engine.max_num_batched_tokens))
+                             _too_long(ctx, tokens, groups, per_req, blocks, fit_len))
     logs = [f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     if not vllm:
@@ -376,9 +383,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
         block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc, log_lines=tuple(logs),
         notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share,
-                                   "max_model_len_fit": hybrid_max_model_len(
-                                       groups, blocks, ctx, engine.max_num_batched_tokens)
-                                   if groups else min(ctx, tokens)},
+                                   "max_model_len_fit": fit_len},
         kv_groups=groups.kinds if groups else (), blocks_per_request=per_req or None)
     if failure is None and b.total_bytes > gpu.usable_memory_bytes:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "

@@ -29,8 +29,8 @@ from kvsim.config.scenario import Scenario, resolve_scenario
 _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
-def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None,
-                     max_device_fraction: float) -> dict[str, Any]:
+def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None
+                     ) -> dict[str, Any]:
     """Engine keys that realise one plan point on this engine."""
     if isinstance(engine, SlotEngineConfig):
         total = context * parallel if engine.preset == "llama.cpp" else context
@@ -43,8 +43,8 @@ def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None,
                 out["flash_attn"] = True
         return out
     assert isinstance(engine, PagedEngineConfig)
-    out = {"context_tokens": context, "max_num_seqs": parallel,
-           "gpu_memory_utilization": min(engine.gpu_memory_utilization, max_device_fraction)}
+    # NOTE: the memory fraction is configure's to lower (_util_within), whole device
+    out = {"context_tokens": context, "max_num_seqs": parallel}
     if kv is not None:
         out.update(cache_type_k=kv, cache_type_v=kv)
     return out
@@ -56,7 +56,7 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
     """The scenario with one plan point applied (validated like any scenario)."""
     doc = scenario.model_dump(mode="json")
     doc["engine"] = {**doc["engine"], **engine_overrides(
-        scenario.engine, context, parallel, kv, max_device_fraction)}
+        scenario.engine, context, parallel, kv)}
     if policies is not None:
         doc["policies"] = [dict(p) for p in policies]
     out = resolve_scenario(doc)
