@@ -225,7 +225,6 @@ class Engine:
         for t, req in finished:
             ev = self._record_done(req)
             if t < end_s:
-                ev._ok, ev._value = True, None
                 schedule_at(self.env, ev, NORMAL, t)
             else:
                 at_end.append(ev)
@@ -268,10 +267,7 @@ class Engine:
                 plan, end_s, folded = jumped
                 self._sample_stretch(ff.stretch, min(end_s, math.nextafter(quiet_s, 0.0)))
                 at_end = self._finish_in_stretch(ff.finished, end_s)
-                resume = self.env.event()
-                resume._ok, resume._value = True, None
-                schedule_at(self.env, resume, NORMAL, end_s)
-                yield resume
+                yield schedule_at(self.env, self.env.event(), NORMAL, end_s)
                 ff.stretch = None
                 for ev in at_end:
                     ev.succeed()
@@ -310,9 +306,7 @@ class Engine:
 
     def _sleep(self, at_s: float) -> simpy.Event:
         """A sampler tick at ``at_s``: URGENT, so it precedes every other event there."""
-        ev = self.env.event()
-        ev._ok, ev._value = True, None
-        schedule_at(self.env, ev, URGENT, at_s)
+        ev = schedule_at(self.env, self.env.event(), URGENT, at_s)
         self._tick, self._tick_s = ev, at_s
         return ev
 

@@ -98,8 +98,8 @@ def next_event_s(queue: list[tuple], skip: Any) -> float:
     return min((queue[i][0] for i in (1, 2) if i < len(queue)), default=math.inf)
 
 
-def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> None:
-    """Schedule a triggered ``event`` at exactly ``at_s``.
+def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> Any:
+    """Trigger ``event`` (successfully, no value) at exactly ``at_s``; return it.
 
     NOTE: SimPy's own ``schedule`` adds a delay to ``now``, and ``now + d`` cannot
     reach every float (0.35 + d skips 1.5000000000000007): the per-step reference's
@@ -107,7 +107,9 @@ def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> None:
     computed ahead is put on SimPy's heap as it is, in SimPy's own entry format.
     """
     assert at_s >= env.now, f"schedule_at {at_s} before now {env.now}"
+    event._ok, event._value = True, None
     heappush(env._queue, (at_s, priority, next(env._eid), event))
+    return event
 
 
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:

@@ -90,9 +90,9 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
         groups = len(mgr.kinds)
         if head_waits:
             first_pop = min([block - c % block for c in ctx])
-            limit = min(limit, _first_free_step(ctx, block, mgr.window), first_pop) - 1
+            limit = min(limit, _first_free_step(ctx, block, mgr.window) - 1, first_pop - 1)
     if _new_blocks(ctx, limit, block) * groups <= free:
-        return max(limit, 0)
+        return limit
     lo, hi = 0, limit  # largest J with new blocks ≤ free
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -196,15 +196,15 @@ def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, s
     return _stretch_memory(sched, steps, active, cached)
 
 
-def _hybrid_points(items: tuple, steps: int, block: int, window: int) -> list[tuple[int, int]]:
-    """(step, item) points, in order, where an item's schedule frees a skipped block,
-    takes a new one or fills one (step j computes token ``c + j``)."""
-    pts = set()
+def _hybrid_points(items: tuple, steps: int, block: int, window: int, caching: bool
+                   ) -> list[tuple[int, int]]:
+    """(step, item) points, in order, where an item's schedule takes a new block, fills
+    one (:func:`_block_events`) or frees a skipped one (step j computes token ``c + j``)."""
+    pops, regs = _block_events(items, steps, block, caching)
+    pts = set(pops).union(regs)
     for i, (_, _, c, _) in enumerate(items):
-        starts = (block - c % block, block - (c + 1) % block,
-                  _first_free_step((c,), block, window))
-        for j in starts:
-            pts.update((k, i) for k in range(j, steps + 1, block))
+        pts.update((j, i) for j in range(_first_free_step((c,), block, window), steps + 1,
+                                         block))
     return sorted(pts)
 
 
@@ -217,16 +217,20 @@ def _hybrid_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, 
     ``memory``: no paged policy changes KV bytes, and the host tier (the one paged
     policy) turns the hybrid manager off."""
     mgr, pool, bb = sched.manager, sched.pool, sched.block_bytes
-    pts = _hybrid_points(items, alloc_steps, sched.block_tokens, mgr.window)
+    pts = _hybrid_points(items, alloc_steps, sched.block_tokens, mgr.window,
+                         pool.enable_caching)
     alloc, cached = [0] * steps, [0] * steps
-    k = 0
-    for j in range(steps + 1):
-        while k < len(pts) and pts[k][0] == j:
-            i = pts[k][1]
-            mgr.advance(reqs[i], items[i].context_tokens + j)
-            k += 1
-        if j < steps:
-            alloc[j], cached[j] = bb * pool.num_active, bb * pool.num_cached_free
+    j0 = 0  # NOTE: the bytes change only at points: each run between them filled at once
+    for j, i in pts:
+        if j > j0 and j0 < steps:
+            n = min(j, steps) - j0
+            alloc[j0:j0 + n] = [bb * pool.num_active] * n
+            cached[j0:j0 + n] = [bb * pool.num_cached_free] * n
+            j0 = j
+        mgr.advance(reqs[i], items[i].context_tokens + j)
+    if j0 < steps:
+        alloc[j0:] = [bb * pool.num_active] * (steps - j0)
+        cached[j0:] = [bb * pool.num_cached_free] * (steps - j0)
     return alloc, cached, sched.memory()
 
 

@@ -62,9 +62,9 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
     out = resolve_scenario(doc)
     if isinstance(out.engine, PagedEngineConfig):
         util = _util_within(out, max_device_fraction)
-        if util is not None:
-            doc["engine"]["gpu_memory_utilization"] = util
-            out = resolve_scenario(doc)
+        if util is not None:  # NOTE: in (0, 1): nothing to re-validate
+            out = out.model_copy(update={"engine": out.engine.model_copy(
+                update={"gpu_memory_utilization": util})})
     return out
 
 

@@ -145,7 +145,7 @@ def test_stretch_points_are_every_free_pop_and_fill() -> None:
     # item 0 at 10 tokens (block 4, window 8): pops at j = 2, 6 (tokens 12, 16), fills
     # at j = 1, 5 (tokens 11 -> 12 full), frees at j = 1, 5
     items = (ScheduledItem(None, 1, 10, True),)
-    assert _hybrid_points(items, 6, 4, 8) == [(1, 0), (2, 0), (5, 0), (6, 0)]
+    assert _hybrid_points(items, 6, 4, 8, True) == [(1, 0), (2, 0), (5, 0), (6, 0)]
 
 
 class HybridPoolMachine(RuleBasedStateMachine):

@@ -65,6 +65,10 @@ class HybridKVCacheManager(KVCacheManager):
         if len(windows) != 1:
             raise ValueError(f"one sliding window expected, got {sorted(windows)}")
         self.window = windows.pop()
+        # NOTE: per group, its place among the full or the sliding groups
+        self.place = [self.full.index(g) if k == "full" else self.swa.index(g)
+                      for g, (k, _) in enumerate(kinds)]
+        self.run_blocks = max(1, -(-(self.window - 1) // block_tokens))
         self.tables: dict[str, list[Table]] = {}
         self.hashed: dict[str, int] = {}  # leading block positions already registered
 
@@ -86,13 +90,9 @@ class HybridKVCacheManager(KVCacheManager):
             for lst, b in zip(full, found):
                 lst.append(b)
         start, end, run = self._window_run(hashes, n, lookup)
-        groups: list[tuple[Block | None, ...]] = []
-        for g in range(len(self.kinds)):
-            if g in self.full:
-                groups.append(tuple(full[self.full.index(g)][:end]))
-            else:
-                k = self.swa.index(g)
-                groups.append((None,) * start + tuple(r[k] for r in run))
+        groups = [tuple(full[k][:end]) if kind == "full" else
+                  (None,) * start + tuple(r[k] for r in run)
+                  for (kind, _), k in zip(self.kinds, self.place)]
         self.query_tokens += req.num_tokens
         self.hit_tokens += end * bt
         return HybridHit(tuple(groups), end * bt)
@@ -102,7 +102,7 @@ class HybridKVCacheManager(KVCacheManager):
         """(start, end, blocks per position) of the sliding groups' hit inside ``n``
         blocks: the last run of ``ceil((window − 1) / block)`` blocks cached in every
         sliding group, else the run that starts at block 0."""
-        need = max(1, -(-(self.window - 1) // self.block_tokens))
+        need = self.run_blocks
         run: list[list[Block]] = []
         for i in range(n - 1, -1, -1):
             found = [lookup((hashes[i], g)) for g in self.swa]
@@ -124,14 +124,17 @@ class HybridKVCacheManager(KVCacheManager):
         required = -(-total // self.block_tokens)
         if tables is not None:
             return sum(max(required - len(t), 0) for t in tables)
-        skipped = self._skipped_blocks(computed)
         need = 0
-        for g in range(len(self.kinds)):
-            hb = hit.groups[g] if hit.groups else ()
-            sk = skipped if g not in self.full else 0
+        for hb, sk in self._hit_parts(computed, hit):
             need += max(required - max(sk, len(hb)), 0)
             need += sum(1 for b in hb[sk:] if b is not None and b.ref_cnt == 0)
         return need
+
+    def _hit_parts(self, computed: int, hit: Any) -> list[tuple[tuple, int]]:
+        """Per group of a new request: its hit blocks and how many leading ones skip."""
+        skipped = self._skipped_blocks(computed)
+        return [(hit.groups[g] if hit.groups else (), 0 if kind == "full" else skipped)
+                for g, (kind, _) in enumerate(self.kinds)]
 
     def blocks_needed(self, req: Request, num_new_tokens: int, hit: Any = HybridHit()) -> int:
         tables = self.tables.get(req.request_id)
@@ -169,11 +172,8 @@ class HybridKVCacheManager(KVCacheManager):
 
     def _new_tables(self, computed: int, hit: Any) -> list[Table]:
         """A new request's tables: null entries for skipped blocks, then its hit."""
-        skipped = self._skipped_blocks(computed)
         tables: list[Table] = []
-        for g in range(len(self.kinds)):
-            hb = hit.groups[g] if hit.groups else ()
-            sk = skipped if g not in self.full else 0
+        for hb, sk in self._hit_parts(computed, hit):
             t: Table = list(hb) + [None] * (sk - len(hb))
             t[:sk] = [None] * sk
             self.pool.touch([b for b in t if b is not None])
