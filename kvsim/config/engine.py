@@ -70,6 +70,9 @@ class PagedEngineConfig(BaseModel):
     def _check(self) -> "PagedEngineConfig":
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
+        if self.preemption_mode == "swap" and self.disable_hybrid_kv_cache_manager is False:
+            raise InputError("disable_hybrid_kv_cache_manager", False, "true or unset: "
+                             "preemption_mode swap is vLLM V0, which has no hybrid manager")
         return self
 
 

@@ -197,20 +197,20 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
 
 
 def _hybrid_manager_rule(s: Scenario) -> Scenario:
-    """vLLM turns its hybrid KV cache manager off with a KV connector (a host KV tier)
-    or under V0's swap preemption (engines.md §1.6-§1.7); asked for there, it refuses."""
+    """vLLM turns its hybrid KV cache manager off with a KV connector (a host KV tier,
+    engines.md §1.6-§1.7); asked for there, it refuses.  (V0 swap: the engine's own
+    settings, kvsim.model.hybrid.hybrid_off_reason.)"""
     eng = s.engine
     windowed = any(g.kind in ("sliding", "chunked") for g in s.model.layer_groups)
-    if getattr(eng, "preset", None) != "vllm" or not windowed:
+    if getattr(eng, "preset", None) != "vllm" or not windowed or not any(
+            p.kind == "host_kv_cache" for p in s.policies):
         return s
-    why = "a host KV tier (KV connector)" if any(
-        p.kind == "host_kv_cache" for p in s.policies) else \
-        "preemption_mode swap (V0)" if eng.preemption_mode == "swap" else None
-    if why is None or eng.disable_hybrid_kv_cache_manager is True:
+    if eng.disable_hybrid_kv_cache_manager is True:
         return s
     if eng.disable_hybrid_kv_cache_manager is False:
         raise InputError("engine.disable_hybrid_kv_cache_manager", False,
-                         f"true or unset: vLLM turns the hybrid KV cache manager off with {why}")
+                         "true or unset: vLLM turns the hybrid KV cache manager off with a "
+                         "host KV tier (KV connector)")
     return s.model_copy(update={"engine": eng.model_copy(
         update={"disable_hybrid_kv_cache_manager": True})})
 

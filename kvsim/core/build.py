@@ -19,7 +19,7 @@ from kvsim.core.link import Link
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.errors import InputError
-from kvsim.model.hybrid import blocks_per_request
+from kvsim.model.hybrid import blocks_per_request, hybrid_off_reason
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,11 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
     if isinstance(engine, PagedEngineConfig):
         blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens
         if sizing.kv_groups:
-            if engine.preemption_mode == "swap" or engine.disable_hybrid_kv_cache_manager:
+            why = hybrid_off_reason(engine)
+            if why:
                 raise InputError("engine.disable_hybrid_kv_cache_manager", True,
-                                 "no KV cache groups when vLLM's hybrid manager is off "
-                                 "(disabled, or V0 swap preemption)")
+                                 f"no KV cache groups when vLLM's hybrid manager is off "
+                                 f"({why})")
             per_req = blocks_per_request(sizing.kv_groups, sizing.block_tokens,
                                          engine.context_tokens, engine.max_num_batched_tokens)
             if per_req > blocks:

@@ -31,6 +31,7 @@ full-layer and SWA-layer token pools for other architectures (gpt-oss, Llama 4:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvsim.config.specs import ModelSpec
 from kvsim.config.units import format_bytes
@@ -89,14 +90,24 @@ def _off_reason(model: ModelSpec, geo: KvGeometry) -> str | None:
     return None
 
 
+def hybrid_off_reason(engine: Any) -> str | None:
+    """Why the engine's own settings turn vLLM's hybrid manager off (None: they do not);
+    a KV connector turns it off through the scenario (kvsim.config.scenario)."""
+    if engine.preemption_mode == "swap":
+        return "V0 swap preemption (V0 has no hybrid KV cache manager)"
+    if engine.disable_hybrid_kv_cache_manager is True:
+        return "the hybrid KV cache manager is disabled"
+    return None
+
+
 def vllm_kv_groups(model: ModelSpec, geo: KvGeometry, block_tokens: int,
-                   enabled: bool = True) -> tuple[KVCacheGroups | None, str | None]:
-    """vLLM's KV cache groups for ``model``, or (None, why the manager is off) —
-    (None, None) for a model without sliding-window layers."""
+                   disabled: str | None = None) -> tuple[KVCacheGroups | None, str | None]:
+    """vLLM's KV cache groups for ``model``, or (None, why the manager is off:
+    ``disabled`` when given) — (None, None) for a model without sliding-window layers."""
     if not geo.windowed:
         return None, None
-    if not enabled:
-        return None, "the hybrid KV cache manager is disabled"
+    if disabled:
+        return None, disabled
     reason = _off_reason(model, geo)
     if reason:
         return None, reason

@@ -29,7 +29,7 @@ from kvsim.model.budget import MIB, MemoryBudget, OllamaEstimate
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.hybrid import (KVCacheGroups, hybrid_max_model_len, hybrid_notes,
-                                hybrid_refusal, vllm_kv_groups)
+                                hybrid_off_reason, hybrid_refusal, vllm_kv_groups)
 from kvsim.model.weights import WeightSplit, model_weights
 
 LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
@@ -344,8 +344,8 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
         else share - inside
     block = engine.block_tokens
-    hybrid_on = vllm and engine.disable_hybrid_kv_cache_manager is not True
-    groups, off = vllm_kv_groups(model, geo, block, hybrid_on) if vllm else (None, None)
+    groups, off = vllm_kv_groups(model, geo, block, hybrid_off_reason(engine)) if vllm \
+        else (None, None)
     per_block = groups.block_bytes if groups else block * geo.kv_bytes_per_token
     L = model.num_layers
     if per_block:

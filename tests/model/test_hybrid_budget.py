@@ -82,6 +82,15 @@ def _scenario(policies: list, **engine) -> dict:
             "workload": {}, "policies": policies}
 
 
+def test_v0_swap_has_no_hybrid_manager() -> None:
+    b = memory_budget(GPU, load_model("gemma-3-12b"), "fp8",
+                      _vllm(8192, preemption_mode="swap", swap_space_bytes=GIB))
+    assert b.kv_groups == () and any("V0 swap" in n for n in b.notes)
+    with pytest.raises(InputError, match="disable_hybrid_kv_cache_manager"):
+        _vllm(8192, preemption_mode="swap", swap_space_bytes=GIB,
+              disable_hybrid_kv_cache_manager=False)
+
+
 def test_a_host_kv_tier_turns_the_manager_off_and_an_explicit_request_is_refused() -> None:
     auto = resolve_scenario(_scenario([]))
     assert auto.engine.disable_hybrid_kv_cache_manager is None
