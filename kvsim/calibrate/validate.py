@@ -4,8 +4,10 @@
 per metric with the measured value, the predicted value, the error
 (predicted − measured) and the relative error (error / measured):
 
-- ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: over successful requests (TTFT
-  times the calibrated prefill spread, when the prediction had one);
+- ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: as ``summary.json`` gives them
+  (:func:`kvsim.metrics.summary.percentiles`, numpy ``inverted_cdf``): TTFT over every
+  request that got a first token, a failed one included (times the calibrated
+  prefill spread, when the prediction had one), E2E over the requests that finished;
 - ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length (times
   the calibrated step-time spread, when the prediction had one);
 - ``requests``, ``failed_requests``, ``prompt_tokens``, ``cached_tokens``,
@@ -26,12 +28,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from kvsim.metrics.results import Results
 from kvsim.metrics.spread import spread_quantiles, with_spread
-from kvsim.metrics.summary import itl_runs
+from kvsim.metrics.summary import itl_runs, percentiles
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_tokens")
@@ -39,14 +40,11 @@ TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_to
 
 def _metrics(r: Results) -> dict[str, float]:
     req = r.requests
-    ok = req[~req["failed"].astype(bool)]
-    out: dict[str, float] = {}
-    for name in ("ttft", "e2e"):
-        vals = ok[f"{name}_s"].dropna().to_numpy(dtype=float)
-        if name == "ttft":  # a prediction's calibrated prefill spread, when it had one
-            vals = with_spread(vals, r.summary.get("ttft_spread") or ())
-        for k, q in QUANTILES:
-            out[f"{name}_{k}_s"] = float(np.quantile(vals, q)) if vals.size else math.nan
+    # NOTE: a failed request's e2e_s is NaN (both sides); the prediction's calibrated
+    # prefill spread, when it had one, widens its TTFTs as in its summary
+    ttft = with_spread(req["ttft_s"], r.summary.get("ttft_spread") or ())
+    out: dict[str, float] = {**percentiles("ttft", pd.Series(ttft)),
+                             **percentiles("e2e", req["e2e_s"])}
     # exact over affine runs (gap_delta_s) and run-length rows; a prediction made with a
     # calibrated step-time spread carries it (recorded in its summary)
     vals = spread_quantiles(*itl_runs(r.itl), r.summary.get("itl_spread") or (),

@@ -23,7 +23,8 @@ from kvsim.metrics.records import ITL_DELTA
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 
 
-def _pcts(name: str, values: pd.Series) -> dict[str, float]:
+def percentiles(name: str, values: pd.Series) -> dict[str, float]:
+    """``{name}_p50_s``, ``_p95_s``, ``_p99_s`` of the non-NaN ``values`` (``inverted_cdf``)."""
     v = values.dropna().to_numpy(dtype=float)
     if not len(v):
         return {f"{name}_{k}_s": math.nan for k, _ in QUANTILES}
@@ -56,10 +57,10 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     recorded as ``itl_spread`` / ``ttft_spread`` (only when there is one).
     """
     out: dict[str, Any] = {}
-    out.update(_pcts("ttft", pd.Series(spread.with_spread(requests["ttft_s"],
+    out.update(percentiles("ttft", pd.Series(spread.with_spread(requests["ttft_s"],
                                                           prefill_spread))))
-    out.update(_pcts("queue", requests["queue_s"]))
-    out.update(_pcts("e2e", requests["e2e_s"]))
+    out.update(percentiles("queue", requests["queue_s"]))
+    out.update(percentiles("e2e", requests["e2e_s"]))
     runs = itl_runs(itl)
     for (k, _), v in zip(QUANTILES, spread.spread_quantiles(*runs, decode_spread,
                                                              [q for _, q in QUANTILES])):

@@ -96,8 +96,8 @@ def test_compare_reports_ttft_relative_error_and_match_share() -> None:
     predicted = dataclasses.replace(measured, requests=req, source="simulated")
     df = compare_results(measured, predicted).set_index("metric")
     # error = predicted - measured, rel_error = error / measured (validate.py docstring).
-    # A quantile of values all scaled by 1.1 is the quantile scaled by 1.1 (linear
-    # interpolation), so each TTFT row: (1.1 m - m) / m = +0.10; m > 0 (a real TTFT).
+    # A quantile of values all scaled by 1.1 is the quantile scaled by 1.1 (an observed
+    # value, inverted_cdf), so each TTFT row: (1.1 m - m) / m = +0.10; m > 0 (a real TTFT).
     for q in ("p50", "p95", "p99"):
         row = df.loc[f"ttft_{q}_s"]
         assert row["measured"] > 0
@@ -116,3 +116,18 @@ def test_compare_reports_ttft_relative_error_and_match_share() -> None:
     tot = df.loc["cached_tokens"]
     assert (tot["measured"], tot["predicted"], tot["error"]) == (34, 30, -4)
     assert math.isclose(tot["rel_error"], -4 / 34, rel_tol=1e-12)
+
+
+def test_compare_percentiles_are_the_summary_definition() -> None:
+    """Observed values (numpy inverted_cdf), as summary.json gives them: TTFTs 1 s and
+    3 s have p50 1 s (linear interpolation would say 2 s); a failed request that got its
+    first token counts in TTFT, and has no E2E."""
+    res = _two_turn_replay()
+    req = res.requests.copy()
+    req["ttft_s"] = [1.0, 3.0]
+    req["e2e_s"] = [5.0, math.nan]
+    req["failed"] = [False, True]
+    m = compare_results(dataclasses.replace(res, requests=req),
+                        dataclasses.replace(res, requests=req)).set_index("metric")
+    assert (m.loc["ttft_p50_s", "measured"], m.loc["ttft_p95_s", "measured"]) == (1.0, 3.0)
+    assert m.loc["e2e_p50_s", "measured"] == m.loc["e2e_p99_s", "measured"] == 5.0
