@@ -1,10 +1,12 @@
 """Fast-forward (``sim.fidelity=fast``) against the per-step reference (issue 6).
 
 Property: over random small workloads on every engine family (paged with and
-without prefix caching or with vLLM's hybrid sliding-window groups, llama.cpp
-per-slot and unified, Ollama), with constant and
-roofline step times and tight pools (preemption, exhausted unified pools, context
-limits), starting at zero or after a simulated week or month, both fidelities give
+without prefix caching, with V0 swap or with vLLM's hybrid sliding-window groups,
+llama.cpp per-slot and unified, Ollama), with constant and roofline step times, half
+of them crowded into tight pools (preemption, swaps, context failures, Ollama's
+truncation and shifts; a fixed crowded workload per engine checks that each engine's
+own way of running out happens, halved unified batches included), starting at zero
+or after a simulated week or month, both fidelities give
 the same per-request TTFT / E2E / inter-token distribution (relative difference
 ≤ 1e-9) stored in as many rows, the same token and cache counts, the same events
 and the same memory samples and peaks.  Plus direct checks that the
@@ -34,6 +36,9 @@ from kvsim.workload.schema import Session, Turn
 ENGINES = {
     "vllm": {"preset": "vllm", "context_tokens": 2048},
     "vllm-nocache": {"preset": "vllm", "context_tokens": 2048, "enable_prefix_caching": False},
+    # vLLM V0 swap: a victim's blocks copied to host memory and back over PCIe
+    "vllm-swap": {"preset": "vllm", "context_tokens": 2048, "preemption_mode": "swap",
+                  "swap_space_bytes": 10**9},
     "sglang": {"preset": "sglang", "context_tokens": 2048},  # retracts, freeing decoded KV
     # vLLM's hybrid manager: two 64-token sliding-window groups and a full group; a
     # small token budget caps admissions (a pop that cuts a hit must end a stretch)
@@ -68,15 +73,32 @@ TIME_COLUMNS = ["arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "
 def sessions(draw) -> list[Session]:
     # NOTE: late starts too: a week's clock resolves 1.2e-10 s, 5e-9 of a 25 ms gap
     t0 = draw(st.sampled_from([0.0, 0.0, 604_800.0, 2_592_000.0]))
+    # crowded: 4-6 sessions inside 0.3 s with long prompts — 2,048- and 4,096-token pools
+    # fill (preemption, swaps, halved batches, context failures, Ollama's truncation)
+    crowded = draw(st.booleans())
+    spread_s, tokens_in, max_out = (0.3, (300, 1900), 400) if crowded else (4.0, (1, 400), 250)
     out = []
-    for k in range(draw(st.integers(1, 4))):
+    for k in range(draw(st.integers(4 if crowded else 1, 6 if crowded else 4))):
         n = draw(st.integers(1, 3))
-        turns = [Turn(start_s=t0 + draw(st.floats(0, 4)), input_tokens=draw(st.integers(1, 400)),
-                      output_tokens=draw(st.integers(1, 250)))]
+        turns = [Turn(start_s=t0 + draw(st.floats(0, spread_s)),
+                      input_tokens=draw(st.integers(*tokens_in)),
+                      output_tokens=draw(st.integers(1, max_out)))]
         turns += [Turn(think_s=draw(st.sampled_from([0.0, 0.5, 2.0])),
                        input_tokens=draw(st.integers(1, 300)),
-                       output_tokens=draw(st.integers(1, 250))) for _ in range(n - 1)]
+                       output_tokens=draw(st.integers(1, max_out))) for _ in range(n - 1)]
         out.append(Session(session_id=f"s{k}", turns=tuple(turns)))
+    return sorted(out, key=lambda s: s.turns[0].start_s)
+
+
+def crowded_sessions() -> list[Session]:
+    """Five two-turn sessions arriving within 0.2 s (prompts 500–1,100 tokens, 300–460
+    output tokens, then 120 in / 200 out) and one 2,100-token prompt: more than a
+    2,048-token pool holds at once, and one prompt past a 2,048-token context."""
+    out = [Session(session_id=f"p{k}", turns=(
+        Turn(start_s=0.05 * k, input_tokens=500 + 150 * k, output_tokens=300 + 40 * k),
+        Turn(think_s=0.0, input_tokens=120, output_tokens=200))) for k in range(5)]
+    out.append(Session(session_id="long", turns=(Turn(start_s=0.2, input_tokens=2100,
+                                                      output_tokens=10),)))
     return sorted(out, key=lambda s: s.turns[0].start_s)
 
 
@@ -121,6 +143,47 @@ def test_fast_equals_step(engine, latency, sess, pool_tokens, interval, policy) 
         policy = ()  # NOTE: demotion needs an f16 cache
     fast = _run(engine, latency, sess, pool_tokens, interval, "fast", policy)
     step = _run(engine, latency, sess, pool_tokens, interval, "step", policy)
+    _assert_same(fast, step)
+
+
+# what a full 2,048-token pool does to crowded_sessions() on each engine (step mode, roofline)
+PRESSURE = {
+    "vllm": ({"preempt", "fail"}, "maximum context length exceeded"),
+    "vllm-nocache": ({"preempt", "fail"}, "maximum context length exceeded"),
+    "vllm-swap": ({"swap_out", "swap_in", "fail"}, "maximum context length exceeded"),
+    "vllm-swa": ({"preempt", "fail"}, "maximum context length exceeded"),
+    "sglang": ({"preempt", "fail"}, "maximum context length exceeded"),
+    "llama-slots": ({"fail"}, "exceed_context_size_error"),
+    "llama-q8": ({"fail"}, "exceed_context_size_error"),
+    "llama-unified": ({"batch_halving", "fail"}, "Context size has been exceeded."),
+    "ollama": ({"truncate_prompt", "context_shift"}, ""),
+}
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=["const", "const+ctx", "roofline"])
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_fast_equals_step_when_the_pool_is_full(engine, latency, monkeypatch) -> None:
+    """The property test's crowded draws, fixed: every engine's own way of running out
+    (preemption, swap, halved batches, context failures, Ollama's shifts) happens,
+    the fast mode skips steps, and both fidelities still agree."""
+    made: list[FastForward] = []
+    init = FastForward.__init__
+
+    def keep(self, *a, **k) -> None:
+        init(self, *a, **k)
+        made.append(self)
+    monkeypatch.setattr(FastForward, "__init__", keep)
+    fast = _run(engine, latency, crowded_sessions(), 2048, 0.3, "fast")
+    step = _run(engine, latency, crowded_sessions(), 2048, 0.3, "step")
+    kinds, reason = PRESSURE[engine]
+    assert kinds <= set(step.events.kind), set(step.events.kind)
+    assert reason in set(step.requests.failure_reason)
+    assert len(made) == 1 and made[0].enabled and made[0].steps_skipped > 0
+    _assert_same(fast, step)
+
+
+def _assert_same(fast, step) -> None:
+    """Per-request rows, gaps, memory samples, events and summary counts agree."""
     a, b = fast.requests, step.requests
     assert list(a.request_id) == list(b.request_id)
     assert a[INT_COLUMNS].equals(b[INT_COLUMNS])
