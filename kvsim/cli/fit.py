@@ -3,7 +3,10 @@
 Prints the static memory budget as the engine would lay it out (see
 :mod:`kvsim.model.budget`), a verdict, and the largest context (at the given
 parallelism) and largest parallelism (at the given context) that keep every layer on
-the GPU and peak device use at or under 85 %.
+the GPU and peak device use at or under 85 %.  vLLM and SGLang preallocate their
+share of the device whatever the context, so for them those sizes are the ones that
+fit once the memory fraction is lowered to keep the whole device under the line;
+that fraction is printed with them.
 
 NOTE: ``--context`` means what the engine's own flag means: llama.cpp ``-c`` (all
 slots together), Ollama ``num_ctx`` (per slot), vLLM/SGLang ``max_model_len``.
@@ -107,7 +110,8 @@ def _verdict(b: Any) -> str:
     return f"FITS, ABOVE THE 85% LINE — peak {pct} of device memory"
 
 
-def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str]) -> str:
+def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str],
+             util85: float | None) -> str:
     doc = {
         "engine": b.engine, "allocator": b.allocator, "device_bytes": b.device_bytes,
         "driver_reserve_bytes": b.driver_reserve_bytes,
@@ -125,6 +129,7 @@ def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str])
         "total_bytes": b.total_bytes, "device_fraction": round(b.device_fraction, 6),
         "headroom_to_85_bytes": b.headroom_to_85_bytes, "fits": b.fits, "failure": b.failure,
         "verdict": verdict, "max_context_at_85": max_ctx, "max_parallel_at_85": max_par,
+        "gpu_memory_utilization_at_85": util85,
         "kv_groups": [list(g) for g in b.kv_groups],
         "blocks_per_request": b.blocks_per_request,
         "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
@@ -134,7 +139,7 @@ def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str])
 
 
 def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
-                 notes: list[str]) -> None:
+                 notes: list[str], util85: float | None) -> None:
     from rich.console import Console
     from rich.table import Table
     console = Console(width=max(100, Console().width))
@@ -168,6 +173,10 @@ def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
     for n in notes + list(b.notes):
         console.print(f"  note: {n}", highlight=False)
     console.print(f"[bold]{verdict}[/bold]", highlight=False)
+    if util85 is not None:
+        console.print(f"at 85% the memory fraction is {util85} (vLLM "
+                      f"--gpu-memory-utilization / SGLang --mem-fraction-static): the sizes "
+                      f"below hold with it", highlight=False)
     console.print(f"largest context at 85% (parallel {b.parallel}): {max_ctx}  ·  largest "
                   f"parallel at 85% (context {b.slot_tokens if b.allocator == 'paged' else ''}"
                   f"{'' if b.allocator == 'paged' else 'as given'}): {max_par}"
@@ -226,7 +235,14 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         gpu_util: float | None, hybrid_kv: bool | None, display_reserve: str,
         driver_reserve: str, as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
-    from kvsim.model.budget import engine_for_gpu, max_context_at, max_parallel_at, memory_budget
+    from kvsim.config.engine import PagedEngineConfig
+    from kvsim.model.budget import (
+        engine_for_gpu,
+        max_context_at,
+        max_parallel_at,
+        memory_budget,
+        share_within,
+    )
     from kvsim.model.weights import weight_format
     ctx = _positive(context, "--context")
     par = _positive(parallel, "--parallel")
@@ -250,12 +266,14 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
     max_par = max_parallel_at(g, m, weights, eng, **reserves)
+    util85 = share_within(g, m, weights, eng, **reserves) \
+        if isinstance(eng, PagedEngineConfig) else None
     verdict = _verdict(b)
     if as_json:
-        click.echo(_as_json(b, max_ctx, max_par, verdict, notes))
+        click.echo(_as_json(b, max_ctx, max_par, verdict, notes, util85))
         return
     context = (f"context {b.kv_pool_tokens} (-c unset: --fit)" if eng.preset == "llama.cpp"
                and eng.fit_context else f"context {eng.context_tokens}")
     title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
              f"{context}, parallel {b.parallel}, KV {b.cache_type_k}/{b.cache_type_v}")
-    _print_table(b, title, max_ctx, max_par, verdict, notes)
+    _print_table(b, title, max_ctx, max_par, verdict, notes, util85)

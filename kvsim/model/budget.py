@@ -25,11 +25,17 @@ the CPU are reported but never counted against the device.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.config.engine import engine_for_gpu, sglang_gpu_defaults  # noqa: F401  (re-export)
-from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig, resolve_engine
+from kvsim.config.engine import (  # noqa: F401  (re-export)
+    PagedEngineConfig,
+    SlotEngineConfig,
+    engine_for_gpu,
+    resolve_engine,
+    sglang_gpu_defaults,
+)
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 
@@ -209,12 +215,46 @@ def _parallel_of(engine: EngineConfig, parallel: int | None) -> int:
     return engine.parallel if isinstance(engine, SlotEngineConfig) else (parallel or 1)
 
 
+def share_within(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
+                 limit: float = PLANNING_LIMIT, **reserves: int) -> float | None:
+    """vLLM / SGLang: the engine's memory fraction if the whole device stays at or under
+    ``limit`` with it, else the largest lower one (3 decimals) that does; None if none.
+
+    NOTE: the fraction is only the engine's share: the driver reserve, the display and
+    what the engine takes outside it (vLLM's CUDA graphs, SGLang's activations) come on
+    top, and the total grows by the share alone, so the share left is linear.
+    """
+    b = memory_budget(gpu, model, weights, engine, **reserves)
+    room = limit * b.device_bytes
+    if b.total_bytes <= room:
+        return engine.gpu_memory_utilization
+    outside = b.total_bytes - b.extra["share_bytes"]
+    util = math.floor((room - outside) / gpu.usable_memory_bytes * 1000) / 1000
+    return util if util > 0 else None
+
+
+def _at_limit(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
+              limit: float, reserves: dict[str, int]) -> EngineConfig | None:
+    """``engine`` as it would run under ``limit``: a paged engine's fraction lowered by
+    :func:`share_within` (its pool preallocated, so that is what the line bounds);
+    None if no fraction keeps it under."""
+    if not isinstance(engine, PagedEngineConfig):
+        return engine
+    util = share_within(gpu, model, weights, engine, limit, **reserves)
+    return None if util is None else engine.model_copy(update={"gpu_memory_utilization": util})
+
+
 def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
                    parallel: int | None = None, limit: float = PLANNING_LIMIT,
                    step_tokens: int = 256, **reserves: int) -> int:
     """Largest context (the engine's own meaning, a multiple of ``step_tokens``) that
-    stays :func:`acceptable` at this parallelism; 0 if none does."""
+    stays :func:`acceptable` at this parallelism; 0 if none does.  A paged engine's
+    memory fraction is first lowered to the line (:func:`share_within`)."""
     p = _parallel_of(engine, parallel)
+    at = _at_limit(gpu, model, weights, engine, limit, reserves)
+    if at is None:
+        return 0
+    engine = at
     per_seq_cap = model.max_context_tokens
     scale = p if (isinstance(engine, SlotEngineConfig) and engine.preset == "llama.cpp"
                   and engine.allocator == "slots") else 1
@@ -235,7 +275,12 @@ def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: Engine
     Searched up to ``cap`` and the context itself.  NOTE: llama.cpp splits (or
     shares) ``-c`` over the slots, so the search also stops at one 256-token pad unit
     of ``-c`` per slot — beyond that, padding rather than ``-c`` decides the memory.
+    A paged engine's memory fraction is first lowered to the line (:func:`share_within`).
     """
+    at = _at_limit(gpu, model, weights, engine, limit, reserves)
+    if at is None:
+        return 0
+    engine = at
     hi = min(cap, engine.context_tokens)
     if isinstance(engine, PagedEngineConfig):
         hi = min(hi, engine.max_num_seqs)

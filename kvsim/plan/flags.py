@@ -19,12 +19,12 @@ them differently (``reference/engines.md``):
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.config.scenario import Scenario, resolve_scenario
+from kvsim.model.budget import share_within
 
 _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
@@ -43,7 +43,7 @@ def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None
                 out["flash_attn"] = True
         return out
     assert isinstance(engine, PagedEngineConfig)
-    # NOTE: the memory fraction is configure's to lower (_util_within), whole device
+    # NOTE: the memory fraction is configure's to lower (share_within), whole device
     out = {"context_tokens": context, "max_num_seqs": parallel}
     if kv is not None:
         out.update(cache_type_k=kv, cache_type_v=kv)
@@ -61,32 +61,14 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
         doc["policies"] = [dict(p) for p in policies]
     out = resolve_scenario(doc)
     if isinstance(out.engine, PagedEngineConfig):
-        util = _util_within(out, max_device_fraction)
-        if util is not None:  # NOTE: in (0, 1): nothing to re-validate
+        util = share_within(out.gpu, out.model, out.weights, out.engine, max_device_fraction,
+                            driver_reserve_bytes=out.driver_reserve_bytes,
+                            display_reserve_bytes=out.display_reserve_bytes)
+        if util is not None and util != out.engine.gpu_memory_utilization:
+            # NOTE: lowered, in (0, 1): nothing to re-validate
             out = out.model_copy(update={"engine": out.engine.model_copy(
                 update={"gpu_memory_utilization": util})})
     return out
-
-
-def _util_within(s: Scenario, limit: float) -> float | None:
-    """A lower memory fraction (3 decimals) under which the device total stays at or
-    under ``limit``, or None when the current one already does (or none can).
-
-    NOTE: the fraction is only the engine's share: the driver reserve, the display and
-    what the engine takes outside it (vLLM's CUDA graphs, SGLang's activations) come on
-    top, and the total grows by the share alone, so the share left is linear.
-    """
-    from kvsim.model.budget import memory_budget
-
-    b = memory_budget(s.gpu, s.model, s.weights, s.engine,
-                      driver_reserve_bytes=s.driver_reserve_bytes,
-                      display_reserve_bytes=s.display_reserve_bytes)
-    room = limit * b.device_bytes
-    if b.total_bytes <= room:
-        return None
-    outside = b.total_bytes - b.extra["share_bytes"]
-    util = math.floor((room - outside) / s.gpu.usable_memory_bytes * 1000) / 1000
-    return util if util > 0 else None
 
 
 LLAMA_CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # engines.md §3.4: --cache-ram default 8192 MiB
