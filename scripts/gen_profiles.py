@@ -249,8 +249,9 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         "name": MODEL_SLUGS[name],
         "display_name": name,
         "hf_repo": row["hf_repo"],
-        "params_total": total * 1e9,
-        "params_active": active * 1e9,
+        # NOTE: whole parameters (8.03 * 1e9 is 8029999999.999999 in floating point)
+        "params_total": float(round(total * 1e9)),
+        "params_active": float(round(active * 1e9)),
         "num_layers": int(row["num_layers"]),
         "hidden_size": int(row["hidden_size"]),
         "num_attention_heads": int(row["num_attention_heads"]),

@@ -40,24 +40,39 @@ def test_reproduces_llama_server_kv_buffer(capsys, tiny, kv, mib):
 
 
 def test_json_fields(capsys):
+    # Llama-3.1-8B q4_k_m on an RTX 4090 (24 GiB = 25,769,803,776 B), -c 32768 -np 4, q8_0 KV:
+    #   KV     2 x 32 x 8 x 128 x 34/32 = 69,632 B/token (engines.md §0: 68 KiB)
+    #   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params x 0.605 B (4.84 bpw)
+    #          = 131,952,898 B; head 525,336,576 x 0.605 = 317,828,628 B
+    #   weights on GPU 32 x 131,952,898 + 317,828,628 = 4,540,321,364 (embedding on the CPU)
+    #   weights total  4,540,321,364 + 317,828,628 (embedding)     = 4,858,149,992
+    #   compute buffer 512 x 128,256 x 4 + 512 x 4,096 x 16        =   296,222,720
+    #   total  400 MiB 419,430,400 + 4,540,321,364 + 296,222,720 + 32,768 x 69,632
+    #          = 7,537,675,860  -> 7,537,675,860 / 25,769,803,776 = 0.2925
+    #   85 %   int(0.85 x 25,769,803,776) = 21,904,333,209 -> headroom 14,366,657,349
+    #   max context: (21,904,333,209.6 - 5,255,974,484) / 69,632 = 239,090.6 cells, in steps
+    #          of 4 slots x 256 = 1024 -> 233 x 1024 = 238,592
+    #   max parallel at -c 32768: memory does not grow with slots; the search stops at one
+    #          256-token pad unit per slot, 32,768 / 256 = 128
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "32768",
                        "--parallel", "4", "--kv", "q8_0", "--json")
     d = json.loads(out)
     assert code == 0
-    for key in ("kv_bytes_per_token", "kv_reserved_bytes", "weights_gpu_bytes", "total_bytes",
-                "device_bytes", "device_fraction", "fits", "max_context_at_85",
-                "max_parallel_at_85", "gpu_layers"):
-        assert key in d
     assert d["kv_bytes_per_token"] == 69632
-    assert d["kv_reserved_bytes"] == 32768 * 69632          # -c 32768 over 4 slots of 8192
+    assert d["kv_reserved_bytes"] == 32768 * 69632 == 2_281_701_376  # 4 slots of 8192
     assert d["slot_tokens"] == 8192 and d["allocator"] == "slots"
     assert d["device_bytes"] == 24 * 2**30 and d["fits"] is True
-    assert d["total_bytes"] == (d["driver_reserve_bytes"] + d["display_reserve_bytes"]
-                                + d["weights_gpu_bytes"] + d["activation_bytes"]
-                                + d["engine_overhead_bytes"] + d["kv_reserved_bytes"])
-    assert d["device_fraction"] == pytest.approx(d["total_bytes"] / d["device_bytes"], abs=1e-6)
-    assert d["max_context_at_85"] % 256 == 0 and d["max_context_at_85"] > 32768
+    assert (d["driver_reserve_bytes"], d["display_reserve_bytes"]) == (419_430_400, 0)
+    assert d["weights_gpu_bytes"] == 4_540_321_364
+    assert (d["weights_total_bytes"], d["weights_cpu_bytes"]) == (4_858_149_992, 317_828_628)
+    assert d["activation_bytes"] == 296_222_720 and d["engine_overhead_bytes"] == 0
+    assert d["total_bytes"] == 7_537_675_860
+    assert d["device_fraction"] == pytest.approx(0.2925, abs=1e-4)
+    assert d["headroom_to_85_bytes"] == 14_366_657_349
+    assert (d["gpu_layers"], d["num_layers"]) == (32, 32)
+    assert d["max_context_at_85"] == 238_592
+    assert d["max_parallel_at_85"] == 128
 
 
 def test_max_context_is_the_85_percent_boundary(capsys):

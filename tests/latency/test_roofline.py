@@ -20,26 +20,45 @@ def _roofline(model: str = "llama-3.1-8b", gpu: str = "rtx-4090", kv: str = "f16
                            **kw)
 
 
+# Llama-3.1-8B q4_k_m on an RTX 4090, by hand:
+#   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params x 0.605 B (4.84 bpw)
+#          = 131,952,898 B; output head 525,336,576 x 0.605 = 317,828,628 B
+#   read per step (the token embedding is a row lookup, not streamed):
+#          32 x 131,952,898 + 317,828,628 = 4,540,321,364 B
+#   sustained bandwidth 1008 GB/s (gpus.csv) x 0.85 (GpuSpec default; hardware-and-models.md
+#          §1: sustained is 80-92 % of peak) = 856.8e9 B/s
+#   tensor FLOP/s 165.2e12 (gpus.csv FP16 dense, FP32 accumulate) x 0.5 = 82.6e12
+LAYER_Q4, HEAD_Q4 = 131_952_898, 317_828_628
+WEIGHTS_READ = 4_540_321_364
+GPU_BPS = 856.8e9
+GPU_FLOPS = 82.6e12
+
+
 def test_single_decode_is_weights_plus_kv_over_bandwidth() -> None:
     """Batch 1 decode at 999 tokens of context: memory-bound, so
     t = overhead + (weights read + 1000 tokens × 131072 B) / (bandwidth × efficiency)."""
     r = _roofline(step_overhead_s=0.004)
-    gpu = load_gpu("rtx-4090")
-    w = model_weights(load_model("llama-3.1-8b"), "q4_k_m")
-    weights_read = w.num_layers * w.per_layer_bytes + (w.non_repeating_bytes - w.embedding_bytes)
-    expected = 0.004 + (weights_read + 1000 * 131072) / (
-        gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency)
+    assert WEIGHTS_READ == 32 * LAYER_Q4 + HEAD_Q4
+    assert r.gpu_weight_bytes == WEIGHTS_READ
+    # KV 1000 x 131,072 = 131,072,000 B; (4,540,321,364 + 131,072,000) / 856.8e9 = 5.4521 ms
+    # (compute: (2 x 8.03e9 + 32 x 1000 x 16,384) / 82.6e12 = 0.20 ms, below it)
+    expected = 0.004 + 4_671_393_364 / 856.8e9
+    assert expected == pytest.approx(0.0094521398, rel=1e-8)
     assert r.step_time_s(BatchShape(decode_context=(999,))) == pytest.approx(expected, rel=1e-12)
 
 
 def test_long_prefill_is_compute_bound_with_quadratic_attention() -> None:
     r = _roofline(step_overhead_s=0.0)
-    m, gpu = load_model("llama-3.1-8b"), load_gpu("rtx-4090")
-    n = 2048
-    flops = 2 * m.params_active * n + 4 * m.num_attention_heads * m.head_dim * m.num_layers \
-        * n * (n + 1) / 2
-    expected = flops / (gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency)
-    assert r.step_time_s(BatchShape((n,), (0,))) == pytest.approx(expected, rel=1e-12)
+    # 2048 tokens from empty: linear 2 x 8.03e9 x 2048 = 32,890,880,000,000 FLOPs;
+    # attention 4 x 32 heads x 128 x 32 layers = 524,288 FLOPs per pair,
+    #   2048 x 2049 / 2 = 2,098,176 pairs -> 1,100,048,498,688 FLOPs
+    # total 33,990,928,498,688 / 82.6e12 = 0.41151 s (memory: (4,540,321,364 + 2048 x
+    # 131,072) / 856.8e9 = 5.6 ms, below it)
+    flops = 32_890_880_000_000 + 1_100_048_498_688
+    assert flops == 33_990_928_498_688
+    expected = flops / GPU_FLOPS
+    assert expected == pytest.approx(0.41151245, rel=1e-7)
+    assert r.step_time_s(BatchShape((2048,), (0,))) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "gemma-3-12b", "qwen3-next-80b-a3b"])
@@ -62,22 +81,21 @@ def test_quantized_kv_pays_dequant_and_offload_slows_decode() -> None:
     # Documented dequant cost (roofline.py docstring, DEFAULT_DEQUANT_FACTOR): 0.25 × the
     # KV read time, added outside the roofline max.  KV read: 8 sequences × (8000 + 1)
     # tokens × q8_0 Llama-3.1-8B 2·32·8·128 × 34/32 B = 69,632 B/token (engines.md §0:
-    # 68 KiB), streamed at bandwidth × efficiency.
-    gpu = load_gpu("rtx-4090")
-    kv_read = 8 * 8001 * 69632
-    expected_dequant = 0.25 * kv_read / (gpu.memory_bandwidth_bytes_per_s
-                                         * gpu.bandwidth_efficiency)
+    # 68 KiB) = 4,457,005,056 B, streamed at 856.8e9 B/s:
+    # 0.25 x 4,457,005,056 / 856.8e9 = 1,114,251,264 / 856.8e9 = 1.30048 ms
+    expected_dequant = 1_114_251_264 / GPU_BPS
+    assert expected_dequant == pytest.approx(1.30048e-3, rel=1e-6)
     assert math.isclose(deq - base, expected_dequant, rel_tol=1e-12)
     # 16 of 32 layers on the CPU: each half of the weights and of the KV streams at
-    # its own memory's bandwidth (the output head stays on the CPU with partial offload)
+    # its own memory's bandwidth (the output head stays on the CPU with partial offload).
+    # f16 KV of 100 tokens = 13,107,200 B, half on each side (6,553,600 B):
+    #   GPU 16 x 131,952,898 + 6,553,600 = 2,117,799,968 B at 856.8e9 B/s  =  2.4718 ms
+    #   CPU 16 x 131,952,898 + 317,828,628 + 6,553,600 = 2,435,628,596 B at 89.6e9 B/s
+    #       (desktop-64gb: 2 ch x 8 B x 5600 MT/s)                      = 27.1834 ms
+    #   (CPU compute: 0.5 x (2 x 8.03e9 + 32 x 100 x 16,384) / 0.5e12 = 16.1 ms, below it)
     off = _roofline(gpu_layers=16).step_time_s(BatchShape(decode_context=(99,)))
-    host = load_host("desktop-64gb")
-    w = model_weights(load_model("llama-3.1-8b"), "q4_k_m")
-    head = w.non_repeating_bytes - w.embedding_bytes
-    kv = 100 * 131072
-    expected = 0.004 + (16 * w.per_layer_bytes + kv / 2) / (
-        gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency) + (
-        16 * w.per_layer_bytes + head + kv / 2) / host.memory_bandwidth_bytes_per_s
+    expected = 0.004 + 2_117_799_968 / GPU_BPS + 2_435_628_596 / 89.6e9
+    assert expected == pytest.approx(0.03365511, rel=1e-7)
     assert off == pytest.approx(expected, rel=1e-12)
 
 

@@ -8,7 +8,6 @@ from kvsim.config.specs import ModelSpec
 from kvsim.model.budget import (
     GIB,
     MIB,
-    acceptable,
     engine_for_gpu,
     max_context_at,
     max_parallel_at,
@@ -76,15 +75,43 @@ def test_vllm_fails_when_one_request_does_not_fit():
     assert not b.fits and "max seq len (131072)" in b.failure
 
 
-def test_vllm_pool_is_utilization_share_minus_the_rest():
+# vLLM on an RTX 4090 (24 GiB = 25,769,803,776 B, gpus.csv), Llama-3.1-8B bf16, profiled
+# activation pinned to 1 GiB; engines.md §1.1 / hardware_profiles/engines/vllm.yaml:
+#   share      int(0.9 x 25,769,803,776)                        = 23,192,823,398
+#   non-torch  0.35 GiB = 375,809,638.4 -> 375,809,638 (issue #10517 example)
+#   CUDA graph 0.65 GiB = 697,932,185.6 -> 697,932,186, outside the share
+#   weights    models.csv 8.03e9 params x 2 B                   = 16,060,000,000
+#   pool       23,192,823,398 - 16,060,000,000 - 1,073,741,824 - 375,809,638
+#                                                                =  5,683,271,936
+#   blocks     16 tokens x 131,072 B (models.csv f16 KV) = 2,097,152 B per block
+#              floor(5,683,271,936 / 2,097,152) = floor(2709.995) = 2709 -> 43,344 tokens
+#   total      400 MiB driver 419,430,400 + share + CUDA graph  = 24,310,185,984
+VLLM_4090_POOL = 5_683_271_936
+
+
+def _vllm_4090_bf16():
     eng = resolve_engine({"preset": "vllm", "context_tokens": 8192, "activation_bytes": GIB})
-    g, m = load_gpu("rtx-4090"), load_model("llama-3.1-8b")
-    b = memory_budget(g, m, "bf16", eng)
-    share = int(0.9 * g.memory_bytes)
-    pool = share - b.weights_total_bytes - GIB - eng.non_torch_bytes
-    assert b.kv_reserved_bytes == pool
-    assert b.num_gpu_blocks == pool // (16 * 131072)
-    assert b.total_bytes == b.driver_reserve_bytes + share + eng.cuda_graph_bytes
+    assert (eng.non_torch_bytes, eng.cuda_graph_bytes) == (375_809_638, 697_932_186)
+    return memory_budget(load_gpu("rtx-4090"), load_model("llama-3.1-8b"), "bf16", eng)
+
+
+def test_vllm_pool_is_utilization_share_minus_the_rest():
+    b = _vllm_4090_bf16()
+    assert b.extra["share_bytes"] == 23_192_823_398
+    assert b.activation_bytes == GIB
+    assert b.num_gpu_blocks == 2709 and b.kv_pool_tokens == 2709 * 16 == 43_344
+    # the pool holds 2709 blocks and less than one more (the hand pool above)
+    assert 2709 * 2_097_152 <= b.kv_reserved_bytes < 2710 * 2_097_152
+    assert b.total_bytes == 419_430_400 + 23_192_823_398 + 697_932_186 == 24_310_185_984
+    assert b.fits
+
+
+def test_vllm_pool_bytes_use_the_reference_weight_bytes():
+    """models.csv: 8.03e9 parameters x 2 B (weight_gb_bf16 16.06); the profile once held
+    8029999999.999999 and lost a byte a layer."""
+    b = _vllm_4090_bf16()
+    assert b.weights_total_bytes == 16_060_000_000
+    assert b.kv_reserved_bytes == VLLM_4090_POOL
 
 
 def test_sglang_default_fraction_24gib():
@@ -213,19 +240,46 @@ def test_quantized_k_needs_head_dim_multiple_of_block():
             "q4_k_m", llama(cache_type_k="q8_0"))
 
 
+# llama-server, Llama-3.1-8B q4_k_m with all 32 layers on the GPU, flash attention on:
+#   embedding = head = 128,256 x 4,096 = 525,336,576 params (untied)
+#   per layer (8.03e9 - 2 x 525,336,576) / 32 = 218,103,964 params
+#   q4_k_m 4.84 bpw = 0.605 B/param: layer 131,952,898.22 -> 131,952,898 B,
+#                                    head  317,828,628.48 -> 317,828,628 B
+#   weights on GPU (the token embedding stays on the CPU)
+#              32 x 131,952,898 + 317,828,628                       = 4,540,321,364
+#   compute buffer (layouts.py ESTIMATE, -ub 512, FA on: no KQ term)
+#              512 x 128,256 x 4 + 512 x 4,096 x 16 = 262,668,288 + 33,554,432 = 296,222,720
+#   fixed      400 MiB CUDA context 419,430,400 + 4,540,321,364 + 296,222,720 = 5,255,974,484
+LLAMA8_Q4_FIXED = 5_255_974_484
+
+
 def test_searches_find_the_boundary():
+    # RTX 4090, 4 non-unified slots, f16 KV 131,072 B/token (models.csv); 85 % line:
+    #   0.85 x 25,769,803,776 = 21,904,333,209.6 B
+    #   KV room (21,904,333,209.6 - 5,255,974,484) / 131,072 = 127,016.9 cells
+    #   -c is split into 4 slots padded to 256, so n_ctx moves in steps of 4 x 256 = 1024:
+    #   floor(127,016.9 / 1024) x 1024 = 124 x 1024 = 126,976 (4 x 31,744)
+    #   -c 127,232 -> 31,808 per slot -> padded 32,000 -> n_ctx 128,000: over the line
     m, eng = load_model("llama-3.1-8b"), llama(context_tokens=32768, parallel=4,
                                                allocator="slots")
-    best = max_context_at(GPU, m, "q4_k_m", eng)
-    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": best}))
-    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": best + 256}))
-    assert acceptable(ok, 4) and not acceptable(over, 4)
+    assert max_context_at(GPU, m, "q4_k_m", eng) == 126_976
+    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 126_976}))
+    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 127_232}))
+    assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (126_976, 31_744, 32)
+    # 5,255,974,484 + 126,976 x 131,072 = 21,898,972,756 <= 21,904,333,209.6
+    assert ok.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_072 == 21_898_972_756
+    # 5,255,974,484 + 128,000 x 131,072 = 22,033,190,484 >  21,904,333,209.6
+    assert over.kv_pool_tokens == 128_000
+    assert over.total_bytes == LLAMA8_Q4_FIXED + 128_000 * 131_072 == 22_033_190_484
     big = eng.model_copy(update={"context_tokens": 65536})
     p = max_parallel_at(GPU, m, "q4_k_m", big)
-    assert p > 0
-    assert acceptable(memory_budget(GPU, m, "q4_k_m", big.model_copy(update={"parallel": p})), p)
-    # slots split -c, so more slots only add padding; at -c 65536 every split fits
-    assert p == 65536 // 256
+    # slots split -c, so more slots only add padding; at -c 65536 every split fits, and the
+    # search stops at one 256-token pad unit per slot: 65,536 / 256 = 256 slots
+    assert p == 65536 // 256 == 256
+    at_p = memory_budget(GPU, m, "q4_k_m", big.model_copy(update={"parallel": p}))
+    # 256 slots of 256 cells = 65,536 cells: 5,255,974,484 + 65,536 x 131,072 = 13,845,909,076
+    assert (at_p.slot_tokens, at_p.kv_pool_tokens) == (256, 65_536)
+    assert at_p.total_bytes == 13_845_909_076 and at_p.fits and at_p.gpu_layers == 32
 
 
 def test_unified_memory_budgets_against_the_default_gpu_limit():
@@ -267,17 +321,23 @@ def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
     # compute buffer does not grow with -c): the whole 131,072-token context fits a 24 GiB
     # card with 1 GiB left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the
     # largest multiple of 256 that leaves the 1 GiB target free (§3.6)
+    # fixed part (weights, compute buffer, CUDA context) = LLAMA8_Q4_FIXED 5,255,974,484:
+    #   24 GiB: 5,255,974,484 + 131,072 x 131,072 = 22,435,843,668 <= 23 GiB 24,696,061,952
+    #   16 GiB: room 17,179,869,184 - 1,073,741,824 = 16,106,127,360;
+    #           (16,106,127,360 - 5,255,974,484) / 131,072 = 82,780.1 tokens
+    #           -> largest multiple of 256: 323 x 256 = 82,688
+    #           (324 x 256 = 82,944 -> 16,127,610,452 > 16,106,127,360)
     g, m = load_gpu(gpu), load_model("llama-3.1-8b")
     b = memory_budget(g, m, "q4_k_m", engine_for_gpu("llama.cpp", g, m))
-    room = g.memory_bytes - 1024 * MIB
-    assert b.gpu_layers == 32 and b.total_bytes <= room
+    assert b.gpu_layers == 32
     if not shrunk:
         assert b.kv_pool_tokens == 131_072
+        assert b.total_bytes == LLAMA8_Q4_FIXED + 131_072 * 131_072 == 22_435_843_668
         return
-    fixed = b.total_bytes - b.kv_reserved_bytes
-    assert b.kv_reserved_bytes == b.kv_pool_tokens * 131_072 and b.kv_pool_tokens % 256 == 0
-    assert 4096 <= b.kv_pool_tokens < 131_072
-    assert fixed + (b.kv_pool_tokens + 256) * 131_072 > room  # the largest that fits
+    assert b.kv_pool_tokens == 82_688
+    # 82,688 x 131,072 = 10,838,081,536; + 5,255,974,484 = 16,094,056,020
+    assert b.kv_reserved_bytes == 82_688 * 131_072 == 10_838_081_536
+    assert b.total_bytes == 16_094_056_020
     assert any("--fit shrank the context" in n for n in b.notes)
 
 

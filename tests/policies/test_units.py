@@ -71,16 +71,24 @@ def test_multipliers_follow_the_reference_table() -> None:
     assert multiplier(cfg, Outcome("RECOVERED"), "gist") == 1.0
 
 
-@pytest.mark.parametrize("bad", [{"exact": {"lost": 1.5}}, {"gist": {"collapse": -0.1}},
-                                 {"p_hit": 2}])
-def test_multipliers_outside_unit_interval_are_refused(bad) -> None:
-    with pytest.raises(ValidationError):
+@pytest.mark.parametrize("bad,msg", [
+    ({"exact": {"lost": 1.5}}, r"exact\.lost\s+Input should be less than or equal to 1"),
+    ({"gist": {"collapse": -0.1}},
+     r"gist\.collapse\s+Input should be greater than or equal to 0"),
+    ({"p_hit": 2}, r"p_hit\s+Input should be less than or equal to 1"),
+])
+def test_multipliers_outside_unit_interval_are_refused(bad, msg) -> None:
+    with pytest.raises(ValidationError, match=msg):
         AccuracyConfig.model_validate(bad)
 
 
 def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
     # roofline.py: dequantizing costs kv_dequant_factor (0.25) x the time to read those
-    # bytes at the GPU's sustained bandwidth (peak x bandwidth_efficiency)
+    # bytes at the GPU's sustained bandwidth.  Quickstart GPU: RTX 4060 Ti 16GB, 288 GB/s
+    # (gpus.csv) x 0.85 (GpuSpec bandwidth_efficiency) = 244.8e9 B/s:
+    #   0.25 / 244.8e9 = 1.0212418e-12 s per byte
+    from types import SimpleNamespace
+
     from kvsim.api import scenario_budget
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.latency.factory import make_latency_model
@@ -89,9 +97,33 @@ def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
 
     sc = scenario("policies=[{kind: recoverable_eviction, window_tokens: 1024, "
                   "cache_type: q4_0}]")
+    assert sc.gpu.name == "rtx-4060-ti-16gb"
     b = scenario_budget(sc)
     sched = make_scheduler(sc.engine, PoolSizing.from_budget(b), link=sc.link, host=sc.host)
     rt = install(sc, sched, make_latency_model(sc, b))
-    gpu = sc.gpu
-    assert rt.dequant_s_per_byte == 0.25 / (gpu.memory_bandwidth_bytes_per_s
-                                            * gpu.bandwidth_efficiency)
+    assert rt.dequant_s_per_byte == pytest.approx(0.25 / 244.8e9, rel=1e-12)
+    assert rt.dequant_s_per_byte == pytest.approx(1.0212418e-12, rel=1e-7)
+    # a known demotion: tokens 0..1024 of session "s" in slot 0 demoted to q4_0.
+    # Llama-3.1-8B f16 KV is 131,072 B/token (models.csv); q4_0 stores 18/32 B per element
+    # against f16's 2 (engines.md §0): ratio 0.5625 / 2 = 9/32, so the demoted tokens hold
+    #   1024 x 131,072 x 9/32 = 37,748,736 B
+    # and each step of that slot's request dequantizes them:
+    #   37,748,736 x 0.25 / 244.8e9 = 9,437,184 / 244.8e9 = 38.5506 us
+    slot = rt.slots[0]
+    slot.cache, slot.n_tokens = [("s", 0, 2048)], 2048
+    rt.slot_session[0] = "s"
+    assert rt.ledger("s").mark("s", 0, 1024, QUANT, 4) == 1024
+    plan = SimpleNamespace(items=(SimpleNamespace(req=SimpleNamespace(slot_id=0)),))
+    assert rt.steady_extra_s(plan) == pytest.approx(9_437_184 / 244.8e9, rel=1e-12)
+    assert rt.steady_extra_s(plan) == pytest.approx(3.85506e-5, rel=1e-5)
+    # the step the scheduler plans for that request carries the same stall as extra_s
+    from kvsim.core.step import StepPlan
+    from kvsim.latency.base import BatchShape
+
+    req = SimpleNamespace(request_id="s-0", slot_id=0)
+    step = StepPlan((SimpleNamespace(req=req),), BatchShape(decode_context=(2048,)))
+    out = rt.after_schedule(step, 0.0)
+    assert out.extra_s == pytest.approx(9_437_184 / 244.8e9, rel=1e-12)
+    # a request in no slot pays nothing
+    idle = SimpleNamespace(items=(SimpleNamespace(req=SimpleNamespace(slot_id=-1)),))
+    assert rt.steady_extra_s(idle) == 0.0
