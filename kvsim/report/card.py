@@ -30,6 +30,8 @@ HEADLINE = (  # (summary key, label, format)
     ("prefix_hit_rate", "prefix hit rate", "{:.1%}"), ("preemptions", "preemptions", "{:,.0f}"),
     ("tokens_per_s", "tokens/s", "{:,.1f}"), ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
     ("recall_mean", "recall proxy (mean)", "{:.3f}"),
+    ("recall_worst", "recall proxy (worst reference)", "{:.3f}"),
+    ("recall_share_below_0_5", "references recalled below 0.5", "{:.1%}"),
     ("oom_risk", "OOM risk", "{:.3g}"),
 )
 

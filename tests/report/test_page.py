@@ -99,3 +99,14 @@ def test_card_shows_calibrated_fit_error() -> None:
     run.summary["latency_fit_mape"] = 0.061
     lat = card_data(run)["latency"]
     assert "MAPE 6.1%" in lat["model"] and lat["latency_fit_mape"] == 0.061
+
+
+def test_card_shows_the_recall_proxy_summary() -> None:
+    """README (KV policies): the report gives recall_mean, recall_worst and
+    recall_share_below_0_5, as summary.json does."""
+    run = make_run()
+    run.summary.update(recall_mean=0.8125, recall_worst=0.25, recall_share_below_0_5=0.125)
+    head = dict(card_data(run)["headline"])
+    assert head["recall proxy (mean)"] == "0.812"
+    assert head["recall proxy (worst reference)"] == "0.250"
+    assert head["references recalled below 0.5"] == "12.5%"
