@@ -16,9 +16,29 @@ def test_vllm_v1_kv_tokens_and_concurrency() -> None:
     assert f.engine == "vllm"
     assert f.kv_cache_tokens == 36944
     assert (f.max_concurrency_tokens, f.max_concurrency) == (8192, 4.51)
-    assert f.available_kv_bytes == round(4.51 * GiB)
-    # the concurrency line is the token count over the request length, as vLLM prints it
-    assert round(f.kv_cache_tokens / f.max_concurrency_tokens, 2) == f.max_concurrency
+    # 4.51 × 1,073,741,824 = 4,842,575,626.24 → 4,842,575,626 B
+    assert f.available_kv_bytes == round(4.51 * GiB) == 4_842_575_626
+
+
+def test_vllm_v1_numbers_are_read_from_their_own_lines() -> None:
+    # Each value is the one its line prints (thousands separators dropped), not derived
+    # from another: the concurrency printed here, 2.5x, is deliberately not
+    # 100,000 / 32,768 = 3.05, so a reader computing it would fail; and
+    # 12.25 GiB = 12.25 × 2^30 = 13,153,337,344 B.
+    text = ("INFO [gpu_worker.py:227] Available KV cache memory: 12.25 GiB\n"
+            "INFO [kv_cache_utils.py:634] GPU KV cache size: 100,000 tokens\n"
+            "INFO [kv_cache_utils.py:637] Maximum concurrency for 32,768 tokens per "
+            "request: 2.5x\n")
+    f = read_log_text(text)
+    assert f.engine == "vllm"
+    assert (f.kv_cache_tokens, f.max_concurrency_tokens, f.max_concurrency) == (
+        100_000, 32_768, 2.5)
+    assert f.available_kv_bytes == 13_153_337_344
+    assert (f.gpu_blocks, f.cpu_blocks) == (None, None)
+    # a log with only the cache-size line leaves the others unset
+    only = read_log_text("INFO GPU KV cache size: 1,234,567 tokens\n")
+    assert (only.kv_cache_tokens, only.max_concurrency, only.max_concurrency_tokens,
+            only.available_kv_bytes) == (1_234_567, None, None, None)
 
 
 def test_vllm_v0_blocks() -> None:

@@ -99,7 +99,7 @@ def test_unknown_names_give_closest():
         load_gpu("rtx-4091")
     with pytest.raises(InputError, match="llama-3.1-8b"):
         load_model("llama-3.1-9b")
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match=r"^name: 'nothing-like-this' — unknown; closest: "):
         find_any("nothing-like-this")
 
 

@@ -1,7 +1,7 @@
 """llama.cpp / Ollama slots: token-exact prompt reuse, slot choice, RAM cache, failures."""
 
 from core_helpers import req, run_until_idle
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -236,6 +236,64 @@ class SlotPoolMachine(RuleBasedStateMachine):
                 now += 0.01
                 s.complete(plan, now)
         self.now += 0.01 * k
+
+    @rule(prompts=st.lists(st.integers(300, 480), min_size=3, max_size=3))
+    def oversubscribe(self, prompts: list[int]) -> None:
+        """Drain both engines, then three unrelated prompts of 300-480 tokens at once,
+        each generating up to the slot's end (511 tokens, then truncated).  On the
+        unified pool (1024 cells) none of them can finish first: the first admitted
+        needs ≥ 511 − 480 = 31 decode steps after its prompt, the other two prompts
+        (≤ 960 tokens at ≥ 128 − 3 a step) are in after ≤ 8, and 511 + 300 + 300 =
+        1111 > 1024.  So a batch finds no cells (no idle slot to purge), and every
+        active slot fails with its cells cleared.  The per-slot engine (256-token
+        slots, context shift) truncates the same prompts."""
+        for s in self.scheds:
+            self.now = max(self.now, self._drain(s, self.now))
+        unified, per_slot = self.scheds
+        reqs = []
+        for n in prompts:
+            self.n += 1
+            segs = [(f"big{self.n}", n)]
+            for s in self.scheds:
+                r = req(f"r{self.n}#0", segs, 300, self.now)
+                s.add_request(r, self.now)
+                if s is unified:
+                    reqs.append(r)
+        now = self.now
+        for _ in range(2000):
+            seen = len(unified.events)
+            plan = unified.schedule(now)
+            assert plan is not None, "the three requests finished without exhausting the pool"
+            now += 0.01
+            if any(e.kind == "batch_halving" for e in unified.events[seen:]):
+                needed = sum(i.num_new_tokens for i in plan.items)
+                assert unified.pool.used_cells + needed > unified.pool.pool_cells
+                active = {sl.req.request_id for sl in unified.pool.slots if sl.req is not None}
+                assert active == {r.request_id for r in reqs}
+                unified.complete(plan, now)
+                break
+            unified.complete(plan, now)
+            self.conserved()
+        else:
+            raise AssertionError("no exhaustion")
+        event("unified pool exhausted")
+        assert [r.failure_reason for r in reqs] == [FAIL_POOL_EXHAUSTED] * 3
+        assert all(r.finish_s == now for r in reqs)
+        assert all(sl.req is None and sl.n_tokens == 0 and sl.cache == [] for sl in
+                   unified.pool.slots)
+        assert unified.pool.used_cells == 0
+        self.conserved()
+        self.now = max(now, self._drain(per_slot, self.now))
+
+    def _drain(self, s: SlotScheduler, now: float) -> float:
+        for _ in range(20_000):
+            plan = s.schedule(now)
+            if plan is None:
+                return now
+            now += 0.01
+            s.complete(plan, now)
+            self.conserved()
+        raise AssertionError("scheduler did not drain")
 
     @invariant()
     def conserved(self) -> None:

@@ -6,15 +6,22 @@ Expected values are worked by hand from the product distribution gap × J.
 import numpy as np
 import pytest
 
-from kvsim.metrics import gaps
 from kvsim.metrics.spread import spread_mean, spread_quantiles
 
 QS = (0.10, 0.25, 0.50, 0.95)
 
 
 def test_without_a_spread_the_gaps_quantiles_are_exact() -> None:
+    # runs: 300 gaps 1.000, 1.001, …, 1.299 ms, then 7 gaps of 2 ms — 307 gaps in all.
+    # inverted_cdf rank ceil(q·307): p10 → 31, p25 → 77, p50 → 154, p95 → 292, all
+    # inside the ramp, so the r-th smallest is 1 ms + (r − 1)·1 µs
     g, d, n = [0.001, 0.002], [1e-6, 0.0], [300, 7]
-    assert spread_quantiles(g, d, n, (), QS) == gaps.quantiles(g, d, n, QS)
+    got = spread_quantiles(g, d, n, (), QS)
+    assert got == pytest.approx([0.001030, 0.001076, 0.001153, 0.001291], rel=1e-12)
+    # the same from plain numpy over the gaps written out one by one
+    full = np.array([0.001 + k * 1e-6 for k in range(300)] + [0.002] * 7)
+    assert len(full) == 307
+    assert got == [float(np.percentile(full, q * 100, method="inverted_cdf")) for q in QS]
 
 
 def test_constant_gaps_take_the_spreads_quantiles() -> None:

@@ -35,7 +35,7 @@ def test_wilson_zero_of_n_upper_bound_is_z2_over_n_plus_z2():
 
 
 def test_wilson_rejects_no_trials():
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="replications: 0 — need at least one replication"):
         wilson_interval(0, 0)
 
 
@@ -70,16 +70,18 @@ def test_unparsable_slos(bad):
     assert "--slo" in str(exc.value) and "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("slos,kw", [
-    (["ttft_p95=2s", "ttft_p95=1s"], {}),                 # same metric twice
-    (["ttft_p95=2s", "e2e_p95=1s"], {}),                  # e2e below ttft
-    ([], {"max_device_fraction": 0.0}),
-    ([], {"max_device_fraction": 1.2}),
-    ([], {"max_oom_risk": -0.1}),
-    ([], {"min_recall": 1.5}),
+@pytest.mark.parametrize("slos,kw,match", [
+    (["ttft_p95=2s", "ttft_p95=1s"], {},                 # same metric twice
+     r"--slo: 'ttft_p95=1s' — contradicts ttft_p95=2s given earlier"),
+    (["ttft_p95=2s", "e2e_p95=1s"], {},                  # e2e below ttft
+     r"--slo: 'e2e_p95=1s' — end-to-end bound below ttft_p95=2s"),
+    ([], {"max_device_fraction": 0.0}, r"--max-device-fraction: 0\.0 — a fraction in \(0, 1\]"),
+    ([], {"max_device_fraction": 1.2}, r"--max-device-fraction: 1\.2 — a fraction in \(0, 1\]"),
+    ([], {"max_oom_risk": -0.1}, r"--max-oom-risk: -0\.1 — a probability in \[0, 1\]"),
+    ([], {"min_recall": 1.5}, r"--min-recall: 1\.5 — a recall score in \[0, 1\]"),
 ])
-def test_contradictory_or_impossible_constraints(slos, kw):
-    with pytest.raises(InputError):
+def test_contradictory_or_impossible_constraints(slos, kw, match):
+    with pytest.raises(InputError, match=match):
         build_constraints(slos, **kw)
 
 

@@ -61,21 +61,21 @@ def test_paged_reference_is_intact_and_names_where_its_kv_came_from(backend, loa
 
 
 def test_family4_vllm_side_by_side() -> None:
-    """f16 / fp8 / host tier / swap on family-4-vllm-offload (2.5 GiB pool):
+    """f16 / fp8 / host tier on family-4-vllm-offload (2.5 GiB pool):
 
     - fp8: same reserved bytes, blocks of half the bytes → peak allocated about half;
       8-bit reads are INTACT (§6.4) → recall 1.0;
     - host tier: prefix blocks written back (d2h) and loaded on GPU misses (h2d) →
-      PCIe bytes > 0 and p95 TTFT below f16's, recall unchanged;
-    - swap: only acts on preemption and this household day never exhausts the pool
-      (0 preemptions) → identical to f16.
+      PCIe bytes > 0 and p95 TTFT below f16's, recall unchanged.
+
+    (Swap preemption only acts on a full pool, which this household day never reaches:
+    it is tested on a pool that does fill, test_swap_preemption_on_a_full_pool below.)
     """
     rows = {"f16": ["policies=[]"], "fp8": ["policies=[]", "engine.cache_type_k=fp8",
                                             "engine.cache_type_v=fp8"],
-            "host": [], "swap": ["policies=[]", "engine.preemption_mode=swap",
-                                 "engine.swap_space_bytes=4GiB"]}
+            "host": []}
     s = {k: simulate(load_scenario("family-4-vllm-offload", v)).summary for k, v in rows.items()}
-    f16, fp8, host, swap = s["f16"], s["fp8"], s["host"], s["swap"]
+    f16, fp8, host = s["f16"], s["fp8"], s["host"]
     # Llama-3.1-8B KV (models.csv / engines.md §0): f16 2·32·8·128·2 = 131,072 B/token,
     # fp8 1 B/element = 65,536 B/token, plus per-tensor fp32 scales (32 layers × K,V × 4 B
     # = 256 B, engines.md §0).  16-token blocks: f16 2 MiB, fp8 1 MiB.
@@ -103,7 +103,52 @@ def test_family4_vllm_side_by_side() -> None:
     assert host["pcie_d2h_bytes"] > 0 and host["pcie_h2d_bytes"] == host["host_load_bytes"] > 0
     assert host["ttft_p95_s"] < f16["ttft_p95_s"]
     assert f16["pcie_h2d_bytes"] == f16["pcie_d2h_bytes"] == 0
-    assert swap["preemptions"] == 0 and swap["ttft_p95_s"] == f16["ttft_p95_s"]
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_swap_preemption_on_a_full_pool(mode) -> None:
+    """Two 400-token prompts with 300 outputs each at t=0 on a 128 MiB pool.
+
+    128 MiB / 2 MiB (16 tokens × 131,072 B) = 64 blocks.  The prefill step admits both
+    (800 tokens < the 2048-token budget): 25 blocks each.  Decode step k computes token
+    400 + k of each request, which needs ceil((400 + k)/16) blocks: both fit while
+    2·ceil((400 + k)/16) ≤ 64, i.e. k ≤ 112.  At k = 113 the first request (s0) needs
+    its 33rd block with none free, so the last admitted (s1) is preempted with
+    400 + 112 = 512 computed tokens = 32 blocks = 67,108,864 B.  s1 then needs 33
+    blocks back, and only 64 − 33 = 31 are free until s0 finishes.
+    """
+    sc = load_scenario("family-4-vllm", [
+        "engine.kv_cache_memory_bytes=128MiB", "engine.context_tokens=1024", "policies=[]",
+        f"engine.preemption_mode={mode}", "engine.swap_space_bytes=4GiB"])
+    sessions = [Session(session_id=f"s{i}", turns=(
+        Turn(start_s=0.0, input_tokens=400, output_tokens=300),)) for i in range(2)]
+    res = simulate(sc, sessions=sessions)
+    s = res.summary
+    assert (s["preemptions"], s["failed_requests"]) == (1, 0)
+    victim = res.requests.set_index("request_id").loc["s1#0"]
+    assert victim.preemptions == 1 and victim.output_tokens == 300
+    if mode == "recompute":
+        # blocks freed, no copy: the victim computes (part of) its 512 tokens again
+        assert s["swap_outs"] == s["swap_out_bytes"] == s["swap_in_bytes"] == 0
+        assert s["pcie_d2h_bytes"] == s["pcie_h2d_bytes"] == 0
+        assert victim.recomputed_tokens > 0 and s["computed_prompt_tokens"] > 800
+        return
+    swapped = 32 * 16 * 131_072
+    assert swapped == 67_108_864
+    assert s["swap_outs"] == 1
+    assert s["swap_out_bytes"] == s["swap_in_bytes"] == swapped
+    # no host tier: the link carried the swap and nothing else, one copy each way
+    assert s["pcie_d2h_bytes"] == s["pcie_h2d_bytes"] == swapped
+    assert s["pcie_transfers"] == 2
+    # PCIe 4.0 x16 (rtx-4090's link): 7.5 µs + 64 MiB / 25 GB/s per copy
+    assert s["pcie_d2h_busy_s"] == pytest.approx(7.5e-6 + swapped / 25e9, rel=1e-9)
+    ev = res.events[res.events["kind"].isin(["swap_out", "swap_in"])]
+    assert ev[["kind", "request_id", "detail", "bytes"]].values.tolist() == [
+        ["swap_out", "s1#0", "512 tokens", swapped], ["swap_in", "s1#0", "512 tokens", swapped]]
+    # progress kept: nothing recomputed, and the copy back waits for s0's blocks
+    assert victim.recomputed_tokens == 0 and s["computed_prompt_tokens"] == 800
+    first = res.requests.set_index("request_id").loc["s0#0"]
+    assert ev["time_s"].iloc[1] == pytest.approx(first.finish_s, abs=1e-9)
 
 
 RECOVER = "policies=[{kind: recoverable_eviction, window_tokens: 1024, cache_type: q4_0}]"

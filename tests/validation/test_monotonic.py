@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvsim.api import simulate
+from kvsim.api import scenario_budget, simulate
 from kvsim.config.scenario import load_scenario, resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
@@ -19,20 +19,60 @@ def _sessions(n: int) -> list[Session]:
     return out
 
 
-def _vllm(gpu: str, **engine):
+def _vllm(gpu: str, context: int = 16384, **engine):
+    # 16,384 > the longest request of _sessions (turn 4: prompt 500 + 5·1500 + 4·300 =
+    # 9,200, plus 300 output = 9,500): no request fails on the context length
     return resolve_scenario({"gpu": gpu, "model": "llama-3.1-8b", "weights": "q4_k_m",
-                             "engine": {"preset": "vllm", "context_tokens": 9000, **engine},
+                             "engine": {"preset": "vllm", "context_tokens": context, **engine},
                              "workload": {}})
 
 
+# KV pools of Llama-3.1-8B q4_k_m under vLLM on the four cards, in 16-token blocks (the
+# memory budget, tests/model/test_budget.py); everything below is reasoned from these.
+BLOCKS = {"rtx-3060-12gb": 2871, "rtx-4060-ti-16gb": 4714, "rtx-4090": 8400, "rtx-5090": 12087}
+
+
 def test_more_memory_never_more_preemptions_or_failures() -> None:
-    rows = [simulate(_vllm(g), sessions=_sessions(10)).summary for g in CARDS]
-    pre = [r["preemptions"] for r in rows]
-    fail = [r["failed_requests"] for r in rows]
-    assert pre[0] > 0, "the smallest card must be under pressure for the test to mean anything"
-    assert pre == sorted(pre, reverse=True)
-    assert fail == sorted(fail, reverse=True)
-    assert pre[-1] == 0
+    """Ten requests at t=0, each a 160-token prompt and 7,840 output tokens.
+
+    The ten prompts (1,600 tokens ≤ the 2,048-token step budget, 10 blocks each) are
+    admitted in the first step, so the ten decode in lockstep; a request never holds
+    more than ceil((160 + 7840 − 1)/16) = 500 blocks.  When the r running requests all
+    need block m and r·m > B, the last admitted is preempted (recompute) and goes to
+    the head of the waiting queue; it needs m blocks back while the survivors leave
+    only B − (r−1)·m < m, and the survivors only grow, so it waits for them to finish
+    (together, in lockstep) — and so do later victims behind it.  Hence one preemption
+    per r with r·500 > B, stopping at the first r with r·500 ≤ B, and the victims
+    (r ≤ that many, 500 blocks each) then run together without another:
+
+    - 3060, B = 2871: r = 10, 9, 8, 7, 6 overflow (6·500 = 3000 > 2871; 5·500 = 2500
+      fits): 5 preemptions, of s9, s8, s7, s6, s5 (5 victims ≤ 5 that fit);
+    - 4060 Ti, B = 4714: 10·500 = 5000 > 4714, 9·500 = 4500 fits: 1 preemption (s9);
+    - 4090 / 5090: 10·500 = 5000 ≤ 8400 ≤ 12087: none.
+
+    No request fails: 8,000 tokens < the 8,192-token context, and vLLM preempts rather
+    than failing on memory.
+    """
+    sessions = [Session(session_id=f"s{i}", turns=(
+        Turn(start_s=0.0, input_tokens=160, output_tokens=7840),)) for i in range(10)]
+    pre, fail, victims = {}, {}, {}
+    for g in CARDS:
+        sc = _vllm(g, context=8192)
+        assert scenario_budget(sc).num_gpu_blocks == BLOCKS[g]
+        res = simulate(sc, sessions=sessions)
+        pre[g], fail[g] = res.summary["preemptions"], res.summary["failed_requests"]
+        rq = res.requests.set_index("request_id")
+        victims[g] = sorted(rq.index[rq["preemptions"] > 0])
+        assert (rq["preemptions"] <= 1).all()
+        assert not rq["failed"].any() and (rq["output_tokens"] == 7840).all()
+        assert (rq.loc[victims[g], "recomputed_tokens"] > 0).all()
+    assert pre == {"rtx-3060-12gb": 5, "rtx-4060-ti-16gb": 1, "rtx-4090": 0, "rtx-5090": 0}
+    assert victims == {"rtx-3060-12gb": ["s5#0", "s6#0", "s7#0", "s8#0", "s9#0"],
+                       "rtx-4060-ti-16gb": ["s9#0"], "rtx-4090": [], "rtx-5090": []}
+    assert fail == dict.fromkeys(CARDS, 0)
+    # the monotone relation: more memory, never more preemptions
+    counts = [pre[g] for g in CARDS]
+    assert counts == sorted(counts, reverse=True)
 
 
 @pytest.mark.parametrize("gpu", ["rtx-3060-12gb", "rtx-4090"])

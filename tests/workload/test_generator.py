@@ -1,7 +1,7 @@
 """Household generator: determinism, session structure, presets, load_workload."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from kvsim.config.scenario import WorkloadConfig
@@ -107,13 +107,49 @@ def test_weekend_pattern(family4):
     assert hours and all(any(a <= h < b for a, b in allowed) for h in hours)
 
 
+# family-2 transcribed from workloads/households/family-2.yaml: each member's activity
+# windows in hours [start, end) for weekdays and weekends, and its kinds
+FAMILY2_WINDOWS = {
+    "parent-1": {"weekday": [(7, 9), (12, 13), (20, 22.5)],
+                 "weekend": [(9, 12), (14, 18), (20, 22.5)]},
+    "parent-2": {"weekday": [(6.5, 8.5), (20, 22.5)],
+                 "weekend": [(8, 12), (19.5, 22.5)]},
+}
+FAMILY2_KINDS = {"parent-1": {"chat", "document", "voice"},
+                 "parent-2": {"chat", "voice", "document"}}
+# turns clipped to [min, max] then rounded: chat lognormal [1, 40], document [2, 40];
+# voice uniform(0.5, 3.49) with min 1 rounds to 1..3.  System prompts: chat → general
+# (400 tokens), document → reader (300), voice → voice (250).
+FAMILY2_TURNS = {"chat": (1, 40), "document": (2, 40), "voice": (1, 3)}
+FAMILY2_SYSTEM = {"chat": ("general", 400), "document": ("reader", 300),
+                  "voice": ("voice", 250)}
+
+
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), days=st.floats(0.1, 2.0))
-def test_any_seed_gives_valid_sorted_trace(seed, days):
-    sessions = generate(load_preset("family-2"), days, seed)
-    assert all(s.turns[0].start_s < days * DAY for s in sessions)
-    starts = [s.turns[0].start_s for s in sessions]
+@given(seed=st.integers(0, 2**32 - 1), days=st.floats(1.0, 7.0),
+       start_weekday=st.integers(0, 6))
+def test_any_seed_gives_valid_sorted_trace(seed, days, start_weekday):
+    # ≥ 1 whole day: two members with 5 + 4 weekday (6 + 5 weekend) sessions a day on
+    # average, so fewer than two sessions is a Poisson(≥ 9) draw ≤ 1 (p < 0.2 %)
+    sessions = generate(load_preset("family-2"), days, seed, start_weekday)
+    assume(len(sessions) >= 2)
+    assert all(0 <= s.turns[0].start_s < days * DAY for s in sessions)
+    starts = [(s.turns[0].start_s, s.session_id) for s in sessions]
     assert starts == sorted(starts)
+    assert len({s.session_id for s in sessions}) == len(sessions)
+    for s in sessions:
+        start = s.turns[0].start_s
+        day = int(start // DAY)
+        assert s.session_id.startswith(f"{s.member}-d{day}-")
+        pattern = "weekend" if (start_weekday + day) % 7 >= 5 else "weekday"
+        hour = (start - day * DAY) / 3600
+        assert any(a - 1e-9 <= hour < b + 1e-9 for a, b in FAMILY2_WINDOWS[s.member][pattern]), \
+            (s.member, pattern, hour)
+        assert s.kind in FAMILY2_KINDS[s.member]
+        lo, hi = FAMILY2_TURNS[s.kind]
+        assert lo <= len(s.turns) <= hi, (s.kind, len(s.turns))
+        assert (s.system_prompt_id, s.system_prompt_tokens) == FAMILY2_SYSTEM[s.kind]
+        assert all(t.start_s is None for t in s.turns[1:])
 
 
 @pytest.mark.parametrize("name", ["family-2", "family-4", "family-6"])
