@@ -4,7 +4,7 @@
 #
 # The binary is cached by version outside the clone and reused when present:
 #   ${KVSIM_CACHE:-$HOME/.cache/kvsim}/llama-server-<version>/bin/llama-server
-# A cold build takes roughly 10-16 minutes on 2 cores. Prints the binary path on stdout.
+# A cold build takes 10-25 minutes on 2 cores (measured here). Prints the binary path on stdout.
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"

@@ -3,7 +3,7 @@
 ``SWEEP.yaml``::
 
     name: kv-dtypes
-    base: ../scenarios/family-4.yaml      # a path (relative to this file), a bundled
+    base: ../scenarios/quickstart.yaml    # a path (relative to this file), a bundled
                                           # scenario name, or an inline mapping
     factors:                              # factorial product ...
       engine.context_tokens: [16384, 32768]

@@ -3,7 +3,7 @@
 Runs serially after the unit tests (marker ``e2e``; scripts/test.sh): timings measured
 beside busy test workers would not be the engine's.  Set-up builds llama-server with
 scripts/build_llama_server.sh (cached by version outside the clone; a cold build takes
-10–20 minutes on 2 cores), writes the tiny GGUF and starts servers on 127.0.0.1 with
+10–25 minutes on 2 cores), writes the tiny GGUF and starts servers on 127.0.0.1 with
 ``-t 1`` (two threads on two busy cores collapse decode speed), ``--no-webui`` and
 ``--metrics``.
 
