@@ -49,6 +49,7 @@ class CalibratedLatencyModel:
     out_of_range: OutOfRange = "clamp"
     source: str = ""
     h2d_bytes_per_s: float | None = None
+    device: str = ""  # where the artifact was measured (its ``device``)
     clamped_steps: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -57,10 +58,12 @@ class CalibratedLatencyModel:
 
     @property
     def provenance(self) -> str:
-        """Source, fit error and — once any — the steps clamped to the measured range."""
+        """Source, fit error, — once any — the steps clamped to the measured range, and
+        the device the times were measured on (the scenario's GPU is not checked)."""
         clamped = f", {self.clamped_steps} steps clamped" if self.clamped_steps else ""
+        device = f", measured on {self.device}" if self.device else ""
         return (f"calibrated({self.source or 'artifact'}, {self.fit.cache_type}, "
-                f"MAPE {100 * self.fit.mape:.1f}%{clamped})")
+                f"MAPE {100 * self.fit.mape:.1f}%{clamped}{device})")
 
     @classmethod
     def from_artifact(cls, artifact: CalibrationArtifact, cache_type: str = "f16",
@@ -70,7 +73,7 @@ class CalibratedLatencyModel:
                if b.direction in ("h2d", "memcpy") and b.pinned]
         h2d = h2d or [b.bytes_per_s for b in artifact.bandwidth if b.direction != "d2h"]
         return cls(artifact.fit_for(cache_type), out_of_range, source or artifact.model,
-                   max(h2d) if h2d else None)
+                   max(h2d) if h2d else None, artifact.device)
 
     @classmethod
     def from_path(cls, path: str | Path, cache_type: str = "f16",

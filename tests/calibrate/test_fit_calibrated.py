@@ -100,6 +100,8 @@ def test_artifact_round_trip_and_bad_files(tmp_path: Path) -> None:
     path = save_artifact(_artifact(), tmp_path / "cpu__test.json")
     m = CalibratedLatencyModel.from_path(path)
     assert m.provenance.startswith("calibrated(cpu__test.json, f16, MAPE 0.0%")
+    # the summary says where the times were measured (the scenario's GPU is not checked)
+    assert m.provenance.endswith(f", measured on {_artifact().device})")
     with pytest.raises(InputError, match="not measured"):
         CalibratedLatencyModel.from_path(path, cache_type="q4_0")
     (tmp_path / "old.json").write_text('{"format_version": 0}')
