@@ -119,7 +119,9 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
             enable_prefix_caching=engine.enable_prefix_caching,
             preemption_mode=engine.preemption_mode,
             retract_order="sglang" if engine.preset == "sglang" else "newest",
-            swap_space_bytes=engine.swap_space_bytes, link=pcie, kv_groups=sizing.kv_groups)
+            swap_space_bytes=engine.swap_space_bytes, link=pcie, kv_groups=sizing.kv_groups,
+            # NOTE: vLLM v1 reserves block 0 (V0, the swap mode, does not)
+            null_block=engine.preset == "vllm" and engine.preemption_mode != "swap")
     unified = engine.allocator == "unified" and engine.preset == "llama.cpp"
     cells = sizing.kv_pool_tokens
     return SlotScheduler(

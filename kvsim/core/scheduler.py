@@ -59,8 +59,10 @@ class PagedScheduler:
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
                  retract_order: str = "newest", swap_space_bytes: int = 0,
-                 link: Any = None, kv_groups: tuple[tuple[str, int], ...] = ()) -> None:
-        self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching)
+                 link: Any = None, kv_groups: tuple[tuple[str, int], ...] = (),
+                 null_block: bool = False) -> None:
+        self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching,
+                              null_block=null_block)
         # NOTE: a sliding-window group means vLLM's hybrid manager (kvsim.core.kv.hybrid)
         self.hybrid = any(kind != "full" for kind, _ in kv_groups)
         self.manager = HybridKVCacheManager(self.pool, block_tokens, kv_groups) \

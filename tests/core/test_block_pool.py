@@ -44,6 +44,38 @@ def test_free_queue_order_and_lru_eviction_by_block_id() -> None:
     assert [x.block_id for x in hit.blocks] == [0]
 
 
+def test_vllm_null_block_is_never_allocated() -> None:
+    """vLLM v1 takes block 0 as its null block at start-up: of 4 blocks, 3 hold KV, the
+    first allocation gets block 1, and a 4-block request cannot be allocated."""
+    pool = BlockPool(4, null_block=True)
+    mgr = KVCacheManager(pool, block_tokens=4)
+    assert (pool.num_free, pool.num_active, pool.num_usable) == (3, 0, 3)
+    assert [b.block_id for b in pool.free_queue] == [1, 2, 3]
+    a = _req("a", [("A", 8)])
+    assert mgr.allocate_slots(a, 8)
+    assert [b.block_id for b in mgr.req_blocks["a"]] == [1, 2]
+    assert (pool.num_free, pool.num_active) == (1, 2)
+    assert not mgr.allocate_slots(_req("b", [("B", 16)]), 16)  # 4 blocks > the 1 free
+    mgr.free(a)
+    assert [b.block_id for b in pool.free_queue] == [3, 2, 1] and pool.num_active == 0
+
+
+def test_engines_that_reserve_a_null_block() -> None:
+    """vLLM v1 does; SGLang (an extra padding page) and vLLM V0's swap mode do not."""
+    from kvsim.config.catalog import load_link
+    from kvsim.config.engine import resolve_engine
+    from kvsim.core.build import PoolSizing, make_scheduler
+    sizing = PoolSizing(kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
+                        num_gpu_blocks=256, block_tokens=16)
+    free = {}
+    for name, spec in (("vllm", {"preset": "vllm"}), ("sglang", {"preset": "sglang"}),
+                       ("vllm-swap", {"preset": "vllm", "preemption_mode": "swap",
+                                      "swap_space_bytes": 10**9})):
+        eng = resolve_engine({**spec, "context_tokens": 2048})
+        free[name] = make_scheduler(eng, sizing, link=load_link("pcie4-x16")).pool.num_free
+    assert free == {"vllm": 255, "sglang": 256, "vllm-swap": 256}
+
+
 def test_prefix_hit_capped_one_token_before_the_end() -> None:
     pool = BlockPool(20)
     mgr = KVCacheManager(pool, block_tokens=16)

@@ -7,8 +7,13 @@ a prefix hit (``touch``) until an allocation pops it from the head, which evicts
 its hash.  Freed blocks are appended to the tail in *reverse* order (the caller
 passes them last-block-first) so a request's prefix blocks are evicted last.
 
+vLLM reserves block 0 as its *null block* (a placeholder for table entries that hold
+nothing: the blocks a sliding window has dropped) and never allocates it, so of
+``num_gpu_blocks`` one fewer hold KV (``null_block=True``); its usage metric counts
+the rest.  SGLang pads with an extra page instead and loses none.
+
 NOTE: invariants (checked by the hypothesis state machine in tests/core):
-``num_free + num_active == num_blocks``; every block in the free queue has
+``num_free + num_active == num_usable``; every block in the free queue has
 ``ref_cnt == 0``; every hash in ``cached`` points at a block carrying that hash.
 """
 
@@ -66,13 +71,17 @@ class FreeBlockQueue:
 class BlockPool:
     """All GPU KV blocks of one paged engine, with the prefix-hash index."""
 
-    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
-        if num_blocks <= 0:
-            raise ValueError("num_blocks must be positive")
+    def __init__(self, num_blocks: int, enable_caching: bool = True,
+                 null_block: bool = False) -> None:
+        if num_blocks <= int(null_block):
+            raise ValueError("num_blocks must be positive (and above the null block)")
         self.num_blocks = num_blocks
+        self.num_usable = num_blocks - int(null_block)  # blocks that can hold KV
         self.enable_caching = enable_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue = FreeBlockQueue(self.blocks)
+        # NOTE: vLLM's null block is block 0, taken before any allocation and never freed
+        self.null_block = self.blocks[0] if null_block else None
+        self.free_queue = FreeBlockQueue(self.blocks[int(null_block):])
         self.cached: dict[int, Block] = {}
         self.evictions = 0
         self._cached_free = 0  # free blocks that still carry an indexed hash
@@ -84,7 +93,8 @@ class BlockPool:
 
     @property
     def num_active(self) -> int:
-        return self.num_blocks - self.free_queue.num_free
+        """Blocks held by requests (the null block is not one)."""
+        return self.num_usable - self.free_queue.num_free
 
     @property
     def num_cached_free(self) -> int:
