@@ -5,7 +5,8 @@ so ``kvsim fit`` never pays for importing SimPy, Plotly or torch.
 
 NOTE: every user error (:class:`kvsim.errors.InputError`, pydantic validation
 errors, unreadable files) is printed as one line on stderr with exit code 2 and
-no traceback — see :func:`main`.
+no traceback — see :func:`main`.  A bare group (``kvsim``, ``kvsim trace``) prints its
+help on stdout with exit code 0, as ``--help`` does.
 """
 
 from __future__ import annotations
@@ -65,12 +66,20 @@ def cli() -> None:
     household's LLM sessions on one GPU, before you buy or tune it."""
 
 
+# click >= 8.2 raises this for a group called without a subcommand (older clicks print
+# the help and exit 0 themselves); () catches nothing
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one line and exit code 2."""
     try:
         cli.main(args=argv, prog_name="kvsim", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except _NO_ARGS_IS_HELP as exc:  # a bare group: its help, like --help
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as exc:
         click.echo(f"error: {exc.one_line()}", err=True)
         sys.exit(2)
-    except Exception as exc:  # noqa: BLE001 - pydantic errors become one line too
+    except Exception as exc:  # pydantic errors become one line too
         if type(exc).__name__ == "ValidationError" and hasattr(exc, "errors"):
             click.echo(f"error: {from_validation_error(exc).one_line()}", err=True)
             sys.exit(2)

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.errors import InputError
 
 
@@ -22,7 +23,8 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
 
 @click.group()
 def calibrate() -> None:
-    """Measure KV bytes, step timings and bandwidth, or pin capacity from a log."""
+    """Measure KV bytes, step timings and bandwidth, or read KV capacity facts from a
+    startup log."""
 
 
 @calibrate.command()
@@ -31,12 +33,17 @@ def calibrate() -> None:
               help="torch device to time the layers on")
 @click.option("--layers", type=int, default=2, show_default=True,
               help="decoder layers to build (timings scale to the model's layer count)")
-@click.option("--batches", default="1,2,4", show_default=True)
-@click.option("--contexts", default="256,1024,4096", show_default=True)
+@click.option("--batches", default="1,2,4", show_default=True,
+              help="batch sizes to time (sequences per step)")
+@click.option("--contexts", default="256,1024,4096", show_default=True,
+              help="cached tokens per sequence at each timed decode step (prefill chunks "
+              "end at this length)")
 @click.option("--prefill", default="64,256,1024", show_default=True,
               help="prefill chunk sizes (tokens)")
-@click.option("--cache-types", default="f16,q8_0,q4_0", show_default=True)
-@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--cache-types", default="f16,q8_0,q4_0", show_default=True,
+              help="KV cache types to time, size and measure the error of (comma-separated)")
+@click.option("--repeats", type=int, default=5, show_default=True,
+              help="timed runs per measurement after a warm-up; the median is kept")
 @click.option("--threads", type=int, default=None,
               help="torch CPU threads (default: torch's); fewer than cores on a shared box")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -44,7 +51,6 @@ def calibrate() -> None:
 def kernels(model: str, device: str, layers: int, batches: str, contexts: str, prefill: str,
             cache_types: str, repeats: int, threads: int | None, output: str) -> None:
     """Build the model's layers with random weights and time them on DEVICE."""
-    from kvsim.calibrate.artifact import save_artifact
     from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels
     from kvsim.calibrate.torch_model import KV_DTYPES
     from kvsim.config.catalog import load_model
@@ -58,9 +64,10 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
     grid = KernelGrid(batches=_ints(batches, "--batches"), contexts=_ints(contexts, "--contexts"),
                       prefill_tokens=_ints(prefill, "--prefill"), cache_types=types,
                       repeats=repeats)
-    art = calibrate_kernels(load_model(model), device, layers, grid, threads=threads)
-    save_artifact(art, output)
-    _print_fits(art, output)
+    spec = load_model(model)
+    check_output("--output", output, folder=False)
+    art = calibrate_kernels(spec, device, layers, grid, threads=threads)
+    _save(art, output)
 
 
 @calibrate.command()
@@ -81,12 +88,12 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
 @click.option("--small-chunk-tokens", type=int, default=64, show_default=True,
               help="prompts shorter than this get their own attention cost (ggml CPU flash "
                    "attention tiles 64 query rows; 0 = one cost for all)")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="artifact path (JSON), e.g. calibration/my-box__engine.json")
 def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts: str,
            contexts: str, batches: str, decode_tokens: int, repeats: int,
            decode_repeats: int, small_chunk_tokens: int, output: str) -> None:
     """Fit a running llama-server's prefill, decode and batch costs (streamed requests)."""
-    from kvsim.calibrate.artifact import save_artifact
     from kvsim.calibrate.engine import EngineGrid, calibrate_engine
 
     if decode_tokens < 2 or repeats <= 0 or decode_repeats <= 0:
@@ -103,9 +110,9 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
                       repeats=repeats, decode_repeats=decode_repeats, cache_type=cache_type,
                       space=token_space(token_range, ban_tokens),
                       small_chunk_tokens=small_chunk_tokens)
+    check_output("--output", output, folder=False)
     art = calibrate_engine(url, grid)
-    save_artifact(art, output)
-    _print_fits(art, output)
+    _save(art, output)
 
 
 @calibrate.command("from-log")
@@ -119,6 +126,15 @@ def from_log(logfile: str) -> None:
     facts = read_log(logfile)
     click.echo(json.dumps(facts.model_dump(exclude_none=True, exclude_defaults=False),
                           indent=1))
+
+
+def _save(art, output: str) -> None:  # type: ignore[no-untyped-def]
+    """Write the artifact (an unwritable --output is one line) and print its fits."""
+    from kvsim.calibrate.artifact import save_artifact
+
+    with output_errors("--output", output):
+        save_artifact(art, output)
+    _print_fits(art, output)
 
 
 def token_space(token_range: str, ban_tokens: str):  # type: ignore[no-untyped-def]

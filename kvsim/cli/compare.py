@@ -16,6 +16,7 @@ from typing import Any
 import click
 import pandas as pd
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
 from kvsim.cli.plan import build_grid, grid_options, run_search
 from kvsim.config.scenario import load_scenario
@@ -51,15 +52,17 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
     MEASURED PREDICTED: two Results folders (kvsim replay, kvsim simulate);
       prints the error per metric. Only -o and --no-report apply.
     """
-    if gpus is not None:
-        if len(inputs) != 1:
-            raise InputError("compare", " ".join(inputs), "--gpus takes exactly one SCENARIO")
-        _gpus(inputs[0], parse_gpus(gpus), sets, opts)
-    elif len(inputs) == 2:
-        _prediction(Path(inputs[0]), Path(inputs[1]), opts)
-    else:
+    if gpus is not None and len(inputs) != 1:
+        raise InputError("compare", " ".join(inputs), "--gpus takes exactly one SCENARIO")
+    if gpus is None and len(inputs) != 2:
         raise InputError("compare", " ".join(inputs),
                          "give --gpus A,B SCENARIO, or MEASURED_DIR PREDICTED_DIR")
+    if opts["out_dir"] is not None:
+        check_output("--out", opts["out_dir"], folder=True)
+    if gpus is not None:
+        _gpus(inputs[0], parse_gpus(gpus), sets, opts)
+    else:
+        _prediction(Path(inputs[0]), Path(inputs[1]), opts)
 
 
 def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str, Any]) -> None:
@@ -80,11 +83,13 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             click.echo(f"{row['gpu']}: nothing on the grid meets " + "; ".join(c.describe()))
     if opts["out_dir"] is not None:
         out = opts["out_dir"]
-        write_table(res.table, out / "compare.csv")
-        write_table(res.table, out / "compare.parquet")
-        write_table(_plans_table(res), out / "plan.parquet")
         slo = {b.key: b.limit_s for b in c.latency}
-        path = maybe_report("compare", out, not opts["no_report"], compare=res.table, slo=slo)
+        with output_errors("--out", out):
+            write_table(res.table, out / "compare.csv")
+            write_table(res.table, out / "compare.parquet")
+            write_table(_plans_table(res), out / "plan.parquet")
+            path = maybe_report("compare", out, not opts["no_report"], compare=res.table,
+                                slo=slo)
         click.echo(f"wrote {out}" + (f" and {path}" if path else ""))
 
 
@@ -102,9 +107,11 @@ def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
                 ["metric", "measured", "predicted", "error", "rel_error"])
     if opts["out_dir"] is not None:
         out = opts["out_dir"]
-        write_table(df, out / "errors.csv")
-        if not opts["no_report"]:
-            from kvsim.report import write_report
+        with output_errors("--out", out):
+            write_table(df, out / "errors.csv")
+            path = None
+            if not opts["no_report"]:
+                from kvsim.report import write_report
 
-            path = write_report(out / "report.html", [m, p], kind="compare")
-            click.echo(f"wrote {out / 'errors.csv'} and {path}")
+                path = write_report(out / "report.html", [m, p], kind="compare")
+        click.echo(f"wrote {out / 'errors.csv'}" + (f" and {path}" if path else ""))

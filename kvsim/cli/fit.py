@@ -22,8 +22,11 @@ import click
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.errors import InputError, unknown_name
+from kvsim.model.weights import weight_format, weight_format_names
 
 QUANT_OK_WITHOUT_FA = ("f16", "bf16", "f32")
+# every weight format kvsim.model.weights knows, widest first (the --weights help)
+WEIGHT_FORMATS = sorted(weight_format_names(), key=lambda n: -weight_format(n).bits_per_weight)
 
 
 def _positive(value: str | None, flag: str) -> int | None:
@@ -35,6 +38,33 @@ def _positive(value: str | None, flag: str) -> int | None:
     return n
 
 
+# Flags that only some engines have a setting for: key → (flag, engines, what it sets).
+# Given for another engine they are refused, never silently ignored.
+ENGINE_ONLY_FLAGS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "flash_attn": ("--flash-attn", ("llama.cpp", "ollama"), "a flash-attention switch"),
+    "gpu_layers": ("--gpu-layers", ("llama.cpp", "ollama"),
+                   "a GPU layer count (-ngl / num_gpu)"),
+    "kv_unified": ("--kv-unified", ("llama.cpp",), "a unified KV pool switch (-kvu)"),
+    "gpu_util": ("--gpu-util", ("vllm", "sglang"),
+                 "a memory fraction (gpu_memory_utilization / mem_fraction_static)"),
+    "hybrid_kv": ("--hybrid-kv", ("vllm",), "a hybrid KV cache manager"),
+}
+
+
+def _refuse_foreign_flags(engine: str, given: dict[str, Any]) -> None:
+    """An InputError for the first flag in ``given`` (key → value, None = not given)
+    that ``engine`` has no setting for: names the flag as typed, the engine, and the
+    engines that have it."""
+    for key, value in given.items():
+        flag, engines, what = ENGINE_ONLY_FLAGS[key]
+        if value is None or engine in engines:
+            continue
+        typed = flag.replace("--", "--no-", 1) if value is False else flag
+        verb = "has" if len(engines) == 1 else "have"
+        raise InputError(typed, engine, f"{engine} has no such setting; only "
+                         f"{' and '.join(engines)} {verb} {what}")
+
+
 def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: str | None,
                  kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
                  gpu_layers: int | None, gpu_util: float | None,
@@ -42,33 +72,21 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
     from kvsim.config.engine import engine_names
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
+    _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
+                                   "kv_unified": kv_unified, "gpu_util": gpu_util,
+                                   "hybrid_kv": hybrid_kv})
     spec: dict[str, Any] = {"preset": engine}
     notes: list[str] = []
-    slots = engine in ("llama.cpp", "ollama")
-    if context is not None:
-        spec["context_tokens"] = context
-    if slots:
-        if parallel is not None:
-            spec["parallel"] = parallel
-        if flash_attn is not None:
-            spec["flash_attn"] = flash_attn
-        if gpu_layers is not None:
-            spec["gpu_layers"] = gpu_layers
-    if engine == "llama.cpp":
-        if kv_unified is not None:
-            spec["allocator"] = "unified" if kv_unified else "slots"
-        elif parallel is not None:   # engines.md §3.1: explicit -np without -kvu
-            spec["allocator"] = "slots"
-    elif kv_unified:
-        raise InputError("--kv-unified", engine, "only llama.cpp has a unified KV pool")
-    if gpu_util is not None:
-        if slots:
-            raise InputError("--gpu-util", gpu_util, "only for vllm / sglang")
-        spec["gpu_memory_utilization"] = gpu_util
-    if hybrid_kv is not None:
-        if engine != "vllm":
-            raise InputError("--hybrid-kv", engine, "only vllm has a hybrid KV cache manager")
-        spec["disable_hybrid_kv_cache_manager"] = not hybrid_kv
+    optional = {"context_tokens": context, "flash_attn": flash_attn, "gpu_layers": gpu_layers,
+                "gpu_memory_utilization": gpu_util,
+                "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    if parallel is not None and engine in ("llama.cpp", "ollama"):
+        spec["parallel"] = parallel
+    if kv_unified is not None:
+        spec["allocator"] = "unified" if kv_unified else "slots"
+    elif engine == "llama.cpp" and parallel is not None:  # engines.md §3.1: -np without -kvu
+        spec["allocator"] = "slots"
     from kvsim.config.engine import resolve_engine
     preset = resolve_engine(engine)
     fa = flash_attn if flash_attn is not None else getattr(preset, "flash_attn", True)
@@ -196,7 +214,7 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
 @click.option("--model", "model_name", required=True,
               help="model profile slug (llama-3.1-8b) or path to a model YAML")
 @click.option("--weights", default="q4_k_m", show_default=True,
-              help="weight format: bf16, fp8, q8_0, q6_k, q5_k_m, q4_k_m, q4_0, iq4_xs, awq, gptq")
+              help="weight format: " + ", ".join(WEIGHT_FORMATS))
 @click.option("--engine", default="llama.cpp", show_default=True,
               help="llama.cpp, ollama, vllm or sglang")
 @click.option("--context", default=None,
@@ -216,8 +234,10 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               help="llama.cpp: one shared pool of -c cells (-kvu) or per-slot streams (-c "
               "split evenly). Default: the preset's unified pool (4 slots), but per-slot "
               "streams when --parallel is given, as llama-server does")
-@click.option("--flash-attn/--no-flash-attn", default=None, help="llama.cpp / ollama")
-@click.option("--gpu-layers", default=None, help="-ngl / num_gpu (default: auto)")
+@click.option("--flash-attn/--no-flash-attn", default=None,
+              help="llama.cpp / ollama flash attention (default: the engine preset's)")
+@click.option("--gpu-layers", default=None,
+              help="llama.cpp -ngl / ollama num_gpu (default: auto)")
 @click.option("--gpu-util", type=float, default=None,
               help="vllm gpu_memory_utilization / sglang mem_fraction_static")
 @click.option("--hybrid-kv/--no-hybrid-kv", default=None,
@@ -243,7 +263,6 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         memory_budget,
         share_within,
     )
-    from kvsim.model.weights import weight_format
     ctx = _positive(context, "--context")
     par = _positive(parallel, "--parallel")
     if ctx is not None and par is not None and par > ctx:

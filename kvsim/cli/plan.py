@@ -16,6 +16,7 @@ from typing import Any
 import click
 import yaml
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import (
     ERR,
     constraint_options,
@@ -39,12 +40,12 @@ POINT_COLUMNS = ["kv_dtype", "policy", "context_tokens", "parallel", "feasible",
                  "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk", "evaluated"]
 
 
-def parse_list(text: str | None, field: str) -> tuple[int, ...] | None:
+def parse_list(text: str | None, field: str, example: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     values = tuple(parse_count(v.strip(), field) for v in text.split(",") if v.strip())
     if not values:
-        raise InputError(field, text, "a comma-separated list, e.g. 8k,16k,32k (empty grid)")
+        raise InputError(field, text, f"a comma-separated list, e.g. {example} (empty grid)")
     return values
 
 
@@ -73,9 +74,9 @@ def parse_policy(text: str) -> tuple[str, tuple[dict[str, Any], ...]]:
 
 def build_grid(s: Scenario, contexts: str | None, parallel: str | None, kv: str | None,
                policies: tuple[str, ...]) -> PlanGrid:
-    ctx = parse_list(contexts, "--contexts") or tuple(
+    ctx = parse_list(contexts, "--contexts", "8Ki,16Ki,32Ki") or tuple(
         c for c in DEFAULT_CONTEXTS if c <= s.model.max_context_tokens)
-    par = parse_list(parallel, "--parallel") or DEFAULT_PARALLEL
+    par = parse_list(parallel, "--parallel", "1,2,4") or DEFAULT_PARALLEL
     kvs: tuple[str | None, ...] = (None,)
     if kv is not None:
         kvs = tuple(k.strip() for k in kv.split(",") if k.strip())
@@ -146,6 +147,8 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
                           max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
     s = load_scenario(scenario, list(sets))
     grid = build_grid(s, opts["contexts"], opts["parallel"], opts["kv"], opts["policies"])
+    if opts["out_dir"] is not None:
+        check_output("--out", opts["out_dir"], folder=True)
     res = run_search(s, c, grid, opts)
     cols = shown_columns(res.table)
     print_table("points tried", res.table.to_dict("records"), cols)
@@ -161,7 +164,8 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
                    f" (kv {rec['kv_dtype']}, policy {rec['policy']})")
         click.echo(f"  {rec.get('flags', '')}")
     if opts["out_dir"] is not None:
-        write_plan(opts["out_dir"], res, rec, c, not opts["no_report"])
+        with output_errors("--out", opts["out_dir"]):
+            write_plan(opts["out_dir"], res, rec, c, not opts["no_report"])
 
 
 def write_plan(out: Path, res: PlanResult, rec: dict[str, Any] | None, c: Constraints,

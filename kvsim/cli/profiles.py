@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.config.catalog import KINDS, find_any, list_names, load_raw
 from kvsim.config.specs import ModelSpec
 from kvsim.config.units import format_bytes
@@ -51,9 +52,29 @@ def _host_row(d: dict[str, Any]) -> list[str]:
             f"{d['memory_bandwidth_bytes_per_s'] / 1e9:g} GB/s", str(d["unified_with_gpu"])]
 
 
+_MODEL_MAX = 987_654_321  # a marker maximum context no preset uses
+
+
+def unset_context(preset: str) -> str:
+    """What an unset ``engine.context_tokens`` becomes once a model is known, asked of
+    :func:`kvsim.config.engine.engine_for_gpu` itself (a stand-in model whose maximum
+    is a marker): "model max", "model max, --fit shrinks" (llama.cpp ``-c 0``) or the
+    preset's own number (Ollama ``num_ctx``), model or not."""
+    from types import SimpleNamespace
+
+    from kvsim.config.catalog import load_gpu
+    from kvsim.config.engine import engine_for_gpu
+
+    model = SimpleNamespace(max_context_tokens=_MODEL_MAX, layer_groups=())
+    eng = engine_for_gpu(preset, load_gpu("rtx-4090"), model)
+    if eng.context_tokens != _MODEL_MAX:
+        return str(eng.context_tokens)
+    return "model max, --fit shrinks" if getattr(eng, "fit_context", False) else "model max"
+
+
 def _engine_row(d: dict[str, Any]) -> list[str]:
     return [d.get("preset", ""), d.get("display_name", ""), d.get("allocator", ""),
-            str(d.get("context_tokens", "")), str(d.get("parallel", d.get("max_num_seqs", "")))]
+            unset_context(d["preset"]), str(d.get("parallel", d.get("max_num_seqs", "")))]
 
 
 _COLUMNS = {
@@ -62,9 +83,12 @@ _COLUMNS = {
                _model_row),
     "links": (["name", "link", "pinned H2D", "latency"], _link_row),
     "hosts": (["name", "host", "memory", "bandwidth", "unified"], _host_row),
-    "engines": (["preset", "engine", "allocator", "context", "parallel / max seqs"],
+    "engines": (["preset", "engine", "allocator", "context (unset)", "parallel / max seqs"],
                 _engine_row),
 }
+
+CAPTIONS = {"engines": "context (unset): what an unset engine.context_tokens becomes once the "
+            "model is known (llama.cpp: -c 0, the training context that --fit shrinks to fit)"}
 
 
 @click.group()
@@ -81,9 +105,13 @@ def list_cmd(kind: str | None) -> None:
     console = _console()
     for k in [kind] if kind else list(KINDS):
         headers, row = _COLUMNS[k]
-        table = Table(title=f"{k} ({len(list_names(k))})", title_justify="left")
-        for h in headers:
-            table.add_column(h, no_wrap=True)
+        table = Table(title=f"{k} ({len(list_names(k))})", title_justify="left",
+                      caption=CAPTIONS.get(k), caption_justify="left")
+        # NOTE: the slug stays whole (it is what you type); the other columns wrap or
+        # fold rather than being cut off, so every value is readable at 100 columns
+        table.add_column(headers[0], no_wrap=True)
+        for h in headers[1:]:
+            table.add_column(h, overflow="fold")
         for name in list_names(k):
             table.add_row(*row(dict(load_raw(k, name))))
         console.print(table)
@@ -92,11 +120,29 @@ def list_cmd(kind: str | None) -> None:
 @profiles.command("show")
 @click.argument("name")
 def show_cmd(name: str) -> None:
-    """Print one profile (any kind) as YAML, with its KV geometry for models."""
-    kind, raw = find_any(name)
-    click.echo(f"# {kind[:-1]} profile '{name}'")
+    """Print a profile as YAML (with its KV geometry for models); a name that is a
+    profile of several kinds (a GPU and a host, say) prints each, as separate YAML
+    documents."""
+    kinds = [k for k in KINDS if name.lower() in list_names(k)]
+    if not kinds:
+        find_any(name)  # raises: unknown name, the closest ones
+    for i, kind in enumerate(kinds):
+        if i:
+            click.echo("---")
+        _show_one(kind, name, others=[k[:-1] for k in kinds if k != kind])
+
+
+def _show_one(kind: str, name: str, others: list[str]) -> None:
+    raw = load_raw(kind, name)
+    also = f" (also a {' and a '.join(others)} profile of this name)" if others else ""
+    click.echo(f"# {kind[:-1]} profile '{name}'{also}")
     click.echo(yaml.safe_dump(dict(raw), sort_keys=False, allow_unicode=True, width=100),
                nl=False)
+    if kind == "engines":
+        unset = unset_context(raw["preset"])
+        click.echo(f"# context_tokens unset (a scenario, kvsim fit): {unset}" + (
+            "" if unset == str(raw.get("context_tokens")) else
+            "; the number above applies only where no model is known"))
     if kind == "models":
         from kvsim.model.geometry import kv_geometry
         geo = kv_geometry(ModelSpec.model_validate(raw), "f16", "f16", state_dtype="f16")
@@ -137,6 +183,8 @@ def import_cmd(path: Path, output: Path | None, name: str | None) -> None:
     """Make a model profile from a local config.json or GGUF file header."""
     from kvsim.model.geometry import kv_geometry
     from kvsim.model.importers import import_model
+    if output is not None:
+        check_output("--output", output, folder=False)
     spec = import_model(path, name)
     text = profile_yaml(spec)
     geo = kv_geometry(spec, "f16", "f16", state_dtype="f16")
@@ -147,7 +195,8 @@ def import_cmd(path: Path, output: Path | None, name: str | None) -> None:
         click.echo(text, nl=False)
         click.echo(summary, err=True)
     else:
-        write_atomic(output, text)
+        with output_errors("--output", output):
+            write_atomic(output, text)
         click.echo(f"wrote {output} — {summary}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.errors import InputError
 
 
@@ -19,7 +20,8 @@ from kvsim.errors import InputError
 @click.option("--time-scale", type=float, default=1.0, show_default=True,
               help="multiply start and think times (use the workload's time_scale)")
 @click.option("--max-sessions", type=int, default=None, help="replay only the first N sessions")
-@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory to write the measured Results into")
 def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tokens: str,
            time_scale: float, max_sessions: int | None, out_dir: str) -> None:
     """Replay TRACE closed-loop against the server at URL; save measured Results."""
@@ -30,13 +32,15 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
 
     if time_scale <= 0:
         raise InputError("--time-scale", time_scale, "a positive number")
+    check_output("--output", out_dir, folder=True)
     sessions = sorted_sessions(trace)
     if max_sessions is not None:
         sessions = sessions[:max_sessions]
     opts = ReplayOptions(url=url.rstrip("/"), api=api, model=model,  # type: ignore[arg-type]
                          space=token_space(token_range, ban_tokens), time_scale=time_scale)
     res = run(sessions, opts)
-    path = res.save(out_dir)
+    with output_errors("--output", out_dir):
+        path = res.save(out_dir)
     s = res.summary
     click.echo(f"{s['requests']} requests ({s['failed_requests']} failed) → {path}; "
                f"TTFT p50 {s['ttft_p50_s'] * 1000:.1f} ms p95 {s['ttft_p95_s'] * 1000:.1f} ms; "

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from kvsim import __version__
+from kvsim.cli._output import check_output, output_errors
 from kvsim.errors import InputError
 
 
@@ -67,6 +68,7 @@ def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
         if not sep or key.strip() not in ("ttft_p95", "itl_p95"):
             raise InputError("--slo", item, "expected ttft_p95=<duration> or itl_p95=<duration>")
         slo[f"{key.strip()}_s"] = parse_duration(value)
+    check_output("--output", output, folder=False)
     try:
         runs = [load_for_report(d) for d in results_dirs]
     except (OSError, ValueError) as exc:
@@ -75,9 +77,7 @@ def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
         raise InputError("results", ", ".join(map(str, results_dirs)),
                          f"unreadable table ({type(exc).__name__}: {exc})") from None
     extra = {"slo": slo} | ({"title": title} if title else {})
-    try:
+    with output_errors("--output", output):
         path = write_report(output, runs, extra)
-    except OSError as exc:
-        raise InputError("--output", str(output), f"cannot write: {exc.strerror}") from None
     size_mib = path.stat().st_size / 2**20
     click.echo(f"report: {path} ({size_mib:.1f} MiB, {len(runs)} run(s))")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.errors import InputError, RunStopped
 
 
@@ -51,6 +52,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
     sc = load_scenario(scenario, overrides)
+    check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
@@ -68,10 +70,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
             stop, res = exc, exc.partial
             if res is None:
                 raise
-    try:
+    with output_errors("--output", out_dir):
         path = res.save(out_dir)
-    except OSError as exc:
-        raise InputError("--output", out_dir, f"cannot write: {exc.strerror}") from None
     table = Table(title=f"{sc.name} — {res.summary['latency_model']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -82,7 +82,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     if report:
         from kvsim.report import write_report
 
-        html = write_report(path / "report.html", [res], kind="simulate")
+        with output_errors("--output", path / "report.html"):
+            html = write_report(path / "report.html", [res], kind="simulate")
         click.echo(f"report: {html}")
     if stop is not None:
         raise InputError(stop.field, stop.value,

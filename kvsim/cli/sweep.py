@@ -12,7 +12,9 @@ from pathlib import Path
 
 import click
 
+from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import ERR, load_runner, maybe_report, print_table, progress_bar
+from kvsim.errors import InputError
 from kvsim.plan.executor import make_executor
 from kvsim.plan.replicate import simulate_keep, simulate_run
 from kvsim.plan.store import ResultStore
@@ -24,9 +26,11 @@ from kvsim.plan.sweep import expand, load_sweep, run_sweep, write_outputs
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="result store and outputs (reused: finished scenarios are skipped)")
 @click.option("--jobs", "-j", type=int, default=None,
-              help="local worker processes (default: all cores; 1 = in-process)")
+              help="local worker processes (default: all cores; 1 = in-process); "
+              "not with --dask")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
-              help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786")
+              help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (its "
+              "workers set the parallelism; not with --jobs)")
 @click.option("--dask-timeout", type=float, default=5.0, show_default=True,
               help="seconds to wait for the Dask scheduler")
 @click.option("--summary-only", is_flag=True,
@@ -35,27 +39,38 @@ from kvsim.plan.sweep import expand, load_sweep, run_sweep, write_outputs
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.option("--runner", default=None, hidden=True, help="MODULE:FUNC runner (tests)")
 def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | None,
-          dask_timeout: float, summary_only: bool, no_report: bool, no_progress: bool, runner: str | None) -> None:
+          dask_timeout: float, summary_only: bool, no_report: bool, no_progress: bool,
+          runner: str | None) -> None:
     """Run a factorial (or listed) sweep of scenarios; resume where it stopped."""
+    if jobs is not None and dask_address is not None:
+        raise InputError("--jobs", jobs, f"not with --dask {dask_address}: give --jobs N for "
+                         "local workers or --dask ADDRESS for a cluster, not both")
     spec, base_dir = load_sweep(sweep_file)
     points = expand(spec, base_dir)
     run = load_runner(runner, simulate_run if summary_only else simulate_keep)
+    check_output("--out", out_dir, folder=True)
     executor = make_executor(jobs, dask_address, dask_timeout)
     try:
-        with ResultStore(out_dir) as store:
+        with output_errors("--out", out_dir):
+            store = ResultStore(out_dir).open()
+        try:
             todo = sum(1 for p in points if not store.has(p.key))
             ERR.print(f"sweep '{spec.name}': {len(points)} scenarios, {len(points) - todo} "
                       f"already stored, {todo} to run")
             with progress_bar("simulating", todo, not no_progress) as advance:
                 outcome = run_sweep(points, store, executor=executor, runner=run,
                                     progress=advance)
-            paths = write_outputs(outcome.table, out_dir)
+            with output_errors("--out", out_dir):
+                paths = write_outputs(outcome.table, out_dir)
+        finally:
+            store.close()
     finally:
         executor.close()
     cols = list(dict.fromkeys(k for p in points for k in p.params))
     cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
                          "oom") if c in outcome.table.columns]
     print_table(f"sweep {spec.name}", outcome.table.to_dict("records"), ["point", *cols])
-    report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
+    with output_errors("--out", out_dir):
+        report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
     click.echo(f"ran {outcome.ran}, skipped {outcome.skipped} (already stored); "
                f"wrote {', '.join(str(p) for p in paths)}" + (f", {report}" if report else ""))

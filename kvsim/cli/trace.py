@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from kvsim.cli._output import check_output, output_errors
+
 
 @contextmanager
 def _echo_warnings() -> Iterator[None]:
@@ -28,8 +30,20 @@ def _echo_warnings() -> Iterator[None]:
                 click.echo(f"warning: {w.message}", err=True)
 
 
-def _done(n: int, path: str) -> None:
-    click.echo(f"wrote {n} sessions to {path}", err=True)
+def _start(output: str) -> None:
+    """Refuse a bad output name or location before reading or generating anything."""
+    from kvsim.workload.io import trace_format
+
+    trace_format(output, "--output")
+    check_output("--output", output, folder=False)
+
+
+def _write(output: str, sessions: Iterable[Any], meta: Any) -> None:
+    from kvsim.workload.io import write_trace
+
+    with output_errors("--output", output):
+        n = write_trace(output, sessions, meta)
+    click.echo(f"wrote {n} sessions to {output}", err=True)
 
 
 @click.group()
@@ -40,22 +54,22 @@ def trace() -> None:
 @trace.command()
 @click.argument("preset")
 @click.option("--days", type=float, default=1.0, show_default=True, help="days to generate")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="random seed (>= 0); the same seed gives the same trace")
 @click.option("--start-weekday", type=int, default=0, show_default=True, help="0 = Monday")
 @click.option("-o", "--output", required=True, help="output trace (.jsonl or .parquet)")
 def generate(preset: str, days: float, seed: int, start_weekday: int, output: str) -> None:
     """Generate household sessions from PRESET (name like family-4, or a YAML path)."""
     from kvsim.workload.generator import generate as gen
-    from kvsim.workload.io import trace_format, write_trace
     from kvsim.workload.preset import load_preset
     from kvsim.workload.schema import TraceMeta
 
-    trace_format(output)
+    _start(output)
     p = load_preset(preset)
     sessions = gen(p, days, seed, start_weekday)
     meta = TraceMeta(source=f"preset:{p.name}", seed=seed,
                      description=f"{days:g} days from weekday {start_weekday}")
-    _done(write_trace(output, sessions, meta), output)
+    _write(output, sessions, meta)
 
 
 @trace.command(name="import")
@@ -66,13 +80,11 @@ def generate(preset: str, days: float, seed: int, start_weekday: int, output: st
 def import_(fmt: str, file: str, output: str, sort: bool) -> None:
     """Import FILE in FORMAT (mooncake, azure, burstgpt, sharegpt)."""
     from kvsim.workload.importers import import_trace
-    from kvsim.workload.io import trace_format, write_trace
 
-    trace_format(output)
+    _start(output)
     with _echo_warnings():
         meta, sessions = import_trace(fmt, file, sort=sort)
-        n = write_trace(output, sessions, meta)
-    _done(n, output)
+        _write(output, sessions, meta)
 
 
 @trace.command()
@@ -82,24 +94,25 @@ def import_(fmt: str, file: str, output: str, sort: bool) -> None:
               help="keep whole sessions until the request rate is R per second")
 @click.option("--scale-to-rate", type=float, default=None,
               help="then scale arrival times so the request rate is R per second")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="random seed (>= 0) for which sessions --sessions / --rate keep")
 @click.option("--sort", is_flag=True, help="accept an unsorted trace (sorted, with a warning)")
 @click.option("-o", "--output", required=True, help="output trace (.jsonl or .parquet)")
 def sample(file: str, n_sessions: int | None, rate: float | None, scale_to_rate: float | None,
            seed: int, sort: bool, output: str) -> None:
     """Down-sample FILE by whole sessions (and optionally rescale time)."""
-    from kvsim.workload.io import read_meta, trace_format, write_trace
+    from kvsim.workload.io import read_meta
     from kvsim.workload.sampling import sample as do_sample
     from kvsim.workload.sampling import scale_to_rate as do_scale
 
-    trace_format(output)
+    _start(output)
     meta = read_meta(file)
     with _echo_warnings():
         kept = do_sample(_sessions(file, sort), n_sessions=n_sessions, rate=rate, seed=seed)
         if scale_to_rate is not None:
             kept = do_scale(kept, scale_to_rate)
     note = f"sampled from {meta.source} (seed {seed})"
-    _done(write_trace(output, kept, meta.model_copy(update={"description": note})), output)
+    _write(output, kept, meta.model_copy(update={"description": note}))
 
 
 def _sessions(file: str, sort: bool) -> Iterable[Any]:
