@@ -6,11 +6,10 @@ queue FCFS while the budget, ``max_num_seqs`` and free blocks allow.  Chunked
 prefill is always on: a long prompt is computed in budget-sized chunks.
 
 Preemption is recompute (vLLM v1): when a running request cannot get its blocks,
-the *last* running request (the most recently admitted) is preempted — its blocks
-are freed (they keep their hashes, so on resumption it re-hits whatever was not
-evicted meanwhile), ``num_computed_tokens`` returns to 0 and it goes to the front
-of the waiting queue — repeated until the allocation succeeds or the request
-itself was the victim.  No waiting request is admitted in a step that preempted.
+the *last* running request is preempted — its blocks freed (keeping their hashes, to
+re-hit what was not evicted), its computed tokens back to 0, at the front of the
+waiting queue — until the allocation succeeds or the request itself was the
+victim.  No waiting request is admitted in a step that preempted.
 
 The SGLang preset retracts in its own order (engines.md §2.3): the running request
 with the **fewest generated tokens** goes first, ties to the **longest prompt**
@@ -18,12 +17,10 @@ with the **fewest generated tokens** goes first, ties to the **longest prompt**
 step's plan.
 
 ``preemption_mode="swap"`` (vLLM V0 ``swap_space``, §1.4): the victim's computed
-blocks — ``ceil(num_computed_tokens / block_tokens)`` of them — are copied
-device→host over the link and freed; it keeps its progress and on resumption the
-same bytes are copied back host→device before its next step.  Both copies stall the
-step that issues them (V0's worker runs ``swap_out``/``swap_in`` before the forward
-pass): ``latency + N·block_bytes / bandwidth`` each, queued FIFO per direction
-(kvsim.core.link).  A victim that does not fit the free swap space is recomputed.
+blocks are copied device→host and freed; it keeps its progress and on resumption
+they are copied back before its next step.  Both copies stall the step that issues
+them (``latency + N·block_bytes / bandwidth``, FIFO per direction, kvsim.core.link).
+A victim that does not fit the free swap space is recomputed.
 
 A host KV tier (``host``: :class:`kvsim.core.kv.host_pool.HostBlockPool`, installed
 by the ``host_kv_cache`` policy) receives a request's hashed blocks when it releases
@@ -50,6 +47,7 @@ from kvsim.core.stretch import paged_advance, paged_stretch_limit
 from kvsim.latency.base import BatchShape
 
 FAIL_MAX_LEN = "maximum context length exceeded"
+FAIL_NO_ROOM = "needs more KV blocks than the pool holds"
 
 
 class PagedScheduler:
@@ -91,22 +89,29 @@ class PagedScheduler:
         self.swapped: dict[str, int] = {}  # request id → bytes in swap space
         self.loaded_tokens: dict[str, int] = {}  # request id → tokens loaded from host
         self.stats = dict.fromkeys(("swap_outs", "swap_out_bytes", "swap_in_bytes",
-                                    "host_store_bytes", "host_load_bytes",
-                                    "host_hit_tokens"), 0)
+                                    "host_store_bytes", "host_load_bytes", "host_hit_tokens"), 0)
         self._stall_end = 0.0
 
     # -- queue entry ---------------------------------------------------------
     def add_request(self, req: Request, now_s: float) -> bool:
-        """Queue ``req``; a prompt that cannot fit ``max_model_len`` fails at once."""
+        """Queue ``req``; a prompt that cannot fit ``max_model_len``, or a request that
+        would need more blocks than hold KV, fails at once."""
         self.policy.on_admit(req, now_s)
+        # NOTE: vLLM starts when max_model_len fits all its blocks, the null block too
+        # (kvsim.core.kv.block_pool): a request needing them all would wait forever
+        need = self.manager.least_peak_blocks(
+            min(req.prompt_tokens + req.max_output_tokens, self.max_model_len) - 1)
         if req.prompt_tokens >= self.max_model_len:
-            req.fail(now_s, FAIL_MAX_LEN)
-            self.events.append(EngineEvent(
-                now_s, "fail", req.request_id,
-                f"prompt {req.prompt_tokens} tokens >= max_model_len {self.max_model_len}"))
-            return False
-        self.waiting.append(req)
-        return True
+            why = FAIL_MAX_LEN, (f"prompt {req.prompt_tokens} tokens >= max_model_len "
+                                 f"{self.max_model_len}")
+        elif need > self.pool.num_usable:
+            why = FAIL_NO_ROOM, f"needs {need} KV blocks, {self.pool.num_usable} hold KV"
+        else:
+            self.waiting.append(req)
+            return True
+        req.fail(now_s, why[0])
+        self.events.append(EngineEvent(now_s, "fail", req.request_id, why[1]))
+        return False
 
     @property
     def has_work(self) -> bool:

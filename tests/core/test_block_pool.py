@@ -299,3 +299,30 @@ def test_cache_full_blocks_registers_in_order_and_keeps_the_first_duplicate() ->
     c0, c1 = off.get_new_blocks(2)
     off.cache_full_blocks([c0, c1], [1, 2])
     assert (c0.block_hash, c1.block_hash, off.cached) == (None, None, {})
+
+
+def test_a_request_that_needs_the_null_block_fails_instead_of_waiting_forever() -> None:
+    """vLLM starts with 128 blocks for max_model_len 2048 (all of them), but only 127
+    hold KV: a 1,634-token prompt answered with 400 tokens computes 2,033 tokens =
+    ceil(2033/16) = 128 blocks and would wait forever; 1,630 + 400 (2,029 tokens, 127
+    blocks) runs.  SGLang keeps all 128 blocks and runs both."""
+    from kvsim.config.engine import resolve_engine
+    from kvsim.core.build import PoolSizing, make_scheduler
+    from kvsim.core.engine import Engine
+    from kvsim.latency.constant import ConstantLatency
+    from kvsim.workload.schema import Session, Turn
+    sizing = PoolSizing(kv_pool_tokens=2048, slot_tokens=2048, kv_reserved_bytes=128 * 100,
+                        num_gpu_blocks=128, block_tokens=16)
+    sess = [Session(session_id=f"s{p}", turns=(Turn(start_s=0.0, input_tokens=p,
+                                                    output_tokens=400),))
+            for p in (1634, 1630)]
+    for preset, failed in (("vllm", ["s1634#0"]), ("sglang", [])):
+        sched = make_scheduler(resolve_engine({"preset": preset, "context_tokens": 2048}),
+                               sizing)
+        eng = Engine(sched, ConstantLatency(0.01), sample_interval_s=1.0)
+        eng.run(sess)
+        rows = {r[0]: r for r in eng.recorder.requests}
+        assert sorted(rows) == ["s1630#0", "s1634#0"]
+        assert [rid for rid, r in rows.items() if r[18]] == failed
+        assert [e[3] for e in eng.recorder.events if e[1] == "fail"] == \
+            ["needs 128 KV blocks, 127 hold KV"] * len(failed)

@@ -220,5 +220,11 @@ class HybridKVCacheManager(KVCacheManager):
             self.pool.uncache([b for t in tables for b in t[keep_cached:] if b is not None])
         self.pool.free_blocks([b for t in tables for b in reversed(t) if b is not None])
 
+    def least_peak_blocks(self, tokens: int) -> int:
+        """At the least, the full groups' blocks (sliding groups free theirs as the
+        window passes, so only their last block is sure)."""
+        n = -(-tokens // self.block_tokens)
+        return n * len(self.full) + len(self.swa) * min(n, 1)
+
     def num_blocks_of(self, req: Request) -> int:
         return sum(b is not None for t in self.tables.get(req.request_id, ()) for b in t)

@@ -142,5 +142,9 @@ class KVCacheManager:
                 self.pool.uncache(blocks[keep_cached:])
             self.pool.free_blocks(reversed(blocks))
 
+    def least_peak_blocks(self, tokens: int) -> int:
+        """Blocks a request holds, at the least, once ``tokens`` tokens are computed."""
+        return -(-tokens // self.block_tokens)
+
     def num_blocks_of(self, req: Request) -> int:
         return len(self.req_blocks.get(req.request_id, ()))
