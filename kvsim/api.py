@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kvsim.config.scenario import Scenario, scenario_hash
+from kvsim.config.scenario import Scenario, check_sample_count, scenario_hash
 from kvsim.core.build import PoolSizing, check_loads, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import StepHook
@@ -19,11 +19,12 @@ from kvsim.workload.schema import Session
 
 def scenario_budget(scenario: Scenario) -> Any:
     """The engine's load-time memory layout for this scenario (InputError if it cannot load)."""
-    from kvsim.model.budget import memory_budget
+    from kvsim.model.budget import check_host_memory, memory_budget
 
     budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
                            driver_reserve_bytes=scenario.driver_reserve_bytes,
                            display_reserve_bytes=scenario.display_reserve_bytes)
+    check_host_memory(budget, scenario.host, scenario.engine.context_tokens)
     check_loads(budget, scenario.gpu.name, scenario.model.name)
     return budget
 
@@ -55,6 +56,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
         if scenario.sim.max_sim_time_s is None:
             check_trace_size(scenario.workload, records_mod.MAX_REQUESTS)
         sessions = load_workload(scenario.workload, scenario.seed)
+    check_sample_count(scenario)
     from kvsim.policies.build import install
 
     runtime = install(scenario, scheduler, latency)  # KV policies + the accuracy proxy

@@ -80,17 +80,43 @@ def unknown_name(field: str, name: str, candidates: Iterable[str],
     return InputError(field, name, f"{allowed} ({also})" if also else allowed)
 
 
-def from_validation_error(exc: Any, prefix: str = "") -> InputError:
-    """Turn the first error of a pydantic ``ValidationError`` into an InputError."""
+def short_value(value: Any) -> Any:
+    """A value fit for a one-line message: a mapping becomes the list of its keys."""
+    if isinstance(value, dict):
+        return "a mapping with keys " + ", ".join(map(str, value)) if value else "{}"
+    return value
+
+
+def from_validation_error(exc: Any, prefix: str = "", sep: str = ".") -> InputError:
+    """Turn the first error of a pydantic ``ValidationError`` into an InputError.
+
+    The field is ``prefix`` + ``sep`` + the error's dotted location; a required field
+    that is absent reads ``<field>: 'missing' — required ...``; a whole mapping is never
+    shown as the value (its keys are).
+    """
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
-    field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "input")
+    parts = [str(p) for p in err.get("loc", ()) if p != "__root__"]
+    given = err.get("input")
     original = (err.get("ctx") or {}).get("error")
     if isinstance(original, InputError):
         # NOTE: a model-level validator sees the whole model (a dict input, no loc of its
         # own): name the sub-field it rejected, not the dict.
-        if isinstance(err.get("input"), dict) and original.field:
-            field = f"{field}.{original.field}" if field != "input" else original.field
-        return InputError(field, original.value, original.allowed)
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    return InputError(field, err.get("input"), msg)
+        if isinstance(given, dict) and original.field:
+            parts.append(original.field)
+        value, allowed = original.value, original.allowed
+    elif err.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+        ctx = err.get("ctx") or {}
+        key = str(ctx.get("discriminator", "kind")).strip("'\"")
+        parts.append(key)
+        value = ctx.get("tag", "missing")
+        allowed = "one of " + str(ctx["expected_tags"]) if "expected_tags" in ctx else \
+            f"required: '{key}' says which kind this is"
+    elif err.get("type") == "missing":
+        keys = ", ".join(map(str, given)) if isinstance(given, dict) and given else ""
+        value, allowed = "missing", "required" + (f" (given: {keys})" if keys else "")
+    else:
+        value = short_value(given)
+        allowed = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    loc = ".".join(parts)
+    field = f"{prefix}{sep}{loc}" if prefix and loc else (prefix or loc or "input")
+    return InputError(field, value, allowed)

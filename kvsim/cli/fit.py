@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from kvsim.config.catalog import load_gpu, load_model
+from kvsim.config.catalog import DEFAULT_HOST, load_gpu, load_host, load_model
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.errors import InputError, unknown_name
 from kvsim.model.weights import weight_format, weight_format_names
@@ -257,6 +257,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.config.engine import PagedEngineConfig
     from kvsim.model.budget import (
+        check_host_memory,
         engine_for_gpu,
         max_context_at,
         max_parallel_at,
@@ -283,6 +284,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                                flash_attn, ngl, gpu_util, hybrid_kv)
     eng = engine_for_gpu(spec, g, m)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
+    check_host_memory(b, load_host(DEFAULT_HOST), eng.context_tokens)
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
     max_par = max_parallel_at(g, m, weights, eng, **reserves)
     util85 = share_within(g, m, weights, eng, **reserves) \

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import (
@@ -25,6 +24,7 @@ from kvsim.cli._plan_common import (
     print_table,
     progress_bar,
 )
+from kvsim.config.files import load_yaml, parse_yaml
 from kvsim.config.scenario import Scenario, load_scenario
 from kvsim.config.units import parse_count
 from kvsim.errors import InputError
@@ -54,10 +54,7 @@ def parse_policy(text: str) -> tuple[str, tuple[dict[str, Any], ...]]:
     if text == "none":
         return "none", ()
     if text.endswith((".yaml", ".yml")):
-        try:
-            doc = yaml.safe_load(Path(text).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            raise InputError("--policy", text, "a readable YAML file") from None
+        doc = load_yaml(Path(text), "--policy")
         items = doc if isinstance(doc, list) else [doc]
         if not all(isinstance(d, dict) and "kind" in d for d in items):
             raise InputError("--policy", text, "mappings with a 'kind' key")
@@ -68,7 +65,7 @@ def parse_policy(text: str) -> tuple[str, tuple[dict[str, Any], ...]]:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise InputError("--policy", text, "KIND[:key=value,...], a YAML file or 'none'")
-        cfg[key] = yaml.safe_load(value)
+        cfg[key] = parse_yaml(value, "--policy", text)
     return text, (cfg,)
 
 

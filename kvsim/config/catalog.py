@@ -16,14 +16,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from kvsim.config.files import read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.errors import InputError, from_validation_error, unknown_name
 
-# libyaml's safe loader when available (same documents, ~10x faster on presets).
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+DEFAULT_HOST = "desktop-64gb"
+"""The host a scenario (or ``kvsim fit``) assumes when it names none."""
 KINDS = ("gpus", "models", "links", "hosts", "engines")
 _SPEC_BY_KIND: dict[str, type[BaseModel]] = {
     "gpus": GpuSpec, "models": ModelSpec, "links": LinkSpec, "hosts": HostSpec,
@@ -45,21 +45,6 @@ def list_names(kind: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def read_yaml(path: Path, field: str) -> dict[str, Any]:
-    """Read one YAML mapping; malformed or empty files are InputErrors."""
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
-    except OSError as exc:
-        raise InputError(field, str(path), f"cannot read file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(field, str(path), f"not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise InputError(field, str(path), "must be a YAML mapping")
-    return data
-
-
 def load_raw(kind: str, name: str) -> dict[str, Any]:
     """The raw mapping of one profile, by slug or by path to a YAML file (a fresh copy:
     callers may edit it; NOTE: the parsed file is cached, never handed out)."""
@@ -70,7 +55,9 @@ def load_raw(kind: str, name: str) -> dict[str, Any]:
 def _load_raw(kind: str, name: str) -> dict[str, Any]:
     field = _FIELD_BY_KIND.get(kind, kind)
     as_path = Path(name)
-    if name.endswith((".yaml", ".yml")) and as_path.is_file():
+    if name.endswith((".yaml", ".yml")):
+        if not as_path.is_file():
+            raise InputError(field, name, "file not found")
         return read_yaml(as_path, field)
     candidate = _root() / kind / f"{name.lower()}.yaml"
     if not candidate.is_file():
@@ -124,12 +111,13 @@ def list_bundled(kind: str) -> list[str]:
     return sorted(p.stem for p in (_workloads_root() / kind).glob("*.yaml"))
 
 
-def bundled_path(kind: str, name: str) -> Path:
-    """Path of a bundled scenario or household preset, by name."""
+def bundled_path(kind: str, name: str, field: str | None = None) -> Path:
+    """Path of a bundled scenario or household preset, by name (``field``: how an error
+    names it; default ``scenario`` / ``preset``)."""
     p = _workloads_root() / kind / f"{name}.yaml"
     if not p.is_file():
         if kind == "scenarios":
-            raise unknown_name("scenario", name, list_bundled(kind),
+            raise unknown_name(field or "scenario", name, list_bundled(kind),
                                also="or a path to a scenario .yaml file")
-        raise unknown_name("preset", name, list_bundled(kind))
+        raise unknown_name(field or "preset", name, list_bundled(kind))
     return p

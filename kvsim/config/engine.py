@@ -26,18 +26,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from kvsim.config.catalog import list_names, load_raw
 from kvsim.config.specs import GpuSpec
-from kvsim.config.units import Bytes
+from kvsim.config.units import Bytes, FrozenModel
 from kvsim.errors import InputError, from_validation_error
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 EngineName = Literal["vllm", "sglang", "llama.cpp", "ollama"]
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+"""``--block-size`` choices of vLLM (``BlockSize`` in ``vllm/config/cache.py``; 256 since
+late 2025)."""
 
 
-class PagedEngineConfig(BaseModel):
+class PagedEngineConfig(FrozenModel):
     """vLLM / SGLang: a paged block pool with prefix caching and preemption."""
 
     model_config = _FROZEN
@@ -67,16 +70,19 @@ class PagedEngineConfig(BaseModel):
     notes: str = ""
 
     @model_validator(mode="after")
-    def _check(self) -> "PagedEngineConfig":
+    def _check(self) -> PagedEngineConfig:
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
+        if self.preset == "vllm" and self.block_tokens not in VLLM_BLOCK_SIZES:
+            raise InputError("block_tokens", self.block_tokens, "vLLM accepts a block size of "
+                             + ", ".join(map(str, VLLM_BLOCK_SIZES)))
         if self.preemption_mode == "swap" and self.disable_hybrid_kv_cache_manager is False:
             raise InputError("disable_hybrid_kv_cache_manager", False, "true or unset: "
                              "preemption_mode swap is vLLM V0, which has no hybrid manager")
         return self
 
 
-class SlotEngineConfig(BaseModel):
+class SlotEngineConfig(FrozenModel):
     """llama.cpp / Ollama: per-slot contexts (or one unified pool) allocated at load."""
 
     model_config = _FROZEN
@@ -137,7 +143,7 @@ class SlotEngineConfig(BaseModel):
         return {**raw, "cache_type_k": "f16", "cache_type_v": "f16", "ignored_cache_type": v}
 
     @model_validator(mode="after")
-    def _check(self) -> "SlotEngineConfig":
+    def _check(self) -> SlotEngineConfig:
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
         if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
@@ -198,7 +204,7 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
     for keys the caller did not set: vLLM's batch budget on ≥ 70 GiB non-A100 cards
     (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1);
     with ``model``, the context the engine takes when none is set (module NOTE)."""
-    given = {"preset": spec} if isinstance(spec, str) else dict(spec)
+    given = _as_mapping(spec)
     preset = given.get("preset")
     fill: dict[str, Any] = {}
     if preset == "vllm" and gpu.memory_bytes >= 70 * 2**30 and "a100" not in gpu.name:
@@ -212,10 +218,37 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
         elif preset == "llama.cpp":  # §3.1: -c 0 = the training context; §3.6: --fit
             fill.update(context_tokens=model.max_context_tokens, fit_context=True)
     merged = {**fill, **given}
+    if model is not None:
+        _model_context_rule(merged, model)
     if preset == "ollama" and model is not None and any(
             g.kind == "mla" for g in model.layer_groups):
         merged["context_shift"] = False  # §4.5: DeepSeek2-family models cannot shift
     return resolve_engine(merged)
+
+
+def _model_context_rule(merged: dict[str, Any], model: Any) -> None:
+    """What each engine does with a context above the model's maximum: vLLM and SGLang
+    refuse a max_model_len above the derived maximum (unless overridden by an environment
+    variable kvsim does not model); Ollama clamps num_ctx to the training length
+    (engines.md §4.1); llama-server allows -c above it (warning only) — the host-RAM
+    check of the layout bounds it (kvsim.model.budget.check_host_memory)."""
+    ctx, most = merged.get("context_tokens"), model.max_context_tokens
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or ctx <= most:
+        return
+    if merged.get("preset") in ("vllm", "sglang"):
+        raise InputError("engine.context_tokens", ctx, f"at most the model's maximum "
+                         f"({most}): {merged['preset']} refuses a max_model_len above the "
+                         "model's derived maximum")
+    if merged.get("preset") == "ollama":
+        merged["context_tokens"] = most
+
+
+def _as_mapping(spec: Any) -> dict[str, Any]:
+    """An engine given by preset name or as a mapping → a fresh mapping (else InputError)."""
+    if not isinstance(spec, str | dict):
+        raise InputError("engine", spec, "a preset name (one of " + ", ".join(engine_names())
+                         + ") or a mapping with a 'preset' key and overrides")
+    return {"preset": spec} if isinstance(spec, str) else dict(spec)
 
 
 def engine_names() -> list[str]:
@@ -227,7 +260,7 @@ def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngine
 
     ``spec`` is a preset name or a mapping with a ``preset`` key and overrides.
     """
-    overrides = {"preset": spec} if isinstance(spec, str) else dict(spec)
+    overrides = _as_mapping(spec)
     name = overrides.get("preset")
     if not isinstance(name, str):
         raise InputError("engine.preset", name, "one of " + ", ".join(engine_names()))

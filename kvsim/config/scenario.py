@@ -20,14 +20,20 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvsim.config.catalog import (
-    bundled_path, load_gpu, load_host, load_link, load_model, read_yaml)
+    DEFAULT_HOST,
+    bundled_path,
+    load_gpu,
+    load_host,
+    load_link,
+    load_model,
+)
 from kvsim.config.engine import EngineConfig, engine_for_gpu
+from kvsim.config.files import parse_yaml, read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
-from kvsim.config.units import Bytes, Seconds
+from kvsim.config.units import Bytes, FrozenModel, Seconds
 from kvsim.errors import InputError, from_validation_error
 from kvsim.metrics.accuracy import AccuracyConfig
 from kvsim.policies import PolicyConfig
@@ -35,7 +41,7 @@ from kvsim.policies import PolicyConfig
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-class WorkloadConfig(BaseModel):
+class WorkloadConfig(FrozenModel):
     """Where requests come from: a household preset, or a trace file."""
 
     model_config = _FROZEN
@@ -56,7 +62,7 @@ class WorkloadConfig(BaseModel):
         return v
 
 
-class RooflineLatency(BaseModel):
+class RooflineLatency(FrozenModel):
     model_config = _FROZEN
     kind: Literal["roofline"] = "roofline"
     step_overhead_s: Seconds = Field(0.004, ge=0, description="per-step launch/sync overhead")
@@ -65,14 +71,14 @@ class RooflineLatency(BaseModel):
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
 
 
-class CalibratedLatency(BaseModel):
+class CalibratedLatency(FrozenModel):
     model_config = _FROZEN
     kind: Literal["calibrated"]
     path: str
     out_of_range: Literal["clamp", "refuse"] = "clamp"
 
 
-class ConstantLatency(BaseModel):
+class ConstantLatency(FrozenModel):
     """Fixed costs, for tests and queueing-theory validation."""
 
     model_config = _FROZEN
@@ -87,7 +93,7 @@ LatencyConfig = Annotated[
     RooflineLatency | CalibratedLatency | ConstantLatency, Field(discriminator="kind")]
 
 
-class SimOptions(BaseModel):
+class SimOptions(FrozenModel):
     model_config = _FROZEN
     fidelity: Literal["fast", "step"] = "fast"
     sample_interval_s: Seconds = Field(1.0, gt=0, description="memory sampling tick")
@@ -97,7 +103,7 @@ class SimOptions(BaseModel):
         "passes this; default: half the machine's RAM")
 
 
-class Scenario(BaseModel):
+class Scenario(FrozenModel):
     """A fully resolved, frozen scenario."""
 
     model_config = _FROZEN
@@ -121,6 +127,56 @@ class Scenario(BaseModel):
                                      description="recall-proxy multipliers (kv-policies §6.4)")
     sim: SimOptions = Field(default_factory=SimOptions)
 
+    @field_validator("latency", mode="before")
+    @classmethod
+    def _latency_kind(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "kind" not in v:
+            raise InputError("kind", "missing", "a latency section needs a kind: one of "
+                             "roofline, calibrated, constant")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        _check_reserves(self)
+        _check_host_swap(self)
+        return self
+
+
+MAX_MEMORY_SAMPLES = 1_000_000
+"""Memory samples one run may take (``sim.sample_interval_s`` over the run's span): a
+sample is one ~0.3 KB row kept until the end (kvsim.metrics.records), so this keeps them
+inside the same few-hundred-MB bound as the request cap (``MAX_REQUESTS``)."""
+DAY_S = 86_400.0
+
+
+def _check_reserves(s: Scenario) -> None:
+    """The driver and display reserves must leave some of the GPU to the engine."""
+    reserved = s.driver_reserve_bytes + s.display_reserve_bytes
+    if reserved >= s.gpu.usable_memory_bytes:
+        raise InputError("display_reserve_bytes", s.display_reserve_bytes,
+                         f"plus driver_reserve_bytes ({s.driver_reserve_bytes}) must be less "
+                         f"than the GPU's {s.gpu.usable_memory_bytes} bytes ({s.gpu.name})")
+
+
+def _check_host_swap(s: Scenario) -> None:
+    swap = getattr(s.engine, "swap_space_bytes", 0)
+    if swap > s.host.memory_bytes:
+        raise InputError("engine.swap_space_bytes", swap, f"at most the host's RAM "
+                         f"({s.host.memory_bytes} bytes, {s.host.name}): vLLM pins it in host "
+                         "memory")
+
+
+def check_sample_count(s: Scenario) -> None:
+    """Refuse a sampling tick that would take more than :data:`MAX_MEMORY_SAMPLES` over
+    the run's known span (``sim.max_sim_time_s``, else a preset's days).  Called when the
+    run starts, after the workload's own checks (an absurd day count names the days)."""
+    span = s.sim.max_sim_time_s or (s.workload.days * DAY_S if s.workload.preset else None)
+    if span is None or span / s.sim.sample_interval_s <= MAX_MEMORY_SAMPLES:
+        return
+    raise InputError("sim.sample_interval_s", s.sim.sample_interval_s,
+                     f"at least {span / MAX_MEMORY_SAMPLES:.3g} s: a run keeps at most "
+                     f"{MAX_MEMORY_SAMPLES:,} memory samples and this one spans {span:g} s")
+
 
 def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """Apply ``dotted.key=value`` overrides (values parsed as YAML scalars)."""
@@ -133,8 +189,8 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
         if not parts:
             raise InputError("--set", item, "expected dotted.key=value")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
+            value = parse_yaml(text, "--set", item) if text.strip() else ""
+        except InputError:
             value = text
         node = out
         for p in parts[:-1]:
@@ -175,7 +231,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     data["gpu"] = _resolve_named(data, "gpu", load_gpu)
     data["model"] = _resolve_named(data, "model", load_model)
     data["host"] = _resolve_named(data, "host", load_host) if "host" in data else load_host(
-        "desktop-64gb")
+        DEFAULT_HOST)
     gpu = data["gpu"] = _validated(data["gpu"], GpuSpec, "gpu")
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
@@ -184,7 +240,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}
-    if isinstance(wl, dict) and wl.get("trace") and base_dir is not None:
+    if isinstance(wl, dict) and isinstance(wl.get("trace"), str) and base_dir is not None:
         p = Path(wl["trace"])
         if not p.is_absolute() and (base_dir / p).exists():
             wl = {**wl, "trace": str(base_dir / p)}

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from kvsim.config.units import Bytes, BytesPerS, Seconds
+from kvsim.config.units import Bytes, BytesPerS, FrozenModel, Seconds
+from kvsim.errors import InputError
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-class GpuSpec(BaseModel):
+class GpuSpec(FrozenModel):
     """One accelerator (discrete card or unified-memory SoC)."""
 
     model_config = _FROZEN
@@ -36,8 +37,8 @@ class GpuSpec(BaseModel):
     fp16_fp32acc_tensor_flops: float = Field(gt=0, description="dense FP16/BF16, FP32 accumulate")
     fp8_tensor_flops: float | None = None
     int8_tensor_ops: float | None = None
-    pcie_gen: int | None = None
-    pcie_lanes: int | None = None
+    pcie_gen: int | None = Field(None, gt=0)
+    pcie_lanes: int | None = Field(None, gt=0)
     unified_memory: bool = False
     gpu_memory_limit_bytes: Bytes | None = Field(
         None, gt=0, description="unified memory: what the GPU may use by default "
@@ -54,6 +55,15 @@ class GpuSpec(BaseModel):
     source: str
     notes: str = ""
 
+    @model_validator(mode="after")
+    def _limit_within_memory(self) -> GpuSpec:
+        if self.gpu_memory_limit_bytes is not None and \
+                self.gpu_memory_limit_bytes > self.memory_bytes:
+            raise InputError("gpu_memory_limit_bytes", self.gpu_memory_limit_bytes,
+                             f"at most memory_bytes ({self.memory_bytes}): the GPU cannot use "
+                             "more than the machine has")
+        return self
+
     @property
     def usable_memory_bytes(self) -> int:
         """The memory an engine may allocate on this device: all of it on a discrete card,
@@ -61,7 +71,7 @@ class GpuSpec(BaseModel):
         return self.gpu_memory_limit_bytes or self.memory_bytes
 
 
-class LinkSpec(BaseModel):
+class LinkSpec(FrozenModel):
     """Host↔device link (PCIe) with measured effective per-direction bandwidth."""
 
     model_config = _FROZEN
@@ -78,7 +88,7 @@ class LinkSpec(BaseModel):
     notes: str = ""
 
 
-class HostSpec(BaseModel):
+class HostSpec(FrozenModel):
     """Host memory available to the engine for offload and prompt caches."""
 
     model_config = _FROZEN
@@ -96,7 +106,7 @@ class HostSpec(BaseModel):
 LayerKind = Literal["full", "sliding", "chunked", "mla", "recurrent"]
 
 
-class LayerGroup(BaseModel):
+class LayerGroup(FrozenModel):
     """A set of layers that share one KV layout.
 
     - ``full``: K and V per token per layer: ``n_kv_heads * (head_dim_k + head_dim_v)``.
@@ -119,22 +129,25 @@ class LayerGroup(BaseModel):
     state_elements: int = Field(0, ge=0, description="recurrent state elements per layer")
 
     @model_validator(mode="after")
-    def _check(self) -> "LayerGroup":
-        if self.kind in ("full", "sliding", "chunked"):
-            if not (self.n_kv_heads and self.head_dim_k and self.head_dim_v):
-                raise ValueError(f"{self.kind} layers need n_kv_heads, head_dim_k and head_dim_v")
+    def _check(self) -> LayerGroup:
+        if self.kind in ("full", "sliding", "chunked") and not (
+                self.n_kv_heads and self.head_dim_k and self.head_dim_v):
+            raise InputError("n_kv_heads", self.n_kv_heads, f"{self.kind} layers need "
+                             "n_kv_heads, head_dim_k and head_dim_v all > 0")
         if self.kind in ("sliding", "chunked") and not self.window_tokens:
-            raise ValueError(f"{self.kind} layers need window_tokens")
+            raise InputError("window_tokens", None, f"{self.kind} layers need window_tokens")
         if self.kind == "mla" and not self.latent_dim:
-            raise ValueError("mla layers need latent_dim (kv_lora_rank + qk_rope_head_dim)")
+            raise InputError("latent_dim", 0, "mla layers need latent_dim > 0 (kv_lora_rank + "
+                             "qk_rope_head_dim)")
         if self.kind == "recurrent" and not self.state_elements:
-            raise ValueError("recurrent layers need state_elements")
+            raise InputError("state_elements", 0, "recurrent layers need state_elements > 0")
         if self.layer_indices is not None and len(self.layer_indices) != self.layers:
-            raise ValueError("layer_indices must list exactly `layers` indices")
+            raise InputError("layer_indices", f"{len(self.layer_indices)} indices",
+                             f"must list exactly `layers` ({self.layers}) indices")
         return self
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(FrozenModel):
     """A model's geometry: what its weights and its KV cache cost."""
 
     model_config = _FROZEN
@@ -160,9 +173,19 @@ class ModelSpec(BaseModel):
     notes: str = ""
 
     @model_validator(mode="after")
-    def _check_layers(self) -> "ModelSpec":
+    def _check_layers(self) -> ModelSpec:
         total = sum(g.layers for g in self.layer_groups)
         if total != self.num_layers:
-            raise ValueError(
-                f"layer_groups cover {total} layers but num_layers is {self.num_layers}")
+            raise InputError("num_layers", self.num_layers,
+                             f"must equal the {total} layers that layer_groups cover")
+        if self.params_active > self.params_total:
+            raise InputError("params_active", self.params_active,
+                             f"at most params_total ({self.params_total:g}): a token cannot "
+                             "read more parameters than the model has")
+        if any(g.kind != "recurrent" for g in self.layer_groups):
+            for key in ("num_attention_heads", "num_kv_heads", "head_dim"):
+                if getattr(self, key) <= 0:
+                    raise InputError(key, getattr(self, key), "> 0: a model with attention "
+                                     "layers has attention heads (0 only for recurrent-only "
+                                     "models)")
         return self

@@ -10,11 +10,13 @@ NOTE: plain numbers are accepted and taken as already SI (bytes, seconds, B/s).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from typing import Annotated, Any
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 from kvsim.errors import InputError
 
@@ -54,13 +56,13 @@ def parse_bytes(value: Any, field: str = "bytes") -> int:
     if isinstance(value, bool):
         raise InputError(field, value, "a byte size such as '24 GiB' or an integer")
     if isinstance(value, (int, float)):
-        return int(round(_finite_nonneg(float(value), field, value, "a byte size")))
+        return round(_finite_nonneg(float(value), field, value, "a byte size"))
     if not isinstance(value, str):
         raise InputError(field, value, "a byte size such as '24 GiB' or an integer")
     num, unit = _split(value, field, "byte size", "24 GiB")
     if unit not in _BYTE_UNITS:
         raise InputError(field, value, "unit must be one of B, kB, MB, GB, TB, KiB, MiB, GiB, TiB")
-    return int(round(_finite_nonneg(num * _BYTE_UNITS[unit], field, value, "a byte size")))
+    return round(_finite_nonneg(num * _BYTE_UNITS[unit], field, value, "a byte size"))
 
 
 def parse_bandwidth(value: Any, field: str = "bandwidth") -> float:
@@ -134,3 +136,30 @@ Bytes = Annotated[int, BeforeValidator(lambda v: parse_bytes(v, "bytes"))]
 BytesPerS = Annotated[float, BeforeValidator(lambda v: parse_bandwidth(v, "bandwidth"))]
 Seconds = Annotated[float, BeforeValidator(lambda v: parse_duration(v, "duration"))]
 Count = Annotated[int, BeforeValidator(lambda v: parse_count(v, "count"))]
+
+
+@functools.cache
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's type is a number (int/float, optionally ``| None``), not a bool."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(args) and all(_numeric(a) for a in args)
+    return annotation in (int, float)
+
+
+class FrozenModel(BaseModel):
+    """Base of kvsim's frozen input models: unknown keys are errors, numbers are finite
+    (no ``.inf``/``.nan``), and a YAML ``true``/``false`` is never taken as a number
+    (pydantic would read it as 1/0)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            for key, value in raw.items():
+                field = cls.model_fields.get(key) if isinstance(value, bool) else None
+                if field is not None and _numeric(field.annotation):
+                    raise InputError(str(key), value, "a number, not true/false")
+        return raw

@@ -36,7 +36,8 @@ from kvsim.config.engine import (  # noqa: F401  (re-export)
     resolve_engine,
     sglang_gpu_defaults,
 )
-from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
+from kvsim.config.units import format_bytes
 from kvsim.errors import InputError
 
 MIB = 2**20
@@ -179,6 +180,20 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
             return layouts.ollama_budget(engine=engine, **common)
         return layouts.llama_cpp_budget(engine=engine, **common)
     return layouts.paged_budget(engine=engine, parallel=parallel or 1, **common)
+
+
+def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int) -> None:
+    """Refuse a layout whose weights and KV left on the CPU exceed the host's RAM: the
+    real engine's allocation would fail (or swap the machine to a halt).  ``context_tokens``
+    is what the message shows (the usual cause)."""
+    on_host = b.weights_cpu_bytes + b.kv_cpu_bytes
+    if host.unified_with_gpu or on_host <= host.memory_bytes:
+        return
+    raise InputError("engine.context_tokens", context_tokens,
+                     f"this layout puts {format_bytes(b.kv_cpu_bytes)} of KV and "
+                     f"{format_bytes(b.weights_cpu_bytes)} of weights in host RAM, more than "
+                     f"the host's {format_bytes(host.memory_bytes)} ({host.name}); lower "
+                     "context_tokens or parallel, or give a larger host")
 
 
 def _with(engine: EngineConfig, **update: Any) -> EngineConfig | None:

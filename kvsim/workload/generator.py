@@ -27,7 +27,7 @@ import zlib
 
 import numpy as np
 
-from kvsim.errors import InputError
+from kvsim.errors import InputError, capacity_hint
 from kvsim.workload.preset import HouseholdPreset, KindSpec, MemberSpec
 from kvsim.workload.schema import ReferenceEvent, Session, Turn
 
@@ -41,13 +41,15 @@ def stream(seed: int, *names: str | int) -> np.random.Generator:
 
 
 def generate(preset: HouseholdPreset, days: float, seed: int,
-             start_weekday: int = 0) -> list[Session]:
+             start_weekday: int = 0, field: str = "days") -> list[Session]:
     """All sessions of ``days`` days (day 0 starts Monday 00:00 when start_weekday=0).
 
-    Sessions are sorted by first ``start_s`` (ties by ``session_id``).
+    Sessions are sorted by first ``start_s`` (ties by ``session_id``).  ``field`` is how
+    an error names ``days``.
     """
-    if not 0 < days < math.inf:
-        raise InputError("days", days, "must be a finite number > 0")
+    if isinstance(days, bool) or not 0 < days < math.inf:
+        raise InputError(field, days, "must be a finite number > 0")
+    check_days(preset, days, field)
     if not (isinstance(seed, (int, np.integer)) and seed >= 0):
         raise InputError("seed", seed, "a non-negative integer")
     if not 0 <= start_weekday <= 6:
@@ -65,6 +67,27 @@ def generate(preset: HouseholdPreset, days: float, seed: int,
                 sessions.append(make_session(preset, kind, name, sid, start_s, rng))
     sessions.sort(key=lambda s: (s.turns[0].start_s, s.session_id))
     return sessions
+
+
+def expected_sessions(preset: HouseholdPreset, days: float) -> float:
+    """Mean number of sessions :func:`generate` makes over ``days`` (5 weekdays, 2
+    weekend days a week)."""
+    per_day = sum(m.weekday.sessions * 5 / 7 + m.weekend.sessions * 2 / 7
+                  for m in preset.members.values())
+    return per_day * days
+
+
+def check_days(preset: HouseholdPreset, days: float, field: str) -> None:
+    """Refuse up front a day count whose sessions (each at least one request) would be
+    over twice one run's request cap: generating them alone would take hours."""
+    from kvsim.metrics.records import MAX_REQUESTS
+
+    limit = 2 * MAX_REQUESTS
+    per_day = expected_sessions(preset, 1.0)
+    if per_day * days > limit:
+        raise InputError(field, days, f"at most {limit / per_day:,.0f} days of this preset "
+                         f"(~{per_day:.1f} sessions a day, at most {limit:,} sessions); "
+                         + capacity_hint(MAX_REQUESTS))
 
 
 def _day_plan(member: MemberSpec, day: int, start_weekday: int,

@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kvsim.config.files import text_lines
 from kvsim.errors import InputError
 from kvsim.workload.schema import Segment, Session, TraceMeta, Turn
 
@@ -116,7 +117,7 @@ def _rebase(records: Iterable[tuple[str, float, Any]], name: str
 
 def _mooncake_rows(p: Path) -> Iterator[tuple[str, float, dict[str, Any]]]:
     with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in enumerate(text_lines(fh, p.name, p), 1):
             if not line.strip():
                 continue
             where = f"{p.name} line {lineno}"
@@ -197,7 +198,7 @@ def _mooncake_chains(rows: list[dict[str, Any]]) -> list[list[int]]:
 
 def _csv_rows(p: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     with p.open("r", encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh)
+        reader = csv.DictReader(text_lines(fh, p.name, p))
         header = [h.strip() for h in (reader.fieldnames or [])]
         if not header:
             raise InputError(p.name, "", "empty file — no header")
@@ -249,7 +250,8 @@ def import_burstgpt(path: str | Path, sort: bool = False) -> tuple[TraceMeta, It
     p = open_text(path)
     required = ("Timestamp", "Request tokens", "Response tokens")
     with p.open("r", encoding="utf-8-sig", newline="") as fh:
-        grouped = "Session ID" in [h.strip() for h in (next(csv.reader(fh), []) or [])]
+        header = next(csv.reader(text_lines(fh, p.name, p)), [])
+        grouped = "Session ID" in [h.strip() for h in header]
     skipped = [0]
 
     def records() -> Iterator[tuple[str, float, tuple[str | None, int, int]]]:

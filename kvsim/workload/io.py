@@ -37,7 +37,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from kvsim.errors import InputError
+from kvsim.config.files import text_lines
+from kvsim.errors import InputError, from_validation_error
 from kvsim.workload.schema import Session, TraceMeta
 
 ROW_GROUP_SESSIONS = 2048
@@ -68,11 +69,7 @@ def trace_format(path: str | Path, field: str = "output") -> str:
 
 def validation_error(where: str, exc: ValidationError) -> InputError:
     """First pydantic error as ``<where>: <loc>: <value> — <message>``."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ()))
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    field = f"{where}: {loc}" if loc else where
-    return InputError(field, err.get("input"), msg)
+    return from_validation_error(exc, prefix=where, sep=": ")
 
 
 def parse_session(data: Any, where: str) -> Session:
@@ -89,9 +86,12 @@ def read_meta(path: str | Path) -> TraceMeta:
     p = _existing(path)
     if trace_format(p, "trace") == ".parquet":
         raw = (_parquet_file(p).schema_arrow.metadata or {}).get(_META_KEY)
-        return TraceMeta.model_validate_json(raw) if raw else TraceMeta()
+        try:
+            return TraceMeta.model_validate_json(raw) if raw else TraceMeta()
+        except ValidationError as exc:
+            raise validation_error(f"{p.name}: trace_meta", exc) from None
     with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in enumerate(text_lines(fh, p.name, p), 1):
             if line.strip():
                 return _parse_header(line, p.name, lineno)
     raise InputError(p.name, "", "empty file — expected a trace_meta header line")
@@ -124,7 +124,12 @@ def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Sessio
     source = _iter_parquet(p) if trace_format(p, "trace") == ".parquet" else _iter_jsonl(p)
     last = float("-inf")
     count = 0
+    seen: set[str] = set()
     for where, session in source:
+        if session.session_id in seen:
+            raise InputError(f"{where}: session_id", session.session_id,
+                             "already used by an earlier session; session ids must be unique")
+        seen.add(session.session_id)
         start = session.turns[0].start_s or 0.0
         if check_order and start < last:
             raise InputError(f"{where}: turns.0.start_s", start,
@@ -172,7 +177,7 @@ def _parse_header(line: str, name: str, lineno: int) -> TraceMeta:
 def _iter_jsonl(p: Path) -> Iterator[tuple[str, Session]]:
     header_seen = False
     with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in enumerate(text_lines(fh, p.name, p), 1):
             if not line.strip():
                 continue
             if not header_seen:

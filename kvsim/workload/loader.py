@@ -25,8 +25,9 @@ from kvsim.workload.schema import Session
 def load_workload(cfg: WorkloadConfig, seed: int) -> Iterator[Session]:
     """Sessions of a scenario's workload, sorted by first ``start_s``."""
     if cfg.preset is not None:
-        preset = load_preset(cfg.preset, cfg.params)
-        source: Iterator[Session] = iter(generate(preset, cfg.days, seed, cfg.start_weekday))
+        preset = load_preset(cfg.preset, cfg.params, field="workload.preset")
+        source: Iterator[Session] = iter(generate(preset, cfg.days, seed, cfg.start_weekday,
+                                                  field="workload.days"))
     elif cfg.trace is not None:
         if cfg.params:
             raise InputError("workload.params", cfg.params, "only apply to a preset")

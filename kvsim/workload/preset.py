@@ -25,20 +25,27 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from kvsim.config.catalog import bundled_path, read_yaml
-from kvsim.errors import from_validation_error
+from kvsim.config.units import FrozenModel
+from kvsim.errors import InputError, from_validation_error
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 Z95 = 1.6448536269514722  # standard-normal 95th percentile
 
 
-class _Dist(BaseModel):
+class _Dist(FrozenModel):
     model_config = _FROZEN
     min: float = 0.0
     max: float | None = None
     source: str = ""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> _Dist:
+        if self.max is not None and self.max < self.min:
+            raise InputError("max", self.max, f"at least min ({self.min:g})")
+        return self
 
     def _raw(self, rng: np.random.Generator) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -64,6 +71,12 @@ class UniformDist(_Dist):
     low: float
     high: float
 
+    @model_validator(mode="after")
+    def _order(self) -> UniformDist:
+        if self.high < self.low:
+            raise InputError("high", self.high, f"at least low ({self.low:g})")
+        return self
+
     def _raw(self, rng: np.random.Generator) -> float:
         return float(rng.uniform(self.low, self.high))
 
@@ -78,7 +91,7 @@ class LogNormalDist(_Dist):
     @model_validator(mode="after")
     def _order(self) -> LogNormalDist:
         if self.p95 < self.median:
-            raise ValueError("p95 must be >= median")
+            raise InputError("p95", self.p95, f"at least median ({self.median:g})")
         return self
 
     def _raw(self, rng: np.random.Generator) -> float:
@@ -98,7 +111,7 @@ Dist = Annotated[ConstDist | UniformDist | LogNormalDist | ExponentialDist,
                  Field(discriminator="dist")]
 
 
-class AssistantSpec(BaseModel):
+class AssistantSpec(FrozenModel):
     """One assistant = one system prompt shared by all its sessions."""
 
     model_config = _FROZEN
@@ -106,7 +119,7 @@ class AssistantSpec(BaseModel):
     source: str = ""
 
 
-class ReferenceSpec(BaseModel):
+class ReferenceSpec(FrozenModel):
     """How later turns refer back to earlier content."""
 
     model_config = _FROZEN
@@ -118,7 +131,7 @@ class ReferenceSpec(BaseModel):
     source: str = ""
 
 
-class KindSpec(BaseModel):
+class KindSpec(FrozenModel):
     """Distributions for one session kind."""
 
     model_config = _FROZEN
@@ -136,7 +149,7 @@ class KindSpec(BaseModel):
     source: str = ""
 
 
-class Window(BaseModel):
+class Window(FrozenModel):
     """A daily activity window in local hours [start_h, end_h) with a weight."""
 
     model_config = _FROZEN
@@ -151,13 +164,13 @@ class Window(BaseModel):
         return self
 
 
-class DayPattern(BaseModel):
+class DayPattern(FrozenModel):
     model_config = _FROZEN
     sessions: float = Field(ge=0, description="mean sessions per day (Poisson)")
     windows: tuple[Window, ...] = Field(min_length=1)
 
 
-class MemberSpec(BaseModel):
+class MemberSpec(FrozenModel):
     model_config = _FROZEN
     role: str = ""
     weekday: DayPattern
@@ -166,7 +179,7 @@ class MemberSpec(BaseModel):
     source: str = ""
 
 
-class HouseholdPreset(BaseModel):
+class HouseholdPreset(FrozenModel):
     model_config = _FROZEN
     name: str
     description: str = ""
@@ -179,13 +192,15 @@ class HouseholdPreset(BaseModel):
     def _links(self) -> HouseholdPreset:
         for kname, kind in self.kinds.items():
             if kind.assistant is not None and kind.assistant not in self.assistants:
-                raise ValueError(f"kind '{kname}' uses unknown assistant '{kind.assistant}'")
+                raise InputError(f"kinds.{kname}.assistant", kind.assistant, "unknown; one of: "
+                                 + ", ".join(self.assistants))
         for mname, m in self.members.items():
             for k, w in m.kinds.items():
                 if k not in self.kinds:
-                    raise ValueError(f"member '{mname}' uses unknown kind '{k}'")
+                    raise InputError(f"members.{mname}.kinds", k, "unknown kind; one of: "
+                                     + ", ".join(self.kinds))
                 if w < 0:
-                    raise ValueError(f"member '{mname}' kind '{k}' has negative weight")
+                    raise InputError(f"members.{mname}.kinds.{k}", w, "a weight >= 0")
         return self
 
 
@@ -200,14 +215,15 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_preset(name: str | Path, overrides: dict[str, Any] | None = None) -> HouseholdPreset:
-    """A bundled preset by name (``family-4``) or a YAML path, with overrides merged."""
+def load_preset(name: str | Path, overrides: dict[str, Any] | None = None,
+                field: str = "preset") -> HouseholdPreset:
+    """A bundled preset by name (``family-4``) or a YAML path, with overrides merged;
+    ``field`` is how errors name the preset (``workload.preset`` in a scenario)."""
     p = Path(name)
     if not (str(name).endswith((".yaml", ".yml")) and p.is_file()):
-        p = bundled_path("households", str(name))
-    raw = deep_merge(read_yaml(p, "preset"), overrides or {})
+        p = bundled_path("households", str(name), field)
+    raw = deep_merge(read_yaml(p, field), overrides or {})
     try:
         return HouseholdPreset.model_validate(raw)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix=f"preset '{p.stem}'") from None
-
+        raise from_validation_error(exc, prefix=f"{field} '{p.stem}'") from None

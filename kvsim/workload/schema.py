@@ -25,14 +25,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from kvsim.config.units import FrozenModel
+from kvsim.errors import InputError
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+SCHEMA_VERSION = 1
 SpanPart = Literal["system", "prefix", "tool", "input", "output"]
 SessionKind = Literal["chat", "homework", "agent", "voice", "document", "imported"]
 
 
-class Segment(BaseModel):
+class Segment(FrozenModel):
     """A run of tokens with one content identity."""
 
     model_config = _FROZEN
@@ -40,7 +44,7 @@ class Segment(BaseModel):
     tokens: int = Field(gt=0)
 
 
-class ReferenceEvent(BaseModel):
+class ReferenceEvent(FrozenModel):
     """The turn that carries this event depends on a span of earlier content."""
 
     model_config = _FROZEN
@@ -51,7 +55,7 @@ class ReferenceEvent(BaseModel):
     content: Literal["exact", "gist"] = "exact"
 
 
-class Turn(BaseModel):
+class Turn(FrozenModel):
     model_config = _FROZEN
     start_s: float | None = Field(None, ge=0, description="absolute arrival (first/open-loop)")
     think_s: float = Field(0.0, ge=0, description="delay after the previous answer ended")
@@ -62,7 +66,7 @@ class Turn(BaseModel):
     references: tuple[ReferenceEvent, ...] = ()
 
 
-class Session(BaseModel):
+class Session(FrozenModel):
     model_config = _FROZEN
     session_id: str = Field(min_length=1)
     kind: SessionKind = "chat"
@@ -73,28 +77,64 @@ class Session(BaseModel):
     turns: tuple[Turn, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _check(self) -> "Session":
+    def _check(self) -> Session:
         if self.turns[0].start_s is None:
-            raise ValueError("the first turn needs start_s")
+            raise InputError("turns.0.start_s", None, "the first turn needs start_s")
         if (self.system_prompt_id is None) != (self.system_prompt_tokens == 0):
-            raise ValueError("system_prompt_id and system_prompt_tokens go together")
+            raise InputError("system_prompt_tokens", self.system_prompt_tokens,
+                             "goes with system_prompt_id: give both or neither")
+        last_start, last_i = self.turns[0].start_s, 0
         for i, turn in enumerate(self.turns):
-            for ref in turn.references:
-                if ref.turn is not None and ref.turn > i:
-                    raise ValueError(f"turn {i} refers to a later turn {ref.turn}")
-                if ref.turn is None and ref.part == "system" and not self.system_prompt_tokens:
-                    raise ValueError(f"turn {i} refers to a system prompt the session lacks")
+            for k, ref in enumerate(turn.references):
+                _check_reference(self, i, k, ref)
             if i > 0 and self.history == "none" and turn.start_s is None:
-                raise ValueError(f"turn {i}: history 'none' sessions need start_s on every turn")
+                raise InputError(f"turns.{i}.start_s", None,
+                                 "history 'none' sessions need start_s on every turn")
+            if turn.start_s is not None:
+                if turn.start_s < last_start:
+                    raise InputError(f"turns.{i}.start_s", turn.start_s,
+                                     f"not before turn {last_i}'s start_s ({last_start}): "
+                                     "a session's turns arrive in order")
+                last_start, last_i = turn.start_s, i
         return self
 
 
-class TraceMeta(BaseModel):
+def _part_tokens(session: Session, ref: ReferenceEvent) -> int:
+    """Length of the span a reference points into."""
+    if ref.turn is None or ref.part == "system":
+        return session.system_prompt_tokens
+    t = session.turns[ref.turn]
+    return {"prefix": sum(p.tokens for p in t.prefix), "tool": t.tool_tokens,
+            "input": t.input_tokens, "output": t.output_tokens}[ref.part]
+
+
+def _check_reference(session: Session, i: int, k: int, ref: ReferenceEvent) -> None:
+    where = f"turns.{i}.references.{k}"
+    if ref.turn is not None and ref.turn > i:
+        raise InputError(f"{where}.turn", ref.turn, f"at most {i}: a turn refers to itself "
+                         "or an earlier turn")
+    if ref.turn is None and ref.part == "system" and not session.system_prompt_tokens:
+        raise InputError(f"{where}.part", "system", "the session has no system prompt")
+    size = _part_tokens(session, ref)
+    if ref.offset_tokens + ref.length_tokens > size:
+        raise InputError(f"{where}.offset_tokens", ref.offset_tokens,
+                         f"offset_tokens + length_tokens ({ref.length_tokens}) must be at most "
+                         f"the {size} tokens of the {ref.part} it refers to")
+
+
+class TraceMeta(FrozenModel):
     model_config = _FROZEN
     source: str = "generated"
     description: str = ""
-    seed: int | None = None
-    schema_version: int = 1
+    seed: int | None = Field(None, ge=0)
+    schema_version: int = Field(SCHEMA_VERSION, description="trace format version")
+
+    @model_validator(mode="after")
+    def _version(self) -> TraceMeta:
+        if self.schema_version != SCHEMA_VERSION:
+            raise InputError("schema_version", self.schema_version,
+                             f"{SCHEMA_VERSION}: the only trace schema this kvsim reads")
+        return self
 
 
 def turn_segments(session: Session, i: int) -> list[Segment]:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.config.files import read_text
 from kvsim.errors import InputError
 from kvsim.workload.importers import as_int, as_time, open_text
 from kvsim.workload.schema import Session, TraceMeta, Turn
@@ -51,7 +52,7 @@ def estimate_tokens(text: str) -> int:
 
 
 def _load(p: Path) -> list[tuple[str, Any]]:
-    text = p.read_text(encoding="utf-8")
+    text = read_text(p, p.name)
     if not text.strip():
         raise InputError(p.name, "", "empty file — no conversations")
     if text.lstrip().startswith("["):

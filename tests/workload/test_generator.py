@@ -167,7 +167,7 @@ def test_preset_errors():
     assert str(exc.value) == "preset: 'family-5' — unknown; one of: family-6, family-4, family-2"
     with pytest.raises(InputError, match="preset 'family-4'.members.teen-1.weekday.sessions"):
         load_preset("family-4", {"members": {"teen-1": {"weekday": {"sessions": -1}}}})
-    with pytest.raises(InputError, match="unknown kind 'gaming'"):
+    with pytest.raises(InputError, match="members.teen-1.kinds: 'gaming' — unknown kind"):
         load_preset("family-4", {"members": {"teen-1": {"kinds": {"gaming": 1}}}})
 
 
