@@ -7,7 +7,7 @@ capacity (``reference/engines.md`` §1, §3.1, §4.2):
   request: X.XXx``, ``Available KV cache memory: X GiB`` and the older
   ``# GPU blocks: N, # CPU blocks: M`` (also ``# cuda blocks``);
 - llama.cpp: ``llama_context: n_seq_max = …, n_ctx = …, n_ctx_seq = …`` (older
-  ``n_ctx_per_seq``), ``<dev> KV buffer size = X MiB`` (per device; summed),
+  ``n_ctx_per_seq``), ``<dev> KV buffer size = X MiB`` (per device and KV cache; summed),
   ``llama_kv_cache: size = X MiB (N cells, L layers, s/S seqs), K (t): … MiB, V (t): …
   MiB`` (older ``KV self size``), ``SWA KV cache, size = N cells``;
 - Ollama: the ``offload to …`` line's ``memory.required.kv=…`` and friends, plus the
@@ -92,7 +92,7 @@ def _vllm(text: str) -> dict[str, object]:
     return out
 
 
-def _llama(text: str) -> dict[str, object]:
+def _llama(text: str, name: str = "log") -> dict[str, object]:
     out: dict[str, object] = {}
     for key, pat in (("n_seq_max", r"n_seq_max\s*=\s*(\d+)"), ("n_ctx", r"\bn_ctx\s*=\s*(\d+)"),
                      ("n_ctx_seq", r"n_ctx_(?:seq|per_seq)\s*=\s*(\d+)")):
@@ -101,10 +101,7 @@ def _llama(text: str) -> dict[str, object]:
             out[key] = int(m.group(1))
     if m := re.search(r"kv_unified\s*=\s*(true|false)", text):
         out["kv_unified"] = m.group(1) == "true"
-    buffers: dict[str, int] = {}
-    for m in re.finditer(r"llama_kv_cache\w*:\s+(\S+) KV buffer size\s*=\s*" + _FLOAT
-                         + r" MiB", text):
-        buffers[m.group(1)] = buffers.get(m.group(1), 0) + _mib(m.group(2))
+    buffers = _kv_buffers(text, name)
     if buffers:
         out["kv_buffers"] = buffers
         out["kv_buffer_bytes"] = sum(buffers.values())
@@ -127,6 +124,27 @@ def _llama(text: str) -> dict[str, object]:
     return out
 
 
+def _kv_buffers(text: str, name: str) -> dict[str, int]:
+    """``<dev> KV buffer size`` per device, summed over the KV caches of one startup.
+
+    NOTE: llama.cpp prints one line per device per KV cache (K and V together), so a
+    device appears once — twice for an SWA model (its non-SWA and SWA caches,
+    ``reference/engines.md`` §3.1).  More lines mean several startups in one log:
+    summing them would invent memory, so it is an InputError.
+    """
+    caches = 2 if re.search(r"SWA KV cache", text) else 1
+    lines: dict[str, list[int]] = {}
+    for m in re.finditer(r"llama_kv_cache\w*:\s+(\S+) KV buffer size\s*=\s*" + _FLOAT
+                         + r" MiB", text):
+        lines.setdefault(m.group(1), []).append(_mib(m.group(2)))
+    for dev, sizes in lines.items():
+        if len(sizes) > caches:
+            raise InputError("log", name, f"'{dev} KV buffer size' printed {len(sizes)} times; "
+                             f"one startup prints it once per device per KV cache ({caches} "
+                             "here): the log holds several startups — give only one")
+    return {dev: sum(sizes) for dev, sizes in lines.items()}
+
+
 def _ollama(text: str) -> dict[str, object]:
     out: dict[str, object] = {}
     line = next((ln for ln in text.splitlines() if "memory.required" in ln), None)
@@ -145,7 +163,11 @@ def _ollama(text: str) -> dict[str, object]:
 
 def read_log_text(text: str, name: str = "log") -> LogFacts:
     """Parse the text of a startup log; raises InputError if nothing is recognised."""
-    ollama, llama, vllm = _ollama(text), _llama(text), _vllm(text)
+    ollama, llama, vllm = _ollama(text), _llama(text, name), _vllm(text)
+    if vllm and (ollama or llama):
+        other = "Ollama" if ollama else "llama.cpp"
+        raise InputError("log", name, f"holds both vLLM and {other} startup lines (vLLM: "
+                         f"{', '.join(sorted(vllm))}); give one engine's log")
     if ollama:
         return LogFacts(engine="ollama", **ollama, **llama)
     if llama:

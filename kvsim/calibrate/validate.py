@@ -30,6 +30,7 @@ import math
 
 import pandas as pd
 
+from kvsim.errors import InputError
 from kvsim.metrics.results import Results
 from kvsim.metrics.spread import spread_quantiles, with_spread
 from kvsim.metrics.summary import itl_runs, percentiles
@@ -67,6 +68,28 @@ def compare_requests(measured: Results, predicted: Results) -> pd.DataFrame:
     for c in ("cached_tokens", "computed_prompt_tokens", "prompt_tokens"):
         j[f"{c}_equal"] = j[f"{c}_measured"] == j[f"{c}_predicted"]
     return j.reset_index()
+
+
+def check_pair(measured: Results, predicted: Results) -> list[str]:
+    """Refuse (InputError) a pair that is not one workload measured and predicted: their
+    ``request_id`` sets differ.  Returns notes on the sources (MEASURED not a ``kvsim
+    replay`` result, PREDICTED not a ``kvsim simulate`` one): comparable, but not a
+    prediction error."""
+    m_ids = set(measured.requests["request_id"].astype(str))
+    p_ids = set(predicted.requests["request_id"].astype(str))
+    if m_ids != p_ids:
+        only_m, only_p = len(m_ids - p_ids), len(p_ids - m_ids)
+        raise InputError("compare", f"{len(m_ids)} vs {len(p_ids)} requests",
+                         f"MEASURED and PREDICTED must be the same requests: {only_m} only "
+                         f"in MEASURED, {only_p} only in PREDICTED (different trace, seed, "
+                         "GPU or household); simulate the trace the replay used")
+    notes = []
+    if measured.source != "measured":
+        notes.append(f"MEASURED is a {measured.source} result, not a kvsim replay: the "
+                     "errors below are between two predictions")
+    if predicted.source != "simulated":
+        notes.append(f"PREDICTED is a {predicted.source} result, not a kvsim simulate")
+    return notes
 
 
 def compare_results(measured: Results, predicted: Results) -> pd.DataFrame:

@@ -36,6 +36,23 @@ Api = Literal["llama.cpp", "openai"]
 WORDS = ("the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part")
 
 
+LLAMA_CPP_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0",
+                         "q5_1")
+"""llama-server ``-ctk``/``-ctv`` values (``reference/engines.md`` §3.2)."""
+
+
+def server_url(url: str, field: str = "--url") -> str:
+    """A server base URL checked before anything connects (trailing ``/`` dropped)."""
+    allowed = "an http:// or https:// base URL with a host, e.g. http://127.0.0.1:8080"
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise InputError(field, url, f"not a valid URL; {allowed}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InputError(field, url, allowed)
+    return url.rstrip("/")
+
+
 @dataclass(frozen=True)
 class TokenSpace:
     """Token ids a segment may map to: ``[low, high)`` minus ``banned``."""

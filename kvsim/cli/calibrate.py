@@ -11,14 +11,27 @@ from kvsim.cli._output import check_output, output_errors
 from kvsim.errors import InputError
 
 
-def _ints(text: str, field: str) -> tuple[int, ...]:
+def _ints(text: str, field: str, minimum: int = 1) -> tuple[int, ...]:
+    """A comma-separated list of integers >= ``minimum`` (none may be dropped)."""
+    allowed = f"a comma-separated list of integers >= {minimum}"
     try:
         vals = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise InputError(field, text, "a comma-separated list of integers") from None
-    if not vals or min(vals) <= 0:
-        raise InputError(field, text, "a comma-separated list of positive integers")
+        raise InputError(field, text, allowed) from None
+    if not vals or min(vals) < minimum:
+        raise InputError(field, text, allowed)
     return vals
+
+
+def _names(text: str, field: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of names from ``allowed``; empty is an InputError."""
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names:
+        raise InputError(field, text, "an empty list; give one or more of " + ", ".join(allowed))
+    for name in names:
+        if name not in allowed:
+            raise InputError(field, name, "one of " + ", ".join(allowed))
+    return names
 
 
 @click.group()
@@ -55,10 +68,7 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
     from kvsim.calibrate.torch_model import KV_DTYPES
     from kvsim.config.catalog import load_model
 
-    types = tuple(t.strip() for t in cache_types.split(",") if t.strip())
-    for t in types:
-        if t not in KV_DTYPES:
-            raise InputError("--cache-types", t, "one of " + ", ".join(KV_DTYPES))
+    types = _names(cache_types, "--cache-types", KV_DTYPES)
     if layers <= 0 or repeats <= 0:
         raise InputError("--layers/--repeats", (layers, repeats), "positive integers")
     grid = KernelGrid(batches=_ints(batches, "--batches"), contexts=_ints(contexts, "--contexts"),
@@ -95,17 +105,20 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
            decode_repeats: int, small_chunk_tokens: int, output: str) -> None:
     """Fit a running llama-server's prefill, decode and batch costs (streamed requests)."""
     from kvsim.calibrate.engine import EngineGrid, calibrate_engine
+    from kvsim.calibrate.wire import LLAMA_CPP_CACHE_TYPES, server_url
 
+    url = server_url(url)
+    if cache_type not in LLAMA_CPP_CACHE_TYPES:
+        raise InputError("--cache-type", cache_type, "the server's -ctk, one of "
+                         + ", ".join(LLAMA_CPP_CACHE_TYPES))
     if decode_tokens < 2 or repeats <= 0 or decode_repeats <= 0:
         raise InputError("--decode-tokens/--repeats/--decode-repeats",
                          (decode_tokens, repeats, decode_repeats),
                          "decode tokens >= 2, repeats >= 1 and decode repeats >= 1")
     if small_chunk_tokens < 0:
         raise InputError("--small-chunk-tokens", small_chunk_tokens, "an integer >= 0")
-    ctx = tuple(int(v) for v in contexts.split(",") if v.strip().isdigit())
-    if not ctx:
-        raise InputError("--contexts", contexts, "a comma-separated list of integers >= 0")
-    grid = EngineGrid(prompt_tokens=_ints(prompts, "--prompts"), contexts=ctx,
+    grid = EngineGrid(prompt_tokens=_ints(prompts, "--prompts"),
+                      contexts=_ints(contexts, "--contexts", minimum=0),
                       batches=_ints(batches, "--batches"), decode_tokens=decode_tokens,
                       repeats=repeats, decode_repeats=decode_repeats, cache_type=cache_type,
                       space=token_space(token_range, ban_tokens),

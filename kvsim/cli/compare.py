@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 import pandas as pd
+from click.core import ParameterSource
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
@@ -57,6 +58,8 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
     if gpus is None and len(inputs) != 2:
         raise InputError("compare", " ".join(inputs),
                          "give --gpus A,B SCENARIO, or MEASURED_DIR PREDICTED_DIR")
+    if gpus is None:
+        _refuse_gpus_options(click.get_current_context())
     if opts["out_dir"] is not None:
         check_output("--out", opts["out_dir"], folder=True)
     if gpus is not None:
@@ -97,11 +100,32 @@ def _plans_table(res: Any) -> pd.DataFrame:
     return pd.concat([p.table.assign(gpu=g) for g, p in res.plans.items()], ignore_index=True)
 
 
+PREDICTION_OPTIONS = ("inputs", "out_dir", "no_report")
+
+
+def _refuse_gpus_options(ctx: click.Context) -> None:
+    """MEASURED PREDICTED takes only -o and --no-report: any other option given is
+    refused (it would be silently ignored)."""
+    for param in ctx.command.params:
+        if param.name in PREDICTION_OPTIONS or getattr(param, "hidden", False):
+            continue
+        source = ctx.get_parameter_source(param.name or "")
+        if source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            continue
+        flag = max(param.opts, key=len)
+        value = ctx.params.get(param.name or "")
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+        raise InputError(flag, shown, "applies to 'compare --gpus A,B SCENARIO' only; "
+                         "'compare MEASURED PREDICTED' takes only -o and --no-report")
+
+
 def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
-    from kvsim.calibrate.validate import compare_results
+    from kvsim.calibrate.validate import check_pair, compare_results
     from kvsim.metrics.results import Results
 
     m, p = Results.load(measured), Results.load(predicted)
+    for note in check_pair(m, p):
+        click.echo(f"note: {note}", err=True)
     df = compare_results(m, p)
     print_table(f"prediction error ({predicted} vs measured {measured})", df.to_dict("records"),
                 ["metric", "measured", "predicted", "error", "rel_error"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from kvsim.cli._output import check_output, output_errors
@@ -27,16 +29,21 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
     """Replay TRACE closed-loop against the server at URL; save measured Results."""
     from kvsim.calibrate.replay import ReplayOptions
     from kvsim.calibrate.replay import replay as run
+    from kvsim.calibrate.wire import server_url
     from kvsim.cli.calibrate import token_space
     from kvsim.workload.io import sorted_sessions
 
-    if time_scale <= 0:
-        raise InputError("--time-scale", time_scale, "a positive number")
+    if not (0 < time_scale < math.inf):  # NaN fails too
+        raise InputError("--time-scale", time_scale, "a finite number > 0")
+    if max_sessions is not None and max_sessions < 1:
+        raise InputError("--max-sessions", max_sessions, "an integer >= 1 (omit it to replay "
+                         "every session)")
+    url = server_url(url)
     check_output("--output", out_dir, folder=True)
     sessions = sorted_sessions(trace)
     if max_sessions is not None:
         sessions = sessions[:max_sessions]
-    opts = ReplayOptions(url=url.rstrip("/"), api=api, model=model,  # type: ignore[arg-type]
+    opts = ReplayOptions(url=url, api=api, model=model,  # type: ignore[arg-type]
                          space=token_space(token_range, ban_tokens), time_scale=time_scale)
     res = run(sessions, opts)
     with output_errors("--output", out_dir):

@@ -7,7 +7,6 @@ exit code 2), and writes the page atomically — never a half-written HTML file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,11 @@ def load_for_report(path: str | Path) -> Any:
     from kvsim.metrics.results import Results
 
     p = Path(path)
-    res = Results.load(p)  # names missing tables / wrong format version
-    try:
-        meta = json.loads((p / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError("results", str(p), f"unreadable meta.json ({exc})") from None
-    written_by = str(meta.get("kvsim_version", "unknown"))
+    res = Results.load(p)  # names missing / damaged files and a wrong format version
+    written_by = str(res.meta.get("kvsim_version", "unknown"))
     if _release(written_by) != _release(__version__):
         raise InputError("results", str(p), f"written by kvsim {written_by}; this is kvsim "
                          f"{__version__} — re-run the simulation with this version")
-    res.meta = meta
     return res
 
 
@@ -59,23 +53,17 @@ def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
     """Write one self-contained HTML report for RESULTS_DIR... (Results folders written
     by kvsim simulate or kvsim replay). The plan heatmap and GPU comparison are in the
     report.html that plan -o / compare --gpus -o write."""
-    from kvsim.config.units import parse_duration
+    from kvsim.plan.slo import build_constraints
     from kvsim.report import write_report
 
     slo: dict[str, float] = {}
-    for item in slos:
-        key, sep, value = item.partition("=")
-        if not sep or key.strip() not in ("ttft_p95", "itl_p95"):
-            raise InputError("--slo", item, "expected ttft_p95=<duration> or itl_p95=<duration>")
-        slo[f"{key.strip()}_s"] = parse_duration(value)
+    for bound in build_constraints(slos).latency:  # the plan's parser: same limits
+        if bound.key not in ("ttft_p95_s", "itl_p95_s"):
+            raise InputError("--slo", f"{bound.name}={bound.limit_s:g}s",
+                             "a report draws only ttft_p95=<duration> or itl_p95=<duration>")
+        slo[bound.key] = bound.limit_s
     check_output("--output", output, folder=False)
-    try:
-        runs = [load_for_report(d) for d in results_dirs]
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError("results", ", ".join(map(str, results_dirs)),
-                         f"unreadable table ({type(exc).__name__}: {exc})") from None
+    runs = [load_for_report(d) for d in results_dirs]
     extra = {"slo": slo} | ({"title": title} if title else {})
     with output_errors("--output", output):
         path = write_report(output, runs, extra)

@@ -73,6 +73,7 @@ class Results:
     scenario: dict[str, Any] = field(default_factory=dict)
     scenario_hash: str = ""
     source: str = "simulated"
+    meta: dict[str, Any] = field(default_factory=dict)  # meta.json as loaded
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)
@@ -105,7 +106,7 @@ class Results:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Results:
-        """Read a result directory; InputError names what is missing or mismatched."""
+        """Read a result directory; InputError names what is missing, damaged or mismatched."""
         p = Path(path)
         if not p.is_dir():
             raise InputError("results", str(p), "not a results directory")
@@ -113,15 +114,59 @@ class Results:
         missing = [n for n in need if not (p / n).is_file()]
         if missing:
             raise InputError("results", str(p), "missing " + ", ".join(missing))
-        meta = json.loads((p / "meta.json").read_text())
+        meta = _read_object(p / "meta.json")
         if meta.get("format_version") != FORMAT_VERSION:
             raise InputError("results.format_version", meta.get("format_version"),
                              f"this kvsim reads format {FORMAT_VERSION}")
-        frames = {t: pd.read_parquet(p / f"{t}.parquet") for t in TABLES}
+        source = meta.get("source", "simulated")
+        if source not in SOURCES:
+            raise _damaged(p / "meta.json", f"source {source!r} is not one of "
+                           + ", ".join(SOURCES))
+        scen = _read_object(p / "scenario.json")
+        scenario, digest = scen.get("scenario", {}), scen.get("hash", "")
+        if not isinstance(scenario, dict) or not isinstance(digest, str):
+            raise _damaged(p / "scenario.json", "needs 'scenario' (an object) and 'hash' "
+                           "(a string)")
+        summary = _read_object(p / "summary.json")
+        summary = {k: (math.nan if v is None else v) for k, v in summary.items()}
+        frames = {t: _read_table(p / f"{t}.parquet", COLUMNS[t]) for t in TABLES}
         if ITL_DELTA not in frames["itl"].columns:  # run-length rows (older / measured)
             frames["itl"][ITL_DELTA] = 0.0
-        scen = json.loads((p / "scenario.json").read_text())
-        summary = json.loads((p / "summary.json").read_text())
-        summary = {k: (math.nan if v is None else v) for k, v in summary.items()}
-        return cls(**frames, summary=summary, scenario=scen.get("scenario", {}),
-                   scenario_hash=scen.get("hash", ""), source=meta.get("source", "simulated"))
+        return cls(**frames, summary=summary, scenario=scenario, scenario_hash=digest,
+                   source=source, meta=meta)
+
+
+SOURCES = ("simulated", "measured")
+"""``meta.json`` ``source``: kvsim simulate (and sweeps), kvsim replay."""
+
+
+def _damaged(path: Path, why: str) -> InputError:
+    return InputError("results", str(path), f"damaged results folder: {why} (rerun the "
+                      "command that wrote it)")
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    """One JSON object file of a results folder."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError("results", str(path), f"cannot read ({exc.strerror})") from None
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        raise _damaged(path, "not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise _damaged(path, f"a JSON object expected, found {type(doc).__name__}")
+    return doc
+
+
+def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """One Parquet table of a results folder, with the columns kvsim writes."""
+    import pyarrow as pa
+
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise _damaged(path, f"not a readable Parquet table ({type(exc).__name__})") from None
+    lacking = [c for c in columns if c not in df.columns and c != ITL_DELTA]
+    if lacking:
+        raise _damaged(path, "missing column(s) " + ", ".join(lacking))
+    return df

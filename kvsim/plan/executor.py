@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from kvsim.errors import InputError
 
 DASK_CONNECT_TIMEOUT_S = 5.0
+MAX_DASK_TIMEOUT_S = 3600.0
 
 
 class Executor(Protocol):
@@ -71,12 +72,16 @@ class DaskExecutor:
     """Tasks on an existing Dask cluster (``distributed.Client(address)``)."""
 
     def __init__(self, address: str, timeout_s: float = DASK_CONNECT_TIMEOUT_S) -> None:
+        if not 0 < timeout_s <= MAX_DASK_TIMEOUT_S:  # NaN fails too
+            raise InputError("--dask-timeout", timeout_s,
+                             f"seconds in (0, {MAX_DASK_TIMEOUT_S:g}]")
         try:
             from distributed import Client
         except ImportError:
             raise InputError("--dask", address,
                              "needs the 'dask' extra: pip install '.[dask]' in the kvsim "
                              "checkout") from None
+        _check_address(address)
         try:
             self.client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
         except (OSError, TimeoutError, ValueError, TypeError) as exc:
@@ -99,6 +104,20 @@ class DaskExecutor:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _check_address(address: str) -> None:
+    """Refuse an address Dask cannot parse before a Client exists (a half-built Client
+    prints a traceback when it is garbage-collected)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls", "ws", "wss", "ucx"):
+            parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        raise InputError("--dask", address, f"not a Dask scheduler address ({exc}); e.g. "
+                         "tcp://10.0.0.5:8786") from None
 
 
 def make_executor(jobs: int | None = None, dask: str | None = None,

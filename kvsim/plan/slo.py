@@ -28,6 +28,7 @@ PERCENTILES = ("p50", "p95", "p99")
 _SLO = re.compile(r"^\s*([a-z0-9]+)_(p\d+)\s*(<=|=)\s*(.+?)\s*$")
 RECALL_KEY = "recall_mean"
 MEMORY_CONSTRAINTS = ("load", "device_fraction")
+MAX_SLO_S = 86_400.0  # one day: a larger latency bound is a typo, not a target
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,9 @@ def parse_slo(text: str) -> LatencyBound:
     if not m or m.group(1) not in LATENCY_METRICS or m.group(2) not in PERCENTILES:
         raise InputError("--slo", text, allowed)
     limit = parse_duration(m.group(4), field=f"--slo {m.group(1)}_{m.group(2)}")
-    if limit <= 0 or not math.isfinite(limit):
-        raise InputError("--slo", text, "a latency bound must be > 0 s; no run can meet 0")
+    if not 0 < limit <= MAX_SLO_S:  # NaN fails too
+        raise InputError("--slo", text, f"a latency bound in (0, {MAX_SLO_S:g}] s (no run "
+                         "can meet 0; a bound over a day bounds nothing)")
     return LatencyBound(f"{m.group(1)}_{m.group(2)}_s", limit)
 
 

@@ -11,10 +11,14 @@
     points:                               # ... or listed points (one of the two)
       - {engine.parallel: 2, engine.context_tokens: 8192}
 
-Every point is resolved to a full :class:`Scenario` *before* anything runs, so a
-key that does not exist in the scenario, a bad value or an empty grid is an
-InputError and the result store is never touched.  Points that resolve to the
-same scenario share one hash and run once.
+Every point is resolved to a full :class:`Scenario` *before* anything runs — its
+workload too (the preset with its ``workload.params`` validated, a trace file
+parsed whole, once per file) — so a key that does not exist in the scenario, a
+bad value or an empty grid is an InputError naming the point, and the result
+store is never touched.  Points that resolve to the same scenario share one hash
+and run once.  A point that still fails while running (e.g. stopped by the
+request cap) does not stop the others: every other point runs and is stored,
+then the failure is raised, naming the point.
 
 NOTE: a key must exist in the *resolved* scenario (``model_dump``) — defaults
 count, so ``engine.parallel`` is valid even when the base YAML only says
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,19 +184,50 @@ def expand(spec: SweepSpec, base_dir: Path) -> list[SweepPoint]:
     out: list[SweepPoint] = []
     seen: set[str] = set()
     digests: dict[str, str] = {}  # path -> sha256 of its content (results_key)
+    checked: set[str] = set()  # workloads already validated (check_workload)
     for i, params in enumerate(points):
         doc = json.loads(json.dumps(raw))
         for key, value in params.items():
             set_key(doc, key, value, dump)
         try:
             scen = resolve_scenario(doc, base_dir=scen_dir)
+            check_workload(scen, checked)
         except InputError as exc:
-            raise InputError(f"sweep point {i} {exc.field}", exc.value, exc.allowed) from None
+            raise point_error(i, exc) from None
         h = scenario_hash(scen)
         if h not in seen:
             seen.add(h)
             out.append(SweepPoint(i, params, scen, h, results_key(h, scen, digests)))
     return out
+
+
+def point_error(index: int, exc: InputError, note: str = "") -> InputError:
+    """``exc`` with the sweep point it belongs to named first (and ``note`` appended)."""
+    allowed = f"{exc.allowed} ({note})" if note else exc.allowed
+    return InputError(f"sweep point {index} {exc.field}", exc.value, allowed)
+
+
+def check_workload(scen: Scenario, checked: set[str]) -> None:
+    """Resolve a point's workload as the run will (InputError if it cannot): a preset
+    with its ``params`` merged and validated; a trace file parsed whole (contents and
+    order), once per distinct workload in ``checked``."""
+    from kvsim.workload.loader import check_trace_size, load_workload
+    from kvsim.workload.preset import load_preset
+
+    wl = scen.workload
+    key = json.dumps([wl.preset, wl.trace, wl.params, wl.max_sessions,
+                      scen.sim.max_sim_time_s is None], sort_keys=True, default=str)
+    if key in checked:
+        return
+    if wl.preset is not None:
+        load_preset(wl.preset, wl.params)
+    else:
+        if scen.sim.max_sim_time_s is None:
+            from kvsim.metrics.records import MAX_REQUESTS
+
+            check_trace_size(wl, MAX_REQUESTS)
+        deque(load_workload(wl, scen.seed), maxlen=0)
+    checked.add(key)
 
 
 @dataclass(frozen=True)
@@ -207,12 +243,39 @@ def run_sweep(points: list[SweepPoint], store: ResultStore, *,
     """Run every point not yet in ``store``; store each as it finishes; combine."""
     todo = [p for p in points if not store.has(p.key)]
     ex = executor or InlineExecutor()
-    for i, out in ex.imap_unordered(call_runner, [(runner, p.scenario) for p in todo]):
-        store.put(todo[i].key, _record(todo[i], out), out.results)
+    failed: list[tuple[SweepPoint, Exception]] = []
+    for i, out in ex.imap_unordered(call_point, [(runner, p.scenario) for p in todo]):
+        if isinstance(out, Exception):
+            failed.append((todo[i], out))
+        else:
+            store.put(todo[i].key, _record(todo[i], out), out.results)
         if progress is not None:
             progress(1)
+    if failed:
+        raise _failure(failed, len(todo))
     table = combined_table(points, store)
     return SweepOutcome(table, ran=len(todo), skipped=len(points) - len(todo))
+
+
+def call_point(item: tuple[Runner, Scenario]) -> RunOutput | Exception:
+    """Task body of a sweep point: its failure is returned, not raised, so the other
+    points in flight finish and are stored."""
+    try:
+        return call_runner(item)
+    except Exception as exc:  # noqa: BLE001 - handed back to run_sweep, re-raised there
+        return exc
+
+
+def _failure(failed: list[tuple[SweepPoint, Exception]], ran: int) -> Exception:
+    """The first failed point's error, the point named; how many others are stored."""
+    failed.sort(key=lambda f: f[0].index)
+    point, exc = failed[0]
+    if not isinstance(exc, InputError):
+        return exc  # a bug, not bad input: its own traceback
+    stored = ran - len(failed)
+    others = f"; {len(failed) - 1} other point(s) failed too" if len(failed) > 1 else ""
+    return point_error(point.index, exc, f"{stored} other point(s) finished and are stored; "
+                       f"a rerun runs only the rest{others}")
 
 
 def _record(p: SweepPoint, out: RunOutput) -> dict[str, Any]:
