@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kvsim.config.scenario import Scenario, check_sample_count, scenario_hash
+from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.core.build import PoolSizing, check_loads, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import StepHook
@@ -56,7 +56,6 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
         if scenario.sim.max_sim_time_s is None:
             check_trace_size(scenario.workload, records_mod.MAX_REQUESTS)
         sessions = load_workload(scenario.workload, scenario.seed)
-    check_sample_count(scenario)
     from kvsim.policies.build import install
 
     runtime = install(scenario, scheduler, latency)  # KV policies + the accuracy proxy

@@ -129,20 +129,26 @@ def _kv_buffers(text: str, name: str) -> dict[str, int]:
 
     NOTE: llama.cpp prints one line per device per KV cache (K and V together), so a
     device appears once — twice for an SWA model (its non-SWA and SWA caches,
-    ``reference/engines.md`` §3.1).  More lines mean several startups in one log:
-    summing them would invent memory, so it is an InputError.
+    ``reference/engines.md`` §3.1); later lines of the same startup belong to another
+    context (a draft model's), so the first ones are the served model's.
     """
     caches = 2 if re.search(r"SWA KV cache", text) else 1
     lines: dict[str, list[int]] = {}
     for m in re.finditer(r"llama_kv_cache\w*:\s+(\S+) KV buffer size\s*=\s*" + _FLOAT
                          + r" MiB", text):
         lines.setdefault(m.group(1), []).append(_mib(m.group(2)))
-    for dev, sizes in lines.items():
-        if len(sizes) > caches:
-            raise InputError("log", name, f"'{dev} KV buffer size' printed {len(sizes)} times; "
-                             f"one startup prints it once per device per KV cache ({caches} "
-                             "here): the log holds several startups — give only one")
-    return {dev: sum(sizes) for dev, sizes in lines.items()}
+    return {dev: sum(sizes[:caches]) for dev, sizes in lines.items()}
+
+
+def last_startup(text: str) -> str:
+    """The last startup of a log that holds several (Ollama's server.log keeps every
+    model load; a llama-server log may be appended to): from the last Ollama
+    ``memory.required`` line, else the last llama.cpp ``build:`` line, else all."""
+    for pat in (r"^.*memory\.required", r"^build: \d+"):
+        starts = [m.start() for m in re.finditer(pat, text, flags=re.MULTILINE)]
+        if starts:
+            return text[starts[-1]:]
+    return text
 
 
 def _ollama(text: str) -> dict[str, object]:
@@ -162,7 +168,9 @@ def _ollama(text: str) -> dict[str, object]:
 
 
 def read_log_text(text: str, name: str = "log") -> LogFacts:
-    """Parse the text of a startup log; raises InputError if nothing is recognised."""
+    """Parse the last startup of a log (:func:`last_startup`); raises InputError if
+    nothing is recognised."""
+    text = last_startup(text)
     ollama, llama, vllm = _ollama(text), _llama(text, name), _vllm(text)
     if vllm and (ollama or llama):
         other = "Ollama" if ollama else "llama.cpp"

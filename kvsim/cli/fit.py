@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from kvsim.config.catalog import DEFAULT_HOST, load_gpu, load_host, load_model
+from kvsim.config.catalog import load_gpu, load_host, load_model
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.errors import InputError, unknown_name
 from kvsim.model.weights import weight_format, weight_format_names
@@ -248,12 +248,15 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
 @click.option("--driver-reserve", default="400 MiB", show_default=True,
               help="CUDA context and driver reserve")
+@click.option("--host", "host_name", default=None,
+              help="host profile (kvsim profiles list hosts) whose RAM must hold the KV "
+              "left on the CPU; unset, not checked")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
         parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
         gpu_util: float | None, hybrid_kv: bool | None, display_reserve: str,
-        driver_reserve: str, as_json: bool) -> None:
+        driver_reserve: str, host_name: str | None, as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.config.engine import PagedEngineConfig
     from kvsim.model.budget import (
@@ -284,11 +287,13 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                                flash_attn, ngl, gpu_util, hybrid_kv)
     eng = engine_for_gpu(spec, g, m)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
-    check_host_memory(b, load_host(DEFAULT_HOST), eng.context_tokens)
+    if host_name is not None:
+        check_host_memory(b, load_host(host_name), eng.context_tokens, "--context")
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
     max_par = max_parallel_at(g, m, weights, eng, **reserves)
+    # NOTE: nothing fits at the line: no fraction to print
     util85 = share_within(g, m, weights, eng, **reserves) \
-        if isinstance(eng, PagedEngineConfig) else None
+        if isinstance(eng, PagedEngineConfig) and (max_ctx or max_par) else None
     verdict = _verdict(b)
     if as_json:
         click.echo(_as_json(b, max_ctx, max_par, verdict, notes, util85))

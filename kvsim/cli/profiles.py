@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -176,7 +175,6 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]*")
 # config.json sizes the importer reads: each must be a positive integer when present
 # (NOTE: the importer reads ``value or default``, so a 0 would silently become the
 # default, and a string or fraction would crash or be truncated)
@@ -219,10 +217,12 @@ def check_hf_sizes(path: Path) -> None:
 def import_cmd(path: Path, output: Path | None, name: str | None) -> None:
     """Make a model profile from a local config.json or GGUF file header."""
     from kvsim.model.geometry import kv_geometry
-    from kvsim.model.importers import import_model
-    if name is not None and not _SLUG.fullmatch(name):
-        raise InputError("--name", name, "a profile slug: lowercase letters, digits, '.', '-' "
-                         "and '_', starting with a letter or digit (e.g. my-model-8b)")
+    from kvsim.model.importers import import_model, slugify
+    if name is not None:  # NOTE: made a slug as the default name is ("My Model" → my-model)
+        if not any(c.isalnum() for c in name):
+            raise InputError("--name", name, "a profile name with a letter or digit "
+                             "(made a slug: lowercase, '-' between words, e.g. my-model-8b)")
+        name = slugify(name)
     if output is not None:
         check_output("--output", output, folder=False)
     check_hf_sizes(path)

@@ -35,9 +35,6 @@ from kvsim.errors import InputError, from_validation_error
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 EngineName = Literal["vllm", "sglang", "llama.cpp", "ollama"]
-VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-"""``--block-size`` choices of vLLM (``BlockSize`` in ``vllm/config/cache.py``; 256 since
-late 2025)."""
 
 
 class PagedEngineConfig(FrozenModel):
@@ -73,9 +70,6 @@ class PagedEngineConfig(FrozenModel):
     def _check(self) -> PagedEngineConfig:
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
-        if self.preset == "vllm" and self.block_tokens not in VLLM_BLOCK_SIZES:
-            raise InputError("block_tokens", self.block_tokens, "vLLM accepts a block size of "
-                             + ", ".join(map(str, VLLM_BLOCK_SIZES)))
         if self.preemption_mode == "swap" and self.disable_hybrid_kv_cache_manager is False:
             raise InputError("disable_hybrid_kv_cache_manager", False, "true or unset: "
                              "preemption_mode swap is vLLM V0, which has no hybrid manager")

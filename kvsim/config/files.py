@@ -38,14 +38,14 @@ class _UniqueKeyLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
             try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
+                if key in seen:
+                    raise ConstructorError(None, None, f"key '{key}' written twice (lines "
+                                           f"{seen[key]} and {line})", key_node.start_mark)
+                seen[key] = line
             except TypeError:  # an unhashable key: the base constructor says so
                 break
-            if first != key_node.start_mark.line + 1:
-                raise ConstructorError(None, None, f"key '{key}' written twice (lines {first} "
-                                       f"and {key_node.start_mark.line + 1})",
-                                       key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 

@@ -325,6 +325,7 @@ class Engine:
             ticks.append(t)
             t += dt  # NOTE: the sampler's own float sequence (now + dt per tick)
         self.recorder.memory.extend(st.memory_rows(ticks))
+        self.recorder.check_samples()
         self._sampled_until_s, self._next_tick_s = end_s, t
 
     def _memory(self) -> Any:
@@ -340,6 +341,7 @@ class Engine:
                 yield self._sleep(self._next_tick_s)
                 continue
             self.recorder.sample(self.env.now, self._memory())
+            self.recorder.check_samples()
             if self.progress is not None:
                 self.progress(self.env.now, self.requests_done)
             if self._idle:
@@ -356,8 +358,8 @@ class Engine:
         the reason and the records hold everything that finished before it.
         """
         self.env.process(self._guarded(self._feeder(iter(sessions))))
-        driver = self.env.process(self._driver())
-        self.env.process(self._sampler())
+        driver = self.env.process(self._guarded(self._driver()))
+        self.env.process(self._guarded(self._sampler()))
         stops = [driver, self._abort]
         if self.max_sim_time_s is not None:
             stops.append(self.env.timeout(self.max_sim_time_s))

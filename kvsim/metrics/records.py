@@ -51,6 +51,7 @@ from kvsim.metrics.gaps import group_stats
 
 MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory inside ~400 MB (module doc)
 RSS_CHECK_REQUESTS = 500  # NOTE: read the process memory once per this many requests
+RSS_CHECK_SAMPLES = 1 << 16  # ... and once per this many memory samples
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "member", "kind", "arrival_s", "first_scheduled_s",
@@ -113,6 +114,7 @@ class Recorder:
     output_tokens: int = 0
     max_requests: int = MAX_REQUESTS
     max_rss_bytes: int | None = None  # process memory that stops the run (check_capacity)
+    _next_sample_check: int = RSS_CHECK_SAMPLES
 
     @property
     def requests(self) -> list[tuple[Any, ...]]:
@@ -164,12 +166,26 @@ class Recorder:
                              capacity_hint(self.max_requests))
         if self.max_rss_bytes is None or submitted % RSS_CHECK_REQUESTS:
             return
+        self._check_rss(f"{submitted:,} requests")
+
+    def check_samples(self) -> None:
+        """Stop a run whose process has grown past ``max_rss_bytes`` while sampling
+        (read every :data:`RSS_CHECK_SAMPLES` memory samples: a fine tick on a busy
+        engine grows the memory timeline faster than the request rows)."""
+        n = len(self.memory)
+        if self.max_rss_bytes is None or n < self._next_sample_check:
+            return
+        self._next_sample_check = n + RSS_CHECK_SAMPLES
+        self._check_rss(f"{n:,} memory samples")
+
+    def _check_rss(self, after: str) -> None:
         rss = current_rss_bytes()
         if rss > self.max_rss_bytes:
             raise RunStopped(
-                "sim.max_rss_bytes", f"{rss / 2**20:,.0f} MiB after {submitted:,} requests",
+                "sim.max_rss_bytes", f"{rss / 2**20:,.0f} MiB after {after}",
                 f"the run passed its memory limit ({self.max_rss_bytes / 2**20:,.0f} MiB); "
-                "down-sample or cut the workload, or raise sim.max_rss_bytes")
+                "down-sample or cut the workload, raise sim.sample_interval_s or "
+                "sim.max_rss_bytes")
 
     def request_done(self, req: Any) -> None:
         nan = math.nan

@@ -182,18 +182,17 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
     return layouts.paged_budget(engine=engine, parallel=parallel or 1, **common)
 
 
-def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int) -> None:
-    """Refuse a layout whose weights and KV left on the CPU exceed the host's RAM: the
-    real engine's allocation would fail (or swap the machine to a halt).  ``context_tokens``
-    is what the message shows (the usual cause)."""
-    on_host = b.weights_cpu_bytes + b.kv_cpu_bytes
-    if host.unified_with_gpu or on_host <= host.memory_bytes:
+def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
+                      field: str = "engine.context_tokens") -> None:
+    """Refuse a layout whose KV left on the CPU exceeds the host's RAM: the engine
+    allocates it at start-up and cannot (weights on the CPU are not counted: llama.cpp
+    memory-maps them, so an oversized model pages from disk, slowly, but loads)."""
+    if host.unified_with_gpu or b.kv_cpu_bytes <= host.memory_bytes:
         return
-    raise InputError("engine.context_tokens", context_tokens,
-                     f"this layout puts {format_bytes(b.kv_cpu_bytes)} of KV and "
-                     f"{format_bytes(b.weights_cpu_bytes)} of weights in host RAM, more than "
-                     f"the host's {format_bytes(host.memory_bytes)} ({host.name}); lower "
-                     "context_tokens or parallel, or give a larger host")
+    raise InputError(field, context_tokens,
+                     f"this layout puts {format_bytes(b.kv_cpu_bytes)} of KV in host RAM, "
+                     f"more than the host's {format_bytes(host.memory_bytes)} ({host.name}); "
+                     "lower context_tokens or parallel, or give a larger host")
 
 
 def _with(engine: EngineConfig, **update: Any) -> EngineConfig | None:

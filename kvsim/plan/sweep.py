@@ -215,12 +215,15 @@ def check_workload(scen: Scenario, checked: set[str]) -> None:
     from kvsim.workload.preset import load_preset
 
     wl = scen.workload
-    key = json.dumps([wl.preset, wl.trace, wl.params, wl.max_sessions,
+    key = json.dumps([wl.preset, wl.trace, wl.params, wl.max_sessions, wl.days,
                       scen.sim.max_sim_time_s is None], sort_keys=True, default=str)
     if key in checked:
         return
     if wl.preset is not None:
-        load_preset(wl.preset, wl.params)
+        from kvsim.workload.generator import check_days
+
+        check_days(load_preset(wl.preset, wl.params, field="workload.preset"), wl.days,
+                   "workload.days")
     else:
         if scen.sim.max_sim_time_s is None:
             from kvsim.metrics.records import MAX_REQUESTS

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from kvsim.calibrate.logs import read_log_text
-from kvsim.errors import InputError
 
 # nothing listens on port 9 (discard): a check that passes would fail to connect, with
 # another message, so each case below proves the flag is refused first
@@ -85,10 +84,21 @@ def test_a_log_of_two_engines_is_refused(tmp_path, kvsim_cli):
                             "lines (vLLM: kv_cache_tokens); give one engine's log"))
 
 
-def test_two_startups_in_one_log_are_refused_not_summed():
-    with pytest.raises(InputError, match="'CUDA0 KV buffer size' printed 2 times; one "
-                       "startup prints it once per device per KV cache \\(1 here\\)"):
-        read_log_text(LLAMA + BUF + LLAMA + BUF, "two.log")
+def test_a_log_of_several_startups_reads_the_last_not_the_sum():
+    """Ollama's server.log keeps every model load; an appended llama-server log every
+    start: the facts are the last startup's, never a sum over startups."""
+    build = "build: 6002 (a1b2c3d4) with cc for x86_64-linux-gnu\n"
+    facts = read_log_text(build + LLAMA + BUF + build + LLAMA.replace("4096", "8192")
+                          + BUF.replace("512.00", "1024.00"), "two.log")
+    assert (facts.n_ctx, facts.kv_buffers) == (8192, {"CUDA0": 1024 * 2**20})
+    ollama = (Path(__file__).parent / "fixtures" / "ollama.log").read_text()
+    assert read_log_text(ollama + ollama) == read_log_text(ollama)
+
+
+def test_a_second_context_of_one_startup_is_not_added():
+    # a draft model's context prints its own buffer after the served model's
+    facts = read_log_text(LLAMA + BUF + BUF.replace("512.00", "64.00"))
+    assert facts.kv_buffers == {"CUDA0": 512 * 2**20}
 
 
 def test_one_buffer_per_device_and_cache_is_summed():

@@ -27,7 +27,17 @@ def test_bad_workload_params_are_refused_before_anything_runs(tmp_path, base_yam
     out = tmp_path / "out"
     rc, err, _ = _sweep(kvsim_cli, sweep, out, "plan_fake_runners:fake_run", "-j", "1")
     assert rc == 2
-    assert err.startswith("error: sweep point 1 preset 'family-4'.nosuch: 1 — Extra inputs")
+    assert err.startswith("error: sweep point 1 workload.preset 'family-4'.nosuch: 1 — Extra "
+                          "inputs")
+    assert _stored(out) == 0
+
+
+def test_too_many_days_are_refused_before_anything_runs(tmp_path, base_yaml, kvsim_cli):
+    sweep = write_sweep(tmp_path, points=[{"engine.parallel": 1}, {"workload.days": 1e9}])
+    out = tmp_path / "out"
+    rc, err, _ = _sweep(kvsim_cli, sweep, out, "plan_fake_runners:fake_run", "-j", "1")
+    assert rc == 2
+    assert err.startswith("error: sweep point 1 workload.days: 1000000000.0 — at most "), err
     assert _stored(out) == 0
 
 

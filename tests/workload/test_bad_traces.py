@@ -9,7 +9,7 @@ import yaml
 from kvsim.cli import main
 from kvsim.config.catalog import bundled_path
 from kvsim.config.scenario import load_scenario
-from kvsim.errors import InputError
+from kvsim.errors import InputError, RunStopped
 from kvsim.workload.io import iter_sessions, read_meta
 from kvsim.workload.preset import load_preset
 
@@ -117,11 +117,26 @@ def test_absurd_day_count_is_refused_up_front(tmp_path, capsys):  # C23
     assert "days of this preset" in capsys.readouterr().err
 
 
-def test_tiny_sample_interval_is_refused(tmp_path, capsys):  # C23
-    from kvsim.api import simulate
-    s = load_scenario("quickstart", ["sim.sample_interval_s=1e-6"])
+def test_sample_interval_below_a_tenth_of_a_millisecond_is_refused():  # C23
     with pytest.raises(InputError) as exc:
-        simulate(s)
+        load_scenario("quickstart", ["sim.sample_interval_s=1e-6"])
     assert exc.value.one_line() == (
-        "sim.sample_interval_s: 1e-06 — at least 0.0864 s: a run keeps at most 1,000,000 "
-        "memory samples and this one spans 86400 s")
+        "sim.sample_interval_s: 1e-06 — Input should be greater than or equal to 0.0001")
+
+
+def test_a_fine_tick_stops_at_the_memory_limit_and_keeps_what_ran():  # C23
+    """A 1 ms tick on a busy engine: the process memory is read every 65,536 samples
+    and, past sim.max_rss_bytes (1 MiB here: at once), the run stops there with its
+    results (rows of the requests that finished, the samples so far)."""
+    from kvsim.api import simulate
+    s = load_scenario("quickstart", ["sim.sample_interval_s=0.001", "sim.max_rss_bytes=1MiB",
+                                     "workload.days=1"])
+    with pytest.raises(RunStopped) as exc:
+        simulate(s)
+    line = exc.value.one_line()
+    assert line.startswith("sim.max_rss_bytes: '") and line.endswith(
+        "memory samples' — the run passed its memory limit (1 MiB); down-sample or cut the "
+        "workload, raise sim.sample_interval_s or sim.max_rss_bytes")
+    res = exc.value.partial  # NOTE: the CLI saves these, then reports the stop
+    assert res.summary["stopped_reason"] == line
+    assert len(res.memory) >= 65_536
