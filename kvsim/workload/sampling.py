@@ -42,7 +42,7 @@ def sample(sessions: Iterable[Session], n_sessions: int | None = None,
     if not (isinstance(seed, (int, np.integer)) and seed >= 0):
         raise InputError("--seed", seed, "a non-negative integer")
     if (n_sessions is None) == (rate is None):
-        raise InputError("sample", {"sessions": n_sessions, "rate": rate},
+        raise InputError("--sessions / --rate", "both" if rate is not None else "neither",
                          "give exactly one of --sessions or --rate")
     pool = list(sessions)
     if not pool:

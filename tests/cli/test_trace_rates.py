@@ -43,3 +43,11 @@ def test_inspect_service_rates(day, kvsim_cli, flag, value):
     rc, err, _ = kvsim_cli("trace", "inspect", day, flag, value)
     assert rc == 2 and err.startswith(f"error: {flag}: ")
     assert err.endswith(" — a finite number > 0 (tokens per second)")
+
+
+@pytest.mark.parametrize("args, value", [((), "neither"), (("--sessions", "2", "--rate", "0.1"),
+                                                            "both")])
+def test_sessions_or_rate_exactly_one(tmp_path, day, kvsim_cli, args, value):
+    rc, err, _ = kvsim_cli("trace", "sample", day, *args, "-o", tmp_path / "s.jsonl")
+    assert (rc, err) == (2, f"error: --sessions / --rate: '{value}' — give exactly one of "
+                            "--sessions or --rate")
