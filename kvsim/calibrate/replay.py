@@ -41,7 +41,9 @@ from kvsim.calibrate.wire import (
     openai_body,
     parse_event,
     segment_text,
+    server_url,
 )
+from kvsim.errors import InputError
 from kvsim.metrics.records import ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
 from kvsim.metrics.results import COLUMNS, Results
 from kvsim.metrics.summary import summarize
@@ -57,6 +59,12 @@ class ReplayOptions:
     time_scale: float = 1.0
     request_timeout_s: float = 600.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Checked before anything connects (the CLI's flags are these fields)."""
+        object.__setattr__(self, "url", server_url(self.url))
+        if not 0 < self.time_scale < math.inf:  # NOTE: NaN fails too
+            raise InputError("--time-scale", self.time_scale, "a finite number > 0")
 
 
 @dataclass

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from kvsim.cli._output import check_output, output_errors
@@ -29,22 +27,18 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
     """Replay TRACE closed-loop against the server at URL; save measured Results."""
     from kvsim.calibrate.replay import ReplayOptions
     from kvsim.calibrate.replay import replay as run
-    from kvsim.calibrate.wire import server_url
     from kvsim.cli.calibrate import token_space
     from kvsim.workload.io import sorted_sessions
 
-    if not (0 < time_scale < math.inf):  # NaN fails too
-        raise InputError("--time-scale", time_scale, "a finite number > 0")
     if max_sessions is not None and max_sessions < 1:
         raise InputError("--max-sessions", max_sessions, "an integer >= 1 (omit it to replay "
                          "every session)")
-    url = server_url(url)
+    opts = ReplayOptions(url=url, api=api, model=model,  # type: ignore[arg-type]
+                         space=token_space(token_range, ban_tokens), time_scale=time_scale)
     check_output("--output", out_dir, folder=True)
     sessions = sorted_sessions(trace)
     if max_sessions is not None:
         sessions = sessions[:max_sessions]
-    opts = ReplayOptions(url=url, api=api, model=model,  # type: ignore[arg-type]
-                         space=token_space(token_range, ban_tokens), time_scale=time_scale)
     res = run(sessions, opts)
     with output_errors("--output", out_dir):
         path = res.save(out_dir)

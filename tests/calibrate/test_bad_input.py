@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.calibrate.logs import read_log_text
+from kvsim.errors import InputError
 
 # nothing listens on port 9 (discard): a check that passes would fail to connect, with
 # another message, so each case below proves the flag is refused first
@@ -108,3 +109,14 @@ def test_one_buffer_per_device_and_cache_is_summed():
     assert facts.kv_buffers == {"CUDA0": 640 * 2**20}
     two_devices = read_log_text(LLAMA + BUF + BUF.replace("CUDA0", "CUDA1"))
     assert two_devices.kv_buffer_bytes == 1024 * 2**20
+
+
+def test_replay_options_check_their_fields_without_the_cli():
+    """The library refuses what the CLI refuses (nothing connects)."""
+    from kvsim.calibrate.replay import ReplayOptions
+    with pytest.raises(InputError, match="--url: 'http://\\[::1' — not a valid URL"):
+        ReplayOptions(url="http://[::1")
+    for bad in (0.0, float("nan"), float("inf")):
+        with pytest.raises(InputError, match="--time-scale: .* — a finite number > 0"):
+            ReplayOptions(url="http://127.0.0.1:9", time_scale=bad)
+    assert ReplayOptions(url="http://127.0.0.1:9/").url == "http://127.0.0.1:9"
