@@ -43,7 +43,7 @@ from kvsim.calibrate.wire import (
     segment_text,
     server_url,
 )
-from kvsim.errors import InputError
+from kvsim.config.units import check_finite_positive
 from kvsim.metrics.records import ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
 from kvsim.metrics.results import COLUMNS, Results
 from kvsim.metrics.summary import summarize
@@ -63,8 +63,7 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         """Checked before anything connects (the CLI's flags are these fields)."""
         object.__setattr__(self, "url", server_url(self.url))
-        if not 0 < self.time_scale < math.inf:  # NOTE: NaN fails too
-            raise InputError("--time-scale", self.time_scale, "a finite number > 0")
+        check_finite_positive("--time-scale", self.time_scale)
 
 
 @dataclass

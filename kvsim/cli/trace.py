@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from kvsim.cli._output import check_output, output_errors
+from kvsim.config.units import check_finite_positive
 from kvsim.errors import InputError
 
 
@@ -42,8 +43,8 @@ def _start(output: str) -> None:
 
 def _finite_positive(flag: str, value: float | None, unit: str) -> None:
     """``value`` (when given) is a finite number > 0 (NaN and inf are refused)."""
-    if value is not None and not 0 < value < math.inf:
-        raise InputError(flag, value, f"a finite number > 0 ({unit})")
+    if value is not None:
+        check_finite_positive(flag, value, f"a finite number > 0 ({unit})")
 
 
 def _write(output: str, sessions: Iterable[Any], meta: Any) -> None:

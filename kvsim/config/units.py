@@ -51,6 +51,15 @@ def _finite_nonneg(x: float, field: str, raw: Any, kind: str) -> float:
     return x
 
 
+def check_finite_positive(field: str, value: Any, allowed: str = "a finite number > 0"
+                          ) -> None:
+    """Refuse ``value`` unless it is a number in (0, inf): NaN, inf, bools and
+    non-positive numbers name ``field`` with ``allowed``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 < value < math.inf:
+        raise InputError(field, value, allowed)
+
+
 def parse_bytes(value: Any, field: str = "bytes") -> int:
     """'24 GiB' → 25769803776; '512 MB' → 512000000; 1024 → 1024 (already bytes)."""
     if isinstance(value, bool):

@@ -27,6 +27,7 @@ import zlib
 
 import numpy as np
 
+from kvsim.config.units import check_finite_positive
 from kvsim.errors import InputError, capacity_hint
 from kvsim.workload.preset import HouseholdPreset, KindSpec, MemberSpec
 from kvsim.workload.schema import ReferenceEvent, Session, Turn
@@ -47,8 +48,7 @@ def generate(preset: HouseholdPreset, days: float, seed: int,
     Sessions are sorted by first ``start_s`` (ties by ``session_id``).  ``field`` is how
     an error names ``days``.
     """
-    if isinstance(days, bool) or not 0 < days < math.inf:
-        raise InputError(field, days, "must be a finite number > 0")
+    check_finite_positive(field, days, "must be a finite number > 0")
     check_days(preset, days, field)
     if not (isinstance(seed, (int, np.integer)) and seed >= 0):
         raise InputError("seed", seed, "a non-negative integer")
