@@ -25,16 +25,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+from kvsim.config.units import FrozenModel
+
 M = Field  # shorthand below; every multiplier is validated in [0, 1]
 
 
-class ContentMultipliers(BaseModel):
+class ContentMultipliers(FrozenModel):
     """Score multipliers of one content class (kv-policies.md §6.4)."""
 
-    model_config = _FROZEN
     degraded_4bit: float = M(0.97, ge=0, le=1, description="4-8 bit grouped (q4_0, q5_x, KIVI-4)")
     degraded_3bit: float = M(0.95, ge=0, le=1, description="~3 bit")
     degraded_2bit: float = M(0.70, ge=0, le=1, description="2-bit grouped (KIVI-2)")
@@ -56,10 +56,9 @@ RANGES: dict[str, dict[str, tuple[float, float]]] = {
 P_HIT_RANGE = (0.80, 0.99)
 
 
-class AccuracyConfig(BaseModel):
+class AccuracyConfig(FrozenModel):
     """Editable accuracy-proxy multipliers (scenario key ``accuracy``)."""
 
-    model_config = _FROZEN
     exact: ContentMultipliers = Field(default_factory=ContentMultipliers)
     gist: ContentMultipliers = Field(default_factory=lambda: ContentMultipliers(
         degraded_4bit=0.99, degraded_3bit=0.98, degraded_2bit=0.98, lost=0.90, lost_deep=0.65,

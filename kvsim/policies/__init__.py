@@ -9,6 +9,10 @@ list is validated against):
 - offload: ``idle_offload`` (slot engines), ``host_kv_cache`` (paged engines)
   (kvsim.policies.offload)
 
+Every config derives from :class:`kvsim.config.units.FrozenModel` (unknown keys, true/false
+for a number and .inf/.nan are refused); an error names the key as written,
+``policies.0.budget_tokens`` (:func:`_user_path` drops pydantic's union tag).
+
 Which kinds apply to which engine family: :data:`SLOT_KINDS`, :data:`PAGED_KINDS`
 (kvsim.policies.build refuses the others with a one-line error).
 
@@ -20,10 +24,11 @@ hook), :mod:`kvsim.policies.recall` (reference scoring, promotion) and
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
+from kvsim.errors import from_validation_error
 from kvsim.policies.eviction import (
     RecoverableEvictionConfig,
     ScoreEvictionConfig,
@@ -35,9 +40,36 @@ from kvsim.policies.quantization import KiviConfig
 REGISTRY = {c.model_fields["kind"].default: c for c in (
     KiviConfig, SlidingWindowConfig, ScoreEvictionConfig, RecoverableEvictionConfig,
     IdleOffloadConfig, HostKVCacheConfig)}
+
+
+class _Untagged:
+    """A ValidationError's errors without the union tag pydantic puts in their path."""
+
+    def __init__(self, exc: ValidationError, tag: Any) -> None:
+        self._errors: list[Any] = [
+            {**e, "loc": e["loc"][1:]} if e["loc"][:1] == (tag,) else e for e in exc.errors()]
+
+    def errors(self) -> list[Any]:
+        return self._errors
+
+
+def _user_path(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate one policy mapping; an error names the key the user wrote
+    (``policies.0.budget_tokens``), not pydantic's ``policies.0.score_eviction.budget_tokens``."""
+    if not isinstance(value, dict):
+        return handler(value)
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        raise from_validation_error(_Untagged(exc, value.get("kind"))) from None
+
+
 PolicyConfig = Annotated[
-    KiviConfig | SlidingWindowConfig | ScoreEvictionConfig | RecoverableEvictionConfig
-    | IdleOffloadConfig | HostKVCacheConfig, Field(discriminator="kind")]
+    Annotated[KiviConfig | SlidingWindowConfig | ScoreEvictionConfig
+              | RecoverableEvictionConfig | IdleOffloadConfig | HostKVCacheConfig,
+              Field(discriminator="kind")],
+    WrapValidator(_user_path)]
+
 EVICTION_KINDS = ("kivi", "sliding_window", "score_eviction", "recoverable_eviction")
 SLOT_KINDS = (*EVICTION_KINDS, "idle_offload")
 PAGED_KINDS = ("host_kv_cache",)

@@ -38,7 +38,7 @@ def _bytes_per_token(sched: Any) -> int:
 
 
 def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, float]:
-    field = f"policies[{i}]"
+    field = f"policies.{i}"
     recent = pol.keep_recent()
     if recent + pol.sink_tokens >= cap or getattr(pol, "budget_tokens", 0) >= cap:
         size = getattr(pol, "window_tokens", getattr(pol, "budget_tokens", recent))
@@ -64,17 +64,17 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
 def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
     for i, p in enumerate(pols):
         if slot_engine and p.kind not in SLOT_KINDS:
-            raise InputError(f"policies[{i}].kind", p.kind, f"on {engine.preset} (slot "
+            raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (slot "
                              f"engines) one of {', '.join(SLOT_KINDS)}; host_kv_cache is "
                              "the vllm / sglang host tier (use idle_offload / cache_ram)")
         if not slot_engine and p.kind not in PAGED_KINDS:
-            raise InputError(f"policies[{i}].kind", p.kind, f"on {engine.preset} (paged) one "
+            raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (paged) one "
                              f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
                              "llama.cpp / ollama slot engines")
     seen = [p.kind for p in pols]
     for kind in ("idle_offload", "host_kv_cache"):
         if seen.count(kind) > 1:
-            raise InputError(f"policies[{len(seen) - 1 - seen[::-1].index(kind)}].kind", kind,
+            raise InputError(f"policies.{len(seen) - 1 - seen[::-1].index(kind)}.kind", kind,
                              f"one {kind} per scenario")
 
 
@@ -82,18 +82,18 @@ def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any
     """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
     if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
-        raise InputError(f"policies[{i}].kind", pol.kind,  # pool sizing may not
+        raise InputError(f"policies.{i}.kind", pol.kind,  # pool sizing may not
                          "no hybrid KV cache groups: vLLM turns its hybrid manager off "
                          "with a KV connector (engine.disable_hybrid_kv_cache_manager)")
     if sched.link is None:
-        raise InputError(f"policies[{i}].kind", pol.kind, f"a host KV tier needs host memory "
+        raise InputError(f"policies.{i}.kind", pol.kind, f"a host KV tier needs host memory "
                          f"over PCIe; {host.name} shares memory with the GPU (no host tier)")
     budget = pol.host_budget_bytes
     if budget is None:
         budget = int(pol.hicache_ratio * sched.pool.num_blocks * sched.block_bytes) \
             if engine.preset == "sglang" else LMCACHE_CPU_BYTES
     if budget < sched.block_bytes or budget > host.memory_bytes:
-        raise InputError(f"policies[{i}].host_budget_bytes", budget, f"between one block "
+        raise InputError(f"policies.{i}.host_budget_bytes", budget, f"between one block "
                          f"({sched.block_bytes} bytes) and the host's memory "
                          f"({host.memory_bytes} bytes)")
     sched.host = HostBlockPool(budget // sched.block_bytes, sched.block_bytes)
@@ -113,7 +113,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
     _check_family(pols, engine, slot_engine)
     evicts = [(i, p) for i, p in enumerate(pols) if p.kind in EVICTION_KINDS]
     if len(evicts) > 1:
-        raise InputError(f"policies[{evicts[1][0]}].kind", evicts[1][1].kind,
+        raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
     offloads = [(i, p) for i, p in enumerate(pols) if p.kind == "idle_offload"]
     host = scenario.host
@@ -137,7 +137,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
             budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
                 else int(host.memory_bytes * HOST_KV_FRACTION)
         if budget <= 0:
-            raise InputError(f"policies[{offloads[0][0]}].host_budget_bytes", budget,
+            raise InputError(f"policies.{offloads[0][0]}.host_budget_bytes", budget,
                              "idle offload needs host memory: a budget > 0 (engine "
                              "cache_ram_bytes is 0, i.e. --cache-ram 0)")
         sched.ram.limit_bytes = min(budget, host.memory_bytes)

@@ -31,13 +31,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+from kvsim.config.units import FrozenModel
 
 
-class _Pinned(BaseModel):
-    model_config = _FROZEN
+class _Pinned(FrozenModel):
     sink_tokens: int = Field(4, ge=0, description="attention sinks kept (StreamingLLM: 4)")
     pin_system_prompt: bool = Field(True, description="never evict the system prompt")
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")

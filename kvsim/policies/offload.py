@@ -21,15 +21,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from kvsim.config.units import Bytes, Seconds
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+from kvsim.config.units import Bytes, FrozenModel, Seconds
 
 
-class IdleOffloadConfig(BaseModel):
-    model_config = _FROZEN
+class IdleOffloadConfig(FrozenModel):
     kind: Literal["idle_offload"] = "idle_offload"
     idle_after_s: Seconds = Field(10.0, ge=0, description="offload a slot idle this long")
     mode: Literal["offload", "drop"] = "offload"
@@ -37,7 +34,7 @@ class IdleOffloadConfig(BaseModel):
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
 
 
-class HostKVCacheConfig(BaseModel):
+class HostKVCacheConfig(FrozenModel):
     """A host-RAM tier under a paged engine's prefix cache (kvsim.core.kv.host_pool).
 
     vLLM ``--kv-offloading-size`` (native CPU pool, LRU) or LMCache's local CPU
@@ -50,7 +47,6 @@ class HostKVCacheConfig(BaseModel):
     tokens would; ``always`` loads every hit.
     """
 
-    model_config = _FROZEN
     kind: Literal["host_kv_cache"] = "host_kv_cache"
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
     hicache_ratio: float = Field(2.0, gt=0, description="SGLang: host pool / device pool")

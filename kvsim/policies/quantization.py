@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+from kvsim.config.units import FrozenModel
 
 _BITS = {"f32": 32, "f16": 16, "bf16": 16, "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8,
          "q8_0": 8, "exl2_q8": 8, "mlx_8bit": 8, "q5_0": 5, "q5_1": 5, "q4_0": 4, "q4_1": 4,
@@ -37,10 +37,9 @@ def nominal_bits(cache_type_k: str, cache_type_v: str | None = None) -> float:
     return float(min(_BITS.get(k, 16), _BITS.get(v, 16)))
 
 
-class KiviConfig(BaseModel):
+class KiviConfig(FrozenModel):
     """KIVI: quantize tokens older than a full-precision residual window."""
 
-    model_config = _FROZEN
     kind: Literal["kivi"] = "kivi"
     bits: Literal[2, 4] = 2
     group_tokens: int = Field(32, gt=0, description="G: tokens per quantization group")

@@ -17,7 +17,7 @@ BASE = ["simulate", "quickstart", "--set", "workload.max_sessions=2"]
     (["accuracy.p_hit=-0.2"], "p_hit"),
     (["policies=[{kind: idle_offload, host_budget_bytes: 0}]"], "host_budget_bytes"),
     (["engine.cache_ram_bytes=0", "policies=[{kind: idle_offload}]"], "host memory"),
-    (["host=apple-m4-max-128gb", "policies=[{kind: idle_offload}]"], "no host tier"),
+    (["gpu=apple-m4-max", "policies=[{kind: idle_offload}]"], "no host tier"),
     (["engine={preset: vllm, context_tokens: 16384}", "policies=[{kind: idle_offload}]"],
          "slot engines"),
     (["policies=[{kind: teleport}]"], "teleport"),

@@ -200,7 +200,7 @@ VLLM_16K, SGLANG_16K = ("engine={preset: vllm, context_tokens: 16384}",
     ([VLLM_16K, "policies=[{kind: sliding_window, window_tokens: 512}]"], "slot engines"),
     (["policies=[{kind: host_kv_cache}]"], "host_kv_cache"),
     ([VLLM_16K, "engine.preemption_mode=swap"], "swap_space_bytes"),
-    ([SGLANG_16K, "host=apple-m4-max-128gb", "policies=[{kind: host_kv_cache}]"],
+    ([SGLANG_16K, "gpu=strix-halo", "policies=[{kind: host_kv_cache}]"],
      "no host tier"),
 ])
 def test_policy_engine_family_errors_are_one_line(sets, field) -> None:
