@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -64,13 +66,27 @@ from kvsim.calibrate.engine_samples import (
     PrefillSample,
     engine_artifact,
 )
-from kvsim.calibrate.wire import StreamResult, TokenSpace, check_server, llama_body, parse_event
+from kvsim.calibrate.wire import (
+    LLAMA_CPP_CACHE_TYPES,
+    StreamResult,
+    TokenSpace,
+    check_server,
+    llama_body,
+    parse_event,
+)
 from kvsim.config.specs import LinkSpec
 from kvsim.errors import InputError
 
 
 @dataclass(frozen=True)
 class EngineGrid:
+    """The points :func:`measure_engine` visits and how often.
+
+    Every field is checked on construction (before anything connects); a bad one is an
+    :class:`InputError` named by the ``kvsim calibrate engine`` flag that sets it, or
+    by the field's own name where no flag does.
+    """
+
     prompt_tokens: tuple[int, ...] = (32, 128, 512)
     contexts: tuple[int, ...] = (0, 512, 1536)
     batches: tuple[int, ...] = (1, 2, 4)
@@ -86,6 +102,39 @@ class EngineGrid:
     # slower per-row path for shorter ubatches: such prompts get their own attention
     # coefficient.  Keep prompt sizes on both sides of it in the grid.
     small_chunk_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        for name, flag, least in (("prompt_tokens", "--prompts", 1),
+                                  ("contexts", "--contexts", 0), ("batches", "--batches", 1)):
+            object.__setattr__(self, name, _sizes(flag, getattr(self, name), least))
+        # NOTE: the first token comes out of the prompt step: 2 tokens give 1 decode step
+        for flag, value, least in (("--decode-tokens", self.decode_tokens, 2),
+                                   ("--repeats", self.repeats, 1),
+                                   ("--decode-repeats", self.decode_repeats, 1),
+                                   ("n_batch", self.n_batch, 1),
+                                   ("--small-chunk-tokens", self.small_chunk_tokens, 0)):
+            if not _is_int(value) or value < least:
+                raise InputError(flag, value, f"an integer >= {least}")
+        if self.cache_type not in LLAMA_CPP_CACHE_TYPES:
+            raise InputError("--cache-type", self.cache_type, "the server's -ctk, one of "
+                             + ", ".join(LLAMA_CPP_CACHE_TYPES))
+        if isinstance(self.idle_s, bool) or not isinstance(self.idle_s, int | float) \
+                or not 0 <= self.idle_s < math.inf:
+            raise InputError("idle_s", self.idle_s, "a finite number of seconds >= 0")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _sizes(field: str, values: object, least: int) -> tuple[int, ...]:
+    """``values`` as a tuple of integers >= ``least``; empty, or any other, is refused."""
+    allowed = f"one or more integers >= {least}"
+    if not isinstance(values, tuple | list) or not values:
+        raise InputError(field, values, allowed)
+    if not all(_is_int(v) and v >= least for v in values):
+        raise InputError(field, values, allowed)
+    return tuple(int(v) for v in values)
 
 
 class _Prober:

@@ -105,18 +105,10 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
            decode_repeats: int, small_chunk_tokens: int, output: str) -> None:
     """Fit a running llama-server's prefill, decode and batch costs (streamed requests)."""
     from kvsim.calibrate.engine import EngineGrid, calibrate_engine
-    from kvsim.calibrate.wire import LLAMA_CPP_CACHE_TYPES, server_url
+    from kvsim.calibrate.wire import server_url
 
     url = server_url(url)
-    if cache_type not in LLAMA_CPP_CACHE_TYPES:
-        raise InputError("--cache-type", cache_type, "the server's -ctk, one of "
-                         + ", ".join(LLAMA_CPP_CACHE_TYPES))
-    if decode_tokens < 2 or repeats <= 0 or decode_repeats <= 0:
-        raise InputError("--decode-tokens/--repeats/--decode-repeats",
-                         (decode_tokens, repeats, decode_repeats),
-                         "decode tokens >= 2, repeats >= 1 and decode repeats >= 1")
-    if small_chunk_tokens < 0:
-        raise InputError("--small-chunk-tokens", small_chunk_tokens, "an integer >= 0")
+    # NOTE: EngineGrid checks its own fields (cache type, counts, repeats), named by flag
     grid = EngineGrid(prompt_tokens=_ints(prompts, "--prompts"),
                       contexts=_ints(contexts, "--contexts", minimum=0),
                       batches=_ints(batches, "--batches"), decode_tokens=decode_tokens,

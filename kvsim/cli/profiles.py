@@ -6,7 +6,6 @@ turns a local ``config.json`` or GGUF header into a model profile YAML.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -175,40 +174,6 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-# config.json sizes the importer reads: each must be a positive integer when present
-# (NOTE: the importer reads ``value or default``, so a 0 would silently become the
-# default, and a string or fraction would crash or be truncated)
-HF_SIZES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "d_model", "n_embd",
-            "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "vocab_size",
-            "max_position_embeddings", "n_positions", "intermediate_size",
-            "moe_intermediate_size")
-
-
-def check_hf_sizes(path: Path) -> None:
-    """Refuse a config.json whose sizes are not positive integers, or whose KV heads do
-    not divide the attention heads; anything else (a GGUF file, unreadable JSON) is
-    left to the importer, which names it."""
-    p = path / "config.json" if path.is_dir() else path
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if not isinstance(raw, dict):
-        return
-    text = raw.get("text_config")
-    cfg = {**raw, **text} if isinstance(text, dict) else raw
-    where = f"config.json '{p.name}'"
-    for key in HF_SIZES:
-        v = cfg.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise InputError(f"{where}.{key}", v, "a positive integer")
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
-    kv = cfg.get("num_key_value_heads")
-    if heads and kv and heads % kv:
-        raise InputError(f"{where}.num_key_value_heads", kv, f"a divisor of num_attention_heads "
-                         f"({heads}): each KV head serves a whole group of query heads")
-
-
 @profiles.command("import")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -225,7 +190,6 @@ def import_cmd(path: Path, output: Path | None, name: str | None) -> None:
         name = slugify(name)
     if output is not None:
         check_output("--output", output, folder=False)
-    check_hf_sizes(path)
     spec = import_model(path, name)
     text = profile_yaml(spec)
     geo = kv_geometry(spec, "f16", "f16", state_dtype="f16")

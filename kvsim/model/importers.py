@@ -74,6 +74,33 @@ def _build(data: dict[str, Any], where: str) -> ModelSpec:
 # ---------------------------------------------------------------- config.json
 
 
+# config.json sizes the importer reads: each must be a positive integer when present
+# (NOTE: the importer reads ``value or default``, so a 0 would silently become the
+# default, and a string or fraction would crash or be truncated)
+HF_SIZES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "d_model", "n_embd",
+            "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "vocab_size",
+            "max_position_embeddings", "n_positions", "intermediate_size",
+            "moe_intermediate_size")
+
+
+def check_hf_sizes(cfg: dict[str, Any], where: str) -> None:
+    """Refuse a config whose sizes (:data:`HF_SIZES`) are not positive integers, or whose
+    KV heads do not divide the attention heads, before any of them is used.
+
+    ``cfg`` is the config.json object with its ``text_config`` merged in; ``where``
+    names the file in the error (``config.json 'NAME'``).
+    """
+    for key in HF_SIZES:
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise InputError(f"{where}.{key}", v, "a positive integer")
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    kv = cfg.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        raise InputError(f"{where}.num_key_value_heads", kv, f"a divisor of num_attention_heads "
+                         f"({heads}): each KV head serves a whole group of query heads")
+
+
 def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
     for k in keys:
         if cfg.get(k) is not None:
@@ -140,7 +167,8 @@ def _hf_params(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd
 
 
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
-    """A :class:`ModelSpec` from a local HF ``config.json``."""
+    """A :class:`ModelSpec` from a local HF ``config.json`` (its sizes checked by
+    :func:`check_hf_sizes` before any is used)."""
     p = Path(path)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
@@ -153,6 +181,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
     cfg = {**raw, **raw.get("text_config", {})} if isinstance(raw.get("text_config"), dict) \
         else raw
     where = f"config.json '{p.name}'"
+    check_hf_sizes(cfg, where)
     mtype = str(cfg.get("model_type", ""))
     n = int(_need(cfg, ("num_hidden_layers", "n_layer", "num_layers"), where))
     hidden = int(_need(cfg, ("hidden_size", "d_model", "n_embd"), where))

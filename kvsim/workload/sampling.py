@@ -12,10 +12,13 @@ NOTE: every function returns sessions sorted by first ``start_s`` (ties by id).
 from __future__ import annotations
 
 import heapq
+import math
+import sys
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from kvsim.config.units import check_finite_positive
 from kvsim.errors import InputError
 from kvsim.workload.schema import Session, Turn
 
@@ -90,9 +93,71 @@ def scale_time(sessions: Iterable[Session], factor: float) -> Iterator[Session]:
         yield s.model_copy(update={"turns": turns})
 
 
+RATE_ALLOWED = "a finite number > 0 (requests per second)"
+
+
+def arrival_times_s(session: Session) -> list[float]:
+    """Each turn's earliest arrival, as the simulator and a replay submit it.
+
+    An open-loop turn arrives at its own absolute ``start_s`` (never before the turn
+    ahead of it: a session submits its turns in order); a closed-loop turn ``think_s``
+    after the previous arrival (answers taken as instant: the earliest it can come).
+    """
+    out: list[float] = []
+    for turn in session.turns:
+        prev = out[-1] if out else 0.0
+        out.append(max(turn.start_s, prev) if turn.start_s is not None
+                   else prev + turn.think_s)
+    return out
+
+
+def arrival_rate(sessions: list[Session]) -> float:
+    """Requests per second over the span of every turn's earliest arrival
+    (:func:`arrival_times_s`); ``inf`` when they all fall at one instant."""
+    arrivals = [arrival_times_s(s) for s in sessions]
+    span = max(a[-1] for a in arrivals) - min(a[0] for a in arrivals) if arrivals else 0.0
+    return sum(len(a) for a in arrivals) / span if span > 0 else math.inf
+
+
+def _start_rate(sessions: list[Session]) -> float:
+    """Requests per second over the span of every absolute ``start_s`` — the times
+    :func:`scale_time` scales (first turns, and open-loop turns); 0 if one instant."""
+    starts = [t.start_s for s in sessions for t in s.turns if t.start_s is not None]
+    span = max(starts) - min(starts) if starts else 0.0
+    return sum(len(s.turns) for s in sessions) / span if span > 0 else 0.0
+
+
 def scale_to_rate(sessions: list[Session], rate: float) -> list[Session]:
-    """Scale time so the request rate (:func:`request_rate`) becomes ``rate``."""
-    current = request_rate(sessions)
-    if not rate > 0 or current == 0:
-        raise InputError("--scale-to-rate", rate, "must be > 0 (and the trace must span time)")
-    return list(scale_time(sessions, current / rate))
+    """Scale time so the trace's requests arrive at ``rate`` per second.
+
+    Only absolute ``start_s`` scale, so the factor comes from their span: the first
+    turns' (:func:`request_rate`) in a closed-loop trace, every turn's in an open-loop
+    one.  Think times stay, so a closed-loop trace may not get there: a rate the
+    scaled trace misses by 2x or more (:func:`arrival_rate`) is refused.
+    """
+    check_finite_positive("--scale-to-rate", rate, RATE_ALLOWED)
+    current = _start_rate(sessions)
+    if current == 0:
+        raise InputError("--scale-to-rate", rate, "the trace's arrival times (start_s) all "
+                         "fall at one instant: there is no span to scale")
+    factor = current / rate
+    if not factor < math.inf:
+        raise InputError("--scale-to-rate", rate, f"too low for this trace's {current:.6g} "
+                         "requests/s: the scaled arrival times overflow")
+    scaled = list(scale_time(sessions, max(factor, sys.float_info.min)))
+    check_rate_reached(scaled, rate)
+    return scaled
+
+
+def check_rate_reached(sessions: list[Session], rate: float) -> None:
+    """Refuse a target ``rate`` the (scaled) ``sessions`` miss by 2x or more; the
+    message says how far the trace can go with every ``start_s`` scaled to 0."""
+    got = arrival_rate(sessions)
+    if got < 0.5 * rate:
+        at_zero = [s.model_copy(update={"turns": tuple(
+            t if t.start_s is None else t.model_copy(update={"start_s": 0.0})
+            for t in s.turns)}) for s in sessions]
+        best = arrival_rate(at_zero)
+        raise InputError("--scale-to-rate", rate, f"not reachable: the requests arrive at "
+                         f"about {got:.3g}/s (think times within a session are not scaled; "
+                         f"this sample reaches at most ~{best:.3g}/s)")

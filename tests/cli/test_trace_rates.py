@@ -49,5 +49,26 @@ def test_inspect_service_rates(day, kvsim_cli, flag, value):
                                                             "both")])
 def test_sessions_or_rate_exactly_one(tmp_path, day, kvsim_cli, args, value):
     rc, err, _ = kvsim_cli("trace", "sample", day, *args, "-o", tmp_path / "s.jsonl")
-    assert (rc, err) == (2, f"error: --sessions / --rate: '{value}' — give exactly one of "
-                            "--sessions or --rate")
+    assert (rc, err) == (2, (f"error: --sessions / --rate: '{value}' — give exactly one of "
+                             "--sessions or --rate"))
+
+
+def test_an_open_loop_trace_reaches_the_rate(tmp_path, kvsim_cli):
+    """Open-loop turns arrive at their own start_s: a reaches 0, 50, 200 s, b 100 s —
+    4 requests over 200 s — so 0.04/s halves every start_s (the first turns alone,
+    4 over 100 s, would read as 0.04/s already and leave the trace as it is)."""
+    from kvsim.workload.io import iter_sessions, write_trace
+    from kvsim.workload.schema import Session, TraceMeta, Turn
+
+    def session(sid, *starts):
+        return Session(session_id=sid, history="none", turns=tuple(
+            Turn(start_s=s, input_tokens=5, output_tokens=1) for s in starts))
+
+    src, out = tmp_path / "open.jsonl", tmp_path / "s.jsonl"
+    write_trace(src, [session("a", 0.0, 50.0, 200.0), session("b", 100.0)],
+                TraceMeta(source="test"))
+    rc, err, _ = kvsim_cli("trace", "sample", src, "--sessions", "2", "--scale-to-rate",
+                           "0.04", "-o", out)
+    assert (rc, err) == (0, "")
+    assert [[t.start_s for t in s.turns] for s in iter_sessions(out)] == [[0.0, 25.0, 100.0],
+                                                                          [50.0]]
