@@ -19,7 +19,13 @@ from typing import Any
 
 import click
 
-from kvsim.config.catalog import load_gpu, load_host, load_model
+from kvsim.config.catalog import (
+    check_host_matches,
+    load_gpu,
+    load_host,
+    load_model,
+    unified_host,
+)
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.errors import InputError, unknown_name
 from kvsim.model.weights import weight_format, weight_format_names
@@ -114,6 +120,22 @@ def _check_kv_types(engine: str, *flag_types: tuple[str, str | None]) -> None:
         if t is not None and t not in supported:
             raise InputError(flag, t, f"not supported by {engine}; allowed: "
                              + ", ".join(supported))
+
+
+def _fit_host(gpu: Any, host_name: str | None) -> tuple[Any, list[str]]:
+    """The host whose RAM is checked, and a note when it was not named: ``--host`` as
+    named (refused when its memory kind contradicts the GPU's); unset, the GPU's own
+    memory on a unified-memory machine, else none (not checked)."""
+    if host_name is not None:
+        host = load_host(host_name)
+        check_host_matches(gpu, host, "--host")
+        return host, []
+    if not gpu.unified_memory:
+        return None, []
+    host = unified_host(gpu)
+    note = (f"host: {host.name}, the GPU's own {format_bytes(host.memory_bytes)} of unified "
+            "memory (no separate host RAM; --host unset)")
+    return host, [note]
 
 
 def _verdict(b: Any) -> str:
@@ -250,7 +272,8 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               help="CUDA context and driver reserve")
 @click.option("--host", "host_name", default=None,
               help="host profile (kvsim profiles list hosts) whose RAM must hold the KV "
-              "left on the CPU; unset, not checked")
+              "left on the CPU; unset, the GPU's own memory on a unified-memory GPU, "
+              "else not checked")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
         parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
@@ -279,6 +302,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     reserves = {"driver_reserve_bytes": parse_bytes(driver_reserve, "--driver-reserve"),
                 "display_reserve_bytes": parse_bytes(display_reserve, "--display-reserve")}
     g = load_gpu(gpu)
+    host, host_notes = _fit_host(g, host_name)
     m = load_model(model_name)
     weight_format(weights, "--weights")
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
@@ -287,8 +311,9 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                                flash_attn, ngl, gpu_util, hybrid_kv)
     eng = engine_for_gpu(spec, g, m)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
-    if host_name is not None:
-        check_host_memory(b, load_host(host_name), eng.context_tokens, "--context")
+    notes = host_notes + notes
+    if host is not None:
+        check_host_memory(b, host, eng.context_tokens, "--context")
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
     max_par = max_parallel_at(g, m, weights, eng, **reserves)
     # NOTE: nothing fits at the line: no fraction to print

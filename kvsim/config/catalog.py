@@ -23,7 +23,8 @@ from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.errors import InputError, from_validation_error, unknown_name
 
 DEFAULT_HOST = "desktop-64gb"
-"""The host a scenario (or ``kvsim fit``) assumes when it names none."""
+"""The host a scenario assumes when it names none and its GPU is a discrete card (a
+unified-memory GPU gets :func:`unified_host`; see :func:`default_host`)."""
 KINDS = ("gpus", "models", "links", "hosts", "engines")
 _SPEC_BY_KIND: dict[str, type[BaseModel]] = {
     "gpus": GpuSpec, "models": ModelSpec, "links": LinkSpec, "hosts": HostSpec,
@@ -121,3 +122,52 @@ def bundled_path(kind: str, name: str, field: str | None = None) -> Path:
                                also="or a path to a scenario .yaml file")
         raise unknown_name(field or "preset", name, list_bundled(kind))
     return p
+
+
+def unified_host(gpu: GpuSpec) -> HostSpec:
+    """The host of a unified-memory machine: the GPU's own memory, nothing else.
+
+    Memory and bandwidth are the GPU profile's (CPU and GPU share one DRAM, with no
+    PCIe hop: hardware-and-models.md §3), so a user's own GPU YAML gets its host too;
+    ``cpu_flops`` is the catalogue's planning estimate, which every shipped host carries
+    (read from :data:`DEFAULT_HOST`, not retyped).  For a shipped unified GPU the
+    numbers equal its shipped host profile's (e.g. dgx-spark → dgx-spark-128gb)."""
+    return HostSpec(
+        name=f"{gpu.name}-unified",
+        display_name=f"{gpu.display_name}: unified memory",
+        memory_bytes=gpu.memory_bytes,
+        memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+        cpu_flops=load_host(DEFAULT_HOST).cpu_flops,
+        unified_with_gpu=True,
+        source=f"gpu profile '{gpu.name}' (memory, bandwidth): {gpu.source}; cpu_flops: "
+               f"host profile '{DEFAULT_HOST}' (planning estimate)",
+        notes="Derived: no host was named and the GPU has unified memory, so the host is "
+              "the GPU's own memory (no separate RAM, no host tier over PCIe).")
+
+
+def default_host(gpu: GpuSpec) -> HostSpec:
+    """The host assumed when none is named: the GPU's own memory on a unified-memory
+    machine (:func:`unified_host`), else the :data:`DEFAULT_HOST` desktop."""
+    return unified_host(gpu) if gpu.unified_memory else load_host(DEFAULT_HOST)
+
+
+def check_host_matches(gpu: GpuSpec, host: HostSpec, field: str = "host") -> None:
+    """Refuse a host whose memory kind contradicts the GPU's: a unified-memory GPU has no
+    separate RAM, and a unified host's memory is its own SoC GPU's, not a discrete
+    card's (either way the host RAM check and the host tier would model a machine that
+    does not exist)."""
+    if host.unified_with_gpu == gpu.unified_memory:
+        return
+    same_kind = [n for n in list_names("hosts")
+                 if load_host(n).unified_with_gpu == gpu.unified_memory]
+    if gpu.unified_memory:
+        why = (f"a host with unified_with_gpu: true ({gpu.name} has unified memory: its host "
+               "RAM is the GPU's own memory)")
+        unset = "leave it unset (the GPU's own memory)"
+    else:
+        why = (f"a host with unified_with_gpu: false ({gpu.name} is a discrete card; a "
+               "unified host's memory is its own SoC GPU's, not this card's over PCIe: no "
+               "host tier)")
+        unset = "leave it unset"
+    raise InputError(field, host.name, f"{why}: one of {', '.join(same_kind)}, or {unset}")
+

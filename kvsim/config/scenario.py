@@ -9,7 +9,8 @@ their result store on).
 
 NOTE: the hash covers the resolved configuration, not the file it came from —
 two YAML files that resolve to the same scenario share a hash; ``name`` and
-``description`` are labels and do not enter it.
+``description`` are labels and do not enter it, nor does ``host_default`` (whether the
+host was named; the host it resolved to does).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvsim.config.catalog import (
-    DEFAULT_HOST,
     bundled_path,
+    check_host_matches,
+    default_host,
     load_gpu,
     load_host,
     load_link,
@@ -119,6 +121,10 @@ class Scenario(FrozenModel):
     engine: EngineConfig
     link: LinkSpec | None = None
     host: HostSpec
+    host_default: bool = Field(
+        False, description="true when the scenario named no host: the host is then the "
+        "GPU's own memory on a unified-memory machine, else DEFAULT_HOST, and it follows "
+        "the GPU when the scenario is resolved again on another card")
     driver_reserve_bytes: Bytes = Field(400 * 2**20, ge=0, description="CUDA context etc.")
     display_reserve_bytes: Bytes = Field(0, ge=0, description="desktop / other processes")
     workload: WorkloadConfig
@@ -140,10 +146,9 @@ class Scenario(FrozenModel):
     @model_validator(mode="after")
     def _check(self) -> Scenario:
         _check_reserves(self)
+        check_host_matches(self.gpu, self.host)
         _check_host_swap(self)
         return self
-
-
 
 
 def _check_reserves(s: Scenario) -> None:
@@ -197,6 +202,19 @@ def _resolve_named(raw: dict[str, Any], key: str, loader: Any) -> Any:
     return loader(value) if isinstance(value, str) else value
 
 
+def _resolve_host(data: dict[str, Any], gpu: Any) -> dict[str, Any]:
+    """``host`` and ``host_default``: a named (or inline) host as given; none named, the
+    GPU's default (kvsim.config.catalog.default_host).  A resolved scenario dumped with
+    ``host_default: true`` gets its host again from its (maybe changed) GPU, so a card
+    swapped in (``kvsim compare --gpus``) brings its own memory; naming a host pins it."""
+    host = data.get("host")
+    if host is None or (isinstance(host, dict) and data.get("host_default") is True):
+        if not isinstance(gpu, GpuSpec):
+            return {"host_default": True}  # NOTE: the GPU's own error comes first
+        return {"host": default_host(gpu), "host_default": True}
+    return {"host": _resolve_named(data, "host", load_host), "host_default": False}
+
+
 def _validated(value: Any, spec: type[BaseModel], field: str) -> Any:
     """An inline profile (a mapping) as its spec; a loaded one as it is."""
     if not isinstance(value, dict):
@@ -215,9 +233,8 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
             raise InputError(key, None, f"a scenario needs '{key}'")
     data["gpu"] = _resolve_named(data, "gpu", load_gpu)
     data["model"] = _resolve_named(data, "model", load_model)
-    data["host"] = _resolve_named(data, "host", load_host) if "host" in data else load_host(
-        DEFAULT_HOST)
     gpu = data["gpu"] = _validated(data["gpu"], GpuSpec, "gpu")
+    data.update(_resolve_host(data, gpu))
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
     model = data["model"] = _validated(data["model"], ModelSpec, "model")
@@ -269,6 +286,6 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> Scenario:
 
 def scenario_hash(s: Scenario) -> str:
     """Stable sha256 (hex, 16 chars) of the resolved scenario without its labels."""
-    doc = s.model_dump(mode="json", exclude={"name", "description"})
+    doc = s.model_dump(mode="json", exclude={"name", "description", "host_default"})
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
