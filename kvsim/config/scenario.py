@@ -169,7 +169,8 @@ def _check_host_swap(s: Scenario) -> None:
 
 
 def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """Apply ``dotted.key=value`` overrides (values parsed as YAML scalars)."""
+    """Apply ``dotted.key=value`` overrides (values parsed as YAML); a number indexes
+    a list the scenario already has (``policies.0.window_tokens=4096``)."""
     out = copy.deepcopy(raw)
     for item in sets:
         if "=" not in item:
@@ -182,19 +183,43 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             value = parse_yaml(text, "--set", item) if text.strip() else ""
         except InputError:
             value = text
-        node = out
-        for p in parts[:-1]:
-            child = node.get(p)
-            if isinstance(child, str) and p in ("engine",):
-                child = {"preset": child}
-            if child is None:
-                child = {}
-            if not isinstance(child, dict):
-                raise InputError("--set", key, f"'{p}' is not a mapping in this scenario")
-            node[p] = child
-            node = child
-        node[parts[-1]] = value
+        node: Any = out
+        for p, below in zip(parts[:-1], parts[1:]):
+            node = _descend(node, p, below, key)
+        if isinstance(node, list):
+            node[_list_index(node, parts[-1], key)] = value
+        else:
+            node[parts[-1]] = value
     return out
+
+
+def _descend(node: dict[str, Any] | list[Any], p: str, below: str,
+             key: str) -> dict[str, Any] | list[Any]:
+    """The mapping or list at ``p`` under ``node``, ``below`` being the next key part (a
+    missing mapping is created; an engine named by preset becomes ``{preset: name}``)."""
+    if isinstance(node, list):
+        child = node[_list_index(node, p, key)]
+    else:
+        child = node.get(p)
+        if isinstance(child, str) and p == "engine":
+            child = {"preset": child}
+        if child is None and below.isdigit():
+            raise InputError("--set", key, f"'{p}' has no list in this scenario to index; "
+                             f"set the whole list ({p}=[...])")
+        if child is None:
+            child = {}
+        node[p] = child
+    if not isinstance(child, (dict, list)):
+        raise InputError("--set", key, f"'{p}' is not a mapping or list in this scenario")
+    return child
+
+
+def _list_index(node: list[Any], p: str, key: str) -> int:
+    if not p.isdigit() or int(p) >= len(node):
+        have = f"0..{len(node) - 1}" if node else "none: the list is empty"
+        raise InputError("--set", key, f"'{p}' must be an item number of the list there "
+                         f"({have}); set the whole list to add items")
+    return int(p)
 
 
 def _resolve_named(raw: dict[str, Any], key: str, loader: Any) -> Any:

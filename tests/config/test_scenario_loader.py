@@ -52,3 +52,34 @@ def test_apply_overrides_does_not_mutate():
     raw = {"engine": "vllm"}
     out = apply_overrides(raw, ["engine.block_tokens=32"])
     assert raw == {"engine": "vllm"} and out["engine"] == {"preset": "vllm", "block_tokens": 32}
+
+
+def test_apply_overrides_indexes_lists_the_scenario_has():
+    raw = {"policies": [{"kind": "kivi", "bits": 2},
+                        {"kind": "sliding_window", "window_tokens": 1024}]}
+    out = apply_overrides(raw, ["policies.1.window_tokens=4096", "policies.0={kind: kivi}"])
+    assert out["policies"] == [{"kind": "kivi"},
+                               {"kind": "sliding_window", "window_tokens": 4096}]
+    assert raw["policies"][1]["window_tokens"] == 1024
+
+
+@pytest.mark.parametrize("raw, item, message", [
+    ({"policies": [{"kind": "kivi"}]}, "policies.1.bits=4",
+     "--set: 'policies.1.bits' — '1' must be an item number of the list there (0..0); "
+     "set the whole list to add items"),
+    ({"policies": []}, "policies.0.bits=4",
+     "--set: 'policies.0.bits' — '0' must be an item number of the list there (none: the "
+     "list is empty); set the whole list to add items"),
+    ({"policies": [{"kind": "kivi"}]}, "policies.x.bits=4",
+     "--set: 'policies.x.bits' — 'x' must be an item number of the list there (0..0); "
+     "set the whole list to add items"),
+    ({}, "policies.0.bits=4",
+     "--set: 'policies.0.bits' — 'policies' has no list in this scenario to index; set the "
+     "whole list (policies=[...])"),
+    ({"policies": [4]}, "policies.0.bits=4",
+     "--set: 'policies.0.bits' — '0' is not a mapping or list in this scenario"),
+])
+def test_apply_overrides_refuses_what_the_list_lacks(raw, item, message):
+    with pytest.raises(InputError) as exc:
+        apply_overrides(raw, [item])
+    assert str(exc.value) == message
