@@ -199,6 +199,8 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
     (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1);
     with ``model``, the context the engine takes when none is set (module NOTE)."""
     given = _as_mapping(spec)
+    unset = {k for k, v in given.items() if v is None}  # NOTE: null = not set (resolve_engine)
+    given = {k: v for k, v in given.items() if k not in unset}
     preset = given.get("preset")
     fill: dict[str, Any] = {}
     if preset == "vllm" and gpu.memory_bytes >= 70 * 2**30 and "a100" not in gpu.name:
@@ -211,7 +213,7 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
             fill["context_tokens"] = model.max_context_tokens
         elif preset == "llama.cpp":  # §3.1: -c 0 = the training context; §3.6: --fit
             fill.update(context_tokens=model.max_context_tokens, fit_context=True)
-    merged = {**fill, **given}
+    merged = {**{k: None for k in unset - fill.keys()}, **fill, **given}
     if model is not None:
         _model_context_rule(merged, model)
     if preset == "ollama" and model is not None and any(
@@ -252,7 +254,9 @@ def engine_names() -> list[str]:
 def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngineConfig:
     """Preset defaults (YAML) + overrides → a validated engine config.
 
-    ``spec`` is a preset name or a mapping with a ``preset`` key and overrides.
+    ``spec`` is a preset name or a mapping with a ``preset`` key and overrides; an
+    override of ``None`` (YAML ``null``, ``--set engine.context_tokens=null``) keeps the
+    preset's value, or leaves the knob unset when the preset has none.
     """
     overrides = _as_mapping(spec)
     name = overrides.get("preset")
@@ -261,7 +265,9 @@ def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngine
     raw = dict(load_raw("engines", name))
     for meta in ("source", "display_name"):
         raw.pop(meta, None)
-    merged = {**raw, **overrides, "preset": raw.get("preset", name)}
+    # NOTE: a knob set to null is left as the preset has it (unset: the engine decides)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    merged = {**raw, **given, "preset": raw.get("preset", name)}
     model = PagedEngineConfig if merged.get("allocator", "paged") == "paged" else SlotEngineConfig
     if merged["preset"] in ("llama.cpp", "ollama"):
         model = SlotEngineConfig

@@ -38,3 +38,27 @@ def test_overrides_and_slot_tokens():
 def test_bad_engine_configs(spec, match):
     with pytest.raises(InputError, match=match):
         resolve_engine(spec)
+
+
+def test_a_null_knob_keeps_the_presets_value():
+    # ollama's preset sets num_ctx 4096 (engines.md §4.1); without a model, vLLM's preset
+    # has 32768 where it cannot know the model's maximum
+    assert resolve_engine({"preset": "ollama", "context_tokens": None}).context_tokens == 4096
+    assert resolve_engine({"preset": "vllm", "context_tokens": None}).context_tokens == 32768
+    with pytest.raises(InputError, match="engine.parallel: None — not a knob of the vllm"):
+        resolve_engine({"preset": "vllm", "parallel": None})
+
+
+def test_set_null_leaves_a_scenario_knob_unset():
+    from kvsim.config.scenario import load_scenario
+
+    # llama.cpp with no -c: the training context (llama-3.1-8b: 131072) that --fit
+    # shrinks toward what fits; the same as leaving the key out of the YAML
+    unset = load_scenario("quickstart", ["engine.context_tokens=null"]).engine
+    left_out = load_scenario("quickstart", ["engine={preset: llama.cpp, parallel: 4}"]).engine
+    assert unset == left_out and unset.fit_context
+    assert unset.context_tokens not in (4096, 16384)
+    vllm = load_scenario("quickstart", ["engine={preset: vllm, context_tokens: null}"]).engine
+    assert vllm.context_tokens == 131072  # the model's maximum (§1.1)
+    with pytest.raises(InputError, match="engine.parallel: None — not a knob of the vllm"):
+        load_scenario("quickstart", ["engine={preset: vllm, parallel: null}"])
