@@ -99,8 +99,8 @@ class PagedScheduler:
         self.policy.on_admit(req, now_s)
         # NOTE: vLLM starts when max_model_len fits all its blocks, the null block too
         # (kvsim.core.kv.block_pool): a request needing them all would wait forever
-        need = self.manager.least_peak_blocks(
-            min(req.prompt_tokens + req.max_output_tokens, self.max_model_len) - 1)
+        need = self.manager.least_peak_blocks(min(req.prompt_tokens + req.max_output_tokens,
+                                                  self.max_model_len) - 1, req, self.budget_tokens)
         if req.prompt_tokens >= self.max_model_len:
             why = FAIL_MAX_LEN, (f"prompt {req.prompt_tokens} tokens >= max_model_len "
                                  f"{self.max_model_len}")

@@ -30,6 +30,7 @@ the (step, request) points where a block is freed, taken or filled.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,11 +221,57 @@ class HybridKVCacheManager(KVCacheManager):
             self.pool.uncache([b for t in tables for b in t[keep_cached:] if b is not None])
         self.pool.free_blocks([b for t in tables for b in reversed(t) if b is not None])
 
-    def least_peak_blocks(self, tokens: int) -> int:
-        """At the least, the full groups' blocks (sliding groups free theirs as the
-        window passes, so only their last block is sure)."""
-        n = -(-tokens // self.block_tokens)
-        return n * len(self.full) + len(self.swa) * min(n, 1)
+    def least_peak_blocks(self, tokens: int, req: Request | None = None,
+                          chunk_tokens: int = 1) -> int:
+        """The most blocks a request holds at once when it runs alone, from nothing, until
+        ``tokens`` tokens are computed: ``req``'s prompt in ``chunk_tokens``-token steps
+        (the token budget, all of it a lone request's), then one token a step.  Without
+        ``req``, one token a step throughout: the least any fresh run can hold.
+
+        A step computing tokens ``[c, c + n)`` first drops the sliding blocks wholly
+        before the window, then holds ``e = ceil((c + n) / block)`` blocks per full
+        group and ``e − floor(max(0, c − window + 1) / block)`` per sliding group
+        (:meth:`_held`).  Alone, every other block is free (cached or not), so the
+        request fits ``u`` usable blocks iff no step holds more than ``u``; else it
+        fails a step, preempts itself and retries that step for ever.
+
+        NOTE: a step of ``n`` tokens holds at least what a one-token step at any of its
+        tokens would, so chunking only raises the peak.  Other runs take other steps: a
+        prefix hit starts the chunks at a block boundary, a recompute after preemption
+        chunks the prompt and outputs; their peak may differ (at most vLLM's
+        ``ceil((window − 1 + budget) / block) + 1`` per sliding group, the start-up
+        check of kvsim.core.build).
+        """
+        p = min(req.prompt_tokens, tokens) if req is not None else 0
+        b = max(1, chunk_tokens)
+        whole = p // b * b  # the prompt's full chunks end here
+        return max(self._max_held(0, whole, b, b),
+                   self._held(whole, p - whole) if p > whole else 0,
+                   self._max_held(p, tokens, 1, 1))
+
+    def _held(self, c: int, n: int) -> int:
+        """Blocks a request holds after the step that computes tokens ``[c, c + n)``."""
+        end = -(-(c + n) // self.block_tokens)
+        return end * len(self.kinds) - self._skipped_blocks(c) * len(self.swa)
+
+    def _max_held(self, first: int, stop: int, step: int, n: int) -> int:
+        """The most :meth:`_held` ``(c, n)`` over ``c = first, first + step, … < stop``
+        (0 for none), from a few of those steps.
+
+        NOTE: from ``c ≥ window − 1`` on, the sliding count repeats every
+        ``block / gcd(step, block)`` steps and the full count never falls; before it,
+        nothing is skipped and the count never falls either.  So the last period, plus
+        the last step before the window fills, hold the maximum.
+        """
+        count = -(-(stop - first) // step)
+        if count <= 0:
+            return 0
+        period = self.block_tokens // math.gcd(step, self.block_tokens)
+        ks = set(range(max(0, count - period), count))
+        pre = -(-(self.window - 1 - first) // step) - 1  # the last c < window − 1
+        if 0 <= pre < count:
+            ks.add(pre)
+        return max(self._held(first + k * step, n) for k in ks)
 
     def num_blocks_of(self, req: Request) -> int:
         return sum(b is not None for t in self.tables.get(req.request_id, ()) for b in t)

@@ -142,8 +142,10 @@ class KVCacheManager:
                 self.pool.uncache(blocks[keep_cached:])
             self.pool.free_blocks(reversed(blocks))
 
-    def least_peak_blocks(self, tokens: int) -> int:
-        """Blocks a request holds, at the least, once ``tokens`` tokens are computed."""
+    def least_peak_blocks(self, tokens: int, req: Request | None = None,
+                          chunk_tokens: int = 1) -> int:
+        """Blocks a request holds, at the least, once ``tokens`` tokens are computed
+        (however ``req``'s prompt is chunked: nothing is freed before it ends)."""
         return -(-tokens // self.block_tokens)
 
     def num_blocks_of(self, req: Request) -> int:
