@@ -22,8 +22,10 @@ never changes another member's sessions.
 
 from __future__ import annotations
 
+import heapq
 import math
 import zlib
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -46,7 +48,21 @@ def generate(preset: HouseholdPreset, days: float, seed: int,
     """All sessions of ``days`` days (day 0 starts Monday 00:00 when start_weekday=0).
 
     Sessions are sorted by first ``start_s`` (ties by ``session_id``).  ``field`` is how
-    an error names ``days``.
+    an error names ``days``.  The same sessions as :func:`stream_sessions`, in a list.
+    """
+    return list(stream_sessions(preset, days, seed, start_weekday, field))
+
+
+def stream_sessions(preset: HouseholdPreset, days: float, seed: int,
+                    start_weekday: int = 0, field: str = "days") -> Iterator[Session]:
+    """:func:`generate`'s sessions made one day at a time, so a long run holds only the
+    sessions about to start (issue 6: a household-year's sessions are ~120 MB as
+    objects).  Checks its arguments at once, before the first session is made.
+
+    NOTE: each member's schedule stream is drawn day after day and each session has its
+    own stream, so the draws — and the sessions — equal those of one pass over all
+    days; a day's sessions start in [day, day + 1) days (windows end by hour 24), and
+    a session exactly at midnight waits to be sorted with the next day's.
     """
     check_finite_positive(field, days, "must be a finite number > 0")
     check_days(preset, days, field)
@@ -54,19 +70,29 @@ def generate(preset: HouseholdPreset, days: float, seed: int,
         raise InputError("seed", seed, "a non-negative integer")
     if not 0 <= start_weekday <= 6:
         raise InputError("start_weekday", start_weekday, "0 (Monday) … 6 (Sunday)")
+    return _by_day(preset, days, seed, start_weekday)
+
+
+def _by_day(preset: HouseholdPreset, days: float, seed: int,
+            start_weekday: int) -> Iterator[Session]:
     horizon_s = days * DAY_S
-    sessions: list[Session] = []
-    for name, member in preset.members.items():
-        sched = stream(seed, "schedule", name)
-        for day in range(math.ceil(days)):
-            for k, (start_s, kind) in enumerate(_day_plan(member, day, start_weekday, sched)):
+    scheds = {name: stream(seed, "schedule", name) for name in preset.members}
+    pending: list[tuple[float, str, Session]] = []
+    for day in range(math.ceil(days)):
+        for name, member in preset.members.items():
+            plan = _day_plan(member, day, start_weekday, scheds[name])
+            for k, (start_s, kind) in enumerate(plan):
                 if start_s >= horizon_s:
                     continue
                 rng = stream(seed, "session", name, day, k)
                 sid = f"{name}-d{day}-{k:02d}"
-                sessions.append(make_session(preset, kind, name, sid, start_s, rng))
-    sessions.sort(key=lambda s: (s.turns[0].start_s, s.session_id))
-    return sessions
+                heapq.heappush(pending, (start_s, sid, make_session(preset, kind, name, sid,
+                                                                    start_s, rng)))
+        next_day_s = (day + 1) * DAY_S
+        while pending and pending[0][0] < next_day_s:
+            yield heapq.heappop(pending)[2]
+    while pending:
+        yield heapq.heappop(pending)[2]
 
 
 def expected_sessions(preset: HouseholdPreset, days: float) -> float:

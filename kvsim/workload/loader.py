@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from kvsim.config.scenario import WorkloadConfig
 from kvsim.errors import InputError, capacity_hint
-from kvsim.workload.generator import generate
+from kvsim.workload.generator import stream_sessions
 from kvsim.workload.io import count_sessions, iter_sessions
 from kvsim.workload.preset import load_preset
 from kvsim.workload.sampling import reservoir, scale_time
@@ -26,8 +26,8 @@ def load_workload(cfg: WorkloadConfig, seed: int) -> Iterator[Session]:
     """Sessions of a scenario's workload, sorted by first ``start_s``."""
     if cfg.preset is not None:
         preset = load_preset(cfg.preset, cfg.params, field="workload.preset")
-        source: Iterator[Session] = iter(generate(preset, cfg.days, seed, cfg.start_weekday,
-                                                  field="workload.days"))
+        source: Iterator[Session] = stream_sessions(preset, cfg.days, seed, cfg.start_weekday,
+                                                    field="workload.days")
     elif cfg.trace is not None:
         if cfg.params:
             raise InputError("workload.params", cfg.params, "only apply to a preset")
