@@ -104,6 +104,13 @@ class SlotEngineConfig(FrozenModel):
     n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "
                            "0 = half of them (llama.cpp request default, engines.md §3.4)")
     gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
+    op_offload: bool = Field(True, description="false = --no-op-offload: a ubatch of "
+                             "op_offload_min_batch tokens or more no longer runs the CPU "
+                             "layers' matmuls on the GPU (kvsim.latency.offload)")
+    op_offload_min_batch: int = Field(32, gt=0, description="GGML_OP_OFFLOAD_MIN_BATCH: the "
+                                      "smallest ubatch whose host-weight ops go to the GPU")
+    use_mmap: bool = Field(True, description="false = --no-mmap: host weights in pinned "
+                           "memory, copied at the link's full rate, not its pageable rate")
     max_queue: int | None = Field(None, gt=0, description="requests that may wait for a "
                                   "slot, then HTTP 503 (Ollama OLLAMA_MAX_QUEUE); None = "
                                   "no limit (llama-server defers without one)")

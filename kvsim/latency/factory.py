@@ -7,6 +7,7 @@ from typing import Any
 
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.constant import ConstantLatency
+from kvsim.latency.offload import op_offload_for
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, RooflineLatency
 
 
@@ -14,7 +15,9 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     """The latency model a scenario asks for.
 
     ``budget`` (a :class:`kvsim.model.budget.MemoryBudget`) gives the layer split for
-    partial offload; without it every layer is assumed on the GPU.
+    partial offload; without it every layer is assumed on the GPU.  llama.cpp and
+    Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
+    ubatches run their host-resident layers on the GPU.
     """
     cfg = scenario.latency
     if cfg.kind == "constant":
@@ -37,4 +40,5 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
         step_overhead_s=cfg.step_overhead_s,
         kv_dequant_factor=getattr(cfg, "kv_dequant_factor", DEFAULT_DEQUANT_FACTOR),
         kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
-        cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers)
+        cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers,
+        op_offload=op_offload_for(scenario))

@@ -17,6 +17,16 @@ quantized KV slows prompt processing on CUDA without giving a number, and
 kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
 a documented planning assumption, settable in the scenario (0 = fused kernels).
 
+llama.cpp / Ollama with weights in host memory (kvsim.latency.offload, sources there):
+a step runs as ubatches of ``n_ubatch`` tokens; a ubatch of at least the op-offload
+minimum (32) runs *every* layer on the GPU — FLOPs at the GPU's rate, all weights
+and the step's KV read from VRAM — after copying the host-resident weights (dense
+parts in full, MoE experts in the share its tokens route to) and the host layers' KV
+over the link; the copy does not overlap the compute (the scheduler issues it on the
+GPU's stream before the split), so the two add.  An output head left in host memory
+stays on the CPU (its batch is the few tokens that need logits).  A smaller ubatch —
+every decode step of up to 31 sequences — runs the host layers on the CPU as above.
+
 NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar,
 :meth:`_time1`) evaluate the same formulas in the same order, so fast-forward and
 per-step fidelity agree to floating-point rounding (tests/latency checks it).
@@ -30,6 +40,7 @@ import numpy as np
 
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
+from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -47,7 +58,7 @@ class RooflineLatency:
                  weights: WeightSplit, gpu_layers: int | None = None,
                  step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,
                  kv_quantized: bool = False, head_on_gpu: bool | None = None,
-                 cpu_expert_layers: int = 0) -> None:
+                 cpu_expert_layers: int = 0, op_offload: OpOffload | None = None) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
         # the output head: where the budget put it (llama.cpp --fit places it first),
@@ -86,6 +97,22 @@ class RooflineLatency:
         simple = not self.windows and not geometry.residual_tokens \
             and not geometry.recurrent_bytes_per_seq
         self._linear_kv = sum(grp.bytes_per_token for grp in geometry.groups) if simple else None
+        self._host_weights(model, weights, layers, on_gpu, cpu_expert_layers, op_offload)
+
+    def _host_weights(self, model: ModelSpec, weights: WeightSplit, gpu_layers: int,
+                      head_on_gpu: bool, cpu_expert_layers: int,
+                      op_offload: OpOffload | None) -> None:
+        """What an offloaded ubatch copies to the GPU: the host layers' dense weights in
+        full, the routed experts in host memory (host layers' and ``cpu_expert_layers``'),
+        of which a ubatch copies the share its tokens pick; the head stays on the CPU."""
+        host_layers = model.num_layers - gpu_layers
+        expert = weights.expert_bytes_per_layer
+        self.host_dense_bytes = host_layers * (weights.per_layer_bytes - expert)
+        self.host_expert_bytes = (host_layers + cpu_expert_layers) * expert
+        self.host_head_bytes = 0 if head_on_gpu else weights.head_bytes
+        self.expert_pick = (model.num_experts_active or 0) / (model.num_experts or 1)
+        has_host = self.host_dense_bytes + self.host_expert_bytes > 0
+        self.op_offload = op_offload if has_host else None
 
     # -- vectorised pieces -----------------------------------------------------
     def kv_bytes(self, n: np.ndarray) -> np.ndarray:
@@ -120,13 +147,19 @@ class RooflineLatency:
         kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
         t_gpu = np.maximum((f * flops - moe) / self.gpu_flops_per_s,
                            self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
-        t_cpu = 0.0
+        t_cpu: np.ndarray | float = 0.0
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
             t_cpu = np.maximum(((1 - f) * flops + moe) / self.cpu_flops_per_s,
                                self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
-        return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
+        out = self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
+        if self.op_offload is not None:  # offloaded steps: the scalar formula, per element
+            out = np.broadcast_to(out, np.shape(tokens)).astype(np.float64)
+            for i in np.flatnonzero(tokens >= self.op_offload.min_batch_tokens):
+                if self._offloads(tokens[i]):
+                    out[i] = self._time1(float(tokens[i]), float(pairs[i]), float(kv_read[i]))
+        return out
 
     # -- LatencyModel ------------------------------------------------------------
     def step_time_s(self, batch: BatchShape) -> float:
@@ -154,12 +187,50 @@ class RooflineLatency:
             kv += g.bytes_for_tokens(a)
         return self._time1(float(batch.num_tokens), pairs, float(kv))
 
+    def _offloads(self, tokens: float) -> bool:
+        """Does a step of ``tokens`` tokens offload its first (largest) ubatch?"""
+        off = self.op_offload
+        return off is not None and off.offloads(min(int(tokens), off.ubatch_tokens))
+
     def _time1(self, tokens: float, pairs: float, kv_read: float) -> float:
         flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
+        off = self.op_offload
+        if off is None or not off.offloads(min(int(tokens), off.ubatch_tokens)):
+            return self._split_s(tokens, flops, kv_read, self.overhead_s)
+        # ubatches of n_ubatch tokens, each a graph of its own: FLOPs by share of tokens,
+        # weights and the step's KV read by every one (kvsim.latency.offload)
+        t, on_cpu = self.overhead_s, False
+        for size, count in ubatch_split(int(tokens), off.ubatch_tokens):
+            part = flops * size / tokens
+            if off.offloads(size):
+                t += count * self._offloaded_s(size, part, kv_read, off.link_bytes_per_s)
+            else:  # a short last ubatch: host layers (and head) on the CPU
+                t += count * self._split_s(float(size), part, kv_read, 0.0)
+                on_cpu = True
+        # an output head in host memory runs on the CPU for the few tokens needing
+        # logits (a batch below the minimum): one read of it per step
+        return t if on_cpu else t + self.host_head_bytes / self.cpu_bytes_per_s
+
+    def _offloaded_s(self, tokens: int, flops: float, kv_read: float,
+                     link_bytes_per_s: float) -> float:
+        """One ubatch with every layer on the GPU: copy the host weights (experts: the
+        share routed to) and the host layers' KV over the link, then compute — the
+        scheduler issues the copy on the GPU's stream before the split, so they add."""
+        copy_w = self.host_dense_bytes \
+            + self.host_expert_bytes * experts_used_fraction(tokens, self.expert_pick)
+        copy_kv = (1 - self.gpu_fraction) * kv_read
+        kv_time = kv_read / self.gpu_bytes_per_s
+        t = max(flops / self.gpu_flops_per_s,
+                (self.gpu_weight_bytes + copy_w) / self.gpu_bytes_per_s + kv_time)
+        t += self.dequant * kv_time
+        return t + (copy_w + copy_kv) / link_bytes_per_s
+
+    def _split_s(self, tokens: float, flops: float, kv_read: float, base_s: float) -> float:
+        """``base_s`` plus the GPU layers' roofline time plus the host layers' CPU time."""
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
-        t = self.overhead_s + max((f * flops - moe) / self.gpu_flops_per_s,
-                                  self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
+        t = base_s + max((f * flops - moe) / self.gpu_flops_per_s,
+                         self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
@@ -179,6 +250,9 @@ class RooflineLatency:
             return None
         n, total = len(contexts), sum(contexts)
         nf, full, lkv = float(n), self.full_layers, self._linear_kv
+        if self._offloads(nf):  # 32+ sequences with host weights: op offload
+            return [self._time1(nf, float(full * tok), float(lkv * tok))
+                    for tok in range(total + n, total + n * steps + 1, n)]
         lin, pf, f = self.linear_flops_per_token, self.pair_flops, self.gpu_fraction
         gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
         w_gpu = self.gpu_weight_bytes / gbw
