@@ -4,13 +4,12 @@ Each function reproduces what one engine allocates at load (references are to
 ``shared/reference/engines.md``); see budget.py for the resulting fields.
 
 Compute/activation buffers are the one row no reference pins exactly; the
-estimates below are marked ESTIMATE and every preset lets the user paste the
-engine's own figure (``compute_buffer_bytes`` / ``activation_bytes``):
+estimates are marked ESTIMATE and every preset lets the user paste the engine's own
+figure (``compute_buffer_bytes`` / ``activation_bytes``):
 
-- llama.cpp compute buffer ≈ f32 logits of one micro-batch
-  (``n_ubatch × vocab × 4``) + four f32 hidden-state buffers (``n_ubatch × hidden ×
-  16``) + without flash attention the f32 KQ scores of one layer
-  (``n_heads × n_ubatch × n_kv × 4``, growing with context, §3.2/§8 item 7).
+- llama.cpp compute buffer: :mod:`kvsim.model.compute_buffer` (what grows with the
+  context — the attention masks, and without flash attention the KQ scores — read from
+  llama.cpp's source and measured; the fixed part an ESTIMATE).
 - vLLM/SGLang peak activation ≈ ``25 × hidden`` bytes per batched token + f32 logits
   of ``max_num_seqs`` sampled tokens; 25 × hidden reproduces the 2.07 GiB peak of
   issue #10517 (Llama-3.1-8B, 20,480 batched tokens; §1.1) to within 0.3 %.
@@ -26,10 +25,17 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.errors import InputError
 from kvsim.model.budget import MIB, MemoryBudget, OllamaEstimate
+from kvsim.model.compute_buffer import llama_cpp_compute_bytes
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import KvGeometry, kv_geometry
-from kvsim.model.hybrid import (KVCacheGroups, hybrid_max_model_len, hybrid_notes,
-                                hybrid_off_reason, hybrid_refusal, vllm_kv_groups)
+from kvsim.model.hybrid import (
+    KVCacheGroups,
+    hybrid_max_model_len,
+    hybrid_notes,
+    hybrid_off_reason,
+    hybrid_refusal,
+    vllm_kv_groups,
+)
 from kvsim.model.weights import WeightSplit, model_weights
 
 LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
@@ -56,15 +62,6 @@ def _check_quant_k(model: ModelSpec, geo: KvGeometry) -> None:
                              "use f16 or bf16")
 
 
-def llama_cpp_compute_bytes(model: ModelSpec, n_ubatch: int, n_kv: int,
-                            flash_attn: bool) -> int:
-    """ESTIMATE of llama.cpp's GPU compute buffer (see module docstring)."""
-    logits = n_ubatch * model.vocab_size * 4
-    hidden = n_ubatch * model.hidden_size * 16
-    scores = 0 if flash_attn else model.num_attention_heads * n_ubatch * n_kv * 4
-    return logits + hidden + scores
-
-
 def _slot_kv_bytes(geo: KvGeometry, n_ctx: int, n_ctx_seq: int, parallel: int,
                    unified: bool, n_ubatch: int) -> tuple[int, list[int]]:
     """KV bytes of llama.cpp's cache (§3.1, §3.3) and the SWA cell counts."""
@@ -85,9 +82,11 @@ def _layout(gpu: GpuSpec, model: ModelSpec, ws: WeightSplit, geo: KvGeometry, en
     kv_total, swa = _slot_kv_bytes(geo, n_ctx, n_ctx_seq, engine.parallel, unified,
                                    engine.n_ubatch)
     compute = engine.compute_buffer_bytes
-    if compute is None:
+    if compute is None:  # the masks span one stream's cells: the pool, or one slot's
+        streams = 1 if unified else engine.parallel
         compute = llama_cpp_compute_bytes(model, engine.n_ubatch,
-                                          n_ctx if unified else n_ctx_seq, engine.flash_attn)
+                                          n_ctx if unified else n_ctx_seq, engine.flash_attn,
+                                          swa_cells=max(swa, default=0) // streams)
     L = model.num_layers
 
     def gpu_total(n: int) -> int:

@@ -17,10 +17,29 @@ q4_k_m        4.84     llama.cpp tools/quantize README, Llama-2-7B table; matche
 q4_0          4.5      ggml block: f16 scale + 16 B nibbles = 18 B / 32
 iq4_xs        4.25     ggml block_iq4_xs: 136 B / 256 values
 mxfp4         4.25     32 4-bit values + 1 shared 8-bit exponent = 17 B / 32
-                       (gpt-oss experts; hardware-and-models.md §2 "~4.25 bpw")
+(mxfp4_moe)            (gpt-oss experts; hardware-and-models.md §2 "~4.25 bpw");
+                       experts only, see below
 awq / gptq    4.15625  DERIVED: 4-bit + fp16 scale and packed 4-bit zero per
 (int4)                 group of 128 = 4 + 16/128 + 4/128
 ============  =======  ==========================================================
+
+Experts-only formats (``other_bits_per_weight`` set) quantise the routed MoE experts
+and store every other tensor — attention, router, norms, token embedding, output head —
+at another width:
+
+- ``mxfp4``: the released gpt-oss checkpoints.  models.csv (gpt-oss notes) and
+  hardware-and-models.md §2: "MXFP4 for MoE experts (~4.25 bpw)"; the rest as released,
+  bf16.  gpt-oss-20b 13.74 GB, gpt-oss-120b 65.15 GB (tests/model/test_expert_formats.py;
+  the reference: checkpoints "about 13 GB" and "about 61-65 GB").
+- ``mxfp4_moe``: llama.cpp's own ``llama-quantize`` type MXFP4_MOE (src/llama-quant.cpp,
+  llama.cpp vendored in llama-cpp-python 0.3.36): 3-D expert tensors MXFP4, every other
+  tensor, the output layer included, Q8_0 (8.5 bpw).  gpt-oss-20b 12.06 GB, -120b 63.17 GB.
+
+A model without routed experts has nothing such a format quantises: refused (InputError).
+Expert parameters come from :func:`expert_params`, capped by the model's geometry: a
+layer's experts are at most what is left of it after its Q/K/V/O projections.  The cap
+binds for gpt-oss (20b: 823.8 M expert parameters per layer from the counts, 796.0 M left
+after attention), whose counts alone would put more in the experts than the layers hold.
 
 Split for partial GPU offload (llama.cpp ``-ngl``, Ollama layer placement): the
 model is ``num_layers`` equal repeating layers plus the non-repeating tensors —
@@ -36,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvsim.config.specs import ModelSpec
-from kvsim.errors import unknown_name
+from kvsim.errors import InputError, unknown_name
 
 
 @dataclass(frozen=True)
@@ -44,6 +63,12 @@ class WeightFormat:
     name: str
     bits_per_weight: float
     source: str
+    # experts-only formats: the width of every tensor that is not a routed expert
+    other_bits_per_weight: float | None = None
+
+    @property
+    def experts_only(self) -> bool:
+        return self.other_bits_per_weight is not None
 
 
 _FORMATS = {f.name: f for f in (
@@ -56,7 +81,11 @@ _FORMATS = {f.name: f for f in (
     WeightFormat("q4_k_m", 4.84, "llama.cpp tools/quantize README (Llama-2-7B)"),
     WeightFormat("q4_0", 4.5, "ggml block 18 B / 32 values"),
     WeightFormat("iq4_xs", 4.25, "ggml block_iq4_xs 136 B / 256 values"),
-    WeightFormat("mxfp4", 4.25, "17 B / 32 values"),
+    WeightFormat("mxfp4", 4.25, "17 B / 32 values on the MoE experts; the rest bf16 (the "
+                 "released gpt-oss checkpoints, models.csv notes)", other_bits_per_weight=16.0),
+    WeightFormat("mxfp4_moe", 4.25, "llama-quantize MXFP4_MOE: experts 17 B / 32 values, the "
+                 "rest q8_0 34 B / 32 (llama.cpp src/llama-quant.cpp)",
+                 other_bits_per_weight=8.5),
     WeightFormat("awq", 4.15625, "DERIVED: int4 + fp16 scale + int4 zero per 128"),
     WeightFormat("gptq", 4.15625, "DERIVED: int4 + fp16 scale + int4 zero per 128"),
 )}
@@ -128,25 +157,36 @@ def _tied(model: ModelSpec) -> bool:
 
 
 def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
-    """Bytes of ``model``'s weights in format ``fmt`` (``params_total * bpw / 8``)."""
+    """Bytes of ``model``'s weights in format ``fmt``: ``params_total * bpw / 8``, or for an
+    experts-only format the routed experts at ``bpw`` and the rest at its other width."""
     wf = weight_format(fmt)
-    total_params = model.params_total
     embed = float(model.vocab_size * model.hidden_size)
     head = 0.0 if _tied(model) else embed
-    non_rep = min(embed + head, total_params * 0.5)
+    non_rep = min(embed + head, model.params_total * 0.5)
     embed_params = min(embed, non_rep)
-    per_layer = (total_params - non_rep) / model.num_layers
-    to_bytes = wf.bits_per_weight / 8
-    per_layer_b = int(per_layer * to_bytes)
-    non_rep_b = int(non_rep * to_bytes)
+    per_layer = (model.params_total - non_rep) / model.num_layers
+    experts = _layer_expert_params(model, per_layer)
+    if wf.experts_only and not experts:
+        raise InputError("weights", fmt, f"quantises MoE experts only, and {model.name} "
+                         "has none; use a whole-model format (bf16, q8_0, q4_k_m, ...)")
+    expert_bytes = wf.bits_per_weight / 8
+    other_bytes = (wf.other_bits_per_weight or wf.bits_per_weight) / 8
+    quantised = experts if wf.experts_only else 0.0     # params at expert_bytes
+    per_layer_b = int(quantised * expert_bytes + (per_layer - quantised) * other_bytes)
+    non_rep_b = int(non_rep * other_bytes)
     return WeightSplit(
         format=wf.name, bits_per_weight=wf.bits_per_weight,
         total_bytes=per_layer_b * model.num_layers + non_rep_b,
         per_layer_bytes=per_layer_b, non_repeating_bytes=non_rep_b,
-        embedding_bytes=int(embed_params * to_bytes), num_layers=model.num_layers,
-        expert_bytes_per_layer=int(max(0.0, min(expert_params(model) / model.num_layers,
-                                                per_layer - _attention_params(model)))
-                                   * to_bytes))
+        embedding_bytes=int(embed_params * other_bytes), num_layers=model.num_layers,
+        expert_bytes_per_layer=int(experts * expert_bytes))
+
+
+def _layer_expert_params(model: ModelSpec, per_layer: float) -> float:
+    """One layer's routed experts: the count-based share, at most what the layer holds
+    beyond its attention projections (0 for a dense model)."""
+    return max(0.0, min(expert_params(model) / model.num_layers,
+                        per_layer - _attention_params(model)))
 
 
 def _attention_params(model: ModelSpec) -> float:

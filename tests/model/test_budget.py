@@ -196,20 +196,22 @@ def _llama_fit_case(gpu_layers=None):
 # llama-server -c 8192 (unified, 4 slots, f16, -fa on), --fit target 1 GiB (engines.md §3.6):
 #   target     12,884,901,888 - 1,073,741,824                 = 11,811,160,064
 #   fixed      400 MiB CUDA context 419,430,400 + compute buffer
-#              512 x 152064 x 4 + 512 x 5120 x 16 = 353,370,112 =    772,800,512
+#              512 x 152064 x 4 + 512 x 5120 x 16 = 353,370,112
+#              + the F16 attention mask, n_kv x n_ubatch (unified: n_kv = -c)
+#              8192 x 512 x 2 = 8,388,608                          =    781,189,120
 #   per layer  292,506,767 weights + 8192 x 4,096 KV (33,554,432) =   326,061,199
-#   head-less  (11,811,160,064 - 772,800,512) / 326,061,199 = 33.85 -> at most 33 layers
+#   head-less  (11,811,160,064 - 781,189,120) / 326,061,199 = 33.83 -> at most 33 layers
 #   output layer first (§3.6 "filling layers from the back (output layer first)";
 #   llama.cpp i_gpu_start = n_layer + 1 - ngl puts layer n_layer = output on the GPU first):
-#              (11,811,160,064 - 772,800,512 - 471,033,446) / 326,061,199 = 32.41 -> 32
+#              (11,811,160,064 - 781,189,120 - 471,033,446) / 326,061,199 = 32.38 -> 32
 LLAMA_FIT_TARGET = 12 * GIB - 1024 * MIB
-LLAMA_FIXED = 400 * MIB + 512 * 152064 * 4 + 512 * 5120 * 16
+LLAMA_FIXED = 400 * MIB + 512 * 152064 * 4 + 512 * 5120 * 16 + 8192 * 512 * 2
 LLAMA_PER_LAYER = Q32_LAYER_W + 8192 * Q32_KV_TOKEN_LAYER
 
 
 def test_llama_cpp_auto_layers_leave_fit_target():
     assert (LLAMA_FIT_TARGET, LLAMA_FIXED, LLAMA_PER_LAYER) == (
-        11_811_160_064, 772_800_512, 326_061_199)
+        11_811_160_064, 781_189_120, 326_061_199)
     b = _llama_fit_case()
     assert b.fits and b.total_bytes <= LLAMA_FIT_TARGET
     # hand bounds: 32 layers fit even with the output head on the GPU, 34 never fit
@@ -229,7 +231,7 @@ def test_llama_cpp_fit_offloads_output_layer_first():
     b = _llama_fit_case()
     assert b.gpu_layers == 32
     assert b.weights_gpu_bytes == Q32_HEAD_W + 32 * Q32_LAYER_W
-    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER == 11_677_792_326
+    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER == 11_686_180_934
 
 
 def test_quantized_k_needs_head_dim_multiple_of_block():
@@ -249,6 +251,8 @@ def test_quantized_k_needs_head_dim_multiple_of_block():
 #              32 x 131,952,898 + 317,828,628                       = 4,540,321,364
 #   compute buffer (layouts.py ESTIMATE, -ub 512, FA on: no KQ term)
 #              512 x 128,256 x 4 + 512 x 4,096 x 16 = 262,668,288 + 33,554,432 = 296,222,720
+#              + the F16 mask n_kv x 512 x 2 = 1,024 B per cell of one stream
+#              (kvsim.model.compute_buffer): with the context, below
 #   fixed      400 MiB CUDA context 419,430,400 + 4,540,321,364 + 296,222,720 = 5,255,974,484
 LLAMA8_Q4_FIXED = 5_255_974_484
 
@@ -256,30 +260,32 @@ LLAMA8_Q4_FIXED = 5_255_974_484
 def test_searches_find_the_boundary():
     # RTX 4090, 4 non-unified slots, f16 KV 131,072 B/token (models.csv); 85 % line:
     #   0.85 x 25,769,803,776 = 21,904,333,209.6 B
-    #   KV room (21,904,333,209.6 - 5,255,974,484) / 131,072 = 127,016.9 cells
+    #   each cell of n_ctx: 131,072 KV + the mask's 1,024 B per cell of one slot's
+    #   stream / 4 slots = 131,328 B
+    #   room (21,904,333,209.6 - 5,255,974,484) / 131,328 = 126,769.3 cells
     #   -c is split into 4 slots padded to 256, so n_ctx moves in steps of 4 x 256 = 1024:
-    #   floor(127,016.9 / 1024) x 1024 = 124 x 1024 = 126,976 (4 x 31,744)
-    #   -c 127,232 -> 31,808 per slot -> padded 32,000 -> n_ctx 128,000: over the line
+    #   floor(126,769.3 / 1024) x 1024 = 123 x 1024 = 125,952 (4 x 31,488)
     m, eng = load_model("llama-3.1-8b"), llama(context_tokens=32768, parallel=4,
                                                allocator="slots")
-    assert max_context_at(GPU, m, "q4_k_m", eng) == 126_976
-    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 126_976}))
-    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 127_232}))
-    assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (126_976, 31_744, 32)
-    # 5,255,974,484 + 126,976 x 131,072 = 21,898,972,756 <= 21,904,333,209.6
-    assert ok.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_072 == 21_898_972_756
-    # 5,255,974,484 + 128,000 x 131,072 = 22,033,190,484 >  21,904,333,209.6
-    assert over.kv_pool_tokens == 128_000
-    assert over.total_bytes == LLAMA8_Q4_FIXED + 128_000 * 131_072 == 22_033_190_484
+    assert max_context_at(GPU, m, "q4_k_m", eng) == 125_952
+    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 125_952}))
+    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 126_976}))
+    assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (125_952, 31_488, 32)
+    # 5,255,974,484 + 125,952 x 131,328 = 21,796,998,740 <= 21,904,333,209.6
+    assert ok.total_bytes == LLAMA8_Q4_FIXED + 125_952 * 131_328 == 21_796_998_740
+    # 5,255,974,484 + 126,976 x 131,328 = 21,931,478,612 >  21,904,333,209.6
+    assert over.kv_pool_tokens == 126_976
+    assert over.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_328 == 21_931_478_612
     big = eng.model_copy(update={"context_tokens": 65536})
     p = max_parallel_at(GPU, m, "q4_k_m", big)
     # slots split -c, so more slots only add padding; at -c 65536 every split fits, and the
     # search stops at one 256-token pad unit per slot: 65,536 / 256 = 256 slots
     assert p == 65536 // 256 == 256
     at_p = memory_budget(GPU, m, "q4_k_m", big.model_copy(update={"parallel": p}))
-    # 256 slots of 256 cells = 65,536 cells: 5,255,974,484 + 65,536 x 131,072 = 13,845,909,076
+    # 256 slots of 256 cells = 65,536 cells: 5,255,974,484 + 65,536 x 131,072
+    # + one slot's mask 256 x 512 x 2 = 262,144 -> 13,846,171,220
     assert (at_p.slot_tokens, at_p.kv_pool_tokens) == (256, 65_536)
-    assert at_p.total_bytes == 13_845_909_076 and at_p.fits and at_p.gpu_layers == 32
+    assert at_p.total_bytes == 13_846_171_220 and at_p.fits and at_p.gpu_layers == 32
 
 
 def test_unified_memory_budgets_against_the_default_gpu_limit():
@@ -318,26 +324,27 @@ def test_an_unset_context_is_the_engines_own_default():
 @pytest.mark.parametrize("gpu, shrunk", [("rtx-4090", False), ("rtx-4060-ti-16gb", True)])
 def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
     # llama-3.1-8b q4_k_m, f16 KV 131,072 B/token (models.csv), flash attention on (the
-    # compute buffer does not grow with -c): the whole 131,072-token context fits a 24 GiB
-    # card with 1 GiB left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the
-    # largest multiple of 256 that leaves the 1 GiB target free (§3.6)
+    # compute buffer grows only by the F16 mask, 512 x 2 = 1,024 B per cell of the
+    # unified pool): the whole 131,072-token context fits a 24 GiB card with 1 GiB
+    # left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the largest multiple
+    # of 256 that leaves the 1 GiB target free (§3.6); each cell costs 132,096 B
     # fixed part (weights, compute buffer, CUDA context) = LLAMA8_Q4_FIXED 5,255,974,484:
-    #   24 GiB: 5,255,974,484 + 131,072 x 131,072 = 22,435,843,668 <= 23 GiB 24,696,061,952
+    #   24 GiB: 5,255,974,484 + 131,072 x 132,096 = 22,570,061,396 <= 23 GiB 24,696,061,952
     #   16 GiB: room 17,179,869,184 - 1,073,741,824 = 16,106,127,360;
-    #           (16,106,127,360 - 5,255,974,484) / 131,072 = 82,780.1 tokens
-    #           -> largest multiple of 256: 323 x 256 = 82,688
-    #           (324 x 256 = 82,944 -> 16,127,610,452 > 16,106,127,360)
+    #           (16,106,127,360 - 5,255,974,484) / 132,096 = 82,138.4 tokens
+    #           -> largest multiple of 256: 320 x 256 = 81,920
+    #           (321 x 256 = 82,176 -> 16,111,095,380 > 16,106,127,360)
     g, m = load_gpu(gpu), load_model("llama-3.1-8b")
     b = memory_budget(g, m, "q4_k_m", engine_for_gpu("llama.cpp", g, m))
     assert b.gpu_layers == 32
     if not shrunk:
         assert b.kv_pool_tokens == 131_072
-        assert b.total_bytes == LLAMA8_Q4_FIXED + 131_072 * 131_072 == 22_435_843_668
+        assert b.total_bytes == LLAMA8_Q4_FIXED + 131_072 * 132_096 == 22_570_061_396
         return
-    assert b.kv_pool_tokens == 82_688
-    # 82,688 x 131,072 = 10,838,081,536; + 5,255,974,484 = 16,094,056,020
-    assert b.kv_reserved_bytes == 82_688 * 131_072 == 10_838_081_536
-    assert b.total_bytes == 16_094_056_020
+    assert b.kv_pool_tokens == 81_920
+    # KV 81,920 x 131,072 = 10,737,418,240; 5,255,974,484 + 81,920 x 132,096 = 16,077,278,804
+    assert b.kv_reserved_bytes == 81_920 * 131_072 == 10_737_418_240
+    assert b.total_bytes == 16_077_278_804
     assert any("--fit shrank the context" in n for n in b.notes)
 
 
