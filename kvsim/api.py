@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -12,8 +13,8 @@ from kvsim.core.step import StepHook
 from kvsim.latency.factory import make_latency_model
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
-from kvsim.metrics.results import Results, tables_from
-from kvsim.metrics.summary import summarize
+from kvsim.metrics.results import Results, references_frame, tables_from
+from kvsim.metrics.summary import session_outcomes, summarize
 from kvsim.workload.schema import Session
 
 
@@ -47,6 +48,13 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     if sizing is None:
         budget = scenario_budget(scenario)
         sizing = PoolSizing.from_budget(budget)
+    most = scenario.model.max_context_tokens
+    if scenario.engine.preset == "llama.cpp" and sizing.slot_tokens > most:
+        # NOTE: llama-server caps each slot at the training context ("the slot context (N)
+        # exceeds the training context of the model (M) - capping"); the pool keeps -c
+        # cells.  So every engine's own limit is at most the model's maximum and a longer
+        # prompt fails (or is truncated) as that engine does (kvsim.core.sessions)
+        sizing = dataclasses.replace(sizing, slot_tokens=most)
     scheduler = make_scheduler(scenario.engine, sizing, link=scenario.link, host=scenario.host)
     latency = make_latency_model(scenario, budget)
     if sessions is None:
@@ -65,7 +73,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                         or records_mod.default_rss_limit_bytes())
     engine = Engine(scheduler, latency, recorder=recorder,
                     sample_interval_s=scenario.sim.sample_interval_s, hooks=(*hooks, runtime),
-                    max_context_tokens=scenario.model.max_context_tokens,
+                    after_failure=scenario.workload.after_failure,
                     max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress,
                     fidelity=scenario.sim.fidelity)
     end_s = engine.run(sessions)
@@ -77,7 +85,8 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
         summary["stopped_at_s"] = end_s
         summary["stopped_reason"] = stop.one_line()
     res = Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
-                  scenario_hash=scenario_hash(scenario))
+                  scenario_hash=scenario_hash(scenario),
+                  references=references_frame(runtime.scorer.scored))
     if stop is not None:
         # NOTE: the caller decides what to keep (the CLI saves them, then reports the stop)
         stop.partial = res
@@ -96,6 +105,7 @@ def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Any, latency
                         decode_spread=getattr(latency, "decode_spread", ()),
                         prefill_spread=getattr(latency, "prefill_spread", ()))
     summary["latency_model"] = latency.provenance
+    summary.update(session_outcomes(tables["events"]))
     mem = tables["memory"]
     summary["peak_kv_quant_bytes"] = int(mem["kv_quant_bytes"].max()) if len(mem) else 0
     return summary

@@ -3,8 +3,11 @@
 Sessions are played closed-loop exactly as the simulator's engine plays them
 (:mod:`kvsim.core.engine`): a session starts at its first turn's ``start_s``; a later
 turn without ``start_s`` is sent ``think_s`` after the previous answer ended (finished
-or failed); one with ``start_s`` is sent at that time.  Each prompt is the turn's
-:func:`~kvsim.workload.schema.prompt_segments`; a segment maps to token ids
+or failed); one with ``start_s`` is sent at that time.  After a failed request the
+same ``after_failure`` rule applies (:class:`~kvsim.core.sessions.SessionChat`: a new
+chat, the session ended, or the trace verbatim), recorded as the same ``new_chat`` /
+``abandon`` events.  Each prompt is the turn's segments in its chat
+(:func:`~kvsim.core.sessions.chat_segments`); a segment maps to token ids
 deterministically by its id (:class:`~kvsim.calibrate.wire.TokenSpace`), except an
 earlier answer of the same session, which is replaced by the tokens the server really
 generated — so the server's prompt cache sees the same history the simulator models.
@@ -44,10 +47,18 @@ from kvsim.calibrate.wire import (
     server_url,
 )
 from kvsim.config.units import check_finite_positive
-from kvsim.metrics.records import ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
+from kvsim.core.sessions import (
+    ABANDON_EVENT,
+    AFTER_FAILURE,
+    NEW_CHAT_EVENT,
+    AfterFailure,
+    SessionChat,
+)
+from kvsim.errors import InputError
+from kvsim.metrics.records import EVENT_COLUMNS, ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
 from kvsim.metrics.results import COLUMNS, Results
-from kvsim.metrics.summary import summarize
-from kvsim.workload.schema import Session, output_segment, prompt_segments
+from kvsim.metrics.summary import session_outcomes, summarize
+from kvsim.workload.schema import Segment, Session, output_segment
 
 
 @dataclass(frozen=True)
@@ -59,11 +70,15 @@ class ReplayOptions:
     time_scale: float = 1.0
     request_timeout_s: float = 600.0
     seed: int = 0
+    after_failure: AfterFailure = "new_chat"  # NOTE: use the workload's after_failure
 
     def __post_init__(self) -> None:
         """Checked before anything connects (the CLI's flags are these fields)."""
         object.__setattr__(self, "url", server_url(self.url))
         check_finite_positive("--time-scale", self.time_scale)
+        if self.after_failure not in AFTER_FAILURE:
+            raise InputError("--after-failure", self.after_failure,
+                             "one of " + ", ".join(AFTER_FAILURE))
 
 
 @dataclass
@@ -76,12 +91,18 @@ class _Row:
     finish_s: float = math.nan
 
 
+def _row_outcome(row: _Row, now_s: float) -> str | None:
+    """A sent turn as the client knows it (:class:`SessionChat`'s ``outcome``)."""
+    return None if math.isnan(row.finish_s) or row.finish_s > now_s else row.res.error
+
+
 class Replayer:
     """Plays sessions against one server; one instance per replay."""
 
     def __init__(self, opts: ReplayOptions) -> None:
         self.opts = opts
         self.rows: list[_Row] = []
+        self.events: list[tuple[float, str, str, str, int]] = []
         self.generated: dict[str, list[int]] = {}
         self.generated_text: dict[str, str] = {}
         self.t0 = 0.0
@@ -108,31 +129,45 @@ class Replayer:
             await asyncio.sleep(delay)
 
     async def _session(self, client: httpx.AsyncClient, s: Session) -> None:
+        chat = SessionChat(s, self.opts.after_failure, _row_outcome)
         prev: asyncio.Task[None] | None = None
         for i, turn in enumerate(s.turns):
             if i > 0 and turn.start_s is None:
                 if prev is not None:
                     await prev
-                if turn.think_s:
+                if turn.think_s and not chat.poll(self.now()):  # NOTE: ends at once
                     await asyncio.sleep(turn.think_s * self.opts.time_scale)
             elif turn.start_s is not None:
                 await self._sleep_until(turn.start_s)
-            prev = asyncio.create_task(self._turn(client, s, i))
+            if not chat.begin(i, self.now()):
+                self._note_chat(chat, ABANDON_EVENT)
+                break
+            if chat.opened is not None:
+                self._note_chat(chat, NEW_CHAT_EVENT)
+            row = _Row(s, i, self.now(), 0, StreamResult())
+            seed = self.opts.seed + len(self.rows)
+            self.rows.append(row)
+            chat.sent(i, row)
+            prev = asyncio.create_task(self._turn(client, row, chat.segments(i), seed))
         if prev is not None:
             await prev
 
-    def _prompt_ids(self, s: Session, i: int) -> list[int]:
+    def _note_chat(self, chat: SessionChat, kind: str) -> None:
+        """The simulator's events for a new chat / an ended session (kvsim.core.engine)."""
+        self.events.extend((self.now(), kind, rid, detail, 0) for rid, detail in chat.notes(kind))
+
+    def _prompt_ids(self, segs: list[Segment]) -> list[int]:
         ids: list[int] = []
-        for seg in prompt_segments(s, i):
+        for seg in segs:
             ids.extend(self.generated.get(seg.id)
                        or self.opts.space.segment_ids(seg.id, seg.tokens))
         return ids
 
-    def _messages(self, s: Session, i: int) -> list[dict[str, str]]:
+    def _messages(self, s: Session, i: int, segs: list[Segment]) -> list[dict[str, str]]:
         space, msgs = self.opts.space, []
         outs = {output_segment(s, j).id for j in range(i)}
         user: list[str] = []
-        for seg in prompt_segments(s, i):
+        for seg in segs:
             if seg.id in outs:
                 msgs.append({"role": "user", "content": "".join(user)})
                 user = []
@@ -147,19 +182,19 @@ class Replayer:
         msgs.append({"role": "user", "content": "".join(user)})
         return [m for m in msgs if m["content"] or m["role"] != "user"]
 
-    async def _turn(self, client: httpx.AsyncClient, s: Session, i: int) -> None:
+    async def _turn(self, client: httpx.AsyncClient, row: _Row, segs: list[Segment],
+                    seed: int) -> None:
+        s, i = row.session, row.turn
         n_out = s.turns[i].output_tokens
-        seed = self.opts.seed + len(self.rows)
         if self.opts.api == "llama.cpp":
-            prompt = self._prompt_ids(s, i)
+            prompt = self._prompt_ids(segs)
             path, body = "/completion", llama_body(prompt, n_out, self.opts.space, seed)
-            n_prompt = len(prompt)
+            row.prompt_tokens = len(prompt)
         else:
             path = "/v1/chat/completions"
-            body = openai_body(self.opts.model, self._messages(s, i), n_out, seed)
-            n_prompt = sum(seg.tokens for seg in prompt_segments(s, i))
-        row = _Row(s, i, self.now(), n_prompt, StreamResult())
-        self.rows.append(row)
+            body = openai_body(self.opts.model, self._messages(s, i, segs), n_out, seed)
+            row.prompt_tokens = sum(seg.tokens for seg in segs)
+        row.arrival_s = self.now()
         await self._stream(client, path, body, row.res)
         row.finish_s = self.now()
         out_id = output_segment(s, i).id
@@ -222,10 +257,15 @@ class Replayer:
                   weighted_quantile(vals, [1] * len(vals), 0.95), max(vals))
                  if vals else (nan,) * 4)
         finish = row.finish_s if not failed else nan
+        truncated = bool(res.final.get("truncated", False))
+        # NOTE: what the server dropped of the prompt sent, when it reports what it read
+        # (llama.cpp timings); 0 when it does not say
+        read = cached + computed
+        dropped = int(max(0, prompt - read)) if truncated and read == read else 0
         out = (rid, s.session_id, row.turn, s.member, s.kind, row.arrival_s, nan, first,
                finish, nan, first - row.arrival_s, finish - row.arrival_s, prompt, cached,
                computed, 0, n_out if not failed else len(res.tokens), 0, failed, res.error,
-               bool(res.final.get("truncated", False)), *stats)
+               truncated, dropped, *stats)
         return out, gaps
 
     def results(self, scenario: dict[str, Any] | None = None) -> Results:
@@ -237,6 +277,8 @@ class Replayer:
         frames = {name: pd.DataFrame([], columns=list(COLUMNS[name])) for name in COLUMNS}
         frames["requests"] = pd.DataFrame(reqs, columns=list(REQUEST_COLUMNS))
         frames["itl"] = pd.DataFrame(itl, columns=list(ITL_COLUMNS))
+        if self.events:
+            frames["events"] = pd.DataFrame(sorted(self.events), columns=list(EVENT_COLUMNS))
         for col in ("cached_tokens", "computed_prompt_tokens"):
             frames["requests"][col] = frames["requests"][col].astype("float64")
         end = float(frames["requests"]["finish_s"].max()) if reqs else 0.0
@@ -245,7 +287,9 @@ class Replayer:
                             preemptions=0, sim_time_s=0.0 if math.isnan(end) else end)
         for key in ("peak_device_bytes", "device_bytes", "peak_device_fraction"):
             summary[key] = math.nan  # not observable from the HTTP side
-        summary.update(replay_url=self.opts.url, replay_api=self.opts.api)
+        summary.update(session_outcomes(frames["events"]))
+        summary.update(replay_url=self.opts.url, replay_api=self.opts.api,
+                       replay_after_failure=self.opts.after_failure)
         return Results(**frames, summary=summary, scenario=scenario or {}, source="measured")
 
 

@@ -20,10 +20,15 @@ from kvsim.errors import InputError
 @click.option("--time-scale", type=float, default=1.0, show_default=True,
               help="multiply start and think times (use the workload's time_scale)")
 @click.option("--max-sessions", type=int, default=None, help="replay only the first N sessions")
+@click.option("--after-failure", type=click.Choice(["new_chat", "end_session", "continue"]),
+              default="new_chat", show_default=True,
+              help="after a failed request a session starts a new chat, ends, or replays the "
+                   "trace verbatim (use the workload's after_failure)")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory to write the measured Results into")
 def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tokens: str,
-           time_scale: float, max_sessions: int | None, out_dir: str) -> None:
+           time_scale: float, max_sessions: int | None, after_failure: str,
+           out_dir: str) -> None:
     """Replay TRACE closed-loop against the server at URL; save measured Results."""
     from kvsim.calibrate.replay import ReplayOptions
     from kvsim.calibrate.replay import replay as run
@@ -34,7 +39,8 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
         raise InputError("--max-sessions", max_sessions, "an integer >= 1 (omit it to replay "
                          "every session)")
     opts = ReplayOptions(url=url, api=api, model=model,  # type: ignore[arg-type]
-                         space=token_space(token_range, ban_tokens), time_scale=time_scale)
+                         space=token_space(token_range, ban_tokens), time_scale=time_scale,
+                         after_failure=after_failure)  # type: ignore[arg-type]
     check_output("--output", out_dir, folder=True)
     sessions = sorted_sessions(trace)
     if max_sessions is not None:

@@ -20,7 +20,8 @@ def _fmt(key: str, value: object) -> str:
     return str(value)
 
 
-SHOWN = ("requests", "failed_requests", "preemptions", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+SHOWN = ("requests", "failed_requests", "truncated_requests", "new_chats", "abandoned_turns",
+         "preemptions", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
          "itl_p50_s", "itl_p95_s", "itl_p99_s", "e2e_p95_s", "tokens_per_s", "prefix_hit_rate",
          "peak_kv_reserved_bytes", "peak_kv_allocated_bytes", "peak_device_bytes",
          "peak_device_fraction", "sim_time_s")

@@ -55,6 +55,11 @@ class WorkloadConfig(FrozenModel):
     params: dict[str, Any] = Field(default_factory=dict, description="preset overrides")
     max_sessions: int | None = Field(None, gt=0, description="down-sample to whole sessions")
     time_scale: float = Field(1.0, gt=0, description="multiply arrival times (open loop)")
+    # NOTE: the same rule drives `kvsim replay --after-failure` (kvsim.core.sessions)
+    after_failure: Literal["new_chat", "end_session", "continue"] = Field(
+        "new_chat", description="after one of its requests failed, a session starts a new "
+        "chat (system prompt + the next turn's own input), ends (its later turns dropped) "
+        "or continues the trace verbatim")
 
     @field_validator("trace")
     @classmethod

@@ -6,7 +6,12 @@ Processes (DESIGN.md §3.4):
   start) and starts each one at its first turn's ``start_s``;
 - each *session* submits its turns: closed-loop turns arrive ``think_s`` after the
   previous answer ended (finished or failed), open-loop turns (``start_s`` given) at
-  their own time; a turn's prompt is the whole history (``prompt_segments``);
+  their own time; a turn's prompt is the whole history of its chat, and after a failed
+  request the workload's ``after_failure`` rule starts a new chat, ends the session or
+  goes on (:mod:`kvsim.core.sessions`; events ``new_chat`` / ``abandon``).  Every
+  prompt reaches the scheduler, which rejects, truncates or serves it as its engine
+  does (a prompt past the model's maximum context included: each engine's own limit is
+  at most that maximum, ``kvsim.api.simulate``);
 - the *driver* runs schedule → run → postprocess: it asks the scheduler for a
   :class:`~kvsim.core.step.StepPlan`, waits the latency model's step time, applies
   the plan, records the step, then calls the policy hooks; with nothing to do it
@@ -43,56 +48,21 @@ import simpy
 from simpy.events import NORMAL, URGENT
 
 from kvsim.core.fastforward import FastForward, next_event_s, schedule_at
-from kvsim.core.requests import Request, TokenSeq, seq_from_segments
-from kvsim.core.step import StepHook, StepPlan
+from kvsim.core.requests import Request
+from kvsim.core.sessions import (  # noqa: F401  (make_request, session_prompts: re-exported)
+    ABANDON_EVENT,
+    NEW_CHAT_EVENT,
+    AfterFailure,
+    SessionChat,
+    make_request,
+    request_outcome,
+    seed_block_hashes,
+    session_prompts,
+)
+from kvsim.core.step import EngineEvent, StepHook, StepPlan
 from kvsim.errors import InputError, RunStopped
 from kvsim.metrics.records import Recorder
-from kvsim.workload.schema import Session, output_segment, prompt_segments, turn_segments
-
-
-def make_request(session: Session, i: int, now_s: float,
-                 prompt: TokenSeq | None = None) -> Request:
-    """Turn ``i`` of ``session`` arriving at ``now_s`` (``prompt``: see session_prompts)."""
-    turn = session.turns[i]
-    if prompt is None:
-        prompt = seq_from_segments([(s.id, s.tokens) for s in prompt_segments(session, i)])
-    return Request(request_id=f"{session.session_id}#{i}", session_id=session.session_id,
-                   turn=i, arrival_s=now_s, prompt=prompt,
-                   output_id=output_segment(session, i).id,
-                   max_output_tokens=turn.output_tokens, member=session.member,
-                   kind=session.kind)
-
-
-def session_prompts(session: Session) -> Iterator[TokenSeq]:
-    """Each turn's prompt, equal to ``prompt_segments`` but built incrementally.
-
-    NOTE: ``prompt_segments(s, i)`` rebuilds the whole history (O(i) pydantic segments)
-    for every turn; here turn ``i`` adds only its own segments and the previous answer.
-    """
-    def seq(segs: Iterable[Any]) -> TokenSeq:
-        return seq_from_segments([(g.id, g.tokens) for g in segs])
-
-    n_sys = 0 if session.system_prompt_id is None else 1
-    head = seq(prompt_segments(session, 0)[:n_sys])
-    for i in range(len(session.turns)):
-        new = seq(turn_segments(session, i))  # NOTE: pieces concatenate (empty ones dropped)
-        yield head + new
-        if session.history == "full":
-            head = head + new + seq([output_segment(session, i)])
-
-
-def seed_block_hashes(req: Request, before: Request | None) -> None:
-    """Start ``req``'s prefix-hash chain with the previous turn's, when its prompt
-    begins with that turn's whole token sequence (prompt + answer).
-
-    NOTE: a block's chained hash depends only on the pieces of the tokens up to its
-    end, so the previous turn's full-block hashes are this prompt's first ones.
-    """
-    if before is None or not before.block_hashes:
-        return
-    head = before.all_tokens()
-    if req.prompt[:len(head)] == head:
-        req.block_hashes = list(before.block_hashes)
+from kvsim.workload.schema import Session
 
 
 class Engine:
@@ -100,7 +70,7 @@ class Engine:
 
     def __init__(self, scheduler: Any, latency: Any, *, recorder: Recorder | None = None,
                  sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
-                 max_context_tokens: int | None = None, max_sim_time_s: float | None = None,
+                 after_failure: AfterFailure = "new_chat", max_sim_time_s: float | None = None,
                  progress: Callable[[float, int], None] | None = None,
                  fidelity: str = "fast") -> None:
         self.env = simpy.Environment()
@@ -109,7 +79,7 @@ class Engine:
         self.recorder = recorder or Recorder()
         self.sample_interval_s = sample_interval_s
         self.hooks = list(hooks)
-        self.max_context_tokens = max_context_tokens
+        self.after_failure = after_failure
         self.max_sim_time_s = max_sim_time_s
         self.progress = progress
         self._done_events: dict[str, simpy.Event] = {}
@@ -160,36 +130,44 @@ class Engine:
         self._poke()
 
     def _session(self, s: Session):
+        chat = SessionChat(s, self.after_failure, request_outcome)
         prev: simpy.Event | None = None
         last: Request | None = None
-        prompts = session_prompts(s)
         for i, turn in enumerate(s.turns):
-            prompt = next(prompts)
             if i > 0 and turn.start_s is None:
                 if prev is not None:
                     yield prev
-                if turn.think_s:
+                if turn.think_s and not chat.poll(self.env.now):  # NOTE: ends at once
                     yield self.env.timeout(turn.think_s)
             elif turn.start_s is not None and turn.start_s > self.env.now:
                 yield self.env.timeout(turn.start_s - self.env.now)
+            if not chat.begin(i, self.env.now):
+                self._note_chat(chat, ABANDON_EVENT)
+                break
+            if chat.opened is not None:
+                self._note_chat(chat, NEW_CHAT_EVENT)
+                last = None  # NOTE: a new chat shares only the system prompt's blocks
             nxt = s.turns[i + 1] if i + 1 < len(s.turns) else None
             # NOTE: only a closed-loop next turn waits for this answer (fast-forward bound)
             follow = (nxt.think_s or 0.0) if nxt is not None and nxt.start_s is None \
                 else math.inf
-            req = make_request(s, i, self.env.now, prompt)
+            req = make_request(s, i, self.env.now, chat.prompt(i))
             seed_block_hashes(req, last)
             last = req
             prev = self._submit(req, follow)
+            chat.sent(i, req)
         if prev is not None:
             yield prev
         self._active_sessions -= 1
         self._poke()
 
+    def _note_chat(self, chat: SessionChat, kind: str) -> None:
+        """Record a new chat (its first turn) or an ended session (each dropped turn)."""
+        self.scheduler.events.extend(EngineEvent(self.env.now, kind, rid, detail)
+                                     for rid, detail in chat.notes(kind))
+        self.recorder.drain(self.scheduler.events)
+
     def _submit(self, req: Request, follow_s: float = 0.0) -> simpy.Event:
-        limit = self.max_context_tokens
-        if limit is not None and req.prompt_tokens > limit:
-            raise InputError("workload", f"{req.request_id}: prompt {req.prompt_tokens} tokens",
-                             f"longer than the model's maximum context ({limit} tokens)")
         self.requests_submitted += 1
         self.recorder.check_capacity(self.requests_submitted)
         done = self.env.event()

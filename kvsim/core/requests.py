@@ -146,7 +146,10 @@ class Request:
     computed_prompt_tokens: int = 0
     recomputed_tokens: int = 0
     preemptions: int = 0
+    # NOTE: the engine's own cut of the context (llama.cpp's response flag, §3.4): the
+    # prompt truncated to fit (Ollama, §4.5), a context shift, or a stop at the slot end
     truncated: bool = False
+    truncated_prompt_tokens: int = 0  # prompt tokens the engine dropped to fit its context
     failure_reason: str = ""
     itl: GapRuns = field(default_factory=GapRuns)  # affine runs of gaps (kvsim.core.itl)
     block_hashes: list[int] = field(default_factory=list)  # paged: chained full-block keys
@@ -155,6 +158,13 @@ class Request:
     def __post_init__(self) -> None:
         if not self.prompt_tokens:
             self.prompt_tokens = seq_len(self.prompt)
+
+    @property
+    def sent_prompt_tokens(self) -> int:
+        """The prompt as it reached the engine, before the engine truncated it to fit
+        (``prompt_tokens`` is what it kept; a KV policy's own evictions, made before
+        this, are not counted: :mod:`kvsim.policies`)."""
+        return self.prompt_tokens + self.truncated_prompt_tokens
 
     @property
     def num_tokens(self) -> int:

@@ -5,13 +5,16 @@ reuse in :mod:`kvsim.core.kv.slots`); every generating slot contributes its next
 token, then pending prompts are packed until ``n_batch`` tokens (continuous
 batching).  There is no preemption: a task waits for a free slot.
 
-Failures, worded as the real server reports them:
+Failures, worded as the real server reports them, and cuts of the context (each marks
+the request ``truncated``, as llama-server's response flag does: a truncated prompt, a
+context shift, a stop at the slot's end; a truncated prompt also counts the tokens it
+lost, ``Request.truncated_prompt_tokens``):
 
-- prompt ≥ the slot's context → HTTP 400 ``exceed_context_size_error``; with context
-  shift on (or Ollama, which truncates on its side) the prompt is truncated instead:
-  keep ``n_keep`` tokens, drop whole blocks of half the remaining context;
-- generation reaching the slot's end → stop (``truncated``), or with context shift
-  keep ``n_keep`` tokens and discard half of the rest;
+- prompt ≥ the slot's context → HTTP 400 ``exceed_context_size_error``; Ollama
+  truncates it on its side instead (old messages first, then the oldest tokens after
+  ``num_keep``);
+- generation reaching the slot's end → stop, or with context shift keep ``n_keep``
+  tokens and discard half of the rest;
 - unified pool: a batch that finds no free KV cells first purges idle slots' caches;
   if that is not enough the batch is halved down to one token, and then every active
   slot fails with "Context size has been exceeded." (llama.cpp #23652).
@@ -109,16 +112,25 @@ class SlotScheduler:
                     f"request ({req.prompt_tokens} tokens) exceeds the available context "
                     f"size ({self.cap} tokens)"))
                 return False
-            # NOTE: fitted to cap - 1 so the slot holds the first sampled token (Ollama
-            # fits num_ctx and shifts at once: one token apart)
-            keep = self._keep_tokens(req.prompt_tokens)
-            req.prompt, dropped, cut = fit_chat_prompt(req.prompt, self.cap - 1, keep)
-            req.prompt_tokens = seq_len(req.prompt)
-            self.events.append(EngineEvent(
-                now_s, "truncate_prompt", req.request_id,
-                f"dropped {dropped} tokens of old messages, truncated {cut} after {keep}"))
+            self._truncate(req, now_s)
         self.waiting.append(req)
         return True
+
+    def _truncate(self, req: Request, now_s: float) -> None:
+        """Ollama's fit of a prompt too long for the slot (engines.md §4.5), silent on
+        the server's side: the request is marked ``truncated`` and keeps the count of
+        tokens dropped (its record shows the prompt as sent and that count)."""
+        # NOTE: fitted to cap - 1 so the slot holds the first sampled token (Ollama
+        # fits num_ctx and shifts at once: one token apart)
+        keep = self._keep_tokens(req.prompt_tokens)
+        sent_tokens = req.prompt_tokens
+        req.prompt, dropped, cut = fit_chat_prompt(req.prompt, self.cap - 1, keep)
+        req.prompt_tokens = seq_len(req.prompt)
+        req.truncated_prompt_tokens += sent_tokens - req.prompt_tokens
+        req.truncated = True
+        self.events.append(EngineEvent(
+            now_s, "truncate_prompt", req.request_id,
+            f"dropped {dropped} tokens of old messages, truncated {cut} after {keep}"))
 
     # -- schedule --------------------------------------------------------------
     def _assign(self, req: Request, slot: Slot, lcp: int, takeover: bool,
@@ -277,6 +289,7 @@ class SlotScheduler:
         discard = min(self.n_discard, left) if self.n_discard > 0 else left // 2
         slot.cache = list(seq_drop(tuple(slot.cache), keep, keep + discard))
         slot.n_tokens -= discard
+        slot.req.truncated = True  # llama-server sets truncated on a shift (§3.4)
         self.events.append(EngineEvent(now_s, "context_shift", slot.req.request_id,
                                        f"kept {keep}, discarded {discard}"))
 

@@ -57,7 +57,13 @@ REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "member", "kind", "arrival_s", "first_scheduled_s",
     "first_token_s", "finish_s", "queue_s", "ttft_s", "e2e_s", "prompt_tokens", "cached_tokens",
     "computed_prompt_tokens", "recomputed_tokens", "output_tokens", "preemptions", "failed",
-    "failure_reason", "truncated", "itl_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s")
+    "failure_reason", "truncated", "truncated_prompt_tokens", "itl_mean_s", "itl_p50_s",
+    "itl_p95_s", "itl_max_s")
+# NOTE: prompt_tokens is the prompt as sent, before the engine truncated it to fit its
+# context (Ollama, engines.md §4.5); truncated_prompt_tokens of it were dropped, and the
+# engine looked the rest up in its cache (cached_tokens) and computed the remainder.
+# truncated: the engine cut the context (that, a context shift or a stop at the end)
+OPTIONAL_REQUEST_COLUMNS = {"truncated_prompt_tokens": 0}  # absent from older folders
 ITL_COLUMNS = ("request_id", "gap_s", "count")  # required (measured results have only these)
 ITL_DELTA = "gap_delta_s"  # affine runs; absent or 0 = run-length rows
 ITL_TABLE_COLUMNS = (*ITL_COLUMNS, ITL_DELTA)
@@ -198,9 +204,9 @@ class Recorder:
         self.request_rows.append((
             req.request_id, req.session_id, req.turn, req.member, req.kind, arr, first, tok,
             fin, nan if math.isnan(first) else first - arr, nan if math.isnan(tok) else tok - arr,
-            fin - arr if not failed else nan, req.prompt_tokens, req.cached_tokens,
+            fin - arr if not failed else nan, req.sent_prompt_tokens, req.cached_tokens,
             req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
-            failed, req.failure_reason, req.truncated))
+            failed, req.failure_reason, req.truncated, req.truncated_prompt_tokens))
         self.output_tokens += req.num_output
         if runs:
             k = len(self.itl_ids)

@@ -1,9 +1,17 @@
 """Results: the tables and summary of one run, saved and loaded as a directory.
 
 Layout (``notes/results.md``, the shared contract): ``requests``, ``itl``,
-``steps``, ``memory`` and ``events`` as Parquet, ``summary.json``,
+``steps``, ``memory``, ``events`` and ``references`` as Parquet, ``summary.json``,
 ``scenario.json`` (resolved scenario + hash) and ``meta.json`` (format version,
-tables, source).  ``save`` writes into a temporary sibling directory and renames it
+tables, source).
+
+``references`` holds one row per scored reference event of the accuracy proxy
+(DESIGN §3.6; :mod:`kvsim.metrics.accuracy`): ``time_s, session_id, request_id,
+content, outcome, bits, added_s, score``.  A folder written before the table existed
+still loads: its references are read back from the ``events`` rows of kind
+``reference`` (scores there are rounded to 4 decimals; ``bits`` is known only for
+DEGRADED).  Rows stay modest: a 30-day ``family-4`` run scores ~1.5k references
+against ~4.2k requests (at most a few per request, under the request cap).  ``save`` writes into a temporary sibling directory and renames it
 into place, so an interrupted save never leaves a half-written result.
 """
 
@@ -14,6 +22,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,15 +36,22 @@ from kvsim.metrics.records import (
     ITL_DELTA,
     ITL_TABLE_COLUMNS,
     MEMORY_COLUMNS,
+    OPTIONAL_REQUEST_COLUMNS,
     REQUEST_COLUMNS,
     STEP_COLUMNS,
     Recorder,
 )
 
 FORMAT_VERSION = 1
-TABLES = ("requests", "itl", "steps", "memory", "events")
+TABLES = ("requests", "itl", "steps", "memory", "events")  # required in every folder
+OPTIONAL_TABLES = ("references",)  # absent from folders written before it existed
+REFERENCE_COLUMNS = ("time_s", "session_id", "request_id", "content", "outcome", "bits",
+                     "added_s", "score")
 COLUMNS = {"requests": REQUEST_COLUMNS, "itl": ITL_TABLE_COLUMNS, "steps": STEP_COLUMNS,
-           "memory": MEMORY_COLUMNS, "events": EVENT_COLUMNS}
+           "memory": MEMORY_COLUMNS, "events": EVENT_COLUMNS, "references": REFERENCE_COLUMNS}
+# detail of an ``events`` row of kind "reference" (kvsim.policies.recall)
+_REFERENCE_DETAIL = (r"^(?P<outcome>[A-Z]+)(?:\((?P<bits>[0-9.]+)\))? (?P<content>\S+) "
+                     r".* m=(?P<score>[0-9.]+) added_s=(?P<added_s>\S+)$")
 
 
 def _json_safe(obj: Any) -> Any:
@@ -60,6 +76,42 @@ def tables_from(rec: Recorder) -> dict[str, pd.DataFrame]:
     return {name: pd.DataFrame(rows[name], columns=list(COLUMNS[name])) for name in TABLES}
 
 
+def references_frame(scored: Iterable[Any]) -> pd.DataFrame:
+    """The ``references`` table from :class:`kvsim.metrics.accuracy.ScoredEvent` rows."""
+    rows = [(e.time_s, e.session_id, e.request_id, e.content, e.outcome.label,
+             float(e.outcome.bits), e.outcome.added_s, e.m) for e in scored]
+    return _typed_references(pd.DataFrame(rows, columns=list(REFERENCE_COLUMNS)))
+
+
+def references_from_events(events: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """The ``references`` table read back from ``events`` rows of kind ``reference``
+    (folders written before the table existed; see the module doc)."""
+    if "kind" not in events.columns or "detail" not in events.columns:
+        return references_frame(())
+    ev = events[events["kind"] == "reference"]
+    parsed = ev["detail"].astype(str).str.extract(_REFERENCE_DETAIL)
+    ok = parsed["outcome"].notna().to_numpy()
+    ev, parsed = ev[ok], parsed[ok]
+    owner = dict(zip(requests["request_id"].astype(str), requests["session_id"].astype(str))) \
+        if {"request_id", "session_id"} <= set(requests.columns) else {}
+    rid = ev["request_id"].astype(str)
+    out = pd.DataFrame({
+        "time_s": ev["time_s"].to_numpy(dtype=float),
+        "session_id": [owner.get(r, r.rsplit("#", 1)[0]) for r in rid],
+        "request_id": rid.to_numpy(), "content": parsed["content"].to_numpy(),
+        "outcome": parsed["outcome"].to_numpy(),
+        "bits": pd.to_numeric(parsed["bits"]).to_numpy(dtype=float),
+        "added_s": pd.to_numeric(parsed["added_s"]).to_numpy(dtype=float),
+        "score": pd.to_numeric(parsed["score"]).to_numpy(dtype=float)})
+    return _typed_references(out)
+
+
+def _typed_references(df: pd.DataFrame) -> pd.DataFrame:
+    """Fixed dtypes, so an empty table round-trips through Parquet unchanged."""
+    return df.astype({"time_s": float, "session_id": str, "request_id": str, "content": str,
+                      "outcome": str, "bits": float, "added_s": float, "score": float})
+
+
 @dataclass
 class Results:
     """DataFrames + summary + resolved scenario of one simulated or measured run."""
@@ -74,6 +126,12 @@ class Results:
     scenario_hash: str = ""
     source: str = "simulated"
     meta: dict[str, Any] = field(default_factory=dict)  # meta.json as loaded
+    references: pd.DataFrame | None = None  # None: read back from ``events`` (module doc)
+    path: str = field(default="", compare=False)  # the folder it was loaded from, if any
+
+    def __post_init__(self) -> None:
+        if self.references is None:
+            self.references = references_from_events(self.events, self.requests)
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)
@@ -84,14 +142,14 @@ class Results:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            for name in TABLES:
+            for name in (*TABLES, *OPTIONAL_TABLES):
                 self.table(name).to_parquet(tmp / f"{name}.parquet", index=False)
             (tmp / "summary.json").write_text(dump_json(self.summary))
             (tmp / "scenario.json").write_text(dump_json(
                 {"scenario": self.scenario, "hash": self.scenario_hash}))
             (tmp / "meta.json").write_text(dump_json({
                 "kvsim_version": __version__, "format_version": FORMAT_VERSION,
-                "tables": list(TABLES), "source": self.source}))
+                "tables": [*TABLES, *OPTIONAL_TABLES], "source": self.source}))
             old = None
             if target.exists():
                 old = target.with_name(f".{target.name}.old-{os.getpid()}")
@@ -130,10 +188,13 @@ class Results:
         summary = _read_object(p / "summary.json")
         summary = {k: (math.nan if v is None else v) for k, v in summary.items()}
         frames = {t: _read_table(p / f"{t}.parquet", COLUMNS[t]) for t in TABLES}
+        for t in OPTIONAL_TABLES:
+            if (p / f"{t}.parquet").is_file():
+                frames[t] = _read_table(p / f"{t}.parquet", COLUMNS[t])
         if ITL_DELTA not in frames["itl"].columns:  # run-length rows (older / measured)
             frames["itl"][ITL_DELTA] = 0.0
         return cls(**frames, summary=summary, scenario=scenario, scenario_hash=digest,
-                   source=source, meta=meta)
+                   source=source, meta=meta, path=str(p))
 
 
 SOURCES = ("simulated", "measured")
@@ -159,7 +220,8 @@ def _read_object(path: Path) -> dict[str, Any]:
 
 
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    """One Parquet table of a results folder, with the columns kvsim writes."""
+    """One Parquet table of a results folder, with the columns kvsim writes (a column
+    added since, absent from an older folder, gets its neutral value)."""
     import pyarrow as pa
 
     try:
@@ -167,6 +229,9 @@ def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise _damaged(path, f"not a readable Parquet table ({type(exc).__name__})") from None
     lacking = [c for c in columns if c not in df.columns and c != ITL_DELTA]
+    for c in [c for c in lacking if c in OPTIONAL_REQUEST_COLUMNS]:
+        df[c] = OPTIONAL_REQUEST_COLUMNS[c]
+        lacking.remove(c)
     if lacking:
         raise _damaged(path, "missing column(s) " + ", ".join(lacking))
     return df

@@ -45,6 +45,14 @@ def itl_quantile(itl: pd.DataFrame, q: float) -> float:
     return gaps.quantile(*itl_runs(itl), q)
 
 
+def prefix_hit_rate(requests: pd.DataFrame) -> float:
+    """Prompt tokens served from the prefix cache over the prompt tokens the engine
+    looked up — the prompts as sent less what it truncated away (vLLM's
+    prefix_cache_hits / prefix_cache_queries, engines.md §1)."""
+    looked_up = int(requests["prompt_tokens"].sum() - requests["truncated_prompt_tokens"].sum())
+    return int(requests["cached_tokens"].sum()) / looked_up if looked_up > 0 else 0.0
+
+
 def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
               steps: pd.DataFrame, *, static_device_bytes: int, device_bytes: int,
               preemptions: int, evictions: int = 0, sim_time_s: float,
@@ -88,12 +96,24 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["cached_tokens"] = int(requests["cached_tokens"].sum())
     out["computed_prompt_tokens"] = int(requests["computed_prompt_tokens"].sum())
     out["recomputed_tokens"] = int(requests["recomputed_tokens"].sum())
-    out["prefix_hit_rate"] = out["cached_tokens"] / prompt if prompt else 0.0
+    out["prefix_hit_rate"] = prefix_hit_rate(requests)
     out["preemptions"] = int(preemptions)
     out["evictions"] = int(evictions)
     out["failed_requests"] = int(requests["failed"].sum())
     out["truncated_requests"] = int(requests["truncated"].sum())
+    out["truncated_prompt_tokens"] = int(requests["truncated_prompt_tokens"].sum())
     out["requests"] = len(requests)
     out["steps"] = int(steps["steps"].sum()) if len(steps) else 0
     out["sim_time_s"] = float(sim_time_s)
     return out
+
+
+def session_outcomes(events: pd.DataFrame) -> dict[str, int]:
+    """What sessions did after a failed request, from the ``events`` table: ``new_chats``
+    (turns that opened a new chat) and ``abandoned_turns`` (turns an ended session dropped).
+
+    NOTE: the event kinds are kvsim.core.sessions' NEW_CHAT_EVENT / ABANDON_EVENT.
+    """
+    kinds = events["kind"] if len(events) else pd.Series([], dtype=object)
+    return {"new_chats": int((kinds == "new_chat").sum()),
+            "abandoned_turns": int((kinds == "abandon").sum())}

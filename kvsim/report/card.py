@@ -28,12 +28,19 @@ HEADLINE = (  # (summary key, label, format)
     ("peak_device_fraction", "peak device use", "{:.1%}"),
     ("peak_kv_allocated_bytes", "peak KV allocated", "gib"),
     ("prefix_hit_rate", "prefix hit rate", "{:.1%}"), ("preemptions", "preemptions", "{:,.0f}"),
-    ("tokens_per_s", "tokens/s", "{:,.1f}"), ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
+    ("tokens_per_s", "tokens/s", "sig3"), ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
     ("recall_mean", "recall proxy (mean)", "{:.3f}"),
     ("recall_worst", "recall proxy (worst reference)", "{:.3f}"),
     ("recall_share_below_0_5", "references recalled below 0.5", "{:.1%}"),
     ("oom_risk", "OOM risk", "{:.3g}"),
 )
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits (0.366, 12.3, 457); from 10^digits on,
+    whole numbers with thousands separators (12,345)."""
+    text = f"{value:.{digits}g}"
+    return f"{value:,.0f}" if abs(float(text)) >= 10**digits else text
 
 
 def latency_provenance(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +88,8 @@ def card_data(results: Any) -> dict[str, Any]:
         value = summary.get(key)
         if value is None or isinstance(value, str) or not math.isfinite(float(value)):
             continue
-        text = f"{float(value) / 2**30:.2f} GiB" if fmt == "gib" else fmt.format(value)
+        text = f"{float(value) / 2**30:.2f} GiB" if fmt == "gib" else \
+            significant(float(value)) if fmt == "sig3" else fmt.format(value)
         headline.append((label, text))
     return {
         "name": str(config.get("name") or "scenario"),

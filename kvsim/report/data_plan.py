@@ -16,13 +16,19 @@ import numpy as np
 import pandas as pd
 
 from kvsim.errors import InputError
-from kvsim.report.data_run import accuracy_per_session, nonempty, run_config
+from kvsim.report.data_recall import recall_overall
+from kvsim.report.data_run import nonempty
+from kvsim.report.labels import run_labels
 
 PLAN_REQUIRED = ("context_tokens", "parallel", "feasible", "binding", "peak_device_fraction")
 COMPARE_REQUIRED = ("gpu", "feasible", "best_parallel", "best_context_tokens")
 POLICY_REQUIRED = ("label",)
 POLICY_METRICS = ("peak_device_bytes", "peak_kv_allocated_bytes", "ttft_p95_s", "itl_p95_s",
                   "accuracy_mean", "accuracy_worst", "accuracy_below_half")
+# summary.json keys of each POLICY_METRICS column, first found wins (kvsim.metrics.accuracy)
+SUMMARY_KEYS = {"accuracy_mean": ("accuracy_mean", "recall_mean"),
+                "accuracy_worst": ("accuracy_worst", "recall_worst"),
+                "accuracy_below_half": ("accuracy_below_half", "recall_share_below_0_5")}
 SWEEP_METRICS = ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
                  "accuracy_mean", "tokens_per_s", "failed_requests")
 # short cell labels for binding constraints
@@ -126,29 +132,27 @@ def gpu_comparison(compare: pd.DataFrame | None) -> pd.DataFrame | None:
 def runs_table(results: Sequence[Any]) -> pd.DataFrame | None:
     """Side-by-side summary of several runs (the policy comparison table).
 
-    One row per run: ``label`` (scenario name, made unique), then every metric of
-    ``POLICY_METRICS`` found in the run's summary; accuracy falls back to the run's
-    ``references`` table (mean / worst / share < 0.5 over all events).
+    One row per run: ``label`` (:func:`kvsim.report.labels.run_labels`: the scenario
+    name, and what differs where runs share it), then every metric of
+    ``POLICY_METRICS`` found in the run's summary (under the keys of
+    :data:`SUMMARY_KEYS`); accuracy falls back to the run's ``references`` table
+    (mean / worst / share < 0.5 over all events).
     """
     if len(results) < 2:
         return None
-    rows, seen = [], {}
-    for res in results:
-        config, _ = run_config(res)
-        name = str(config.get("name") or "run")
-        seen[name] = seen.get(name, 0) + 1
-        label = name if seen[name] == 1 else f"{name} ({seen[name]})"
+    rows = []
+    for res, label in zip(results, run_labels(results)):
         summary = getattr(res, "summary", None) or {}
         row: dict[str, Any] = {"label": label}
         for m in POLICY_METRICS:
-            value = summary.get(m, summary.get(m.replace("accuracy_", "recall_")))
+            value = next((summary[k] for k in SUMMARY_KEYS.get(m, (m,)) if k in summary),
+                         None)
             if value is not None:
                 row[m] = float(value)
-        refs = getattr(res, "references", None)
-        if "accuracy_mean" not in row and accuracy_per_session(refs) is not None:
-            score = refs["score"].astype(float)
-            row.update(accuracy_mean=float(score.mean()), accuracy_worst=float(score.min()),
-                       accuracy_below_half=float((score < 0.5).mean()))
+        overall = recall_overall(getattr(res, "references", None))
+        if "accuracy_mean" not in row and overall is not None:
+            row.update(accuracy_mean=overall["mean"], accuracy_worst=overall["worst"],
+                       accuracy_below_half=overall["below_half"])
         rows.append(row)
     return pd.DataFrame(rows)
 

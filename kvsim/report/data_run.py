@@ -27,6 +27,7 @@ import pandas as pd
 from kvsim.metrics import gaps
 from kvsim.metrics.records import weighted_quantile
 from kvsim.metrics.spread import base_quantiles, spread_quantiles, with_spread
+from kvsim.report.data_recall import accuracy_per_session  # noqa: F401 - part of this API
 from kvsim.metrics.summary import itl_runs
 from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
@@ -359,11 +360,14 @@ def pcie_traffic(events: pd.DataFrame | None, transfers: pd.DataFrame | None = N
 
 
 def prefix_hits(requests: pd.DataFrame | None) -> dict | None:
-    """Cumulative token-weighted prefix hit rate by arrival: Σcached / Σprompt so far."""
+    """Cumulative token-weighted prefix hit rate by arrival: Σcached / Σ(prompt looked
+    up: as sent, less what the engine truncated away) so far, as summary.json's."""
     if not nonempty(requests) or "cached_tokens" not in requests.columns:
         return None
     req = requests.sort_values("arrival_s", kind="stable")
     prompt = req["prompt_tokens"].to_numpy(dtype=float)
+    if "truncated_prompt_tokens" in req.columns:
+        prompt = prompt - req["truncated_prompt_tokens"].to_numpy(dtype=float)
     if prompt.sum() <= 0:
         return None
     cached = req["cached_tokens"].to_numpy(dtype=float)
@@ -373,21 +377,3 @@ def prefix_hits(requests: pd.DataFrame | None) -> dict | None:
             "hit_rate": (np.cumsum(cached)[ok] / cum_p[ok]),
             "overall": float(cached.sum() / prompt.sum())}
 
-
-def accuracy_per_session(references: pd.DataFrame | None) -> pd.DataFrame | None:
-    """Accuracy proxy per session (DESIGN §3.6) from the reference-event table.
-
-    Expects columns ``session_id, score`` (score = multiplier m in [0, 1]) and
-    optionally ``outcome`` (INTACT, DEGRADED, RECOVERED, LOST, COLLAPSE).  Returns
-    ``session_id, events, mean, worst, below_half`` (share of events with m < 0.5),
-    sorted by mean then worst, ascending (the worst sessions first).
-    """
-    if not nonempty(references) or "score" not in references.columns:
-        return None
-    ref = references.assign(session_id=references["session_id"].astype(str),
-                            _below=(references["score"] < 0.5).astype(float))
-    g = ref.groupby("session_id", sort=False)
-    out = pd.DataFrame({"events": g["score"].size(), "mean": g["score"].mean(),
-                        "worst": g["score"].min(), "below_half": g["_below"].mean()})
-    return out.reset_index().sort_values(["mean", "worst", "session_id"], kind="stable"
-                                         ).reset_index(drop=True)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from kvsim.report.data_plan import binding_label
@@ -104,26 +105,37 @@ def gpu_figure(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
-_POLICY_PANELS = (("peak_device_bytes", "peak device (GiB)", 2**30),
-                  ("peak_kv_allocated_bytes", "peak KV allocated (GiB)", 2**30),
-                  ("ttft_p95_s", "TTFT p95 (s)", 1), ("itl_p95_s", "ITL p95 (s)", 1),
-                  ("accuracy_mean", "recall proxy: mean", 1),
-                  ("accuracy_worst", "recall proxy: worst", 1))
+_POLICY_PANELS = (("peak_device_bytes", "peak device GiB", 2**30),
+                  ("peak_kv_allocated_bytes", "peak KV GiB", 2**30),
+                  ("ttft_p95_s", "TTFT p95 s", 1), ("itl_p95_s", "ITL p95 s", 1),
+                  ("accuracy_mean", "recall mean", 1), ("accuracy_worst", "recall worst", 1),
+                  ("accuracy_below_half", "refs below 0.5", 1))
+RUN_COLORS = tuple(qualitative.Plotly)  # the template's colour cycle: as in the CDF overlays
 
 
 def policy_figure(table: pd.DataFrame) -> go.Figure:
-    """One bar panel per metric present: memory, p95 latencies and recall side by side."""
+    """One bar panel per metric present: memory, p95 latencies and recall side by side.
+
+    Runs are told apart by colour, named once in the legend (their labels can be long:
+    :func:`kvsim.report.labels.run_labels`), not under every panel."""
     panels = [p for p in _POLICY_PANELS if p[0] in table.columns]
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels])
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels],
+                        horizontal_spacing=min(0.06, 0.6 / max(1, len(panels))))
     names = [esc(s) for s in table["label"]]
     for k, (col, _, div) in enumerate(panels, start=1):
-        fig.add_trace(go.Bar(x=names, y=table[col] / div, showlegend=False,
-                             marker_color="#4393c3", hovertemplate="%{x}: %{y:.4g}"
-                             "<extra></extra>"), row=1, col=k)
+        for i, name in enumerate(names):
+            fig.add_trace(go.Bar(x=[name], y=[table[col].iloc[i] / div], name=name,
+                                 legendgroup=name, showlegend=k == 1,
+                                 marker_color=RUN_COLORS[i % len(RUN_COLORS)],
+                                 hovertemplate="%{x}: %{y:.4g}<extra></extra>"), row=1, col=k)
         if col.startswith("accuracy"):
             fig.update_yaxes(range=[0, 1.05], row=1, col=k)
+    fig.update_xaxes(showticklabels=False)
+    legend = 22 * len(names)  # px: one legend row per run, below the panels
     fig.update_layout(title=title_dict("Policy comparison: memory vs latency vs recall"),
-                      **{**LAYOUT, "height": 440})
+                      **{**LAYOUT, "height": 420 + legend,
+                         "margin": dict(l=50, r=30, t=90, b=30 + legend),
+                         "legend": dict(orientation="v", yanchor="top", y=-0.04, x=0)})
     return fig
 
 

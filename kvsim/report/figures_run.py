@@ -189,14 +189,19 @@ def prefix_figure(curves: Sequence[tuple[str, dict]], title: str) -> go.Figure:
 
 
 def accuracy_figure(table: pd.DataFrame, title: str, max_sessions: int = 60) -> go.Figure:
-    """Accuracy proxy per session: mean bar, worst marker, share below 0.5 in hover."""
+    """Accuracy proxy per session (worst first): mean bar, worst marker; events, share
+    below 0.5 and LOST/COLLAPSE events in the hover."""
     t = table.head(max_sessions)
+    if len(table) > max_sessions:
+        title = f"{title} (worst {max_sessions} of {len(table)} sessions)"
     names = [esc(s) for s in t["session_id"]]
+    dropped = t["dropped"] if "dropped" in t.columns else np.zeros(len(t))
     fig = go.Figure()
     fig.add_trace(go.Bar(x=names, y=t["mean"], name="mean", marker_color="#4393c3",
-                         customdata=np.stack([t["events"], t["below_half"]], axis=1),
+                         customdata=np.stack([t["events"], t["below_half"], dropped], axis=1),
                          hovertemplate="mean %{y:.3f}<br>%{customdata[0]} events<br>"
-                                       "share < 0.5: %{customdata[1]:.0%}"))
+                                       "share < 0.5: %{customdata[1]:.0%}<br>"
+                                       "lost or collapsed: %{customdata[2]}"))
     fig.add_trace(go.Scatter(x=names, y=t["worst"], mode="markers", name="worst",
                              marker=dict(symbol="line-ew-open", size=16, color="crimson",
                                          line=dict(width=3))))
@@ -204,4 +209,20 @@ def accuracy_figure(table: pd.DataFrame, title: str, max_sessions: int = 60) -> 
     fig.update_layout(title=title_dict(title),
                       yaxis=dict(title="score multiplier", range=[0, 1.05]),
                       xaxis=dict(type="category", title="session"), **LAYOUT)
+    return fig
+
+
+def recall_cdf_figure(curves: Sequence[tuple[str, dict]], title: str) -> go.Figure:
+    """Per-session mean recall, one CDF over sessions per run, with the 0.5 line."""
+    fig = go.Figure()
+    for label, d in curves:
+        fig.add_trace(go.Scatter(
+            x=d["x"], y=d["p"], mode="lines+markers", line=dict(shape="hv"),
+            marker=dict(size=4), name=f"{esc(label)} (worst session {d['worst']:.3f}, "
+            f"{d['below_half']:.0%} of {d['sessions']} sessions below 0.5)"))
+    fig.add_vline(x=0.5, line=dict(color="grey", dash="dot"), annotation_text="0.5")
+    fig.update_layout(title=title_dict(title),
+                      xaxis=dict(title="session's mean score multiplier", range=[0, 1.05]),
+                      yaxis=dict(title="share of sessions ≤ x", range=[0, 1.02]),
+                      showlegend=True, **LAYOUT)
     return fig

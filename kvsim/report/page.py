@@ -25,10 +25,12 @@ from plotly.offline import get_plotlyjs
 
 from kvsim import __version__
 from kvsim.report import data_plan as dp
+from kvsim.report import data_recall as dc
 from kvsim.report import data_run as dr
 from kvsim.report import figures_plan as fp
 from kvsim.report import figures_run as fr
 from kvsim.report.card import card_data, card_html
+from kvsim.report.labels import run_labels
 
 MAX_DETAILED_RUNS = 4   # per-run figures (memory, sessions, ...) for the first runs only
 MAX_OVERLAID_RUNS = 12  # CDF / prefix overlays
@@ -70,11 +72,6 @@ class _Page:
         self.parts.append(markup)
 
 
-def _label(res: Any) -> str:
-    config, _ = dr.run_config(res)
-    return str(config.get("name") or "run")
-
-
 def _maybe(page: _Page, data: Any, make: Callable[[Any], Any], absent: str) -> None:
     if data is None or (hasattr(data, "__len__") and len(data) == 0):
         page.note(absent)
@@ -98,7 +95,7 @@ def _run_sections(page: _Page, res: Any, label: str) -> None:
     _maybe(page, dr.pcie_traffic(tbl("events"), tbl("transfers")),
            lambda d: fr.pcie_figure(d, f"PCIe traffic — {label}"),
            f"{label}: no PCIe traffic (nothing offloaded or restored); figure omitted.")
-    _maybe(page, dr.accuracy_per_session(tbl("references")),
+    _maybe(page, dc.accuracy_per_session(tbl("references")),
            lambda d: fr.accuracy_figure(d, f"Recall proxy per session — {label}"),
            f"{label}: no reference events; accuracy proxy omitted.")
 
@@ -108,8 +105,9 @@ def _spread(run: Any, key: str) -> tuple[float, ...]:
     return tuple((getattr(run, "summary", None) or {}).get(key) or ())
 
 
-def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -> None:
-    labeled = [(_label(r), r) for r in runs[:MAX_OVERLAID_RUNS]]
+def _overlay_sections(page: _Page, labeled: Sequence[tuple[str, Any]],
+                      slo: dict[str, float]) -> None:
+    labeled = labeled[:MAX_OVERLAID_RUNS]
     specs = (("TTFT", lambda r: dr.ttft_cdf(getattr(r, "requests", None),
                                              spread=_spread(r, "ttft_spread")),
               "ttft_p95_s", "time to first token (s)"),
@@ -125,6 +123,11 @@ def _overlay_sections(page: _Page, runs: Sequence[Any], slo: dict[str, float]) -
               if (d := dr.prefix_hits(getattr(r, "requests", None))) is not None]
     _maybe(page, curves, lambda c: fr.prefix_figure(c, "Prefix cache hit rate"),
            "No prompt tokens; prefix hit rate omitted.")
+    if len(labeled) > 1:  # one run: its per-session figure below says it all
+        curves = [(lab, d) for lab, r in labeled
+                  if (d := dc.session_recall_cdf(getattr(r, "references", None))) is not None]
+        _maybe(page, curves, lambda c: fr.recall_cdf_figure(c, "Recall proxy per session"),
+               "No reference events in any run; per-session recall comparison omitted.")
 
 
 REC_KEYS = ("gpu", "kv_dtype", "policy", "context_tokens", "parallel", "ttft_p95_s",
@@ -175,23 +178,26 @@ def build_report(results_list: Sequence[Any], extra: dict[str, Any] | None = Non
     extra = dict(extra or {})
     runs = list(results_list)
     page = _Page()
-    for res in runs[:MAX_DETAILED_RUNS]:
-        page.raw(card_html(card_data(res)))
+    labels = run_labels(runs)
+    for label, res in zip(labels[:MAX_DETAILED_RUNS], runs):
+        page.raw(card_html({**card_data(res), "name": label}))
     _plan_sections(page, extra)
     table = extra.get("policies")
     table = dp.runs_table(runs) if table is None else table
     fig_data = dp.policy_comparison(table)
     if fig_data is not None:
         page.figure(fp.policy_figure(fig_data))
+    labeled = list(zip(labels, runs))
     if runs:
-        _overlay_sections(page, runs, dict(extra.get("slo") or {}))
-    for res in runs[:MAX_DETAILED_RUNS]:
-        page.raw(f"<h2>{html.escape(_label(res))}</h2>")
-        _run_sections(page, res, _label(res))
+        _overlay_sections(page, labeled, dict(extra.get("slo") or {}))
+    for label, res in labeled[:MAX_DETAILED_RUNS]:
+        page.raw(f"<h2>{html.escape(label)}</h2>")
+        _run_sections(page, res, label)
     if len(runs) > MAX_DETAILED_RUNS:
         page.note(f"{len(runs) - MAX_DETAILED_RUNS} more runs: per-run figures shown for "
                   f"the first {MAX_DETAILED_RUNS} only.")
-    title = str(extra.get("title") or (_label(runs[0]) if runs else "kvsim report"))
+    first = str(dr.run_config(runs[0])[0].get("name") or "run") if runs else "kvsim report"
+    title = str(extra.get("title") or first)
     return _document(title, page)
 
 

@@ -51,3 +51,12 @@ def test_a_table_without_its_columns_is_refused(tmp_path, make_results):
     pd.DataFrame({"x": [1]}).to_parquet(d / "requests.parquet")
     with pytest.raises(InputError, match="missing column\\(s\\) request_id"):
         Results.load(d)
+
+
+def test_an_older_folder_without_truncated_prompt_tokens_reads_zero(tmp_path, make_results):
+    # folders written before the column existed: nothing was recorded as dropped
+    d = make_results(tmp_path / "r", ["a", "b"])
+    req = pd.read_parquet(d / "requests.parquet")
+    req.drop(columns="truncated_prompt_tokens").to_parquet(d / "requests.parquet")
+    got = Results.load(d).requests
+    assert got["truncated_prompt_tokens"].tolist() == [0, 0]

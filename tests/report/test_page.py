@@ -57,8 +57,9 @@ def test_planning_outputs_and_policy_comparison() -> None:
                           "ttft_p95_s": [0.3, 0.5]})
     html = build_report([make_run("f16"), make_run("q8_0", 0.5)],
                         extra={"plan": plan_table(), "compare": compare, "sweep": sweep})
-    # plan + compare + sweep + policy comparison + 3 overlays + 2 × 5 per run
-    assert _figures(html) == 17
+    # plan + compare + sweep + policy comparison + 4 overlays (TTFT, ITL, prefix hits,
+    # per-session recall) + 2 × 5 per run
+    assert _figures(html) == 18
 
 
 def test_write_report_is_atomic(tmp_path: Path) -> None:

@@ -17,8 +17,10 @@ def _session(sid: str, turns: int, start: float = 0.0) -> Session:
 
 
 def _run(engine: dict, sessions: list[Session], gpu: str = "rtx-4090"):
+    # NOTE: the trace verbatim (after_failure continue): every turn's prompt is the whole
+    # history, so the counts below follow from the turn lengths alone
     sc = resolve_scenario({"gpu": gpu, "model": "llama-3.1-8b", "weights": "q4_k_m",
-                           "engine": engine, "workload": {}})
+                           "engine": engine, "workload": {"after_failure": "continue"}})
     return simulate(sc, sessions=sessions)
 
 

@@ -49,6 +49,11 @@ def test_generated_household_week_simulates(tmp_path: Path) -> None:
     assert len(requests) == turns
     span_days = (requests["arrival_s"].max() - requests["arrival_s"].min()) / 86400
     assert span_days > 5  # activity on most days of the week
-    # History grows turn by turn inside a session: prompts never shrink.
+    # History grows turn by turn inside a chat: a prompt shrinks only where its session
+    # started a new chat after a failed request (workload.after_failure: new_chat)
+    events = pd.read_parquet(out / "events.parquet")
+    restarts = set(events.request_id[events.kind == "new_chat"])
     for _, grp in requests.sort_values("turn").groupby("session_id"):
-        assert grp["prompt_tokens"].is_monotonic_increasing
+        tokens, rids = list(grp["prompt_tokens"]), list(grp["request_id"])
+        for k in range(1, len(tokens)):
+            assert tokens[k] >= tokens[k - 1] or rids[k] in restarts, rids[k]

@@ -1,0 +1,204 @@
+"""How a session's turns reach the engine: prompts, requests, and what a failure does.
+
+A session is one conversation (:mod:`kvsim.workload.schema`).  Its turn ``i`` is
+sent with the whole history of its *chat* as the prompt — the system prompt, then
+every earlier turn of the chat (prefix, tool output, input, answer), then turn ``i``'s
+own new content — or, for a ``history: none`` session, with only its own content.
+
+What the client does after one of its requests failed is the workload's
+``after_failure`` rule (:class:`~kvsim.config.scenario.WorkloadConfig`):
+
+- ``new_chat`` (the default): the next turn sent starts a fresh chat — its prompt is
+  the system prompt plus that turn's own new content, growing again from there — as a
+  chat client does after an error ("start a new chat");
+- ``end_session``: the session's remaining turns are dropped (abandoned);
+- ``continue``: the trace is replayed verbatim, every prompt holding the whole history
+  (trace-fidelity studies).
+
+A failure counts when the client has seen it: a request of the *current* chat that
+failed by the time the next turn is sent.  A failure of an older chat's request seen
+after a new chat began changes nothing.
+
+NOTE: the rule applies to ``history: full`` sessions only; the turns of a ``history:
+none`` session are independent requests (there is no chat to restart), so a failure
+changes nothing there.  Both the simulator's engine (:mod:`kvsim.core.engine`) and
+``kvsim replay`` (:mod:`kvsim.calibrate.replay`) drive sessions through
+:class:`SessionChat`, so measured and predicted runs send the same turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
+
+from kvsim.core.requests import Request, TokenSeq, seq_from_segments
+from kvsim.workload.schema import (
+    Segment,
+    Session,
+    output_segment,
+    prompt_segments,
+    turn_segments,
+)
+
+AfterFailure = Literal["new_chat", "end_session", "continue"]
+AFTER_FAILURE: tuple[str, ...] = ("new_chat", "end_session", "continue")
+NEW_CHAT_EVENT = "new_chat"  # events table: a turn that starts a new chat
+ABANDON_EVENT = "abandon"  # events table: one dropped turn (end_session)
+
+
+def _seq(segs: Iterable[Segment]) -> TokenSeq:
+    return seq_from_segments([(g.id, g.tokens) for g in segs])
+
+
+def system_segments(session: Session) -> list[Segment]:
+    """The system prompt as a segment list (empty when the session has none)."""
+    n_sys = 0 if session.system_prompt_id is None else 1
+    return prompt_segments(session, 0)[:n_sys]
+
+
+def chat_segments(session: Session, i: int, start: int = 0) -> list[Segment]:
+    """Turn ``i``'s prompt segments when its chat began at turn ``start``.
+
+    ``start == 0`` is :func:`~kvsim.workload.schema.prompt_segments` itself.
+    """
+    if start == 0 or session.history != "full":
+        return prompt_segments(session, i)
+    segs = system_segments(session)
+    for j in range(start, i):
+        segs.extend(turn_segments(session, j))
+        segs.append(output_segment(session, j))
+    segs.extend(turn_segments(session, i))
+    return segs
+
+
+def make_request(session: Session, i: int, now_s: float,
+                 prompt: TokenSeq | None = None) -> Request:
+    """Turn ``i`` of ``session`` arriving at ``now_s`` (``prompt``: see session_prompts)."""
+    turn = session.turns[i]
+    if prompt is None:
+        prompt = _seq(prompt_segments(session, i))
+    return Request(request_id=f"{session.session_id}#{i}", session_id=session.session_id,
+                   turn=i, arrival_s=now_s, prompt=prompt,
+                   output_id=output_segment(session, i).id,
+                   max_output_tokens=turn.output_tokens, member=session.member,
+                   kind=session.kind)
+
+
+def session_prompts(session: Session) -> Iterator[TokenSeq]:
+    """Each turn's prompt, equal to ``prompt_segments`` but built incrementally
+    (one chat from the first turn to the last: the ``continue`` rule)."""
+    chat = SessionChat(session, "continue")
+    for i in range(len(session.turns)):
+        yield chat.prompt(i)
+
+
+def request_outcome(req: Request, now_s: float) -> str | None:
+    """What the client knows of ``req`` at ``now_s``: None while it runs, ``""`` when it
+    finished, else its failure reason (:class:`SessionChat`'s ``outcome``)."""
+    if not req.done or req.finish_s > now_s:
+        return None
+    return req.failure_reason
+
+
+def seed_block_hashes(req: Request, before: Request | None) -> None:
+    """Start ``req``'s prefix-hash chain with the previous turn's, when its prompt
+    begins with that turn's whole token sequence (prompt + answer).
+
+    NOTE: a block's chained hash depends only on the pieces of the tokens up to its
+    end, so the previous turn's full-block hashes are this prompt's first ones.
+    """
+    if before is None or not before.block_hashes:
+        return
+    head = before.all_tokens()
+    if req.prompt[:len(head)] == head:
+        req.block_hashes = list(before.block_hashes)
+
+
+class SessionChat:
+    """One session's conversation state under an ``after_failure`` rule.
+
+    ``outcome(handle, now_s)`` tells what became of a sent turn by ``now_s``: None
+    while it runs, ``""`` when it finished, else its failure reason.  The caller
+    reports each turn it sends (:meth:`sent`), asks before sending the next one
+    (:meth:`begin`; ``opened`` then names the failure a new chat follows) and builds
+    its prompt (:meth:`prompt` or :meth:`segments`).
+
+    NOTE: ``start`` is the turn that began the current chat; every turn sent since
+    belongs to it, and only their failures (``failure``) restart or end the session.
+    """
+
+    def __init__(self, session: Session, rule: AfterFailure = "new_chat",
+                 outcome: Callable[[Any, float], str | None] | None = None) -> None:
+        self.session = session
+        self.rule = rule if session.history == "full" else "continue"
+        self.outcome = outcome
+        self.start = 0
+        self.new_chats = 0
+        self.abandoned: range = range(0)  # turns dropped by end_session
+        self.failure: tuple[str, str] | None = None  # (request id, reason) seen in this chat
+        self.opened: tuple[str, str] | None = None  # the turn begun last opened a new chat
+        self._pending: list[tuple[int, str, Any]] = []
+        self._head = _seq(system_segments(session))
+        self._sys = self._head
+
+    def sent(self, i: int, handle: Any) -> None:
+        """Turn ``i`` went out; ``handle`` is what ``outcome`` reads."""
+        if self.rule != "continue":
+            self._pending.append((i, f"{self.session.session_id}#{i}", handle))
+
+    def poll(self, now_s: float) -> bool:
+        """Note the current chat's failures seen by ``now_s``; True when the session
+        ends here (``end_session`` after a failure)."""
+        if self._pending and self.outcome is not None:
+            still = []
+            for i, rid, handle in self._pending:
+                why = self.outcome(handle, now_s)
+                if why is None:
+                    still.append((i, rid, handle))
+                elif why and i >= self.start and self.failure is None:
+                    self.failure = (rid, why)
+            self._pending = still
+        return self.failure is not None and self.rule == "end_session"
+
+    def begin(self, i: int, now_s: float) -> bool:
+        """Turn ``i`` is about to be sent: False when the session ends before it (turns
+        ``i..`` are then ``abandoned``); a failure seen under ``new_chat`` makes ``i``
+        the first turn of a new chat."""
+        self.opened = None
+        if self.poll(now_s):
+            self.abandoned = range(i, len(self.session.turns))
+            return False
+        if self.failure is not None:  # NOTE: only new_chat gets here with a failure
+            self.start, self._head = i, self._sys
+            self.new_chats += 1
+            self.opened, self.failure = self.failure, None
+        return True
+
+    def notes(self, kind: str) -> list[tuple[str, str]]:
+        """``(request id, detail)`` of the events for the turn that opened a new chat
+        (``NEW_CHAT_EVENT``) or for each turn an ended session dropped (``ABANDON_EVENT``)."""
+        sid = self.session.session_id
+        if kind == NEW_CHAT_EVENT:
+            rid, why = self.opened or ("", "")
+            return [(f"{sid}#{self.start}", f"after {rid} failed: {why}")]
+        rid, why = self.failure or ("", "")
+        return [(f"{sid}#{j}", f"session ended after {rid} failed: {why}")
+                for j in self.abandoned]
+
+    def prompt(self, i: int) -> TokenSeq:
+        """Turn ``i``'s prompt in the current chat, built incrementally (call once per
+        turn, in order).
+
+        NOTE: ``prompt_segments(s, i)`` rebuilds the whole history (O(i) pydantic
+        segments) for every turn; here turn ``i`` adds only its own segments and the
+        previous answer.
+        """
+        new = _seq(turn_segments(self.session, i))  # NOTE: pieces concatenate
+        out = self._head + new
+        if self.session.history == "full":
+            self._head = out + _seq([output_segment(self.session, i)])
+        return out
+
+    def segments(self, i: int) -> list[Segment]:
+        """Turn ``i``'s prompt segments in the current chat."""
+        return chat_segments(self.session, i, self.start)
