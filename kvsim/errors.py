@@ -45,7 +45,7 @@ class RunStopped(InputError):
 
 def capacity_hint(max_requests: int) -> str:
     """What the user can do about a workload over ``max_requests`` requests."""
-    return (f"at most {max_requests:,} requests per run fit the ~400 MB memory bound; "
+    return (f"at most {max_requests:,} requests per run keep it within ~400-500 MB of memory; "
             "down-sample it (kvsim trace sample, workload.max_sessions), cut it "
             "(sim.max_sim_time_s) or split the trace")
 

@@ -25,9 +25,11 @@ exceed :data:`MAX_REQUESTS` stops there (``check_capacity`` raises
 :class:`~kvsim.errors.RunStopped`; the engine ends the run at that instant and the
 results so far are kept).  Measured peak memory per request of a whole ``kvsim
 simulate`` (rows, steps, events and policy state while it runs, then the tables, the
-Parquet files and the report built from them): ≈ 2.2–3 KB on top of ≈ 150 MB
-(``benchmarks/request_cap.py``), so the cap keeps a run of household-sized
-requests inside ~400 MB.  Live state is not rows: an overloaded server's queue of
+Parquet files and the report built from them): ≈ 3.7 KB for the short one-turn
+requests of ``benchmarks/request_cap.py`` (374 MB at the cap), ≈ 5.6 KB for a
+household's long conversations (a family-6 year of quickstart stops at the cap at
+485 MB, report included), on top of ≈ 150 MB: the cap keeps one run within about
+400–500 MB.  Live state is not rows: an overloaded server's queue of
 10k-token prompts holds ~25 KB of prefix keys per waiting request, so the process
 memory is checked too (``max_rss_bytes``, by default half the machine's RAM: the run
 stops there, results kept, rather than swap).
@@ -49,7 +51,7 @@ import numpy as np
 from kvsim.errors import RunStopped, capacity_hint
 from kvsim.metrics.gaps import group_stats
 
-MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory inside ~400 MB (module doc)
+MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory within ~400-500 MB (module doc)
 RSS_CHECK_REQUESTS = 500  # NOTE: read the process memory once per this many requests
 RSS_CHECK_SAMPLES = 1 << 16  # ... and once per this many memory samples
 
