@@ -2,7 +2,8 @@
 
 - ``kvsim compare --gpus rtx-4060-ti-16gb,rtx-4090,rtx-5090 SCENARIO [plan flags]``:
   the capacity search per card; best feasible configuration, p95s, headroom, OOM
-  risk, launch price and price per feasible concurrent session.
+  risk, launch price and price per feasible concurrent session (a session guaranteed
+  its full context: :mod:`kvsim.plan.parallel`).
 - ``kvsim compare MEASURED PREDICTED``: two Results folders (a ``kvsim replay`` and a
   ``kvsim simulate`` of the same trace) → the error per metric.
 """
@@ -19,7 +20,7 @@ from click.core import ParameterSource
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
-from kvsim.cli.plan import build_grid, grid_options, run_search
+from kvsim.cli.plan import build_grid, grid_options, p95_note, print_runs_table, run_search
 from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
 from kvsim.plan.compare import compare_gpus, parse_gpus
@@ -78,10 +79,16 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
         return run_search(sg, cons, gr, opts, label=sg.gpu.name)
 
     res = compare_gpus(s, names, c, grid, search_fn=one)
-    print_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS)
+    print_runs_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS)
+    click.echo(f"note: {p95_note(opts['replications'])}")
+    click.echo("note: max par = the largest parallel of any feasible point, each session "
+               "guaranteed its full context (on vllm/sglang the KV pool holds that many "
+               "max_model_len requests); USD/session = price / max par")
     for _, row in res.table.iterrows():
         if row["feasible"]:
             click.echo(f"{row['gpu']}: {row['flags']}")
+            for note in flag_notes_of(res, row["gpu"]):
+                click.echo(f"  note: {note}")
         else:
             click.echo(f"{row['gpu']}: nothing on the grid meets " + "; ".join(c.describe()))
     if opts["out_dir"] is not None:
@@ -94,6 +101,11 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             path = maybe_report("compare", out, not opts["no_report"], compare=res.table,
                                 slo=slo)
         click.echo(f"wrote {out}" + (f" and {path}" if path else ""))
+
+
+def flag_notes_of(res: Any, gpu: str) -> list[str]:
+    rec = res.plans[gpu].recommendation or {}
+    return list(rec.get("flag_notes", []))
 
 
 def _plans_table(res: Any) -> pd.DataFrame:

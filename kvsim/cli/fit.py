@@ -10,11 +10,18 @@ that fraction is printed with them.
 
 NOTE: ``--context`` means what the engine's own flag means: llama.cpp ``-c`` (all
 slots together), Ollama ``num_ctx`` (per slot), vLLM/SGLang ``max_model_len``.
+``--parallel`` means what it means in ``kvsim plan`` (:mod:`kvsim.plan.parallel`):
+sessions each guaranteed its full context — on vLLM/SGLang ``--max-num-seqs`` set to
+it and a pool that holds that many ``max_model_len`` requests.  On llama.cpp the
+allocator follows a scenario's rule: the preset's unified pool unless
+``--no-kv-unified`` (a scenario's ``engine.allocator: slots``), with or without
+``--parallel``; the output says which it assumed.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -87,12 +94,10 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
                 "gpu_memory_utilization": gpu_util,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
     spec.update({k: v for k, v in optional.items() if v is not None})
-    if parallel is not None and engine in ("llama.cpp", "ollama"):
-        spec["parallel"] = parallel
-    if kv_unified is not None:
+    if parallel is not None:  # NOTE: vllm/sglang: --max-num-seqs as plan's flags set it
+        spec["parallel" if engine in ("llama.cpp", "ollama") else "max_num_seqs"] = parallel
+    if kv_unified is not None:  # NOTE: unset, the preset's allocator, as in a scenario
         spec["allocator"] = "unified" if kv_unified else "slots"
-    elif engine == "llama.cpp" and parallel is not None:  # engines.md §3.1: -np without -kvu
-        spec["allocator"] = "slots"
     from kvsim.config.engine import resolve_engine
     preset = resolve_engine(engine)
     fa = flash_attn if flash_attn is not None else getattr(preset, "flash_attn", True)
@@ -138,23 +143,69 @@ def _fit_host(gpu: Any, host_name: str | None) -> tuple[Any, list[str]]:
     return host, [note]
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """What fit prints besides the layout: the largest context / parallel at the line,
+    the memory fractions they hold at (vLLM/SGLang) and the allocator line."""
+
+    max_ctx: int
+    max_par: int
+    util85: float | None
+    util_par: float | None
+    max_num_seqs: int | None
+    allocator: str
+
+
+def _sizes(g: Any, m: Any, weights: str, eng: Any, b: Any, par: int | None,
+           reserves: dict[str, int]) -> _Sizes:
+    from kvsim.config.engine import PagedEngineConfig
+    from kvsim.model.budget import max_context_at, max_parallel_at, share_within
+    from kvsim.plan.parallel import describe_allocator, paged_max_parallel
+
+    max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
+    if not isinstance(eng, PagedEngineConfig):
+        max_par = max_parallel_at(g, m, weights, eng, **reserves)
+        return _Sizes(max_ctx, max_par, None, None, None, describe_allocator(b))
+    # NOTE: each parallel with --max-num-seqs set to it, as plan's flags do
+    max_par, util_par = paged_max_parallel(g, m, weights, eng, **reserves)
+    # NOTE: nothing fits at the line: no fraction to print
+    util85 = share_within(g, m, weights, eng, **reserves) if max_ctx or max_par else None
+    return _Sizes(max_ctx, max_par, util85, util_par, eng.max_num_seqs,
+                  describe_allocator(b, eng.max_num_seqs))
+
+
+def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
+    """The scenario's own rule (the display plus the driver reserve below the GPU's
+    memory), named by fit's flags."""
+    from kvsim.config.scenario import check_reserves
+
+    check_reserves(gpu, reserves["driver_reserve_bytes"], reserves["display_reserve_bytes"],
+                   ("--driver-reserve", "--display-reserve"), display_value=typed)
+
+
 def _verdict(b: Any) -> str:
+    from kvsim.plan.parallel import short_pool_note
+
     if not b.fits:
         return f"DOES NOT FIT — {b.failure}"
     if not b.all_layers_on_gpu:
         return (f"RUNS WITH CPU OFFLOAD — {b.gpu_layers}/{b.num_layers} layers on the GPU, "
                 f"{format_bytes(b.weights_cpu_bytes)} of weights in host RAM (slow decode)")
     pct = f"{b.device_fraction:.1%}"
+    short = short_pool_note(b, b.parallel)
+    if short is not None:
+        return f"LOADS, BUT NOT PARALLEL {b.parallel} AT FULL LENGTH — {short}; peak {pct}"
     if b.device_fraction <= 0.85:
         return f"FITS — peak {pct} of device memory, under the 85% line"
     return f"FITS, ABOVE THE 85% LINE — peak {pct} of device memory"
 
 
-def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str],
-             util85: float | None) -> str:
+def _as_json(b: Any, z: _Sizes, verdict: str, notes: list[str]) -> str:
+    from kvsim.plan.parallel import full_length_held
+
     doc = {
-        "engine": b.engine, "allocator": b.allocator, "device_bytes": b.device_bytes,
-        "driver_reserve_bytes": b.driver_reserve_bytes,
+        "engine": b.engine, "allocator": b.allocator, "allocator_note": z.allocator,
+        "device_bytes": b.device_bytes, "driver_reserve_bytes": b.driver_reserve_bytes,
         "display_reserve_bytes": b.display_reserve_bytes,
         "weights_format": b.weights_format, "weights_total_bytes": b.weights_total_bytes,
         "weights_gpu_bytes": b.weights_gpu_bytes, "weights_cpu_bytes": b.weights_cpu_bytes,
@@ -164,12 +215,14 @@ def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str],
         "kv_bytes_per_token": b.kv_bytes_per_token, "kv_reserved_bytes": b.kv_reserved_bytes,
         "kv_cpu_bytes": b.kv_cpu_bytes, "kv_needed_bytes": b.kv_needed_bytes,
         "kv_pool_tokens": b.kv_pool_tokens, "slot_tokens": b.slot_tokens,
-        "parallel": b.parallel, "block_tokens": b.block_tokens,
+        "parallel": b.parallel, "max_num_seqs": z.max_num_seqs,
+        "full_length_held": full_length_held(b), "block_tokens": b.block_tokens,
         "num_gpu_blocks": b.num_gpu_blocks, "max_concurrency": b.max_concurrency,
         "total_bytes": b.total_bytes, "device_fraction": round(b.device_fraction, 6),
         "headroom_to_85_bytes": b.headroom_to_85_bytes, "fits": b.fits, "failure": b.failure,
-        "verdict": verdict, "max_context_at_85": max_ctx, "max_parallel_at_85": max_par,
-        "gpu_memory_utilization_at_85": util85,
+        "verdict": verdict, "max_context_at_85": z.max_ctx, "max_parallel_at_85": z.max_par,
+        "gpu_memory_utilization_at_85": z.util85,
+        "gpu_memory_utilization_at_max_parallel": z.util_par,
         "kv_groups": [list(g) for g in b.kv_groups],
         "blocks_per_request": b.blocks_per_request,
         "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
@@ -178,8 +231,7 @@ def _as_json(b: Any, max_ctx: int, max_par: int, verdict: str, notes: list[str],
     return json.dumps(doc, indent=2)
 
 
-def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
-                 notes: list[str], util85: float | None) -> None:
+def _print_table(b: Any, title: str, z: _Sizes, verdict: str, notes: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
     console = Console(width=max(100, Console().width))
@@ -202,6 +254,7 @@ def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
     console.print(table)
     console.print(f"KV bytes per token: {b.kv_bytes_per_token}  ·  pool {b.kv_pool_tokens} "
                   f"tokens  ·  per sequence {b.slot_tokens} tokens", highlight=False)
+    console.print(z.allocator, highlight=False)
     if b.estimate is not None:
         e = b.estimate
         console.print(f"Ollama's own estimate: {format_bytes(e.total_bytes)} (KV "
@@ -213,14 +266,23 @@ def _print_table(b: Any, title: str, max_ctx: int, max_par: int, verdict: str,
     for n in notes + list(b.notes):
         console.print(f"  note: {n}", highlight=False)
     console.print(f"[bold]{verdict}[/bold]", highlight=False)
-    if util85 is not None:
-        console.print(f"at 85% the memory fraction is {util85} (vLLM "
+    _print_sizes(console, b, z)
+
+
+def _print_sizes(console: Any, b: Any, z: _Sizes) -> None:
+    if z.util85 is not None:
+        console.print(f"at 85% the memory fraction is {z.util85} (vLLM "
                       f"--gpu-memory-utilization / SGLang --mem-fraction-static): the sizes "
                       f"below hold with it", highlight=False)
-    console.print(f"largest context at 85% (parallel {b.parallel}): {max_ctx}  ·  largest "
-                  f"parallel at 85% (context {b.slot_tokens if b.allocator == 'paged' else ''}"
-                  f"{'' if b.allocator == 'paged' else 'as given'}): {max_par}"
-                  f"{_parallel_cap_note(b, max_par)}", highlight=False)
+    paged = b.allocator == "paged"
+    seqs = ""
+    if paged and z.max_par:
+        other = f", fraction {z.util_par}" if z.util_par != z.util85 else ""
+        flag = "--max-num-seqs" if b.engine == "vllm" else "--max-running-requests"
+        seqs = f" ({flag} {z.max_par}{other})"
+    console.print(f"largest context at 85% (parallel {b.parallel}): {z.max_ctx}  ·  largest "
+                  f"parallel at 85% (context {b.slot_tokens if paged else 'as given'}): "
+                  f"{z.max_par}{seqs}{_parallel_cap_note(b, z.max_par)}", highlight=False)
 
 
 def _parallel_cap_note(b: Any, max_par: int) -> str:
@@ -245,17 +307,21 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               "'32k' = 32000; unset, the engine's own default: the model's maximum for "
               "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama 4096")
 @click.option("--parallel", default=None,
-              help="slots (llama.cpp/ollama) or concurrent full-length requests "
-              "(vllm/sglang). On llama.cpp an explicit --parallel without --kv-unified "
-              "means per-slot streams (-c split evenly over the slots), as llama-server "
-              "does for -np without -kvu")
+              help="sessions served at once, as in kvsim plan: llama.cpp --parallel "
+              "slots (in the preset's unified pool unless --no-kv-unified, as in a "
+              "scenario), ollama OLLAMA_NUM_PARALLEL slots, vllm/sglang --max-num-seqs / "
+              "--max-running-requests whose requests the KV pool must hold at full "
+              "length (vLLM's 'Maximum concurrency' >= parallel; fit says when it "
+              "does not)")
 @click.option("--kv", default=None, help="KV cache type for K and V (f16, q8_0, q4_0, fp8...)")
 @click.option("--kv-k", default=None, help="K cache type (-ctk)")
 @click.option("--kv-v", default=None, help="V cache type (-ctv)")
 @click.option("--kv-unified/--no-kv-unified", default=None,
               help="llama.cpp: one shared pool of -c cells (-kvu) or per-slot streams (-c "
-              "split evenly). Default: the preset's unified pool (4 slots), but per-slot "
-              "streams when --parallel is given, as llama-server does")
+              "split evenly). Default: the preset's unified pool, with or without "
+              "--parallel, as a scenario's engine.parallel keeps it (llama-server itself "
+              "gives per-slot streams to an explicit -np without -kvu: pass "
+              "--no-kv-unified for that)")
 @click.option("--flash-attn/--no-flash-attn", default=None,
               help="llama.cpp / ollama flash attention (default: the engine preset's)")
 @click.option("--gpu-layers", default=None,
@@ -281,15 +347,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         gpu_util: float | None, hybrid_kv: bool | None, display_reserve: str,
         driver_reserve: str, host_name: str | None, as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
-    from kvsim.config.engine import PagedEngineConfig
-    from kvsim.model.budget import (
-        check_host_memory,
-        engine_for_gpu,
-        max_context_at,
-        max_parallel_at,
-        memory_budget,
-        share_within,
-    )
+    from kvsim.model.budget import check_host_memory, engine_for_gpu, memory_budget
     ctx = _positive(context, "--context")
     par = _positive(parallel, "--parallel")
     if ctx is not None and par is not None and par > ctx:
@@ -302,6 +360,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     reserves = {"driver_reserve_bytes": parse_bytes(driver_reserve, "--driver-reserve"),
                 "display_reserve_bytes": parse_bytes(display_reserve, "--display-reserve")}
     g = load_gpu(gpu)
+    _check_reserves(g, reserves, display_reserve)
     host, host_notes = _fit_host(g, host_name)
     m = load_model(model_name)
     weight_format(weights, "--weights")
@@ -314,17 +373,13 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     notes = host_notes + notes
     if host is not None:
         check_host_memory(b, host, eng.context_tokens, "--context")
-    max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
-    max_par = max_parallel_at(g, m, weights, eng, **reserves)
-    # NOTE: nothing fits at the line: no fraction to print
-    util85 = share_within(g, m, weights, eng, **reserves) \
-        if isinstance(eng, PagedEngineConfig) and (max_ctx or max_par) else None
+    z = _sizes(g, m, weights, eng, b, par, reserves)
     verdict = _verdict(b)
     if as_json:
-        click.echo(_as_json(b, max_ctx, max_par, verdict, notes, util85))
+        click.echo(_as_json(b, z, verdict, notes))
         return
     context = (f"context {b.kv_pool_tokens} (-c unset: --fit)" if eng.preset == "llama.cpp"
                and eng.fit_context else f"context {eng.context_tokens}")
     title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
              f"{context}, parallel {b.parallel}, KV {b.cache_type_k}/{b.cache_type_v}")
-    _print_table(b, title, max_ctx, max_par, verdict, notes, util85)
+    _print_table(b, title, z, verdict, notes)

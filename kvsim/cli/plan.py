@@ -29,6 +29,7 @@ from kvsim.config.scenario import Scenario, load_scenario
 from kvsim.config.units import parse_count
 from kvsim.errors import InputError
 from kvsim.plan.executor import make_executor
+from kvsim.plan.parallel import PARALLEL_HELP
 from kvsim.plan.replicate import simulate_run
 from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import Constraints, build_constraints
@@ -94,7 +95,8 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="override a scenario key (repeatable)"),
         click.option("--contexts", default=None, help="per-session contexts in tokens, e.g. 8192,16384 or 8Ki,16Ki"),
-        click.option("--parallel", default=None, help="concurrent sessions, e.g. 1,2,4"),
+        click.option("--parallel", default=None, help="parallel values, e.g. 1,2,4: "
+                     + PARALLEL_HELP),
         click.option("--kv", default=None, help="KV cache types to try, e.g. f16,q8_0,q4_0"),
         click.option("--policy", "policies", multiple=True,
                      help="policy set to try: none | FILE.yaml | KIND[:k=v,...] (repeatable)"),
@@ -127,6 +129,30 @@ def shown_columns(table: Any) -> list[str]:
     return [k for k in cols if k not in ("kv_dtype", "policy") or table[k].nunique() > 1]
 
 
+# The p95 columns are each run's own p95, averaged over the replications: say so.
+MEAN_OF_RUNS = {"ttft_p95_s": "mean TTFT p95 s", "itl_p95_s": "mean ITL p95 s"}
+
+
+def p95_note(n: int) -> str:
+    """What the plan's p95 figures are, and how they relate to ``kvsim simulate``."""
+    return (f"mean TTFT/ITL p95: each of the {n} seeded runs' own p95, averaged (95 % "
+            "bootstrap CI of that mean: *_low/*_high in plan.csv; the SLOs judge the mean, "
+            "or the CI's upper end with --conservative). The runs' seeds are split from "
+            "the scenario's seed and do not include it: 'kvsim simulate' runs that seed "
+            "itself, one more draw that may fall outside the CI")
+
+
+KV_POOL_NOTE = ("the vllm/sglang block pool holds fewer than parallel requests at the "
+                "context (vLLM's 'Maximum concurrency' < parallel): --max-num-seqs would "
+                "admit them, but not give each its full context")
+
+
+def print_runs_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """:func:`print_table` with the p95 columns headed as the means they are."""
+    print_table(title, [{MEAN_OF_RUNS.get(k, k): v for k, v in r.items()} for r in rows],
+                [MEAN_OF_RUNS.get(c, c) for c in columns])
+
+
 def recommendation_doc(res: PlanResult) -> dict[str, Any] | None:
     if res.recommendation is None:
         return None
@@ -148,9 +174,12 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
         check_output("--out", opts["out_dir"], folder=True)
     res = run_search(s, c, grid, opts)
     cols = shown_columns(res.table)
-    print_table("points tried", res.table.to_dict("records"), cols)
-    print_table("Pareto front (largest feasible)", res.front.to_dict("records"),
-                [k for k in cols if k not in ("feasible", "binding", "evaluated")])
+    print_runs_table("points tried", res.table.to_dict("records"), cols)
+    print_runs_table("Pareto front (largest feasible)", res.front.to_dict("records"),
+                     [k for k in cols if k not in ("feasible", "binding", "evaluated")])
+    click.echo(f"note: {p95_note(opts['replications'])}")
+    if "binding" in res.table and (res.table["binding"] == "kv_pool").any():
+        click.echo(f"note: kv_pool: {KV_POOL_NOTE}")
     for note in res.notes:
         ERR.print(f"note: {note}")
     rec = recommendation_doc(res)
@@ -160,19 +189,23 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
         click.echo(f"recommended: context {rec['context_tokens']} × parallel {rec['parallel']}"
                    f" (kv {rec['kv_dtype']}, policy {rec['policy']})")
         click.echo(f"  {rec.get('flags', '')}")
+        for note in rec.get("flag_notes", []):
+            click.echo(f"  note: {note}")
     if opts["out_dir"] is not None:
         with output_errors("--out", opts["out_dir"]):
-            write_plan(opts["out_dir"], res, rec, c, not opts["no_report"])
+            write_plan(opts["out_dir"], res, rec, c, not opts["no_report"],
+                       opts["replications"])
 
 
 def write_plan(out: Path, res: PlanResult, rec: dict[str, Any] | None, c: Constraints,
-               report: bool) -> None:
+               report: bool, replications: int) -> None:
     write_table(res.table, out / "plan.parquet")
     write_table(res.table, out / "plan.csv")
     write_table(res.front, out / "front.csv")
     tmp = out / ".recommendation.json.tmp"
     tmp.write_text(json.dumps({"recommendation": rec, "constraints": c.describe(),
-                               "notes": res.notes}, indent=1, default=str), encoding="utf-8")
+                               "notes": res.notes, "p95_note": p95_note(replications)},
+                              indent=1, default=str), encoding="utf-8")
     tmp.replace(out / "recommendation.json")
     slo = {b.key: b.limit_s for b in c.latency}
     path = maybe_report("plan", out, report, plan=res.table, recommendation=rec, slo=slo)

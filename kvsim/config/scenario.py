@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -150,19 +151,22 @@ class Scenario(FrozenModel):
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
-        _check_reserves(self)
+        check_reserves(self.gpu, self.driver_reserve_bytes, self.display_reserve_bytes)
         check_host_matches(self.gpu, self.host)
         _check_host_swap(self)
         return self
 
 
-def _check_reserves(s: Scenario) -> None:
-    """The driver and display reserves must leave some of the GPU to the engine."""
-    reserved = s.driver_reserve_bytes + s.display_reserve_bytes
-    if reserved >= s.gpu.usable_memory_bytes:
-        raise InputError("display_reserve_bytes", s.display_reserve_bytes,
-                         f"plus driver_reserve_bytes ({s.driver_reserve_bytes}) must be less "
-                         f"than the GPU's {s.gpu.usable_memory_bytes} bytes ({s.gpu.name})")
+def check_reserves(gpu: GpuSpec, driver_reserve_bytes: int, display_reserve_bytes: int,
+                   fields: tuple[str, str] = ("driver_reserve_bytes", "display_reserve_bytes"),
+                   display_value: Any = None) -> None:
+    """The driver and display reserves must leave some of the GPU to the engine;
+    ``fields`` name them as the caller's input does (a scenario's keys, fit's flags)."""
+    if driver_reserve_bytes + display_reserve_bytes >= gpu.usable_memory_bytes:
+        shown = display_reserve_bytes if display_value is None else display_value
+        raise InputError(fields[1], shown,
+                         f"plus {fields[0]} ({driver_reserve_bytes}) must be less "
+                         f"than the GPU's {gpu.usable_memory_bytes} bytes ({gpu.name})")
 
 
 def _check_host_swap(s: Scenario) -> None:
@@ -189,7 +193,7 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
         except InputError:
             value = text
         node: Any = out
-        for p, below in zip(parts[:-1], parts[1:]):
+        for p, below in itertools.pairwise(parts):
             node = _descend(node, p, below, key)
         if isinstance(node, list):
             node[_list_index(node, parts[-1], key)] = value

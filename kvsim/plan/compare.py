@@ -9,7 +9,11 @@ launch price from the profile and the price per feasible concurrent session.
 NOTE: "feasible concurrent sessions" is the largest ``parallel`` of any feasible
 point of the grid (at any context on the grid), so a card is credited with the
 concurrency it can really hold under every constraint, not only at the
-recommended context.
+recommended context.  ``parallel`` means the same on every engine
+(:mod:`kvsim.plan.parallel`): sessions each guaranteed its full context — on vLLM /
+SGLang a point is feasible only if the pool holds ``parallel`` requests at
+``max_model_len``, not merely ``--max-num-seqs parallel``, so the price per session
+is not flattered by sequences the pool would preempt.
 """
 
 from __future__ import annotations

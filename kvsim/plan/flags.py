@@ -11,10 +11,17 @@ them differently (``reference/engines.md``):
 - Ollama: ``OLLAMA_CONTEXT_LENGTH`` is per slot (the runner gets ``num_ctx ×
   parallel``, §4); ``OLLAMA_KV_CACHE_TYPE`` only applies with flash attention;
 - vLLM / SGLang: ``--max-model-len`` / ``--context-length`` per request and
-  ``--max-num-seqs`` / ``--max-running-requests``; the memory fraction is lowered
-  until the whole device total (driver, display and what the engine takes outside its
-  share: vLLM's CUDA graphs, SGLang's activations) stays within the plan's
-  device-fraction limit, since the share *is* the reservation.
+  ``--max-num-seqs`` / ``--max-running-requests`` = parallel; the memory fraction is
+  lowered until the whole device total (driver, display and what the engine takes
+  outside its share: vLLM's CUDA graphs, SGLang's activations) stays within the plan's
+  device-fraction limit, since the share *is* the reservation.  The search then asks
+  the pool to hold ``parallel`` full-length requests (:mod:`kvsim.plan.parallel`).
+  The model argument is the checkpoint in the scenario's weight format: the catalogue
+  repo for bf16/f16, that repo quantized at load (``--quantization fp8``) for fp8, and
+  a placeholder naming the format for AWQ, GPTQ, GGUF and the rest — vLLM and SGLang
+  read the quantization from the checkpoint's ``quantization_config`` (AWQ runs on the
+  faster ``awq_marlin`` kernel; ``--quantization awq`` would force the slow one), so
+  no flag is added, and :func:`flag_notes` says which checkpoint to use.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.config.scenario import Scenario, resolve_scenario
 from kvsim.model.budget import share_within
+from kvsim.model.weights import weight_format
 
 _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
@@ -94,19 +102,72 @@ def engine_flags(s: Scenario) -> str:
                f"OLLAMA_KV_CACHE_TYPE={e.cache_type_k}",
                f"OLLAMA_FLASH_ATTENTION={1 if e.flash_attn else 0}"]
         return " ".join(env) + " ollama serve"
-    # NOTE: catalogue repos may note variants in parentheses: "org/Model(-Instruct)"
-    repo = re.sub(r"\(.*?\)", "", s.model.hf_repo).strip() or s.model.name
+    model, extra = checkpoint(s)
     dtype = "auto" if e.cache_type_k in ("f16", "bf16") else e.cache_type_k
     if e.preset == "sglang":
-        return (f"python -m sglang.launch_server --model-path {repo} "
+        return (f"python -m sglang.launch_server --model-path {model}{extra} "
                 f"--context-length {e.context_tokens} --max-running-requests {e.max_num_seqs} "
                 f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
     hybrid_off = " --disable-hybrid-kv-cache-manager" \
         if e.disable_hybrid_kv_cache_manager is True else ""
-    return (f"vllm serve {repo} --max-model-len {e.context_tokens} "
+    return (f"vllm serve {model}{extra} --max-model-len {e.context_tokens} "
             f"--max-num-seqs {e.max_num_seqs} "
             f"--gpu-memory-utilization {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}"
             + hybrid_off)
+
+
+NATIVE_WEIGHTS = ("bf16", "f16")
+# Hugging Face checkpoints whose config.json carries a quantization_config; every other
+# format (q8_0, q4_k_m, mxfp4_moe, ...) is llama.cpp's: a GGUF file
+HF_QUANT_WEIGHTS = ("awq", "gptq", "mxfp4")
+
+
+def _is_gguf(w: str) -> bool:
+    return w not in NATIVE_WEIGHTS + HF_QUANT_WEIGHTS + ("fp8",)
+
+
+def _repo(s: Scenario) -> str:
+    # NOTE: catalogue repos may note variants in parentheses: "org/Model(-Instruct)"
+    return re.sub(r"\(.*?\)", "", s.model.hf_repo).strip() or s.model.name
+
+
+def checkpoint(s: Scenario) -> tuple[str, str]:
+    """vLLM / SGLang: (the model argument, flags that go with it) for the scenario's
+    weight format (module docstring)."""
+    w, repo = weight_format(s.weights).name, _repo(s)
+    if w in NATIVE_WEIGHTS:
+        return repo, ""
+    if w == "fp8":
+        return repo, " --quantization fp8"
+    if _is_gguf(w):
+        tok = f" --tokenizer {repo}" if s.engine.preset == "vllm" else ""
+        return f"<{w.upper()} GGUF file of {repo}>", tok
+    return f"<{w.upper()} checkpoint of {repo}>", ""
+
+
+def flag_notes(s: Scenario) -> list[str]:
+    """What the printed command cannot say by itself: which checkpoint to serve."""
+    e = s.engine
+    if not isinstance(e, PagedEngineConfig):
+        return []
+    w, repo = weight_format(s.weights).name, _repo(s)
+    if w in NATIVE_WEIGHTS:
+        return []
+    if w == "fp8":
+        return [(f"{e.preset} quantizes {repo} to FP8 while loading (--quantization fp8); "
+                 "an FP8 checkpoint of it is detected by itself (then drop the flag)")]
+    if _is_gguf(w):
+        tok = f", with the tokenizer of {repo} (vLLM's GGUF support is experimental)" \
+            if e.preset == "vllm" else ""
+        return [(f"replace <{w.upper()} GGUF file of {repo}> by the path of a single-file "
+                 f"{w.upper()} GGUF of {repo}{tok}")]
+    kernel = " (AWQ on the faster awq_marlin kernel; --quantization awq would force the " \
+        "slower awq one)" if w == "awq" else ""
+    return [(f"replace <{w.upper()} checkpoint of {repo}> by a checkpoint of {repo} in "
+             f"{w.upper()} format (a local folder or a Hugging Face id; {repo} itself only "
+             f"if it is published in {w.upper()}): {e.preset} reads the quantization from "
+             f"its config.json quantization_config{kernel}, so no --quantization flag is "
+             "needed")]
 
 
 def point_parallel(s: Scenario) -> int:

@@ -4,8 +4,10 @@ For each KV dtype and policy set, every (context, parallel) point of the grid is
 judged against :class:`~kvsim.plan.slo.Constraints`:
 
 1. **static** (exact, cheap): the engine's load-time layout
-   (:func:`kvsim.model.budget.memory_budget`).  A point that does not load, or whose
-   reservation alone exceeds the device-fraction limit, is infeasible.
+   (:func:`kvsim.model.budget.memory_budget`).  A point that does not load, whose
+   reservation alone exceeds the device-fraction limit, or (vLLM / SGLang) whose block
+   pool holds fewer than ``parallel`` full-length requests (binding ``kv_pool``: what
+   ``parallel`` means, :mod:`kvsim.plan.parallel`) is infeasible.
 2. **pruning by monotonicity**: the reservation grows with context and with
    parallel, so every point that dominates (≥ in both) a memory-infeasible point
    is marked infeasible *without* being evaluated — then **verified**: the pruned
@@ -34,12 +36,13 @@ import pandas as pd
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.errors import InputError
 from kvsim.plan.executor import Executor
-from kvsim.plan.flags import configure, engine_flags
+from kvsim.plan.flags import configure, engine_flags, flag_notes, point_parallel
+from kvsim.plan.parallel import full_length_held, short_pool_note
 from kvsim.plan.replicate import ReplicationSet, Runner, replicate, simulate_run
 from kvsim.plan.slo import Check, Constraints, Verdict, judge
 from kvsim.plan.stats import wilson_interval
 
-MEMORY_BINDINGS = ("load", "offload", "device_fraction")
+MEMORY_BINDINGS = ("load", "offload", "device_fraction", "kv_pool")
 
 
 @dataclass(frozen=True)
@@ -98,14 +101,21 @@ def _refuse_invalid_groups(pts: list[_Point]) -> None:
             raise members[0].error  # type: ignore[misc]
 
 
-def _static(scenario: Scenario) -> tuple[bool, bool, float]:
-    """(loads, every layer on the GPU, device fraction) of the load-time layout."""
+def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
+    """(loads, every layer on the GPU, device fraction, the pool verdict) of the
+    load-time layout; the pool verdict is None unless a paged pool holds fewer than
+    ``parallel`` full-length requests."""
     from kvsim.model.budget import memory_budget
 
+    par = point_parallel(scenario)
     b = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
                       driver_reserve_bytes=scenario.driver_reserve_bytes,
-                      display_reserve_bytes=scenario.display_reserve_bytes)
-    return bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction)
+                      display_reserve_bytes=scenario.display_reserve_bytes, parallel=par)
+    held, why = full_length_held(b), short_pool_note(b, par)
+    pool = None if held is None or why is None else Verdict(
+        False, "kv_pool", (Check("kv_pool", float(held), float(par), False,
+                                 (held - par) / par),), (why,))
+    return bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction), pool
 
 
 def _memory_verdict(fraction: float, limit: float) -> Verdict:
@@ -167,7 +177,7 @@ class _Evaluator:
     def static_verdict(self, p: _Point) -> tuple[Verdict | None, float]:
         """Memory verdict at load; None when the point must be simulated."""
         assert p.scenario is not None
-        loads, on_gpu, frac = _static(p.scenario)
+        loads, on_gpu, frac, pool = _static(p.scenario)
         if not loads:
             return judge(self.c, {}, loads=False), frac
         if not on_gpu:
@@ -179,7 +189,7 @@ class _Evaluator:
             return Verdict(False, "offload", (chk,), (why,)), frac
         if frac > self.c.max_device_fraction:
             return _memory_verdict(frac, self.c.max_device_fraction), frac
-        return None, frac
+        return pool, frac
 
     def evaluate(self, p: _Point, replications: int | None = None,
                  force_sim: bool = False) -> dict[str, Any]:
@@ -346,7 +356,8 @@ def recommend(front: pd.DataFrame, grid: PlanGrid, pts: list[_Point]) -> dict[st
     rec = {k: v for k, v in best.items() if not str(k).startswith("_")}
     match = next((p for p in pts if p.scenario is not None and p.row.get("scenario_hash")
                   == rec.get("scenario_hash")), None)
-    if match is not None:
+    if match is not None and match.scenario is not None:
         rec["flags"] = engine_flags(match.scenario)
+        rec["flag_notes"] = flag_notes(match.scenario)
         rec["scenario"] = match.scenario
     return rec

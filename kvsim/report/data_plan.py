@@ -34,7 +34,7 @@ SWEEP_METRICS = ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
 # short cell labels for binding constraints
 BINDING_SHORT = {"ttft_p95": "TTFT", "itl_p95": "ITL", "device_fraction": "MEM",
                  "oom_risk": "OOM", "recall": "ACC", "failed": "FAIL", "load": "LOAD",
-                 "offload": "SPILL", "config": "CONF"}
+                 "offload": "SPILL", "config": "CONF", "kv_pool": "POOL"}
 
 
 def require_columns(df: pd.DataFrame, needed: Sequence[str], table: str) -> None:
@@ -95,7 +95,7 @@ def _plan_hover(r: dict[str, Any]) -> str:
     parts = [f"context {int(r['context_tokens'])} × parallel {int(r['parallel'])}",
              f"peak device {100 * float(r['peak_device_fraction']):.1f}%",
              "feasible" if bool(r["feasible"]) else f"binding: {r['binding']}"]
-    for col, fmt in (("ttft_p95_s", "TTFT p95 {:.3g} s"), ("itl_p95_s", "ITL p95 {:.3g} s"),
+    for col, fmt in (("ttft_p95_s", "mean TTFT p95 {:.3g} s"), ("itl_p95_s", "mean ITL p95 {:.3g} s"),
                      ("oom_risk", "OOM risk {:.3g}"), ("accuracy_mean", "recall {:.3g}")):
         if col in r and pd.notna(r[col]):
             parts.append(fmt.format(float(r[col])))

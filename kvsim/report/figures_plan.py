@@ -82,8 +82,8 @@ def gpu_figure(table: pd.DataFrame) -> go.Figure:
     for r in table.to_dict("records"):
         parts = [f"context {int(r['best_context_tokens']):,}" if r["feasible"] else
                  "nothing feasible"]
-        for col, fmt in (("kv_dtype", "KV {}"), ("ttft_p95_s", "TTFT p95 {:.3g} s"),
-                         ("itl_p95_s", "ITL p95 {:.3g} s"),
+        for col, fmt in (("kv_dtype", "KV {}"), ("ttft_p95_s", "mean TTFT p95 {:.3g} s"),
+                         ("itl_p95_s", "mean ITL p95 {:.3g} s"),
                          ("peak_device_fraction", "peak device {:.0%}"),
                          ("oom_risk", "OOM risk {:.3g}"), ("price_usd", "price ${:,.0f}")):
             if col in r and pd.notna(r[col]):

@@ -47,16 +47,19 @@ def test_json_fields(capsys):
     #   weights on GPU 32 x 131,952,898 + 317,828,628 = 4,540,321,364 (embedding on the CPU)
     #   weights total  4,540,321,364 + 317,828,628 (embedding)     = 4,858,149,992
     #   compute buffer 512 x 128,256 x 4 + 512 x 4,096 x 16        =   296,222,720
-    #   total  400 MiB 419,430,400 + 4,540,321,364 + 296,222,720 + 32,768 x 69,632
-    #          = 7,537,675,860  -> 7,537,675,860 / 25,769,803,776 = 0.2925
-    #   85 %   int(0.85 x 25,769,803,776) = 21,904,333,209 -> headroom 14,366,657,349
-    #   max context: (21,904,333,209.6 - 5,255,974,484) / 69,632 = 239,090.6 cells, in steps
-    #          of 4 slots x 256 = 1024 -> 233 x 1024 = 238,592
+    #          + F16 mask of one slot's stream 8,192 x 512 x 2      =     8,388,608
+    #   total  400 MiB 419,430,400 + 4,540,321,364 + 304,611,328 + 32,768 x 69,632
+    #          = 7,546,064,468  -> 7,546,064,468 / 25,769,803,776 = 0.2928
+    #   85 %   int(0.85 x 25,769,803,776) = 21,904,333,209 -> headroom 14,358,268,741
+    #   max context: each cell of -c costs 69,632 KV + 1,024 mask / 4 slots = 69,888 B:
+    #          (21,904,333,209.6 - 5,255,974,484) / 69,888 = 238,214.8 cells, in steps
+    #          of 4 slots x 256 = 1024 -> 232 x 1024 = 237,568
     #   max parallel at -c 32768: memory does not grow with slots; the search stops at one
     #          256-token pad unit per slot, 32,768 / 256 = 128
+    # (per-slot streams: --no-kv-unified, as a scenario's engine.allocator: slots)
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "32768",
-                       "--parallel", "4", "--kv", "q8_0", "--json")
+                       "--parallel", "4", "--no-kv-unified", "--kv", "q8_0", "--json")
     d = json.loads(out)
     assert code == 0
     assert d["kv_bytes_per_token"] == 69632
@@ -66,12 +69,13 @@ def test_json_fields(capsys):
     assert (d["driver_reserve_bytes"], d["display_reserve_bytes"]) == (419_430_400, 0)
     assert d["weights_gpu_bytes"] == 4_540_321_364
     assert (d["weights_total_bytes"], d["weights_cpu_bytes"]) == (4_858_149_992, 317_828_628)
-    assert d["activation_bytes"] == 296_222_720 and d["engine_overhead_bytes"] == 0
-    assert d["total_bytes"] == 7_537_675_860
-    assert d["device_fraction"] == pytest.approx(0.2925, abs=1e-4)
-    assert d["headroom_to_85_bytes"] == 14_366_657_349
+    # compute buffer 296,222,720 + one slot stream's F16 mask 8192 x 512 x 2 = 8,388,608
+    assert d["activation_bytes"] == 304_611_328 and d["engine_overhead_bytes"] == 0
+    assert d["total_bytes"] == 7_546_064_468
+    assert d["device_fraction"] == pytest.approx(0.2928, abs=1e-4)
+    assert d["headroom_to_85_bytes"] == 14_358_268_741
     assert (d["gpu_layers"], d["num_layers"]) == (32, 32)
-    assert d["max_context_at_85"] == 238_592
+    assert d["max_context_at_85"] == 237_568
     assert d["max_parallel_at_85"] == 128
 
 

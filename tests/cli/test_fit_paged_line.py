@@ -24,11 +24,13 @@ def _fit(capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _budget(context: int, util: float):
+def _budget(context: int, util: float, seqs: int = 4):
+    # fit's --parallel 4 is --max-num-seqs 4 (kvsim.plan.parallel), as plan's flags set it
     gpu, model = load_gpu("rtx-4090"), load_model("llama-3.1-8b")
     eng = engine_for_gpu({"preset": "vllm", "context_tokens": context, "cache_type_k": "fp8",
-                          "cache_type_v": "fp8", "gpu_memory_utilization": util}, gpu, model)
-    return memory_budget(gpu, model, "awq", eng, parallel=4)
+                          "cache_type_v": "fp8", "gpu_memory_utilization": util,
+                          "max_num_seqs": seqs}, gpu, model)
+    return memory_budget(gpu, model, "awq", eng, parallel=seqs)
 
 
 def test_sizes_at_85_hold_at_the_printed_fraction(capsys) -> None:
@@ -42,8 +44,11 @@ def test_sizes_at_85_hold_at_the_printed_fraction(capsys) -> None:
     # the context: four full-length requests fit that pool (vLLM's own concurrency
     # figure), one 256-token step more does not
     assert _budget(ctx, util).max_concurrency >= 4 > _budget(ctx + 256, util).max_concurrency
-    # the parallelism at 32k: floor of the concurrency at that fraction
-    assert par == int(_budget(32768, util).max_concurrency)
+    # the parallelism at 32k, --max-num-seqs set to it: the pool holds par full-length
+    # requests, and with one more admitted it does not hold one more
+    assert d["gpu_memory_utilization_at_max_parallel"] == util  # vLLM: activation inside
+    assert int(_budget(32768, util, par).max_concurrency) >= par
+    assert int(_budget(32768, util, par + 1).max_concurrency) < par + 1
 
 
 def test_a_share_already_under_the_line_is_kept(capsys) -> None:

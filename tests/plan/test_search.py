@@ -165,7 +165,9 @@ def test_engine_flags_per_engine():
     # the share is what is left of 85 % of 24 GiB after the 400 MiB driver reserve and
     # vLLM's 0.65 GiB of CUDA graphs (outside its share): floor((0.85 x 24 GiB -
     # 400 MiB - 0.65 GiB) / 24 GiB, 3 decimals) = 0.806
-    assert engine_flags(v) == ("vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768 "
+    # (the scenario's weights are q4_k_m: a GGUF file, served with the repo's tokenizer)
+    assert engine_flags(v) == ("vllm serve <Q4_K_M GGUF file of meta-llama/Llama-3.1-8B> "
+                               "--tokenizer meta-llama/Llama-3.1-8B --max-model-len 32768 "
                                "--max-num-seqs 8 --gpu-memory-utilization 0.806 "
                                "--kv-cache-dtype fp8")
     off = configure(scen("rtx-4090", {"preset": "vllm",

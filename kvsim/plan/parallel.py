@@ -1,0 +1,118 @@
+"""What ``parallel`` means, per engine family — one meaning for fit, plan and compare.
+
+**parallel = sessions the engine serves at once, each guaranteed room for its full
+context.**  How each engine is made to guarantee it (``reference/engines.md``):
+
+- **llama.cpp** (§3.1): ``--parallel`` slots.  Per-slot streams (an explicit ``-np``
+  without ``-kvu``): each slot holds ``-c / parallel`` cells, a hard limit.  Unified
+  (``-kvu``, the preset's, a scenario's and ``kvsim fit``'s default): one pool of
+  ``-c`` cells that any slot may grow into; the slots together hold ``-c``.
+- **Ollama** (§4.1): ``OLLAMA_NUM_PARALLEL`` slots of ``num_ctx`` each.
+- **vLLM / SGLang** (§1.1, §2.1): ``--max-num-seqs`` / ``--max-running-requests`` =
+  parallel caps the sequences admitted, and the block pool must hold ``parallel``
+  requests at ``max_model_len`` (vLLM's "Maximum concurrency for N tokens per
+  request: X.XXx" with X ≥ parallel), so no admitted request is preempted for memory.
+  ``max_num_seqs`` alone guarantees nothing: the pool may hold fewer full-length
+  requests than it admits (they are then preempted and recomputed as they grow).
+
+So the price per session of ``compare --gpus`` counts sessions each of which really
+has its context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.model.budget import (
+    PLANNING_LIMIT,
+    MemoryBudget,
+    PagedEngineConfig,
+    acceptable,
+    memory_budget,
+    share_within,
+)
+
+PARALLEL_HELP = (
+    "sessions served at once, each guaranteed its full context: llama.cpp --parallel "
+    "slots with -c = context x parallel (in the scenario's allocator: the unified -kvu "
+    "pool unless engine.allocator: slots), "
+    "ollama OLLAMA_NUM_PARALLEL slots of num_ctx, vllm/sglang --max-num-seqs / "
+    "--max-running-requests with a KV pool that holds that many max_model_len requests "
+    "(vLLM's 'Maximum concurrency' >= parallel)")
+
+
+def full_length_held(b: MemoryBudget) -> int | None:
+    """Paged engines: how many ``max_model_len`` requests the block pool holds at once
+    (the floor of vLLM's "Maximum concurrency"; with the hybrid manager, blocks over
+    blocks per request) — the test of :func:`kvsim.model.budget.acceptable`.  None for
+    slot engines, whose slots are preallocated whole."""
+    if b.num_gpu_blocks is None:
+        return None
+    if b.blocks_per_request:
+        return b.num_gpu_blocks // b.blocks_per_request
+    return b.kv_pool_tokens // b.slot_tokens if b.slot_tokens else 0
+
+
+def short_pool_note(b: MemoryBudget, parallel: int) -> str | None:
+    """Why a paged layout does not give ``parallel`` sessions their full context, or
+    None when it does (or the engine is not paged)."""
+    held = full_length_held(b)
+    if held is None or held >= parallel:
+        return None
+    seqs = "--max-num-seqs" if b.engine == "vllm" else "--max-running-requests"
+    conc = "" if b.max_concurrency is None else f" (concurrency {b.max_concurrency:.2f}x)"
+    return (f"the KV pool holds {held} of the {parallel} requests at {b.slot_tokens:,} "
+            f"tokens{conc}: {b.engine} admits {parallel} ({seqs} {parallel}) but "
+            "preempts and recomputes them when they outgrow the pool")
+
+
+def _at(gpu: Any, model: Any, weights: str, engine: PagedEngineConfig, p: int,
+        limit: float, reserves: dict[str, int]) -> float | None:
+    """The memory fraction at which ``--max-num-seqs p`` keeps the device under
+    ``limit`` with ``p`` full-length requests held; None if none does."""
+    cfg = engine.model_copy(update={"max_num_seqs": p})
+    util = share_within(gpu, model, weights, cfg, limit, **reserves)
+    if util is None:
+        return None
+    cfg = cfg.model_copy(update={"gpu_memory_utilization": util})
+    ok = acceptable(memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
+    return util if ok else None
+
+
+def paged_max_parallel(gpu: Any, model: Any, weights: str, engine: PagedEngineConfig,
+                       limit: float = PLANNING_LIMIT, cap: int = 1024,
+                       **reserves: int) -> tuple[int, float | None]:
+    """vLLM / SGLang: the largest parallel at ``engine.context_tokens`` — with
+    ``--max-num-seqs`` set to it, as plan's flags do, and the memory fraction lowered
+    to the line — whose pool holds that many full-length requests, and that fraction;
+    (0, None) if not even one fits.
+
+    NOTE: monotone in p: more admitted sequences sample more logits in the profiling
+    pass (vLLM's pool and SGLang's fraction shrink) and need a larger pool."""
+    lo, hi = 0, min(cap, engine.context_tokens)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _at(gpu, model, weights, engine, mid, limit, reserves) \
+            is not None else (lo, mid - 1)
+    return lo, (_at(gpu, model, weights, engine, lo, limit, reserves) if lo else None)
+
+
+def describe_allocator(b: MemoryBudget, max_num_seqs: int | None = None) -> str:
+    """One line: the allocator a layout assumed, and what one session may hold."""
+    p, slot, pool = b.parallel, b.slot_tokens, b.kv_pool_tokens
+    if b.engine == "llama.cpp" and b.allocator == "unified":
+        return (f"allocator: unified (-kvu) — one pool of {pool:,} cells for {p} slots; one "
+                f"session may grow to {slot:,}, all together hold {pool:,} (the preset's "
+                "and a scenario's default; --no-kv-unified: -c split into per-slot "
+                "streams, what llama-server does for an explicit -np without -kvu)")
+    if b.engine == "llama.cpp":
+        return (f"allocator: slots (per-slot streams) — {p} streams of {slot:,} cells, a "
+                f"hard limit per session (llama-server -np {p} without -kvu; in a "
+                "scenario: engine.allocator: slots)")
+    if b.engine == "ollama":
+        return (f"allocator: slots — OLLAMA_NUM_PARALLEL={p} slots of num_ctx {slot:,} "
+                f"each (the runner gets {pool:,} cells)")
+    seqs = "--max-num-seqs" if b.engine == "vllm" else "--max-running-requests"
+    return (f"allocator: paged — one block pool of {pool:,} tokens; {b.engine} admits up "
+            f"to {max_num_seqs} sequences ({seqs} {max_num_seqs}) and the pool holds "
+            f"{full_length_held(b)} at {slot:,} tokens")
