@@ -20,6 +20,15 @@ PROMOTE (kv-policies §6.3): a recalled demoted span becomes FULL_BACKED — its
 bytes return to full precision (kv_allocated_bytes grows back) and a later reference
 reads it INTACT without another transfer.  A turn whose prompt lost a pinned token —
 the sinks, the system prompt or a turn boundary — collapses (§1.8, §6.4).
+
+The pinned head is read from the prompt *as the client sent it* (:meth:`RecallScorer.sent`,
+before a policy's dropped spans or the engine's truncation leave it): the system prompt,
+else — in a ``history: full`` session — the first ``SINK_TOKENS`` of its first piece.
+That is the first tokens of the current *chat*, so after a failure the new chat
+(``workload.after_failure: new_chat``, kvsim.core.sessions) pins its own first turn,
+not turn 0 of the session.  A span that is not in the sent prompt at all — an old
+chat's content, an earlier turn of a ``history: none`` session, the turn's own answer —
+is LOST: no host copy can be recalled into a sequence that does not hold it.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.core.kv.prefix import pieces_in_range
+from kvsim.core.requests import Piece, TokenSeq
 from kvsim.metrics.accuracy import ScoredEvent, classify, multiplier
 from kvsim.policies.blocks import (
     FULL,
@@ -49,22 +59,33 @@ class RecallScorer:
     def __init__(self, rt: Any) -> None:
         self.rt = rt
         self.refs: dict[tuple[str, int], list[tuple[str, int, int, str]]] = {}
-        self.pinned: dict[str, tuple[str, int]] = {}
+        self.no_history: set[str] = set()  # history none (with references): no chat
         self.hits: dict[str, dict[str, int]] = {}  # session → segment → references so far
-        self.pending: set[str] = set()
+        # NOTE: every request admitted and not yet scheduled (the runtime's ``in`` / empty
+        # checks); for a turn with references, its pinned head and prompt as sent
+        self.pending: dict[str, tuple[Piece | None, TokenSeq] | None] = {}
         self.scored: list[ScoredEvent] = []
         self.via: dict[str, int] = {"gpu": 0, "host": 0, "recompute": 0}
 
     def register(self, s: Any) -> None:
-        head, refs = session_references(s, SINK_TOKENS)
-        if head is not None:
-            self.pinned[s.session_id] = head
+        _, refs = session_references(s, SINK_TOKENS)
+        if refs and s.history != "full":
+            self.no_history.add(s.session_id)
         self.refs.update(refs)
+
+    def sent(self, req: Any) -> None:
+        """A request arrived (the runtime's ``on_admit``), its prompt still as the client
+        sent it: remember its pinned head and that prompt when the turn has references."""
+        if (req.session_id, req.turn) not in self.refs:
+            self.pending[req.request_id] = None
+            return
+        head = prompt_head(req.prompt, req.session_id not in self.no_history)
+        self.pending[req.request_id] = (head, req.prompt)
 
     def admit(self, req: Any, now_s: float) -> float:
         """A turn got its KV: refresh block states, score its references; return the
         time its recalls finish."""
-        self.pending.discard(req.request_id)
+        entry = self.pending.pop(req.request_id, None)
         rt = self.rt
         sid = req.session_id
         led = rt.ledger(sid)
@@ -77,15 +98,15 @@ class RecallScorer:
         refs = self.refs.pop((sid, req.turn), None)
         if not refs:
             return now_s
-        head = self.pinned.get(sid)
-        collapsed = (head is not None and sum(
-            b - a for _, a, b in locate(req.prompt, head[0], 0, head[1])) < head[1]) \
+        head, sent = entry if entry is not None else (None, None)
+        collapsed = (head is not None and _held(req.prompt, head) < head[2] - head[1]) \
             or lost_boundary(led, req.prompt)
         end = now_s
         hits = self.hits.setdefault(sid, {})
         for seg, lo, hi, content in refs:
             if rt.slots:
-                end = max(end, self._score(req, led, seg, lo, hi, content, collapsed, now_s))
+                end = max(end, self._score(req, led, (seg, lo, hi), content, collapsed,
+                                           sent, now_s))
             else:
                 self._score_paged(req, seg, lo, hi, content, now_s)
             hits[seg] = hits.get(seg, 0) + 1
@@ -112,16 +133,23 @@ class RecallScorer:
         out = classify(collapsed=False, lost=not runs, recalled=False, bits=self.rt.engine_bits)
         self._record(req, now_s, out, content, f"{seg}[{lo}:{hi}] via={via} at={start}", 0)
 
-    def _score(self, req: Any, led: Ledger, seg: str, lo: int, hi: int, content: str,
-               collapsed: bool, now_s: float) -> float:
+    def _score(self, req: Any, led: Ledger, span: Piece, content: str, collapsed: bool,
+               sent: TokenSeq | None, now_s: float) -> float:
+        """Score one reference to ``span`` on a slot engine (``sent``: the prompt as sent).
+
+        NOTE: only tokens the sent prompt holds can come back from the host; a span (part)
+        absent from it is LOST whatever the ledger says of it (an old chat's content).
+        """
         rt = self.rt
+        seg, lo, hi = span
         runs = locate(req.prompt, seg, lo, hi)
         missing = (hi - lo) - sum(b - a for _, a, b in runs)
         bits, recall, lost = rt.engine_bits, 0, False
         promote: list[tuple[int, int]] = []
         if missing:
             off = sum(b - a for a, b, st, _ in led.iter_states(seg, lo, hi) if st == OFFLOADED)
-            lost = off < missing or rt.link is None
+            absent = 0 if sent is None else (hi - lo) - _held(sent, span)
+            lost = absent > 0 or off < missing or rt.link is None
             recall += 0 if lost else missing
         for pos, a, b in runs:
             k = min(b - a, max(0, req.cached_tokens - pos))  # reused from the slot's KV
@@ -147,6 +175,28 @@ class RecallScorer:
                        added_s=added, kept=_kept_share(led, req.prompt_tokens) if lost else 1.0)
         self._record(req, now_s, out, content, f"{seg}[{lo}:{hi}]", nbytes)
         return end
+
+
+def prompt_head(prompt: TokenSeq, full_history: bool) -> Piece | None:
+    """The pinned head of a prompt as sent: its system prompt, else (``full_history``)
+    the first ``SINK_TOKENS`` of its first piece; None for an independent request
+    without a system prompt.
+
+    NOTE: a ``history: full`` prompt starts with its chat's first tokens (kvsim.core.
+    sessions), so this is the chat's head: turn 0's for the first chat, the first turn
+    of a new chat after a failure.
+    """
+    if not prompt:
+        return None
+    sid, a, b = prompt[0]
+    if sid.startswith("sys/"):
+        return sid, a, b
+    return (sid, a, a + min(SINK_TOKENS, b - a)) if full_history else None
+
+
+def _held(seq: TokenSeq, span: Piece) -> int:
+    """Tokens of content ``span`` that ``seq`` holds."""
+    return sum(b - a for _, a, b in locate(seq, *span))
 
 
 def _kept_share(led: Ledger, kept_tokens: int) -> float:

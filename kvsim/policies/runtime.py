@@ -4,9 +4,10 @@
 :class:`PolicyRuntime`; the scheduler calls it at fixed points
 (kvsim.core.policy) and the engine calls it after every step:
 
-- ``on_admit``: the prompt of a session whose KV lost spans to a window/budget
-  policy is the history minus those spans (StreamingLLM semantics); the turn's
-  reference events become pending;
+- ``on_admit``: the turn's reference events become pending, with the pinned head
+  of its prompt as sent (:meth:`RecallScorer.sent`); then the prompt of a session
+  whose KV lost spans to a window/budget policy is the history minus those spans
+  (StreamingLLM semantics);
 - ``before_schedule``: idle slots past ``idle_after_s`` are offloaded (or dropped);
 - ``after_schedule``: a turn admitted in this step is scored
   (:mod:`kvsim.policies.recall`); recalls stall the step until the copy ends;
@@ -111,13 +112,13 @@ class PolicyRuntime:
 
     # -- SchedulerPolicy (kvsim.core.policy) ------------------------------------------------
     def on_admit(self, req: Any, now_s: float) -> None:
+        self.scorer.sent(req)  # NOTE: first: the prompt as sent fixes the pinned head
         led = self.ledgers.get(req.session_id)
         if led is not None:
             gone = led.dropped_ranges()
             if gone:
                 req.prompt = seq_remove(req.prompt, gone)
                 req.prompt_tokens = seq_len(req.prompt)
-        self.scorer.pending.add(req.request_id)
 
     def before_schedule(self, now_s: float) -> None:
         self._now, self._stall_end = now_s, now_s
