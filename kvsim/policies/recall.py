@@ -64,6 +64,7 @@ class RecallScorer:
         # NOTE: every request admitted and not yet scheduled (the runtime's ``in`` / empty
         # checks); for a turn with references, its pinned head and prompt as sent
         self.pending: dict[str, tuple[Piece | None, TokenSeq] | None] = {}
+        self._fresh: list[Any] = []  # requests sent since the last schedule
         self.scored: list[ScoredEvent] = []
         self.via: dict[str, int] = {"gpu": 0, "host": 0, "recompute": 0}
 
@@ -76,11 +77,25 @@ class RecallScorer:
     def sent(self, req: Any) -> None:
         """A request arrived (the runtime's ``on_admit``), its prompt still as the client
         sent it: remember its pinned head and that prompt when the turn has references."""
+        self._fresh.append(req)
         if (req.session_id, req.turn) not in self.refs:
             self.pending[req.request_id] = None
             return
         head = prompt_head(req.prompt, req.session_id not in self.no_history)
         self.pending[req.request_id] = (head, req.prompt)
+
+    def forget_rejected(self) -> None:
+        """Drop the requests the scheduler refused at entry since the last schedule: they
+        will never be scheduled (left pending, they would keep the runtime's per-plan
+        check on for the rest of the run).
+
+        NOTE: a scheduler refuses a request inside ``add_request``, right after the
+        runtime's ``on_admit``, so each request sent is looked at once, at the next
+        schedule."""
+        for req in self._fresh:
+            if req.failure_reason:
+                self.pending.pop(req.request_id, None)
+        self._fresh.clear()
 
     def admit(self, req: Any, now_s: float) -> float:
         """A turn got its KV: refresh block states, score its references; return the

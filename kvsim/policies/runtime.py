@@ -121,6 +121,7 @@ class PolicyRuntime:
                 req.prompt_tokens = seq_len(req.prompt)
 
     def before_schedule(self, now_s: float) -> None:
+        self.scorer.forget_rejected()
         self._now, self._stall_end = now_s, now_s
         self._time_policies(now_s)
         self.refresh_credits()

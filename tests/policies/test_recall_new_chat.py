@@ -150,3 +150,23 @@ def test_old_chat_content_offloaded_by_write_back_is_lost_not_recalled(sys_token
     assert [o for _, o, _ in _outcomes(res, "a")] == [
         "RECOVERED", "LOST", "LOST", "INTACT", "RECOVERED", "INTACT", "LOST"]
     assert res.summary["recall_collapse_events"] == 0
+
+
+def test_a_request_refused_at_entry_leaves_nothing_pending() -> None:
+    """A request the scheduler refuses inside add_request (after the runtime's on_admit
+    saw it) is never scheduled: the next schedule forgets it, so the runtime's per-plan
+    check does not stay on for the rest of the run; a queued one stays pending."""
+    from types import SimpleNamespace
+
+    from kvsim.policies.recall import RecallScorer
+
+    scorer = RecallScorer(rt=None)
+    refused = SimpleNamespace(request_id="a#0", session_id="a", turn=0, failure_reason="")
+    queued = SimpleNamespace(request_id="b#0", session_id="b", turn=0, failure_reason="")
+    scorer.sent(refused)
+    scorer.sent(queued)
+    refused.failure_reason = "exceed_context_size_error"  # set by add_request's entry check
+    scorer.forget_rejected()
+    assert list(scorer.pending) == ["b#0"]
+    scorer.forget_rejected()  # each request is looked at once
+    assert list(scorer.pending) == ["b#0"]
