@@ -61,6 +61,7 @@ ENGINE_ONLY_FLAGS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gpu_util": ("--gpu-util", ("vllm", "sglang"),
                  "a memory fraction (gpu_memory_utilization / mem_fraction_static)"),
     "hybrid_kv": ("--hybrid-kv", ("vllm",), "a hybrid KV cache manager"),
+    "ollama_version": ("--ollama-version", ("ollama",), "releases with their own defaults"),
 }
 
 
@@ -81,17 +82,18 @@ def _refuse_foreign_flags(engine: str, given: dict[str, Any]) -> None:
 def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: str | None,
                  kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
                  gpu_layers: int | None, gpu_util: float | None,
-                 hybrid_kv: bool | None = None) -> tuple[dict[str, Any], list]:
+                 hybrid_kv: bool | None = None,
+                 ollama_version: str | None = None) -> tuple[dict[str, Any], list]:
     from kvsim.config.engine import engine_names
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                                    "kv_unified": kv_unified, "gpu_util": gpu_util,
-                                   "hybrid_kv": hybrid_kv})
+                                   "hybrid_kv": hybrid_kv, "ollama_version": ollama_version})
     spec: dict[str, Any] = {"preset": engine}
     notes: list[str] = []
     optional = {"context_tokens": context, "flash_attn": flash_attn, "gpu_layers": gpu_layers,
-                "gpu_memory_utilization": gpu_util,
+                "gpu_memory_utilization": gpu_util, "ollama_version": ollama_version,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
     spec.update({k: v for k, v in optional.items() if v is not None})
     if parallel is not None:  # NOTE: vllm/sglang: --max-num-seqs as plan's flags set it
@@ -107,10 +109,8 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
         raise InputError("--kv-v", v, "a quantized V cache needs flash attention on llama.cpp "
                          "(the server refuses: 'V cache quantization requires flash_attn'); "
                          "add --flash-attn or use an f16 V cache")
-    if engine == "ollama" and not fa and (k, v) != ("f16", "f16"):
-        notes.append(f"OLLAMA_KV_CACHE_TYPE={v} ignored: flash attention is off, so Ollama "
-                     "uses an f16 cache (engines.md §4.1); add --flash-attn")
-        k = v = "f16"
+    # NOTE: Ollama's flash attention (and so whether it honours a quantized cache)
+    # depends on its release and the model: engine_for_gpu decides, the budget notes it
     spec["cache_type_k"], spec["cache_type_v"] = k, v
     return spec, notes
 
@@ -332,6 +332,9 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               help="vllm: the hybrid KV cache manager for sliding-window models (on by "
               "default; --no-hybrid-kv = --disable-hybrid-kv-cache-manager, every layer "
               "at full length)")
+@click.option("--ollama-version", default=None,
+              help="ollama: the release whose defaults apply (num_ctx by VRAM, flash "
+              "attention per model, who places the layers); default the newest known")
 @click.option("--display-reserve", default="0", show_default=True,
               help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
 @click.option("--driver-reserve", default="400 MiB", show_default=True,
@@ -344,8 +347,9 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
 def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
         parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
-        gpu_util: float | None, hybrid_kv: bool | None, display_reserve: str,
-        driver_reserve: str, host_name: str | None, as_json: bool) -> None:
+        gpu_util: float | None, hybrid_kv: bool | None, ollama_version: str | None,
+        display_reserve: str, driver_reserve: str, host_name: str | None,
+        as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.model.budget import check_host_memory, engine_for_gpu, memory_budget
     ctx = _positive(context, "--context")
@@ -367,8 +371,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
-                               flash_attn, ngl, gpu_util, hybrid_kv)
-    eng = engine_for_gpu(spec, g, m)
+                               flash_attn, ngl, gpu_util, hybrid_kv, ollama_version)
+    eng = engine_for_gpu(spec, g, m, weights=weights)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     notes = host_notes + notes
     if host is not None:

@@ -59,12 +59,18 @@ def unset_context(preset: str) -> str:
     """What an unset ``engine.context_tokens`` becomes once a model is known, asked of
     :func:`kvsim.config.engine.engine_for_gpu` itself (a stand-in model whose maximum
     is a marker): "model max", "model max, --fit shrinks" (llama.cpp ``-c 0``) or the
-    preset's own number (Ollama ``num_ctx``), model or not."""
+    preset's own number, model or not; Ollama's depends on the card's memory
+    (kvsim.config.ollama, its newest release)."""
     from types import SimpleNamespace
 
     from kvsim.config.catalog import load_gpu
     from kvsim.config.engine import engine_for_gpu
 
+    if preset == "ollama":
+        from kvsim.config.ollama import OLLAMA_NUM_CTX_TIERS
+
+        tiers = ", ".join(f"{n} from {b // 2**30} GiB" for b, n in OLLAMA_NUM_CTX_TIERS)
+        return f"4096 ({tiers})"
     model = SimpleNamespace(max_context_tokens=_MODEL_MAX, layer_groups=())
     eng = engine_for_gpu(preset, load_gpu("rtx-4090"), model)
     if eng.context_tokens != _MODEL_MAX:

@@ -18,8 +18,13 @@ NOTE: ``context_tokens`` means what the engine's own flag means: llama.cpp ``-c`
 :func:`slot_tokens` and :func:`pool_tokens_hint` rather than re-deriving it.
 Unset in a scenario, it is the model's own default (:func:`engine_for_gpu`): vLLM and
 SGLang take the model's maximum, llama-server ``-c 0`` the training context that
-``--fit`` then shrinks toward what fits (``fit_context``); Ollama keeps its ``num_ctx``.
+``--fit`` then shrinks toward what fits (``fit_context``); Ollama its release's own
+``num_ctx`` (:func:`~kvsim.config.ollama.ollama_default_num_ctx`: 4096, or by the card's VRAM from v0.15.5).
 The presets' numbers apply only where no model is known.
+
+NOTE: the ``ollama`` preset follows one Ollama release, ``ollama_version`` (default
+:data:`~kvsim.config.ollama.OLLAMA_LATEST`); every default that changed between releases (engines.md §4) is
+derived from it for the knobs a scenario leaves unset (:func:`~kvsim.config.ollama.ollama_defaults`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from kvsim.config.catalog import list_names, load_raw
+from kvsim.config.ollama import OLLAMA_LATEST, ollama_defaults, parse_ollama_version
 from kvsim.config.specs import GpuSpec
 from kvsim.config.units import Bytes, FrozenModel
 from kvsim.errors import InputError, from_validation_error
@@ -127,6 +133,9 @@ class SlotEngineConfig(FrozenModel):
     ignored_cache_type: str | None = Field(
         None, description="Ollama: the OLLAMA_KV_CACHE_TYPE it ignored because flash "
         "attention is off (the cache is then f16, engines.md §4.1)")
+    ollama_version: str | None = Field(
+        None, description="Ollama: the release whose defaults apply (engines.md §4, "
+        "ollama_defaults), e.g. '0.15.5'; None on llama.cpp")
 
     @model_validator(mode="before")
     @classmethod
@@ -152,6 +161,11 @@ class SlotEngineConfig(FrozenModel):
                 "cache_type_v", self.cache_type_v, "a quantized V cache requires flash "
                 "attention: the real server refuses it ('V cache quantization requires "
                 "flash_attn'); set flash_attn or use an f16 V cache")
+        if self.preset == "ollama":
+            parse_ollama_version(self.ollama_version, "ollama_version")
+        elif self.ollama_version is not None:
+            raise InputError("ollama_version", self.ollama_version, "not a knob of the "
+                             f"{self.preset} preset (only ollama has a release to follow)")
         if self.allocator == "slots" and self.parallel > self.context_tokens:
             raise InputError("parallel", self.parallel,
                              f"exceeds context_tokens ({self.context_tokens}); must be at most that")
@@ -199,11 +213,13 @@ def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
     return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
 
 
-def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
-                   ) -> EngineConfig:
+def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
+                   weights: str | None = None) -> EngineConfig:
     """Resolve an engine preset, filling the defaults real engines derive from the GPU
     for keys the caller did not set: vLLM's batch budget on ≥ 70 GiB non-A100 cards
-    (engines.md §1.4) and SGLang's ``mem_fraction_static`` / chunked prefill (§2.1);
+    (engines.md §1.4), SGLang's ``mem_fraction_static`` / chunked prefill (§2.1) and
+    Ollama's release defaults (:func:`~kvsim.config.ollama.ollama_defaults`: num_ctx by VRAM, flash attention
+    by architecture; ``weights`` only for the releases whose parallel count was automatic);
     with ``model``, the context the engine takes when none is set (module NOTE)."""
     given = _as_mapping(spec)
     unset = {k for k, v in given.items() if v is None}  # NOTE: null = not set (resolve_engine)
@@ -226,7 +242,7 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None
     if preset == "ollama" and model is not None and any(
             g.kind == "mla" for g in model.layer_groups):
         merged["context_shift"] = False  # §4.5: DeepSeek2-family models cannot shift
-    return resolve_engine(merged)
+    return resolve_engine(merged, gpu=gpu, model=model, weights=weights)
 
 
 def _model_context_rule(merged: dict[str, Any], model: Any) -> None:
@@ -258,12 +274,16 @@ def engine_names() -> list[str]:
     return list_names("engines")
 
 
-def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngineConfig:
+def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
+                   model: Any = None, weights: str | None = None
+                   ) -> PagedEngineConfig | SlotEngineConfig:
     """Preset defaults (YAML) + overrides → a validated engine config.
 
     ``spec`` is a preset name or a mapping with a ``preset`` key and overrides; an
     override of ``None`` (YAML ``null``, ``--set engine.context_tokens=null``) keeps the
-    preset's value, or leaves the knob unset when the preset has none.
+    preset's value, or leaves the knob unset when the preset has none.  On Ollama the
+    knobs left unset take the release's defaults (:func:`~kvsim.config.ollama.ollama_defaults`; ``gpu``,
+    ``model`` and ``weights`` as far as known: :func:`engine_for_gpu`).
     """
     overrides = _as_mapping(spec)
     name = overrides.get("preset")
@@ -275,15 +295,19 @@ def resolve_engine(spec: str | dict[str, Any]) -> PagedEngineConfig | SlotEngine
     # NOTE: a knob set to null is left as the preset has it (unset: the engine decides)
     given = {k: v for k, v in overrides.items() if v is not None}
     merged = {**raw, **given, "preset": raw.get("preset", name)}
-    model = PagedEngineConfig if merged.get("allocator", "paged") == "paged" else SlotEngineConfig
+    cls = PagedEngineConfig if merged.get("allocator", "paged") == "paged" else SlotEngineConfig
     if merged["preset"] in ("llama.cpp", "ollama"):
-        model = SlotEngineConfig
-    unknown = sorted(set(overrides) - set(model.model_fields))
+        cls = SlotEngineConfig
+    unknown = sorted(set(overrides) - set(cls.model_fields))
     if unknown:
-        knobs = ", ".join(k for k in model.model_fields if k not in ("preset", "notes"))
+        knobs = ", ".join(k for k in cls.model_fields if k not in ("preset", "notes"))
         raise InputError(f"engine.{unknown[0]}", overrides[unknown[0]],
                          f"not a knob of the {merged['preset']} preset; its knobs: {knobs}")
+    if merged["preset"] == "ollama":
+        if merged.get("ollama_version") is None:  # NOTE: a user's preset file may lack it
+            merged["ollama_version"] = OLLAMA_LATEST
+        merged.update(ollama_defaults(merged, set(given), gpu, model, weights))
     try:
-        return model.model_validate(merged)
+        return cls.model_validate(merged)
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="engine") from None

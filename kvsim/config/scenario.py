@@ -272,7 +272,8 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
     model = data["model"] = _validated(data["model"], ModelSpec, "model")
-    data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model)
+    data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model,
+                                    weights=data.get("weights", "q4_k_m"))
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}

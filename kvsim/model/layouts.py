@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
+from kvsim.config.ollama import ollama_llama_server, ollama_memory_mode
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.errors import InputError
@@ -216,11 +217,12 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
 
 
 def _ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
-                     kv_type: str, free_bytes: int) -> OllamaEstimate:
-    """§4.2 era-A estimator: under-counted KV, graph fallback, layers from the back."""
+                     kv_type: str, free_bytes: int,
+                     measured: tuple[int, int] | None = None) -> OllamaEstimate:
+    """§4.2 era-A estimator: under-counted KV, graph fallback, layers from the back;
+    eras B/C (§4.3) place the same way with the ``measured`` (KV, graph) bytes."""
     per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
-    ctx = engine.context_tokens * engine.parallel
-    kv_total = 0.0
+    ctx, kv_total = engine.context_tokens * engine.parallel, 0.0
     for g in model.layer_groups:
         if g.kind == "recurrent":
             kv_total += g.state_elements * 4 * g.layers * engine.parallel
@@ -230,6 +232,7 @@ def _ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit
             kv_total += ctx * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem * g.layers
     ratio = model.num_attention_heads / model.num_kv_heads if model.num_kv_heads else 1.0
     graph = int(ratio * kv_total / 6)
+    kv_total, graph = measured or (kv_total, graph)
     reserve = engine.gpu_overhead_bytes + engine.minimum_reserve_bytes + graph
     L = model.num_layers
     per_layer = ws.per_layer_bytes + kv_total / L
@@ -247,20 +250,27 @@ def _ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit
 
 def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,
                   driver: int, display: int) -> MemoryBudget:
-    """Ollama (§4.1-§4.2): layers placed by its own estimate; the true layout is
-    llama.cpp's with ``num_ctx × parallel`` cells in ``parallel`` slots."""
-    notes = []
+    """Ollama (§4.1-§4.4): the true layout is llama.cpp's with ``num_ctx × parallel`` cells
+    in ``parallel`` slots; its release places the layers (``ollama_memory_mode``)."""
+    notes, mode = [], ollama_memory_mode(engine, model)
     k, v = engine.cache_type_k, engine.cache_type_v
     if engine.ignored_cache_type:  # NOTE: the engine config already made the cache f16
         notes.append(f"OLLAMA_KV_CACHE_TYPE={engine.ignored_cache_type} ignored: flash "
                      "attention is off, so the cache is f16 (engines.md §4.1)")
+    if mode == "llama-server":  # era D (§4.4): llama-server's --fit places the layers
+        b = llama_cpp_budget(gpu, model, weights, ollama_llama_server(engine), driver, display)
+        return replace(b, notes=tuple(notes) + b.notes)
     geo = kv_geometry(model, k, v, state_dtype="f32")
     _check_quant_k(model, geo)
     ws = model_weights(model, weights)
     num_ctx = _pad(engine.context_tokens, engine.context_pad_tokens)
-    n_ctx = num_ctx * engine.parallel
+    n_ctx, free, back = num_ctx * engine.parallel, gpu.usable_memory_bytes - display, 0
     lay = _layout(gpu, model, ws, geo, engine, n_ctx, num_ctx, False, driver, display)
-    est = _ollama_estimate(model, engine, ws, v, gpu.usable_memory_bytes - display)
+    exact = (lay["kv_total"], lay["compute"]) if mode == "measured" else None
+    est = _ollama_estimate(model, engine, ws, v, free, exact)
+    while exact and back < 10 and lay["gpu_total"](est.gpu_layers) > gpu.usable_memory_bytes:
+        back += 1  # §4.3: a failed allocation backs off: 10 %, 20 %, … of free VRAM unused
+        est = _ollama_estimate(model, engine, ws, v, free * (10 - back) // 10, exact)
     L = model.num_layers
     offload = est.gpu_layers + (est.gpu_layers == L)      # + output layer on full offload
     logs = [(f"offload to cuda layers.model={L + 1} layers.offload={offload} "

@@ -94,7 +94,8 @@ def test_human_table_and_engines(capsys):
     assert code == 0 and "GPU KV cache size:" in out and "Maximum concurrency" in out
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--engine", "ollama", "--context", "8192", "--parallel", "4",
-                       "--kv", "q8_0", "--flash-attn")
+                       "--kv", "q8_0", "--flash-attn", "--ollama-version", "0.11.4")
+    # engines.md §4.2: releases up to 0.11.4 place layers by their own estimate
     assert code == 0 and "Ollama's own estimate" in out and "under-counts" in out
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--engine", "sglang", "--context", "8192", "--json")
@@ -102,10 +103,21 @@ def test_human_table_and_engines(capsys):
 
 
 def test_ollama_ignores_quantized_kv_without_flash_attention(capsys):
+    # engines.md §4.1: flash attention off by default for llama before 0.30 (0.12.4 turned
+    # it on for qwen3 / gpt-oss only), and without it Ollama keeps an f16 cache
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                       "--engine", "ollama", "--kv", "q8_0", "--ollama-version", "0.12.4",
+                       "--json")
+    d = json.loads(out)
+    assert code == 0 and d["cache_type_v"] == "f16"
+    assert any("q8_0" in n and "flash attention" in n for n in d["notes"]), d["notes"]
+    # from 0.30 Ollama runs llama-server with --flash-attn auto: the q8_0 cache is kept
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--engine", "ollama", "--kv", "q8_0", "--json")
-    d = json.loads(out)
-    assert code == 0 and d["cache_type_v"] == "f16" and "ignored" in d["notes"][0]
+    assert json.loads(out)["cache_type_v"] == "q8_0"
+    code, _, err = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                       "--engine", "vllm", "--ollama-version", "0.12.4")
+    assert code == 2 and "--ollama-version" in err
 
 
 @pytest.mark.parametrize("args,needle", [

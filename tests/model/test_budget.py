@@ -121,8 +121,10 @@ def test_sglang_default_fraction_24gib():
 
 
 def test_ollama_estimate_undercounts_q8_0():
+    # the era-A estimator (engines.md §4.2) places layers up to v0.11.4
     eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "parallel": 2,
-                          "flash_attn": True, "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
+                          "flash_attn": True, "cache_type_k": "q8_0", "cache_type_v": "q8_0",
+                          "ollama_version": "0.11.4"})
     b = memory_budget(GPU, load_model("llama-3.1-8b"), "q4_k_m", eng)
     # estimator: 1 byte/element; real q8_0: 34/32
     assert b.estimate.kv_bytes == 16384 * 32 * 8 * 256
@@ -176,7 +178,8 @@ def test_ollama_spills_layers_when_weights_do_not_fit():
     per_layer = Q32_LAYER_W + kv_layer
     assert (kv_layer, reserve, per_layer) == (16_777_216, 1_373_984_085, 309_283_983)
     assert reserve + 37 * per_layer <= Q32_VRAM < reserve + 38 * per_layer
-    eng = resolve_engine({"preset": "ollama", "context_tokens": 4096})
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 4096,
+                          "ollama_version": "0.11.4"})  # era A: the estimator places layers
     b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
     assert b.gpu_layers == 37 and b.estimate.gpu_layers == 37
     assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_817_491_456
@@ -310,12 +313,16 @@ def test_unified_memory_budgets_against_the_default_gpu_limit():
 
 def test_an_unset_context_is_the_engines_own_default():
     # engines.md §1.1: max_model_len defaults to the model's maximum; §3.1: llama-server
-    # -c 0 = the training context, which --fit may shrink (§3.6); Ollama keeps num_ctx
+    # -c 0 = the training context, which --fit may shrink (§3.6); Ollama its num_ctx
+    # (§4.1): from v0.15.5 by VRAM, 24 GiB = 25,769,803,776 B >= 23 GiB (24,696,061,952)
+    # and < 47 GiB -> 32768 (<= the model's 131,072); 4096 up to v0.15.4
     m = load_model("llama-3.1-8b")  # max context 131,072 (models.csv)
     vllm, llama_cpp = engine_for_gpu("vllm", GPU, m), engine_for_gpu("llama.cpp", GPU, m)
     assert vllm.context_tokens == 131_072
     assert (llama_cpp.context_tokens, llama_cpp.fit_context) == (131_072, True)
-    assert engine_for_gpu("ollama", GPU, m).context_tokens == 4096
+    assert engine_for_gpu("ollama", GPU, m).context_tokens == 32_768
+    assert engine_for_gpu({"preset": "ollama", "ollama_version": "0.15.4"}, GPU,
+                          m).context_tokens == 4096
     set_ = engine_for_gpu({"preset": "llama.cpp", "context_tokens": 8192}, GPU, m)
     assert (set_.context_tokens, set_.fit_context) == (8192, False)
     assert engine_for_gpu("vllm", GPU).context_tokens == 32_768  # no model: the preset's

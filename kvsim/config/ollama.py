@@ -1,0 +1,167 @@
+"""Ollama releases (engines.md §4): which defaults and memory layout one release has.
+
+Ollama changed its defaults and its engine between releases; the ``ollama`` preset
+follows one, ``engine.ollama_version`` (default :data:`OLLAMA_LATEST`).  For every knob a
+scenario leaves unset, :func:`ollama_defaults` derives what that release does:
+
+- ``num_ctx`` (§4.1): 2048 up to v0.6.6, 4096 to v0.15.4, then by the GPU's memory less
+  OLLAMA_GPU_OVERHEAD (< 23 GiB 4096, < 47 GiB 32768, else 262144), clamped to the
+  model's training length, per slot (not divided by OLLAMA_NUM_PARALLEL, ollama #14116);
+- flash attention (§4.1): off, on for qwen3 / qwen3moe / gpt-oss from v0.12.4 and gemma3
+  from v0.12.7; from v0.30 ``--flash-attn auto`` (§4.4) = on (§3.2);
+- OLLAMA_NUM_PARALLEL (§4.1): 1, automatic from v0.1.49 to v0.9.6;
+- era D (v0.30+, §4.4): llama-server's slot choice and RAM prompt cache (§3.4).
+
+:func:`ollama_memory_mode` says how the release places layers (§4.2-§4.4), read by
+:func:`kvsim.model.layouts.ollama_budget`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Literal
+
+from kvsim.config.specs import GpuSpec
+from kvsim.config.units import parse_bytes
+from kvsim.errors import InputError
+
+if TYPE_CHECKING:
+    from kvsim.config.engine import SlotEngineConfig
+
+Version = tuple[int, int, int]
+OLLAMA_LATEST = "0.33.0"
+"""The newest release engines.md §4 describes (Ollama's history read up to v0.33.0-rc2);
+the preset's ``ollama_version``.  Later releases are taken to behave as it."""
+OLLAMA_ERA_B, OLLAMA_ERA_C, OLLAMA_ERA_D = (0, 11, 5), (0, 12, 11), (0, 30, 0)  # §4 table
+OLLAMA_NUM_CTX_4096, OLLAMA_NUM_CTX_BY_VRAM = (0, 6, 7), (0, 15, 5)             # §4.1
+OLLAMA_NUM_CTX_TIERS = ((47 * 2**30, 262_144), (23 * 2**30, 32_768))            # §4.1
+"""v0.15.5+: total VRAM minus OLLAMA_GPU_OVERHEAD ≥ 47 GiB → 262144, ≥ 23 GiB → 32768,
+else 4096 (server/routes.go: "slightly lower thresholds (47/23 GiB vs. 48/24 GiB)")."""
+OLLAMA_AUTO_PARALLEL = (0, 1, 49), (0, 9, 7)   # §4.1: unset = auto from v0.1.49 until v0.9.7
+OLLAMA_AUTO_PARALLEL_2 = (0, 6, 7)             # §4.1: the auto value 4, then 2 from v0.6.7
+OLLAMA_FLASH_ATTENTION_SINCE: dict[str, Version] = {
+    # §4.1: on by default "by v0.12.x" for a per-architecture list; =0 forces it off from
+    # v0.12.4 (the release of the qwen3 default, ollama PR #12482); gemma3 from v0.12.7
+    # (its release notes; PR #12639).  qwen3vl (PR #12862) has no catalogue model.
+    "qwen3": (0, 12, 4), "qwen3moe": (0, 12, 4), "gptoss": (0, 12, 4), "gemma3": (0, 12, 7)}
+OLLAMA_ENGINE_ARCHS = frozenset({"gemma3", "gptoss", "qwen3", "qwen3moe", "llama4"})
+"""Era B (§4.3): architectures the Go "ollama engine" runs (fs/ggml/ggml.go
+OllamaEngineRequired), whose layers it places by measured sizes; others still by §4.2."""
+LLAMA_SERVER_DEFAULTS = {"slot_prompt_similarity": 0.10, "cache_ram_bytes": 8192 * 2**20,
+                         "cache_idle_slots": True}
+"""Era D: Ollama launches llama-server with only the flags of §4.4, so its slots and prompt
+cache are llama-server's own defaults (§3.4), not the Go runners' (§4.5)."""
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+_ARCHS = ((r"qwen3[-_.]?next", "qwen3next"), (r"qwen3[-_.]?vl", "qwen3vl"),
+          (r"qwen3(?![\d.])", "qwen3"), (r"gemma[-_]?3(?![\dn])", "gemma3"),
+          (r"gpt[-_]?oss", "gptoss"), (r"llama[-_]?4", "llama4"), (r"deepseek", "deepseek2"))
+
+
+def parse_ollama_version(text: Any, field: str = "engine.ollama_version") -> Version:
+    """'0.15.5' / 'v0.12.4' / '0.6' → a comparable ``(major, minor, patch)``."""
+    m = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise InputError(field, text, "an Ollama release as MAJOR.MINOR[.PATCH] in quotes, "
+                         f"e.g. '0.15.5' or 'v0.12.4' (newest described: {OLLAMA_LATEST})")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+def ollama_arch(model: Any) -> str:
+    """The GGUF ``general.architecture`` Ollama keys its per-model rules on, from the
+    profile's name or HF repo ('' when kvsim cannot tell: no per-architecture rule)."""
+    text = f"{getattr(model, 'name', '')} {getattr(model, 'hf_repo', '')}".lower()
+    arch = next((a for pattern, a in _ARCHS if re.search(pattern, text)), "")
+    return "qwen3moe" if arch == "qwen3" and getattr(model, "num_experts", None) else arch
+
+
+def ollama_default_num_ctx(version: Version, gpu: GpuSpec | None = None,
+                           gpu_overhead_bytes: int = 0) -> int:
+    """num_ctx when none is set (§4.1): 2048 up to v0.6.6, 4096 to v0.15.4, then by the
+    GPU's memory (a unified-memory GPU: its default share) less OLLAMA_GPU_OVERHEAD; no GPU
+    known counts as none found (0 bytes: 4096)."""
+    if version < OLLAMA_NUM_CTX_4096:
+        return 2048
+    if version < OLLAMA_NUM_CTX_BY_VRAM or gpu is None:
+        return 4096
+    vram = gpu.usable_memory_bytes - gpu_overhead_bytes
+    return next((n for floor, n in OLLAMA_NUM_CTX_TIERS if vram >= floor), 4096)
+
+
+def ollama_default_flash_attn(version: Version, model: Any = None) -> bool:
+    """OLLAMA_FLASH_ATTENTION unset (§4.1): off, except for the listed architectures from
+    their release; from v0.30 (era D) Ollama passes ``--flash-attn auto`` (§4.4), which
+    llama-server turns on where the backend supports it (§3.2): every catalogue GPU."""
+    if version >= OLLAMA_ERA_D:
+        return True
+    since = OLLAMA_FLASH_ATTENTION_SINCE.get(ollama_arch(model)) if model is not None else None
+    return since is not None and version >= since
+
+
+def ollama_memory_mode(cfg: SlotEngineConfig, model: Any
+                       ) -> Literal["estimate", "measured", "llama-server"]:
+    """How the release places layers (§4 table): the era-A estimator (§4.2), measured
+    sizes (§4.3: era B on the Go engine's architectures, era C all) or llama-server's
+    ``--fit`` (era D, §4.4)."""
+    v = parse_ollama_version(cfg.ollama_version)
+    if v >= OLLAMA_ERA_D:
+        return "llama-server"
+    if v >= OLLAMA_ERA_C or (v >= OLLAMA_ERA_B and ollama_arch(model) in OLLAMA_ENGINE_ARCHS):
+        return "measured"
+    return "estimate"
+
+
+def ollama_llama_server(cfg: SlotEngineConfig) -> SlotEngineConfig:
+    """Era D (§4.4): the llama-server Ollama starts, ``-c num_ctx × parallel -np parallel``
+    (an explicit -np without -kvu: per-slot streams, §3.1), ``-ngl`` only when num_gpu is
+    set (else --fit places the layers, §3.6)."""
+    return cfg.model_copy(update={"context_tokens": cfg.context_tokens * cfg.parallel,
+                                  "allocator": "slots", "fit_context": False})
+
+
+def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None = None,
+                    model: Any = None, weights: str | None = None) -> dict[str, Any]:
+    """The defaults Ollama ``merged['ollama_version']`` derives for the knobs not in
+    ``given`` (engines.md §4.1, §4.4): num_ctx (clamped to the model's training length),
+    flash attention, OLLAMA_NUM_PARALLEL and, in era D, llama-server's slot and prompt-cache
+    defaults.  The tiered num_ctx is per slot: it is not divided by the parallel count
+    (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells."""
+    v = parse_ollama_version(merged.get("ollama_version"))
+    fill: dict[str, Any] = {}
+    if "context_tokens" not in given:
+        overhead = parse_bytes(merged.get("gpu_overhead_bytes") or 0,
+                               "engine.gpu_overhead_bytes")
+        ctx = ollama_default_num_ctx(v, gpu, overhead)
+        fill["context_tokens"] = ctx if model is None else min(ctx, model.max_context_tokens)
+    if "flash_attn" not in given:
+        fill["flash_attn"] = ollama_default_flash_attn(v, model)
+    if v >= OLLAMA_ERA_D:
+        fill.update({k: x for k, x in LLAMA_SERVER_DEFAULTS.items() if k not in given})
+    if "parallel" not in given:
+        fill["parallel"] = _ollama_default_parallel(v, {**merged, **fill}, gpu, model, weights)
+    return fill
+
+
+def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | None,
+                             model: Any, weights: str | None) -> int:
+    """OLLAMA_NUM_PARALLEL unset (§4.1): 1, except from v0.1.49 to v0.9.6 (auto): 4 (2 from
+    v0.6.7) if the model with that many num_ctx slots fits the GPU whole by Ollama's own
+    estimate (§4.2), else 1 (no GPU known: none found, 1)."""
+    first, last = OLLAMA_AUTO_PARALLEL
+    if not first <= v < last or gpu is None:
+        return 1
+    if model is None or weights is None:
+        raise InputError("engine.parallel", "unset", f"a number: Ollama {merged['ollama_version']}"
+                         " chose OLLAMA_NUM_PARALLEL itself from the model and weights "
+                         "(engines.md §4.1), which kvsim is not given here; set it")
+    n = 4 if v < OLLAMA_AUTO_PARALLEL_2 else 2
+    return n if _ollama_fits_whole(merged, n, gpu, model, weights) else 1
+
+
+def _ollama_fits_whole(merged: dict[str, Any], n: int, gpu: GpuSpec, model: Any,
+                       weights: str) -> bool:
+    from kvsim.config.engine import resolve_engine  # NOTE: engine imports this module
+    from kvsim.model.budget import memory_budget
+
+    cfg = resolve_engine({**merged, "parallel": n})
+    est = memory_budget(gpu, model, weights, cfg).estimate
+    return est is not None and est.gpu_layers == model.num_layers
