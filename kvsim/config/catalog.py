@@ -156,13 +156,17 @@ def check_host_matches(gpu: GpuSpec, host: HostSpec, field: str = "host") -> Non
     separate RAM, and a unified host's memory is its own SoC GPU's, not a discrete
     card's (either way the host RAM check and the host tier would model a machine that
     does not exist)."""
-    if host.unified_with_gpu == gpu.unified_memory:
+    def matches(h: HostSpec) -> bool:  # NOTE: a unified host is its own SoC's memory
+        return h.unified_with_gpu == gpu.unified_memory and (not gpu.unified_memory or (
+            h.memory_bytes, h.memory_bandwidth_bytes_per_s)
+            == (gpu.memory_bytes, gpu.memory_bandwidth_bytes_per_s))
+
+    if matches(host):
         return
-    same_kind = [n for n in list_names("hosts")
-                 if load_host(n).unified_with_gpu == gpu.unified_memory]
+    same_kind = [n for n in list_names("hosts") if matches(load_host(n))]
     if gpu.unified_memory:
-        why = (f"a host with unified_with_gpu: true ({gpu.name} has unified memory: its host "
-               "RAM is the GPU's own memory)")
+        why = (f"the host of {gpu.name}'s own memory (unified: its host RAM is the GPU's "
+               f"{gpu.memory_bytes} bytes at {gpu.memory_bandwidth_bytes_per_s:.4g} B/s)")
         unset = "leave it unset (the GPU's own memory)"
     else:
         why = (f"a host with unified_with_gpu: false ({gpu.name} is a discrete card; a "

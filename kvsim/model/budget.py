@@ -186,8 +186,18 @@ def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
                       field: str = "engine.context_tokens") -> None:
     """Refuse a layout whose KV left on the CPU exceeds the host's RAM: the engine
     allocates it at start-up and cannot (weights on the CPU are not counted: llama.cpp
-    memory-maps them, so an oversized model pages from disk, slowly, but loads)."""
-    if host.unified_with_gpu or b.kv_cpu_bytes <= host.memory_bytes:
+    memory-maps them, so an oversized model pages from disk, slowly, but loads).  On a
+    unified-memory machine CPU and GPU share one memory (hardware-and-models.md §3): the
+    GPU's part of the layout and the KV on the CPU must fit it together."""
+    if host.unified_with_gpu:
+        if b.total_bytes + b.kv_cpu_bytes <= host.memory_bytes:
+            return
+        raise InputError(field, context_tokens,
+                         f"this layout needs {format_bytes(b.total_bytes)} for the GPU and "
+                         f"{format_bytes(b.kv_cpu_bytes)} of KV on the CPU, more than the "
+                         f"{format_bytes(host.memory_bytes)} that {host.name} shares between "
+                         "them; lower context_tokens or parallel")
+    if b.kv_cpu_bytes <= host.memory_bytes:
         return
     raise InputError(field, context_tokens,
                      f"this layout puts {format_bytes(b.kv_cpu_bytes)} of KV in host RAM, "

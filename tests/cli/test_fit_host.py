@@ -36,8 +36,8 @@ def test_discrete_or_named_host_adds_no_note(capsys, argv) -> None:
 
 
 @pytest.mark.parametrize("gpu, host, needle", [
-    ("strix-halo", "desktop-64gb", ("a host with unified_with_gpu: true (strix-halo has "
-     "unified memory")),
+    ("strix-halo", "desktop-64gb", ("the host of strix-halo's own memory (unified: its "
+     "host RAM is the GPU's")),
     ("rtx-4090", "strix-halo-128gb", ("a host with unified_with_gpu: false (rtx-4090 is a "
      "discrete card")),
 ])

@@ -85,10 +85,14 @@ def test_a_named_host_is_kept_and_marked_named() -> None:
 
 @pytest.mark.parametrize("gpu, host, allowed", [
     ("dgx-spark", "desktop-64gb",
-     ("a host with unified_with_gpu: true (dgx-spark has unified memory: its host RAM is the "
-     "GPU's own memory): one of apple-m2-ultra-192gb, apple-m3-max-128gb, apple-m4-max-128gb, "
-     "dgx-spark-128gb, jetson-agx-orin-64gb, strix-halo-128gb, or leave it unset (the GPU's "
-     "own memory)")),
+     ("the host of dgx-spark's own memory (unified: its host RAM is the GPU's 137438953472 "
+      "bytes at 2.73e+11 B/s): one of dgx-spark-128gb, or leave it unset (the GPU's own "
+      "memory)")),
+    # another SoC's memory of the same size (128 GiB) is not this one's: M4 Max 546 GB/s
+    ("dgx-spark", "apple-m4-max-128gb",
+     ("the host of dgx-spark's own memory (unified: its host RAM is the GPU's 137438953472 "
+      "bytes at 2.73e+11 B/s): one of dgx-spark-128gb, or leave it unset (the GPU's own "
+      "memory)")),
     ("rtx-4060-ti-16gb", "apple-m4-max-128gb",
      ("a host with unified_with_gpu: false (rtx-4060-ti-16gb is a discrete card; a unified "
      "host's memory is its own SoC GPU's, not this card's over PCIe: no host tier): one of "
@@ -148,3 +152,24 @@ def test_offload_on_a_unified_default_host_has_no_host_tier() -> None:
     with pytest.raises(InputError, match="strix-halo-unified shares memory with the GPU "
                                          r"\(no host tier\)"):
         simulate(s)
+
+
+def test_a_unified_machine_holds_the_gpu_part_and_the_cpu_kv_in_one_memory() -> None:
+    """hardware-and-models.md §3: on a unified machine offload is a capacity question of
+    the one memory.  Llama-3.1-70B f16 KV 2 x 80 x 8 x 128 x 2 = 327,680 B/token; with 10
+    of 80 layers on the GPU, 70/80 of it (286,720 B/token) stays on the CPU side:
+    -c 400,000 (padded to 400,128) -> 114,724,700,160 B = 106.85 GiB, beyond the Jetson's
+    64 GiB whatever the GPU part; -c 32,768 -> 9,395,240,960 B = 8.75 GiB, which fits
+    next to the GPU part (about 21 GiB)."""
+    from kvsim.api import scenario_budget
+
+    base = [ONE_SESSION, "gpu=jetson-agx-orin-64gb", "model=llama-3.1-70b",
+            "engine.gpu_layers=10"]
+    with pytest.raises(InputError) as exc:
+        scenario_budget(load_scenario("quickstart", [*base, "engine.context_tokens=400000"]))
+    assert exc.value.field == "engine.context_tokens"
+    assert "106.85 GiB of KV on the CPU, more than the 64.00 GiB that " \
+           "jetson-agx-orin-64gb-unified shares between them" in exc.value.allowed
+    b = scenario_budget(load_scenario("quickstart", [*base, "engine.context_tokens=32768"]))
+    assert b.kv_cpu_bytes == 32_768 * 286_720 == 9_395_240_960
+    assert b.total_bytes + b.kv_cpu_bytes <= 64 * 2**30
