@@ -11,7 +11,9 @@ per metric with the measured value, the predicted value, the error
 - ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length (times
   the calibrated step-time spread, when the prediction had one);
 - ``requests``, ``failed_requests``, ``prompt_tokens``, ``cached_tokens``,
-  ``computed_prompt_tokens``, ``output_tokens``: totals;
+  ``computed_prompt_tokens``, ``output_tokens``: totals; ``prompt_tokens`` is what the
+  engine read (:func:`read_prompt_tokens`: the prompt as sent less what it truncated
+  away), which an OpenAI-style server reports as its ``usage.prompt_tokens``;
 - ``cached_tokens_match``, ``computed_tokens_match``: the share of requests (joined
   on ``request_id``) whose predicted count equals the measured one exactly; the
   "measured" column holds 1.0 so the error reads as the share that missed.
@@ -55,15 +57,29 @@ def _metrics(r: Results) -> dict[str, float]:
     out["requests"] = float(len(req))
     out["failed_requests"] = float(req["failed"].astype(bool).sum())
     for col in TOTALS:
-        out[col] = float(req[col].sum())
+        out[col] = float(read_prompt_tokens(req).sum() if col == "prompt_tokens"
+                         else req[col].sum())
     return out
 
 
+def read_prompt_tokens(requests: pd.DataFrame) -> pd.Series:
+    """Per request, the prompt tokens the engine read: as sent, less what it truncated
+    away to fit its context (Ollama; ``truncated_prompt_tokens``, 0 where unknown)."""
+    if "truncated_prompt_tokens" not in requests.columns:
+        return requests["prompt_tokens"]
+    return requests["prompt_tokens"] - requests["truncated_prompt_tokens"]
+
+
 def compare_requests(measured: Results, predicted: Results) -> pd.DataFrame:
-    """Per request: measured vs predicted cached / computed prompt tokens, and failure."""
+    """Per request: measured vs predicted prompt tokens read (:func:`read_prompt_tokens`),
+    cached and computed prompt tokens, and failure."""
     cols = ["request_id", "prompt_tokens", "cached_tokens", "computed_prompt_tokens", "failed"]
-    m = measured.requests[cols].set_index("request_id")
-    p = predicted.requests[cols].set_index("request_id")
+
+    def side(r: Results) -> pd.DataFrame:
+        return r.requests.assign(prompt_tokens=read_prompt_tokens(r.requests))[cols] \
+            .set_index("request_id")
+
+    m, p = side(measured), side(predicted)
     j = m.join(p, how="outer", suffixes=("_measured", "_predicted"))
     for c in ("cached_tokens", "computed_prompt_tokens", "prompt_tokens"):
         j[f"{c}_equal"] = j[f"{c}_measured"] == j[f"{c}_predicted"]
