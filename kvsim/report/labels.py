@@ -75,7 +75,9 @@ def differing_parts(configs: Sequence[dict[str, Any]]) -> list[list[tuple[str, A
 
     A nested dict whose ``name``/``kind`` differs is one pair (value ``None`` where a
     config lacks it); below it, only keys that differ among the configs with the
-    same ``name``/``kind`` are listed.
+    same ``name``/``kind`` are listed.  A key is compared among the configs that hold
+    it: scenarios are saved resolved, so under one ``name``/``kind`` a key is missing
+    only from a folder an older kvsim wrote (before the key existed), not a difference.
     """
     flat = [flatten(c) for c in configs]
     leaves = [f[0] for f in flat]
@@ -96,7 +98,10 @@ def differing_parts(configs: Sequence[dict[str, Any]]) -> list[list[tuple[str, A
                          == _key(tags[i].get(root, _MISSING))]
             else:
                 continue
-            if _differs([leaves[j].get(k, _MISSING) for j in peers]):
+            holding = [j for j in peers if k in leaves[j]]
+            if i not in holding:
+                continue
+            if _differs([leaves[j][k] for j in holding]):
                 parts.append((k, leaves[i].get(k, _MISSING)))
         out.append(parts)
     return out

@@ -86,6 +86,19 @@ def test_labels_name_what_differs_between_same_named_runs() -> None:
         "parallel=2, …"  # seed=3 would pass 60 characters
 
 
+def test_keys_an_older_folder_lacks_are_not_differences() -> None:
+    # a folder written before engine.op_offload and workload.after_failure existed,
+    # beside a new one that differs from it only in after_failure
+    old = _with(workload={"preset": "family-4"})
+    new = _with(engine__op_offload=True,
+                workload={"preset": "family-4", "after_failure": "continue"})
+    other = _with(engine__op_offload=True,
+                  workload={"preset": "family-4", "after_failure": "end_session"})
+    assert run_labels([_run(old), _run(new), _run(other)]) == [
+        "quickstart", "quickstart · after_failure=continue",
+        "quickstart · after_failure=end_session"]
+
+
 def test_labels_fall_back_to_names_folders_and_counters() -> None:
     other = _with(name="family-4-vllm", engine__parallel=8)
     assert run_labels([_run(BASE), _run(other)]) == ["quickstart", "family-4-vllm"]
