@@ -28,8 +28,11 @@ def _key(s: Session) -> tuple[float, str]:
 
 
 def request_rate(sessions: list[Session]) -> float:
-    """Requests per second over the span of first-turn arrivals (0 if one instant)."""
-    starts = [s.turns[0].start_s or 0.0 for s in sessions]
+    """Requests per second over the span of the absolute arrival times: every session's
+    first ``start_s`` (0 when unset) and every open-loop turn's — the times
+    :func:`scale_time` scales; 0 if they all fall at one instant."""
+    starts = [t.start_s or 0.0 for s in sessions for i, t in enumerate(s.turns)
+              if i == 0 or t.start_s is not None]
     span = max(starts) - min(starts) if starts else 0.0
     return sum(len(s.turns) for s in sessions) / span if span > 0 else 0.0
 
@@ -119,14 +122,6 @@ def arrival_rate(sessions: list[Session]) -> float:
     return sum(len(a) for a in arrivals) / span if span > 0 else math.inf
 
 
-def _start_rate(sessions: list[Session]) -> float:
-    """Requests per second over the span of every absolute ``start_s`` — the times
-    :func:`scale_time` scales (first turns, and open-loop turns); 0 if one instant."""
-    starts = [t.start_s for s in sessions for t in s.turns if t.start_s is not None]
-    span = max(starts) - min(starts) if starts else 0.0
-    return sum(len(s.turns) for s in sessions) / span if span > 0 else 0.0
-
-
 def scale_to_rate(sessions: list[Session], rate: float) -> list[Session]:
     """Scale time so the trace's requests arrive at ``rate`` per second.
 
@@ -136,7 +131,7 @@ def scale_to_rate(sessions: list[Session], rate: float) -> list[Session]:
     scaled trace misses by 2x or more (:func:`arrival_rate`) is refused.
     """
     check_finite_positive("--scale-to-rate", rate, RATE_ALLOWED)
-    current = _start_rate(sessions)
+    current = request_rate(sessions)
     if current == 0:
         raise InputError("--scale-to-rate", rate, "the trace's arrival times (start_s) all "
                          "fall at one instant: there is no span to scale")

@@ -35,7 +35,8 @@ def test_closed_loop_arrivals_add_think_times():
 def test_open_loop_arrivals_are_their_own_start_times():
     assert arrival_times_s(OPEN[0]) == [0.0, 50.0, 200.0]
     assert arrival_rate(OPEN) == 4 / 200
-    assert request_rate(OPEN) == 4 / 100  # first turns only: twice the real rate
+    # every absolute start_s counts (not the first turns' only, which read 4/100)
+    assert request_rate(OPEN) == 4 / 200
 
 
 def test_mixed_turns_arrive_in_order():
