@@ -30,6 +30,18 @@ def scenario_budget(scenario: Scenario) -> Any:
     return budget
 
 
+def _slot_cap(scenario: Scenario, sizing: PoolSizing) -> PoolSizing:
+    """llama-server caps each slot at the training context ("the slot context (N) exceeds
+    the training context of the model (M) - capping"); the pool keeps its -c cells.
+
+    NOTE: so every engine's own limit is at most the model's maximum, and a longer prompt
+    fails (or is truncated) as that engine does (kvsim.core.sessions)."""
+    most = scenario.model.max_context_tokens
+    if scenario.engine.preset == "llama.cpp" and sizing.slot_tokens > most:
+        return dataclasses.replace(sizing, slot_tokens=most)
+    return sizing
+
+
 def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | None = None,
              sessions: Iterable[Session] | None = None, hooks: Sequence[StepHook] = (),
              sizing: PoolSizing | None = None) -> Results:
@@ -48,13 +60,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     if sizing is None:
         budget = scenario_budget(scenario)
         sizing = PoolSizing.from_budget(budget)
-    most = scenario.model.max_context_tokens
-    if scenario.engine.preset == "llama.cpp" and sizing.slot_tokens > most:
-        # NOTE: llama-server caps each slot at the training context ("the slot context (N)
-        # exceeds the training context of the model (M) - capping"); the pool keeps -c
-        # cells.  So every engine's own limit is at most the model's maximum and a longer
-        # prompt fails (or is truncated) as that engine does (kvsim.core.sessions)
-        sizing = dataclasses.replace(sizing, slot_tokens=most)
+    sizing = _slot_cap(scenario, sizing)
     scheduler = make_scheduler(scenario.engine, sizing, link=scenario.link, host=scenario.host)
     latency = make_latency_model(scenario, budget)
     if sessions is None:

@@ -46,14 +46,9 @@ from kvsim.calibrate.wire import (
     segment_text,
     server_url,
 )
+from kvsim.config.scenario import AFTER_FAILURE, AfterFailure
 from kvsim.config.units import check_finite_positive
-from kvsim.core.sessions import (
-    ABANDON_EVENT,
-    AFTER_FAILURE,
-    NEW_CHAT_EVENT,
-    AfterFailure,
-    SessionChat,
-)
+from kvsim.core.sessions import ABANDON_EVENT, NEW_CHAT_EVENT, SessionChat
 from kvsim.errors import InputError
 from kvsim.metrics.records import EVENT_COLUMNS, ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
 from kvsim.metrics.results import COLUMNS, Results
@@ -261,7 +256,7 @@ class Replayer:
         # NOTE: what the server dropped of the prompt sent, when it reports what it read
         # (llama.cpp timings); 0 when it does not say
         read = cached + computed
-        dropped = int(max(0, prompt - read)) if truncated and read == read else 0
+        dropped = int(max(0, prompt - read)) if truncated and not math.isnan(read) else 0
         out = (rid, s.session_id, row.turn, s.member, s.kind, row.arrival_s, nan, first,
                finish, nan, first - row.arrival_s, finish - row.arrival_s, prompt, cached,
                computed, 0, n_out if not failed else len(res.tokens), 0, failed, res.error,

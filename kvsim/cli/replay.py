@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kvsim.cli._output import check_output, output_errors
+from kvsim.config.scenario import AFTER_FAILURE
 from kvsim.errors import InputError
 
 
@@ -20,7 +21,7 @@ from kvsim.errors import InputError
 @click.option("--time-scale", type=float, default=1.0, show_default=True,
               help="multiply start and think times (use the workload's time_scale)")
 @click.option("--max-sessions", type=int, default=None, help="replay only the first N sessions")
-@click.option("--after-failure", type=click.Choice(["new_chat", "end_session", "continue"]),
+@click.option("--after-failure", type=click.Choice(AFTER_FAILURE),
               default="new_chat", show_default=True,
               help="after a failed request a session starts a new chat, ends, or replays the "
                    "trace verbatim (use the workload's after_failure)")

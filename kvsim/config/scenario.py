@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -44,6 +44,11 @@ from kvsim.policies import PolicyConfig
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
+AfterFailure = Literal["new_chat", "end_session", "continue"]
+"""What a session sends after one of its requests failed (:mod:`kvsim.core.sessions`)."""
+AFTER_FAILURE: tuple[str, ...] = get_args(AfterFailure)
+
+
 class WorkloadConfig(FrozenModel):
     """Where requests come from: a household preset, or a trace file."""
 
@@ -57,7 +62,7 @@ class WorkloadConfig(FrozenModel):
     max_sessions: int | None = Field(None, gt=0, description="down-sample to whole sessions")
     time_scale: float = Field(1.0, gt=0, description="multiply arrival times (open loop)")
     # NOTE: the same rule drives `kvsim replay --after-failure` (kvsim.core.sessions)
-    after_failure: Literal["new_chat", "end_session", "continue"] = Field(
+    after_failure: AfterFailure = Field(
         "new_chat", description="after one of its requests failed, a session starts a new "
         "chat (system prompt + the next turn's own input), ends (its later turns dropped) "
         "or continues the trace verbatim")

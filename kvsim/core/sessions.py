@@ -29,8 +29,9 @@ changes nothing there.  Both the simulator's engine (:mod:`kvsim.core.engine`) a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal
+from typing import Any
 
+from kvsim.config.scenario import AfterFailure
 from kvsim.core.requests import Request, TokenSeq, seq_from_segments
 from kvsim.workload.schema import (
     Segment,
@@ -40,8 +41,6 @@ from kvsim.workload.schema import (
     turn_segments,
 )
 
-AfterFailure = Literal["new_chat", "end_session", "continue"]
-AFTER_FAILURE: tuple[str, ...] = ("new_chat", "end_session", "continue")
 NEW_CHAT_EVENT = "new_chat"  # events table: a turn that starts a new chat
 ABANDON_EVENT = "abandon"  # events table: one dropped turn (end_session)
 

@@ -9,9 +9,9 @@ tokens of the turns after a new chat, which turns an ended session drops, and th
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import WorkloadConfig, resolve_scenario
+from kvsim.config.scenario import AFTER_FAILURE, WorkloadConfig, resolve_scenario
 from kvsim.core.build import PoolSizing
-from kvsim.core.sessions import AFTER_FAILURE, SessionChat, chat_segments
+from kvsim.core.sessions import SessionChat, chat_segments
 from kvsim.errors import InputError
 from kvsim.workload.schema import Session, Turn, prompt_segments
 
