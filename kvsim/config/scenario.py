@@ -207,6 +207,9 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     return out
 
 
+LIST_KEYS = ("policies",)  # scenario keys whose value is a list
+
+
 def _descend(node: dict[str, Any] | list[Any], p: str, below: str,
              key: str) -> dict[str, Any] | list[Any]:
     """The mapping or list at ``p`` under ``node``, ``below`` being the next key part (a
@@ -220,6 +223,9 @@ def _descend(node: dict[str, Any] | list[Any], p: str, below: str,
         if child is None and below.isdigit():
             raise InputError("--set", key, f"'{p}' has no list in this scenario to index; "
                              f"set the whole list ({p}=[...])")
+        if p in LIST_KEYS and not below.isdigit():
+            raise InputError("--set", key, f"'{p}' is a list: {p}.N.KEY sets a key of its "
+                             f"item N, {p}=[...] the whole list")
         if child is None:
             child = {}
         node[p] = child

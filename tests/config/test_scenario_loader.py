@@ -76,6 +76,9 @@ def test_apply_overrides_indexes_lists_the_scenario_has():
     ({}, "policies.0.bits=4",
      "--set: 'policies.0.bits' — 'policies' has no list in this scenario to index; set the "
      "whole list (policies=[...])"),
+    ({}, "policies.bits=4",
+     "--set: 'policies.bits' — 'policies' is a list: policies.N.KEY sets a key of its item "
+     "N, policies=[...] the whole list"),
     ({"policies": [4]}, "policies.0.bits=4",
      "--set: 'policies.0.bits' — '0' is not a mapping or list in this scenario"),
 ])

@@ -196,3 +196,23 @@ def test_load_workload_trace_sampling_and_scaling(tmp_path, day):
     starts = [s.turns[0].start_s for s in got]
     assert starts == sorted(starts)
     assert list(load_workload(cfg, 0)) == got
+
+
+def test_sessions_are_made_a_day_at_a_time(family4, monkeypatch):
+    """A long run holds only the sessions about to start: taking the first session of a
+    week makes day 0's sessions only (the heap yields a day's sessions once the next
+    day's are made or the days end), and the stream equals the list."""
+    import kvsim.workload.generator as gen
+
+    week = generate(family4, 7, seed=3)
+    first_day = sum(1 for s in week if s.turns[0].start_s < 86_400.0)
+    made = []
+    real = gen.make_session
+    monkeypatch.setattr(gen, "make_session", lambda *a: made.append(a) or real(*a))
+    stream = gen.stream_sessions(family4, 7, seed=3)
+    assert made == []  # nothing made before the first session is asked for
+    assert next(stream) == week[0]
+    assert len(made) == first_day < len(week)
+    assert [week[0], *stream] == week
+    with pytest.raises(InputError, match="days"):  # checked at once, not at first next()
+        gen.stream_sessions(family4, -1, seed=3)
