@@ -223,7 +223,7 @@ def _descend(node: dict[str, Any] | list[Any], p: str, below: str,
         if child is None and below.isdigit():
             raise InputError("--set", key, f"'{p}' has no list in this scenario to index; "
                              f"set the whole list ({p}=[...])")
-        if p in LIST_KEYS and not below.isdigit():
+        if child is None and p in LIST_KEYS:
             raise InputError("--set", key, f"'{p}' is a list: {p}.N.KEY sets a key of its "
                              f"item N, {p}=[...] the whole list")
         if child is None:
