@@ -4,4 +4,4 @@ Layers (imports point downward only): config → model → core/policies/latency
 workload → metrics → calibrate/plan/report → cli/api.  See DESIGN.md.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
