@@ -2,11 +2,11 @@
 
 Prints the static memory budget as the engine would lay it out (see
 :mod:`kvsim.model.budget`), a verdict, and the largest context (at the given
-parallelism) and largest parallelism (at the given context) that keep every layer on
-the GPU and peak device use at or under 85 %.  vLLM and SGLang preallocate their
-share of the device whatever the context, so for them those sizes are the ones that
-fit once the memory fraction is lowered to keep the whole device under the line;
-that fraction is printed with them.
+parallelism) and parallelism (each session keeping its context, llama.cpp ``-c`` scaled
+with it as plan's flags set it) that keep every layer on the GPU and peak device use at
+or under 85 %.  vLLM and SGLang preallocate their share of the device whatever the
+context: for them those sizes hold once the memory fraction (printed) is lowered to
+keep the whole device under the line.
 
 NOTE: ``--context`` means what the engine's own flag means: llama.cpp ``-c`` (all
 slots together), Ollama ``num_ctx`` (per slot), vLLM/SGLang ``max_model_len``.
@@ -15,7 +15,8 @@ sessions each guaranteed its full context — on vLLM/SGLang ``--max-num-seqs`` 
 it and a pool that holds that many ``max_model_len`` requests.  On llama.cpp the
 allocator follows a scenario's rule: the preset's unified pool unless
 ``--no-kv-unified`` (a scenario's ``engine.allocator: slots``), with or without
-``--parallel``; the output says which it assumed.
+``--parallel``; the output says which it assumed.  Unset on vLLM/SGLang, the engine's
+``max_num_seqs`` is named and the JSON's ``parallel`` is null.
 """
 
 from __future__ import annotations
@@ -154,24 +155,28 @@ class _Sizes:
     util_par: float | None
     max_num_seqs: int | None
     allocator: str
+    session_tokens: int  # the context each session keeps in the largest-parallel search
+    parallel: int | None  # as given; None: unset (vLLM/SGLang: the engine's max_num_seqs)
 
 
 def _sizes(g: Any, m: Any, weights: str, eng: Any, b: Any, par: int | None,
            reserves: dict[str, int]) -> _Sizes:
     from kvsim.config.engine import PagedEngineConfig
-    from kvsim.model.budget import max_context_at, max_parallel_at, share_within
-    from kvsim.plan.parallel import describe_allocator, paged_max_parallel
+    from kvsim.model.budget import max_context_at, share_within
+    from kvsim.plan import parallel as pp
 
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
     if not isinstance(eng, PagedEngineConfig):
-        max_par = max_parallel_at(g, m, weights, eng, **reserves)
-        return _Sizes(max_ctx, max_par, None, None, None, describe_allocator(b))
+        # NOTE: each session keeps its context, as plan's -c = context x parallel does
+        per = pp.session_tokens(b)
+        max_par = pp.slot_max_parallel(g, m, weights, eng, per, **reserves)
+        return _Sizes(max_ctx, max_par, None, None, None, pp.describe_allocator(b), per, par)
     # NOTE: each parallel with --max-num-seqs set to it, as plan's flags do
-    max_par, util_par = paged_max_parallel(g, m, weights, eng, **reserves)
+    max_par, util_par = pp.paged_max_parallel(g, m, weights, eng, **reserves)
     # NOTE: nothing fits at the line: no fraction to print
     util85 = share_within(g, m, weights, eng, **reserves) if max_ctx or max_par else None
     return _Sizes(max_ctx, max_par, util85, util_par, eng.max_num_seqs,
-                  describe_allocator(b, eng.max_num_seqs))
+                  pp.describe_allocator(b, eng.max_num_seqs), b.slot_tokens, par)
 
 
 def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
@@ -201,8 +206,11 @@ def _verdict(b: Any) -> str:
 
 
 def _as_json(b: Any, z: _Sizes, verdict: str, notes: list[str]) -> str:
-    from kvsim.plan.parallel import full_length_held
+    from kvsim.plan.parallel import full_length_held, parallel_words
 
+    # NOTE: vLLM/SGLang without --parallel admit max_num_seqs: no parallel of 1
+    unset = b.allocator == "paged" and z.parallel is None
+    words = parallel_words(b, z.parallel, z.max_num_seqs)
     doc = {
         "engine": b.engine, "allocator": b.allocator, "allocator_note": z.allocator,
         "device_bytes": b.device_bytes, "driver_reserve_bytes": b.driver_reserve_bytes,
@@ -215,7 +223,8 @@ def _as_json(b: Any, z: _Sizes, verdict: str, notes: list[str]) -> str:
         "kv_bytes_per_token": b.kv_bytes_per_token, "kv_reserved_bytes": b.kv_reserved_bytes,
         "kv_cpu_bytes": b.kv_cpu_bytes, "kv_needed_bytes": b.kv_needed_bytes,
         "kv_pool_tokens": b.kv_pool_tokens, "slot_tokens": b.slot_tokens,
-        "parallel": b.parallel, "max_num_seqs": z.max_num_seqs,
+        "parallel": None if unset else b.parallel, "parallel_note": words,
+        "max_num_seqs": z.max_num_seqs, "session_tokens": z.session_tokens,
         "full_length_held": full_length_held(b), "block_tokens": b.block_tokens,
         "num_gpu_blocks": b.num_gpu_blocks, "max_concurrency": b.max_concurrency,
         "total_bytes": b.total_bytes, "device_fraction": round(b.device_fraction, 6),
@@ -274,23 +283,18 @@ def _print_sizes(console: Any, b: Any, z: _Sizes) -> None:
         console.print(f"at 85% the memory fraction is {z.util85} (vLLM "
                       f"--gpu-memory-utilization / SGLang --mem-fraction-static): the sizes "
                       f"below hold with it", highlight=False)
-    paged = b.allocator == "paged"
-    seqs = ""
-    if paged and z.max_par:
+    from kvsim.plan import parallel as pp
+
+    at_ctx = f"parallel {b.parallel}"
+    if b.allocator == "paged" and z.parallel is None:
+        at_ctx = f"1 request at full length, {pp.seqs_flag(b.engine)} {z.max_num_seqs}"
+    suffix = f" (the search stops at {z.max_par})" if z.max_par >= 1024 else ""
+    if b.allocator == "paged" and z.max_par:
         other = f", fraction {z.util_par}" if z.util_par != z.util85 else ""
-        flag = "--max-num-seqs" if b.engine == "vllm" else "--max-running-requests"
-        seqs = f" ({flag} {z.max_par}{other})"
-    console.print(f"largest context at 85% (parallel {b.parallel}): {z.max_ctx}  ·  largest "
-                  f"parallel at 85% (context {b.slot_tokens if paged else 'as given'}): "
-                  f"{z.max_par}{seqs}{_parallel_cap_note(b, z.max_par)}", highlight=False)
-
-
-def _parallel_cap_note(b: Any, max_par: int) -> str:
-    """Say when the largest parallel is bounded by llama.cpp's 256-token slot padding
-    (each slot needs at least one pad unit of -c), not by memory."""
-    if b.engine == "llama.cpp" and max_par > 1 and max_par == b.kv_pool_tokens // 256:
-        return " (bounded by -c: one 256-token pad unit per slot, not by memory)"
-    return ""
+        suffix = f" ({pp.seqs_flag(b.engine)} {z.max_par}{other})"
+    console.print(f"largest context at 85% ({at_ctx}): {z.max_ctx}  ·  largest parallel "
+                  f"at 85% ({pp.session_words(b, z.session_tokens)}): {z.max_par}{suffix}",
+                  highlight=False)
 
 
 @click.command()
@@ -312,7 +316,9 @@ def _parallel_cap_note(b: Any, max_par: int) -> str:
               "scenario), ollama OLLAMA_NUM_PARALLEL slots, vllm/sglang --max-num-seqs / "
               "--max-running-requests whose requests the KV pool must hold at full "
               "length (vLLM's 'Maximum concurrency' >= parallel; fit says when it "
-              "does not)")
+              "does not); unset on vllm/sglang, their default --max-num-seqs. The "
+              "largest parallel fit prints keeps each session's context (llama.cpp "
+              "-c / parallel, -c scaled with it as in plan)")
 @click.option("--kv", default=None, help="KV cache type for K and V (f16, q8_0, q4_0, fp8...)")
 @click.option("--kv-k", default=None, help="K cache type (-ctk)")
 @click.option("--kv-v", default=None, help="V cache type (-ctv)")
@@ -352,6 +358,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.model.budget import check_host_memory, engine_for_gpu, memory_budget
+    from kvsim.plan.parallel import parallel_words
     ctx = _positive(context, "--context")
     par = _positive(parallel, "--parallel")
     if ctx is not None and par is not None and par > ctx:
@@ -385,5 +392,6 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     context = (f"context {b.kv_pool_tokens} (-c unset: --fit)" if eng.preset == "llama.cpp"
                and eng.fit_context else f"context {eng.context_tokens}")
     title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
-             f"{context}, parallel {b.parallel}, KV {b.cache_type_k}/{b.cache_type_v}")
+             f"{context}, {parallel_words(b, par, z.max_num_seqs)}, "
+             f"KV {b.cache_type_k}/{b.cache_type_v}")
     _print_table(b, title, z, verdict, notes)

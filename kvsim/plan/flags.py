@@ -7,7 +7,9 @@ them differently (``reference/engines.md``):
 - llama.cpp: ``-c`` is the whole KV pool over all slots (§3.1), so
   ``-c = context × parallel``; an explicit ``--parallel`` without ``-kvu`` means
   per-slot streams, so the unified allocator adds ``-kvu``; quantized V needs
-  ``-fa on`` (§3.2);
+  ``-fa on`` (§3.2); ``-m`` names ``<model>-<weights>.gguf``, or for the experts-only
+  formats (``mxfp4``: experts MXFP4, rest BF16; ``mxfp4_moe``: rest Q8_0) a
+  placeholder naming that layout;
 - Ollama: ``OLLAMA_CONTEXT_LENGTH`` is per slot (the runner gets ``num_ctx ×
   parallel``, §4); ``OLLAMA_KV_CACHE_TYPE`` only applies with flash attention;
 - vLLM / SGLang: ``--max-model-len`` / ``--context-length`` per request and
@@ -21,7 +23,9 @@ them differently (``reference/engines.md``):
   a placeholder naming the format for AWQ, GPTQ, GGUF and the rest — vLLM and SGLang
   read the quantization from the checkpoint's ``quantization_config`` (AWQ runs on the
   faster ``awq_marlin`` kernel; ``--quantization awq`` would force the slow one), so
-  no flag is added, and :func:`flag_notes` says which checkpoint to use.
+  no flag is added, and :func:`flag_notes` says which checkpoint to use.  It is the
+  repo itself where that is released in the format (gpt-oss: MXFP4,
+  :func:`released_format`).
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def engine_flags(s: Scenario) -> str:
     """The command that starts the real engine with this scenario's settings."""
     e = s.engine
     if isinstance(e, SlotEngineConfig) and e.preset == "llama.cpp":
-        parts = [f"llama-server -m {s.model.name}-{s.weights}.gguf", f"-c {e.context_tokens}",
+        parts = [f"llama-server -m {gguf_file(s)}", f"-c {e.context_tokens}",
                  f"--parallel {e.parallel}", f"-ctk {e.cache_type_k}", f"-ctv {e.cache_type_v}",
                  f"-fa {'on' if e.flash_attn else 'off'}"]
         if e.allocator == "unified":
@@ -131,11 +135,42 @@ def _repo(s: Scenario) -> str:
     return re.sub(r"\(.*?\)", "", s.model.hf_repo).strip() or s.model.name
 
 
+# llama.cpp: experts-only formats (kvsim.model.weights) whose GGUF files share a name
+# ("…-mxfp4.gguf") but not a layout — the placeholder says which tensors are which
+_GGUF_LAYOUT = {"mxfp4": "experts MXFP4, rest BF16", "mxfp4_moe": "experts MXFP4, rest Q8_0"}
+_RELEASED = re.compile(r"released weights are ([a-z0-9_]+)", re.IGNORECASE)
+
+
+def released_format(model: Any) -> str | None:
+    """The weight format the catalogue repo is published in, where the profile's notes
+    say ("Released weights are MXFP4 …", models.csv gpt-oss); None when they do not.
+
+    NOTE: ModelSpec has no released-format field; the notes are the profile's only
+    record of it, read as kvsim.model.weights reads "tied embeddings"."""
+    m = _RELEASED.search(model.notes or "")
+    if m is None:
+        return None
+    try:
+        return weight_format(m.group(1).lower()).name
+    except Exception:  # noqa: BLE001 - a word that names no weight format
+        return None
+
+
+def gguf_file(s: Scenario) -> str:
+    """llama.cpp ``-m``: ``<model>-<weights>.gguf``, or for an experts-only format a
+    placeholder naming its layout, which the file name alone does not tell."""
+    w = weight_format(s.weights).name
+    if w in _GGUF_LAYOUT:
+        return f"<{w.upper()} GGUF of {s.model.name}: {_GGUF_LAYOUT[w]}>"
+    return f"{s.model.name}-{s.weights}.gguf"
+
+
 def checkpoint(s: Scenario) -> tuple[str, str]:
     """vLLM / SGLang: (the model argument, flags that go with it) for the scenario's
-    weight format (module docstring)."""
+    weight format (module docstring); the catalogue repo itself when it is published
+    in that format (:func:`released_format`)."""
     w, repo = weight_format(s.weights).name, _repo(s)
-    if w in NATIVE_WEIGHTS:
+    if w in NATIVE_WEIGHTS or w == released_format(s.model):
         return repo, ""
     if w == "fp8":
         return repo, " --quantization fp8"
@@ -148,11 +183,18 @@ def checkpoint(s: Scenario) -> tuple[str, str]:
 def flag_notes(s: Scenario) -> list[str]:
     """What the printed command cannot say by itself: which checkpoint to serve."""
     e = s.engine
-    if not isinstance(e, PagedEngineConfig):
-        return []
     w, repo = weight_format(s.weights).name, _repo(s)
+    if not isinstance(e, PagedEngineConfig):
+        if e.preset != "llama.cpp" or w not in _GGUF_LAYOUT:
+            return []
+        return [(f"replace {gguf_file(s)} by the path of a GGUF of {s.model.name} in that "
+                 "layout (a file name such as ...-mxfp4.gguf does not say which; "
+                 "llama-quantize MXFP4_MOE gives experts MXFP4, rest Q8_0)")]
     if w in NATIVE_WEIGHTS:
         return []
+    if w == released_format(s.model):
+        return [(f"{repo} is published in {w.upper()} (the model's notes): {e.preset} "
+                 "reads the quantization from its config.json quantization_config")]
     if w == "fp8":
         return [(f"{e.preset} quantizes {repo} to FP8 while loading (--quantization fp8); "
                  "an FP8 checkpoint of it is detected by itself (then drop the flag)")]

@@ -27,6 +27,7 @@ from kvsim.model.budget import (
     PLANNING_LIMIT,
     MemoryBudget,
     PagedEngineConfig,
+    SlotEngineConfig,
     acceptable,
     memory_budget,
     share_within,
@@ -97,6 +98,74 @@ def paged_max_parallel(gpu: Any, model: Any, weights: str, engine: PagedEngineCo
     return lo, (_at(gpu, model, weights, engine, lo, limit, reserves) if lo else None)
 
 
+def session_tokens(b: MemoryBudget) -> int:
+    """Slot engines: the context each of ``b.parallel`` sessions is guaranteed — plan's
+    *context* (llama.cpp ``-c / parallel``, whichever allocator; Ollama ``num_ctx``)."""
+    if b.engine == "ollama":
+        return b.slot_tokens
+    return max(1, b.kv_pool_tokens // b.parallel)
+
+
+def _slot_point(engine: SlotEngineConfig, per_session: int, p: int) -> SlotEngineConfig | None:
+    """The slot engine serving ``p`` sessions of ``per_session`` tokens, as plan's flags
+    set it (:func:`kvsim.plan.flags.engine_overrides`): llama.cpp ``-c`` = per_session
+    × p, Ollama ``num_ctx`` = per_session; None where the engine refuses it."""
+    update: dict[str, Any] = {"parallel": p}
+    if engine.preset == "llama.cpp":
+        update.update(context_tokens=per_session * p, fit_context=False)
+    try:
+        return SlotEngineConfig.model_validate({**engine.model_dump(), **update})
+    except Exception:  # noqa: BLE001 - an invalid combination simply does not fit
+        return None
+
+
+def slot_max_parallel(gpu: Any, model: Any, weights: str, engine: SlotEngineConfig,
+                      per_session: int, limit: float = PLANNING_LIMIT, cap: int = 1024,
+                      **reserves: int) -> int:
+    """llama.cpp / Ollama: the largest parallel (≤ ``cap``) at which every session keeps
+    ``per_session`` tokens (:func:`session_tokens` of the layout given) and the layout
+    stays :func:`kvsim.model.budget.acceptable`; 0 if not even one does.
+
+    NOTE: monotone in p: the pool (``-c`` or ``num_ctx × p`` cells, each slot's share
+    padded to the same size) and the compute buffer only grow with it."""
+    def ok(p: int) -> bool:
+        cfg = _slot_point(engine, per_session, p)
+        return cfg is not None and acceptable(
+            memory_budget(gpu, model, weights, cfg, **reserves), p, limit)
+
+    lo, hi = 0, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def seqs_flag(engine: str) -> str:
+    """vLLM's / SGLang's flag for the sequences admitted at once."""
+    return "--max-num-seqs" if engine == "vllm" else "--max-running-requests"
+
+
+def parallel_words(b: MemoryBudget, given: int | None, max_num_seqs: int | None) -> str:
+    """parallel as a run has it: on vLLM/SGLang without one given, the sequences the
+    engine admits by default (which guarantees no number of full-length requests)."""
+    if b.allocator != "paged" or given is not None:
+        return f"parallel {b.parallel}"
+    if b.engine == "vllm":
+        return f"parallel unset: --max-num-seqs {max_num_seqs} (vLLM's default)"
+    # NOTE: sglang.yaml: SGLang derives it from the pool; the preset's 4096 is kvsim's cap
+    return (f"parallel unset: --max-running-requests from SGLang's pool (kvsim caps it "
+            f"at {max_num_seqs})")
+
+
+def session_words(b: MemoryBudget, per_session: int) -> str:
+    """What a largest-parallel search holds fixed: each session's context."""
+    if b.engine == "llama.cpp":
+        return f"context {per_session:,} per session, -c = {per_session:,} x parallel"
+    if b.engine == "ollama":
+        return f"num_ctx {per_session:,} per session"
+    return f"context {per_session}"
+
+
 def describe_allocator(b: MemoryBudget, max_num_seqs: int | None = None) -> str:
     """One line: the allocator a layout assumed, and what one session may hold."""
     p, slot, pool = b.parallel, b.slot_tokens, b.kv_pool_tokens
@@ -112,7 +181,7 @@ def describe_allocator(b: MemoryBudget, max_num_seqs: int | None = None) -> str:
     if b.engine == "ollama":
         return (f"allocator: slots — OLLAMA_NUM_PARALLEL={p} slots of num_ctx {slot:,} "
                 f"each (the runner gets {pool:,} cells)")
-    seqs = "--max-num-seqs" if b.engine == "vllm" else "--max-running-requests"
+    seqs = seqs_flag(b.engine)
     return (f"allocator: paged — one block pool of {pool:,} tokens; {b.engine} admits up "
             f"to {max_num_seqs} sequences ({seqs} {max_num_seqs}) and the pool holds "
             f"{full_length_held(b)} at {slot:,} tokens")
