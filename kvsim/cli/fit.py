@@ -36,7 +36,7 @@ from kvsim.config.catalog import (
 )
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.errors import InputError, unknown_name
-from kvsim.model.weights import weight_format, weight_format_names
+from kvsim.model.weights import check_weights_for, weight_format, weight_format_names
 
 QUANT_OK_WITHOUT_FA = ("f16", "bf16", "f32")
 # every weight format kvsim.model.weights knows, widest first (the --weights help)
@@ -374,7 +374,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     _check_reserves(g, reserves, display_reserve)
     host, host_notes = _fit_host(g, host_name)
     m = load_model(model_name)
-    weight_format(weights, "--weights")
+    check_weights_for(m, weights, "--weights")
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,

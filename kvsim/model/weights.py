@@ -156,19 +156,26 @@ def _tied(model: ModelSpec) -> bool:
     return "tied embedding" in model.notes.lower()
 
 
+def check_weights_for(model: ModelSpec, fmt: str, field: str = "weights") -> WeightFormat:
+    """The format ``fmt``, refused (named as ``field``) when it cannot hold ``model``: an
+    experts-only format on a model without MoE experts."""
+    wf = weight_format(fmt, field)
+    if wf.experts_only and not model.num_experts:
+        raise InputError(field, fmt, f"quantises MoE experts only, and {model.name} "
+                         "has none; use a whole-model format (bf16, q8_0, q4_k_m, ...)")
+    return wf
+
+
 def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
     """Bytes of ``model``'s weights in format ``fmt``: ``params_total * bpw / 8``, or for an
     experts-only format the routed experts at ``bpw`` and the rest at its other width."""
-    wf = weight_format(fmt)
+    wf = check_weights_for(model, fmt)
     embed = float(model.vocab_size * model.hidden_size)
     head = 0.0 if _tied(model) else embed
     non_rep = min(embed + head, model.params_total * 0.5)
     embed_params = min(embed, non_rep)
     per_layer = (model.params_total - non_rep) / model.num_layers
     experts = _layer_expert_params(model, per_layer)
-    if wf.experts_only and not experts:
-        raise InputError("weights", fmt, f"quantises MoE experts only, and {model.name} "
-                         "has none; use a whole-model format (bf16, q8_0, q4_k_m, ...)")
     expert_bytes = wf.bits_per_weight / 8
     other_bytes = (wf.other_bits_per_weight or wf.bits_per_weight) / 8
     quantised = experts if wf.experts_only else 0.0     # params at expert_bytes

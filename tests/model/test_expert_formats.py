@@ -104,3 +104,11 @@ def test_audit_case_fit_on_a_16_gb_card():
     assert b.gpu_layers == 24
     assert b.weights_cpu_bytes == 1_158_266_880
     assert b.weights_gpu_bytes == OSS20_MXFP4 - 1_158_266_880 == 12_581_670_912
+
+
+def test_fit_names_its_own_flag_for_an_experts_only_format_on_a_dense_model(kvsim_cli):
+    rc, err, out = kvsim_cli("fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                             "--weights", "mxfp4")
+    assert (rc, out) == (2, "")
+    assert err == ("error: --weights: 'mxfp4' — quantises MoE experts only, and llama-3.1-8b "
+                   "has none; use a whole-model format (bf16, q8_0, q4_k_m, ...)")
