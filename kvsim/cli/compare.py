@@ -23,7 +23,7 @@ from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
 from kvsim.cli.plan import build_grid, grid_options, p95_note, print_runs_table, run_search
 from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
-from kvsim.plan.compare import compare_gpus, parse_gpus
+from kvsim.plan.compare import compare_gpus, on_each_gpu, parse_gpus
 from kvsim.plan.slo import build_constraints
 from kvsim.plan.store import write_table
 
@@ -78,7 +78,8 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
     def one(sg: Any, cons: Any, gr: Any) -> Any:
         return run_search(sg, cons, gr, opts, label=sg.gpu.name)
 
-    res = compare_gpus(s, names, c, grid, search_fn=one)
+    res = compare_gpus(s, names, c, grid, search_fn=one,
+                       scenarios=on_each_gpu(scenario, list(sets), names))
     print_runs_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS)
     click.echo(f"note: {p95_note(opts['replications'])}")
     click.echo("note: max par = the largest parallel of any feasible point, each session "

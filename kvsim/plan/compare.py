@@ -43,7 +43,11 @@ class CompareResult:
 
 
 def with_gpu(scenario: Scenario, gpu: str) -> Scenario:
-    """The scenario on another card; the link follows the card's default."""
+    """The scenario on another card; the link follows the card's default.
+
+    NOTE: engine defaults the first card decided (SGLang's memory fraction, Ollama's
+    VRAM-tiered num_ctx, vLLM's batch budget) are resolved values by now and stay; build
+    from the user's own scenario instead (:func:`on_each_gpu`) to have them follow."""
     doc = scenario.model_dump(mode="json")
     doc["gpu"] = gpu
     doc.pop("link", None)
@@ -59,14 +63,27 @@ def parse_gpus(text: str) -> list[str]:
     return names
 
 
+def on_each_gpu(scenario: str, sets: list[str], gpus: list[str]) -> dict[str, Scenario]:
+    """The user's scenario (a bundled name or a YAML path, with ``--set`` overrides)
+    resolved afresh on each card, so every default a real engine derives from the GPU —
+    SGLang's memory fraction, Ollama's num_ctx, vLLM's batch budget, the host, the link —
+    is that card's."""
+    from kvsim.config.scenario import load_scenario
+
+    return {g: load_scenario(scenario, [*sets, f"gpu={g}"]) for g in gpus}
+
+
 def compare_gpus(scenario: Scenario, gpus: list[str], constraints: Constraints,
                  grid: PlanGrid, *, search_fn: Callable[..., PlanResult] = search,
+                 scenarios: dict[str, Scenario] | None = None,
                  **search_kw: Any) -> CompareResult:
     """Run the capacity search per card; one row per card (in the given order).
 
     ``search_fn(scenario, constraints, grid, **search_kw)`` defaults to
-    :func:`kvsim.plan.search.search` (the CLI wraps it with a progress bar)."""
-    scenarios = {g: with_gpu(scenario, g) for g in gpus}  # every name checked up front
+    :func:`kvsim.plan.search.search` (the CLI wraps it with a progress bar);
+    ``scenarios`` (card → scenario, :func:`on_each_gpu`) replaces :func:`with_gpu`."""
+    if scenarios is None:  # NOTE: every name checked up front
+        scenarios = {g: with_gpu(scenario, g) for g in gpus}
     rows, plans = [], {}
     for g, s in scenarios.items():
         res = search_fn(s, constraints, grid, **search_kw)
