@@ -154,29 +154,17 @@ def pinned_len(seq: TokenSeq, sink_tokens: int, pin_system_prompt: bool) -> int:
     return n
 
 
-def session_references(s: Any, sink_tokens: int) -> tuple[
-        tuple[str, int] | None, dict[tuple[str, int], list[tuple[str, int, int, str]]]]:
-    """A session's pinned head ``(segment id, tokens)`` — the system prompt, else the
-    first ``sink_tokens`` of turn 0 — and its reference spans per ``(session, turn)``
-    as ``(segment id, lo, hi, content)``."""
+def session_references(s: Any) -> dict[tuple[str, int], list[tuple[str, int, int, str]]]:
+    """A session's reference spans per ``(session, turn)`` as ``(segment id, lo, hi,
+    content)``.  (The pinned head is the prompt's as sent: kvsim.policies.recall.)"""
     sid = s.session_id
-    head: tuple[str, int] | None = None
-    if s.system_prompt_id is not None:
-        head = (f"sys/{s.system_prompt_id}", s.system_prompt_tokens)
-    elif s.history == "full":
-        t0 = s.turns[0]
-        first = (f"{sid}/t0/tool", t0.tool_tokens) if t0.tool_tokens else \
-            (f"{sid}/t0/in", t0.input_tokens)
-        if t0.prefix:
-            first = (t0.prefix[0].id, t0.prefix[0].tokens)
-        head = (first[0], min(sink_tokens, first[1]))
     refs = {}
     for i, t in enumerate(s.turns):
         spans = [(_span_segment(s, r), r.offset_tokens, r.offset_tokens + r.length_tokens,
                   r.content) for r in t.references]
         if spans:
             refs[(sid, i)] = spans
-    return head, refs
+    return refs
 
 
 def _span_segment(s: Any, r: Any) -> str:

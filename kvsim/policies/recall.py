@@ -69,7 +69,7 @@ class RecallScorer:
         self.via: dict[str, int] = {"gpu": 0, "host": 0, "recompute": 0}
 
     def register(self, s: Any) -> None:
-        _, refs = session_references(s, SINK_TOKENS)
+        refs = session_references(s)
         if refs and s.history != "full":
             self.no_history.add(s.session_id)
         self.refs.update(refs)
