@@ -301,8 +301,13 @@ def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
     unknown = sorted(set(overrides) - set(cls.model_fields))
     if unknown:
         knobs = ", ".join(k for k in cls.model_fields if k not in ("preset", "notes"))
+        other = SlotEngineConfig if cls is PagedEngineConfig else PagedEngineConfig
+        hint = (f" ({unknown[0]} belongs to the other engines: to switch presets, set the "
+                f"engine alone, e.g. engine={merged['preset']})"
+                if unknown[0] in other.model_fields else "")
         raise InputError(f"engine.{unknown[0]}", overrides[unknown[0]],
-                         f"not a knob of the {merged['preset']} preset; its knobs: {knobs}")
+                         f"not a knob of the {merged['preset']} preset; its knobs: {knobs}"
+                         f"{hint}")
     if merged["preset"] == "ollama":
         if merged.get("ollama_version") is None:  # NOTE: a user's preset file may lack it
             merged["ollama_version"] = OLLAMA_LATEST

@@ -62,3 +62,19 @@ def test_set_null_leaves_a_scenario_knob_unset():
     assert vllm.context_tokens == 131072  # the model's maximum (§1.1)
     with pytest.raises(InputError, match="engine.parallel: None — not a knob of the vllm"):
         load_scenario("quickstart", ["engine={preset: vllm, parallel: null}"])
+
+
+def test_switching_presets_by_key_says_to_set_the_engine_alone():
+    # quickstart's engine is {preset: llama.cpp, context_tokens: 16384, parallel: 4}:
+    # changing only the preset keeps llama.cpp's parallel, which vLLM does not have
+    from kvsim.config.scenario import load_scenario
+
+    with pytest.raises(InputError) as exc:
+        load_scenario("quickstart", ["engine.preset=vllm"])
+    assert exc.value.field == "engine.parallel"
+    assert exc.value.allowed.endswith(
+        "(parallel belongs to the other engines: to switch presets, set the engine alone, "
+        "e.g. engine=vllm)")
+    with pytest.raises(InputError) as exc:  # a knob no engine has: no such hint
+        load_scenario("quickstart", ["engine.bogus=1"])
+    assert "belongs" not in exc.value.allowed
