@@ -205,7 +205,9 @@ def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
                      "lower context_tokens or parallel, or give a larger host")
 
 
-def _with(engine: EngineConfig, **update: Any) -> EngineConfig | None:
+def engine_with(engine: EngineConfig, **update: Any) -> EngineConfig | None:
+    """``engine`` with ``update``d knobs, or None where that combination is invalid
+    (a point that simply does not exist)."""
     if "context_tokens" in update and "fit_context" in type(engine).model_fields:
         update.setdefault("fit_context", False)  # NOTE: a context set is not --fit's to shrink
     try:
@@ -225,7 +227,7 @@ def acceptable(b: MemoryBudget, parallel: int, limit: float = PLANNING_LIMIT) ->
     return True
 
 
-def _largest(lo: int, hi: int, ok: Any) -> int:
+def largest_where(lo: int, hi: int, ok: Any) -> int:
     """Largest integer x in [lo, hi] with ok(x) for a monotone predicate; lo-1 if none."""
     if hi < lo or not ok(lo):
         return lo - 1
@@ -284,11 +286,11 @@ def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineC
                   and engine.allocator == "slots") else 1
 
     def ok(k: int) -> bool:
-        cfg = _with(engine, context_tokens=k * step_tokens)
+        cfg = engine_with(engine, context_tokens=k * step_tokens)
         return cfg is not None and acceptable(
             memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
 
-    best = _largest(1, per_seq_cap * scale // step_tokens, ok)
+    best = largest_where(1, per_seq_cap * scale // step_tokens, ok)
     return max(0, best) * step_tokens
 
 
@@ -312,12 +314,12 @@ def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: Engine
         hi = min(hi, max(1, engine.context_tokens // engine.context_pad_tokens))
 
     def ok(p: int) -> bool:
-        cfg = _with(engine, parallel=p) if isinstance(engine, SlotEngineConfig) else engine
+        cfg = engine_with(engine, parallel=p) if isinstance(engine, SlotEngineConfig) else engine
         return cfg is not None and acceptable(
             memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
 
     if isinstance(engine, PagedEngineConfig):
-        return max(0, _largest(1, hi, ok))
+        return max(0, largest_where(1, hi, ok))
     # NOTE: llama.cpp pads each slot's share of -c to 256, so memory is not monotone in
     # the slot count (-c 65536: 200 slots need 102400 cells, 256 slots 65536) — scan.
     return next((p for p in range(hi, 0, -1) if ok(p)), 0)

@@ -29,6 +29,8 @@ from kvsim.model.budget import (
     PagedEngineConfig,
     SlotEngineConfig,
     acceptable,
+    engine_with,
+    largest_where,
     memory_budget,
     share_within,
 )
@@ -90,12 +92,9 @@ def paged_max_parallel(gpu: Any, model: Any, weights: str, engine: PagedEngineCo
 
     NOTE: monotone in p: more admitted sequences sample more logits in the profiling
     pass (vLLM's pool and SGLang's fraction shrink) and need a larger pool."""
-    lo, hi = 0, min(cap, engine.context_tokens)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if _at(gpu, model, weights, engine, mid, limit, reserves) \
-            is not None else (lo, mid - 1)
-    return lo, (_at(gpu, model, weights, engine, lo, limit, reserves) if lo else None)
+    lo = largest_where(1, min(cap, engine.context_tokens),
+                       lambda p: _at(gpu, model, weights, engine, p, limit, reserves) is not None)
+    return max(lo, 0), (_at(gpu, model, weights, engine, lo, limit, reserves) if lo > 0 else None)
 
 
 def session_tokens(b: MemoryBudget) -> int:
@@ -110,13 +109,9 @@ def _slot_point(engine: SlotEngineConfig, per_session: int, p: int) -> SlotEngin
     """The slot engine serving ``p`` sessions of ``per_session`` tokens, as plan's flags
     set it (:func:`kvsim.plan.flags.engine_overrides`): llama.cpp ``-c`` = per_session
     × p, Ollama ``num_ctx`` = per_session; None where the engine refuses it."""
-    update: dict[str, Any] = {"parallel": p}
     if engine.preset == "llama.cpp":
-        update.update(context_tokens=per_session * p, fit_context=False)
-    try:
-        return SlotEngineConfig.model_validate({**engine.model_dump(), **update})
-    except Exception:  # noqa: BLE001 - an invalid combination simply does not fit
-        return None
+        return engine_with(engine, parallel=p, context_tokens=per_session * p)
+    return engine_with(engine, parallel=p)
 
 
 def slot_max_parallel(gpu: Any, model: Any, weights: str, engine: SlotEngineConfig,
@@ -133,11 +128,7 @@ def slot_max_parallel(gpu: Any, model: Any, weights: str, engine: SlotEngineConf
         return cfg is not None and acceptable(
             memory_budget(gpu, model, weights, cfg, **reserves), p, limit)
 
-    lo, hi = 0, cap
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
-    return lo
+    return max(0, largest_where(1, cap, ok))
 
 
 def seqs_flag(engine: str) -> str:
