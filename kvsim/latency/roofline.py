@@ -195,7 +195,7 @@ class RooflineLatency:
     def _time1(self, tokens: float, pairs: float, kv_read: float) -> float:
         flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
         off = self.op_offload
-        if off is None or not off.offloads(min(int(tokens), off.ubatch_tokens)):
+        if off is None or not self._offloads(tokens):
             return self._split_s(tokens, flops, kv_read, self.overhead_s)
         # ubatches of n_ubatch tokens, each a graph of its own: FLOPs by share of tokens,
         # weights and the step's KV read by every one (kvsim.latency.offload)
