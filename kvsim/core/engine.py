@@ -49,7 +49,7 @@ from simpy.events import NORMAL, URGENT
 
 from kvsim.core.fastforward import FastForward, next_event_s, schedule_at
 from kvsim.core.requests import Request
-from kvsim.core.sessions import (  # noqa: F401  (make_request, session_prompts: re-exported)
+from kvsim.core.sessions import (
     ABANDON_EVENT,
     NEW_CHAT_EVENT,
     AfterFailure,
@@ -57,7 +57,6 @@ from kvsim.core.sessions import (  # noqa: F401  (make_request, session_prompts:
     make_request,
     request_outcome,
     seed_block_hashes,
-    session_prompts,
 )
 from kvsim.core.step import EngineEvent, StepHook, StepPlan
 from kvsim.errors import InputError, RunStopped
