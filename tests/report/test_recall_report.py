@@ -128,9 +128,14 @@ def test_card_gives_small_rates_three_significant_digits() -> None:
     assert [significant(v) for v in (12.34, 999.6, 12345.6)] == ["12.3", "1,000", "12,346"]
 
 
-def _title(text: str) -> str:
-    """A figure title as Plotly's JSON writes it into the page."""
-    return f'"text":{json.dumps(text)}'
+def _titles(html: str, text: str, *, prefix: bool = False) -> int:
+    """How many figure titles in the page read `text` (or start with it).
+
+    Plotly writes non-ASCII as \\u escapes with its stdlib JSON engine and as
+    raw UTF-8 with orjson (picked when installed); count both spellings.
+    """
+    spellings = {json.dumps(text), json.dumps(text, ensure_ascii=False)}
+    return sum(html.count(f'"text":{s[:-1] if prefix else s}') for s in spellings)
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +158,7 @@ def test_report_of_a_folder_shows_recall_per_session(folders, tmp_path, kvsim_cl
     assert per["mean"].min() == res.summary["recall_session_mean_worst"]
     code, err, _ = kvsim_cli("report", folders[1], "-o", tmp_path / "one.html")
     html = (tmp_path / "one.html").read_text()
-    assert (code, err) == (0, "") and _title("Recall proxy per session — quickstart") in html
+    assert (code, err) == (0, "") and _titles(html, "Recall proxy per session — quickstart") == 1
     assert "no reference events" not in html
 
 
@@ -171,5 +176,5 @@ def test_multi_run_report_labels_and_recall_comparison(folders, tmp_path, kvsim_
     code, _, _ = kvsim_cli("report", *folders, "-o", tmp_path / "all.html")
     html = build_report(runs)
     assert code == 0 and (tmp_path / "all.html").read_text() == html
-    assert html.count(_title("Recall proxy per session")) == 1  # the overlay of 3 runs
-    assert html.count(_title("Recall proxy per session — quickstart · policies=")[:-1]) == 3
+    assert _titles(html, "Recall proxy per session") == 1  # the overlay of 3 runs
+    assert _titles(html, "Recall proxy per session — quickstart · policies=", prefix=True) == 3
