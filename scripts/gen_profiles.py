@@ -69,6 +69,10 @@ GPU_SLUGS = {
     "B200 (HGX B200, 1000 W)": "b200",
 }
 
+TIED_EMBEDDINGS = frozenset({  # HF config tie_word_embeddings (Gemma's and mamba_ssm's
+    "gemma-2-9b", "gemma-2-27b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b",  # configs
+    "llama-3.2-1b", "llama-3.2-3b", "qwen3-4b", "mamba-2-2.7b"})  # default it to true)
+"""Models whose output head is the token embedding (models.csv has no such column)."""
 MODEL_SLUGS = {
     "Llama-3.1-8B": "llama-3.1-8b", "Llama-3.1-70B": "llama-3.1-70b",
     "Llama-3.2-1B": "llama-3.2-1b", "Llama-3.2-3B": "llama-3.2-3b",
@@ -263,6 +267,7 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         "num_experts": experts[0],
         "num_experts_active": experts[1],
         "attention_kind": row["attention_kind"],
+        "tied_embeddings": MODEL_SLUGS[name] in TIED_EMBEDDINGS,
         "source": row["source"],
         "notes": f"{notes} | kv_formula: {row['kv_formula']}".strip(" |"),
     }

@@ -67,11 +67,12 @@ def layer_shape(model: ModelSpec) -> Any:
 
     The catalogue has no FFN width, so it is derived from the parameter count:
     ``(params − embeddings) / layers − attention params`` spread over the three SwiGLU
-    matrices, rounded to a multiple of 256; embeddings count once when the profile's
-    notes say "tied embeddings", else twice (Llama-3.1-8B → 14336 and Llama-3.2-1B →
-    8192, their real values).
+    matrices, rounded to a multiple of 256; embeddings count once when the model's
+    head is tied to them (:func:`kvsim.model.weights.tied_embeddings`), else twice
+    (Llama-3.1-8B → 14336 and Llama-3.2-1B → 8192, their real values).
     """
     from kvsim.calibrate.torch_model import LayerShape
+    from kvsim.model.weights import tied_embeddings
 
     full = [g for g in model.layer_groups if g.kind in ("full", "sliding", "chunked")]
     if not full:
@@ -79,7 +80,7 @@ def layer_shape(model: ModelSpec) -> Any:
     g = full[0]
     h, hd = model.hidden_size, g.head_dim_k
     attn = 2 * h * model.num_attention_heads * hd + 2 * h * g.n_kv_heads * hd
-    embed = (1 if "tied embeddings" in model.notes.lower() else 2) * model.vocab_size * h
+    embed = (1 if tied_embeddings(model) else 2) * model.vocab_size * h
     per_layer = (model.params_total - embed) / model.num_layers - attn
     inter = max(256, round(per_layer / (3 * h) / 256) * 256)
     return LayerShape(hidden=h, n_heads=model.num_attention_heads, n_kv_heads=g.n_kv_heads,

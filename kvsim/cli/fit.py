@@ -21,12 +21,14 @@ allocator follows a scenario's rule: the preset's unified pool unless
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from kvsim.cli._fit_output import as_json as _as_json
+from kvsim.cli._fit_output import print_table as _print_table
+from kvsim.cli._fit_output import sizes as _sizes
+from kvsim.cli._fit_output import verdict as _verdict
 from kvsim.config.catalog import (
     check_host_matches,
     load_gpu,
@@ -110,6 +112,10 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
         raise InputError("--kv-v", v, "a quantized V cache needs flash attention on llama.cpp "
                          "(the server refuses: 'V cache quantization requires flash_attn'); "
                          "add --flash-attn or use an f16 V cache")
+    if engine != "llama.cpp" and k != v:
+        one = "OLLAMA_KV_CACHE_TYPE" if engine == "ollama" else "--kv-cache-dtype"
+        raise InputError("--kv-v", v, f"the same as --kv-k ({k}): {engine} has one {one} "
+                         "for K and V (use --kv)")
     # NOTE: Ollama's flash attention (and so whether it honours a quantized cache)
     # depends on its release and the model: engine_for_gpu decides, the budget notes it
     spec["cache_type_k"], spec["cache_type_v"] = k, v
@@ -144,41 +150,6 @@ def _fit_host(gpu: Any, host_name: str | None) -> tuple[Any, list[str]]:
     return host, [note]
 
 
-@dataclass(frozen=True)
-class _Sizes:
-    """What fit prints besides the layout: the largest context / parallel at the line,
-    the memory fractions they hold at (vLLM/SGLang) and the allocator line."""
-
-    max_ctx: int
-    max_par: int
-    util85: float | None
-    util_par: float | None
-    max_num_seqs: int | None
-    allocator: str
-    session_tokens: int  # the context each session keeps in the largest-parallel search
-    parallel: int | None  # as given; None: unset (vLLM/SGLang: the engine's max_num_seqs)
-
-
-def _sizes(g: Any, m: Any, weights: str, eng: Any, b: Any, par: int | None,
-           reserves: dict[str, int]) -> _Sizes:
-    from kvsim.config.engine import PagedEngineConfig
-    from kvsim.model.budget import max_context_at, share_within
-    from kvsim.plan import parallel as pp
-
-    max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)
-    if not isinstance(eng, PagedEngineConfig):
-        # NOTE: each session keeps its context, as plan's -c = context x parallel does
-        per = pp.session_tokens(b)
-        max_par = pp.slot_max_parallel(g, m, weights, eng, per, **reserves)
-        return _Sizes(max_ctx, max_par, None, None, None, pp.describe_allocator(b), per, par)
-    # NOTE: each parallel with --max-num-seqs set to it, as plan's flags do
-    max_par, util_par = pp.paged_max_parallel(g, m, weights, eng, **reserves)
-    # NOTE: nothing fits at the line: no fraction to print
-    util85 = share_within(g, m, weights, eng, **reserves) if max_ctx or max_par else None
-    return _Sizes(max_ctx, max_par, util85, util_par, eng.max_num_seqs,
-                  pp.describe_allocator(b, eng.max_num_seqs), b.slot_tokens, par)
-
-
 def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
     """The scenario's own rule (the display plus the driver reserve below the GPU's
     memory), named by fit's flags."""
@@ -186,115 +157,6 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 
     check_reserves(gpu, reserves["driver_reserve_bytes"], reserves["display_reserve_bytes"],
                    ("--driver-reserve", "--display-reserve"), display_value=typed)
-
-
-def _verdict(b: Any) -> str:
-    from kvsim.plan.parallel import short_pool_note
-
-    if not b.fits:
-        return f"DOES NOT FIT — {b.failure}"
-    if not b.all_layers_on_gpu:
-        return (f"RUNS WITH CPU OFFLOAD — {b.gpu_layers}/{b.num_layers} layers on the GPU, "
-                f"{format_bytes(b.weights_cpu_bytes)} of weights in host RAM (slow decode)")
-    pct = f"{b.device_fraction:.1%}"
-    short = short_pool_note(b, b.parallel)
-    if short is not None:
-        return f"LOADS, BUT NOT PARALLEL {b.parallel} AT FULL LENGTH — {short}; peak {pct}"
-    if b.device_fraction <= 0.85:
-        return f"FITS — peak {pct} of device memory, under the 85% line"
-    return f"FITS, ABOVE THE 85% LINE — peak {pct} of device memory"
-
-
-def _as_json(b: Any, z: _Sizes, verdict: str, notes: list[str]) -> str:
-    from kvsim.plan.parallel import full_length_held, parallel_words
-
-    # NOTE: vLLM/SGLang without --parallel admit max_num_seqs: no parallel of 1
-    unset = b.allocator == "paged" and z.parallel is None
-    words = parallel_words(b, z.parallel, z.max_num_seqs)
-    doc = {
-        "engine": b.engine, "allocator": b.allocator, "allocator_note": z.allocator,
-        "device_bytes": b.device_bytes, "driver_reserve_bytes": b.driver_reserve_bytes,
-        "display_reserve_bytes": b.display_reserve_bytes,
-        "weights_format": b.weights_format, "weights_total_bytes": b.weights_total_bytes,
-        "weights_gpu_bytes": b.weights_gpu_bytes, "weights_cpu_bytes": b.weights_cpu_bytes,
-        "gpu_layers": b.gpu_layers, "num_layers": b.num_layers,
-        "activation_bytes": b.activation_bytes, "engine_overhead_bytes": b.engine_overhead_bytes,
-        "cache_type_k": b.cache_type_k, "cache_type_v": b.cache_type_v,
-        "kv_bytes_per_token": b.kv_bytes_per_token, "kv_reserved_bytes": b.kv_reserved_bytes,
-        "kv_cpu_bytes": b.kv_cpu_bytes, "kv_needed_bytes": b.kv_needed_bytes,
-        "kv_pool_tokens": b.kv_pool_tokens, "slot_tokens": b.slot_tokens,
-        "parallel": None if unset else b.parallel, "parallel_note": words,
-        "max_num_seqs": z.max_num_seqs, "session_tokens": z.session_tokens,
-        "full_length_held": full_length_held(b), "block_tokens": b.block_tokens,
-        "num_gpu_blocks": b.num_gpu_blocks, "max_concurrency": b.max_concurrency,
-        "total_bytes": b.total_bytes, "device_fraction": round(b.device_fraction, 6),
-        "headroom_to_85_bytes": b.headroom_to_85_bytes, "fits": b.fits, "failure": b.failure,
-        "verdict": verdict, "max_context_at_85": z.max_ctx, "max_parallel_at_85": z.max_par,
-        "gpu_memory_utilization_at_85": z.util85,
-        "gpu_memory_utilization_at_max_parallel": z.util_par,
-        "kv_groups": [list(g) for g in b.kv_groups],
-        "blocks_per_request": b.blocks_per_request,
-        "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
-        "estimate": None if b.estimate is None else dict(b.estimate.__dict__),
-    }
-    return json.dumps(doc, indent=2)
-
-
-def _print_table(b: Any, title: str, z: _Sizes, verdict: str, notes: list[str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    console = Console(width=max(100, Console().width))
-    table = Table(title=title, title_justify="left")
-    table.add_column("row")
-    table.add_column("bytes", justify="right")
-    table.add_column("size", justify="right")
-    for label, n in b.rows():
-        table.add_row(label, str(n), format_bytes(n))
-    table.add_row("total on device", str(b.total_bytes), format_bytes(b.total_bytes),
-                  style="bold")
-    table.add_row("device memory", str(b.device_bytes), format_bytes(b.device_bytes))
-    table.add_row("fraction of device", "", f"{b.device_fraction:.1%}")
-    table.add_row("headroom to the 85% line", str(b.headroom_to_85_bytes),
-                  format_bytes(b.headroom_to_85_bytes))
-    if b.weights_cpu_bytes or b.kv_cpu_bytes:
-        table.add_row("weights on CPU (host RAM)", str(b.weights_cpu_bytes),
-                      format_bytes(b.weights_cpu_bytes))
-        table.add_row("KV on CPU (host RAM)", str(b.kv_cpu_bytes), format_bytes(b.kv_cpu_bytes))
-    console.print(table)
-    console.print(f"KV bytes per token: {b.kv_bytes_per_token}  ·  pool {b.kv_pool_tokens} "
-                  f"tokens  ·  per sequence {b.slot_tokens} tokens", highlight=False)
-    console.print(z.allocator, highlight=False)
-    if b.estimate is not None:
-        e = b.estimate
-        console.print(f"Ollama's own estimate: {format_bytes(e.total_bytes)} (KV "
-                      f"{format_bytes(e.kv_bytes)}, graph {format_bytes(e.graph_bytes)}, "
-                      f"{e.gpu_layers}/{b.num_layers} layers) vs true {format_bytes(b.total_bytes)}",
-                      highlight=False)
-    for line in b.log_lines:
-        console.print(f"  [dim]{line}[/dim]", highlight=False)
-    for n in notes + list(b.notes):
-        console.print(f"  note: {n}", highlight=False)
-    console.print(f"[bold]{verdict}[/bold]", highlight=False)
-    _print_sizes(console, b, z)
-
-
-def _print_sizes(console: Any, b: Any, z: _Sizes) -> None:
-    if z.util85 is not None:
-        console.print(f"at 85% the memory fraction is {z.util85} (vLLM "
-                      f"--gpu-memory-utilization / SGLang --mem-fraction-static): the sizes "
-                      f"below hold with it", highlight=False)
-    from kvsim.plan import parallel as pp
-
-    at_ctx = f"parallel {b.parallel}"
-    if b.allocator == "paged" and z.parallel is None:
-        at_ctx = f"1 request at full length, {pp.seqs_flag(b.engine)} {z.max_num_seqs}"
-    suffix = f" (the search stops at {z.max_par})" if z.max_par >= 1024 else ""
-    if b.allocator == "paged" and z.max_par:
-        other = f", fraction {z.util_par}" if z.util_par != z.util85 else ""
-        suffix = f" ({pp.seqs_flag(b.engine)} {z.max_par}{other})"
-    console.print(f"largest context at 85% ({at_ctx}): {z.max_ctx}  ·  largest parallel "
-                  f"at 85% ({pp.session_words(b, z.session_tokens)}): {z.max_par}{suffix}",
-                  highlight=False)
 
 
 @click.command()
@@ -309,7 +171,9 @@ def _print_sizes(console: Any, b: Any, z: _Sizes) -> None:
               help="context tokens in the engine's own meaning (llama.cpp -c for all slots, "
               "ollama num_ctx per slot, vllm/sglang max_model_len); '32Ki' = 32768, "
               "'32k' = 32000; unset, the engine's own default: the model's maximum for "
-              "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama 4096")
+              "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama its "
+              "release's num_ctx (0.33.0: 4096 below 23 GiB of VRAM, 32768 below 47 GiB, "
+              "else 262144; at most the model's)")
 @click.option("--parallel", default=None,
               help="sessions served at once, as in kvsim plan: llama.cpp --parallel "
               "slots (in the preset's unified pool unless --no-kv-unified, as in a "

@@ -169,6 +169,9 @@ class ModelSpec(FrozenModel):
     num_experts_active: int | None = Field(None, gt=0, description="MoE: routed experts "
                                            "each token uses")
     attention_kind: str = ""
+    tied_embeddings: bool | None = Field(
+        None, description="the output head shares the token embedding's weights (HF config "
+        "tie_word_embeddings); None: not stated, read from the notes ('tied embeddings')")
     source: str
     notes: str = ""
 

@@ -26,6 +26,7 @@ pages — that is the engine's job (kvsim.model.budget, kvsim.core).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvsim.config.specs import LayerGroup, ModelSpec
 from kvsim.model.dtypes import CacheType, cache_type
@@ -103,6 +104,27 @@ class KvGeometry:
     @property
     def attention_layers(self) -> int:
         return sum(g.layers for g in self.groups)
+
+    def rates(self, windows_capped: bool = True) -> dict[str, Any]:
+        """What an engine's cache costs per token and per sequence (``kvsim fit``).
+
+        ``kv_bytes_per_token`` is the cache that grows with context
+        (hardware-and-models.md §2, models.csv ``kv_bytes_per_token_fp16``): the
+        full-attention layers, or every attention layer where the engine holds the
+        sliding-window ones at full length (``windows_capped=False``).  The windowed
+        layers are then counted apart: ``kv_windowed_bytes_per_token`` for the newest
+        ``kv_window_tokens`` of a sequence, ``kv_windowed_cap_bytes_per_seq`` at most.
+        """
+        capped = windows_capped and bool(self.windowed)
+        return {"kv_bytes_per_token": self.full_bytes_per_token if capped
+                else self.kv_bytes_per_token,
+                "kv_windowed_bytes_per_token": self.windowed_bytes_per_token if capped else 0,
+                "kv_window_tokens": sorted({g.window_tokens or 0 for g in self.windowed})
+                if capped else [],
+                "kv_windowed_cap_bytes_per_seq": self.windowed_cap_bytes_per_seq
+                if capped else 0,
+                "kv_windowed_at_full_length": bool(self.windowed) and not capped,
+                "kv_recurrent_bytes_per_seq": self.recurrent_bytes_per_seq}
 
     def bytes_for_tokens(self, n_tokens: int) -> int:
         """Exact bytes of one sequence holding ``n_tokens`` tokens (plus its state)."""

@@ -170,3 +170,33 @@ def hybrid_notes(geo: KvGeometry, groups: KVCacheGroups | None, off: str | None,
     why = off if vllm else ("SGLang keeps them so for Gemma 2/3; its split into full and "
                             "SWA token pools (gpt-oss, Llama 4) is not modelled")
     return [f"sliding-window layers are held at full length: {why}"]
+
+
+def too_long_refusal(ctx: int, tokens: int, groups: KVCacheGroups | None, per_req: int,
+                     blocks: int, fit_len: int) -> str | None:
+    """vLLM's refusal of a ``max_model_len`` one request could not hold (§1.1, §1.7).
+
+    NOTE: paged_budget gives SGLang the same refusal; engines.md §2 does not say what
+    SGLang does with a pool smaller than its context length.
+    """
+    if groups is not None:
+        return hybrid_refusal(groups, ctx, per_req, blocks, fit_len)
+    return None if tokens >= ctx else (
+        f"The model's max seq len ({ctx}) is larger than the maximum number of "
+        f"tokens that can be stored in KV cache ({tokens})")
+
+
+def pool_shape(geo: KvGeometry, groups: KVCacheGroups | None, blocks: int, block: int,
+               ctx: int, parallel: int, mnbt: int) -> tuple[int, int, int, float, int]:
+    """(blocks a request holds (0: one group), logged pool tokens, KV bytes ``parallel``
+    full-length requests need, concurrency, the largest max_model_len that starts)."""
+    if groups is None:
+        tokens = blocks * block
+        padded = -(-ctx // block) * block
+        return (0, tokens, parallel * geo.bytes_for_tokens(padded), tokens / ctx,
+                min(ctx, tokens))
+    # NOTE: vLLM logs the pool as if every group held every token
+    per_req = groups.blocks_per_request(ctx, mnbt)
+    fit_len = ctx if per_req <= blocks else hybrid_max_model_len(groups, blocks, ctx, mnbt)
+    return (per_req, blocks // len(groups.kinds) * block,
+            parallel * per_req * groups.block_bytes, blocks / per_req, fit_len)

@@ -162,8 +162,16 @@ def _hf_params(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd
         "n_routed_experts") or 0
     mlp = 3 * hidden * (cfg.get("moe_intermediate_size") or inter) * experts if experts \
         else 3 * hidden * inter
-    embed = cfg["vocab_size"] * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    embed = cfg["vocab_size"] * hidden * (1 if _hf_tied(cfg) else 2)
     return float(n * (attn + mlp) + embed)
+
+
+def _hf_tied(cfg: dict[str, Any]) -> bool | None:
+    """``tie_word_embeddings`` from the config; unset, the model class's default: True
+    for the Gemma families (their configs leave the key out), unknown (None) else."""
+    if "tie_word_embeddings" in cfg:
+        return bool(cfg["tie_word_embeddings"])
+    return True if str(cfg.get("model_type", "")).startswith("gemma") else None
 
 
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -215,14 +223,15 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
         "head_dim": hd, "vocab_size": int(cfg["vocab_size"]), "max_context_tokens": int(max_pos),
         "layer_groups": groups, "attention_kind": mtype, "source": f"config.json {p}",
-        "notes": notes}, where)
+        "tied_embeddings": _hf_tied(cfg), "notes": notes}, where)
 
 
 # ---------------------------------------------------------------- GGUF header
 
 
-def _gguf_fields(p: Path) -> tuple[dict[str, Any], float]:
-    """Header key/values and the total parameter count from tensor shapes."""
+def _gguf_fields(p: Path) -> tuple[dict[str, Any], float, bool | None]:
+    """Header key/values, the total parameter count from tensor shapes, and whether the
+    head is tied to the embedding (no ``output.weight``; None without tensors)."""
     if not p.is_file():
         raise InputError("gguf", str(p), "file not found")
     try:
@@ -230,13 +239,16 @@ def _gguf_fields(p: Path) -> tuple[dict[str, Any], float]:
         reader = GGUFReader(p, "r")
         fields = {k: f.contents() for k, f in reader.fields.items()}
         params = float(sum(int(t.n_elements) for t in reader.tensors))
+        # NOTE: llama.cpp reuses token_embd as the head when the file has no output tensor
+        tied = None if not reader.tensors else all(
+            t.name != "output.weight" for t in reader.tensors)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any parse failure is a bad file
         reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
         raise InputError("gguf", str(p), f"not a GGUF file or truncated header ({reason})"
                          ) from None
-    return fields, params
+    return fields, params, tied
 
 
 def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
@@ -274,7 +286,7 @@ def _gguf_state(f: dict[str, Any], arch: str) -> int:
 def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from the header of a local GGUF file (metadata only)."""
     p = Path(path)
-    f, params = _gguf_fields(p)
+    f, params, tied = _gguf_fields(p)
     where = f"gguf '{p.name}'"
     arch = f.get("general.architecture")
     if not isinstance(arch, str):
@@ -323,7 +335,7 @@ def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
         "head_dim": hk, "vocab_size": int(vocab), "max_context_tokens": int(ctx),
         "layer_groups": groups, "attention_kind": arch, "source": f"GGUF header {p.name}",
-        "notes": notes}, where)
+        "tied_embeddings": tied, "notes": notes}, where)
 
 
 def import_model(path: str | Path, name: str | None = None) -> ModelSpec:

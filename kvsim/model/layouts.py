@@ -30,11 +30,10 @@ from kvsim.model.compute_buffer import llama_cpp_compute_bytes
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.hybrid import (
-    KVCacheGroups,
-    hybrid_max_model_len,
     hybrid_notes,
     hybrid_off_reason,
-    hybrid_refusal,
+    pool_shape,
+    too_long_refusal,
     vllm_kv_groups,
 )
 from kvsim.model.weights import WeightSplit, model_weights
@@ -103,24 +102,23 @@ def _slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: W
                  driver: int, display: int, logs: list[str], notes: list[str],
                  estimate: OllamaEstimate | None = None,
                  failure: str | None = None, cpu_expert_layers: int = 0) -> MemoryBudget:
-    L = model.num_layers
+    L, first = model.num_layers, lay["head_first"]
     kv_gpu = lay["kv_total"] * n_layers_gpu // L
     experts_ram = cpu_expert_layers * ws.expert_bytes_per_layer
+    rates = geo.rates()  # NOTE: the iSWA cache caps the windowed layers (§3.3)
     b = MemoryBudget(
         engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.usable_memory_bytes,
-        driver_reserve_bytes=driver, display_reserve_bytes=display,
-        weights_format=ws.format, weights_total_bytes=ws.total_bytes,
-        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=lay["head_first"])
-        - experts_ram,
-        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=lay["head_first"])
-        + experts_ram, cpu_expert_layers=cpu_expert_layers,
-        head_on_gpu=ws.head_on_gpu(n_layers_gpu, lay["head_first"]),
+        driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
+        weights_total_bytes=ws.loaded_bytes(n_layers_gpu, head_first=first),
+        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=first) - experts_ram,
+        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=first) + experts_ram,
+        cpu_expert_layers=cpu_expert_layers, head_on_gpu=ws.head_on_gpu(n_layers_gpu, first),
         gpu_layers=n_layers_gpu, num_layers=L, activation_bytes=lay["compute"],
         engine_overhead_bytes=0, cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
-        kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=kv_gpu,
+        kv_bytes_per_token=rates.pop("kv_bytes_per_token"), kv_reserved_bytes=kv_gpu,
         kv_cpu_bytes=lay["kv_total"] - kv_gpu, kv_needed_bytes=kv_gpu, kv_pool_tokens=n_ctx,
         slot_tokens=n_ctx_seq, parallel=engine.parallel, estimate=estimate,
-        extra={"swa_cells": tuple(lay["swa"])})
+        extra={"swa_cells": tuple(lay["swa"]), **rates})
     if failure is None and b.total_bytes > gpu.usable_memory_bytes:
         failure = (f"cudaMalloc failed: out of memory — needs {format_bytes(b.total_bytes)} of "
                    f"{format_bytes(gpu.usable_memory_bytes)}")
@@ -316,29 +314,31 @@ def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: i
     return too_long
 
 
-def _too_long(ctx: int, tokens: int, groups: KVCacheGroups | None, per_req: int,
-              blocks: int, fit_len: int) -> str | None:
-    """vLLM's refusal of a ``max_model_len`` one request could not hold (§1.1, §1.7)."""
-    if groups is not None:
-        return hybrid_refusal(groups, ctx, per_req, blocks, fit_len)
-    return None if tokens >= ctx else (
-        f"The model's max seq len ({ctx}) is larger than the maximum number of "
-        f"tokens that can be stored in KV cache ({tokens})")
+def _paged_blocks(geo: KvGeometry, engine: PagedEngineConfig, pool: int, per_block: int
+                  ) -> int:
+    """Blocks the pool holds (``--num-gpu-blocks-override`` wins; SGLang's
+    ``--max-total-tokens`` caps it in whole pages, §2.1); a pure recurrent model's pool
+    holds states only, each counted as a max_model_len of blocks."""
+    if engine.num_gpu_blocks_override is not None:
+        return engine.num_gpu_blocks_override
+    cap = engine.max_total_tokens
+    n = max(0, pool - geo.fixed_bytes) // per_block if per_block else max(0, pool) // max(
+        1, geo.recurrent_bytes_per_seq) * -(-engine.context_tokens // engine.block_tokens)
+    return n if cap is None else min(n, cap // engine.block_tokens)
 
 
-def _pool_shape(geo: KvGeometry, groups: KVCacheGroups | None, blocks: int, block: int,
-                ctx: int, parallel: int, mnbt: int) -> tuple[int, int, int, float, int]:
-    """(blocks a request holds (0: one group), logged pool tokens, KV bytes ``parallel``
-    full-length requests need, concurrency, the largest max_model_len that starts)."""
-    if groups is None:
-        tokens = blocks * block
-        return (0, tokens, parallel * geo.bytes_for_tokens(_pad(ctx, block)), tokens / ctx,
-                min(ctx, tokens))
-    # NOTE: vLLM logs the pool as if every group held every token
-    per_req = groups.blocks_per_request(ctx, mnbt)
-    fit_len = ctx if per_req <= blocks else hybrid_max_model_len(groups, blocks, ctx, mnbt)
-    return (per_req, blocks // len(groups.kinds) * block,
-            parallel * per_req * groups.block_bytes, blocks / per_req, fit_len)
+def _paged_kv_bytes(geo: KvGeometry, blocks: int, per_block: int, blocks_per_state: int
+                    ) -> int:
+    """The KV tensors the engine allocates: whole blocks (vLLM ``num_gpu_blocks =
+    available // page_size``, §1.1), never the pool's remainder below one block.
+
+    NOTE: fp8's per-tensor scales (``fixed_bytes``) are attention-layer parameters, not
+    KV tensors: they come off the pool before it is divided (``paged_budget``).  A pure
+    recurrent model holds one state per ``blocks_per_state`` blocks.
+    """
+    if per_block:
+        return blocks * per_block
+    return blocks // max(1, blocks_per_state) * geo.recurrent_bytes_per_seq
 
 
 def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
@@ -356,31 +356,23 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     groups, off = vllm_kv_groups(model, geo, block, hybrid_off_reason(engine)) if vllm \
         else (None, None)
     per_block = groups.block_bytes if groups else block * geo.kv_bytes_per_token
-    L = model.num_layers
-    if per_block:
-        blocks = max(0, pool - geo.fixed_bytes) // per_block
-    else:   # pure recurrent model: the pool holds states only
-        blocks = max(0, pool) // max(1, geo.recurrent_bytes_per_seq) * (
-            -(-engine.context_tokens // block))
-    if engine.num_gpu_blocks_override is not None:
-        blocks = engine.num_gpu_blocks_override
-    ctx = engine.context_tokens
-    per_req, tokens, kv_needed, conc, fit_len = _pool_shape(
+    L, ctx = model.num_layers, engine.context_tokens
+    blocks = _paged_blocks(geo, engine, pool, per_block)
+    per_req, tokens, kv_needed, conc, fit_len = pool_shape(
         geo, groups, blocks, block, ctx, parallel, engine.max_num_batched_tokens)
-    reserved = max(0, pool)
-    if engine.num_gpu_blocks_override is not None and per_block:
-        reserved = blocks * per_block + geo.fixed_bytes  # NOTE: the tensors hold that many
+    reserved = _paged_kv_bytes(geo, blocks, per_block, -(-ctx // block))
     overhead = engine.non_torch_bytes + engine.cuda_graph_bytes
     free = gpu.usable_memory_bytes - driver - display
     failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
                              and free < share, free, share, pool, blocks,
-                             _too_long(ctx, tokens, groups, per_req, blocks, fit_len))
+                             too_long_refusal(ctx, tokens, groups, per_req, blocks, fit_len))
     logs = [f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     if not vllm:
         logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
                        f"max_total_tokens={tokens}, page_size={block}")
     notes = hybrid_notes(geo, groups, off, per_req, vllm)
+    rates = geo.rates(windows_capped=groups is not None)
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
@@ -388,11 +380,12 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         weights_cpu_bytes=0, gpu_layers=L, num_layers=L, activation_bytes=act,
         engine_overhead_bytes=overhead if vllm else engine.cuda_graph_bytes,
         cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
-        kv_bytes_per_token=geo.kv_bytes_per_token, kv_reserved_bytes=reserved, kv_cpu_bytes=0,
-        kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
+        kv_bytes_per_token=rates.pop("kv_bytes_per_token"), kv_reserved_bytes=reserved,
+        kv_cpu_bytes=0, kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
         block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc, log_lines=tuple(logs),
         notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share,
-                                   "max_model_len_fit": fit_len},
+                                   "max_model_len_fit": fit_len, "kv_pool_bytes": pool,
+                                   **rates},
         kv_groups=groups.kinds if groups else (), blocks_per_request=per_req or None)
     if failure is None and b.total_bytes > gpu.usable_memory_bytes:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "

@@ -85,8 +85,13 @@ def test_vllm_fails_when_one_request_does_not_fit():
 #                                                                =  5,683,271,936
 #   blocks     16 tokens x 131,072 B (models.csv f16 KV) = 2,097,152 B per block
 #              floor(5,683,271,936 / 2,097,152) = floor(2709.995) = 2709 -> 43,344 tokens
-#   total      400 MiB driver 419,430,400 + share + CUDA graph  = 24,310,185,984
+#   KV         whole blocks (vLLM allocates num_gpu_blocks pages, engines.md §1.1):
+#              2709 x 2,097,152 = 5,681,184,768; the pool's last 2,087,168 B stay free
+#   total      400 MiB driver 419,430,400 + weights 16,060,000,000 + activation
+#              1,073,741,824 + non-torch 375,809,638 + CUDA graph 697,932,186 + KV
+#              5,681,184,768 = 24,308,098,816 (= 24,310,185,984 - 2,087,168)
 VLLM_4090_POOL = 5_683_271_936
+VLLM_4090_KV = 5_681_184_768
 
 
 def _vllm_4090_bf16():
@@ -100,9 +105,11 @@ def test_vllm_pool_is_utilization_share_minus_the_rest():
     assert b.extra["share_bytes"] == 23_192_823_398
     assert b.activation_bytes == GIB
     assert b.num_gpu_blocks == 2709 and b.kv_pool_tokens == 2709 * 16 == 43_344
-    # the pool holds 2709 blocks and less than one more (the hand pool above)
-    assert 2709 * 2_097_152 <= b.kv_reserved_bytes < 2710 * 2_097_152
-    assert b.total_bytes == 419_430_400 + 23_192_823_398 + 697_932_186 == 24_310_185_984
+    # the pool holds 2709 blocks and less than one more (the hand pool above); the KV
+    # reserved is those whole blocks
+    assert b.extra["kv_pool_bytes"] == VLLM_4090_POOL
+    assert b.kv_reserved_bytes == 2709 * 2_097_152 == VLLM_4090_KV
+    assert b.total_bytes == 24_308_098_816
     assert b.fits
 
 
@@ -111,7 +118,7 @@ def test_vllm_pool_bytes_use_the_reference_weight_bytes():
     8029999999.999999 and lost a byte a layer."""
     b = _vllm_4090_bf16()
     assert b.weights_total_bytes == 16_060_000_000
-    assert b.kv_reserved_bytes == VLLM_4090_POOL
+    assert b.extra["kv_pool_bytes"] == VLLM_4090_POOL
 
 
 def test_sglang_default_fraction_24gib():

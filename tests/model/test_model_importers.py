@@ -12,7 +12,7 @@ from kvsim.model.geometry import kv_geometry
 from kvsim.model.importers import import_model, model_from_gguf, model_from_hf_config
 
 
-def write_tiny_gguf(path, *, swa=None, layers=8):
+def write_tiny_gguf(path, *, swa=None, layers=8, head=False):
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("Tiny Llama")
     w.add_block_count(layers)
@@ -25,6 +25,8 @@ def write_tiny_gguf(path, *, swa=None, layers=8):
         w.add_sliding_window(swa)
     w.add_tensor("token_embd.weight", np.zeros((1000, 128), dtype=np.float32))
     w.add_tensor("blk.0.attn_q.weight", np.zeros((128, 128), dtype=np.float32))
+    if head:
+        w.add_tensor("output.weight", np.zeros((1000, 128), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -38,6 +40,29 @@ def test_gguf_header_geometry(tmp_path):
     assert m.params_total == 1000 * 128 + 128 * 128      # from tensor shapes
     g = kv_geometry(m)
     assert g.kv_bytes_per_token == 2 * 8 * 2 * 64 * 2   # 4096 B/token at f16
+
+
+def test_gguf_head_tied_when_the_file_has_no_output_tensor(tmp_path):
+    # llama.cpp loads token_embd again as the head when output.weight is absent
+    assert model_from_gguf(write_tiny_gguf(tmp_path / "a.gguf")).tied_embeddings is True
+    own = model_from_gguf(write_tiny_gguf(tmp_path / "b.gguf", head=True))
+    assert own.tied_embeddings is False and own.params_total == 2 * 1000 * 128 + 128 * 128
+
+
+@pytest.mark.parametrize("extra,tied,embeds", [
+    ({"tie_word_embeddings": False}, False, 2), ({"tie_word_embeddings": True}, True, 1),
+    ({}, None, 2),                                   # unknown: counted as untied
+    ({"model_type": "gemma3_text"}, True, 1)])       # Gemma's class default: tied
+def test_config_json_tied_embeddings(tmp_path, extra, tied, embeds):
+    base = {k: v for k, v in LLAMA_31_8B.items() if k != "tie_word_embeddings"}
+    (tmp_path / "config.json").write_text(json.dumps({**base, **extra}))
+    m = model_from_hf_config(tmp_path / "config.json")
+    assert m.tied_embeddings is tied
+    untied = {**base, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(untied))
+    ref = model_from_hf_config(tmp_path / "config.json").params_total
+    # 128256 x 4096 embedding rows once (tied) or twice
+    assert ref - m.params_total == (2 - embeds) * 128256 * 4096
 
 
 def test_gguf_sliding_window_all_layers(tmp_path):

@@ -85,12 +85,11 @@ def test_family4_vllm_side_by_side() -> None:
     gib = 2**30
     f16_block = 16 * 131072
     assert f16["peak_kv_reserved_bytes"] == 1280 * f16_block == 5 * gib // 2
-    # fp8: (2.5 GiB − 256) / 1 MiB = 2559.99… → 2559 blocks; the reserved bytes are spread
-    # over them (build.py NOTE: floor(2.5 GiB / 2559) = 1,048,985 B a block), so the
-    # reserved peak is 2559 × 1,048,985 = 2,684,352,615 B (1,945 B under 2.5 GiB).
-    fp8_block = (5 * gib // 2) // 2559
-    assert fp8_block == 1_048_985
-    assert fp8["peak_kv_reserved_bytes"] == 2559 * fp8_block == 2_684_352_615
+    # fp8: (2.5 GiB − 256) / 1 MiB = 2559.99… → 2559 whole blocks (vLLM's num_gpu_blocks =
+    # available // page size, engines.md §1.1); the reserved KV is those blocks, 1 MiB
+    # each: 2559 × 1,048,576 = 2,683,305,984 B (the 256 B of scales are not a block's).
+    fp8_block = 16 * 65536
+    assert fp8["peak_kv_reserved_bytes"] == 2559 * fp8_block == 2_683_305_984
     # allocated = whole blocks of each pool's block size
     f16_blocks, r16 = divmod(f16["peak_kv_allocated_bytes"], f16_block)
     fp8_blocks, r8 = divmod(fp8["peak_kv_allocated_bytes"], fp8_block)
