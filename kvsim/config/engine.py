@@ -10,7 +10,10 @@ Real engines lay out KV memory in three ways (DESIGN.md §3.2):
 A scenario names a preset (``engine: {preset: llama.cpp, parallel: 4}``); the
 preset's YAML under ``hardware_profiles/engines/`` supplies every default with its
 source in ``reference/engines.md``, and the scenario's keys override them.
-``extra="forbid"`` makes a knob that the preset's family does not have an error.
+``extra="forbid"`` makes a knob that the preset's family does not have an error, and
+:data:`FOREIGN_KNOBS` a paged knob that only the other paged engine has (vLLM's swap
+space, ``--kv-cache-memory``, … on SGLang; SGLang's ``--max-total-tokens`` on vLLM).
+vLLM, SGLang and Ollama have one KV cache type for K and V (:data:`ONE_CACHE_TYPE`).
 
 NOTE: ``context_tokens`` means what the engine's own flag means: llama.cpp ``-c``
 (the whole pool, all slots), Ollama ``num_ctx`` (per slot; the runner gets
@@ -69,6 +72,9 @@ class PagedEngineConfig(FrozenModel):
     disable_hybrid_kv_cache_manager: bool | None = Field(
         None, description="vLLM: True holds sliding-window layers at full length (§1.7); "
         "None (auto) turns the hybrid manager off only with a KV connector or swap")
+    max_total_tokens: int | None = Field(
+        None, gt=0, description="SGLang --max-total-tokens: caps the pool at this many "
+        "tokens (§2.1); None = all that mem_fraction_static leaves")
     supported_cache_types: tuple[str, ...] = ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
     notes: str = ""
 
@@ -76,6 +82,11 @@ class PagedEngineConfig(FrozenModel):
     def _check(self) -> PagedEngineConfig:
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
+        _check_one_cache_type(self.cache_type_k, self.cache_type_v, self.preset)
+        for knob, (unset, instead) in FOREIGN_KNOBS[self.preset].items():
+            if getattr(self, knob) != unset:
+                raise InputError(knob, getattr(self, knob),
+                                 f"not a knob of the {self.preset} preset: {instead}")
         if self.preemption_mode == "swap" and self.disable_hybrid_kv_cache_manager is False:
             raise InputError("disable_hybrid_kv_cache_manager", False, "true or unset: "
                              "preemption_mode swap is vLLM V0, which has no hybrid manager")
@@ -148,7 +159,7 @@ class SlotEngineConfig(FrozenModel):
             return {**raw, "ignored_cache_type": None} if raw.get("ignored_cache_type") \
                 else raw
         k, v = raw.get("cache_type_k", "f16"), raw.get("cache_type_v", "f16")
-        if (k, v) == ("f16", "f16"):
+        if (k, v) == ("f16", "f16") or k != v:  # NOTE: K != V is refused below
             return raw
         return {**raw, "cache_type_k": "f16", "cache_type_v": "f16", "ignored_cache_type": v}
 
@@ -156,6 +167,7 @@ class SlotEngineConfig(FrozenModel):
     def _check(self) -> SlotEngineConfig:
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
+        _check_one_cache_type(self.cache_type_k, self.cache_type_v, self.preset)
         if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
             raise InputError(
                 "cache_type_v", self.cache_type_v, "a quantized V cache requires flash "
@@ -173,6 +185,50 @@ class SlotEngineConfig(FrozenModel):
 
 
 EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminator="preset")]
+
+# The paged knobs one of vLLM / SGLang lacks: knob → (the value that leaves it unused,
+# what the engine has instead).  Any other value is refused on that preset.
+_SGLANG_CAP = "--max-total-tokens (max_total_tokens, §2.1)"
+FOREIGN_KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
+    "sglang": {
+        "preemption_mode": ("recompute", (
+            "SGLang retracts requests and recomputes them (engines.md §2.3); swap preemption "
+            "is vLLM V0's (§1.4)")),
+        "swap_space_bytes": (0, (
+            "vLLM V0's swap space (engines.md §1.4); SGLang retracts and recomputes (§2.3), "
+            "and keeps KV in host memory only with HiCache (a host_kv_cache policy, §2.4)")),
+        "kv_cache_memory_bytes": (None, (
+            "vLLM's --kv-cache-memory (engines.md §1.1); SGLang sizes its pool by "
+            f"mem_fraction_static (gpu_memory_utilization) and caps it with {_SGLANG_CAP}")),
+        "num_gpu_blocks_override": (None, (
+            "vLLM's --num-gpu-blocks-override (engines.md §1.1); SGLang caps its pool with "
+            + _SGLANG_CAP)),
+        "disable_hybrid_kv_cache_manager": (None, (
+            "vLLM's hybrid KV cache manager (engines.md §1.7); SGLang has no such switch")),
+        "non_torch_bytes": (0, (
+            "vLLM's profiled non-torch memory inside its budget (engines.md §1.1); SGLang "
+            "keeps what is not weights or KV outside mem_fraction_static (§2.1): "
+            "activation_bytes, cuda_graph_bytes")),
+    },
+    "vllm": {
+        "max_total_tokens": (None, (
+            "SGLang's --max-total-tokens (engines.md §2.1); vLLM has num_gpu_blocks_override "
+            "(--num-gpu-blocks-override) and kv_cache_memory_bytes (--kv-cache-memory, "
+            "§1.1)")),
+    },
+}
+
+# Engines with one cache type for K and V: the flag that sets it (engines.md §1.5, §2.1,
+# §4.1); llama.cpp has -ctk and -ctv (§3.2).
+ONE_CACHE_TYPE = {"vllm": ("--kv-cache-dtype", "§1.5"), "sglang": ("--kv-cache-dtype", "§2.1"),
+                  "ollama": ("OLLAMA_KV_CACHE_TYPE", "§4.1")}
+
+
+def _check_one_cache_type(k: str, v: str, preset: str) -> None:
+    if preset in ONE_CACHE_TYPE and k != v:
+        flag, ref = ONE_CACHE_TYPE[preset]
+        raise InputError("cache_type_v", v, f"the same as cache_type_k ('{k}'): {preset} has "
+                         f"one {flag} for both K and V (engines.md {ref})")
 
 
 def _check_cache_types(k: str, v: str, supported: tuple[str, ...], preset: str) -> None:
@@ -300,7 +356,9 @@ def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
         cls = SlotEngineConfig
     unknown = sorted(set(overrides) - set(cls.model_fields))
     if unknown:
-        knobs = ", ".join(k for k in cls.model_fields if k not in ("preset", "notes"))
+        foreign = FOREIGN_KNOBS.get(merged["preset"], {})
+        knobs = ", ".join(k for k in cls.model_fields
+                          if k not in ("preset", "notes") and k not in foreign)
         other = SlotEngineConfig if cls is PagedEngineConfig else PagedEngineConfig
         hint = (f" ({unknown[0]} belongs to the other engines: to switch presets, set the "
                 f"engine alone, e.g. engine={merged['preset']})"

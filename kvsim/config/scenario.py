@@ -184,7 +184,9 @@ def _check_host_swap(s: Scenario) -> None:
 
 def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """Apply ``dotted.key=value`` overrides (values parsed as YAML); a number indexes
-    a list the scenario already has (``policies.0.window_tokens=4096``)."""
+    a list the scenario already has (``policies.0.window_tokens=4096``).  A key of a
+    section sets that key in the section the scenario has: ``latency.KEY`` on a scenario
+    without a latency section sets it in the default ``{kind: roofline}``."""
     out = copy.deepcopy(raw)
     for item in sets:
         if "=" not in item:
@@ -197,6 +199,10 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             value = parse_yaml(text, "--set", item) if text.strip() else ""
         except InputError:
             value = text
+        if parts[0] == "latency" and len(parts) > 1 and out.get("latency") is None:
+            # NOTE: the section a scenario without one has (Scenario.latency's default), so
+            # that latency.KEY=… merges into it, keeping its kind, as engine.KEY=… does
+            out["latency"] = {"kind": RooflineLatency().kind}
         node: Any = out
         for p, below in itertools.pairwise(parts):
             node = _descend(node, p, below, key)

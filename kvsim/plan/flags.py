@@ -31,14 +31,31 @@ them differently (``reference/engines.md``):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.config.scenario import Scenario, resolve_scenario
+from kvsim.errors import InputError
 from kvsim.model.budget import share_within
 from kvsim.model.weights import weight_format
 
 _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def check_contexts(contexts: Iterable[int], model: Any, field: str = "--contexts") -> None:
+    """Refuse per-session contexts above the model's maximum, up front, on every engine:
+    vLLM/SGLang refuse such a ``max_model_len`` (engines.md §1.1), Ollama clamps
+    ``num_ctx`` to the training length (§4.1) and llama-server caps each slot at the
+    training context — so such a point would be the model's maximum under a larger
+    name (and on llama.cpp ``-c`` cells no session can use)."""
+    most = model.max_context_tokens
+    over = sorted({int(c) for c in contexts if int(c) > most})
+    if over:
+        raise InputError(field, over[0] if len(over) == 1 else over,
+                         f"per-session contexts at most {model.name}'s maximum, {most} "
+                         "tokens (vLLM/SGLang refuse a larger max_model_len, Ollama clamps "
+                         "num_ctx to it, llama-server caps each slot at it)")
 
 
 def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None
@@ -109,15 +126,21 @@ def engine_flags(s: Scenario) -> str:
     model, extra = checkpoint(s)
     dtype = "auto" if e.cache_type_k in ("f16", "bf16") else e.cache_type_k
     if e.preset == "sglang":
+        cap = "" if e.max_total_tokens is None else f" --max-total-tokens {e.max_total_tokens}"
         return (f"python -m sglang.launch_server --model-path {model}{extra} "
                 f"--context-length {e.context_tokens} --max-running-requests {e.max_num_seqs} "
-                f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}")
-    hybrid_off = " --disable-hybrid-kv-cache-manager" \
-        if e.disable_hybrid_kv_cache_manager is True else ""
+                f"--mem-fraction-static {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}"
+                + cap)
+    pool = [f" --kv-cache-memory {e.kv_cache_memory_bytes}"
+            if e.kv_cache_memory_bytes is not None else "",
+            f" --num-gpu-blocks-override {e.num_gpu_blocks_override}"
+            if e.num_gpu_blocks_override is not None else "",
+            " --disable-hybrid-kv-cache-manager" if e.disable_hybrid_kv_cache_manager is True
+            else ""]
     return (f"vllm serve {model}{extra} --max-model-len {e.context_tokens} "
             f"--max-num-seqs {e.max_num_seqs} "
             f"--gpu-memory-utilization {e.gpu_memory_utilization:g} --kv-cache-dtype {dtype}"
-            + hybrid_off)
+            + "".join(pool))
 
 
 NATIVE_WEIGHTS = ("bf16", "f16")

@@ -155,10 +155,19 @@ def test_vllm_swap_space_within_host_ram():  # C34
     assert line.startswith("engine.swap_space_bytes: 1000000000000000 — at most the host's RAM")
 
 
-def test_latency_without_kind():  # D36
+def test_latency_without_kind(tmp_path):  # D36
+    # a latency section written without a kind says which kinds there are
+    p = tmp_path / "s.yaml"
+    p.write_text("gpu: rtx-4090\nmodel: llama-3.1-8b\nworkload: family-4\n"
+                 "latency: {step_overhead_s: 0.01}\n", encoding="utf-8")
+    with pytest.raises(InputError) as exc:
+        load_scenario(p)
+    assert exc.value.one_line() == (
+        "latency.kind: 'missing' — a latency section needs a kind: one of roofline, "
+        "calibrated, constant")
+    # --set latency.KEY on a scenario without one sets it in the default roofline section
     assert _load_error(["latency.step_overhead_s=-1"]) == \
-        "latency.kind: 'missing' — a latency section needs a kind: one of roofline, " \
-        "calibrated, constant"
+        "latency.roofline.step_overhead_s: -1 — a duration must be a finite number >= 0"
 
 
 def test_errors_name_the_full_path():  # D38

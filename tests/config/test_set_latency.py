@@ -1,0 +1,66 @@
+"""``--set latency.KEY=…`` merges into the scenario's latency section, keeping its kind,
+as ``--set engine.KEY=…`` merges into its engine; ``latency.kind`` still switches kinds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvsim.config.scenario import (
+    CalibratedLatency,
+    ConstantLatency,
+    RooflineLatency,
+    load_scenario,
+)
+from kvsim.errors import InputError
+
+
+def test_one_roofline_key_on_a_scenario_without_a_latency_section():
+    # quickstart names no latency: Scenario.latency defaults to roofline (overhead 4 ms)
+    assert load_scenario("quickstart").latency == RooflineLatency()
+    lat = load_scenario("quickstart", ["latency.step_overhead_s=0.01"]).latency
+    assert lat == RooflineLatency(step_overhead_s=0.01)
+    assert (lat.kind, lat.step_overhead_s, lat.kv_dequant_factor) == ("roofline", 0.01, 0.25)
+
+
+@pytest.mark.parametrize("sets,expected", [
+    (["latency.kind=constant"], ConstantLatency(kind="constant")),
+    (["latency.kind=constant", "latency.step_s=0.03"],
+     ConstantLatency(kind="constant", step_s=0.03)),
+    (["latency.step_s=0.03", "latency.kind=constant"],
+     ConstantLatency(kind="constant", step_s=0.03)),
+    (["latency={kind: constant, step_s: 0.05}"], ConstantLatency(kind="constant", step_s=0.05)),
+    # README "Calibrating against your own card"
+    (["latency.kind=calibrated", "latency.path=calibration/x.json"],
+     CalibratedLatency(kind="calibrated", path="calibration/x.json")),
+])
+def test_latency_kind_still_switches(sets, expected):
+    assert load_scenario("quickstart", sets).latency == expected
+
+
+def test_a_key_merges_into_the_section_the_file_has(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("gpu: rtx-4090\nmodel: llama-3.1-8b\nworkload: family-4\n"
+                 "latency: {kind: constant, step_s: 0.05, decode_token_s: 0.001}\n",
+                 encoding="utf-8")
+    lat = load_scenario(p, ["latency.prefill_token_s=0.0001"]).latency
+    assert lat == ConstantLatency(kind="constant", step_s=0.05, decode_token_s=0.001,
+                                  prefill_token_s=0.0001)
+
+
+def test_a_key_the_kind_lacks_is_still_an_error():
+    with pytest.raises(InputError) as exc:
+        load_scenario("quickstart", ["latency.step_s=0.03"])  # constant's key, not roofline's
+    assert exc.value.one_line() == ("latency.roofline.step_s: 0.03 — Extra inputs are not "
+                                    "permitted")
+
+
+def test_simulate_with_one_latency_key(kvsim_cli, tmp_path):
+    out = tmp_path / "o"
+    code, err, _ = kvsim_cli("simulate", "quickstart", "--set", "latency.step_overhead_s=0.01",
+                             "--set", "workload.days=0.02", "--no-report", "-o", out)
+    assert (code, err) == (0, "")
+    saved = json.loads((out / "scenario.json").read_text(encoding="utf-8"))
+    assert saved["scenario"]["latency"] == {"kind": "roofline", "step_overhead_s": 0.01,
+                                "kv_dequant_factor": 0.25}
