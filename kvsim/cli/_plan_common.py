@@ -85,7 +85,7 @@ def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Calla
 HEADERS = {"kv_dtype": "kv", "context_tokens": "context", "best_context_tokens": "context",
            "best_parallel": "parallel", "best_kv_dtype": "kv", "peak_device_fraction": "peak dev",
            "ttft_p95_s": "TTFT p95 s", "itl_p95_s": "ITL p95 s", "oom_risk": "OOM risk",
-           "memory_gib": "GiB", "price_usd": "USD", "usd_per_session": "USD/session",
+           "memory_gib": "GiB", "usable_gib": "device GiB", "price_usd": "USD", "usd_per_session": "USD/session",
            "max_parallel": "max par", "evaluated": "how"}
 MIN_PIPE_WIDTH = 160  # NOTE: piped output (not a terminal) would otherwise wrap at 80
 

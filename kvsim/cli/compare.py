@@ -31,7 +31,7 @@ OUT_HELP = ("write results here. --gpus: compare.csv, compare.parquet, plan.parq
             "card's points) and report.html; MEASURED PREDICTED: errors.csv and report.html. "
             "No recommendation.json in either mode")
 
-GPU_COLUMNS = ["gpu", "memory_gib", "feasible", "best_context_tokens", "best_parallel",
+GPU_COLUMNS = ["gpu", "usable_gib", "feasible", "best_context_tokens", "best_parallel",
                "kv_dtype", "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
                "max_parallel", "price_usd", "usd_per_session"]
 
@@ -84,7 +84,9 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
     click.echo(f"note: {p95_note(opts['replications'])}")
     click.echo("note: max par = the largest parallel of any feasible point, each session "
                "guaranteed its full context (on vllm/sglang the KV pool holds that many "
-               "max_model_len requests); USD/session = price / max par")
+               "max_model_len requests); USD/session = price / max par; device GiB = "
+               "what an engine may allocate, fit's 'device memory' (on unified memory the "
+               "GPU's default share of RAM; compare.csv memory_gib: the whole memory)")
     for _, row in res.table.iterrows():
         if row["feasible"]:
             click.echo(f"{row['gpu']}: {row['flags']}")

@@ -29,6 +29,7 @@ from kvsim.config.scenario import Scenario, load_scenario
 from kvsim.config.units import parse_count
 from kvsim.errors import InputError
 from kvsim.plan.executor import make_executor
+from kvsim.plan.flags import check_contexts
 from kvsim.plan.parallel import PARALLEL_HELP
 from kvsim.plan.replicate import simulate_run
 from kvsim.plan.search import PlanGrid, PlanResult, search
@@ -74,6 +75,7 @@ def build_grid(s: Scenario, contexts: str | None, parallel: str | None, kv: str 
                policies: tuple[str, ...]) -> PlanGrid:
     ctx = parse_list(contexts, "--contexts", "8Ki,16Ki,32Ki") or tuple(
         c for c in DEFAULT_CONTEXTS if c <= s.model.max_context_tokens)
+    check_contexts(ctx, s.model)
     par = parse_list(parallel, "--parallel", "1,2,4") or DEFAULT_PARALLEL
     kvs: tuple[str | None, ...] = (None,)
     if kv is not None:
@@ -94,7 +96,8 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
     for opt in reversed([
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="override a scenario key (repeatable)"),
-        click.option("--contexts", default=None, help="per-session contexts in tokens, e.g. 8192,16384 or 8Ki,16Ki"),
+        click.option("--contexts", default=None, help="per-session contexts in tokens, e.g. 8192,16384 or 8Ki,16Ki, "
+                     "each at most the model's maximum (default: 4Ki to 128Ki, up to it)"),
         click.option("--parallel", default=None, help="parallel values, e.g. 1,2,4: "
                      + PARALLEL_HELP),
         click.option("--kv", default=None, help="KV cache types to try, e.g. f16,q8_0,q4_0"),

@@ -205,6 +205,17 @@ def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
                      "lower context_tokens or parallel, or give a larger host")
 
 
+def weights_beyond_ram(b: MemoryBudget, host: HostSpec) -> int:
+    """Bytes of the weights left on the CPU that the host's RAM cannot keep resident
+    beside the KV on the CPU (on a unified-memory machine, beside the GPU's whole layout
+    too, as :func:`check_host_memory` counts it); 0 when they fit.  llama.cpp
+    memory-maps them, so the rest is read from disk as each token needs it, while
+    kvsim's latency model reads them at the host's RAM bandwidth (the host profiles
+    carry no disk figure): the predicted speed is then too fast."""
+    beside = b.kv_cpu_bytes + (b.total_bytes if host.unified_with_gpu else 0)
+    return max(0, b.weights_cpu_bytes + beside - host.memory_bytes)
+
+
 def engine_with(engine: EngineConfig, **update: Any) -> EngineConfig | None:
     """``engine`` with ``update``d knobs, or None where that combination is invalid
     (a point that simply does not exist)."""
@@ -254,7 +265,10 @@ def share_within(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     room = limit * b.device_bytes
     if b.total_bytes <= room:
         return engine.gpu_memory_utilization
-    outside = b.total_bytes - b.extra["share_bytes"]
+    # NOTE: the pool is whole blocks, so the KV reserved falls short of the pool's bytes
+    # by less than one block; what lies outside the share is the rest of the total
+    outside = (b.total_bytes - b.kv_reserved_bytes + b.extra["kv_pool_bytes"]
+               - b.extra["share_bytes"])
     util = math.floor((room - outside) / gpu.usable_memory_bytes * 1000) / 1000
     return util if util > 0 else None
 
@@ -275,15 +289,19 @@ def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineC
                    step_tokens: int = 256, **reserves: int) -> int:
     """Largest context (the engine's own meaning, a multiple of ``step_tokens``) that
     stays :func:`acceptable` at this parallelism; 0 if none does.  A paged engine's
-    memory fraction is first lowered to the line (:func:`share_within`)."""
+    memory fraction is first lowered to the line (:func:`share_within`).
+
+    Searched up to what the engine can use: llama.cpp ``-c`` is the total of all slots
+    (split into streams, or one ``-kvu`` pool) and llama-server caps each slot at the
+    training context, so ``parallel`` × the model's maximum; Ollama ``num_ctx`` and
+    vLLM/SGLang ``max_model_len`` are per sequence, at most the model's maximum."""
     p = _parallel_of(engine, parallel)
     at = _at_limit(gpu, model, weights, engine, limit, reserves)
     if at is None:
         return 0
     engine = at
     per_seq_cap = model.max_context_tokens
-    scale = p if (isinstance(engine, SlotEngineConfig) and engine.preset == "llama.cpp"
-                  and engine.allocator == "slots") else 1
+    scale = p if isinstance(engine, SlotEngineConfig) and engine.preset == "llama.cpp" else 1
 
     def ok(k: int) -> bool:
         cfg = engine_with(engine, context_tokens=k * step_tokens)

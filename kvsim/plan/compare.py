@@ -5,6 +5,10 @@
 default PCIe link) swapped, and one row summarises the answer: the recommended
 configuration, its p95s, memory headroom, OOM risk with its Wilson interval, the
 launch price from the profile and the price per feasible concurrent session.
+``memory_gib`` is the card's whole memory (a unified-memory machine's RAM),
+``usable_gib`` what an engine may allocate of it (``GpuSpec.usable_memory_bytes``:
+the default GPU limit on Apple / Strix Halo) — ``fit``'s "device memory", what the
+peak device fraction and the headroom are fractions of.
 
 NOTE: "feasible concurrent sessions" is the largest ``parallel`` of any feasible
 point of the grid (at any context on the grid), so a card is credited with the
@@ -30,7 +34,7 @@ from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import Constraints
 
 COMPARE_COLUMNS = (
-    "gpu", "display_name", "memory_gib", "feasible", "best_context_tokens", "best_parallel",
+    "gpu", "display_name", "memory_gib", "usable_gib", "feasible", "best_context_tokens", "best_parallel",
     "kv_dtype", "flags", "ttft_p95_s", "itl_p95_s", "peak_device_fraction",
     "headroom_fraction", "headroom_bytes", "oom_risk", "oom_risk_low", "oom_risk_high",
     "max_parallel", "price_usd", "usd_per_session", "points_feasible", "points_tried")
@@ -101,7 +105,8 @@ def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
     peak = float(rec.get("peak_device_fraction", float("nan")))
     return {
         "gpu": s.gpu.name, "display_name": s.gpu.display_name,
-        "memory_gib": s.gpu.memory_bytes / 2**30, "feasible": bool(rec),
+        "memory_gib": s.gpu.memory_bytes / 2**30,
+        "usable_gib": s.gpu.usable_memory_bytes / 2**30, "feasible": bool(rec),
         "best_context_tokens": int(rec.get("context_tokens", 0)),
         "best_parallel": int(rec.get("parallel", 0)), "kv_dtype": rec.get("kv_dtype", ""),
         "flags": rec.get("flags", ""),

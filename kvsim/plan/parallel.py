@@ -157,6 +157,20 @@ def session_words(b: MemoryBudget, per_session: int) -> str:
     return f"context {per_session}"
 
 
+def largest_context_words(b: MemoryBudget, max_context: int,
+                          most_tokens: int | None = None) -> str:
+    """The largest context a search found (``max_context``, the engine's own meaning,
+    :func:`kvsim.model.budget.max_context_at`), per session as plan means it: llama.cpp
+    ``-c`` is all ``b.parallel`` slots' total, so a session's share is ``-c / parallel``
+    (each slot capped at ``most_tokens``, the model's maximum, said when reached)."""
+    per = max_context // b.parallel if b.engine == "llama.cpp" else max_context
+    capped = " (the model's maximum)" if most_tokens and per >= most_tokens else ""
+    if b.engine == "llama.cpp":
+        return f"-c {max_context:,} = {per:,} per session x {b.parallel}{capped}"
+    name = "num_ctx" if b.engine == "ollama" else "max_model_len"
+    return f"{name} {max_context:,} per session{capped}"
+
+
 def describe_allocator(b: MemoryBudget, max_num_seqs: int | None = None) -> str:
     """One line: the allocator a layout assumed, and what one session may hold."""
     p, slot, pool = b.parallel, b.slot_tokens, b.kv_pool_tokens
