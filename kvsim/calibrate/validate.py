@@ -20,6 +20,9 @@ per metric with the measured value, the predicted value, the error
 
 :func:`compare_requests` gives the per-request join behind the two ``*_match`` rows.
 
+Only requests that ended count (:func:`ended`): a prediction cut short keeps its
+unfinished requests as rows, which its summary's percentiles leave out too.
+
 NOTE: both sides are read from their tables, not their summaries, so a result saved
 by an older kvsim with a different summary still compares the same way; only the
 calibrated spreads a prediction was made with (``itl_spread``, ``ttft_spread``) are
@@ -42,7 +45,7 @@ TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_to
 
 
 def _metrics(r: Results) -> dict[str, float]:
-    req = r.requests
+    req = ended(r.requests)
     # NOTE: a failed request's e2e_s is NaN (both sides); the prediction's calibrated
     # prefill spread, when it had one, widens its TTFTs as in its summary
     ttft = with_spread(req["ttft_s"], r.summary.get("ttft_spread") or ())
@@ -60,6 +63,15 @@ def _metrics(r: Results) -> dict[str, float]:
         out[col] = float(read_prompt_tokens(req).sum() if col == "prompt_tokens"
                          else req[col].sum())
     return out
+
+
+def ended(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests that finished or failed: a run cut short (``sim.max_sim_time_s``, a
+    request cap) keeps its unfinished ones as ``status`` rows, which no percentile or
+    total compares, as in its summary."""
+    if "status" not in requests.columns:
+        return requests
+    return requests[requests["status"] != "unfinished"]
 
 
 def read_prompt_tokens(requests: pd.DataFrame) -> pd.Series:
@@ -90,7 +102,8 @@ def check_pair(measured: Results, predicted: Results) -> list[str]:
     """Notes on a pair that is not one workload measured and predicted: their
     ``request_id`` sets differ (the percentiles and totals then compare two workloads,
     and the ``*_match`` rows cover only the requests in both), MEASURED is not a
-    ``kvsim replay`` result, PREDICTED not a ``kvsim simulate`` one."""
+    ``kvsim replay`` result, PREDICTED not a ``kvsim simulate`` one, or either side
+    stopped before every request ended (a replay whose server died, a cut-short run)."""
     m_ids = set(measured.requests["request_id"].astype(str))
     p_ids = set(predicted.requests["request_id"].astype(str))
     notes = []
@@ -104,6 +117,12 @@ def check_pair(measured: Results, predicted: Results) -> list[str]:
                      "errors below are between two predictions")
     if predicted.source != "simulated":
         notes.append(f"PREDICTED is a {predicted.source} result, not a kvsim simulate")
+    for side, r in (("MEASURED", measured), ("PREDICTED", predicted)):
+        n = int(r.summary.get("unfinished_requests") or 0)
+        if n:
+            why = r.summary.get("stopped_reason") or "it was cut short"
+            notes.append(f"{side} stopped early ({why}) with {n} unfinished requests: only "
+                         "the requests that ended are compared")
     return notes
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import click
 
 from kvsim.cli._output import check_output, output_errors
@@ -20,11 +23,44 @@ def _fmt(key: str, value: object) -> str:
     return str(value)
 
 
-SHOWN = ("requests", "failed_requests", "truncated_requests", "new_chats", "abandoned_turns",
+SHOWN = ("requests", "unfinished_requests", "failed_requests", "truncated_requests",
+         "new_chats", "abandoned_turns",
          "preemptions", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
          "itl_p50_s", "itl_p95_s", "itl_p99_s", "e2e_p95_s", "tokens_per_s", "prefix_hit_rate",
          "peak_kv_reserved_bytes", "peak_kv_allocated_bytes", "peak_device_bytes",
          "peak_device_fraction", "sim_time_s")
+
+
+# --set keys that leave a scenario's own description true (with their sub-keys)
+UNDESCRIBED = ("name", "description", "seed", "sim.sample_interval_s", "sim.fidelity",
+               "sim.max_rss_bytes", "accuracy", "latency")
+
+
+def described(sc: Any, sets: Sequence[str]) -> Any:
+    """``sc`` with a description of what it now runs when ``--set`` changed what its
+    own description was written for (the workload, the card, the engine, …); a
+    ``--set description=…`` of the user's wins."""
+    keys = [item.partition("=")[0].strip() for item in sets]
+    if not any(not k.startswith(UNDESCRIBED) for k in keys) or "description" in keys:
+        return sc
+    from kvsim.report.card import describe
+
+    text = f"{describe(sc.model_dump(mode='json'))} (scenario {sc.name} with --set " \
+        f"{', '.join(sets)})"
+    return sc.model_copy(update={"description": text})
+
+
+def stop_note(summary: dict[str, Any], when: bool = True) -> str:
+    """What a run cut short left unfinished (``""`` when nothing); ``when``: say when
+    it stopped."""
+    n = int(summary.get("unfinished_requests") or 0)
+    if not n:
+        return ""
+    total = int(summary.get("requests") or 0)
+    at = f"at the stop ({summary.get('sim_time_s', float('nan')):.1f} s)" if when else "then"
+    return (f"{n:,} of {total:,} requests were still running or waiting {at}, kept with "
+            f"status 'unfinished' in requests.parquet; latency percentiles cover the "
+            f"{total - n:,} that ended only")
 
 
 @click.command()
@@ -52,7 +88,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     from kvsim.config.scenario import load_scenario
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
-    sc = load_scenario(scenario, overrides)
+    sc = described(load_scenario(scenario, overrides), sets)
     check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
     console = Console(stderr=True)
@@ -87,6 +123,13 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
             html = write_report(path / "report.html", [res], kind="simulate")
         click.echo(f"report: {html}")
     if stop is not None:
+        note = stop_note(res.summary, when=False)
         raise InputError(stop.field, stop.value,
                          f"{stop.allowed}; the run stopped at {res.summary['stopped_at_s']:.1f} s "
-                         f"and its results so far are in {path}")
+                         f"and its results so far are in {path}" + (f"; {note}" if note else ""))
+    if note := stop_note(res.summary):
+        click.echo(f"warning: {note}", err=True)
+    from kvsim.api import residency_note
+
+    if note := residency_note(res.summary, res.scenario):
+        click.echo(f"warning: {note}", err=True)

@@ -36,6 +36,17 @@ pending event is read off the SimPy heap in O(1) (``next_event_s``).
 
 NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step
 end always records the state *before* that instant's changes, in both fidelities.
+
+A run cut short keeps every request it received: those still running or waiting at
+the stop are recorded as ``unfinished`` rows (:meth:`Recorder.request_done`) with
+their progress so far.  The clock (``max_sim_time_s``) stops at once: no stretch
+jumps past it, so a step in flight then is not counted in either fidelity.  A bound
+hit while the driver runs a step (the request cap or the memory limit, checked as
+requests arrive) lets that step end first, then stops: a folded stretch has already
+applied the step an arrival falls into, and the per-step reference counts it too.
+Requests that arrive after such a stop are not taken; the last memory sample is the
+one taken when the bound was hit (a folded stretch's state after its last step may
+already hold the next step's blocks).
 """
 
 from __future__ import annotations
@@ -91,6 +102,9 @@ class Engine:
         self._abort = self.env.event()
         self._error: InputError | None = None
         self.stopped: RunStopped | None = None  # the run ended early, results kept
+        self._stopping: RunStopped | None = None  # a bound was hit; stop after the step
+        self._in_step = False  # the driver waits for the end of a step (or stretch)
+        self._live: dict[str, Request] = {}  # received, not yet recorded (submission order)
         self.requests_done = 0
         self.requests_submitted = 0
         self._tick: simpy.Event | None = None
@@ -113,10 +127,19 @@ class Engine:
         """
         try:
             yield from gen
+        except RunStopped as exc:  # NOTE: a bound, not a failure (module doc)
+            if self._stopping is None:
+                self._stopping = exc
+                self.recorder.sample(self.env.now, self._memory())  # the run's last sample
+            if not self._in_step:
+                self._stop_now()
         except InputError as exc:
             self._error = exc
-            if not self._abort.triggered:
-                self._abort.succeed()
+            self._stop_now()
+
+    def _stop_now(self) -> None:
+        if not self._abort.triggered:
+            self._abort.succeed()
 
     def _feeder(self, sessions: Iterator[Session]):
         for s in sessions:
@@ -167,15 +190,19 @@ class Engine:
         self.recorder.drain(self.scheduler.events)
 
     def _submit(self, req: Request, follow_s: float = 0.0) -> simpy.Event:
-        self.requests_submitted += 1
-        self.recorder.check_capacity(self.requests_submitted)
         done = self.env.event()
+        if self._stopping is not None:
+            return done  # NOTE: stopping after the step in flight: nothing new enters
+        self.requests_submitted += 1
+        self.recorder.check_capacity(self.requests_submitted)  # over the cap: no row
         self._done_events[req.request_id] = done
         self._follow[req.request_id] = follow_s
+        self._live[req.request_id] = req
         if not self.scheduler.add_request(req, self.env.now):
             self._finish(req)
         self.recorder.drain(self.scheduler.events)
         self._poke()
+        self.recorder.check_requests_rss(self.requests_submitted)  # it has its row
         return done
 
     def _poke(self) -> None:
@@ -190,6 +217,7 @@ class Engine:
         self.recorder.request_done(req)
         self.requests_done += 1
         self._follow.pop(req.request_id, None)
+        del self._live[req.request_id]
         return self._done_events.pop(req.request_id)
 
     def _finish_in_stretch(self, finished: list[tuple[float, Request]], end_s: float
@@ -224,6 +252,8 @@ class Engine:
                 plan = sched.schedule(self.env.now)
                 continue
             ran = yield from self._execute(plan)
+            if self._stopping is not None:
+                break  # NOTE: a bound hit during that step (module doc)
             if ran is None:  # a stretch ended with a schedule that had nothing to run
                 plan = None
                 continue
@@ -244,18 +274,22 @@ class Engine:
                 plan, end_s, folded = jumped
                 self._sample_stretch(ff.stretch, min(end_s, math.nextafter(quiet_s, 0.0)))
                 at_end = self._finish_in_stretch(ff.finished, end_s)
+                self._in_step = True
                 yield schedule_at(self.env, self.env.event(), NORMAL, end_s)
+                self._in_step = False
                 ff.stretch = None
                 for ev in at_end:
                     ev.succeed()
-                if ff.idle_after:
+                if ff.idle_after or self._stopping is not None:
                     return None
                 if folded:
                     return plan
         start = self.env.now
         dt = self.latency.step_time_s(plan.batch) + plan.extra_s
         if dt > 0:
+            self._in_step = True
             yield self.env.timeout(dt)
+            self._in_step = False
         done = self.scheduler.complete(plan, self.env.now, dt)
         b = plan.batch
         self.recorder.step(start, self.env.now, sum(b.prefill_tokens), len(b.decode_context),
@@ -331,8 +365,9 @@ class Engine:
     def run(self, sessions: Iterable[Session]) -> float:
         """Simulate every session to completion (or ``max_sim_time_s``); return the end time.
 
-        A run that reaches the request cap ends at that instant: :attr:`stopped` holds
-        the reason and the records hold everything that finished before it.
+        A run that reaches the request cap or the memory limit ends there (after the
+        step in flight): :attr:`stopped` holds the reason.  The records hold every
+        request received, those still running or waiting as ``unfinished`` rows.
         """
         self.env.process(self._guarded(self._feeder(iter(sessions))))
         driver = self.env.process(self._guarded(self._driver()))
@@ -341,12 +376,15 @@ class Engine:
         if self.max_sim_time_s is not None:
             stops.append(self.env.timeout(self.max_sim_time_s))
         self.env.run(until=self.env.any_of(stops))
-        if isinstance(self._error, RunStopped):
-            self.stopped = self._error  # NOTE: a bound, not a failure: keep what ran
-        elif self._error is not None:
+        if self._error is not None:
             raise self._error
+        self.stopped = self._stopping  # NOTE: a bound, not a failure: keep what ran
         self._finished = True
-        self.recorder.sample(self.env.now, self.scheduler.memory())
+        for req in self._live.values():
+            self.recorder.request_done(req)  # NOTE: not done: an unfinished row
+        self._live.clear()
+        if self.stopped is None:  # NOTE: else sampled when the bound was hit (module doc)
+            self.recorder.sample(self.env.now, self.scheduler.memory())
         if self.progress is not None:
             self.progress(self.env.now, self.requests_done)
         return self.env.now

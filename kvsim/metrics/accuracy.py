@@ -127,26 +127,35 @@ class ScoredEvent:
     m: float
 
 
-def recall_summary(events: list[ScoredEvent]) -> dict[str, float]:
-    """Summary keys: over all events and per session (mean, worst, share below 0.5)."""
-    if not events:  # NOTE: vacuous (nothing referred back, nothing lost); see reference_events
-        return {"reference_events": 0, "recall_mean": 1.0, "recall_worst": 1.0,
-                "recall_share_below_0_5": 0.0, "recall_session_mean_worst": 1.0,
-                "recall_latency_added_s": 0.0}
+RECALL_SCORES = ("recall_mean", "recall_worst", "recall_share_below_0_5",
+                 "recall_session_mean_worst")  # None (JSON null) when nothing was scored
+
+
+def recall_summary(events: list[ScoredEvent]) -> dict[str, float | None]:
+    """Summary keys: over all events and per session (mean, worst, share below 0.5),
+    and the number of events of each outcome.
+
+    NOTE: without reference events (an imported trace has none) nothing was measured:
+    the scores are ``None`` — JSON null, "n/a" in the report — not a perfect 1.0;
+    the counts stay, at 0.
+    """
+    out: dict[str, float | None] = {"reference_events": len(events)}
+    for label in (INTACT, DEGRADED, RECOVERED, LOST, COLLAPSE):
+        out[f"recall_{label.lower()}_events"] = sum(1 for e in events if e.outcome.label == label)
+    if not events:
+        out.update(dict.fromkeys(RECALL_SCORES), recall_latency_added_s=0.0)
+        return out
     ms = [e.m for e in events]
     per: dict[str, list[float]] = {}
     for e in events:
         per.setdefault(e.session_id, []).append(e.m)
-    out: dict[str, float] = {
-        "reference_events": len(events),
+    out.update({
         "recall_mean": sum(ms) / len(ms),
         "recall_worst": min(ms),
         "recall_share_below_0_5": sum(1 for m in ms if m < 0.5) / len(ms),
         "recall_session_mean_worst": min(sum(v) / len(v) for v in per.values()),
         "recall_latency_added_s": sum(e.outcome.added_s for e in events),
-    }
-    for label in (INTACT, DEGRADED, RECOVERED, LOST, COLLAPSE):
-        out[f"recall_{label.lower()}_events"] = sum(1 for e in events if e.outcome.label == label)
+    })
     return out
 
 

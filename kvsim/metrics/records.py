@@ -22,8 +22,11 @@ exact with respect to their expansion (:mod:`kvsim.metrics.gaps`).
 
 The requests table is one row per request and cannot be spilled: a run that would
 exceed :data:`MAX_REQUESTS` stops there (``check_capacity`` raises
-:class:`~kvsim.errors.RunStopped`; the engine ends the run at that instant and the
-results so far are kept).  Measured peak memory per request of a whole ``kvsim
+:class:`~kvsim.errors.RunStopped`; the engine ends the run and the results so far are
+kept).  Every request the engine received has a row: a run cut short (the clock's
+``max_sim_time_s``, the cap, the memory limit) records the requests still running or
+waiting at the stop as ``unfinished`` (``status`` column, :data:`STATUSES`), with
+their progress so far (a TTFT when a first token came; no finish, no E2E).  Measured peak memory per request of a whole ``kvsim
 simulate`` (rows, steps, events and policy state while it runs, then the tables, the
 Parquet files and the report built from them): ≈ 3.7 KB for the short one-turn
 requests of ``benchmarks/request_cap.py`` (374 MB at the cap), ≈ 5.6 KB for a
@@ -66,6 +69,12 @@ REQUEST_COLUMNS = (
 # engine looked the rest up in its cache (cached_tokens) and computed the remainder.
 # truncated: the engine cut the context (that, a context shift or a stop at the end)
 OPTIONAL_REQUEST_COLUMNS = {"truncated_prompt_tokens": 0}  # absent from older folders
+# NOTE: ``status`` (one of STATUSES) is a column of the requests *table*, not of these
+# rows (kvsim.metrics.results adds it; measured results and older folders derive it
+# from ``failed``): finished, failed (by the engine), or unfinished at the run's stop
+STATUS = "status"
+FINISHED, FAILED, UNFINISHED = "finished", "failed", "unfinished"
+STATUSES = (FINISHED, FAILED, UNFINISHED)
 ITL_COLUMNS = ("request_id", "gap_s", "count")  # required (measured results have only these)
 ITL_DELTA = "gap_delta_s"  # affine runs; absent or 0 = run-length rows
 ITL_TABLE_COLUMNS = (*ITL_COLUMNS, ITL_DELTA)
@@ -109,6 +118,7 @@ class Recorder:
     """Collects request, ITL, step, memory-sample and event rows during one run."""
 
     request_rows: list[tuple[Any, ...]] = field(default_factory=list)  # without ITL stats
+    status: bytearray = field(default_factory=bytearray)  # per row: its index in STATUSES
     itl_row: array = field(default_factory=lambda: array("i"))  # per itl id: its request row
     final_rows: int = 0  # leading request rows that carry their ITL statistics
     itl_ids: list[str] = field(default_factory=list)  # one per request with gaps
@@ -121,7 +131,7 @@ class Recorder:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     output_tokens: int = 0
     max_requests: int = MAX_REQUESTS
-    max_rss_bytes: int | None = None  # process memory that stops the run (check_capacity)
+    max_rss_bytes: int | None = None  # process memory that stops the run (_check_rss)
     _next_sample_check: int = RSS_CHECK_SAMPLES
 
     @property
@@ -165,13 +175,22 @@ class Recorder:
                 "count": np.array(self.itl_count, dtype=np.int64),
                 ITL_DELTA: np.array(self.itl_delta_s, dtype=np.float64)}
 
+    @property
+    def statuses(self) -> list[str]:
+        """The ``status`` of each request row (:data:`STATUSES`)."""
+        return [STATUSES[c] for c in self.status]
+
     def check_capacity(self, submitted: int) -> None:
-        """Stop a run whose per-request rows would exceed the memory bound, or whose
-        process has grown past ``max_rss_bytes`` (read every :data:`RSS_CHECK_REQUESTS`
-        requests: a long queue of big prompts grows faster than the rows)."""
+        """Stop a run whose per-request rows would exceed the memory bound (called before
+        the ``submitted``-th request enters: it gets no row)."""
         if submitted > self.max_requests:
             raise RunStopped("workload", f"more than {self.max_requests:,} requests",
                              capacity_hint(self.max_requests))
+
+    def check_requests_rss(self, submitted: int) -> None:
+        """Stop a run whose process has grown past ``max_rss_bytes`` (read every
+        :data:`RSS_CHECK_REQUESTS` requests, after the ``submitted``-th entered: a long
+        queue of big prompts grows faster than the rows)."""
         if self.max_rss_bytes is None or submitted % RSS_CHECK_REQUESTS:
             return
         self._check_rss(f"{submitted:,} requests")
@@ -196,6 +215,8 @@ class Recorder:
                 "sim.max_rss_bytes")
 
     def request_done(self, req: Any) -> None:
+        """Record a request row: finished or failed, or (``req.done`` false) one still
+        running or waiting when the run stopped — ``unfinished``, its progress so far."""
         nan = math.nan
         arr = req.arrival_s
         first = req.first_scheduled_s
@@ -209,6 +230,7 @@ class Recorder:
             fin - arr if not failed else nan, req.sent_prompt_tokens, req.cached_tokens,
             req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
             failed, req.failure_reason, req.truncated, req.truncated_prompt_tokens))
+        self.status.append(1 if failed else 0 if req.done else 2)  # index in STATUSES
         self.output_tokens += req.num_output
         if runs:
             k = len(self.itl_ids)

@@ -5,6 +5,11 @@ Layout (``notes/results.md``, the shared contract): ``requests``, ``itl``,
 ``scenario.json`` (resolved scenario + hash) and ``meta.json`` (format version,
 tables, source).
 
+``requests`` carries a ``status`` column (finished, failed, or unfinished at the
+run's stop: :data:`kvsim.metrics.records.STATUSES`); a folder written before it
+existed, and a measured replay, get it from ``failed`` (no run of theirs was cut
+short with requests kept).
+
 ``references`` holds one row per scored reference event of the accuracy proxy
 (DESIGN §3.6; :mod:`kvsim.metrics.accuracy`): ``time_s, session_id, request_id,
 content, outcome, bits, added_s, score``.  A folder written before the table existed
@@ -38,9 +43,11 @@ from kvsim.metrics.records import (
     MEMORY_COLUMNS,
     OPTIONAL_REQUEST_COLUMNS,
     REQUEST_COLUMNS,
+    STATUS,
     STEP_COLUMNS,
     Recorder,
 )
+from kvsim.metrics.summary import request_status
 
 FORMAT_VERSION = 1
 TABLES = ("requests", "itl", "steps", "memory", "events")  # required in every folder
@@ -73,7 +80,18 @@ def dump_json(obj: Any) -> str:
 def tables_from(rec: Recorder) -> dict[str, pd.DataFrame]:
     rows = {"requests": rec.requests, "itl": rec.itl, "steps": rec.steps,
             "memory": rec.memory, "events": rec.events}
-    return {name: pd.DataFrame(rows[name], columns=list(COLUMNS[name])) for name in TABLES}
+    tables = {name: pd.DataFrame(rows[name], columns=list(COLUMNS[name])) for name in TABLES}
+    tables["requests"][STATUS] = rec.statuses
+    return tables
+
+
+def with_status(requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` with its ``status`` column: as recorded, or (older folders, measured
+    replays) ``failed`` / ``finished`` from the ``failed`` column."""
+    if STATUS in requests.columns:
+        return requests
+    return requests.assign(**{STATUS: pd.Series(request_status(requests).tolist(),
+                                                index=requests.index)})
 
 
 def references_frame(scored: Iterable[Any]) -> pd.DataFrame:
@@ -130,6 +148,7 @@ class Results:
     path: str = field(default="", compare=False)  # the folder it was loaded from, if any
 
     def __post_init__(self) -> None:
+        self.requests = with_status(self.requests)
         if self.references is None:
             self.references = references_from_events(self.events, self.requests)
 

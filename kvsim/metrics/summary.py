@@ -7,6 +7,13 @@ one that actually occurred.  Inter-token gaps come as affine runs (``itl`` table
 :mod:`kvsim.metrics.records`); their percentiles are exact over the expanded gaps
 (:mod:`kvsim.metrics.gaps`) without expanding them; with a calibrated step-time
 spread they are those of the gaps times that spread (:mod:`kvsim.metrics.spread`).
+
+A run cut short keeps the requests still running or waiting at its stop as rows with
+status ``unfinished`` (:mod:`kvsim.metrics.records`): they count in ``requests``,
+``unfinished_requests`` and every token and preemption total (what the engine did up
+to the stop), but not in the latency percentiles, which cover the requests that
+ended (finished or failed): an unfinished request has no E2E, and its TTFT or gaps
+so far would mix a partial sample into the distribution.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics import gaps, spread
-from kvsim.metrics.records import ITL_DELTA
+from kvsim.metrics.records import FAILED, FINISHED, ITL_DELTA, STATUS, UNFINISHED
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 
@@ -45,12 +52,51 @@ def itl_quantile(itl: pd.DataFrame, q: float) -> float:
     return gaps.quantile(*itl_runs(itl), q)
 
 
+def request_status(requests: pd.DataFrame) -> np.ndarray:
+    """Each row's ``status``: the column, or (older folders, measured replays, which
+    kept no unfinished rows) ``failed`` / ``finished`` from the ``failed`` column."""
+    if STATUS in requests.columns:
+        return requests[STATUS].to_numpy(dtype=object)
+    failed = requests["failed"].fillna(False).to_numpy(dtype=bool) \
+        if "failed" in requests.columns else np.zeros(len(requests), dtype=bool)
+    return np.where(failed, FAILED, FINISHED).astype(object)
+
+
+def unfinished_mask(requests: pd.DataFrame) -> np.ndarray:
+    """True for the rows of requests still running or waiting when the run stopped."""
+    return request_status(requests) == UNFINISHED
+
+
+def ended(requests: pd.DataFrame, itl: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of ``requests`` and ``itl`` of the requests that ended (finished or
+    failed), over which latency percentiles are taken (module doc)."""
+    cut = unfinished_mask(requests)
+    if not cut.any():
+        return requests, itl
+    out = requests[cut]["request_id"]
+    return requests[~cut], itl[~itl["request_id"].isin(out)]
+
+
+def looked_up(requests: pd.DataFrame) -> np.ndarray:
+    """True for the requests whose prompt the engine looked up in its prefix cache:
+    every request it scheduled.  One it never scheduled — rejected at entry (a prompt
+    over its context: "maximum context length exceeded") or still waiting when the
+    run stopped — had no lookup, as in vLLM's prefix-cache queries (engines.md §1.8).
+    NOTE: a measured replay has no scheduling times: its finished requests count."""
+    if "first_scheduled_s" not in requests.columns:
+        return np.ones(len(requests), dtype=bool)
+    scheduled = requests["first_scheduled_s"].notna().to_numpy(dtype=bool)
+    return scheduled | (request_status(requests) == FINISHED)
+
+
 def prefix_hit_rate(requests: pd.DataFrame) -> float:
     """Prompt tokens served from the prefix cache over the prompt tokens the engine
-    looked up — the prompts as sent less what it truncated away (vLLM's
-    prefix_cache_hits / prefix_cache_queries, engines.md §1)."""
-    looked_up = int(requests["prompt_tokens"].sum() - requests["truncated_prompt_tokens"].sum())
-    return int(requests["cached_tokens"].sum()) / looked_up if looked_up > 0 else 0.0
+    looked up — the prompts of the requests it scheduled (:func:`looked_up`), as sent
+    less what it truncated away (vLLM's prefix_cache_hits / prefix_cache_queries,
+    engines.md §1.8)."""
+    req = requests[looked_up(requests)]
+    read = int(req["prompt_tokens"].sum() - req["truncated_prompt_tokens"].sum())
+    return int(req["cached_tokens"].sum()) / read if read > 0 else 0.0
 
 
 def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
@@ -63,13 +109,15 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     ``decode_spread`` / ``prefill_spread``: calibrated spreads that the inter-token
     percentiles and mean / the TTFT percentiles carry (:mod:`kvsim.metrics.spread`);
     recorded as ``itl_spread`` / ``ttft_spread`` (only when there is one).
+    Percentiles cover the requests that ended; totals every request (module doc).
     """
     out: dict[str, Any] = {}
-    out.update(percentiles("ttft", pd.Series(spread.with_spread(requests["ttft_s"],
+    done, done_itl = ended(requests, itl)
+    out.update(percentiles("ttft", pd.Series(spread.with_spread(done["ttft_s"],
                                                           prefill_spread))))
-    out.update(percentiles("queue", requests["queue_s"]))
-    out.update(percentiles("e2e", requests["e2e_s"]))
-    runs = itl_runs(itl)
+    out.update(percentiles("queue", done["queue_s"]))
+    out.update(percentiles("e2e", done["e2e_s"]))
+    runs = itl_runs(done_itl)
     for (k, _), v in zip(QUANTILES, spread.spread_quantiles(*runs, decode_spread,
                                                              [q for _, q in QUANTILES])):
         out[f"itl_{k}_s"] = v
@@ -79,7 +127,10 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     if prefill_spread:
         out["ttft_spread"] = list(prefill_spread)
     output_tokens = int(requests["output_tokens"].sum())
-    span = (requests["finish_s"].max() - requests["arrival_s"].min()) if len(requests) else 0.0
+    unfinished = int(unfinished_mask(requests).sum())
+    # NOTE: cut short, the unfinished requests' tokens came up to the stop
+    end = sim_time_s if unfinished else requests["finish_s"].max()
+    span = (end - requests["arrival_s"].min()) if len(requests) else 0.0
     out["output_tokens"] = output_tokens
     out["tokens_per_s"] = float(output_tokens / span) if span and not math.isnan(span) else 0.0
     peak_res = int(memory["kv_reserved_bytes"].max()) if len(memory) else 0
@@ -103,6 +154,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["truncated_requests"] = int(requests["truncated"].sum())
     out["truncated_prompt_tokens"] = int(requests["truncated_prompt_tokens"].sum())
     out["requests"] = len(requests)
+    out["unfinished_requests"] = unfinished
     out["steps"] = int(steps["steps"].sum()) if len(steps) else 0
     out["sim_time_s"] = float(sim_time_s)
     return out

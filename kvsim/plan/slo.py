@@ -10,8 +10,10 @@ point's estimates against them: each constraint's value, limit, slack and the
 
 NOTE: latency SLOs are upper bounds on summary keys of the Results contract
 (``ttft_p95_s`` …); recall is the accuracy proxy ``recall_mean`` (issue 5).  A
-run whose summary lacks ``recall_mean`` (no policy that can lose context) is
-scored 1.0 and the evaluation carries a note saying so.
+run whose summary has no measured ``recall_mean`` — absent, or null when its
+workload had no reference events to score (an imported trace) — is scored 1.0 (no
+recall target can be missed where none was measured) and the evaluation carries a
+note saying so.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ _SLO = re.compile(r"^\s*([a-z0-9]+)_(p\d+)\s*(<=|=)\s*(.+?)\s*$")
 RECALL_KEY = "recall_mean"
 MEMORY_CONSTRAINTS = ("load", "device_fraction")
 MAX_SLO_S = 86_400.0  # one day: a larger latency bound is a typo, not a target
+
+
+def measured_recall(summary: dict) -> bool:
+    """Does ``summary`` hold a measured ``recall_mean`` (a number, not null / NaN, and
+    not the 1.0 that results written before it was null gave 0 reference events)?"""
+    v = summary.get(RECALL_KEY)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
+        and summary.get("reference_events") != 0
 
 
 @dataclass(frozen=True)
@@ -152,10 +162,10 @@ def judge(c: Constraints, estimates: dict[str, float], *, loads: bool = True) ->
                          c.max_oom_risk, True))
     if c.min_recall is not None:
         recall = estimates.get("recall")
-        if recall is None:
+        if recall is None or math.isnan(recall):
             recall = 1.0
-            notes.append("no recall_mean in the results (no lossy KV policy); recall taken "
-                         "as 1.0")
+            notes.append("no recall measured (no recall_mean, or no reference events in "
+                         "the workload); recall taken as 1.0")
         checks.append(_check("recall", recall, c.min_recall, False))
     failing = [k for k in checks if not k.ok]
     pool = failing or checks

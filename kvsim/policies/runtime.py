@@ -156,9 +156,17 @@ class PolicyRuntime:
         return dataclasses.replace(plan, extra_s=plan.extra_s + extra) if extra > 0 else plan
 
     def restore_time_s(self, nbytes: int, now_s: float) -> float:
-        """Stall for restoring a saved slot: the h2d copy, or recompute when cheaper."""
+        """Stall for restoring a saved slot: the h2d copy, or recompute when cheaper.
+
+        NOTE: without a link (unified memory: the saved state sits in the GPU's own
+        memory) the bytes still come back and are counted, as ``on_host_save`` counts
+        the save; there is no PCIe copy to wait for, and nothing cheaper to recompute.
+        """
+        if nbytes <= 0:
+            return 0.0
         h2d = self.link.h2d if self.link is not None else None
-        if nbytes <= 0 or h2d is None:
+        if h2d is None:
+            self.c["restore_bytes"] += nbytes
             return 0.0
         t0 = max(now_s, self._stall_end)  # NOTE: after this step's save (same thread)
         if self.offload is not None and self.offload.restore == "auto" and self.recompute_s:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import html
 import json
 import math
+import numbers
+from pathlib import Path
 from typing import Any
 
 from kvsim import __version__
@@ -23,6 +25,7 @@ from kvsim.report.data_run import run_config
 
 HEADLINE = (  # (summary key, label, format)
     ("requests", "requests", "{:,.0f}"), ("failed_requests", "failed requests", "{:,.0f}"),
+    ("unfinished_requests", "unfinished at the stop", "{:,.0f}"),
     ("ttft_p50_s", "TTFT p50", "{:.3g} s"), ("ttft_p95_s", "TTFT p95", "{:.3g} s"),
     ("itl_p50_s", "ITL p50", "{:.3g} s"), ("itl_p95_s", "ITL p95", "{:.3g} s"),
     ("peak_device_fraction", "peak device use", "{:.1%}"),
@@ -34,6 +37,10 @@ HEADLINE = (  # (summary key, label, format)
     ("recall_share_below_0_5", "references recalled below 0.5", "{:.1%}"),
     ("oom_risk", "OOM risk", "{:.3g}"),
 )
+# shown only when positive (a run that was not cut short has none)
+IF_POSITIVE = frozenset({"unfinished_requests"})
+# null when the workload had no reference events (kvsim.metrics.accuracy): "n/a"
+NOT_MEASURED = frozenset({"recall_mean", "recall_worst", "recall_share_below_0_5"})
 
 
 def significant(value: float, digits: int = 3) -> str:
@@ -83,22 +90,41 @@ def card_data(results: Any) -> dict[str, Any]:
         ("kvsim version (report)", __version__),
         ("scenario hash", digest),
     ]
-    headline = []
-    for key, label, fmt in HEADLINE:
-        value = summary.get(key)
-        if value is None or isinstance(value, str) or not math.isfinite(float(value)):
-            continue
-        text = f"{float(value) / 2**30:.2f} GiB" if fmt == "gib" else \
-            significant(float(value)) if fmt == "sig3" else fmt.format(value)
-        headline.append((label, text))
     return {
         "name": str(config.get("name") or "scenario"),
         "description": str(config.get("description") or ""),
         "facts": [(k, str(v)) for k, v in facts if v not in (None, "")],
         "latency": latency_provenance(config, summary),
-        "headline": headline,
+        "headline": headline(summary),
         "config_json": json.dumps(config, indent=2, sort_keys=True, default=str),
     }
+
+
+def headline(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(label, text)`` of the :data:`HEADLINE` keys the summary holds; a recall
+    score that was not measured (null: no reference events) reads "n/a"."""
+    out: list[tuple[str, str]] = []
+    # NOTE: a folder written before scores were null says 1.0 beside 0 reference events
+    unscored = summary.get("reference_events") == 0
+    for key, label, fmt in HEADLINE:
+        if key in NOT_MEASURED and key in summary and (unscored or not _number(summary[key])):
+            shown = any(t.startswith("n/a") for _, t in out)
+            out.append((label, "n/a" if shown else "n/a (no reference events)"))
+            continue
+        if not _number(summary.get(key)):
+            continue
+        value = float(summary[key])
+        if key in IF_POSITIVE and not value > 0:
+            continue
+        text = f"{value / 2**30:.2f} GiB" if fmt == "gib" else \
+            significant(value) if fmt == "sig3" else fmt.format(value)
+        out.append((label, text))
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
 
 
 def _engine(engine: dict[str, Any]) -> str:
@@ -112,6 +138,26 @@ def _engine(engine: dict[str, Any]) -> str:
     if engine.get("cache_type_k"):
         parts.append(f"KV {engine['cache_type_k']}/{engine.get('cache_type_v', '')}")
     return ", ".join(p for p in parts if p)
+
+
+def describe(config: dict[str, Any]) -> str:
+    """A one-line description of what a resolved scenario runs: its workload (and its
+    cut), model and weights, GPU and engine — for a scenario changed by ``--set``,
+    whose own ``description`` was written for what it ran before."""
+    wl, sim = config.get("workload") or {}, config.get("sim") or {}
+    if wl.get("preset"):
+        days = float(wl.get("days", 1))
+        what = f"{wl['preset']} household, {days:g} day{'s' if days != 1 else ''}"
+    else:
+        what = f"trace {Path(str(wl.get('trace') or '')).name}"
+    if wl.get("max_sessions"):
+        what += f", down-sampled to {wl['max_sessions']} sessions"
+    if sim.get("max_sim_time_s"):
+        what += f", cut at {float(sim['max_sim_time_s']):g} s"
+    gpu, model = config.get("gpu") or {}, config.get("model") or {}
+    return (f"{what}; {model.get('display_name') or model.get('name')} "
+            f"{config.get('weights', '')} on {gpu.get('display_name') or gpu.get('name')}; "
+            f"{_engine(config.get('engine') or {})}")
 
 
 def _workload(wl: dict[str, Any]) -> str:

@@ -144,9 +144,14 @@ def runs_table(results: Sequence[Any]) -> pd.DataFrame | None:
     for res, label in zip(results, run_labels(results)):
         summary = getattr(res, "summary", None) or {}
         row: dict[str, Any] = {"label": label}
+        unscored = summary.get("reference_events") == 0
         for m in POLICY_METRICS:
-            value = next((summary[k] for k in SUMMARY_KEYS.get(m, (m,)) if k in summary),
-                         None)
+            # NOTE: a recall score is null (NaN once loaded) without reference events
+            # (older folders: 1.0 beside 0 events)
+            value = next((summary[k] for k in SUMMARY_KEYS.get(m, (m,))
+                          if summary.get(k) is not None and summary[k] == summary[k]), None)
+            if unscored and m in SUMMARY_KEYS:
+                value = None
             if value is not None:
                 row[m] = float(value)
         overall = recall_overall(getattr(res, "references", None))

@@ -27,8 +27,8 @@ import pandas as pd
 from kvsim.metrics import gaps
 from kvsim.metrics.records import weighted_quantile
 from kvsim.metrics.spread import base_quantiles, spread_quantiles, with_spread
+from kvsim.metrics.summary import itl_runs, looked_up, unfinished_mask
 from kvsim.report.data_recall import accuracy_per_session  # noqa: F401 - part of this API
-from kvsim.metrics.summary import itl_runs
 from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
 GIB = float(2**30)
@@ -252,16 +252,27 @@ def session_markers(requests: pd.DataFrame | None, events: pd.DataFrame | None
 
 def ttft_cdf(requests: pd.DataFrame | None, max_points: int = 2000,
              spread: Sequence[float] = ()) -> dict | None:
-    """Empirical CDF of TTFT over requests that produced a first token (times a
-    calibrated prefill ``spread``, the summary's ``ttft_spread``, as in the summary)."""
-    if not nonempty(requests) or "ttft_s" not in requests.columns:
+    """Empirical CDF of TTFT over the requests that ended (not those unfinished at a
+    stop, as in the summary) and produced a first token (times a calibrated prefill
+    ``spread``, the summary's ``ttft_spread``, as in the summary)."""
+    return _request_cdf(requests, "ttft_s", max_points, spread)
+
+
+def e2e_cdf(requests: pd.DataFrame | None, max_points: int = 2000) -> dict | None:
+    """Empirical CDF of end-to-end latency over the requests that finished."""
+    return _request_cdf(requests, "e2e_s", max_points)
+
+
+def _request_cdf(requests: pd.DataFrame | None, column: str, max_points: int,
+                 spread: Sequence[float] = ()) -> dict | None:
+    if not nonempty(requests) or column not in requests.columns:
         return None
-    ttft = requests["ttft_s"].to_numpy(dtype=float)
-    x = np.sort(with_spread(ttft, spread))
+    values = requests[column].to_numpy(dtype=float)[~unfinished_mask(requests)]
+    x = np.sort(with_spread(values, spread))
     if len(x) == 0:
         return None
     p = np.arange(1, len(x) + 1) / len(x)
-    n = int(np.isfinite(ttft).sum())  # requests, not request × spread values
+    n = int(np.isfinite(values).sum())  # requests, not request × spread values
     xs, ps = thin_monotone(x, p, max_points)
     ones = [1] * len(x)
     return {"x_s": xs, "p": ps, "n": n, "p50_s": weighted_quantile(x.tolist(), ones, 0.5),
@@ -361,10 +372,13 @@ def pcie_traffic(events: pd.DataFrame | None, transfers: pd.DataFrame | None = N
 
 def prefix_hits(requests: pd.DataFrame | None) -> dict | None:
     """Cumulative token-weighted prefix hit rate by arrival: Σcached / Σ(prompt looked
-    up: as sent, less what the engine truncated away) so far, as summary.json's."""
+    up: as sent, less what the engine truncated away) so far, over the requests the
+    engine looked up (:func:`kvsim.metrics.summary.looked_up`), as summary.json's."""
     if not nonempty(requests) or "cached_tokens" not in requests.columns:
         return None
-    req = requests.sort_values("arrival_s", kind="stable")
+    req = requests[looked_up(requests)].sort_values("arrival_s", kind="stable")
+    if not len(req):
+        return None
     prompt = req["prompt_tokens"].to_numpy(dtype=float)
     if "truncated_prompt_tokens" in req.columns:
         prompt = prompt - req["truncated_prompt_tokens"].to_numpy(dtype=float)

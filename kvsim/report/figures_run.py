@@ -113,18 +113,22 @@ def sessions_figure(phases: pd.DataFrame, markers: pd.DataFrame | None, title: s
 
 
 def cdf_figure(curves: Sequence[tuple[str, dict]], title: str, xlabel: str,
-               slo_s: float | None = None) -> go.Figure:
-    """CDFs (one per run) with the p95 level and an optional SLO line."""
+               slos: Sequence[tuple[str, float]] = ()) -> go.Figure:
+    """CDFs (one per run) with the p95 level and the SLO lines ``(percentile, limit_s)``,
+    e.g. ``("p99", 2.0)``: a vertical line at the limit and the percentile's level (a
+    run meets it where its curve passes the level at or left of the line)."""
     fig = go.Figure()
     for label, data in curves:
         fig.add_trace(go.Scatter(
             x=data["x_s"], y=data["p"], mode="lines", line=dict(shape="hv"),
             name=f"{esc(label)} (p95 {data['p95_s']:.3g} s, n={data['n']})"))
-    fig.add_hline(y=0.95, line=dict(color="grey", dash="dot"), annotation_text="p95",
-                  annotation_position="bottom left")
-    if slo_s is not None:
-        fig.add_vline(x=slo_s, line=dict(color="crimson", dash="dash"),
-                      annotation_text=f"SLO {slo_s:.3g} s")
+    levels = {"p95"} | {pct for pct, _ in slos}
+    for pct in sorted(levels):
+        fig.add_hline(y=int(pct[1:]) / 100, line=dict(color="grey", dash="dot"),
+                      annotation_text=pct, annotation_position="bottom left")
+    for pct, limit_s in slos:
+        fig.add_vline(x=limit_s, line=dict(color="crimson", dash="dash"),
+                      annotation_text=f"{pct} SLO {limit_s:.3g} s")
     lo = min(float(np.min(d["x_s"])) for _, d in curves)
     hi = max(float(np.max(d["x_s"])) for _, d in curves)
     log = lo > 0 and hi / lo > 20  # long tails: a log axis keeps the body readable

@@ -24,6 +24,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from kvsim import __version__
+from kvsim.metrics.summary import ended
 from kvsim.report import data_plan as dp
 from kvsim.report import data_recall as dc
 from kvsim.report import data_run as dr
@@ -105,19 +106,33 @@ def _spread(run: Any, key: str) -> tuple[float, ...]:
     return tuple((getattr(run, "summary", None) or {}).get(key) or ())
 
 
+def _ended_itl(run: Any) -> Any:
+    """A run's ``itl`` rows of the requests that ended (as the summary's percentiles)."""
+    req, itl = getattr(run, "requests", None), getattr(run, "itl", None)
+    if not (dr.nonempty(req) and "request_id" in getattr(itl, "columns", ())):
+        return itl
+    return ended(req, itl)[1]
+
+
 def _overlay_sections(page: _Page, labeled: Sequence[tuple[str, Any]],
                       slo: dict[str, float]) -> None:
+    """CDFs of TTFT, inter-token gaps and E2E, each with the SLO lines on its metric
+    (``slo``: summary key → seconds, e.g. ``{"ttft_p95_s": 2.0, "e2e_p99_s": 30.0}``)."""
     labeled = labeled[:MAX_OVERLAID_RUNS]
     specs = (("TTFT", lambda r: dr.ttft_cdf(getattr(r, "requests", None),
                                              spread=_spread(r, "ttft_spread")),
-              "ttft_p95_s", "time to first token (s)"),
-             ("Inter-token latency", lambda r: dr.itl_cdf(getattr(r, "itl", None),
+              "ttft", "time to first token (s)"),
+             ("Inter-token latency", lambda r: dr.itl_cdf(_ended_itl(r),
                                                           spread=_spread(r, "itl_spread")),
-              "itl_p95_s", "gap between tokens (s)"))
-    for name, fn, slo_key, xlabel in specs:
+              "itl", "gap between tokens (s)"),
+             ("End-to-end latency", lambda r: dr.e2e_cdf(getattr(r, "requests", None)),
+              "e2e", "end-to-end latency (s)"))
+    for name, fn, metric, xlabel in specs:
         curves = [(lab, d) for lab, r in labeled if (d := fn(r)) is not None]
-        _maybe(page, curves, lambda c, n=name, x=xlabel, k=slo_key: fr.cdf_figure(
-            c, f"{n} CDF", x, slo.get(k)),
+        lines = sorted((k.removeprefix(f"{metric}_").removesuffix("_s"), v)
+                       for k, v in slo.items() if k.startswith(f"{metric}_"))
+        _maybe(page, curves, lambda c, n=name, x=xlabel, s=lines: fr.cdf_figure(
+            c, f"{n} CDF", x, s),
                f"No {name} data; CDF omitted.")
     curves = [(lab, d) for lab, r in labeled
               if (d := dr.prefix_hits(getattr(r, "requests", None))) is not None]
@@ -171,7 +186,7 @@ def build_report(results_list: Sequence[Any], extra: dict[str, Any] | None = Non
     ``results_list``: objects with DataFrame attributes ``requests, itl, steps, memory,
     events`` (and optional ``references``, ``transfers``), dict attributes ``summary``,
     ``scenario``, ``meta``.  ``extra`` (all keys optional): ``title`` (str), ``slo``
-    (``{"ttft_p95_s": s, "itl_p95_s": s}``), ``plan``, ``compare``, ``sweep``,
+    (``{"ttft_p95_s": s, "e2e_p99_s": s, ...}``: ttft/itl/e2e at p50/p95/p99), ``plan``, ``compare``, ``sweep``,
     ``policies`` (DataFrames, columns in :mod:`kvsim.report.data_plan`) and
     ``recommendation`` (dict with ``context_tokens``, ``parallel`` and ``flags``).
     """

@@ -158,13 +158,23 @@ def test_a_trace_with_more_sessions_than_the_cap_is_refused_at_once(tmp_path, ca
 
 
 def test_a_run_past_its_memory_limit_stops_with_its_results(tmp_path, capsys) -> None:
-    # memory is read every 500 requests: with a 1 MiB limit the 500th submission stops
-    # the run (at 4,990 s, sessions 10 s apart); the 499 finished before are kept
+    # memory is read every 500 requests, once the request is in: with a 1 MiB limit the
+    # 500th submission stops the run (at 499 x 10 s = 4,990 s, sessions 10 s apart); the
+    # 499 finished before are kept, and the 500th, just arrived, as unfinished
     sc = _scenario(tmp_path, _many_sessions(tmp_path, 520))
     out = tmp_path / "res"
     code, _, err = _run_main(["simulate", str(sc), "--set", "sim.max_rss_bytes=1MiB",
                               "--no-report", "-o", str(out)], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "sim.max_rss_bytes" in err and "after 500 requests" in err and "1 MiB" in err
+    assert "1 of 500 requests were still running or waiting then" in err
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["requests"] == 499 and summary["stopped_at_s"] == 4990.0
+    assert summary["requests"] == 500 and summary["stopped_at_s"] == 4990.0
+    assert summary["unfinished_requests"] == 1
+    req = pd.read_parquet(out / "requests.parquet")
+    assert req["status"].value_counts().to_dict() == {"finished": 499, "unfinished": 1}
+    last = req.iloc[-1]
+    assert (last.request_id, last.status, last.arrival_s) == ("s499#0", "unfinished", 4990.0)
+    # llama-server gives it its slot on arrival; its prompt's step had not run yet
+    assert last.first_scheduled_s == 4990.0 and last.output_tokens == 0
+    assert math.isnan(last.ttft_s) and math.isnan(last.e2e_s)

@@ -103,11 +103,12 @@ def crowded_sessions() -> list[Session]:
 
 
 def _run(engine: str, latency: dict, sess: list[Session], pool_tokens: int, interval: float,
-         fidelity: str, policies: tuple = ()):
+         fidelity: str, policies: tuple = (), stop_s: float | None = None):
     sc = resolve_scenario({"gpu": "rtx-4090", "model": "llama-3.1-8b", "weights": "q4_k_m",
                            "engine": ENGINES[engine], "latency": latency, "workload": {},
                            "policies": list(policies),
-                           "sim": {"fidelity": fidelity, "sample_interval_s": interval}})
+                           "sim": {"fidelity": fidelity, "sample_interval_s": interval,
+                                   "max_sim_time_s": stop_s}})
     slot = ENGINES[engine].get("parallel")
     swa = engine == "vllm-swa"
     sizing = PoolSizing(kv_pool_tokens=pool_tokens,
@@ -135,14 +136,18 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(engine=st.sampled_from(sorted(ENGINES)), latency=st.sampled_from(LATENCIES),
        sess=sessions(), pool_tokens=st.sampled_from([2048, 4096, 16384]),
-       interval=st.sampled_from([0.05, 0.3, 1.0]), policy=st.sampled_from(POLICIES))
-def test_fast_equals_step(engine, latency, sess, pool_tokens, interval, policy) -> None:
+       interval=st.sampled_from([0.05, 0.3, 1.0]), policy=st.sampled_from(POLICIES),
+       cut=st.sampled_from([None, None, 0.37, 1.3, 3.1]))
+def test_fast_equals_step(engine, latency, sess, pool_tokens, interval, policy, cut) -> None:
+    """... also when the clock stops the run (``cut`` seconds after the first arrival)
+    with requests still running or waiting: the same unfinished rows."""
     if not engine.startswith(("llama", "ollama")):  # paged: the host tier (LMCache chunks
         policy = PAGED_HOST if policy and engine in ("vllm", "sglang") else ()  # on vLLM)
     if engine == "llama-q8" and policy and policy[0]["kind"] in ("kivi", "recoverable_eviction"):
         policy = ()  # NOTE: demotion needs an f16 cache
-    fast = _run(engine, latency, sess, pool_tokens, interval, "fast", policy)
-    step = _run(engine, latency, sess, pool_tokens, interval, "step", policy)
+    stop = None if cut is None else sess[0].turns[0].start_s + cut
+    fast = _run(engine, latency, sess, pool_tokens, interval, "fast", policy, stop)
+    step = _run(engine, latency, sess, pool_tokens, interval, "step", policy, stop)
     _assert_same(fast, step)
 
 
@@ -186,7 +191,12 @@ def _assert_same(fast, step) -> None:
     """Per-request rows, gaps, memory samples, events and summary counts agree."""
     a, b = fast.requests, step.requests
     assert list(a.request_id) == list(b.request_id)
+    assert list(a.status) == list(b.status)
     assert a[INT_COLUMNS].equals(b[INT_COLUMNS])
+    for res in (fast, step):  # every request's counters add up to the summary's
+        assert res.summary["preemptions"] == res.requests["preemptions"].sum()
+        assert res.summary["output_tokens"] == res.requests["output_tokens"].sum()
+        assert res.summary["unfinished_requests"] == (res.requests.status == "unfinished").sum()
     assert list(a.failure_reason) == list(b.failure_reason)
     for col in TIME_COLUMNS:
         assert _close(a[col].to_numpy(float), b[col].to_numpy(float)), col
@@ -201,7 +211,7 @@ def _assert_same(fast, step) -> None:
     assert fast.events.drop(columns="time_s").equals(step.events.drop(columns="time_s"))
     for key in ("peak_kv_allocated_bytes", "peak_kv_cached_bytes", "peak_kv_reserved_bytes",
                 "output_tokens", "cached_tokens", "preemptions", "evictions", "steps",
-                "failed_requests"):
+                "failed_requests", "unfinished_requests", "requests"):
         assert fast.summary[key] == step.summary[key], key
 
 
@@ -381,3 +391,30 @@ def test_sampler_ticks_stay_on_the_per_step_grid() -> None:
     assert len(fast.memory) == len(step.memory) == 93
     assert fast.memory.time_s.tolist() == step.memory.time_s.tolist()
     assert fast.memory.drop(columns="time_s").equals(step.memory.drop(columns="time_s"))
+
+
+def _stopped(engine: str, latency: dict, fidelity: str, sess: list[Session]):
+    from kvsim.errors import RunStopped
+    with pytest.raises(RunStopped) as exc:
+        _run(engine, latency, sess, 2048, 0.3, fidelity)
+    return exc.value.partial
+
+
+@pytest.mark.parametrize("latency", LATENCIES, ids=["const", "const+ctx", "roofline"])
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_fast_equals_step_when_the_request_cap_stops_the_run(engine, latency,
+                                                             monkeypatch) -> None:
+    """Twelve one-turn sessions, one every 0.13 s (400-token prompts, 300 output tokens)
+    against a cap of 8 requests: the 9th arrival (1.04 s) stops the run while others
+    decode — possibly inside a step a fast stretch folded.  Both fidelities end after
+    that step and keep the same rows: 8, those not done as unfinished."""
+    monkeypatch.setattr("kvsim.metrics.records.MAX_REQUESTS", 8)
+    sess = [Session(session_id=f"q{k:02d}", turns=(
+        Turn(start_s=0.13 * k, input_tokens=400, output_tokens=300),)) for k in range(12)]
+    fast = _stopped(engine, latency, "fast", sess)
+    step = _stopped(engine, latency, "step", sess)
+    _assert_same(fast, step)
+    assert len(step.requests) == 8 and (step.requests.status == "unfinished").any()
+    assert fast.summary["stopped_at_s"] == pytest.approx(step.summary["stopped_at_s"],
+                                                         rel=1e-12)
+    assert step.summary["stopped_at_s"] >= 8 * 0.13  # the 9th arrival, or its step's end

@@ -17,7 +17,7 @@ CONTRACT = {
                  "first_scheduled_s", "first_token_s", "finish_s", "queue_s", "ttft_s", "e2e_s",
                  "prompt_tokens", "cached_tokens", "computed_prompt_tokens", "recomputed_tokens",
                  "output_tokens", "preemptions", "failed", "failure_reason", "itl_mean_s",
-                 "itl_p50_s", "itl_p95_s", "itl_max_s"},
+                 "itl_p50_s", "itl_p95_s", "itl_max_s", "status"},
     "itl": {"request_id", "gap_s", "count"},
     "steps": {"start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", "batch_size"},
     "memory": {"time_s", "kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes",
@@ -55,7 +55,14 @@ def test_exact_small_run_and_round_trip(tmp_path) -> None:
         assert cols <= set(res.table(name).columns), name
     path = res.save(tmp_path / "run")
     back = Results.load(path)
-    assert back.summary == json.loads((path / "summary.json").read_text())
+    disk = json.loads((path / "summary.json").read_text())
+    # no reference events in these turns: recall not measured, null on disk, NaN loaded
+    assert disk["reference_events"] == 0 and disk["recall_mean"] is None
+    assert {k for k, v in back.summary.items() if v != v} == \
+        {k for k, v in disk.items() if v is None}
+    assert {k: v for k, v in back.summary.items() if v == v} == \
+        {k: v for k, v in disk.items() if v is not None}
+    assert list(back.requests["status"]) == ["finished", "finished"]
     assert back.requests.equals(res.requests)
     assert back.scenario_hash == res.scenario_hash and back.source == "simulated"
     res.save(tmp_path / "run")  # overwriting an existing result directory works

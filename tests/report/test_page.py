@@ -20,9 +20,9 @@ def _figures(html: str) -> int:
 
 def test_single_run_has_one_figure_per_available_dataset() -> None:
     html = build_report([make_run()])
-    # TTFT CDF, ITL CDF, prefix hits + memory, sessions, concurrency, PCIe, accuracy
-    assert _figures(html) == 8
-    assert "data-figures='8'" in html
+    # TTFT, ITL and E2E CDFs, prefix hits + memory, sessions, concurrency, PCIe, accuracy
+    assert _figures(html) == 9
+    assert "data-figures='9'" in html
     assert html.count("<script type='text/javascript'>") == 1  # plotly.js inline once
 
 
@@ -31,7 +31,7 @@ def test_absent_data_gives_a_note_not_an_empty_figure() -> None:
     run.events = run.events[run.events["kind"] == "preempt"]  # no offload / restore
     run.references = None
     html = build_report([run])
-    assert _figures(html) == 6
+    assert _figures(html) == 7
     assert "no PCIe traffic" in html and "no reference events" in html
 
 
@@ -57,9 +57,9 @@ def test_planning_outputs_and_policy_comparison() -> None:
                           "ttft_p95_s": [0.3, 0.5]})
     html = build_report([make_run("f16"), make_run("q8_0", 0.5)],
                         extra={"plan": plan_table(), "compare": compare, "sweep": sweep})
-    # plan + compare + sweep + policy comparison + 4 overlays (TTFT, ITL, prefix hits,
-    # per-session recall) + 2 × 5 per run
-    assert _figures(html) == 18
+    # plan + compare + sweep + policy comparison + 5 overlays (TTFT, ITL, E2E, prefix
+    # hits, per-session recall) + 2 × 5 per run
+    assert _figures(html) == 19
 
 
 def test_write_report_is_atomic(tmp_path: Path) -> None:
