@@ -294,16 +294,27 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}
-    if isinstance(wl, dict) and isinstance(wl.get("trace"), str) and base_dir is not None:
-        p = Path(wl["trace"])
-        if not p.is_absolute() and (base_dir / p).exists():
-            wl = {**wl, "trace": str(base_dir / p)}
-    data["workload"] = wl
+    data["workload"] = _beside(wl, "trace", base_dir)
+    if "latency" in data:
+        data["latency"] = _beside(data["latency"], "path", base_dir)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
     return _hybrid_manager_rule(scenario)
+
+
+def _beside(section: Any, key: str, base_dir: Path | None) -> Any:
+    """``section`` with its relative file path ``key`` (a workload's trace, a calibrated
+    latency's artifact) read beside the scenario file when it is there, else as given
+    (from the current folder: a ``--set`` on a bundled scenario)."""
+    if not isinstance(section, dict) or not isinstance(section.get(key), str) \
+            or base_dir is None:
+        return section
+    p = Path(section[key])
+    if p.is_absolute() or not (base_dir / p).exists():
+        return section
+    return {**section, key: str(base_dir / p)}
 
 
 def _hybrid_manager_rule(s: Scenario) -> Scenario:

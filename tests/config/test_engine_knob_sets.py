@@ -150,8 +150,9 @@ def test_the_audit_fit_exits_2(kvsim_cli):
                                "--engine", "vllm", "--kv-k", "fp8", "--kv-v", "f16",
                                "--weights", "bf16", "--context", "8192")
     assert (code, out) == (2, "")
-    assert err == ("error: engine.cache_type_v: 'f16' — the same as cache_type_k ('fp8'): "
-                   "vllm has one --kv-cache-dtype for both K and V (engines.md §1.5)")
+    # fit names the flags typed (the scenario path names engine.cache_type_v)
+    assert err == ("error: --kv-v: 'f16' — the same as --kv-k (fp8): vllm has one "
+                   "--kv-cache-dtype for K and V (use --kv)")
     code, err, out = kvsim_cli("fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                                "--engine", "vllm", "--kv", "fp8", "--weights", "bf16",
                                "--context", "8192", "--json")
