@@ -18,6 +18,15 @@ the server's cached / computed prompt tokens and failures (HTTP 4xx/5xx and stre
 errors become failed requests with the engine's wording; the replay goes on), and
 returns :class:`~kvsim.metrics.results.Results` with ``source="measured"``.
 
+A lost connection is not an engine failure: a transport error (connection refused,
+reset or timed out — the server died or hangs) stops the whole replay at once.  The
+requests answered before it are kept; the lost and cut-off ones are left out of the
+requests table (``transport_error`` events, and ``transport_errors`` /
+``unfinished_requests`` / ``stopped_at_s`` / ``stopped_reason`` in the summary), so
+they never count as failed requests or OOM in ``kvsim compare``.  :func:`replay`
+raises :class:`~kvsim.errors.RunStopped` with those results in ``partial``; Ctrl-C
+raises :class:`ReplayInterrupted` with them.
+
 NOTE: ``time_scale`` multiplies every start and think time, as the workload's
 ``time_scale`` does for the simulator; pass the same value to both.
 """
@@ -49,7 +58,7 @@ from kvsim.calibrate.wire import (
 from kvsim.config.scenario import AFTER_FAILURE, AfterFailure
 from kvsim.config.units import check_finite_positive
 from kvsim.core.sessions import ABANDON_EVENT, NEW_CHAT_EVENT, SessionChat
-from kvsim.errors import InputError
+from kvsim.errors import InputError, RunStopped
 from kvsim.metrics.records import EVENT_COLUMNS, ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
 from kvsim.metrics.results import COLUMNS, Results
 from kvsim.metrics.summary import session_outcomes, summarize
@@ -86,6 +95,40 @@ class _Row:
     finish_s: float = math.nan
 
 
+class ServerLost(Exception):
+    """A request got no answer at all (a transport error): the replay stops."""
+
+    def __init__(self, at_s: float, reason: str) -> None:
+        super().__init__(reason)
+        self.at_s, self.reason = at_s, reason
+
+
+class ReplayInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a replay; ``partial`` holds the Results measured until then."""
+
+    def __init__(self, partial: Results) -> None:
+        super().__init__()
+        self.partial = partial
+
+
+TRANSPORT_EVENT = "transport_error"
+
+
+def _earliest(group: BaseExceptionGroup[ServerLost]) -> ServerLost:
+    """The first transport error of a (nested) group of them."""
+    leaves = [_earliest(e) if isinstance(e, BaseExceptionGroup) else e
+              for e in group.exceptions]
+    return min(leaves, key=lambda e: e.at_s)
+
+
+def _what(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _rid(row: _Row) -> str:
+    return f"{row.session.session_id}#{row.turn}"
+
+
 def _row_outcome(row: _Row, now_s: float) -> str | None:
     """A sent turn as the client knows it (:class:`SessionChat`'s ``outcome``)."""
     return None if math.isnan(row.finish_s) or row.finish_s > now_s else row.res.error
@@ -101,6 +144,8 @@ class Replayer:
         self.generated: dict[str, list[int]] = {}
         self.generated_text: dict[str, str] = {}
         self.t0 = 0.0
+        self.lost: ServerLost | None = None  # the transport error that stopped the replay
+        self._tg: asyncio.TaskGroup | None = None
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -114,9 +159,19 @@ class Replayer:
                                      timeout=timeout) as client:
             # NOTE: one cheap GET first, so the client's first-use costs (lazy imports,
             # connection machinery: tens of ms) do not land in the first request's TTFT.
-            await client.get("/props" if self.opts.api == "llama.cpp" else "/v1/models")
+            try:
+                await client.get("/props" if self.opts.api == "llama.cpp" else "/v1/models")
+            except httpx.TransportError as exc:
+                self.lost = ServerLost(0.0, _what(exc))
+                return
             self.t0 = time.perf_counter()
-            await asyncio.gather(*(self._session(client, s) for s in sessions))
+            try:  # NOTE: a ServerLost in any task cancels every other one
+                async with asyncio.TaskGroup() as tg:
+                    self._tg = tg
+                    for s in sessions:
+                        tg.create_task(self._session(client, s))
+            except* ServerLost as group:
+                self.lost = _earliest(group)
 
     async def _sleep_until(self, t_s: float) -> None:
         delay = t_s * self.opts.time_scale - self.now()
@@ -143,7 +198,8 @@ class Replayer:
             seed = self.opts.seed + len(self.rows)
             self.rows.append(row)
             chat.sent(i, row)
-            prev = asyncio.create_task(self._turn(client, row, chat.segments(i), seed))
+            assert self._tg is not None
+            prev = self._tg.create_task(self._turn(client, row, chat.segments(i), seed))
         if prev is not None:
             await prev
 
@@ -192,6 +248,8 @@ class Replayer:
         row.arrival_s = self.now()
         await self._stream(client, path, body, row.res)
         row.finish_s = self.now()
+        if row.res.transport:
+            raise ServerLost(row.finish_s, row.res.transport)
         out_id = output_segment(s, i).id
         if not row.res.error:
             if row.res.tokens:
@@ -219,13 +277,15 @@ class Replayer:
                     parse_event(self.opts.api, data, res, self.now())
                     if res.error:
                         return
+        except httpx.TransportError as exc:  # no answer from the engine (module docstring)
+            res.transport = _what(exc)
         except httpx.HTTPError as exc:
             res.error = f"{type(exc).__name__}: {exc}"
 
     # -- results --------------------------------------------------------------------
     def _request_row(self, row: _Row) -> tuple[tuple[Any, ...], list[tuple[str, float, int]]]:
         s, res, nan = row.session, row.res, math.nan
-        rid = f"{s.session_id}#{row.turn}"
+        rid = _rid(row)
         times = res.token_times_s
         first = times[0] if times else nan
         gaps: list[tuple[str, float, int]] = []
@@ -263,17 +323,26 @@ class Replayer:
                truncated, dropped, *stats)
         return out, gaps
 
-    def results(self, scenario: dict[str, Any] | None = None) -> Results:
+    def results(self, scenario: dict[str, Any] | None = None,
+                stopped: str = "") -> Results:
+        """The measured Results; ``stopped`` says why the replay ended early ("" = it
+        did not).  Requests without an answer (lost or cut off) are left out (module
+        docstring)."""
         reqs, itl = [], []
-        for row in sorted(self.rows, key=lambda r: r.arrival_s):
+        answered = [r for r in self.rows if r.res.error or not (
+            r.res.transport or math.isnan(r.finish_s))]
+        for row in sorted(answered, key=lambda r: r.arrival_s):
             rec, gaps = self._request_row(row)
             reqs.append(rec)
             itl.extend(gaps)
+        lost = [r for r in self.rows if r.res.transport and not r.res.error]
+        events = self.events + [(r.finish_s, TRANSPORT_EVENT, _rid(r), r.res.transport, 0)
+                                for r in lost]
         frames = {name: pd.DataFrame([], columns=list(COLUMNS[name])) for name in COLUMNS}
         frames["requests"] = pd.DataFrame(reqs, columns=list(REQUEST_COLUMNS))
         frames["itl"] = pd.DataFrame(itl, columns=list(ITL_COLUMNS))
-        if self.events:
-            frames["events"] = pd.DataFrame(sorted(self.events), columns=list(EVENT_COLUMNS))
+        if events:
+            frames["events"] = pd.DataFrame(sorted(events), columns=list(EVENT_COLUMNS))
         for col in ("cached_tokens", "computed_prompt_tokens"):
             frames["requests"][col] = frames["requests"][col].astype("float64")
         end = float(frames["requests"]["finish_s"].max()) if reqs else 0.0
@@ -284,15 +353,31 @@ class Replayer:
             summary[key] = math.nan  # not observable from the HTTP side
         summary.update(session_outcomes(frames["events"]))
         summary.update(replay_url=self.opts.url, replay_api=self.opts.api,
-                       replay_after_failure=self.opts.after_failure)
+                       replay_after_failure=self.opts.after_failure,
+                       transport_errors=len(lost),
+                       unfinished_requests=len(self.rows) - len(answered) - len(lost))
+        if stopped:
+            at = self.lost.at_s if self.lost else self.now() if self.t0 else 0.0
+            summary.update(stopped_at_s=at, stopped_reason=stopped)
         return Results(**frames, summary=summary, scenario=scenario or {}, source="measured")
 
 
 def replay(sessions: list[Session], opts: ReplayOptions,
            scenario: dict[str, Any] | None = None) -> Results:
-    """Check the server, replay ``sessions`` closed-loop and return measured Results."""
+    """Check the server, replay ``sessions`` closed-loop and return measured Results.
+
+    Raises :class:`RunStopped` when the server stops answering and
+    :class:`ReplayInterrupted` on Ctrl-C, each with the Results so far in ``partial``.
+    """
     with httpx.Client(base_url=opts.url) as client:
         check_server(client, opts.api)
     player = Replayer(opts)
-    asyncio.run(player.run(sessions))
+    try:
+        asyncio.run(player.run(sessions))
+    except KeyboardInterrupt:
+        raise ReplayInterrupted(player.results(scenario, "interrupted (Ctrl-C)")) from None
+    if player.lost is not None:
+        why = (f"the server stopped answering {player.lost.at_s:.1f} s into the replay "
+               f"({player.lost.reason}); replay stopped")
+        raise RunStopped("--url", opts.url, why, partial=player.results(scenario, why))
     return player.results(scenario)

@@ -87,7 +87,8 @@ class StreamResult:
     text: str = ""
     final: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
-    error: str = ""
+    error: str = ""  # the engine failed the request (HTTP status, an error event)
+    transport: str = ""  # no answer from the engine at all (connection refused/lost)
 
 
 def llama_body(prompt: list[int], n_predict: int, space: TokenSpace, seed: int

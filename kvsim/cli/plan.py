@@ -139,8 +139,9 @@ MEAN_OF_RUNS = {"ttft_p95_s": "mean TTFT p95 s", "itl_p95_s": "mean ITL p95 s"}
 def p95_note(n: int) -> str:
     """What the plan's p95 figures are, and how they relate to ``kvsim simulate``."""
     return (f"mean TTFT/ITL p95: each of the {n} seeded runs' own p95, averaged (95 % "
-            "bootstrap CI of that mean: *_low/*_high in plan.csv; the SLOs judge the mean, "
-            "or the CI's upper end with --conservative). The runs' seeds are split from "
+            "Student-t CI of that mean, none from one run: *_low/*_high in plan.csv; the "
+            "SLOs judge the mean, or the CI's upper end with --conservative). The runs' "
+            "seeds are split from "
             "the scenario's seed and do not include it: 'kvsim simulate' runs that seed "
             "itself, one more draw that may fall outside the CI")
 

@@ -1,12 +1,20 @@
-"""``kvsim replay``: play a trace against a real server and save measured Results."""
+"""``kvsim replay``: play a trace against a real server and save measured Results.
+
+A server that stops answering (a lost connection, not an engine failure) stops the
+replay: what was measured until then is saved to the output folder, then one error
+line, exit code 2.  Ctrl-C saves it too, then exits 130 ("aborted").
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import click
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.config.scenario import AFTER_FAILURE
-from kvsim.errors import InputError
+from kvsim.errors import InputError, RunStopped
 
 
 @click.command()
@@ -31,7 +39,7 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
            time_scale: float, max_sessions: int | None, after_failure: str,
            out_dir: str) -> None:
     """Replay TRACE closed-loop against the server at URL; save measured Results."""
-    from kvsim.calibrate.replay import ReplayOptions
+    from kvsim.calibrate.replay import ReplayInterrupted, ReplayOptions
     from kvsim.calibrate.replay import replay as run
     from kvsim.cli.calibrate import token_space
     from kvsim.workload.io import sorted_sessions
@@ -46,10 +54,25 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
     sessions = sorted_sessions(trace)
     if max_sessions is not None:
         sessions = sessions[:max_sessions]
-    res = run(sessions, opts)
-    with output_errors("--output", out_dir):
-        path = res.save(out_dir)
+    try:
+        res = run(sessions, opts)
+    except RunStopped as exc:  # the server died: keep what it answered before
+        path = _save(exc.partial, out_dir)
+        raise InputError(exc.field, exc.value, f"{exc.allowed}; the "
+                         f"{exc.partial.summary['requests']} requests answered before are "
+                         f"saved in {path}") from None
+    except ReplayInterrupted as exc:
+        path = _save(exc.partial, out_dir)
+        click.echo(f"interrupted: the {exc.partial.summary['requests']} requests answered "
+                   f"so far are saved in {path}", err=True)
+        raise click.Abort() from None
+    path = _save(res, out_dir)
     s = res.summary
     click.echo(f"{s['requests']} requests ({s['failed_requests']} failed) → {path}; "
                f"TTFT p50 {s['ttft_p50_s'] * 1000:.1f} ms p95 {s['ttft_p95_s'] * 1000:.1f} ms; "
                f"ITL p50 {s['itl_p50_s'] * 1000:.1f} ms p95 {s['itl_p95_s'] * 1000:.1f} ms")
+
+
+def _save(res: Any, out_dir: str) -> Path:
+    with output_errors("--output", out_dir):
+        return res.save(out_dir)

@@ -2,8 +2,10 @@
 
 Every point is resolved before anything runs; finished scenarios are stored by
 hash under ``DIR/results/`` as they complete, so a rerun (after Ctrl-C, SIGKILL
-or a crash) only runs what is missing.  The combined table is written to
-``DIR/sweep.parquet`` and ``DIR/sweep.csv``.
+or a crash) only runs what is missing.  The combined table — one row per point, with
+its ``status`` (``ok``, ``cannot_start``, ``failed``) — is written to
+``DIR/sweep.parquet`` and ``DIR/sweep.csv``, also when a point failed while running
+(that error is reported after the table is written, exit code 2).
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from kvsim.cli._output import check_output, output_errors
-from kvsim.cli._plan_common import ERR, load_runner, maybe_report, print_table, progress_bar
+from kvsim.cli._plan_common import load_runner, maybe_report, print_table, progress_bar
 from kvsim.errors import InputError
 from kvsim.plan.executor import make_executor
 from kvsim.plan.replicate import simulate_keep, simulate_run
 from kvsim.plan.store import ResultStore
-from kvsim.plan.sweep import expand, load_sweep, run_sweep, write_outputs
+from kvsim.plan.sweep import SweepPoint, expand, load_sweep, pending, run_sweep, write_outputs
 
 
 @click.command()
@@ -54,23 +57,44 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
         with output_errors("--out", out_dir):
             store = ResultStore(out_dir).open()
         try:
-            todo = sum(1 for p in points if not store.has(p.key))
-            ERR.print(f"sweep '{spec.name}': {len(points)} scenarios, {len(points) - todo} "
-                      f"already stored, {todo} to run")
-            with progress_bar("simulating", todo, not no_progress) as advance:
+            todo = pending(points, store, summary_only)
+            _announce(spec.name, points, len(todo), sum(1 for p in todo if store.has(p.key)))
+            with progress_bar("simulating", len(todo), not no_progress) as advance:
                 outcome = run_sweep(points, store, executor=executor, runner=run,
-                                    progress=advance)
+                                    progress=advance, summary_only=summary_only)
             with output_errors("--out", out_dir):
                 paths = write_outputs(outcome.table, out_dir)
         finally:
             store.close()
     finally:
         executor.close()
-    cols = list(dict.fromkeys(k for p in points for k in p.params))
-    cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
-                         "oom") if c in outcome.table.columns]
-    print_table(f"sweep {spec.name}", outcome.table.to_dict("records"), ["point", *cols])
+    _print_table(spec.name, points, outcome.table)
     with output_errors("--out", out_dir):
         report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
-    click.echo(f"ran {outcome.ran}, skipped {outcome.skipped} (already stored); "
+    refused = f", {outcome.refused} cannot start" if outcome.refused else ""
+    click.echo(f"ran {outcome.ran}, skipped {outcome.skipped} (already stored){refused}; "
                f"wrote {', '.join(str(p) for p in paths)}" + (f", {report}" if report else ""))
+    if outcome.error is not None:
+        raise outcome.error
+
+
+def _announce(name: str, points: list[SweepPoint], todo: int, completing: int) -> None:
+    """How many points, distinct scenarios, stored ones and engines that cannot start;
+    ``completing``: stored summary-only, run again for their full Results."""
+    distinct = len({p.key for p in points if not p.refused})
+    more = f" ({completing} stored summary-only: for their full Results)" if completing else ""
+    click.echo(f"sweep '{name}': {len(points)} points, {distinct} distinct scenarios, "
+               f"{distinct - todo} already stored, {todo} to run{more}", err=True)
+    for p in points:
+        if p.refused:
+            given = ", ".join(f"{k}={v}" for k, v in p.params.items())
+            click.echo(f"note: point {p.index} ({given}): {p.refused}", err=True)
+
+
+def _print_table(name: str, points: list[SweepPoint], table: pd.DataFrame) -> None:
+    cols = list(dict.fromkeys(k for p in points for k in p.params))
+    if (table["status"] != "ok").any():
+        cols.append("status")
+    cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
+                         "oom") if c in table.columns]
+    print_table(f"sweep {name}", table.to_dict("records"), ["point", *cols])

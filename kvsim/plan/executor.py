@@ -9,12 +9,22 @@ NOTE: task functions must be importable top-level callables (they are pickled by
 reference to worker processes); results travel back to the calling process, which
 is the only writer of any output — workers never touch the result store, so a
 cluster without a shared filesystem works too.
+
+NOTE (killed parents): local workers are *spawned* (a fresh interpreter, not a fork),
+so they inherit none of the parent's open files — above all not the result store's
+``fcntl`` lock (Python opens files close-on-exec), which a forked worker would hold
+after its parent was killed, blocking every rerun.  Each worker also exits within
+:data:`PARENT_POLL_S` of its parent's death (SIGKILL, SIGTERM) instead of finishing
+a task nobody will collect.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -22,6 +32,7 @@ from kvsim.errors import InputError
 
 DASK_CONNECT_TIMEOUT_S = 5.0
 MAX_DASK_TIMEOUT_S = 3600.0
+PARENT_POLL_S = 0.5
 
 
 class Executor(Protocol):
@@ -43,8 +54,19 @@ class InlineExecutor:
         return None
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: a daemon thread that ends this worker once its parent is gone
+    (the worker is then re-parented, so ``getppid`` changes)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
+
+
 class LocalExecutor:
-    """A ``concurrent.futures`` process pool of ``jobs`` workers."""
+    """A ``concurrent.futures`` pool of ``jobs`` spawned worker processes (module NOTE)."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
@@ -53,7 +75,9 @@ class LocalExecutor:
     def imap_unordered(self, fn: Callable[[Any], Any],
                        items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.jobs)
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_exit_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
         try:
             for fut in cf.as_completed(futures):
@@ -106,24 +130,43 @@ class DaskExecutor:
         self.client.close()
 
 
+DASK_EXAMPLE = "e.g. tcp://10.0.0.5:8786 or 10.0.0.5:8786"
+
+
 def _check_address(address: str) -> None:
-    """Refuse an address Dask cannot parse before a Client exists (a half-built Client
-    prints a traceback when it is garbage-collected)."""
+    """Refuse an address Dask cannot connect to before a Client exists (a half-built
+    Client waits out its timeout, then prints a traceback when garbage-collected)."""
+    from distributed.comm import registry
     from distributed.comm.addressing import parse_address, parse_host_port
 
+    if not address.strip():
+        raise InputError("--dask", address, f"empty; give the scheduler's address ("
+                         f"{DASK_EXAMPLE}), or leave --dask out to run locally")
+    schemes = sorted(s for s in registry.backends if s != "inproc")  # inproc: one process
     try:
         scheme, location = parse_address(address)
-        if scheme in ("tcp", "tls", "ws", "wss", "ucx"):
-            parse_host_port(location)
     except (ValueError, TypeError) as exc:
-        raise InputError("--dask", address, f"not a Dask scheduler address ({exc}); e.g. "
-                         "tcp://10.0.0.5:8786") from None
+        raise InputError("--dask", address, f"not a Dask scheduler address ({exc}); "
+                         f"{DASK_EXAMPLE}") from None
+    if scheme not in schemes:
+        raise InputError("--dask", address, f"not a Dask scheduler address: scheme "
+                         f"'{scheme}://' is not one Dask connects over; one of " + ", ".join(f"{s}://" for s in schemes)
+                         + " followed by HOST:PORT, or HOST:PORT alone (tcp)")
+    try:
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        raise InputError("--dask", address, f"not a Dask scheduler address ({exc}); "
+                         f"{DASK_EXAMPLE}") from None
+    if not host or not 0 < int(port) < 65536:
+        why = "no host" if not host else f"port {port} is not in 1-65535"
+        raise InputError("--dask", address, f"not a Dask scheduler address ({why}); "
+                         f"{DASK_EXAMPLE}")
 
 
 def make_executor(jobs: int | None = None, dask: str | None = None,
                   dask_timeout_s: float = DASK_CONNECT_TIMEOUT_S) -> Executor:
     """``dask`` address → Dask; ``jobs == 1`` → inline; else a local process pool."""
-    if dask:
+    if dask is not None:  # NOTE: "" is refused (_check_address), not a local run
         return DaskExecutor(dask, dask_timeout_s)
     n = jobs if jobs is not None else max(1, (os.cpu_count() or 1))
     if n < 1:

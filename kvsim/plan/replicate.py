@@ -5,7 +5,8 @@ are); one simulation is one draw.  :func:`replicate` runs the same scenario unde
 N seeds split from the scenario's seed (``numpy.random.SeedSequence``, named
 stream), in parallel, and summarises:
 
-- each summary metric as the mean over replications with a bootstrap interval;
+- each summary metric as the mean over replications with a Student-t interval
+  (none from a single run: :func:`kvsim.plan.stats.mean_interval`);
 - **OOM risk** = share of replications with an OOM-class event — a failed
   request, an allocation failure or a load failure, as the engine would surface
   it — with a Wilson 95 % interval (DESIGN.md §3.7).
@@ -30,7 +31,7 @@ import pandas as pd
 
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.plan.executor import Executor, InlineExecutor
-from kvsim.plan.stats import Interval, bootstrap_mean, wilson_interval
+from kvsim.plan.stats import Interval, mean_interval, wilson_interval
 
 # Event kinds (Results ``events.kind``) that a real engine surfaces as an OOM or a
 # failed request.  NOTE: preemption is *not* in the list: vLLM preempts and retries,
@@ -123,7 +124,7 @@ class ReplicationSet:
 
     def metric(self, key: str, confidence: float = 0.95) -> Interval:
         values = [_as_float(r.summary.get(key)) for r in self.runs]
-        return bootstrap_mean(values, confidence, seed=zlib.crc32(key.encode()))
+        return mean_interval(values, confidence)
 
     def peak(self, key: str) -> float:
         """Largest value over runs (for peaks such as ``peak_device_fraction``)."""

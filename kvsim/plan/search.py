@@ -36,10 +36,16 @@ import pandas as pd
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.errors import InputError
 from kvsim.plan.executor import Executor
-from kvsim.plan.flags import configure, engine_flags, flag_notes, point_parallel
+from kvsim.plan.flags import (
+    check_contexts,
+    configure,
+    engine_flags,
+    flag_notes,
+    point_parallel,
+)
 from kvsim.plan.parallel import full_length_held, short_pool_note
 from kvsim.plan.replicate import ReplicationSet, Runner, replicate, simulate_run
-from kvsim.plan.slo import Check, Constraints, Verdict, judge
+from kvsim.plan.slo import Check, Constraints, Verdict, judge, measured_recall
 from kvsim.plan.stats import wilson_interval
 
 MEMORY_BINDINGS = ("load", "offload", "device_fraction", "kv_pool")
@@ -134,7 +140,7 @@ def _estimates(reps: ReplicationSet, c: Constraints, conservative: bool,
     est["device_fraction"] = static_fraction if math.isnan(peak) else peak
     risk = reps.oom_risk()
     est["oom_risk"] = risk.high if conservative else risk.estimate
-    if any("recall_mean" in r.summary for r in reps.runs):
+    if any(measured_recall(r.summary) for r in reps.runs):
         iv = reps.metric("recall_mean")
         est["recall"] = iv.low if conservative else iv.estimate
     return est
@@ -162,7 +168,7 @@ def _row(p: _Point, v: Verdict, how: str, reps: ReplicationSet | None,
                    oom_count=sum(1 for r in reps.runs if r.oom_reason))
         reasons = sorted({r.oom_reason for r in reps.runs if r.oom_reason})
         row["oom_reasons"] = "; ".join(reasons)
-        if any("recall_mean" in r.summary for r in reps.runs):
+        if any(measured_recall(r.summary) for r in reps.runs):
             row["accuracy_mean"] = reps.metric("recall_mean").estimate
         row["flags"] = engine_flags(p.scenario) if p.scenario else ""
     return row
@@ -239,7 +245,11 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
     if replications < 1:
         raise InputError("--replications", replications, "at least 1")
     if conservative:
+        if replications < 2:
+            raise InputError("--replications", replications, "at least 2 with --conservative: "
+                             "one run gives no confidence interval to bound")
         _check_reachable(constraints.max_oom_risk, replications)
+    check_contexts(grid.contexts, scenario.model)
     ev = _Evaluator(constraints, replications, executor, runner, conservative, progress)
     pts = _points(scenario, grid, constraints)
     _refuse_invalid_groups(pts)

@@ -10,7 +10,14 @@ place with one ``os.replace`` of the directory, so an entry either exists whole
 or not at all — a SIGKILL at any instant leaves at most a stray temp directory,
 which the next :meth:`ResultStore.open` removes.  "Finished" means "the entry
 directory exists"; nothing else is consulted.  One sweep writes a store at a time
-(an exclusive ``fcntl`` lock on ``<root>/.lock``).
+(an exclusive ``fcntl`` lock on ``<root>/.lock``).  The lock file is opened
+close-on-exec (as Python opens every file) and the local workers are spawned, not
+forked (:mod:`kvsim.plan.executor`), so only the sweep's own process ever holds it:
+when that process dies, the lock goes with it.
+
+A summary-only entry (``--summary-only``: ``record.json`` says ``summary_only``) gets
+its full Results later with :meth:`ResultStore.add_results`: they are built in
+``.tmp/`` and moved into the entry with one rename, so they too exist whole or not.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ class ResultStore:
             raise InputError("--out", str(self.root), "exists and is not a directory")
         self.entries.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(exist_ok=True)
-        fh = open(self.root / ".lock", "a+")
+        fh = open(self.root / ".lock", "a+")  # noqa: SIM115 - held until close()
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -116,6 +123,21 @@ class ResultStore:
             raise
         return True
 
+    def add_results(self, key: str, results: Any) -> None:
+        """Give a stored summary-only entry its full Results (kept if it has them)."""
+        entry = self.entries / key
+        if (entry / "results").is_dir():
+            return
+        work = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.tmp))
+        try:
+            results.save(work / "results")
+            os.replace(work / "results", entry / "results")
+            doc = {**self.get(key), "summary_only": False}
+            _write_json(work / RECORD, doc)
+            os.replace(work / RECORD, entry / RECORD)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
     def get(self, key: str) -> dict[str, Any]:
         path = self.entries / key / RECORD
         try:
@@ -137,13 +159,17 @@ def results_key(scenario_hash: str, scenario: Any, digests: dict[str, str]) -> s
     caches the sha256 of each path already read (a trace can be large).
     """
     wl, lat = scenario.workload, scenario.latency
-    paths = [wl.trace, wl.preset if wl.preset and wl.preset.endswith((".yaml", ".yml"))
-             else None, getattr(lat, "path", None)]
+    preset = wl.preset if wl.preset and wl.preset.endswith((".yaml", ".yml")) else None
+    paths = [("workload.trace", wl.trace), ("workload.preset", preset),
+             ("latency.path", getattr(lat, "path", None))]
     parts = [scenario_hash, __version__]
-    for path in (str(p) for p in paths if p):
+    for field, path in ((f, str(p)) for f, p in paths if p):
         if path not in digests:
-            with open(path, "rb") as fh:
-                digests[path] = hashlib.file_digest(fh, "sha256").hexdigest()
+            try:
+                with open(path, "rb") as fh:
+                    digests[path] = hashlib.file_digest(fh, "sha256").hexdigest()
+            except OSError as exc:
+                raise InputError(field, path, f"cannot read ({exc.strerror})") from None
         parts.append(digests[path])
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 

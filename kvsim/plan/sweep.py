@@ -13,12 +13,21 @@
 
 Every point is resolved to a full :class:`Scenario` *before* anything runs — its
 workload too (the preset with its ``workload.params`` validated, a trace file
-parsed whole, once per file) — so a key that does not exist in the scenario, a
-bad value or an empty grid is an InputError naming the point, and the result
-store is never touched.  Points that resolve to the same scenario share one hash
-and run once.  A point that still fails while running (e.g. stopped by the
-request cap) does not stop the others: every other point runs and is stored,
-then the failure is raised, naming the point.
+parsed whole, once per file), its calibration artifact and its memory layout — so a
+key that does not exist in the scenario, a bad value, an unreadable file, an empty
+grid or a key set twice (by two factors, or directly and inside a mapping) is an
+InputError naming the point, and the result store is never touched.  A file path the
+sweep file gives (a trace, a calibration artifact, a preset or profile YAML) is read
+from the sweep file's folder, and errors name the resolved path.
+
+Every point keeps its row in the table; points that resolve to the same scenario
+share one simulation.  A point whose engine refuses to start (the model or its KV
+reservation does not load, vLLM's pool is under ``max_model_len``) is a result, not
+an error: its row says ``status: cannot_start`` with the engine's reason (an
+OOM-class outcome, DESIGN.md §3.7) and nothing is run for it.  A point that still
+fails while running (e.g. stopped by the request cap) does not stop the others:
+every other point runs and is stored, the table marks it ``failed``, and the error is
+reported, naming the point.
 
 NOTE: a key must exist in the *resolved* scenario (``model_dump``) — defaults
 count, so ``engine.parallel`` is valid even when the base YAML only says
@@ -29,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import deque
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +53,20 @@ from kvsim.errors import InputError, from_validation_error
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
 from kvsim.plan.store import ResultStore, results_key, write_table
+from kvsim.plan.sweep_checks import (
+    check_latency,
+    check_workload,
+    find,
+    one_factor_per_key,
+    set_twice,
+    start_refusal,
+)
 
 OPEN_MAPPINGS = ("workload.params",)
 _PROFILE_KIND = {"gpu": "gpus", "model": "models", "link": "links", "host": "hosts"}
+_YAML = (".yaml", ".yml")
+_TRACE = (".jsonl", ".parquet")
+CANNOT_START = "cannot_start"
 
 
 class SweepSpec(BaseModel):
@@ -67,33 +87,48 @@ class SweepSpec(BaseModel):
 @dataclass(frozen=True)
 class SweepPoint:
     index: int
-    params: dict[str, Any]
+    params: dict[str, Any]  # as the sweep file gives them
     scenario: Scenario
     hash: str
     key: str  # the result store's key (kvsim.plan.store.results_key)
+    refused: str = ""  # why the engine cannot start ("" = it starts)
 
 
 def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
+    """The sweep and its folder (absolute: the paths it gives are read from there)."""
     p = Path(path)
     if not p.is_file():
         raise InputError("sweep", str(path), "file not found")
     raw = read_yaml(p, "sweep")
     try:
-        return SweepSpec.model_validate(raw), p.parent
+        return SweepSpec.model_validate(raw), Path(os.path.abspath(p)).parent
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="sweep") from None
 
 
 def _base_raw(spec: SweepSpec, base_dir: Path) -> tuple[dict[str, Any], Path]:
     if isinstance(spec.base, dict):
-        return dict(spec.base), base_dir
+        return {k: anchored(k, v, base_dir) for k, v in spec.base.items()}, base_dir
     p = Path(spec.base)
     p = p if p.is_absolute() else base_dir / p
     if not p.is_file():
-        if spec.base.endswith((".yaml", ".yml")):
+        if spec.base.endswith(_YAML):
             raise InputError("sweep.base", spec.base, f"file not found (looked in {base_dir})")
         p = bundled_path("scenarios", spec.base)
     return read_yaml(p, "sweep.base"), p.parent
+
+
+def anchored(key: str, value: Any, folder: Path) -> Any:
+    """``value`` of sweep key ``key`` with the file paths it gives (a trace, a calibration
+    artifact, a preset or profile YAML) made absolute against ``folder``."""
+    if isinstance(value, dict) and key in ("workload", "latency"):
+        return {k: anchored(f"{key}.{k}", v, folder) for k, v in value.items()}
+    if not isinstance(value, str):
+        return value
+    yaml_file = value.endswith(_YAML) and key in ("workload", "workload.preset", *_PROFILE_KIND)
+    trace_file = key == "workload" and value.endswith(_TRACE)
+    is_path = key in ("workload.trace", "latency.path") or yaml_file or trace_file
+    return str(folder / value) if is_path and not Path(value).is_absolute() else value
 
 
 def grid(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -102,16 +137,22 @@ def grid(spec: SweepSpec) -> list[dict[str, Any]]:
         pts = [dict(p) for p in spec.points]
         if not pts or any(not p for p in pts):
             raise InputError("sweep.points", spec.points, "a non-empty list of non-empty mappings")
+        for i, p in enumerate(pts):
+            set_twice(p, f"sweep.points.{i}")
         return pts
     assert spec.factors is not None
     if not spec.factors:
         raise InputError("sweep.factors", {}, "at least one factor with at least one value")
+    one_factor_per_key(spec.factors)
     axes: list[list[dict[str, Any]]] = []
     for key, values in spec.factors.items():
         if not values:
             raise InputError(f"sweep.factors.{key}", values, "at least one value (empty grid)")
         axes.append([_linked(key, v) for v in values])
-    return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]
+    pts = [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]
+    for p in pts:
+        set_twice(p, "sweep.factors")
+    return pts
 
 
 def _linked(key: str, value: Any) -> dict[str, Any]:
@@ -123,20 +164,19 @@ def _linked(key: str, value: Any) -> dict[str, Any]:
     return dict(zip(keys, value))
 
 
+def lookup(doc: Any, key: str) -> tuple[bool, Any]:
+    """(exists, value) of dotted ``key`` in the resolved scenario dump ``doc`` (a key
+    inside an open mapping exists, with value None when it is not set)."""
+    parts = key.split(".")
+    for n in range(1, len(parts)):
+        if ".".join(parts[:n]) in OPEN_MAPPINGS:
+            return True, find(doc, parts)[1]
+    return find(doc, parts)
+
+
 def key_exists(doc: Any, key: str) -> bool:
     """Does dotted ``key`` name a field of the resolved scenario dump ``doc``?"""
-    node = doc
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        if ".".join(parts[:i]) in OPEN_MAPPINGS:
-            return True
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False
-    return True
+    return lookup(doc, key)[0]
 
 
 def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any]) -> None:
@@ -172,7 +212,7 @@ def _expand(top: str, name: str) -> dict[str, Any]:
 
 
 def expand(spec: SweepSpec, base_dir: Path) -> list[SweepPoint]:
-    """Resolve every point to a Scenario (deduplicated by hash), or raise InputError."""
+    """Resolve every point to a Scenario, or raise InputError (module docstring)."""
     raw, scen_dir = _base_raw(spec, base_dir)
     base = resolve_scenario(raw, base_dir=scen_dir)
     dump = base.model_dump(mode="json")
@@ -181,24 +221,38 @@ def expand(spec: SweepSpec, base_dir: Path) -> list[SweepPoint]:
         if not key_exists(dump, key):
             raise InputError("sweep key", key, "not a key of the base scenario (see the "
                              "resolved scenario.json for the available dotted keys)")
-    out: list[SweepPoint] = []
-    seen: set[str] = set()
-    digests: dict[str, str] = {}  # path -> sha256 of its content (results_key)
-    checked: set[str] = set()  # workloads already validated (check_workload)
-    for i, params in enumerate(points):
-        doc = json.loads(json.dumps(raw))
-        for key, value in params.items():
-            set_key(doc, key, value, dump)
-        try:
-            scen = resolve_scenario(doc, base_dir=scen_dir)
-            check_workload(scen, checked)
-        except InputError as exc:
-            raise point_error(i, exc) from None
+    seen = _Seen()
+    return [_point(i, params, raw, dump, scen_dir, base_dir, seen)
+            for i, params in enumerate(points)]
+
+
+@dataclass
+class _Seen:
+    """What :func:`expand` already checked, so each file is read once."""
+
+    digests: dict[str, str]  # path -> sha256 of its content (results_key)
+    workloads: set[str]  # check_workload
+    latencies: set[str]  # check_latency
+
+    def __init__(self) -> None:
+        self.digests, self.workloads, self.latencies = {}, set(), set()
+
+
+def _point(index: int, params: dict[str, Any], raw: dict[str, Any], dump: dict[str, Any],
+           scen_dir: Path, sweep_dir: Path, seen: _Seen) -> SweepPoint:
+    doc = json.loads(json.dumps(raw))
+    for key in sorted(params, key=lambda k: k.count(".")):  # a mapping before its keys
+        set_key(doc, key, anchored(key, params[key], sweep_dir), dump)
+    try:
+        scen = resolve_scenario(doc, base_dir=scen_dir)
+        check_workload(scen, seen.workloads)
+        check_latency(scen, seen.latencies)
+        refused = start_refusal(scen)
         h = scenario_hash(scen)
-        if h not in seen:
-            seen.add(h)
-            out.append(SweepPoint(i, params, scen, h, results_key(h, scen, digests)))
-    return out
+        key = results_key(h, scen, seen.digests)
+    except InputError as exc:
+        raise point_error(index, exc) from None
+    return SweepPoint(index, params, scen, h, key, refused)
 
 
 def point_error(index: int, exc: InputError, note: str = "") -> InputError:
@@ -207,57 +261,56 @@ def point_error(index: int, exc: InputError, note: str = "") -> InputError:
     return InputError(f"sweep point {index} {exc.field}", exc.value, allowed)
 
 
-def check_workload(scen: Scenario, checked: set[str]) -> None:
-    """Resolve a point's workload as the run will (InputError if it cannot): a preset
-    with its ``params`` merged and validated; a trace file parsed whole (contents and
-    order), once per distinct workload in ``checked``."""
-    from kvsim.workload.loader import check_trace_size, load_workload
-    from kvsim.workload.preset import load_preset
-
-    wl = scen.workload
-    key = json.dumps([wl.preset, wl.trace, wl.params, wl.max_sessions, wl.days,
-                      scen.sim.max_sim_time_s is None], sort_keys=True, default=str)
-    if key in checked:
-        return
-    if wl.preset is not None:
-        from kvsim.workload.generator import check_days
-
-        check_days(load_preset(wl.preset, wl.params, field="workload.preset"), wl.days,
-                   "workload.days")
-    else:
-        if scen.sim.max_sim_time_s is None:
-            from kvsim.metrics.records import MAX_REQUESTS
-
-            check_trace_size(wl, MAX_REQUESTS)
-        deque(load_workload(wl, scen.seed), maxlen=0)
-    checked.add(key)
-
-
 @dataclass(frozen=True)
 class SweepOutcome:
     table: pd.DataFrame
-    ran: int
-    skipped: int
+    ran: int  # distinct scenarios run now (failed ones included)
+    skipped: int  # distinct scenarios already stored
+    refused: int = 0  # points whose engine cannot start
+    error: Exception | None = None  # the first point that failed while running
+
+
+def pending(points: list[SweepPoint], store: ResultStore,
+            summary_only: bool = False) -> list[SweepPoint]:
+    """One point per distinct scenario still to run: not stored, or (unless
+    ``summary_only``) stored by a ``--summary-only`` run without its full Results."""
+    todo: dict[str, SweepPoint] = {}
+    for p in points:
+        if p.refused or p.key in todo:
+            continue
+        if not store.has(p.key) or (not summary_only and store.results_dir(p.key) is None
+                                    and store.get(p.key).get("summary_only", False)):
+            todo[p.key] = p
+    return list(todo.values())
 
 
 def run_sweep(points: list[SweepPoint], store: ResultStore, *,
               executor: Executor | None = None, runner: Runner = simulate_keep,
-              progress: Callable[[int], None] | None = None) -> SweepOutcome:
-    """Run every point not yet in ``store``; store each as it finishes; combine."""
-    todo = [p for p in points if not store.has(p.key)]
+              progress: Callable[[int], None] | None = None,
+              summary_only: bool = False) -> SweepOutcome:
+    """Run every distinct scenario still :func:`pending`; store each as it finishes;
+    combine.  A point failing while running is in the outcome's ``error``, not raised,
+    so the caller writes the table first."""
+    todo = pending(points, store, summary_only)
     ex = executor or InlineExecutor()
     failed: list[tuple[SweepPoint, Exception]] = []
     for i, out in ex.imap_unordered(call_point, [(runner, p.scenario) for p in todo]):
+        p = todo[i]
         if isinstance(out, Exception):
-            failed.append((todo[i], out))
+            failed.append((p, out))
+        elif store.has(p.key):  # stored summary-only: add the full Results
+            if out.results is not None:
+                store.add_results(p.key, out.results)
         else:
-            store.put(todo[i].key, _record(todo[i], out), out.results)
+            store.put(p.key, _record(p, out, summary_only), out.results)
         if progress is not None:
             progress(1)
-    if failed:
-        raise _failure(failed, len(todo))
-    table = combined_table(points, store)
-    return SweepOutcome(table, ran=len(todo), skipped=len(points) - len(todo))
+    reasons = {p.key: _reason(exc) for p, exc in failed}
+    distinct = {p.key for p in points if not p.refused}
+    return SweepOutcome(combined_table(points, store, reasons), ran=len(todo),
+                        skipped=len(distinct) - len(todo),
+                        refused=sum(1 for p in points if p.refused),
+                        error=_failure(failed, len(todo)) if failed else None)
 
 
 def call_point(item: tuple[Runner, Scenario]) -> RunOutput | Exception:
@@ -265,8 +318,12 @@ def call_point(item: tuple[Runner, Scenario]) -> RunOutput | Exception:
     points in flight finish and are stored."""
     try:
         return call_runner(item)
-    except Exception as exc:  # noqa: BLE001 - handed back to run_sweep, re-raised there
+    except Exception as exc:  # noqa: BLE001 - handed back to run_sweep, reported there
         return exc
+
+
+def _reason(exc: Exception) -> str:
+    return exc.one_line() if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
 
 
 def _failure(failed: list[tuple[SweepPoint, Exception]], ran: int) -> Exception:
@@ -278,25 +335,46 @@ def _failure(failed: list[tuple[SweepPoint, Exception]], ran: int) -> Exception:
     stored = ran - len(failed)
     others = f"; {len(failed) - 1} other point(s) failed too" if len(failed) > 1 else ""
     return point_error(point.index, exc, f"{stored} other point(s) finished and are stored; "
-                       f"a rerun runs only the rest{others}")
+                       f"the table marks it failed; a rerun runs only the rest{others}")
 
 
-def _record(p: SweepPoint, out: RunOutput) -> dict[str, Any]:
+def _record(p: SweepPoint, out: RunOutput, summary_only: bool) -> dict[str, Any]:
     return {"name": p.scenario.name, "scenario_hash": p.hash, "params": p.params,
-            "summary": out.summary, "oom": bool(out.oom_reason), "oom_reason": out.oom_reason}
+            "summary": out.summary, "oom": bool(out.oom_reason), "oom_reason": out.oom_reason,
+            "summary_only": summary_only}
 
 
-def combined_table(points: list[SweepPoint], store: ResultStore) -> pd.DataFrame:
-    """One row per point: point, the factor keys, scenario_hash, name, oom, summary keys."""
+def combined_table(points: list[SweepPoint], store: ResultStore,
+                   failures: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per point (points sharing a scenario each keep theirs): point, the factor
+    keys (where a point does not set one, the value it ran with), scenario_hash, name,
+    status (``ok``, ``cannot_start``, ``failed``), reason, oom, oom_reason, then the
+    summary keys.  ``failures`` maps store keys of points that failed to their error."""
+    keys = list(dict.fromkeys(k for p in points for k in p.params))
     rows = []
+    rec: dict[str, Any]
     for p in points:
-        rec = store.get(p.key)
-        params = {k: v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
-                  for k, v in p.params.items()}
-        rows.append({"point": p.index, **params, "scenario_hash": p.hash,
-                     "name": p.scenario.name, "oom": rec.get("oom", False),
-                     "oom_reason": rec.get("oom_reason", ""), **rec.get("summary", {})})
+        if p.refused:
+            status, reason, rec = CANNOT_START, p.refused, {"oom": True, "oom_reason": p.refused}
+        elif store.has(p.key):
+            status, reason, rec = "ok", "", store.get(p.key)
+        else:
+            status, reason = "failed", (failures or {}).get(p.key, "not run")
+            rec = {"oom": None, "oom_reason": ""}
+        rows.append({"point": p.index, **_factor_cells(p, keys), "scenario_hash": p.hash,
+                     "name": p.scenario.name, "status": status, "reason": reason,
+                     "oom": rec.get("oom", False), "oom_reason": rec.get("oom_reason", ""),
+                     **rec.get("summary", {})})
     return pd.DataFrame(rows)
+
+
+def _factor_cells(p: SweepPoint, keys: list[str]) -> dict[str, Any]:
+    dump = p.scenario.model_dump(mode="json") if set(keys) - set(p.params) else {}
+    cells = {}
+    for k in keys:
+        v = p.params[k] if k in p.params else lookup(dump, k)[1]
+        cells[k] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+    return cells
 
 
 def write_outputs(table: pd.DataFrame, root: Path) -> list[Path]:

@@ -150,7 +150,7 @@ def test_plan_output_heads_the_p95_columns_as_means_and_explains_them():
     flat = " ".join(res.output.split())
     assert "mean TTFT p95 s" in flat and "mean ITL p95 s" in flat
     assert ("note: mean TTFT/ITL p95: each of the 2 seeded runs' own p95, averaged (95 % "
-            "bootstrap CI of that mean: *_low/*_high in plan.csv; the SLOs judge the mean, "
+            "Student-t CI of that mean, none from one run: *_low/*_high in plan.csv; the SLOs judge the mean, "
             "or the CI's upper end with --conservative). The runs' seeds are split from the "
             "scenario's seed and do not include it: 'kvsim simulate' runs that seed itself, "
             "one more draw that may fall outside the CI") in flat

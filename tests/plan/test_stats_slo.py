@@ -7,7 +7,7 @@ import pytest
 
 from kvsim.errors import InputError
 from kvsim.plan.slo import build_constraints, judge, parse_slo
-from kvsim.plan.stats import bootstrap_mean, wilson_interval
+from kvsim.plan.stats import mean_interval, wilson_interval
 
 Z = 1.959963984540054  # two-sided 95 % normal quantile
 
@@ -39,20 +39,36 @@ def test_wilson_rejects_no_trials():
         wilson_interval(0, 0)
 
 
-def test_bootstrap_constant_and_nan():
-    iv = bootstrap_mean([0.3, 0.3, float("nan"), 0.3])
+def test_mean_interval_constant_and_nan():
+    iv = mean_interval([0.3, 0.3, float("nan"), 0.3])
     assert (iv.estimate, iv.low, iv.high, iv.n) == (0.3, 0.3, 0.3, 3)
-    empty = bootstrap_mean([float("nan")])
+    empty = mean_interval([float("nan")])
     assert empty.n == 0 and math.isnan(empty.estimate)
 
 
-def test_bootstrap_width_matches_normal_theory():
+def test_one_run_gives_no_interval():
+    # no spread can be estimated from one run: the ends are unknown, not the value
+    iv = mean_interval([0.7, float("nan")])
+    assert (iv.estimate, iv.n, iv.bounded) == (0.7, 1, False)
+    assert math.isnan(iv.low) and math.isnan(iv.high)
+
+
+def test_mean_interval_is_student_t_by_hand():
+    # x = 1, 2, 6: mean 3, s = sqrt(((−2)² + (−1)² + 3²) / 2) = sqrt(7),
+    # t(0.975, 2) = 4.302652729749464 → half width 4.3026527 · sqrt(7) / sqrt(3)
+    iv = mean_interval([1.0, 2.0, 6.0])
+    half = 4.302652729749464 * math.sqrt(7) / math.sqrt(3)
+    assert iv.estimate == 3.0 and iv.bounded
+    assert (iv.low, iv.high) == (pytest.approx(3 - half, rel=1e-12),
+                                 pytest.approx(3 + half, rel=1e-12))
+
+
+def test_mean_interval_width_matches_normal_theory_for_many_runs():
     x = np.random.default_rng(7).normal(10.0, 2.0, 400)
-    iv = bootstrap_mean(x, seed=1)
+    iv = mean_interval(x)
     half = Z * x.std(ddof=1) / math.sqrt(len(x))  # CLT: mean ± z·s/√n
     assert iv.estimate == pytest.approx(x.mean())
-    assert (iv.high - iv.low) / 2 == pytest.approx(half, rel=0.12)
-    assert iv.low < x.mean() < iv.high
+    assert (iv.high - iv.low) / 2 == pytest.approx(half, rel=0.01)  # t(399) ≈ z
 
 
 def test_parse_slo_units():

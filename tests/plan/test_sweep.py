@@ -38,11 +38,22 @@ def test_expand_resolves_every_point(tmp_path, base_yaml):
     assert all(p.scenario.engine.context_tokens == 8192 for p in pts)
 
 
-def test_points_resolving_to_the_same_scenario_run_once(tmp_path, base_yaml):
-    # parallel 2 is the base value: listing it twice gives one scenario
-    pts = _points(tmp_path, base_yaml, points=[{"engine.parallel": 2}, {"engine.parallel": 2},
+def test_points_resolving_to_the_same_scenario_run_once_and_keep_their_rows(tmp_path,
+                                                                            base_yaml):
+    # parallel 2 is the base value: {} would be the same scenario as {engine.parallel: 2}
+    pts = _points(tmp_path, base_yaml, points=[{"engine.parallel": 2}, {"seed": 0},
                                                {"engine.parallel": 3}])
-    assert [p.index for p in pts] == [0, 2]
+    assert [p.index for p in pts] == [0, 1, 2]
+    assert pts[0].key == pts[1].key != pts[2].key
+    with ResultStore(tmp_path / "out") as store:
+        out = run_sweep(pts, store, runner=fake_run)
+    assert (out.ran, out.skipped) == (2, 0)
+    t = out.table
+    assert list(t["point"]) == [0, 1, 2]
+    # a point that does not set a key shows the value it ran with
+    assert list(t["engine.parallel"]) == [2, 2, 3] and list(t["seed"]) == [0, 0, 0]
+    assert list(t["status"]) == ["ok", "ok", "ok"]
+    assert list(t["ttft_p95_s"]) == [8192 / 1e5 + 0.02, 8192 / 1e5 + 0.02, 8192 / 1e5 + 0.03]
 
 
 def test_gpu_factor_swaps_profile_and_link(tmp_path, base_yaml):

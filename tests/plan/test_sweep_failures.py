@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from sweep_files import write_sweep
 
@@ -62,6 +63,10 @@ def test_a_point_failing_while_running_keeps_every_other_point(tmp_path, base_ya
     assert _stored(out) == 3
     records = [json.loads(p.read_text()) for p in (out / "results").glob("*/record.json")]
     assert sorted(r["params"]["engine.parallel"] for r in records) == [1, 2, 4]
+    # the table is written before the error: every point, the failed one marked
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table["status"]) == ["ok", "ok", "failed", "ok"]
+    assert table.loc[2, "reason"] == ("workload.trace: 't.jsonl' — found bad while running")
     # the rerun (input fixed) runs only the missing point
     rc, _, stdout = _sweep(kvsim_cli, sweep, out, "plan_fake_runners:fake_run", "-j", "1")
     assert rc == 0 and _stored(out) == 4

@@ -1,0 +1,19 @@
+"""--conservative bounds each estimate by its confidence interval; one run has none
+(a Student-t interval needs two), so a one-run conservative plan is refused up front
+instead of judging every point infeasible against a NaN bound."""
+
+import pytest
+
+from kvsim.config.scenario import load_scenario
+from kvsim.errors import InputError
+from kvsim.plan.search import PlanGrid, search
+from kvsim.plan.slo import build_constraints
+
+
+def test_conservative_plan_needs_two_runs():
+    c = build_constraints(["ttft_p95=2s"], max_oom_risk=0.9)
+    with pytest.raises(InputError) as exc:
+        search(load_scenario("quickstart", []), c, PlanGrid((4096,), (1,)), replications=1,
+               conservative=True)
+    assert str(exc.value) == ("--replications: 1 — at least 2 with --conservative: one run "
+                              "gives no confidence interval to bound")
