@@ -28,7 +28,7 @@ def test_a_side_that_stopped_early_is_noted(tmp_path, make_results):
     p = Results.load(make_results(tmp_path / "p", ["a#0"]))
     m = dataclasses.replace(m, summary={**m.summary, "unfinished_requests": 3,
                                         "stopped_reason": "the server closed the connection"})
-    assert check_pair(m, p) == [
+    assert check_pair(m, p) == [(
         "MEASURED stopped early (the server closed the connection) with 3 unfinished "
-        "requests: only the requests that ended are compared"]
+        "requests: only the requests that ended are compared")]
     assert check_pair(Results.load(tmp_path / "m"), p) == []  # ended: nothing to say
