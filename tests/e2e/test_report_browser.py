@@ -178,9 +178,9 @@ def test_report_renders_in_chromium_without_errors(chromium: str, tmp_path: Path
     seen = _open(chromium, report, tmp_path / "profile")
     (tmp_path / "report.png").write_bytes(seen["png"])
     state = seen["state"]
-    # 8 overall (plan, GPUs, sweep, policies, TTFT, ITL, prefix, recall per session)
-    # + 5 per run × 2 runs
-    assert state[1:] == [18, 18, 18], state
+    # 9 overall (plan, GPUs, sweep, policies, TTFT, ITL, E2E, prefix, recall per
+    # session) + 5 per run × 2 runs
+    assert state[1:] == [19, 19, 19], state
     assert seen["errors"] == []
     assert EVIL in seen["text"] and EVIL in seen["title"]
     assert EVIL in seen["svg_text"]  # the session id / scenario label in the plots, as text
