@@ -246,6 +246,9 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     eng = engine_for_gpu(spec, g, m, weights=weights)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     notes = host_notes + notes
+    if ctx is not None and eng.preset == "ollama" and ctx > eng.context_tokens:
+        notes.append(f"Ollama clamps num_ctx {ctx:,} to {m.name}'s training length "
+                     f"{eng.context_tokens:,} (engines.md §4.1)")
     if host is not None:
         check_host_memory(b, host, eng.context_tokens, "--context")
     z = _sizes(g, m, weights, eng, b, par, reserves)

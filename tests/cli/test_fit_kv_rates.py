@@ -80,3 +80,13 @@ def test_vllm_reserves_whole_blocks(capsys):
             "--context", "16384")
     assert (d["num_gpu_blocks"], d["kv_pool_tokens"]) == (3_059, 48_944)
     assert d["kv_reserved_bytes"] == 3_059 * 2_097_152 == 6_415_187_968
+
+
+def test_ollama_context_above_the_model_is_clamped_with_a_note(kvsim_cli):
+    # phi-4-14b trains at 16,384 tokens (models.csv); Ollama clamps num_ctx to it (§4.1)
+    code, err, out = kvsim_cli("fit", "--gpu", "rtx-4090", "--model", "phi-4-14b",
+                               "--engine", "ollama", "--context", "32768", "--json")
+    d = json.loads(out)
+    assert (code, err) == (0, "") and d["slot_tokens"] == 16384
+    assert ("Ollama clamps num_ctx 32,768 to phi-4-14b's training length 16,384 "
+            "(engines.md §4.1)") in d["notes"]
