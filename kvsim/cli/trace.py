@@ -8,6 +8,7 @@ are printed as ``warning: ...`` lines on stderr.
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,7 @@ import click
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.config.units import check_finite_positive
+from kvsim.errors import InputError
 
 
 @contextmanager
@@ -73,10 +75,14 @@ def generate(preset: str, days: float, seed: int, start_weekday: int, output: st
 
     _start(output)
     p = load_preset(preset)
-    sessions = gen(p, days, seed, start_weekday)
+    sessions = iter(gen(p, days, seed, start_weekday))
+    first = next(sessions, None)
+    if first is None:  # NOTE: a short span can draw no session (Poisson); say which input
+        raise InputError("--days", f"{days:g}", f"a span in which {p.name} draws a session: "
+                         f"seed {seed} drew none in it; give more days or another --seed")
     meta = TraceMeta(source=f"preset:{p.name}", seed=seed,
                      description=f"{days:g} days from weekday {start_weekday}")
-    _write(output, sessions, meta)
+    _write(output, itertools.chain([first], sessions), meta)
 
 
 @trace.command(name="import")

@@ -130,3 +130,16 @@ def test_negative_seed_and_infinite_days_are_one_line_errors(tmp_path, capsys):
                     '"input_tokens": 1, "output_tokens": 3}]}\n')
     _assert_clean_failure(capsys, tmp_path, ["trace", "sample", str(good), "--sessions", "1",
                                              "--seed", "-1"], "--seed: -1 — a non-negative")
+
+
+def test_a_span_that_draws_no_session_names_days_and_seed(tmp_path, kvsim_cli):
+    # family-4, half a day from Monday 00:00, seed 3: the Poisson draws give no session
+    assert list(generate(load_preset("family-4"), 0.5, 3, 0)) == []
+    out = tmp_path / "half.jsonl"
+    out.write_text("kept\n")  # an earlier trace stays as it was
+    code, err, _ = kvsim_cli("trace", "generate", "family-4", "--days", "0.5", "--seed", "3",
+                             "-o", out)
+    assert (code, err) == (2, "error: --days: '0.5' — a span in which family-4 draws a "
+                              "session: seed 3 drew none in it; give more days or another "
+                              "--seed")
+    assert out.read_text() == "kept\n"
