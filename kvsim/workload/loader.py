@@ -31,6 +31,11 @@ def load_workload(cfg: WorkloadConfig, seed: int) -> Iterator[Session]:
     elif cfg.trace is not None:
         if cfg.params:
             raise InputError("workload.params", cfg.params, "only apply to a preset")
+        for key, default in (("days", 1.0), ("start_weekday", 0)):
+            if getattr(cfg, key) != default:  # NOTE: 1 day / Monday: a preset's defaults
+                raise InputError(f"workload.{key}", getattr(cfg, key), "applies to a preset "
+                                 "only: a trace is read whole (cut it with "
+                                 "sim.max_sim_time_s or workload.max_sessions)")
         source = iter_sessions(cfg.trace)
     else:
         raise InputError("workload", None, "give a preset or a trace")
