@@ -99,7 +99,8 @@ class ConstantLatency(FrozenModel):
     step_s: Seconds = Field(0.02, ge=0, description="fixed time of one engine step")
     prefill_token_s: Seconds = Field(0.0, ge=0, description="added per prefilled token")
     decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
-    transfer_latency_s: Seconds = Field(0.0, ge=0)
+    # NOTE: no transfer cost here: every KV copy is priced by the PCIe link model
+    # (kvsim.core.link, LinkSpec.latency_s + bytes / bandwidth) whatever the latency kind.
 
 
 LatencyConfig = Annotated[

@@ -1,14 +1,30 @@
 """Roofline step latency from the hardware profile (DESIGN.md §3.5).
 
-One engine step reads the weights once (the *active* parameters for MoE models),
-reads every decoding sequence's KV, and does ``2 · params_active`` FLOPs per token
-plus attention FLOPs (``4 · heads · head_dim`` per query-key pair per attention
-layer: ``QKᵀ`` and ``AV``, two FLOPs per multiply-add; a prefill chunk of ``n``
-tokens over ``c`` cached ones has ``n·c + n(n+1)/2`` pairs, sliding-window layers
-cap the context at the window).  Layers on the GPU take
-``max(FLOPs / (tensor FLOP/s · compute_efficiency), bytes / (bandwidth ·
-bandwidth_efficiency))``; layers offloaded to the CPU take the same roofline on
-the host's FLOP/s and memory bandwidth (HostSpec).  A fixed per-step overhead
+Weights: one engine step reads every dense tensor once — attention, norms, router,
+shared experts and the output head (the token embedding is a row lookup, never streamed
+whole) — and, of an MoE model's routed experts, the share its ``t`` tokens route to:
+``1 − (1 − k/E)^t`` (:func:`kvsim.latency.offload.experts_used_fraction`; uniform
+routing).  One decoding sequence reads ``k/E`` of them, a batch of 8 on Qwen3-30B-A3B
+(k/E = 8/128) 40 %, a prefill chunk of hundreds of tokens all of them.  The split comes
+from :class:`kvsim.model.weights.WeightSplit` (``expert_bytes_per_layer``).
+
+FLOPs: ``2 · (params_active − token embedding − output head)`` per token (a tied
+embedding is one ``vocab · hidden`` tensor, subtracted once), plus ``2 · vocab · hidden``
+for the output head once per *sequence* in the step: engines compute logits only at the
+positions they sample — llama.cpp's graph keeps the last layer's rows ``inp_out_ids``
+("skip computing output for unused tokens", ``n_tokens = n_outputs``; in a prompt batch
+only the last token requests logits), vLLM v1's model runner computes
+``compute_logits(hidden_states[logits_indices])`` with ``logits_indices`` the last
+scheduled token of each request (``query_start_loc[1:] − 1``).  A prefill chunk that does
+not end its prompt is counted with one output too (vLLM computes and discards it;
+llama.cpp would skip it: one head matmul, an upper bound).  Attention FLOPs are
+``4 · heads · head_dim`` per query-key pair per attention layer (``QKᵀ`` and ``AV``, two
+FLOPs per multiply-add; a prefill chunk of ``n`` tokens over ``c`` cached ones has
+``n·c + n(n+1)/2`` pairs, sliding-window layers cap the context at the window).
+
+Layers on the GPU take ``max(FLOPs / (tensor FLOP/s · compute_efficiency), bytes /
+(bandwidth · bandwidth_efficiency))``; layers offloaded to the CPU take the same roofline
+on the host's FLOP/s and memory bandwidth (HostSpec).  A fixed per-step overhead
 (kernel launches, sampling, scheduler) is added.
 
 Quantized KV types pay a dequantization cost modelled as a fraction of their KV
@@ -28,7 +44,8 @@ stays on the CPU (its batch is the few tokens that need logits).  A smaller ubat
 every decode step of up to 31 sequences — runs the host layers on the CPU as above.
 
 NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar,
-:meth:`_time1`) evaluate the same formulas in the same order, so fast-forward and
+:meth:`_time1`) evaluate the same formulas in the same order (the weight bytes of a step
+of ``n`` sequences come from one scalar :meth:`weight_bytes`; ``n`` is fixed in a stretch), so fast-forward and
 per-step fidelity agree to floating-point rounding (tests/latency checks it).
 """
 
@@ -64,23 +81,18 @@ class RooflineLatency:
         # the output head: where the budget put it (llama.cpp --fit places it first),
         # else by WeightSplit's rule for this many layers
         on_gpu = weights.head_on_gpu(layers) if head_on_gpu is None else head_on_gpu
-        head = weights.head_bytes
-        # NOTE: the token embedding is a row lookup, never streamed whole.
-        active = model.params_active / model.params_total
         self.gpu_fraction = layers / model.num_layers
-        self.gpu_weight_bytes = active * (layers * weights.per_layer_bytes
-                                          + (head if on_gpu else 0))
-        self.cpu_weight_bytes = active * ((model.num_layers - layers) * weights.per_layer_bytes
-                                          + (0 if on_gpu else head))
-        self.linear_flops_per_token = 2.0 * model.params_active
-        # MoE experts in system RAM (llama.cpp --fit): a token reads k/E of them there
-        # and does their FLOPs on the CPU; their layers' attention and KV stay on the GPU
-        k_frac = (model.num_experts_active or 0) / (model.num_experts or 1)
-        moe_read = k_frac * cpu_expert_layers * weights.expert_bytes_per_layer
-        self.gpu_weight_bytes -= moe_read
-        self.cpu_weight_bytes += moe_read
-        # NOTE: the FLOPs of those bytes' parameters (2 per parameter read)
-        self.cpu_linear_flops_per_token = 2.0 * moe_read * 8 / weights.bits_per_weight
+        self._step_weights(model, weights, layers, on_gpu, cpu_expert_layers)
+        # prefill/decode FLOPs: every token through the layers; the token embedding is a
+        # row lookup (no FLOPs); the output head only for the sequences' sampled positions
+        vh = float(model.vocab_size * model.hidden_size)
+        edges = vh if weights.tied else 2.0 * vh   # embedding + head (tied: one tensor)
+        self.linear_flops_per_token = 2.0 * max(0.0, model.params_active - edges)
+        self.head_flops_per_output = 2.0 * vh
+        # MoE experts in system RAM (llama.cpp --fit): a token computes k/E of them on the
+        # CPU (2 FLOPs per parameter); their layers' attention and KV stay on the GPU
+        self.cpu_linear_flops_per_token = 2.0 * self.expert_pick * cpu_expert_layers \
+            * weights.expert_bytes_per_layer * 8 / weights.bits_per_weight
         self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
         self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
@@ -99,6 +111,32 @@ class RooflineLatency:
         self._linear_kv = sum(grp.bytes_per_token for grp in geometry.groups) if simple else None
         self._host_weights(model, weights, layers, on_gpu, cpu_expert_layers, op_offload)
 
+    def _step_weights(self, model: ModelSpec, weights: WeightSplit, layers: int,
+                      head_on_gpu: bool, cpu_expert_layers: int) -> None:
+        """Weights a step reads, split into dense bytes (attention, norms, router, shared
+        experts, output head: read whole by any step) and routed-expert bytes (a step of
+        ``t`` tokens reads the share :func:`experts_used_fraction` ``(t, k/E)``), on each
+        side.  The token embedding is a row lookup, never streamed whole."""
+        expert = weights.expert_bytes_per_layer
+        dense = weights.per_layer_bytes - expert
+        head = weights.head_bytes
+        host_layers = model.num_layers - layers
+        self.expert_pick = (model.num_experts_active or 0) / (model.num_experts or 1)
+        self.gpu_dense_bytes = layers * dense + (head if head_on_gpu else 0)
+        self.cpu_dense_bytes = host_layers * dense + (0 if head_on_gpu else head)
+        self.gpu_expert_bytes = (layers - cpu_expert_layers) * expert
+        self.cpu_expert_bytes = (host_layers + cpu_expert_layers) * expert
+        # a one-token step's reads (one decoding sequence): k/E of the experts
+        self.gpu_weight_bytes, self.cpu_weight_bytes = self.weight_bytes(1)
+
+    def weight_bytes(self, tokens: int) -> tuple[float, float]:
+        """(GPU, host) weight bytes one graph of ``tokens`` tokens reads: the dense parts
+        whole, the routed experts in the share its tokens pick (scalar: the numpy and
+        scalar paths use this one float)."""
+        used = experts_used_fraction(int(tokens), self.expert_pick)
+        return (self.gpu_dense_bytes + used * self.gpu_expert_bytes,
+                self.cpu_dense_bytes + used * self.cpu_expert_bytes)
+
     def _host_weights(self, model: ModelSpec, weights: WeightSplit, gpu_layers: int,
                       head_on_gpu: bool, cpu_expert_layers: int,
                       op_offload: OpOffload | None) -> None:
@@ -110,7 +148,6 @@ class RooflineLatency:
         self.host_dense_bytes = host_layers * (weights.per_layer_bytes - expert)
         self.host_expert_bytes = (host_layers + cpu_expert_layers) * expert
         self.host_head_bytes = 0 if head_on_gpu else weights.head_bytes
-        self.expert_pick = (model.num_experts_active or 0) / (model.num_experts or 1)
         has_host = self.host_dense_bytes + self.host_expert_bytes > 0
         self.op_offload = op_offload if has_host else None
 
@@ -140,26 +177,26 @@ class RooflineLatency:
             pairs = pairs + layers * (self._keys(ctx_after, w) - self._keys(c0, w))
         return pairs
 
-    def _times(self, tokens: np.ndarray, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
-        """Step time for arrays of (tokens, attention pairs, KV bytes) per step."""
-        flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
-        f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
+    def _times(self, n: int, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
+        """Decode step times of ``n`` sequences for arrays of (attention pairs, KV bytes)."""
+        nf = float(n)
+        flops = (nf * self.linear_flops_per_token + nf * self.head_flops_per_output) \
+            + pairs * self.pair_flops
+        if self._offloads(nf):  # offloaded steps: the scalar formula, per element
+            return np.array([self._time1(nf, nf, float(p), float(k))
+                             for p, k in zip(pairs, kv_read)], dtype=np.float64)
+        f, moe = self.gpu_fraction, nf * self.cpu_linear_flops_per_token
+        w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
         t_gpu = np.maximum((f * flops - moe) / self.gpu_flops_per_s,
-                           self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
+                           w_gpu / self.gpu_bytes_per_s + kv_time_gpu)
         t_cpu: np.ndarray | float = 0.0
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
             t_cpu = np.maximum(((1 - f) * flops + moe) / self.cpu_flops_per_s,
-                               self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
+                               w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
-        out = self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
-        if self.op_offload is not None:  # offloaded steps: the scalar formula, per element
-            out = np.broadcast_to(out, np.shape(tokens)).astype(np.float64)
-            for i in np.flatnonzero(tokens >= self.op_offload.min_batch_tokens):
-                if self._offloads(tokens[i]):
-                    out[i] = self._time1(float(tokens[i]), float(pairs[i]), float(kv_read[i]))
-        return out
+        return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
 
     # -- LatencyModel ------------------------------------------------------------
     def step_time_s(self, batch: BatchShape) -> float:
@@ -185,15 +222,18 @@ class RooflineLatency:
             for w, layers in self.windows:
                 pairs += layers * (_keys1(a, w) - _keys1(c0, w))
             kv += g.bytes_for_tokens(a)
-        return self._time1(float(batch.num_tokens), pairs, float(kv))
+        # one sampled position (output-head row) per sequence in the step
+        outputs = float(len(batch.prefill_tokens) + len(dec))
+        return self._time1(float(batch.num_tokens), outputs, pairs, float(kv))
 
     def _offloads(self, tokens: float) -> bool:
         """Does a step of ``tokens`` tokens offload its first (largest) ubatch?"""
         off = self.op_offload
         return off is not None and off.offloads(min(int(tokens), off.ubatch_tokens))
 
-    def _time1(self, tokens: float, pairs: float, kv_read: float) -> float:
-        flops = tokens * self.linear_flops_per_token + pairs * self.pair_flops
+    def _time1(self, tokens: float, outputs: float, pairs: float, kv_read: float) -> float:
+        flops = (tokens * self.linear_flops_per_token + outputs * self.head_flops_per_output) \
+            + pairs * self.pair_flops
         off = self.op_offload
         if off is None or not self._offloads(tokens):
             return self._split_s(tokens, flops, kv_read, self.overhead_s)
@@ -216,26 +256,27 @@ class RooflineLatency:
         """One ubatch with every layer on the GPU: copy the host weights (experts: the
         share routed to) and the host layers' KV over the link, then compute — the
         scheduler issues the copy on the GPU's stream before the split, so they add."""
-        copy_w = self.host_dense_bytes \
-            + self.host_expert_bytes * experts_used_fraction(tokens, self.expert_pick)
+        used = experts_used_fraction(tokens, self.expert_pick)
+        copy_w = self.host_dense_bytes + self.host_expert_bytes * used
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.gpu_bytes_per_s
         t = max(flops / self.gpu_flops_per_s,
-                (self.gpu_weight_bytes + copy_w) / self.gpu_bytes_per_s + kv_time)
+                (self.weight_bytes(tokens)[0] + copy_w) / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
 
     def _split_s(self, tokens: float, flops: float, kv_read: float, base_s: float) -> float:
         """``base_s`` plus the GPU layers' roofline time plus the host layers' CPU time."""
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
+        w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
         t = base_s + max((f * flops - moe) / self.gpu_flops_per_s,
-                         self.gpu_weight_bytes / self.gpu_bytes_per_s + kv_time_gpu)
+                         w_gpu / self.gpu_bytes_per_s + kv_time_gpu)
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
             t += max(((1 - f) * flops + moe) / self.cpu_flops_per_s,
-                     self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
+                     w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t += self.dequant * kv_time_cpu
         return t
 
@@ -251,24 +292,26 @@ class RooflineLatency:
         n, total = len(contexts), sum(contexts)
         nf, full, lkv = float(n), self.full_layers, self._linear_kv
         if self._offloads(nf):  # 32+ sequences with host weights: op offload
-            return [self._time1(nf, float(full * tok), float(lkv * tok))
+            return [self._time1(nf, nf, float(full * tok), float(lkv * tok))
                     for tok in range(total + n, total + n * steps + 1, n)]
-        lin, pf, f = self.linear_flops_per_token, self.pair_flops, self.gpu_fraction
+        lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
+        pf, f = self.pair_flops, self.gpu_fraction
         gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
-        w_gpu = self.gpu_weight_bytes / gbw
+        w_gpu, w_cpu = self.weight_bytes(n)
+        w_gpu /= gbw
         out = []
         moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
             self.cpu_linear_flops_per_token
         for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
             kv = float(lkv * tok)
-            flops = nf * lin + float(full * tok) * pf
+            flops = lin + float(full * tok) * pf
             kv_time_gpu = f * kv / gbw
             t_gpu = max((f * flops - moe) / gflops, w_gpu + kv_time_gpu)
             t_cpu = 0.0
             if cpu_side:
                 kv_time_cpu = (1 - f) * kv / self.cpu_bytes_per_s
                 t_cpu = max(((1 - f) * flops + moe) / self.cpu_flops_per_s,
-                            self.cpu_weight_bytes / self.cpu_bytes_per_s + kv_time_cpu)
+                            w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
                 t_cpu = t_cpu + dq * kv_time_cpu
             out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)
         return out
@@ -277,11 +320,10 @@ class RooflineLatency:
         if self._linear_kv is not None:  # integer sums, as in step_time_s: same floats
             ctx = np.asarray(contexts, dtype=np.int64)
             tokens = int(ctx.sum()) + len(ctx) * np.arange(1, steps + 1, dtype=np.int64)
-            return self._times(np.full(steps, float(len(ctx))),
-                               (self.full_layers * tokens).astype(np.float64),
+            return self._times(len(ctx), (self.full_layers * tokens).astype(np.float64),
                                (self._linear_kv * tokens).astype(np.float64))
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
         ones = np.ones_like(c)
         pairs = np.sum(self._attended(c + 1, ones), axis=0)
         kv = np.sum(self.kv_bytes(c + 1), axis=0)
-        return self._times(np.full(steps, float(len(contexts))), pairs, kv)
+        return self._times(len(contexts), pairs, kv)

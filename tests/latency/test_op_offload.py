@@ -2,8 +2,10 @@
 
 Toy model, GPU and host, chosen so every number is round:
 
-- model: 4 layers, 8 heads × 128, 2 KV heads, params 4.5e9 (dense) → 9e9 linear FLOPs
-  per token; attention 4 · 8 · 128 = 4,096 FLOPs per query-key pair per layer; f16 KV
+- model: 4 layers, 8 heads × 128, 2 KV heads, params 4.5e9 (dense), vocab 1,000 ×
+  hidden 1,024: token embedding and output head 1,024,000 params each → linear FLOPs
+  2 × (4.5e9 − 2,048,000) = 8,995,904,000 per token (the embedding is a lookup) plus the
+  head's 2,048,000 per sampled sequence (a decode token: 8,997,952,000 in all); attention 4 · 8 · 128 = 4,096 FLOPs per query-key pair per layer; f16 KV
   4 layers × 2 heads × (128 + 128) × 2 B = 4,096 B per token;
 - weights (q8-like, 8 bpw): 1e9 B per layer, output head 0.5e9 B (on the GPU), token
   embedding 0.25e9 B (never streamed);
@@ -69,29 +71,30 @@ def test_toy_weights_split_as_described() -> None:
 
 def test_prefill_above_the_minimum_copies_host_weights_per_ubatch() -> None:
     """1,024 prompt tokens from an empty context = 2 ubatches of 512, each offloaded:
-    FLOPs 1,024 × 9e9 + 4 layers × (1,024 × 1,025 / 2) pairs × 4,096
-          = 9,216,000,000,000 + 8,598,323,200 = 9,224,598,323,200, half per ubatch
-          → 4,612,299,161,600 / 100e12 = 46.122991616 ms (compute-bound: the GPU reads
-          2.5e9 + 2e9 weights + 4,194,304 B KV = 4.504 ms);
+    FLOPs 1,024 × 8,995,904,000 + 2,048,000 (the head, one sampled position)
+          + 4 layers × (1,024 × 1,025 / 2) pairs × 4,096
+          = 9,211,805,696,000 + 2,048,000 + 8,598,323,200 = 9,220,406,067,200, half per
+          ubatch → 4,610,203,033,600 / 100e12 = 46.102030336 ms (compute-bound: the GPU
+          reads 2.5e9 + 2e9 weights + 4,194,304 B KV = 4.504 ms);
     copy  host weights 2e9 B + the host layers' half of the KV 2,097,152 B
           = 2,002,097,152 B / 20e9 B/s = 100.1048576 ms, not overlapped;
-    step  1 ms + 2 × (46.122991616 + 100.1048576) ms = 293.455698432 ms."""
+    step  1 ms + 2 × (46.102030336 + 100.1048576) ms = 293.413775872 ms."""
     r = _toy()
-    expected = 0.001 + 2 * (4_612_299_161_600 / 100e12 + 2_002_097_152 / 20e9)
-    assert expected == pytest.approx(0.293455698432, rel=1e-12)
+    expected = 0.001 + 2 * (4_610_203_033_600 / 100e12 + 2_002_097_152 / 20e9)
+    assert expected == pytest.approx(0.293413775872, rel=1e-12)
     got = r.step_time_s(BatchShape((1024,), (0,)))
     assert got == pytest.approx(expected, rel=1e-12)
     # without op offload the host layers' half of the FLOPs runs at 1e12 FLOP/s: 4.6 s
     cpu = _toy(op_offload=None).step_time_s(BatchShape((1024,), (0,)))
-    assert cpu == pytest.approx(0.001 + 4_612_299_161_600 / 100e12
-                                + 4_612_299_161_600 / 1e12, rel=1e-12)
+    assert cpu == pytest.approx(0.001 + 4_610_203_033_600 / 100e12
+                                + 4_610_203_033_600 / 1e12, rel=1e-12)
     assert cpu / got > 15
 
 
 def test_decode_below_the_minimum_is_cpu_bandwidth_bound() -> None:
-    """One sequence reading 1,000 tokens: FLOPs 9e9 + 4 × 1,000 × 4,096 = 9,016,384,000;
-    GPU half  max(4.508192e-5 s, (2.5e9 + 2,048,000) / 1e12 = 2.502048 ms);
-    host half max(4.508192 ms, (2e9 + 2,048,000) / 100e9 = 20.02048 ms);
+    """One sequence reading 1,000 tokens: FLOPs 8,997,952,000 + 4 × 1,000 × 4,096
+    = 9,014,336,000; GPU half  max(4.507168e-5 s, (2.5e9 + 2,048,000) / 1e12 = 2.502048 ms);
+    host half max(4.507168 ms, (2e9 + 2,048,000) / 100e9 = 20.02048 ms);
     step 1 + 2.502048 + 20.02048 ms = 23.522528 ms — op offload changes nothing."""
     step = BatchShape(decode_context=(999,))
     expected = 0.001 + 2_502_048_000 / 1e12 + 2_002_048_000 / 100e9
@@ -102,20 +105,21 @@ def test_decode_below_the_minimum_is_cpu_bandwidth_bound() -> None:
 
 def test_thirty_two_sequences_offload_thirty_one_do_not() -> None:
     """32 sequences at 100 tokens each: 3,200 KV tokens (13,107,200 B), FLOPs
-    32 × 9e9 + 4 × 3,200 × 4,096 = 288,052,428,800.  Offloaded: the GPU reads
-    4.5e9 + 13,107,200 B (4.5131072 ms > 2.880524288 ms of compute) after copying
+    32 × 8,997,952,000 + 4 × 3,200 × 4,096 = 287,986,892,800.  Offloaded: the GPU reads
+    4.5e9 + 13,107,200 B (4.5131072 ms > 2.879868928 ms of compute) after copying
     2e9 + 6,553,600 B (100.32768 ms): 1 + 4.5131072 + 100.32768 = 105.8407872 ms.
-    31 sequences stay below the minimum: FLOPs 279,050,790,400, the host half
-    compute-bound at 139.5253952 ms, the GPU half 2.5e9 + 6,348,800 B = 2.5063488 ms:
-    1 + 2.5063488 + 139.5253952 = 143.031744 ms."""
+    31 sequences stay below the minimum: FLOPs 31 × 8,997,952,000 + 4 × 3,100 × 4,096
+    = 278,936,512,000 + 50,790,400 = 278,987,302,400, the host half compute-bound at
+    139.4936512 ms, the GPU half 2.5e9 + 6,348,800 B = 2.5063488 ms:
+    1 + 2.5063488 + 139.4936512 = 143.0 ms."""
     r = _toy()
     off = r.step_time_s(BatchShape(decode_context=(99,) * 32))
     assert off == pytest.approx(0.001 + 4_513_107_200 / 1e12 + 2_006_553_600 / 20e9, rel=1e-12)
     assert off == pytest.approx(0.1058407872, rel=1e-12)
     below = r.step_time_s(BatchShape(decode_context=(99,) * 31))
-    assert below == pytest.approx(0.001 + 2_506_348_800 / 1e12 + 139_525_395_200 / 1e12,
+    assert below == pytest.approx(0.001 + 2_506_348_800 / 1e12 + 139_493_651_200 / 1e12,
                                   rel=1e-12)
-    assert below == pytest.approx(0.143031744, rel=1e-12)
+    assert below == pytest.approx(0.143, rel=1e-12)
 
 
 @pytest.mark.parametrize("n", [1, 31, 32, 40])
@@ -146,22 +150,25 @@ def test_a_short_last_ubatch_runs_on_the_cpu() -> None:
 
 def test_moe_experts_in_ram_copy_only_the_routed_share() -> None:
     """MoE toy: 4 experts, 1 active, 0.8e9 B of experts per layer, every layer on the
-    GPU but the experts of 2 layers in RAM; params_active 2.25e9 (half).  GPU weights
-    0.5 × 4.5e9 − 0.25 × 2 × 0.8e9 = 1.85e9 B.  With the minimum at 2 tokens
-    (GGML_OP_OFFLOAD_MIN_BATCH=2), a decode of 2 sequences at 100 tokens routes to
-    1 − 0.75² = 43.75 % of the 1.6e9 B of experts in RAM: copies 0.7e9 B (35 ms);
-    the GPU then reads 1.85e9 + 0.7e9 + 819,200 B (2.5508192 ms):
-    step 1 + 2.5508192 + 35 ms = 38.5508192 ms."""
+    GPU but the experts of 2 layers in RAM; params_active 2.25e9 (half).  GPU weights:
+    dense 4 × (1e9 − 0.8e9) + 0.5e9 head = 1.3e9 B read whole, the other 2 layers'
+    experts 1.6e9 B of which one token reads 1/4: 1.3e9 + 0.4e9 = 1.7e9 B.  With the
+    minimum at 2 tokens (GGML_OP_OFFLOAD_MIN_BATCH=2), a decode of 2 sequences at 100
+    tokens routes to 1 − 0.75² = 43.75 % of the experts: copies 0.4375 × 1.6e9 = 0.7e9 B
+    from RAM (35 ms); the GPU then reads 1.3e9 + 0.7e9 of its own, the 0.7e9 copied and
+    819,200 B of KV = 2,700,819,200 B (2.7008192 ms; compute ~0.09 ms):
+    step 1 + 2.7008192 + 35 ms = 38.7008192 ms."""
     assert experts_used_fraction(2, 0.25) == 0.4375
     assert experts_used_fraction(5, 0.0) == 0.0
     low_min = OpOffload(link_bytes_per_s=20e9, ubatch_tokens=512, min_batch_tokens=2)
     r = _toy(gpu_layers=4, op_offload=low_min, model=_model(2.25e9, (4, 1)),
              expert_bytes=800_000_000, cpu_expert_layers=2)
-    assert r.gpu_weight_bytes == pytest.approx(1.85e9, rel=1e-15)
+    assert r.gpu_weight_bytes == pytest.approx(1.7e9, rel=1e-15)
+    assert r.weight_bytes(2) == pytest.approx((2.0e9, 0.7e9), rel=1e-15)
     assert (r.host_dense_bytes, r.host_expert_bytes) == (0, 1_600_000_000)
     got = r.step_time_s(BatchShape(decode_context=(99, 99)))
-    assert got == pytest.approx(0.001 + 2_550_819_200 / 1e12 + 0.7e9 / 20e9, rel=1e-12)
-    assert got == pytest.approx(0.0385508192, rel=1e-12)
+    assert got == pytest.approx(0.001 + 2_700_819_200 / 1e12 + 0.7e9 / 20e9, rel=1e-12)
+    assert got == pytest.approx(0.0387008192, rel=1e-12)
 
 
 def test_which_engines_and_links_offload() -> None:
