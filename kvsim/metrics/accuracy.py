@@ -16,7 +16,11 @@ its turn is scheduled, from the state of the KV holding the referenced span:
 Multipliers ``m`` ∈ [0, 1] are relative to a full cache, per content class
 (``exact``: names, numbers, identifiers; ``gist``: topic, summary).  Defaults and
 the ranges for sensitivity sweeps are the §6.4 table; RECOVERED is
-``p_hit·m(after recall) + (1 − p_hit)·m(LOST)`` for exact spans and 1.0 for gist.
+``p_hit·m(after recall) + (1 − p_hit)·m(miss)`` for exact spans and 1.0 for gist,
+where a selector miss reads what the GPU still holds: nothing for an OFFLOADED span
+(m(LOST)), the low-bit copy for a QUANT_BACKED one (m(QUANT at ``miss_bits``):
+§6.2 "yes with error, promotable", §3.7) — so a recall never scores below leaving
+the span demoted.
 
 NOTE: pure Python (no pandas): policies import this module.
 """
@@ -76,6 +80,7 @@ class Outcome:
     bits: float = 16.0    # lowest precision read over the span (after any recall)
     added_s: float = 0.0  # recall / promotion latency added to the turn
     kept: float = 1.0     # LOST: share of the session's context still kept
+    miss_bits: float | None = None  # RECOVERED: bits a selector miss reads (None: LOST)
 
     @property
     def name(self) -> str:
@@ -102,18 +107,20 @@ def multiplier(cfg: AccuracyConfig, outcome: Outcome, content: str) -> float:
     if outcome.label == RECOVERED:
         if content != "exact":
             return 1.0
-        return cfg.p_hit * _quant_m(m, outcome.bits) + (1 - cfg.p_hit) * m.lost
+        miss = m.lost if outcome.miss_bits is None else _quant_m(m, outcome.miss_bits)
+        return cfg.p_hit * _quant_m(m, outcome.bits) + (1 - cfg.p_hit) * miss
     return _quant_m(m, outcome.bits)
 
 
 def classify(*, collapsed: bool, lost: bool, recalled: bool, bits: float,
-             added_s: float = 0.0, kept: float = 1.0) -> Outcome:
+             added_s: float = 0.0, kept: float = 1.0,
+             miss_bits: float | None = None) -> Outcome:
     if collapsed:
         return Outcome(COLLAPSE, bits)
     if lost:
         return Outcome(LOST, bits, kept=kept)
     if recalled:
-        return Outcome(RECOVERED, bits, added_s)
+        return Outcome(RECOVERED, bits, added_s, miss_bits=miss_bits)
     return Outcome(INTACT if bits >= 8 else DEGRADED, bits)
 
 

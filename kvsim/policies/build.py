@@ -23,6 +23,7 @@ from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 from kvsim.model.dtypes import bytes_per_element
 from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, SLOT_KINDS
+from kvsim.policies.host_ram import install_ram
 from kvsim.policies.quantization import nominal_bits
 from kvsim.policies.runtime import PolicyRuntime
 
@@ -58,7 +59,12 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
             allowed = [t for t in engine.supported_cache_types if nominal_bits(t) < 16]
             raise InputError(f"{field}.cache_type", ct, f"a quantized type {engine.preset} "
                              f"supports: {', '.join(allowed)}")
-    return bytes_per_element(ct) / bytes_per_element(base), nominal_bits(ct)
+        if not getattr(engine, "flash_attn", True):  # engines.md §3.2
+            raise InputError(f"{field}.cache_type", ct, "none with engine.flash_attn false: "
+                             "the demoted tokens are a quantized V cache, which llama.cpp "
+                             "refuses without flash attention; set engine.flash_attn true")
+    per = pol.bytes_per_element() if pol.kind == "kivi" else bytes_per_element(ct)
+    return per / bytes_per_element(base), nominal_bits(ct)
 
 
 def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
@@ -137,9 +143,13 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
             budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
                 else int(host.memory_bytes * HOST_KV_FRACTION)
         if budget <= 0:
-            raise InputError(f"policies.{offloads[0][0]}.host_budget_bytes", budget,
-                             "idle offload needs host memory: a budget > 0 (engine "
-                             "cache_ram_bytes is 0, i.e. --cache-ram 0)")
+            if offload.host_budget_bytes is not None:
+                raise InputError(f"policies.{offloads[0][0]}.host_budget_bytes", budget,
+                                 "> 0 bytes for idle offload to host RAM (mode: drop frees "
+                                 "idle slots without a copy)")
+            raise InputError("engine.cache_ram_bytes", budget, "> 0 for idle_offload's "
+                             "default host budget (0 is --cache-ram 0, no RAM cache); or "
+                             f"set policies.{offloads[0][0]}.host_budget_bytes")
         sched.ram.limit_bytes = min(budget, host.memory_bytes)
     gpu_bw = getattr(latency, "gpu_bytes_per_s", None)  # roofline: sustained GPU bandwidth
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
@@ -152,4 +162,6 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
         host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION))
     sched.policy = runtime
+    if slot_engine and ratio != 1:  # NOTE: after the host budget above is set
+        install_ram(sched, runtime.state_bytes)
     return runtime

@@ -5,7 +5,8 @@ vLLM/SGLang ``--kv-cache-dtype``) is engine configuration (kvsim.config.engine);
 its exact bytes come from kvsim.model.dtypes and its dequantization cost from the
 latency model.  This module adds the KIVI-style policy (§2.1): tokens older than a
 recent full-precision window of ``residual_tokens`` are quantized in groups of
-``group_tokens`` to ``bits`` (b + 32/G bits per value with fp16 scale and zero,
+``group_tokens`` to ``bits`` (b + 32/G bits per value with an fp16 scale and an fp16
+zero point per group of G: :meth:`KiviConfig.bytes_per_element`, §2.1(b); G = 32 is
 ``kivi_int{bits}`` in kvsim.model.dtypes), shrinking their GPU bytes exactly
 (QUANT(b), no host copy: the error is permanent).  Quantized tokens pay a
 dequantization cost on every read: the latency model's ``kv_dequant_factor`` × their
@@ -17,6 +18,7 @@ read time (kvsim.latency.roofline).
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Literal
 
 from pydantic import Field
@@ -52,6 +54,11 @@ class KiviConfig(FrozenModel):
     @property
     def cache_type(self) -> str:
         return f"kivi_int{self.bits}"
+
+    def bytes_per_element(self) -> Fraction:
+        """Exact bytes per stored value: b/8 + (2 + 2 bytes of fp16 scale and zero) / G,
+        i.e. b + 32/G bits (2-bit: G=32 → 3 bits, G=128 → 2.25 bits)."""
+        return Fraction(self.bits, 8) + Fraction(4, self.group_tokens)
 
     @property
     def chunk_tokens(self) -> int:

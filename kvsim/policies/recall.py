@@ -161,11 +161,13 @@ class RecallScorer:
         missing = (hi - lo) - sum(b - a for _, a, b in runs)
         bits, recall, lost = rt.engine_bits, 0, False
         promote: list[tuple[int, int]] = []
+        miss_bits: float | None = bits  # NOTE: a selector miss reads the GPU's copy...
         if missing:
             off = sum(b - a for a, b, st, _ in led.iter_states(seg, lo, hi) if st == OFFLOADED)
             absent = 0 if sent is None else (hi - lo) - _held(sent, span)
             lost = absent > 0 or off < missing or rt.link is None
             recall += 0 if lost else missing
+            miss_bits = None  # ...but an offloaded part has none: the miss is LOST
         for pos, a, b in runs:
             k = min(b - a, max(0, req.cached_tokens - pos))  # reused from the slot's KV
             for x, y, st, bt in led.iter_states(seg, a, a + k):
@@ -174,6 +176,7 @@ class RecallScorer:
                 elif st == QUANT_BACKED:
                     recall += y - x
                     promote.append((x, y))
+                    miss_bits = None if miss_bits is None else min(miss_bits, bt)
         added, nbytes, end = 0.0, 0, now_s
         if recall and not lost and not collapsed and rt.link is not None:
             blk = getattr(rt.evict, "block_tokens", 1)
@@ -187,7 +190,8 @@ class RecallScorer:
             if promote:
                 rt.refresh_credits()
         out = classify(collapsed=collapsed, lost=lost, recalled=bool(nbytes), bits=bits,
-                       added_s=added, kept=_kept_share(led, req.prompt_tokens) if lost else 1.0)
+                       added_s=added, kept=_kept_share(led, req.prompt_tokens) if lost else 1.0,
+                       miss_bits=None if miss_bits is None else min(miss_bits, bits))
         self._record(req, now_s, out, content, f"{seg}[{lo}:{hi}]", nbytes)
         return end
 

@@ -172,13 +172,28 @@ class PolicyRuntime:
         if self.offload is not None and self.offload.restore == "auto" and self.recompute_s:
             start = max(t0, h2d.busy_until_s)
             xfer_end = start + h2d.duration_s(nbytes, start)
-            rec_end = t0 + self.recompute_s(nbytes // self.bpt)
+            rec_end = t0 + self.recompute_s(self._restored_tokens(nbytes))
             if rec_end < xfer_end:
                 self.c["restore_recomputes"] += 1
                 return self._incremental(rec_end)
         _, end = h2d.reserve(nbytes, t0)
         self.c["restore_bytes"] += nbytes
         return self._incremental(end)
+
+    def _restored_tokens(self, nbytes: int) -> int:
+        """Tokens of the entry being restored (its bytes are quantized under KIVI)."""
+        e = getattr(self.sched.ram, "last_taken", None)
+        return e.n_tokens if e is not None and e.bytes == nbytes else nbytes // self.bpt
+
+    def state_bytes(self, seq: Any) -> int:
+        """Host bytes of a slot state ``seq`` (the RAM cache's per-token size): its
+        quantized tokens at ``quant_ratio`` of it, the rest at full precision."""
+        per = self.sched.ram.bytes_per_token
+        n = seq_len(seq)
+        slot = next((s for s in self.slots if tuple(s.cache) == seq), None)
+        led = self.ledgers.get(self.slot_session.get(slot.slot_id, "")) if slot else None
+        q = led.count(seq, (QUANT, QUANT_BACKED)) if led is not None else 0
+        return (n - q) * per + int(q * per * self.ratio)
 
     def memory(self, m: MemoryState) -> MemoryState:
         # NOTE: no quantized tokens without a ratio (_qcount); unchanged → m itself
@@ -257,6 +272,8 @@ class PolicyRuntime:
                     self.link.d2h.reserve(saved, t0)
                 self.c["offload_bytes"] += saved
             self.c["offloaded_slots"] += 1
+            if not saved:  # NOTE: mode drop, or a state the host budget cannot hold
+                self.c["evicted_tokens"] += slot.n_tokens
             self.emit(t0, "offload" if saved else "evict", "",
                       f"idle slot {slot.slot_id}: {slot.n_tokens} tokens "
                       + ("to host" if saved else "dropped"), saved)
@@ -307,7 +324,13 @@ class PolicyRuntime:
         out: dict[str, Any] = recall_summary(self.scorer.scored)
         out.update(self.c)
         out.update({f"recall_via_{k}_events": v for k, v in self.scorer.via.items()})
-        out.update(getattr(self.sched, "stats", {}))
+        stats = getattr(self.sched, "stats", {})
+        out.update(stats)
+        # NOTE: offload_/restore_bytes are all policy KV traffic to / from host RAM, so
+        # policies compare across engines; host_store/load_bytes are the paged host
+        # tier's share of them (swap preemption stays in swap_out/in_bytes)
+        out["offload_bytes"] += stats.get("host_store_bytes", 0)
+        out["restore_bytes"] += stats.get("host_load_bytes", 0)
         if self.link is not None:
             out.update(self.link.summary())
         return out

@@ -15,8 +15,15 @@ BASE = ["simulate", "quickstart", "--set", "workload.max_sessions=2"]
     (["engine.cache_type_v=q8_0", "engine.flash_attn=false"], "flash"),
     (["accuracy.exact.lost=1.5"], "lost"),
     (["accuracy.p_hit=-0.2"], "p_hit"),
-    (["policies=[{kind: idle_offload, host_budget_bytes: 0}]"], "host_budget_bytes"),
-    (["engine.cache_ram_bytes=0", "policies=[{kind: idle_offload}]"], "host memory"),
+    (["policies=[{kind: idle_offload, host_budget_bytes: 0}]"],
+     "policies.0.host_budget_bytes: 0"),
+    # the default budget is the engine's: the error names that field, not the policy's
+    (["engine.cache_ram_bytes=0", "policies=[{kind: idle_offload}]"],
+     "engine.cache_ram_bytes: 0"),
+    # the demoted q4_0 / q8_0 tokens sit in llama.cpp's V cache: flash attention needed
+    (["engine.flash_attn=false",
+      "policies=[{kind: recoverable_eviction, window_tokens: 1024, cache_type: q8_0}]"],
+     "policies.0.cache_type: 'q8_0' — none with engine.flash_attn false"),
     (["gpu=apple-m4-max", "policies=[{kind: idle_offload}]"], "no host tier"),
     (["engine={preset: vllm, context_tokens: 16384}", "policies=[{kind: idle_offload}]"],
          "slot engines"),

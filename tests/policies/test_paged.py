@@ -55,6 +55,9 @@ def test_paged_reference_is_intact_and_names_where_its_kv_came_from(backend, loa
     assert "via=host" in _detail(host) and references(host) == [("INTACT", 1.0, 0.0, 0)]
     bpt = kv_geometry(sc.model).kv_bytes_per_token
     assert host.summary["host_load_bytes"] == loaded * bpt
+    # offload_/restore_bytes count every policy's host traffic: the host tier's here
+    assert host.summary["restore_bytes"] == loaded * bpt
+    assert host.summary["offload_bytes"] == host.summary["host_store_bytes"] > 0
     t = {r: (e.set_index("request_id").loc["s#2"]) for r, e in
          (("evicted", evicted.requests), ("host", host.requests))}
     assert t["evicted"].cached_tokens == 176 and t["host"].cached_tokens == 176 + loaded
