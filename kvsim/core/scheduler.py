@@ -117,7 +117,6 @@ class PagedScheduler:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
-    # -- schedule --------------------------------------------------------------
     @property
     def swap_used_bytes(self) -> int:
         return sum(self.swapped.values())
@@ -140,8 +139,7 @@ class PagedScheduler:
         (only the first ``keep_cached`` stay reusable when given)."""
         if self.host is not None:
             n = self.manager.req_num_hashed.get(req.request_id, 0)
-            if keep_cached is not None:
-                n = min(n, keep_cached)
+            n = n if keep_cached is None else min(n, keep_cached)
             if not self.host_store_decode:
                 n = min(n, req.prompt_tokens // self.block_tokens)
             n -= n % self.host_chunk_blocks
@@ -150,6 +148,8 @@ class PagedScheduler:
                 nbytes = new * self.block_bytes
                 self.link.d2h.reserve(nbytes, now_s)  # asynchronous: no stall
                 self.stats["host_store_bytes"] += nbytes
+                self.events.append(EngineEvent(now_s, "host_store", req.request_id,
+                                               f"{new * self.block_tokens} tokens", nbytes))
         self.manager.free(req, keep_cached)
 
     def _preempt(self, now_s: float) -> Request:

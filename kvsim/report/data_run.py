@@ -40,8 +40,11 @@ _BREAKDOWN = (  # (label, summary key) of the static device rows, DESIGN §3.1
 CDF_EXPAND_MAX = 1 << 22  # gaps expanded for the exact step CDF (32 MB)
 SLOT_ALLOCATORS = ("slots", "unified")
 # event kinds that move KV bytes over PCIe, by direction
-D2H_KINDS = frozenset({"offload", "backup", "swap_out", "writeback"})
-H2D_KINDS = frozenset({"restore", "recall", "promote", "swap_in"})
+# NOTE: every event kind that carries KV bytes over the link: policy paths, the
+# llama.cpp RAM cache (cache_save / idle_save), vLLM swap and the paged host tier
+D2H_KINDS = frozenset({"offload", "backup", "swap_out", "writeback", "cache_save",
+                       "idle_save", "host_store"})
+H2D_KINDS = frozenset({"restore", "recall", "promote", "swap_in", "host_load"})
 
 
 def nonempty(df: Any) -> bool:
@@ -338,9 +341,8 @@ def pcie_traffic(events: pd.DataFrame | None, transfers: pd.DataFrame | None = N
     """Cumulative PCIe bytes per direction over time, and exact totals.
 
     Uses a ``transfers`` table (``start_s, end_s, direction ("h2d"|"d2h"), bytes``) when
-    the run has one, else ``events`` rows whose kind moves KV (offload/backup/
-    swap_out/writeback → d2h; restore/recall/promote/swap_in → h2d), each counted at
-    its time.  Cumulative curves are monotone, so thinning keeps the final total.
+    the run has one, else ``events`` rows whose kind moves KV (:data:`D2H_KINDS` → d2h,
+    :data:`H2D_KINDS` → h2d), each counted at its time.  Cumulative curves are monotone, so thinning keeps the final total.
     ``None`` when no byte crossed the link.
     """
     if nonempty(transfers):

@@ -127,6 +127,17 @@ def test_pcie_traffic_from_events_per_direction() -> None:
     assert dr.pcie_traffic(run.events[run.events["kind"].isin(["fail", "preempt"])]) is None
 
 
+def test_pcie_traffic_counts_ram_cache_saves_and_the_host_tier() -> None:
+    # quickstart's llama.cpp RAM cache writes slots (cache_save, idle_save); vLLM's host
+    # tier stores and loads blocks (host_store, host_load): all cross the link
+    ev = pd.DataFrame({"time_s": [1.0, 2.0, 3.0, 4.0, 5.0],
+                       "kind": ["cache_save", "idle_save", "host_store", "host_load", "fail"],
+                       "bytes": [100, 200, 300, 50, 0]})
+    p = dr.pcie_traffic(ev)
+    assert p["totals_bytes"] == {"d2h": 600.0, "h2d": 50.0}
+    assert list(p["series"]["d2h"]["cumulative_bytes"]) == [100, 300, 600]
+
+
 def test_pcie_traffic_prefers_transfer_table() -> None:
     transfers = pd.DataFrame({"start_s": [1.0, 2.0, 4.0], "end_s": [1.5, 2.5, 4.5],
                               "direction": ["h2d", "D2H", "h2d"], "bytes": [100, 50, 300]})
