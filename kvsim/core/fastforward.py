@@ -37,7 +37,10 @@ Stretch length ``J`` is the largest number of steps such that
 
 A plan with a stall (``extra_s``) is jumped only when the scheduler's policy says it
 is steady (``steady_extra_s``: the dequantization of demoted tokens, the same for
-every decode step until the next demotion); each step then takes it on top.
+every decode step until the next demotion); each step then takes it on top.  The
+bytes those tokens do not read (``BatchShape.kv_read_saved_bytes``) are constant
+through a stretch for the same reason (the hooks' ``quiet_steps`` end it before a
+demotion) and go with every step's time.
 
 *Folding* the straddling step: when the stretch was cut by a SimPy event (not by the
 limit, a hook trigger or ``max_sim_time_s``), step ``J`` itself cannot finish a
@@ -116,11 +119,14 @@ def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
     """The decode-only plan ``steps`` steps after ``plan`` (every context + steps).
 
     NOTE: equal to ``make_plan`` of the advanced items, built without its partition;
-    it keeps ``plan``'s steady per-step extra (FastForward.steady_extra_s).
+    it keeps ``plan``'s steady per-step extra (FastForward.steady_extra_s) and its
+    demoted tokens' saved KV read bytes.
     """
     new = tuple.__new__  # NOTE: ScheduledItem's own constructor, minus its Python frame
     items = tuple([new(ScheduledItem, (r, 1, c + steps, True)) for r, _, c, _ in plan.items])
-    return StepPlan(items, BatchShape(decode_context=tuple([i[2] for i in items])), plan.extra_s)
+    batch = BatchShape(decode_context=tuple([i[2] for i in items]),
+                       kv_read_saved_bytes=plan.batch.kv_read_saved_bytes)
+    return StepPlan(items, batch, plan.extra_s)
 
 
 class FastForward:
@@ -146,18 +152,19 @@ class FastForward:
         # (the engine knows; 0 = at once, the safe default)
         self.follow_s: Callable[[Any], float] = lambda req: 0.0
 
-    def _step_times(self, contexts: tuple[int, ...], steps: int, extra_s: float = 0.0
-                    ) -> list[float]:
+    def _step_times(self, contexts: tuple[int, ...], steps: int, extra_s: float = 0.0,
+                    saved: float = 0.0) -> list[float]:
         """Durations of ``steps`` decode steps, each ``extra_s`` longer (the plan's steady
-        stall, added as the driver adds ``plan.extra_s`` to a step time)."""
+        stall, added as the driver adds ``plan.extra_s`` to a step time), reading
+        ``saved`` bytes less KV (the batch's ``kv_read_saved_bytes``)."""
         lat = self.latency
         dts = None
         if steps <= SMALL_STEPS and hasattr(lat, "decode_steps_list"):
-            dts = lat.decode_steps_list(contexts, steps)  # the same floats, no numpy
+            dts = lat.decode_steps_list(contexts, steps, saved)  # the same floats, no numpy
         if dts is None:
             # NOTE: a calibrated model counts clamped steps; count only the steps we use.
             before = getattr(lat, "clamped_steps", None)
-            arr = lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps)
+            arr = lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps, saved)
             if before is not None:
                 lat.clamped_steps = before
             dts = np.asarray(arr, dtype=np.float64).tolist()
@@ -207,7 +214,7 @@ class FastForward:
         n_dts = limit + 1
         if 0 < dt0 < math.inf:
             n_dts = min(n_dts, int((bound_s - now_s) / dt0) + 2)
-        dts = self._step_times(ctx, n_dts, plan.extra_s)
+        dts = self._step_times(ctx, n_dts, plan.extra_s, plan.batch.kv_read_saved_bytes)
         times = list(accumulate(dts, initial=now_s))  # NOTE: sequential, as SimPy adds
         steps = min(bisect_left(times, bound_s, 1) - 1, limit)
         if steps < 1:

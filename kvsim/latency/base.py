@@ -8,9 +8,9 @@ The simulator asks two questions (DESIGN.md §3.5):
   decode-only steps of a fixed batch whose every sequence grows by one token per
   step — the fast-forward path (DESIGN.md §4) computes a whole stretch with numpy.
 
-NOTE: ``decode_steps_s(c, k)[j]`` must equal ``step_time_s`` of the decode-only
-batch with contexts ``c + j`` to within floating-point rounding: fast and per-step
-fidelity must agree (issue 6).
+NOTE: ``decode_steps_s(c, k, s)[j]`` must equal ``step_time_s`` of the decode-only
+batch with contexts ``c + j`` (and ``kv_read_saved_bytes`` ``s``) to within
+floating-point rounding: fast and per-step fidelity must agree (issue 6).
 """
 
 from __future__ import annotations
@@ -28,11 +28,17 @@ class BatchShape:
     ``prefill_tokens[i]`` new prompt tokens are computed for a sequence that already
     holds ``prefill_context[i]`` tokens of KV; each decoding sequence ``j`` reads
     ``decode_context[j]`` tokens of KV and writes one more.
+
+    ``kv_read_saved_bytes``: bytes the step's KV read is short of the engine cache
+    type's, because a policy demoted some of its sequences' tokens to fewer bytes
+    (KIVI, ``recoverable_eviction``: kvsim.policies.runtime); a roofline reads the
+    rest.  Constant through a decode stretch (no token changes precision inside one).
     """
 
     prefill_tokens: tuple[int, ...] = ()
     prefill_context: tuple[int, ...] = ()
     decode_context: tuple[int, ...] = ()
+    kv_read_saved_bytes: float = 0.0
 
     @property
     def num_tokens(self) -> int:
@@ -46,4 +52,5 @@ class LatencyModel(Protocol):
 
     def step_time_s(self, batch: BatchShape) -> float: ...
 
-    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray: ...
+    def decode_steps_s(self, contexts: np.ndarray, steps: int,
+                       kv_read_saved_bytes: float = 0.0) -> np.ndarray: ...

@@ -109,7 +109,10 @@ class CalibratedLatencyModel:
             x = np.minimum(x, self._max)
         return float(x @ self._coef)
 
-    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+    def decode_steps_s(self, contexts: np.ndarray, steps: int,
+                       kv_read_saved_bytes: float = 0.0) -> np.ndarray:
+        # NOTE: fitted on tokens, not bytes: kv_read_saved_bytes is ignored, as in
+        # step_time_s (a policy sets it only for a roofline: kvsim.policies.build)
         ctx = np.asarray(contexts, dtype=float)
         cap = float(self.fit.max_context)
         j = np.arange(steps, dtype=float)

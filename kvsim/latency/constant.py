@@ -27,6 +27,8 @@ class ConstantLatency:
         return (self.step_s + self.prefill_token_s * sum(batch.prefill_tokens)
                 + self.decode_token_s * len(batch.decode_context))
 
-    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+    def decode_steps_s(self, contexts: np.ndarray, steps: int,
+                       kv_read_saved_bytes: float = 0.0) -> np.ndarray:
+        # NOTE: no per-byte KV term, so demoted tokens' bytes change nothing (step_time_s)
         n = len(contexts)
         return np.full(steps, self.step_s + self.decode_token_s * n if n else 0.0)

@@ -33,6 +33,16 @@ quantized KV slows prompt processing on CUDA without giving a number, and
 kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
 a documented planning assumption, settable in the scenario (0 = fused kernels).
 
+Tokens a policy demoted (KIVI, ``recoverable_eviction``) are read at their quantized
+bytes: the step's ``BatchShape.kv_read_saved_bytes`` (quantized tokens × the f16
+bytes per token of the full-attention layers, :attr:`kv_read_token_bytes`, × (1 −
+ratio)) comes off the KV read before the roofline's max, split between GPU and CPU
+layers as the read is; their dequantization is the policy's stall on those quantized
+bytes (kvsim.policies.runtime, kv-policies.md §2.1(b,c)).  The engine's own cache
+must then be f16/bf16 (kvsim.policies.build refuses a quantized one), so the
+``kv_dequant_factor`` term here is 0 and nothing is charged twice.  Sliding-window
+layers hold only their window and are counted at f16.
+
 llama.cpp / Ollama with weights in host memory (kvsim.latency.offload, sources there):
 a step runs as ubatches of ``n_ubatch`` tokens; a ubatch of at least the op-offload
 minimum (32) runs *every* layer on the GPU — FLOPs at the GPU's rate, all weights
@@ -109,6 +119,9 @@ class RooflineLatency:
         simple = not self.windows and not geometry.residual_tokens \
             and not geometry.recurrent_bytes_per_seq
         self._linear_kv = sum(grp.bytes_per_token for grp in geometry.groups) if simple else None
+        # bytes one old token adds to every step's read: the full-attention layers'
+        self.kv_read_token_bytes = sum(grp.bytes_per_token for grp in geometry.groups
+                                       if grp.window_tokens is None)
         self._host_weights(model, weights, layers, on_gpu, cpu_expert_layers, op_offload)
 
     def _step_weights(self, model: ModelSpec, weights: WeightSplit, layers: int,
@@ -224,7 +237,8 @@ class RooflineLatency:
             kv += g.bytes_for_tokens(a)
         # one sampled position (output-head row) per sequence in the step
         outputs = float(len(batch.prefill_tokens) + len(dec))
-        return self._time1(float(batch.num_tokens), outputs, pairs, float(kv))
+        kv_read = float(kv) - batch.kv_read_saved_bytes  # demoted tokens' bytes (doc)
+        return self._time1(float(batch.num_tokens), outputs, pairs, kv_read)
 
     def _offloads(self, tokens: float) -> bool:
         """Does a step of ``tokens`` tokens offload its first (largest) ubatch?"""
@@ -280,7 +294,8 @@ class RooflineLatency:
             t += self.dequant * kv_time_cpu
         return t
 
-    def decode_steps_list(self, contexts: Sequence[int], steps: int) -> list[float] | None:
+    def decode_steps_list(self, contexts: Sequence[int], steps: int,
+                          kv_read_saved_bytes: float = 0.0) -> list[float] | None:
         """:meth:`decode_steps_s` in scalar Python, for short stretches (numpy's per-call
         overhead exceeds their work); None when the KV is not linear in the context.
 
@@ -291,8 +306,9 @@ class RooflineLatency:
             return None
         n, total = len(contexts), sum(contexts)
         nf, full, lkv = float(n), self.full_layers, self._linear_kv
+        saved = kv_read_saved_bytes
         if self._offloads(nf):  # 32+ sequences with host weights: op offload
-            return [self._time1(nf, nf, float(full * tok), float(lkv * tok))
+            return [self._time1(nf, nf, float(full * tok), float(lkv * tok) - saved)
                     for tok in range(total + n, total + n * steps + 1, n)]
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
@@ -303,7 +319,7 @@ class RooflineLatency:
         moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
             self.cpu_linear_flops_per_token
         for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
-            kv = float(lkv * tok)
+            kv = float(lkv * tok) - saved
             flops = lin + float(full * tok) * pf
             kv_time_gpu = f * kv / gbw
             t_gpu = max((f * flops - moe) / gflops, w_gpu + kv_time_gpu)
@@ -316,14 +332,16 @@ class RooflineLatency:
             out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)
         return out
 
-    def decode_steps_s(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+    def decode_steps_s(self, contexts: np.ndarray, steps: int,
+                       kv_read_saved_bytes: float = 0.0) -> np.ndarray:
+        saved = kv_read_saved_bytes  # NOTE: subtracted as step_time_s does: same floats
         if self._linear_kv is not None:  # integer sums, as in step_time_s: same floats
             ctx = np.asarray(contexts, dtype=np.int64)
             tokens = int(ctx.sum()) + len(ctx) * np.arange(1, steps + 1, dtype=np.int64)
             return self._times(len(ctx), (self.full_layers * tokens).astype(np.float64),
-                               (self._linear_kv * tokens).astype(np.float64))
+                               (self._linear_kv * tokens).astype(np.float64) - saved)
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
         ones = np.ones_like(c)
         pairs = np.sum(self._attended(c + 1, ones), axis=0)
-        kv = np.sum(self.kv_bytes(c + 1), axis=0)
+        kv = np.sum(self.kv_bytes(c + 1), axis=0) - saved
         return self._times(len(contexts), pairs, kv)

@@ -160,7 +160,9 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         quant_ratio=ratio, demote_bits=bits,
         dequant_s_per_byte=factor / gpu_bw if gpu_bw and ratio != 1 else 0.0,
         recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
-        host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION))
+        host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION),
+        # roofline: demoted tokens are read at their quantized bytes (a per-byte model)
+        read_token_bytes=getattr(latency, "kv_read_token_bytes", 0) if ratio != 1 else 0)
     sched.policy = runtime
     if slot_engine and ratio != 1:  # NOTE: after the host budget above is set
         install_ram(sched, runtime.state_bytes)

@@ -8,9 +8,10 @@ recent full-precision window of ``residual_tokens`` are quantized in groups of
 ``group_tokens`` to ``bits`` (b + 32/G bits per value with an fp16 scale and an fp16
 zero point per group of G: :meth:`KiviConfig.bytes_per_element`, §2.1(b); G = 32 is
 ``kivi_int{bits}`` in kvsim.model.dtypes), shrinking their GPU bytes exactly
-(QUANT(b), no host copy: the error is permanent).  Quantized tokens pay a
-dequantization cost on every read: the latency model's ``kv_dequant_factor`` × their
-read time (kvsim.latency.roofline).
+(QUANT(b), no host copy: the error is permanent).  Quantized tokens are read at
+their quantized bytes and pay a dequantization cost on every read: the latency
+model's ``kv_dequant_factor`` × the time to read those bytes (kvsim.latency.roofline,
+kvsim.policies.runtime).
 
 :func:`nominal_bits` maps a cache type to the bit width the accuracy proxy uses
 (§6.4 rows are by nominal bits: KIVI-2 at ~3 b_eff is the "2-bit grouped" row).

@@ -11,7 +11,9 @@
 - ``before_schedule``: idle slots past ``idle_after_s`` are offloaded (or dropped);
 - ``after_schedule``: a turn admitted in this step is scored
   (:mod:`kvsim.policies.recall`); recalls stall the step until the copy ends;
-  quantized tokens add their dequantization time;
+  quantized tokens are read at their quantized bytes (the step's
+  ``BatchShape.kv_read_saved_bytes``: a roofline reads that much less KV) and add
+  their dequantization time on those bytes (kv-policies.md §2.1(b,c));
 - ``on_host_save``: the engine's own prompt-cache save of a taken-over slot is a
   device→host copy on the critical path (llama-server serializes it on its loop
   thread before the new prompt runs); a restore that follows starts after it;
@@ -29,7 +31,8 @@ windows, budgets and KIVI act per token, so :meth:`quiet_steps` counts the decod
 steps before they would act (a step that is not a plain decode may: 0);
 ``idle_offload`` reports its exact next offload time (:meth:`next_trigger_s`);
 recall scoring happens at admission, a boundary of every stretch; inside one the
-dequantization stall of each step is constant (:meth:`steady_extra_s`).  Paged
+dequantization stall of each step is constant (:meth:`steady_extra_s`), and so are
+the saved read bytes (``advanced_plan`` keeps them).  Paged
 engines' policy (the host tier) lives inside the scheduler and never triggers.
 """
 
@@ -42,6 +45,7 @@ from typing import Any
 
 from kvsim.core.requests import seq_len
 from kvsim.core.step import EngineEvent, MemoryState, StepPlan
+from kvsim.latency.base import BatchShape
 from kvsim.metrics.accuracy import AccuracyConfig, recall_summary
 from kvsim.policies.blocks import QUANT, QUANT_BACKED, Ledger, seq_remove
 from kvsim.policies.recall import RecallScorer
@@ -59,12 +63,16 @@ class PolicyRuntime:
                  offload: Any = None, bytes_per_token: int, engine_bits: float,
                  quant_ratio: Fraction = Fraction(1), demote_bits: float = 16.0,
                  dequant_s_per_byte: float = 0.0, recompute_s: Any = None,
-                 host_backup_bytes: int = 0) -> None:
+                 host_backup_bytes: int = 0, read_token_bytes: int = 0) -> None:
         self.sched, self.link, self.acc = sched, link, accuracy
         self.evict, self.offload = evict, offload
         self.bpt, self.engine_bits = bytes_per_token, engine_bits
         self.ratio, self.demote_bits = quant_ratio, demote_bits
         self.dequant_s_per_byte = dequant_s_per_byte
+        # KV read bytes a quantized token saves a step: the latency model's f16 bytes of
+        # one old token (its full-attention layers) × (1 − ratio); 0 = not modelled
+        self.read_saved_per_token = Fraction(read_token_bytes) * (1 - quant_ratio)
+        self._saved_memo = (0, 0.0)  # NOTE: (quantized tokens, their saved bytes)
         self.recompute_s = recompute_s
         pool = getattr(sched, "pool", None)
         self.slots = list(getattr(pool, "slots", ()))
@@ -140,20 +148,34 @@ class PolicyRuntime:
     def after_schedule(self, plan: StepPlan | None, now_s: float) -> StepPlan | None:
         if plan is None:
             return None
-        if not self.scorer.pending and not (self.dequant_s_per_byte and self.slots) \
-                and plan.extra_s >= 0:
-            return plan  # NOTE: nothing to score or dequantize: extra below would be 0
+        quant = bool(self.slots) and bool(self.dequant_s_per_byte or self.read_saved_per_token)
+        if not self.scorer.pending and not quant and plan.extra_s >= 0:
+            return plan  # NOTE: nothing to score, dequantize or read short: plan as is
         recall_end = now_s
         dequant = 0.0
+        q = 0
         pending = self.scorer.pending
         for item in plan.items:
             req = item.req
             if req.request_id in pending:
                 recall_end = max(recall_end, self.scorer.admit(req, now_s))
-            if self.dequant_s_per_byte and self.slots and req.slot_id >= 0:
-                dequant += self._dequant_s(req)
+            if quant and req.slot_id >= 0:
+                if self.dequant_s_per_byte:
+                    dequant += self._dequant_s(req)
+                q += self._qcount(self.slots[req.slot_id])
         extra = max(0.0, recall_end - (now_s + plan.extra_s)) + dequant
+        saved = self._read_saved(q) if q else 0.0
+        if saved:
+            b = plan.batch
+            batch = BatchShape(b.prefill_tokens, b.prefill_context, b.decode_context, saved)
+            return StepPlan(plan.items, batch, plan.extra_s + extra)
         return dataclasses.replace(plan, extra_s=plan.extra_s + extra) if extra > 0 else plan
+
+    def _read_saved(self, q: int) -> float:
+        """KV bytes ``q`` quantized tokens read less than at f16 (exact, then a float)."""
+        if self._saved_memo[0] != q:
+            self._saved_memo = (q, float(q * self.read_saved_per_token))
+        return self._saved_memo[1]
 
     def restore_time_s(self, nbytes: int, now_s: float) -> float:
         """Stall for restoring a saved slot: the h2d copy, or recompute when cheaper.
