@@ -21,6 +21,8 @@ allocator follows a scenario's rule: the preset's unified pool unless
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -66,6 +68,25 @@ ENGINE_ONLY_FLAGS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "hybrid_kv": ("--hybrid-kv", ("vllm",), "a hybrid KV cache manager"),
     "ollama_version": ("--ollama-version", ("ollama",), "releases with their own defaults"),
 }
+
+
+FIELD_FLAGS = {"engine.context_tokens": "--context", "engine.parallel": "--parallel",
+               "engine.max_num_seqs": "--parallel", "engine.ollama_version": "--ollama-version",
+               "engine.gpu_memory_utilization": "--gpu-util",
+               "engine.gpu_layers": "--gpu-layers", "engine.cache_type_k": "--kv-k",
+               "engine.cache_type_v": "--kv-v"}
+"""Engine fields a scenario error names → the fit flag that set them."""
+
+
+@contextmanager
+def _as_flags() -> Iterator[None]:
+    """Re-raise an engine's InputError under the fit flag the user typed."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.field not in FIELD_FLAGS:
+            raise
+        raise InputError(FIELD_FLAGS[exc.field], exc.value, exc.allowed) from None
 
 
 def _refuse_foreign_flags(engine: str, given: dict[str, Any]) -> None:
@@ -243,7 +264,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
                                flash_attn, ngl, gpu_util, hybrid_kv, ollama_version)
-    eng = engine_for_gpu(spec, g, m, weights=weights)
+    with _as_flags():
+        eng = engine_for_gpu(spec, g, m, weights=weights)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     notes = host_notes + notes
     if ctx is not None and eng.preset == "ollama" and ctx > eng.context_tokens:

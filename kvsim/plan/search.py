@@ -63,9 +63,10 @@ class PlanGrid:
                              ("--kv", self.kv_dtypes), ("--policy", self.policies)):
             if not values:
                 raise InputError(name, list(values), "at least one value (empty grid)")
-        bad = [v for v in (*self.contexts, *self.parallels) if int(v) < 1]
-        if bad:
-            raise InputError("grid", bad, "contexts and parallel must be >= 1")
+        for name, values in (("--contexts", self.contexts), ("--parallel", self.parallels)):
+            bad = [v for v in values if int(v) < 1]
+            if bad:
+                raise InputError(name, ",".join(map(str, bad)), "each value >= 1")
 
 
 @dataclass

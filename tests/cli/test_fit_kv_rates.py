@@ -90,3 +90,11 @@ def test_ollama_context_above_the_model_is_clamped_with_a_note(kvsim_cli):
     assert (code, err) == (0, "") and d["slot_tokens"] == 16384
     assert ("Ollama clamps num_ctx 32,768 to phi-4-14b's training length 16,384 "
             "(engines.md §4.1)") in d["notes"]
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--engine", "vllm", "--context", "300000"], "--context: 300000 — at most"),
+    (["--engine", "ollama", "--ollama-version", "abc"], "--ollama-version: 'abc' — ")])
+def test_engine_errors_name_the_flag_typed(kvsim_cli, args, flag):
+    code, err, _ = kvsim_cli("fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b", *args)
+    assert code == 2 and err.startswith(f"error: {flag}")

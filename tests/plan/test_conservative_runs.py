@@ -17,3 +17,12 @@ def test_conservative_plan_needs_two_runs():
                conservative=True)
     assert str(exc.value) == ("--replications: 1 — at least 2 with --conservative: one run "
                               "gives no confidence interval to bound")
+
+
+@pytest.mark.parametrize("contexts,parallels,err", [
+    ((0, 4096), (1,), "--contexts: '0' — each value >= 1"),
+    ((4096,), (2, -1), "--parallel: '-1' — each value >= 1")])
+def test_grid_values_below_one_name_their_flag(contexts, parallels, err):
+    with pytest.raises(InputError) as exc:
+        PlanGrid(contexts, parallels)
+    assert str(exc.value) == err
