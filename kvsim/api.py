@@ -35,26 +35,11 @@ def weights_residency(scenario: Scenario, budget: Any) -> dict[str, Any]:
     host RAM, which the latency model assumes (it reads them at RAM bandwidth): the
     bytes they and the KV there exceed the host by (0: they fit).  Past it, the rest is
     memory-mapped from disk, which no host profile gives a bandwidth for, so the
-    predicted speed is too fast (the CLI warns: :func:`residency_note`)."""
+    predicted speed is too fast (``kvsim simulate`` warns: kvsim.cli.simulate.residency_note)."""
     from kvsim.model.budget import weights_beyond_ram
 
     short = weights_beyond_ram(budget, scenario.host)
     return {"weights_exceed_host_ram": bool(short), "weights_beyond_host_ram_bytes": short}
-
-
-def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
-    """One line for a run whose weights do not fit host RAM (``""`` when they do)."""
-    from kvsim.config.units import format_bytes
-
-    short = int(summary.get("weights_beyond_host_ram_bytes") or 0)
-    if not short:
-        return ""
-    host = scenario.get("host") or {}
-    name = host.get("name", "the host") if isinstance(host, dict) else str(host)
-    return (f"the weights left in host RAM and the KV there exceed {name}'s memory by "
-            f"{format_bytes(short)}: the predicted speed assumes them resident (read at RAM "
-            "bandwidth), but that part is read from disk as used, far slower (kvsim has no "
-            "disk bandwidth); summary.json: weights_exceed_host_ram")
 
 
 def _slot_cap(scenario: Scenario, sizing: PoolSizing) -> PoolSizing:

@@ -57,9 +57,16 @@ from kvsim.calibrate.wire import (
 )
 from kvsim.config.scenario import AFTER_FAILURE, AfterFailure
 from kvsim.config.units import check_finite_positive
-from kvsim.core.sessions import ABANDON_EVENT, NEW_CHAT_EVENT, SessionChat
+from kvsim.core.sessions import SessionChat
 from kvsim.errors import InputError, RunStopped
-from kvsim.metrics.records import EVENT_COLUMNS, ITL_COLUMNS, REQUEST_COLUMNS, weighted_quantile
+from kvsim.metrics.records import (
+    ABANDON_EVENT,
+    EVENT_COLUMNS,
+    ITL_COLUMNS,
+    NEW_CHAT_EVENT,
+    REQUEST_COLUMNS,
+    weighted_quantile,
+)
 from kvsim.metrics.results import COLUMNS, Results
 from kvsim.metrics.summary import session_outcomes, summarize
 from kvsim.workload.schema import Segment, Session, output_segment

@@ -20,8 +20,8 @@ per metric with the measured value, the predicted value, the error
 
 :func:`compare_requests` gives the per-request join behind the two ``*_match`` rows.
 
-Only requests that ended count (:func:`ended`): a prediction cut short keeps its
-unfinished requests as rows, which its summary's percentiles leave out too.
+Only requests that ended count (:func:`kvsim.metrics.summary.ended`): a prediction cut
+short keeps its unfinished requests as rows, which its summary's percentiles leave out too.
 
 NOTE: both sides are read from their tables, not their summaries, so a result saved
 by an older kvsim with a different summary still compares the same way; only the
@@ -35,17 +35,16 @@ import math
 
 import pandas as pd
 
-from kvsim.errors import InputError
 from kvsim.metrics.results import Results
 from kvsim.metrics.spread import spread_quantiles, with_spread
-from kvsim.metrics.summary import itl_runs, percentiles
+from kvsim.metrics.summary import ended, itl_runs, percentiles, read_prompt_tokens
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 TOTALS = ("prompt_tokens", "cached_tokens", "computed_prompt_tokens", "output_tokens")
 
 
 def _metrics(r: Results) -> dict[str, float]:
-    req = ended(r.requests)
+    req, itl = ended(r.requests, r.itl)
     # NOTE: a failed request's e2e_s is NaN (both sides); the prediction's calibrated
     # prefill spread, when it had one, widens its TTFTs as in its summary
     ttft = with_spread(req["ttft_s"], r.summary.get("ttft_spread") or ())
@@ -53,7 +52,7 @@ def _metrics(r: Results) -> dict[str, float]:
                              **percentiles("e2e", req["e2e_s"])}
     # exact over affine runs (gap_delta_s) and run-length rows; a prediction made with a
     # calibrated step-time spread carries it (recorded in its summary)
-    vals = spread_quantiles(*itl_runs(r.itl), r.summary.get("itl_spread") or (),
+    vals = spread_quantiles(*itl_runs(itl), r.summary.get("itl_spread") or (),
                             [q for _, q in QUANTILES])
     for (k, _), v in zip(QUANTILES, vals):
         out[f"itl_{k}_s"] = v
@@ -63,23 +62,6 @@ def _metrics(r: Results) -> dict[str, float]:
         out[col] = float(read_prompt_tokens(req).sum() if col == "prompt_tokens"
                          else req[col].sum())
     return out
-
-
-def ended(requests: pd.DataFrame) -> pd.DataFrame:
-    """The requests that finished or failed: a run cut short (``sim.max_sim_time_s``, a
-    request cap) keeps its unfinished ones as ``status`` rows, which no percentile or
-    total compares, as in its summary."""
-    if "status" not in requests.columns:
-        return requests
-    return requests[requests["status"] != "unfinished"]
-
-
-def read_prompt_tokens(requests: pd.DataFrame) -> pd.Series:
-    """Per request, the prompt tokens the engine read: as sent, less what it truncated
-    away to fit its context (Ollama; ``truncated_prompt_tokens``, 0 where unknown)."""
-    if "truncated_prompt_tokens" not in requests.columns:
-        return requests["prompt_tokens"]
-    return requests["prompt_tokens"] - requests["truncated_prompt_tokens"]
 
 
 def compare_requests(measured: Results, predicted: Results) -> pd.DataFrame:

@@ -107,15 +107,14 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
                  kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
                  gpu_layers: int | None, gpu_util: float | None,
                  hybrid_kv: bool | None = None,
-                 ollama_version: str | None = None) -> tuple[dict[str, Any], list]:
-    from kvsim.config.engine import engine_names
+                 ollama_version: str | None = None) -> dict[str, Any]:
+    from kvsim.config.engine import ONE_CACHE_TYPE, engine_names, resolve_engine
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                                    "kv_unified": kv_unified, "gpu_util": gpu_util,
                                    "hybrid_kv": hybrid_kv, "ollama_version": ollama_version})
     spec: dict[str, Any] = {"preset": engine}
-    notes: list[str] = []
     optional = {"context_tokens": context, "flash_attn": flash_attn, "gpu_layers": gpu_layers,
                 "gpu_memory_utilization": gpu_util, "ollama_version": ollama_version,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
@@ -124,7 +123,6 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
         spec["parallel" if engine in ("llama.cpp", "ollama") else "max_num_seqs"] = parallel
     if kv_unified is not None:  # NOTE: unset, the preset's allocator, as in a scenario
         spec["allocator"] = "unified" if kv_unified else "slots"
-    from kvsim.config.engine import resolve_engine
     preset = resolve_engine(engine)
     fa = flash_attn if flash_attn is not None else getattr(preset, "flash_attn", True)
     k = kv_k or preset.cache_type_k
@@ -133,14 +131,13 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
         raise InputError("--kv-v", v, "a quantized V cache needs flash attention on llama.cpp "
                          "(the server refuses: 'V cache quantization requires flash_attn'); "
                          "add --flash-attn or use an f16 V cache")
-    if engine != "llama.cpp" and k != v:
-        one = "OLLAMA_KV_CACHE_TYPE" if engine == "ollama" else "--kv-cache-dtype"
-        raise InputError("--kv-v", v, f"the same as --kv-k ({k}): {engine} has one {one} "
-                         "for K and V (use --kv)")
+    if engine in ONE_CACHE_TYPE and k != v:
+        raise InputError("--kv-v", v, f"the same as --kv-k ({k}): {engine} has one "
+                         f"{ONE_CACHE_TYPE[engine][0]} for K and V (use --kv)")
     # NOTE: Ollama's flash attention (and so whether it honours a quantized cache)
     # depends on its release and the model: engine_for_gpu decides, the budget notes it
     spec["cache_type_k"], spec["cache_type_v"] = k, v
-    return spec, notes
+    return spec
 
 
 def _check_kv_types(engine: str, *flag_types: tuple[str, str | None]) -> None:
@@ -262,12 +259,12 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     check_weights_for(m, weights, "--weights")
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
-    spec, notes = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
+    spec = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
                                flash_attn, ngl, gpu_util, hybrid_kv, ollama_version)
     with _as_flags():
         eng = engine_for_gpu(spec, g, m, weights=weights)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
-    notes = host_notes + notes
+    notes = list(host_notes)
     if ctx is not None and eng.preset == "ollama" and ctx > eng.context_tokens:
         notes.append(f"Ollama clamps num_ctx {ctx:,} to {m.name}'s training length "
                      f"{eng.context_tokens:,} (engines.md §4.1)")

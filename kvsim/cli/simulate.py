@@ -63,6 +63,21 @@ def stop_note(summary: dict[str, Any], when: bool = True) -> str:
             f"{total - n:,} that ended only")
 
 
+def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
+    """One line for a run whose weights do not fit host RAM (``""`` when they do)."""
+    from kvsim.config.units import format_bytes
+
+    short = int(summary.get("weights_beyond_host_ram_bytes") or 0)
+    if not short:
+        return ""
+    host = scenario.get("host") or {}
+    name = host.get("name", "the host") if isinstance(host, dict) else str(host)
+    return (f"the weights left in host RAM and the KV there exceed {name}'s memory by "
+            f"{format_bytes(short)}: the predicted speed assumes them resident (read at RAM "
+            "bandwidth), but that part is read from disk as used, far slower (kvsim has no "
+            "disk bandwidth); summary.json: weights_exceed_host_ram")
+
+
 @click.command()
 @click.argument("scenario")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -129,7 +144,5 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
                          f"and its results so far are in {path}" + (f"; {note}" if note else ""))
     if note := stop_note(res.summary):
         click.echo(f"warning: {note}", err=True)
-    from kvsim.api import residency_note
-
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)

@@ -61,8 +61,6 @@ from simpy.events import NORMAL, URGENT
 from kvsim.core.fastforward import FastForward, next_event_s, schedule_at
 from kvsim.core.requests import Request
 from kvsim.core.sessions import (
-    ABANDON_EVENT,
-    NEW_CHAT_EVENT,
     AfterFailure,
     SessionChat,
     make_request,
@@ -71,7 +69,7 @@ from kvsim.core.sessions import (
 )
 from kvsim.core.step import EngineEvent, StepHook, StepPlan
 from kvsim.errors import InputError, RunStopped
-from kvsim.metrics.records import Recorder
+from kvsim.metrics.records import ABANDON_EVENT, NEW_CHAT_EVENT, Recorder
 from kvsim.workload.schema import Session
 
 

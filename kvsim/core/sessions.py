@@ -33,6 +33,7 @@ from typing import Any
 
 from kvsim.config.scenario import AfterFailure
 from kvsim.core.requests import Request, TokenSeq, seq_from_segments
+from kvsim.metrics.records import NEW_CHAT_EVENT
 from kvsim.workload.schema import (
     Segment,
     Session,
@@ -40,9 +41,6 @@ from kvsim.workload.schema import (
     prompt_segments,
     turn_segments,
 )
-
-NEW_CHAT_EVENT = "new_chat"  # events table: a turn that starts a new chat
-ABANDON_EVENT = "abandon"  # events table: one dropped turn (end_session)
 
 
 def _seq(segs: Iterable[Segment]) -> TokenSeq:

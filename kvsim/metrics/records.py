@@ -74,6 +74,8 @@ OPTIONAL_REQUEST_COLUMNS = {"truncated_prompt_tokens": 0}  # absent from older f
 # from ``failed``): finished, failed (by the engine), or unfinished at the run's stop
 STATUS = "status"
 FINISHED, FAILED, UNFINISHED = "finished", "failed", "unfinished"
+NEW_CHAT_EVENT = "new_chat"  # events table: a turn that starts a new chat
+ABANDON_EVENT = "abandon"  # events table: one dropped turn (end_session)
 STATUSES = (FINISHED, FAILED, UNFINISHED)
 ITL_COLUMNS = ("request_id", "gap_s", "count")  # required (measured results have only these)
 ITL_DELTA = "gap_delta_s"  # affine runs; absent or 0 = run-length rows

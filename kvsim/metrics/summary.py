@@ -25,7 +25,15 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics import gaps, spread
-from kvsim.metrics.records import FAILED, FINISHED, ITL_DELTA, STATUS, UNFINISHED
+from kvsim.metrics.records import (
+    ABANDON_EVENT,
+    FAILED,
+    FINISHED,
+    ITL_DELTA,
+    NEW_CHAT_EVENT,
+    STATUS,
+    UNFINISHED,
+)
 
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 
@@ -89,13 +97,21 @@ def looked_up(requests: pd.DataFrame) -> np.ndarray:
     return scheduled | (request_status(requests) == FINISHED)
 
 
+def read_prompt_tokens(requests: pd.DataFrame) -> pd.Series:
+    """Per request, the prompt tokens the engine read: as sent, less what it truncated
+    away to fit its context (Ollama; ``truncated_prompt_tokens``, 0 where unknown)."""
+    if "truncated_prompt_tokens" not in requests.columns:
+        return requests["prompt_tokens"]
+    return requests["prompt_tokens"] - requests["truncated_prompt_tokens"]
+
+
 def prefix_hit_rate(requests: pd.DataFrame) -> float:
     """Prompt tokens served from the prefix cache over the prompt tokens the engine
     looked up — the prompts of the requests it scheduled (:func:`looked_up`), as sent
     less what it truncated away (vLLM's prefix_cache_hits / prefix_cache_queries,
     engines.md §1.8)."""
     req = requests[looked_up(requests)]
-    read = int(req["prompt_tokens"].sum() - req["truncated_prompt_tokens"].sum())
+    read = int(read_prompt_tokens(req).sum())
     return int(req["cached_tokens"].sum()) / read if read > 0 else 0.0
 
 
@@ -163,9 +179,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
 def session_outcomes(events: pd.DataFrame) -> dict[str, int]:
     """What sessions did after a failed request, from the ``events`` table: ``new_chats``
     (turns that opened a new chat) and ``abandoned_turns`` (turns an ended session dropped).
-
-    NOTE: the event kinds are kvsim.core.sessions' NEW_CHAT_EVENT / ABANDON_EVENT.
     """
     kinds = events["kind"] if len(events) else pd.Series([], dtype=object)
-    return {"new_chats": int((kinds == "new_chat").sum()),
-            "abandoned_turns": int((kinds == "abandon").sum())}
+    return {"new_chats": int((kinds == NEW_CHAT_EVENT).sum()),
+            "abandoned_turns": int((kinds == ABANDON_EVENT).sum())}

@@ -31,8 +31,7 @@ class QuantAwarePromptCache(PromptCache):
 
     def __init__(self, base: PromptCache, bytes_of: Callable[[TokenSeq], int]) -> None:
         super().__init__(base.limit_bytes, base.bytes_per_token, base.limit_tokens)
-        for e in base.entries:  # NOTE: empty at install; kept for completeness
-            self._add(e)
+        assert not base.entries, "installed before any save"
         self.bytes_of = bytes_of
         self.last_taken: CacheEntry | None = None
 
@@ -43,12 +42,10 @@ class QuantAwarePromptCache(PromptCache):
         real = self.bytes_of(seq)
         if real == size:
             return size
-        for i in range(len(self.entries) - 1, -1, -1):
-            e = self.entries[i]
-            if e.seq is seq:
-                self.entries[i] = dataclasses.replace(e, bytes=real)
-                self._bytes += real - size
-                break
+        # NOTE: the parent's save added this entry last (its trim may have dropped it)
+        if self.entries and self.entries[-1].seq is seq:
+            self.entries[-1] = dataclasses.replace(self.entries[-1], bytes=real)
+            self._bytes += real - size
         return real
 
     def take_best(self, prompt: TokenSeq, slot_lcp: int, slot_tokens: int,

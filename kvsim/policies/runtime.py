@@ -212,9 +212,9 @@ class PolicyRuntime:
         quantized tokens at ``quant_ratio`` of it, the rest at full precision."""
         per = self.sched.ram.bytes_per_token
         n = seq_len(seq)
-        slot = next((s for s in self.slots if tuple(s.cache) == seq), None)
-        led = self.ledgers.get(self.slot_session.get(slot.slot_id, "")) if slot else None
-        q = led.count(seq, (QUANT, QUANT_BACKED)) if led is not None else 0
+        slot = next((s for s in self.slots if s.n_tokens == n and tuple(s.cache) == seq),
+                    None)
+        q = self._qcount(slot) if slot is not None else 0
         return (n - q) * per + int(q * per * self.ratio)
 
     def memory(self, m: MemoryState) -> MemoryState:

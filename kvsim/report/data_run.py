@@ -27,7 +27,7 @@ import pandas as pd
 from kvsim.metrics import gaps
 from kvsim.metrics.records import weighted_quantile
 from kvsim.metrics.spread import base_quantiles, spread_quantiles, with_spread
-from kvsim.metrics.summary import itl_runs, looked_up, unfinished_mask
+from kvsim.metrics.summary import itl_runs, looked_up, read_prompt_tokens, unfinished_mask
 from kvsim.report.data_recall import accuracy_per_session  # noqa: F401 - part of this API
 from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
@@ -381,9 +381,7 @@ def prefix_hits(requests: pd.DataFrame | None) -> dict | None:
     req = requests[looked_up(requests)].sort_values("arrival_s", kind="stable")
     if not len(req):
         return None
-    prompt = req["prompt_tokens"].to_numpy(dtype=float)
-    if "truncated_prompt_tokens" in req.columns:
-        prompt = prompt - req["truncated_prompt_tokens"].to_numpy(dtype=float)
+    prompt = read_prompt_tokens(req).to_numpy(dtype=float)
     if prompt.sum() <= 0:
         return None
     cached = req["cached_tokens"].to_numpy(dtype=float)
