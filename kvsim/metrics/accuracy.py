@@ -27,7 +27,10 @@ NOTE: pure Python (no pandas): policies import this module.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import Field
 
@@ -138,6 +141,15 @@ RECALL_SCORES = ("recall_mean", "recall_worst", "recall_share_below_0_5",
                  "recall_session_mean_worst")  # None (JSON null) when nothing was scored
 
 
+def recall_measured(summary: dict[str, Any], key: str = "recall_mean") -> bool:
+    """Does ``summary[key]`` hold a measured recall score: a finite number, not null /
+    NaN, and not the 1.0 that results written before scores were null gave beside 0
+    reference events?"""
+    v = summary.get(key)
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) \
+        and math.isfinite(float(v)) and summary.get("reference_events") != 0
+
+
 def recall_summary(events: list[ScoredEvent]) -> dict[str, float | None]:
     """Summary keys: over all events and per session (mean, worst, share below 0.5),
     and the number of events of each outcome.
@@ -149,6 +161,7 @@ def recall_summary(events: list[ScoredEvent]) -> dict[str, float | None]:
     out: dict[str, float | None] = {"reference_events": len(events)}
     for label in (INTACT, DEGRADED, RECOVERED, LOST, COLLAPSE):
         out[f"recall_{label.lower()}_events"] = sum(1 for e in events if e.outcome.label == label)
+
     if not events:
         out.update(dict.fromkeys(RECALL_SCORES), recall_latency_added_s=0.0)
         return out

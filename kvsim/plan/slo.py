@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from kvsim.config.units import parse_duration
 from kvsim.errors import InputError
+from kvsim.metrics.accuracy import recall_measured
 
 LATENCY_METRICS = ("ttft", "itl", "e2e")
 PERCENTILES = ("p50", "p95", "p99")
@@ -34,11 +35,9 @@ MAX_SLO_S = 86_400.0  # one day: a larger latency bound is a typo, not a target
 
 
 def measured_recall(summary: dict) -> bool:
-    """Does ``summary`` hold a measured ``recall_mean`` (a number, not null / NaN, and
-    not the 1.0 that results written before it was null gave 0 reference events)?"""
-    v = summary.get(RECALL_KEY)
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
-        and summary.get("reference_events") != 0
+    """Does ``summary`` hold a measured ``recall_mean``
+    (:func:`kvsim.metrics.accuracy.recall_measured`)?"""
+    return recall_measured(summary, RECALL_KEY)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim import __version__
+from kvsim.metrics.accuracy import recall_measured
 from kvsim.report.data_run import run_config
 
 HEADLINE = (  # (summary key, label, format)
@@ -104,10 +105,8 @@ def headline(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """``(label, text)`` of the :data:`HEADLINE` keys the summary holds; a recall
     score that was not measured (null: no reference events) reads "n/a"."""
     out: list[tuple[str, str]] = []
-    # NOTE: a folder written before scores were null says 1.0 beside 0 reference events
-    unscored = summary.get("reference_events") == 0
     for key, label, fmt in HEADLINE:
-        if key in NOT_MEASURED and key in summary and (unscored or not _number(summary[key])):
+        if key in NOT_MEASURED and key in summary and not recall_measured(summary, key):
             shown = any(t.startswith("n/a") for _, t in out)
             out.append((label, "n/a" if shown else "n/a (no reference events)"))
             continue

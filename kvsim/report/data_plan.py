@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.errors import InputError
+from kvsim.metrics.accuracy import recall_measured
 from kvsim.report.data_recall import recall_overall
 from kvsim.report.data_run import nonempty
 from kvsim.report.labels import run_labels
@@ -144,14 +145,14 @@ def runs_table(results: Sequence[Any]) -> pd.DataFrame | None:
     for res, label in zip(results, run_labels(results)):
         summary = getattr(res, "summary", None) or {}
         row: dict[str, Any] = {"label": label}
-        unscored = summary.get("reference_events") == 0
         for m in POLICY_METRICS:
             # NOTE: a recall score is null (NaN once loaded) without reference events
-            # (older folders: 1.0 beside 0 events)
-            value = next((summary[k] for k in SUMMARY_KEYS.get(m, (m,))
-                          if summary.get(k) is not None and summary[k] == summary[k]), None)
-            if unscored and m in SUMMARY_KEYS:
-                value = None
+            # (older folders: 1.0 beside 0 events): recall_measured
+            if m in SUMMARY_KEYS:
+                value = next((summary[k] for k in SUMMARY_KEYS[m]
+                              if recall_measured(summary, k)), None)
+            else:
+                value = None if pd.isna(summary.get(m)) else summary[m]
             if value is not None:
                 row[m] = float(value)
         overall = recall_overall(getattr(res, "references", None))
