@@ -48,6 +48,18 @@ class GpuSpec(FrozenModel):
     launch_price_usd: float | None = None
     launch_year: int | None = None
     l2_cache_bytes: Bytes | None = None
+    # What the speed model (kvsim.latency.backend) needs beyond peak rates: the
+    # architecture class selects its fitted constants; the vector FP32 rate prices
+    # kernels that run on shader cores (Apple, pre-tensor-core cards, dp4a paths).
+    architecture: str = Field("", description="architecture family, e.g. 'ada', 'ampere', "
+                              "'rdna3', 'cdna2', 'apple-m3', 'xe-hpg' (kvsim.latency.backend)")
+    fp32_flops: float | None = Field(None, gt=0, description="dense vector FP32 FLOP/s at "
+                                     "boost clock (no tensor cores)")
+    compute_units: int | None = Field(None, gt=0, description="SMs / CUs / Xe cores / Apple "
+                                      "GPU cores")
+    boost_clock_hz: float | None = Field(None, gt=0)
+    aliases: tuple[str, ...] = Field((), description="names engines and tools print for this "
+                                     "device (nvidia-smi, llama-bench gpu_info, Metal)")
     # Planning efficiencies for the roofline model (sustained / peak).  Documented in
     # hardware-and-models.md §1: sustained bandwidth is typically 80-92 % of peak.
     bandwidth_efficiency: float = Field(0.85, gt=0, le=1)

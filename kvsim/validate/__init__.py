@@ -1,0 +1,1 @@
+"""Published or user measurements in, predicted-vs-measured errors out (``kvsim validate``)."""

@@ -1,0 +1,63 @@
+"""The value types every measurement reader returns and the validator consumes.
+
+A reader (``kvsim.validate.shared`` for the layouts in ``shared/measurements``,
+``kvsim.validate.llamabench`` for llama-bench / llama-batched-bench output) turns each
+row it understands into :class:`Measurement` values and each row it cannot use into a
+:class:`Skipped` with the reason; nothing is dropped silently.
+
+NOTE: throughput is what the tools print — tokens per second; ``n_prompt`` /
+``n_gen`` / ``depth`` / ``batch`` describe the measured step exactly as llama-bench
+and llama-batched-bench define them (``S_PP`` and ``S_TG`` are aggregates over all
+``batch`` sequences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Metric = Literal["pp_tps", "tg_tps"]
+"""``pp_tps``: prompt tokens processed per second; ``tg_tps``: tokens generated per
+second, summed over every sequence that decodes in parallel."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured throughput and the setup it was measured in."""
+
+    id: str                 # the row's id in its file ("SB001", "bench.json:3")
+    gpu: str                # the device as the source names it
+    backend: str            # CUDA, ROCm, Vulkan, Metal, SYCL, CPU, ... (as normalised)
+    model: str              # the model as the source names it (file name, model_type)
+    weight_format: str      # Q4_0, Q8_0, Q4_K_M, F16, MXFP4, ...
+    metric: Metric
+    value: float            # tokens/s
+    n_prompt: int = 0       # prompt tokens of the prefill measured (pp)
+    n_gen: int = 0          # tokens generated per sequence (tg)
+    depth: int = 0          # tokens already in the KV cache before the measured part
+    batch: int = 1          # sequences in parallel (llama-batched-bench B)
+    flash_attn: bool | None = None
+    n_ubatch: int | None = None
+    n_batch: int | None = None
+    n_gpus: int = 1
+    model_size_bytes: int | None = None   # as the tool printed it, when it did
+    model_params: int | None = None
+    kv_type: str = "f16"
+    source: str = ""
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def kind(self) -> str:
+        """The summary's grouping: ``single`` (batch 1, empty cache), ``depth`` (decode
+        or prefill after ``depth`` cached tokens), ``parallel`` (batch > 1)."""
+        if self.batch > 1:
+            return "parallel"
+        return "depth" if self.depth > 0 else "single"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A row that was read but cannot be predicted (or could not be read), and why."""
+
+    id: str
+    reason: str
