@@ -62,6 +62,7 @@ per-step fidelity agree to floating-point rounding (tests/latency checks it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,6 +73,23 @@ from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
 DEFAULT_DEQUANT_FACTOR = 0.25
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """The sustained rates one step runs at on the GPU: linear-layer FLOP/s, attention
+    FLOP/s, weight-streaming and KV-reading bytes/s, and the fixed per-step time.
+
+    The plain roofline uses one FLOP rate and one bandwidth (the card's peaks times its
+    planning efficiencies); :mod:`kvsim.latency.backend` derives all five from the
+    spec sheet, the backend and the weight format, with fitted constants."""
+
+    linear_flops_per_s: float
+    attention_flops_per_s: float
+    weight_bytes_per_s: float
+    kv_bytes_per_s: float
+    overhead_s: float
+    label: str = ""
 
 
 def _keys1(a: float, w: float) -> float:
@@ -85,7 +103,8 @@ class RooflineLatency:
                  weights: WeightSplit, gpu_layers: int | None = None,
                  step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,
                  kv_quantized: bool = False, head_on_gpu: bool | None = None,
-                 cpu_expert_layers: int = 0, op_offload: OpOffload | None = None) -> None:
+                 cpu_expert_layers: int = 0, op_offload: OpOffload | None = None,
+                 rates: GpuRates | None = None) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
         # the output head: where the budget put it (llama.cpp --fit places it first),
@@ -108,11 +127,19 @@ class RooflineLatency:
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
                         if g.window_tokens is not None]
         self.geometry = geometry
-        self.gpu_flops_per_s = gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency
-        self.gpu_bytes_per_s = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
+        if rates is None:  # the plain roofline: one FLOP rate and one bandwidth
+            flops = gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency
+            bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
+            rates = GpuRates(flops, flops, bw, bw, step_overhead_s)
+        else:
+            self.provenance = rates.label or self.provenance
+        self.gpu_flops_per_s = rates.linear_flops_per_s
+        self.attn_flops_per_s = rates.attention_flops_per_s
+        self.gpu_bytes_per_s = rates.weight_bytes_per_s
+        self.kv_bytes_per_s = rates.kv_bytes_per_s
         self.cpu_flops_per_s = host.cpu_flops
         self.cpu_bytes_per_s = host.memory_bandwidth_bytes_per_s
-        self.overhead_s = step_overhead_s
+        self.overhead_s = rates.overhead_s
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
         # bytes per token when a sequence's KV is linear in its length (no window,
         # residual or recurrent state): decode sums then need no per-sequence loop
@@ -193,20 +220,21 @@ class RooflineLatency:
     def _times(self, n: int, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
         """Decode step times of ``n`` sequences for arrays of (attention pairs, KV bytes)."""
         nf = float(n)
-        flops = (nf * self.linear_flops_per_token + nf * self.head_flops_per_output) \
-            + pairs * self.pair_flops
+        lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
+        att = pairs * self.pair_flops
         if self._offloads(nf):  # offloaded steps: the scalar formula, per element
             return np.array([self._time1(nf, nf, float(p), float(k))
                              for p, k in zip(pairs, kv_read)], dtype=np.float64)
         f, moe = self.gpu_fraction, nf * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(n)
-        kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
-        t_gpu = np.maximum((f * flops - moe) / self.gpu_flops_per_s,
+        kv_time_gpu = f * kv_read / self.kv_bytes_per_s
+        t_gpu = np.maximum((f * lin - moe) / self.gpu_flops_per_s
+                           + f * att / self.attn_flops_per_s,
                            w_gpu / self.gpu_bytes_per_s + kv_time_gpu)
         t_cpu: np.ndarray | float = 0.0
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
-            t_cpu = np.maximum(((1 - f) * flops + moe) / self.cpu_flops_per_s,
+            t_cpu = np.maximum(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                                w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
         return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
@@ -215,6 +243,18 @@ class RooflineLatency:
     def step_time_s(self, batch: BatchShape) -> float:
         if not batch.num_tokens:
             return 0.0
+        return self._time1(*self._shape(batch))
+
+    def gpu_parts(self, batch: BatchShape) -> tuple[float, float, float, float]:
+        """What one all-on-GPU step costs before any rate is applied: (linear-layer and
+        head FLOPs, attention FLOPs, weight bytes read, KV bytes read) — the terms the
+        step's time divides by :class:`GpuRates` (scripts/fit_speed.py fits on them)."""
+        tokens, outputs, pairs, kv_read = self._shape(batch)
+        lin = tokens * self.linear_flops_per_token + outputs * self.head_flops_per_output
+        return lin, pairs * self.pair_flops, self.weight_bytes(int(tokens))[0], kv_read
+
+    def _shape(self, batch: BatchShape) -> tuple[float, float, float, float]:
+        """(tokens, sampled outputs, layer-weighted attention pairs, KV bytes read)."""
         # NOTE: scalar Python (per-step hot path) with the same formulas as the numpy path.
         g, full = self.geometry, self.full_layers
         pairs = 0.0
@@ -238,7 +278,7 @@ class RooflineLatency:
         # one sampled position (output-head row) per sequence in the step
         outputs = float(len(batch.prefill_tokens) + len(dec))
         kv_read = float(kv) - batch.kv_read_saved_bytes  # demoted tokens' bytes (doc)
-        return self._time1(float(batch.num_tokens), outputs, pairs, kv_read)
+        return float(batch.num_tokens), outputs, pairs, kv_read
 
     def _offloads(self, tokens: float) -> bool:
         """Does a step of ``tokens`` tokens offload its first (largest) ubatch?"""
@@ -246,26 +286,27 @@ class RooflineLatency:
         return off is not None and off.offloads(min(int(tokens), off.ubatch_tokens))
 
     def _time1(self, tokens: float, outputs: float, pairs: float, kv_read: float) -> float:
-        flops = (tokens * self.linear_flops_per_token + outputs * self.head_flops_per_output) \
-            + pairs * self.pair_flops
+        lin = tokens * self.linear_flops_per_token + outputs * self.head_flops_per_output
+        att = pairs * self.pair_flops
         off = self.op_offload
         if off is None or not self._offloads(tokens):
-            return self._split_s(tokens, flops, kv_read, self.overhead_s)
+            return self._split_s(tokens, lin, att, kv_read, self.overhead_s)
         # ubatches of n_ubatch tokens, each a graph of its own: FLOPs by share of tokens,
         # weights and the step's KV read by every one (kvsim.latency.offload)
         t, on_cpu = self.overhead_s, False
         for size, count in ubatch_split(int(tokens), off.ubatch_tokens):
-            part = flops * size / tokens
+            share = size / tokens
             if off.offloads(size):
-                t += count * self._offloaded_s(size, part, kv_read, off.link_bytes_per_s)
+                t += count * self._offloaded_s(size, lin * share, att * share, kv_read,
+                                               off.link_bytes_per_s)
             else:  # a short last ubatch: host layers (and head) on the CPU
-                t += count * self._split_s(float(size), part, kv_read, 0.0)
+                t += count * self._split_s(float(size), lin * share, att * share, kv_read, 0.0)
                 on_cpu = True
         # an output head in host memory runs on the CPU for the few tokens needing
         # logits (a batch below the minimum): one read of it per step
         return t if on_cpu else t + self.host_head_bytes / self.cpu_bytes_per_s
 
-    def _offloaded_s(self, tokens: int, flops: float, kv_read: float,
+    def _offloaded_s(self, tokens: int, lin: float, att: float, kv_read: float,
                      link_bytes_per_s: float) -> float:
         """One ubatch with every layer on the GPU: copy the host weights (experts: the
         share routed to) and the host layers' KV over the link, then compute — the
@@ -273,23 +314,26 @@ class RooflineLatency:
         used = experts_used_fraction(tokens, self.expert_pick)
         copy_w = self.host_dense_bytes + self.host_expert_bytes * used
         copy_kv = (1 - self.gpu_fraction) * kv_read
-        kv_time = kv_read / self.gpu_bytes_per_s
-        t = max(flops / self.gpu_flops_per_s,
+        kv_time = kv_read / self.kv_bytes_per_s
+        t = max(lin / self.gpu_flops_per_s + att / self.attn_flops_per_s,
                 (self.weight_bytes(tokens)[0] + copy_w) / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
 
-    def _split_s(self, tokens: float, flops: float, kv_read: float, base_s: float) -> float:
-        """``base_s`` plus the GPU layers' roofline time plus the host layers' CPU time."""
+    def _split_s(self, tokens: float, lin: float, att: float, kv_read: float,
+                 base_s: float) -> float:
+        """``base_s`` plus the GPU layers' roofline time plus the host layers' CPU time
+        (``lin``: linear-layer and head FLOPs, ``att``: attention FLOPs)."""
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
-        kv_time_gpu = f * kv_read / self.gpu_bytes_per_s
-        t = base_s + max((f * flops - moe) / self.gpu_flops_per_s,
+        kv_time_gpu = f * kv_read / self.kv_bytes_per_s
+        t = base_s + max((f * lin - moe) / self.gpu_flops_per_s
+                         + f * att / self.attn_flops_per_s,
                          w_gpu / self.gpu_bytes_per_s + kv_time_gpu)
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
-            t += max(((1 - f) * flops + moe) / self.cpu_flops_per_s,
+            t += max(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                      w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t += self.dequant * kv_time_cpu
         return t
@@ -313,6 +357,7 @@ class RooflineLatency:
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
         gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
+        aflops, kvbw = self.attn_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
         out = []
@@ -320,13 +365,13 @@ class RooflineLatency:
             self.cpu_linear_flops_per_token
         for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
             kv = float(lkv * tok) - saved
-            flops = lin + float(full * tok) * pf
-            kv_time_gpu = f * kv / gbw
-            t_gpu = max((f * flops - moe) / gflops, w_gpu + kv_time_gpu)
+            att = float(full * tok) * pf
+            kv_time_gpu = f * kv / kvbw
+            t_gpu = max((f * lin - moe) / gflops + f * att / aflops, w_gpu + kv_time_gpu)
             t_cpu = 0.0
             if cpu_side:
                 kv_time_cpu = (1 - f) * kv / self.cpu_bytes_per_s
-                t_cpu = max(((1 - f) * flops + moe) / self.cpu_flops_per_s,
+                t_cpu = max(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                             w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
                 t_cpu = t_cpu + dq * kv_time_cpu
             out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)
