@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "report": "kvsim.cli.report:report",
     "calibrate": "kvsim.cli.calibrate:calibrate",
     "replay": "kvsim.cli.replay:replay",
+    "validate": "kvsim.cli.validate:validate",
 }
 
 

@@ -1,5 +1,6 @@
-"""``kvsim calibrate``: measure this device (kernels), a running server (engine), or
-read an engine's startup log (from-log)."""
+"""``kvsim calibrate``: measure this device (kernels), a running server (engine), fit a
+card's speed constants from llama-bench output (bench), or read an engine's startup log
+(from-log)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def _names(text: str, field: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 @click.group()
 def calibrate() -> None:
-    """Measure KV bytes, step timings and bandwidth, or read KV capacity facts from a
-    startup log."""
+    """Measure KV bytes, step timings and bandwidth, fit a card's speed from llama-bench
+    output, or read KV capacity facts from a startup log."""
 
 
 @calibrate.command()
@@ -118,6 +119,49 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
     check_output("--output", output, folder=False)
     art = calibrate_engine(url, grid)
     _save(art, output)
+
+
+@calibrate.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--model", help="the model the runs used: a profile name, a profile YAML, the "
+              "GGUF file or its config.json (default: resolved from the output's model name)")
+@click.option("--gpu", help="the card the runs used (default: llama-bench's gpu_info); "
+              "unset for a CPU-only run, whose device is --host's CPU")
+@click.option("--host", default="desktop-64gb", show_default=True,
+              help="host profile whose CPU a CPU-only run measured")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="artifact path (JSON), e.g. calibration/my-card__bench.json")
+def bench(files: tuple[str, ...], model: str | None, gpu: str | None, host: str,
+          output: str) -> None:
+    """Fit this card's speed constants from llama-bench / llama-batched-bench output
+    (-o json, jsonl, csv or the markdown table): several -p/-n/-d values (and -b/-ub)
+    pin prefill, decode and attention costs. Use the artifact as
+    `latency: {kind: calibrated, path: ...}` or with `kvsim validate --calibration`."""
+    from pathlib import Path
+
+    from kvsim.calibrate.bench import fit_bench, save_bench_artifact
+    from kvsim.validate.names import device_spec, model_spec
+    from kvsim.validate.run import read_files
+
+    check_output("--output", output, folder=False)
+    meas, skipped, problems = read_files([Path(f) for f in files])
+    for p in problems + [f"{s.id}: {s.reason}" for s in skipped]:
+        click.echo(f"warning: {p}", err=True)
+    if not meas:
+        raise InputError("FILE", ", ".join(files), "llama-bench or llama-batched-bench "
+                         "output with at least one measured test")
+    first = meas[0]
+    dev = device_spec(gpu or first.gpu or None, backend=first.backend, host=host)
+    mod = model_spec(model or first.model)
+    art = fit_bench(meas, device=dev, model=mod, sources=tuple(Path(f).name for f in files))
+    with output_errors("--output", output):
+        save_bench_artifact(art, output)
+    err = art.fit_abs_rel_err
+    click.echo(f"{art.rows} tests on {dev.display_name} ({art.backend}), model {mod.name}: "
+               f"fit |error| median {100 * err['median']:.1f} %, max {100 * err['max']:.1f} %; "
+               f"wrote {output}")
+    for line in art.skipped:
+        click.echo(f"warning: not fitted: {line}", err=True)
 
 
 @calibrate.command("from-log")

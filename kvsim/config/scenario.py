@@ -76,9 +76,23 @@ class WorkloadConfig(FrozenModel):
 
 
 class RooflineLatency(FrozenModel):
+    """Step times from the card's spec sheet: the backend-aware roofline
+    (kvsim.latency.backend; constants fitted on published llama.cpp measurements), or
+    with ``rates: peak`` the plain one (peak × the profile's efficiencies)."""
+
     model_config = _FROZEN
     kind: Literal["roofline"] = "roofline"
-    step_overhead_s: Seconds = Field(0.004, ge=0, description="per-step launch/sync overhead")
+    backend: Literal["auto", "CUDA", "ROCm", "Vulkan", "Metal", "SYCL"] = Field(
+        "auto", description="the engine's GPU backend; auto: CUDA on NVIDIA, ROCm on AMD, "
+        "Metal on Apple, Vulkan on Intel")
+    rates: Literal["backend", "peak"] = Field(
+        "backend", description="backend: fitted backend constants; peak: the card's peak "
+        "rates × its profile's bandwidth/compute efficiencies")
+    constants: str | None = Field(None, description="a speed-constants YAML to use instead "
+                                  "of the shipped one (rates: backend)")
+    step_overhead_s: Seconds | None = Field(
+        None, ge=0, description="per-step launch/sync overhead; unset: the backend's fitted "
+        "overhead (rates: backend) or 4 ms (rates: peak)")
     kv_dequant_factor: float = Field(
         0.25, ge=0, description="quantized KV: dequant time as a fraction of its read time "
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
@@ -298,6 +312,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     data["workload"] = _beside(wl, "trace", base_dir)
     if "latency" in data:
         data["latency"] = _beside(data["latency"], "path", base_dir)
+        data["latency"] = _beside(data["latency"], "constants", base_dir)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from typing import Any
 
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.offload import op_offload_for
-from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, RooflineLatency
+from kvsim.latency.backend import default_backend, gpu_rates, load_constants
+from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
+
+
+PEAK_OVERHEAD_S = 0.004
+"""The plain roofline's per-step overhead when the scenario sets none (``rates: peak``)."""
+
+
+def backend_rates(scenario: Any) -> GpuRates | None:
+    """The backend-aware rates of a scenario's card, model and weights (None for
+    ``rates: peak``); a set ``step_overhead_s`` replaces the fitted overhead."""
+    cfg = scenario.latency
+    if cfg.rates == "peak":
+        return None
+    backend = default_backend(scenario.gpu) if cfg.backend == "auto" else cfg.backend
+    r = gpu_rates(scenario.gpu, scenario.model, scenario.weights, backend=backend,
+                  flash_attn=bool(getattr(scenario.engine, "flash_attn", True)),
+                  constants=load_constants(cfg.constants) if cfg.constants else None)
+    return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s)
+
+
+def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
+    """The roofline with a ``kvsim calibrate bench`` artifact's card and constants
+    (``latency: {kind: calibrated, path}``): the card's fitted rates for the scenario's
+    own model, weights and flash-attention setting."""
+    from kvsim.calibrate.bench import load_bench_artifact
+
+    art = load_bench_artifact(scenario.latency.path)
+    rates = gpu_rates(art.device, scenario.model, scenario.weights, backend=art.backend,
+                      flash_attn=bool(getattr(scenario.engine, "flash_attn", True)),
+                      constants=art.constants)
+    label = f"calibrated(llama-bench {scenario.latency.path})"
+    return _roofline(scenario, budget, replace(rates, label=label), rates.overhead_s)
 
 
 def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel:
@@ -23,13 +56,24 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     if cfg.kind == "constant":
         return ConstantLatency(cfg.step_s, cfg.prefill_token_s, cfg.decode_token_s)
     if cfg.kind == "calibrated":
+        from kvsim.calibrate.bench import is_bench_artifact
+
+        if is_bench_artifact(cfg.path):  # a card's constants fitted from llama-bench output
+            return bench_latency(scenario, budget)
         mod = importlib.import_module("kvsim.latency.calibrated")
         return mod.make_calibrated(scenario, budget)  # written by the calibration issue
+    return _roofline(scenario, budget, backend_rates(scenario),
+                     PEAK_OVERHEAD_S if cfg.step_overhead_s is None else cfg.step_overhead_s)
+
+
+def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
+              overhead_s: float) -> RooflineLatency:
+    """The roofline of a scenario's card, model, weights, cache types and layer split."""
     from kvsim.model.dtypes import cache_type
     from kvsim.model.geometry import kv_geometry
     from kvsim.model.weights import model_weights
 
-    eng = scenario.engine
+    eng, cfg = scenario.engine, scenario.latency
     geom = kv_geometry(scenario.model, eng.cache_type_k, eng.cache_type_v)
     quant = cache_type(eng.cache_type_k).quantized or cache_type(eng.cache_type_v,
                                                                  role="v").quantized
@@ -37,7 +81,7 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
         gpu=scenario.gpu, host=scenario.host, model=scenario.model, geometry=geom,
         weights=model_weights(scenario.model, scenario.weights),
         gpu_layers=None if budget is None else budget.gpu_layers,
-        step_overhead_s=cfg.step_overhead_s,
+        step_overhead_s=overhead_s, rates=rates,
         kv_dequant_factor=getattr(cfg, "kv_dequant_factor", DEFAULT_DEQUANT_FACTOR),
         kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
         cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers,

@@ -197,6 +197,10 @@ def build_report(results_list: Sequence[Any], extra: dict[str, Any] | None = Non
     for label, res in zip(labels[:MAX_DETAILED_RUNS], runs):
         page.raw(card_html({**card_data(res), "name": label}))
     _plan_sections(page, extra)
+    if extra.get("validation"):
+        from kvsim.report.data_validate import validation_points
+        from kvsim.report.figures_validate import predicted_vs_measured_figure
+        page.figure(predicted_vs_measured_figure(validation_points(extra["validation"])))
     table = extra.get("policies")
     table = dp.runs_table(runs) if table is None else table
     fig_data = dp.policy_comparison(table)

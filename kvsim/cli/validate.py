@@ -1,0 +1,138 @@
+"""``kvsim validate FILE...``: kvsim's speed predictions beside published or your own
+measurements (kvsim.validate.run).
+
+Prints one row per prediction, the summary per (kind, backend, metric) and every row
+it could not predict with the reason; ``--json`` prints all three as one JSON object;
+``--report`` writes an HTML page with predicted vs measured (log-log, one colour per
+backend).  Problems reading a file are one line each on stderr; the exit code is 2
+only when nothing could be read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kvsim.cli._output import check_output, output_errors
+from kvsim.errors import InputError
+
+if TYPE_CHECKING:
+    from kvsim.latency.backend import SpeedConstants
+    from kvsim.validate.run import Validation
+
+HELP_FILES = ("measurement files: the layouts of shared/measurements (llamabench-scoreboard, "
+              "speed-vs-load, engine-memory-logs), llama-bench output (-o json, jsonl, csv or "
+              "its markdown table) or llama-batched-bench's table")
+
+
+@click.command(help=__doc__.split("\n\n")[0] + "\n\nFILE: " + HELP_FILES)
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--gpu", help="the device every row ran on (a profile name or a printed name): "
+              "for output that names none, or an Apple chip without its GPU-core count")
+@click.option("--model", help="the model every row ran (a profile name or a GGUF file name)")
+@click.option("--constants", type=click.Path(path_type=Path), help="speed constants YAML "
+              "(default: the fitted ones shipped with kvsim; `kvsim calibrate bench` writes "
+              "a card's own)")
+@click.option("--calibration", type=click.Path(path_type=Path), help="a `kvsim calibrate "
+              "bench` artifact: predict with that card's own fitted constants")
+@click.option("--host", default="desktop-64gb", show_default=True,
+              help="host profile whose CPU runs on the CPU backend used (with --calibration)")
+@click.option("--json", "as_json", is_flag=True, help="print rows, summary and skipped as JSON")
+@click.option("--rows/--no-rows", default=True, show_default=True,
+              help="print the per-row table (the summary and skipped rows are always printed)")
+@click.option("--report", type=click.Path(path_type=Path),
+              help="write an HTML page with predicted vs measured")
+def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
+             constants: Path | None, calibration: Path | None, host: str, as_json: bool,
+             rows: bool, report: Path | None) -> None:
+    from kvsim.validate.names import device_spec, model_spec
+    from kvsim.validate.run import read_files, validate as run_validate
+
+    if report is not None:
+        check_output("--report", report, folder=False)
+    consts = _constants(constants)
+    gpu_spec = None if gpu is None else device_spec(gpu, backend="", host=host)
+    model_sp = None if model is None else model_spec(model)
+    if calibration is not None:
+        from kvsim.calibrate.bench import load_bench_artifact
+
+        if not calibration.is_file():
+            raise InputError("--calibration", str(calibration), "file not found")
+        art = load_bench_artifact(calibration)
+        gpu_spec, consts = art.device, art.constants
+    meas, skipped, problems = read_files(list(files))
+    for p in problems:
+        click.echo(f"warning: {p}", err=True)
+    if not meas and not skipped:
+        raise InputError("FILE", ", ".join(map(str, files)), "at least one file with "
+                         "measurements in a known layout: " + HELP_FILES)
+    v = run_validate(meas, gpu=gpu_spec, model=model_sp, constants=consts)
+    v.skipped = skipped + v.skipped
+    v.problems = problems
+    if report is not None:
+        with output_errors("--report", report):
+            _write_report(v, report)
+    if as_json:
+        click.echo(json.dumps(v.to_json(), indent=1))
+    else:
+        _print(v, rows)
+
+
+def _constants(path: Path | None) -> SpeedConstants | None:
+    if path is None:
+        return None
+    from kvsim.latency.backend import load_constants
+
+    if not path.is_file():
+        raise InputError("--constants", str(path), "file not found")
+    return load_constants(str(path))
+
+
+def _print(v: Validation, rows: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=160)
+    if rows and v.rows:
+        t = Table(title="predicted vs measured (tokens/s)", title_justify="left")
+        for c in ("id", "gpu", "backend", "model", "weights", "test", "measured", "predicted",
+                  "error"):
+            t.add_column(c, justify="right" if c in ("measured", "predicted", "error") else "left")
+        for r in v.rows:
+            t.add_row(str(r["id"]), str(r["gpu"]), str(r["backend"]), str(r["model"]),
+                      str(r["weights"]), _test(r), f"{r['measured_tps']:.2f}",
+                      f"{r['predicted_tps']:.2f}", f"{100 * r['rel_err']:+.1f} %")
+        con.print(t)
+    s = Table(title="summary per kind, backend and metric", title_justify="left")
+    for c in ("kind", "backend", "metric", "n", "median |err|", "p90 |err|", "median err"):
+        s.add_column(c)
+    for r in v.summary():
+        s.add_row(r["kind"], r["backend"], r["metric"], str(r["n"]),
+                  f"{100 * r['median_abs_rel_err']:.1f} %", f"{100 * r['p90_abs_rel_err']:.1f} %",
+                  f"{100 * r['median_rel_err']:+.1f} %")
+    con.print(s)
+    if v.skipped:
+        k = Table(title=f"not predicted ({len(v.skipped)} rows)", title_justify="left")
+        k.add_column("id")
+        k.add_column("reason")
+        for sk in v.skipped:
+            k.add_row(sk.id, sk.reason)
+        con.print(k)
+
+
+def _test(r: dict[str, Any]) -> str:
+    name = f"pp{r['n_prompt']}" if r["metric"] == "pp_tps" else f"tg{r['n_gen']}"
+    if r["depth"]:
+        name += f" @ d{r['depth']}"
+    if r["batch"] > 1:
+        name += f" x{r['batch']}"
+    return name
+
+
+def _write_report(v: Validation, path: Path) -> None:
+    from kvsim.report.page import write_report
+
+    write_report(path, extra={"validation": v.rows, "title": "kvsim validate"})

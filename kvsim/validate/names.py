@@ -1,0 +1,53 @@
+"""Profiles named on the command line of ``kvsim validate`` and ``kvsim calibrate bench``.
+
+A model is a catalogue name, a profile YAML, a GGUF file or a Hugging Face
+``config.json`` (read with kvsim.model.importers); a device is a catalogue name or a
+printed one (kvsim.config.gpu_names), or for a CPU-only run the host profile's CPU.
+
+NOTE: an unknown or ambiguous name is an InputError naming the flag.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvsim.config.catalog import load_gpu, load_host, load_model
+from kvsim.config.gpu_names import resolve_gpu
+from kvsim.config.model_names import resolve_model
+from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.errors import InputError
+
+
+def model_spec(text: str, flag: str = "--model") -> ModelSpec:
+    """The model ``text`` names (module docstring)."""
+    low = text.lower()
+    if low.endswith((".gguf", ".json")):
+        from kvsim.model.importers import import_model
+
+        if not Path(text).is_file():
+            raise InputError(flag, text, "file not found")
+        return import_model(text)
+    if low.endswith((".yaml", ".yml")):
+        return load_model(text)
+    m = resolve_model(text)
+    if m.slug is None:
+        raise InputError(flag, text, m.reason)
+    return load_model(m.slug)
+
+
+def device_spec(text: str | None, *, backend: str, host: str,
+                flag: str = "--gpu") -> GpuSpec:
+    """The device of a run: ``text`` resolved, or the host's CPU for a CPU run."""
+    if text is None:
+        if backend == "CPU":
+            from kvsim.calibrate.bench import cpu_device
+
+            return cpu_device(load_host(host))
+        raise InputError(flag, None, "the card the runs were measured on (a profile name "
+                         "or the name llama-bench printed): the output names none")
+    if text.lower().endswith((".yaml", ".yml")):
+        return load_gpu(text)
+    g = resolve_gpu(text)
+    if g.slug is None:
+        raise InputError(flag, text, g.reason)
+    return load_gpu(g.slug)

@@ -1,0 +1,149 @@
+"""kvsim's prediction of one measured throughput: the measured test replayed step by step.
+
+:func:`setup_for` resolves a :class:`Measurement`'s device, model and weight format
+against the catalogue (or says why it cannot: unknown or ambiguous names, several
+GPUs, a CPU-only run); :func:`step_batches` lays the measured test out as the engine
+steps llama-bench and llama-batched-bench run:
+
+- ``pp``: ``batch`` sequences of ``n_prompt`` tokens after ``depth`` cached ones, cut
+  into ubatches of ``n_ubatch`` tokens (one weight read each);
+- ``tg``: ``n_gen`` decode steps of ``batch`` sequences, each one token longer;
+
+and :func:`predicted_tps` prices them with the backend-aware roofline
+(:mod:`kvsim.latency.backend`), so ``kvsim validate`` checks the same step-time code
+the simulator runs.
+
+NOTE: every weight layer is on the GPU (the published runs use ``-ngl 99``); KV is the
+measurement's cache type (f16 unless it says otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvsim.config.catalog import DEFAULT_HOST, load_gpu, load_host, load_model
+from kvsim.config.gpu_names import resolve_gpu
+from kvsim.config.model_names import resolve_model
+from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.errors import InputError
+from kvsim.latency.backend import BACKENDS, SpeedConstants, gpu_rates
+from kvsim.latency.base import BatchShape
+from kvsim.latency.roofline import GpuRates, RooflineLatency
+from kvsim.model.dtypes import cache_type
+from kvsim.model.geometry import kv_geometry
+from kvsim.model.weights import model_weights, weight_format_names
+from kvsim.validate.records import Measurement, Skipped
+
+DEFAULT_UBATCH = 512
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a measurement ran: resolved profiles and settings."""
+
+    gpu: GpuSpec
+    model: ModelSpec
+    weight_format: str
+    backend: str
+    flash_attn: bool
+    kv_type: str = "f16"
+
+
+def _weight_format(m: Measurement, from_name: str | None) -> str | None:
+    text = (m.weight_format or from_name or "").strip().lower().replace("-", "_")
+    text = {"q4_k_medium": "q4_k_m", "q4_k___medium": "q4_k_m", "fp16": "f16"}.get(text, text)
+    return text if text in weight_format_names() else None
+
+
+def setup_for(m: Measurement, *, gpu: GpuSpec | None = None,
+              model: ModelSpec | None = None) -> Setup | Skipped:
+    """Resolve ``m``'s device and model by the names it carries (``gpu``/``model``, when
+    given, are used instead), or say why it cannot be predicted."""
+    if m.n_gpus > 1:
+        return Skipped(m.id, f"{m.n_gpus} GPUs: kvsim predicts one device")
+    if gpu is None:
+        if m.backend not in BACKENDS:
+            return Skipped(m.id, f"backend {m.backend!r}: kvsim predicts GPU backends "
+                           f"({', '.join(BACKENDS)}); calibrate a CPU with "
+                           "`kvsim calibrate bench`")
+        g = resolve_gpu(m.gpu)
+        if g.slug is None:
+            return Skipped(m.id, g.reason)
+        if g.count > 1:
+            return Skipped(m.id, f"{g.count} GPUs ({m.gpu!r}): kvsim predicts one device")
+        gpu = load_gpu(g.slug)
+    mm = resolve_model(m.model, n_params=m.model_params, size_bytes=m.model_size_bytes)
+    if model is None:
+        if mm.slug is None:
+            return Skipped(m.id, mm.reason)
+        model = load_model(mm.slug)
+    return setup_with(m, gpu, model, mm.weight_format)
+
+
+def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
+               named_format: str | None = None) -> Setup | Skipped:
+    """``m`` on given profiles (its weight format from the row, else ``named_format``)."""
+    fmt = _weight_format(m, named_format)
+    if fmt is None:
+        return Skipped(m.id, f"weight format {m.weight_format!r}: one of "
+                       + ", ".join(weight_format_names()))
+    kv = (m.kv_type or "f16").lower()
+    try:
+        cache_type(kv)
+    except InputError:
+        return Skipped(m.id, f"KV cache type {m.kv_type!r} unknown to kvsim")
+    if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
+        return Skipped(m.id, "a test of 0 tokens")
+    return Setup(gpu, model, fmt, m.backend, bool(m.flash_attn), kv)
+
+
+def step_batches(m: Measurement) -> list[BatchShape]:
+    """The engine steps of the measured test (module docstring)."""
+    if m.metric == "tg_tps":
+        return [BatchShape(decode_context=(m.depth + j,) * m.batch) for j in range(m.n_gen)]
+    u = m.n_ubatch or DEFAULT_UBATCH
+    done = [0] * m.batch  # prompt tokens each sequence has been given so far
+    steps, seq = [], 0
+    while seq < m.batch:
+        room, toks, ctx = u, [], []
+        while room and seq < m.batch:
+            take = min(room, m.n_prompt - done[seq])
+            toks.append(take)
+            ctx.append(m.depth + done[seq])
+            done[seq] += take
+            room -= take
+            if done[seq] == m.n_prompt:
+                seq += 1
+        steps.append(BatchShape(prefill_tokens=tuple(toks), prefill_context=tuple(ctx)))
+    return steps
+
+
+def tokens_measured(m: Measurement) -> int:
+    """Tokens the measured throughput counts (all sequences)."""
+    return m.batch * (m.n_gen if m.metric == "tg_tps" else m.n_prompt)
+
+
+def latency_for(s: Setup, constants: SpeedConstants | None = None,
+                rates: GpuRates | None = None) -> RooflineLatency:
+    """The step-time model of a setup (``rates`` replaces the fitted ones)."""
+    quant = cache_type(s.kv_type).quantized
+    return RooflineLatency(
+        gpu=s.gpu, host=load_host(DEFAULT_HOST), model=s.model,
+        geometry=kv_geometry(s.model, s.kv_type, s.kv_type),
+        weights=model_weights(s.model, s.weight_format), head_on_gpu=True,
+        kv_quantized=quant,
+        rates=rates or gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend,
+                                 flash_attn=s.flash_attn, constants=constants))
+
+
+def predicted_tps(m: Measurement, s: Setup, constants: SpeedConstants | None = None) -> float:
+    """kvsim's tokens/s for the measured test."""
+    lat = latency_for(s, constants)
+    if m.metric == "tg_tps":
+        t = float(np.sum(lat.decode_steps_s(np.full(m.batch, m.depth, dtype=np.int64),
+                                            m.n_gen)))
+    else:
+        t = sum(lat.step_time_s(b) for b in step_batches(m))
+    return tokens_measured(m) / t

@@ -1,0 +1,105 @@
+"""``kvsim validate``: read measurement files, predict every row, summarise the errors.
+
+:func:`read_files` reads each file in whatever layout it is (the three of
+``shared/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
+table); a file that cannot be read is a problem line, not the end of the run.
+:func:`validate` predicts each measurement (:mod:`kvsim.validate.predict`) and returns a
+:class:`Validation`: one row per prediction, one per skipped measurement with the
+reason, and the summary per (kind, backend, metric).
+
+NOTE: relative error = (predicted − measured) / measured; the summary's ``median`` and
+``p90`` are of its absolute value, ``median_rel_err`` keeps the sign (negative: kvsim
+predicts too slow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.errors import InputError
+from kvsim.latency.backend import SpeedConstants
+from kvsim.validate.llamabench import read_bench
+from kvsim.validate.predict import Setup, predicted_tps, setup_for
+from kvsim.validate.records import Measurement, Skipped
+from kvsim.validate.shared import read_shared_csv
+
+
+@dataclass
+class Validation:
+    """Predicted-vs-measured rows, skipped rows with reasons, problems reading files."""
+
+    rows: list[dict[str, object]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> list[dict[str, object]]:
+        """Per (kind, backend, metric): n, median and p90 |rel err|, median rel err."""
+        groups: dict[tuple[str, str, str], list[float]] = {}
+        for r in self.rows:
+            key = (str(r["kind"]), str(r["backend"]), str(r["metric"]))
+            groups.setdefault(key, []).append(float(r["rel_err"]))  # type: ignore[arg-type]
+        out = []
+        for (kind, backend, metric), errs in sorted(groups.items()):
+            e = np.asarray(errs)
+            out.append({"kind": kind, "backend": backend, "metric": metric, "n": len(e),
+                        "median_abs_rel_err": float(np.median(np.abs(e))),
+                        "p90_abs_rel_err": float(np.quantile(np.abs(e), 0.9)),
+                        "median_rel_err": float(np.median(e))})
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {"rows": self.rows, "summary": self.summary(),
+                "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
+                "problems": self.problems}
+
+
+def read_file(path: Path) -> tuple[list[Measurement], list[Skipped]]:
+    """The measurements in one file (InputError when it is in no known layout)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError("FILE", str(path), f"a readable text file ({exc.__class__.__name__})")
+    got = read_shared_csv(text, path.name)
+    return got if got is not None else read_bench(text, origin=path.name)
+
+
+def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], list[str]]:
+    meas: list[Measurement] = []
+    skipped: list[Skipped] = []
+    problems: list[str] = []
+    for p in paths:
+        try:
+            m, s = read_file(p)
+        except InputError as exc:
+            problems.append(exc.one_line())
+            continue
+        meas += m
+        skipped += s
+    return meas, skipped, problems
+
+
+def prediction_row(m: Measurement, s: Setup, pred: float) -> dict[str, object]:
+    return {"id": m.id, "kind": m.kind, "backend": m.backend, "metric": m.metric,
+            "gpu": s.gpu.name, "model": s.model.name, "weights": s.weight_format,
+            "n_prompt": m.n_prompt, "n_gen": m.n_gen, "depth": m.depth, "batch": m.batch,
+            "flash_attn": s.flash_attn, "measured_tps": m.value, "predicted_tps": pred,
+            "rel_err": (pred - m.value) / m.value}
+
+
+def validate(measurements: list[Measurement], *, gpu: GpuSpec | None = None,
+             model: ModelSpec | None = None,
+             constants: SpeedConstants | None = None) -> Validation:
+    """Predict every measurement (``gpu``/``model`` replace the names the rows carry;
+    ``constants`` the shipped speed constants)."""
+    v = Validation()
+    for m in measurements:
+        s = setup_for(m, gpu=gpu, model=model)
+        if isinstance(s, Skipped):
+            v.skipped.append(s)
+            continue
+        v.rows.append(prediction_row(m, s, predicted_tps(m, s, constants)))
+    return v

@@ -1,0 +1,165 @@
+"""Readers for the measurement layouts of ``shared/measurements`` (detected from the header).
+
+- ``llamabench-scoreboard.csv``: one row = pp512 and tg128 of one device × backend ×
+  model file × flash-attention setting -> two :class:`Measurement` values;
+- ``speed-vs-load.csv`` (long format, one metric per row): llama-bench prefill/decode
+  versus KV depth, llama-batched-bench aggregates versus parallel sequences, and
+  single-stream prompt-eval / generation speeds; link-bandwidth rows are not speeds
+  of a model and are listed as skipped;
+- ``engine-memory-logs.csv``: start-up memory figures: kvsim validate predicts speed,
+  so each row is listed as skipped, pointing at ``kvsim fit``.
+
+A caller must know: values "as printed" may carry "(rounded)" or "(inferred)"
+qualifiers; the number is read and the qualifier kept in ``extra``.
+
+NOTE: every row ends up as a Measurement or a Skipped with the row id and the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+from kvsim.errors import InputError
+from kvsim.validate.records import Measurement, Skipped
+
+SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
+SPEED_VS_LOAD = ("id", "engine", "gpu", "model", "metric", "value", "unit")
+MEMORY_LOGS = ("id", "engine", "engine_version", "gpu", "printed_figures")
+_NUM = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:\.\d+)?")
+
+
+def layout(header: list[str]) -> str | None:
+    """Which of the three layouts a CSV header is (None: none of them)."""
+    cols = set(header)
+    for name, need in (("scoreboard", SCOREBOARD), ("speed-vs-load", SPEED_VS_LOAD),
+                       ("memory-logs", MEMORY_LOGS)):
+        if set(need) <= cols:
+            return name
+    return None
+
+
+def number(text: str) -> float | None:
+    """The first number in ``text`` ("3890 (rounded)" -> 3890.0); None when there is none."""
+    m = _NUM.search(text or "")
+    return float(m.group(0).replace(",", "")) if m else None
+
+
+def backend_name(text: str) -> str:
+    """Normalise a printed backend ("HIP (rocWMMA)" -> ROCm, "Vulkan (RADV)" -> Vulkan)."""
+    t = (text or "").lower()
+    for key, name in (("cuda", "CUDA"), ("rocm", "ROCm"), ("hip", "ROCm"), ("vulkan", "Vulkan"),
+                      ("metal", "Metal"), ("sycl", "SYCL"), ("cpu", "CPU"), ("blas", "CPU")):
+        if key in t:
+            return name
+    return text.strip()
+
+
+def _flash(text: str) -> bool | None:
+    t = (text or "").strip().lower()
+    if t.startswith("1") or t.startswith("on") or t == "true":
+        return True
+    if t.startswith("0") or t.startswith("off") or t == "false":
+        return False
+    return None
+
+
+def _flags(text: str) -> dict[str, str]:
+    """``-fa 1 -ub 2048`` / ``n_ubatch 2048, flash_attn 1`` settings as a mapping."""
+    out: dict[str, str] = {}
+    for key, val in re.findall(r"(-\w+|n_ubatch|n_batch|flash_attn)\s+([\w.,]+)", text or ""):
+        out[key] = val.rstrip(",")
+    return out
+
+
+def read_scoreboard(rows: list[dict[str, str]], origin: str) -> tuple[list[Measurement],
+                                                                      list[Skipped]]:
+    meas: list[Measurement] = []
+    skipped: list[Skipped] = []
+    for row in rows:
+        rid = row.get("id") or origin
+        common = dict(gpu=row["gpu"], backend=backend_name(row["backend"]), model=row["model"],
+                      weight_format=(row.get("weight_format") or "").split(" ")[0],
+                      flash_attn=_flash(row.get("flash_attn", "")),
+                      source=row.get("source", ""), n_ubatch=512, n_batch=2048)
+        size = number(row.get("model_size_gib", ""))
+        if size:
+            common["model_size_bytes"] = int(size * 2**30)
+        for col, metric, shape in (("pp512_tps", "pp_tps", dict(n_prompt=512)),
+                                   ("tg128_tps", "tg_tps", dict(n_gen=128))):
+            val = number(row.get(col, ""))
+            if val is None or val <= 0:
+                skipped.append(Skipped(f"{rid}:{col}", f"{col} is empty or not a number "
+                                       f"({row.get(col, '')!r})"))
+                continue
+            meas.append(Measurement(id=f"{rid}:{metric.split('_')[0]}", metric=metric,
+                                    value=val, extra={"as_printed": row.get(col, "")},
+                                    **common, **shape))
+    return meas, skipped
+
+
+def _long_row(row: dict[str, str]) -> Measurement | Skipped:
+    """One row of speed-vs-load.csv (module docstring)."""
+    rid, metric, engine = row["id"], row["metric"], row["engine"]
+    val = number(row["value"])
+    if "tok/s" not in row.get("unit", "") or val is None:
+        return Skipped(rid, f"metric {metric!r} in {row.get('unit')!r} is not a model's "
+                       "token throughput (a link or copy bandwidth)")
+    flags = _flags(row.get("settings", ""))
+    fa = _flash(flags.get("-fa", flags.get("flash_attn", "")))
+    ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
+    depth = int(number(row.get("context_or_depth", "")) or 0)
+    batch = int(number(row.get("batch_or_concurrency", "")) or 1)
+    base = dict(id=rid, gpu=row["gpu"], model=row["model"], value=val,
+                weight_format=row.get("weight_format", ""), flash_attn=fa,
+                n_ubatch=int(ub) if ub else 512, source=row.get("source", ""),
+                backend="Metal" if "apple" in row["gpu"].lower() else "CUDA",
+                kv_type=(row.get("kv_type") or "f16").split(" ")[0])
+    m = re.match(r"(pp|tg)(\d+)_tps", metric)
+    if "batched-bench" in engine:
+        pp = int(number(row.get("context_or_depth", "")) or 0)
+        tgm = re.search(r"TG=(\d+)", row.get("settings", ""))
+        tg = int(tgm.group(1)) if tgm else 32
+        if metric.startswith("S_PP"):
+            return Measurement(metric="pp_tps", n_prompt=pp, batch=batch, **base)
+        return Measurement(metric="tg_tps", n_gen=tg, depth=pp, batch=batch, **base)
+    if m:
+        n = int(m.group(2))
+        shape = dict(n_prompt=n) if m.group(1) == "pp" else dict(n_gen=n)
+        return Measurement(metric=f"{m.group(1)}_tps", depth=depth, **shape, **base)
+    if metric.startswith("prompt_eval_tps_"):
+        return Measurement(metric="pp_tps", n_prompt=int(number(metric) or 512), **base)
+    if metric.startswith("avg_generation_tps_"):
+        return Measurement(metric="tg_tps", n_gen=int(number(metric) or 128), **base)
+    return Skipped(rid, f"metric {metric!r}: not a prefill or decode throughput kvsim predicts")
+
+
+def read_speed_vs_load(rows: list[dict[str, str]], origin: str) -> tuple[list[Measurement],
+                                                                         list[Skipped]]:
+    meas, skipped = [], []
+    for row in rows:
+        got = _long_row(row)
+        (meas if isinstance(got, Measurement) else skipped).append(got)
+    return meas, skipped
+
+
+def read_memory_logs(rows: list[dict[str, str]], origin: str) -> tuple[list[Measurement],
+                                                                       list[Skipped]]:
+    return [], [Skipped(r.get("id") or origin, "start-up memory figures, not speeds: compare "
+                        "them with `kvsim fit` (the engine's printed KV and buffer lines)")
+                for r in rows]
+
+
+def read_shared_csv(text: str, origin: str) -> tuple[list[Measurement], list[Skipped]] | None:
+    """Measurements of a file in one of the three layouts; None when it is none of them."""
+    reader = csv.DictReader(io.StringIO(text))
+    kind = layout(list(reader.fieldnames or []))
+    if kind is None:
+        return None
+    rows = list(reader)
+    if not rows:
+        raise InputError(origin, "no rows", f"a {kind} CSV with at least one row")
+    fn = {"scoreboard": read_scoreboard, "speed-vs-load": read_speed_vs_load,
+          "memory-logs": read_memory_logs}[kind]
+    return fn(rows, origin)

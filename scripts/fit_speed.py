@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Fit kvsim's backend speed constants on published measurements; print LODO errors.
+
+    python scripts/fit_speed.py --measurements ../shared/measurements \
+        -o hardware_profiles/speed/constants.yaml [--no-lodo]
+
+Reads every file in the measurements folder the way ``kvsim validate`` does, fits
+:class:`kvsim.latency.backend.SpeedConstants` (kvsim.validate.fit: scipy least squares
+on log errors), then refits once per device without it and predicts it
+(leave-one-device-out).  Prints both error tables per (kind, backend, metric) and
+writes the constants with the LODO summary and the row count they were fitted on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import yaml
+
+from kvsim.validate.fit import fit_constants, leave_one_device_out, log_errors, make_row
+from kvsim.validate.predict import setup_for
+from kvsim.validate.records import Skipped
+from kvsim.validate.run import Validation, read_files
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def summary_of(rows: list, errs: dict[str, float]) -> list[dict]:
+    v = Validation()
+    for r in rows:
+        if r.m.id in errs:
+            v.rows.append({"kind": r.m.kind, "backend": r.m.backend, "metric": r.m.metric,
+                           "rel_err": math.exp(errs[r.m.id]) - 1.0})
+    return v.summary()
+
+
+def show(title: str, summary: list[dict]) -> None:
+    print(f"\n{title}")
+    print(f"{'kind':9} {'backend':7} {'metric':7} {'n':>4} {'median|e|':>10} {'p90|e|':>8} "
+          f"{'median e':>9}")
+    for s in summary:
+        print(f"{s['kind']:9} {s['backend']:7} {s['metric']:7} {s['n']:4d} "
+              f"{100 * s['median_abs_rel_err']:9.1f}% {100 * s['p90_abs_rel_err']:7.1f}% "
+              f"{100 * s['median_rel_err']:+8.1f}%")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--measurements", type=Path, default=REPO.parent / "shared" / "measurements")
+    ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
+                    / "constants.yaml")
+    ap.add_argument("--no-lodo", action="store_true", help="skip leave-one-device-out")
+    args = ap.parse_args()
+    files = sorted(args.measurements.glob("*.csv"))
+    meas, skipped, problems = read_files(files)
+    rows, unusable = [], list(skipped)
+    for m in meas:
+        s = setup_for(m)
+        if isinstance(s, Skipped):
+            unusable.append(s)
+        else:
+            rows.append(make_row(m, s))
+    devices = sorted({r.device for r in rows})
+    print(f"{len(rows)} rows on {len(devices)} devices; {len(unusable)} not predictable; "
+          f"problems: {problems or 'none'}")
+    t0 = time.perf_counter()
+    full = fit_constants(rows, fitted_on=f"{len(rows)} rows, {len(devices)} devices "
+                         f"({', '.join(f.name for f in files)})")
+    print(f"fit: {time.perf_counter() - t0:.1f} s")
+    show("in-sample (all devices in the fit)",
+         summary_of(rows, {r.m.id: e for r, e in zip(rows, log_errors(rows, full))}))
+    out = full.model_dump()
+    if not args.no_lodo:
+        t0 = time.perf_counter()
+        lodo = leave_one_device_out(rows, full)
+        print(f"\nleave-one-device-out: {time.perf_counter() - t0:.1f} s")
+        summ = summary_of(rows, lodo)
+        show("leave-one-device-out (each device predicted by a fit without it)", summ)
+        out["errors"] = {f"{s['kind']}/{s['backend']}/{s['metric']}":
+                         {k: round(float(s[k]), 4) for k in
+                          ("n", "median_abs_rel_err", "p90_abs_rel_err", "median_rel_err")}
+                         for s in summ}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Written by scripts/fit_speed.py from shared/measurements; do not edit by "
+              "hand: re-run the script.\n# errors: leave-one-device-out, per "
+              "kind/backend/metric.\n")
+    args.out.write_text(header + yaml.safe_dump(_rounded(out), sort_keys=False),
+                        encoding="utf-8")
+    print(f"\nwrote {args.out}")
+
+
+def _rounded(x: object) -> object:
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    return x
+
+
+if __name__ == "__main__":
+    main()
