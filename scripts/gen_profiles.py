@@ -6,7 +6,14 @@ exists so numbers are copied from ``shared/reference/{gpus,models}.csv`` and
 ``hardware-and-models.md`` by a program rather than retyped.  Re-run it after the
 reference files change::
 
-    python scripts/gen_profiles.py --reference ../shared/reference
+    python scripts/gen_profiles.py --reference ../shared/reference [--only gpus]
+
+GPUs come from three tables: the reference ``gpus.csv`` (39 rows),
+``scripts/data/gpus-added.csv`` (every further card, same columns plus its slug,
+architecture, vector FP32 rate, compute units, boost clock, printed aliases and
+unified-memory limit rule; each row names its sources) and
+``scripts/data/gpu-extra-fields.csv`` (those new fields for the 39 reference rows, with
+where they come from).  NOTE: a reference row's other numbers are never changed here.
 
 Per-model layer layouts (which layers slide, MLA latent size, recurrent state
 elements) come from each row's ``window_layer_pattern`` and ``kv_formula`` columns;
@@ -25,6 +32,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "hardware_profiles"
+DATA = REPO / "scripts" / "data"
 GIB = 2**30
 
 GPU_SLUGS = {
@@ -130,10 +138,17 @@ UNIFIED_GPU_LIMIT: dict[str, tuple[str, float]] = {
 }
 
 
-def _gpu_limit(slug: str, memory_bytes: int) -> int | None:
-    if slug not in UNIFIED_GPU_LIMIT:
+def _gpu_limit(slug: str, memory_bytes: int, rule: str = "") -> int | None:
+    """The default GPU share of a unified-memory machine: the slug's entry above, or a
+    gpus-added.csv rule ``fraction:0.70`` / ``gib:96`` (the same §4 figures: every
+    Apple part gets Apple's 70 %); None (all of memory_bytes) where §4 says nothing."""
+    if rule:
+        kind, _, text = rule.partition(":")
+        value = float(text)
+    elif slug in UNIFIED_GPU_LIMIT:
+        kind, value = UNIFIED_GPU_LIMIT[slug]
+    else:
         return None
-    kind, value = UNIFIED_GPU_LIMIT[slug]
     return int(value * memory_bytes) if kind == "fraction" else int(value * GIB)
 
 
@@ -144,7 +159,22 @@ def _experts(text: str) -> tuple[int | None, int | None]:
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
-def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
+def _new_gpu_fields(row: dict[str, str]) -> dict[str, Any]:
+    """The fields beyond gpus.csv's columns (GpuSpec: architecture … aliases)."""
+    return {
+        "architecture": row["architecture"],
+        "fp32_flops": float(row["fp32_tflops"]) * 1e12,
+        "compute_units": int(row["compute_units"]),
+        "boost_clock_hz": float(row["boost_clock_mhz"]) * 1e6,
+        "aliases": [a.strip() for a in row["aliases"].split("|") if a.strip()],
+    }
+
+
+def gpu_profile(row: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """A GPU profile from a gpus.csv-shaped row: a reference row (slug from GPU_SLUGS,
+    new fields from ``extra``) or a gpus-added.csv row (it carries both itself)."""
+    slug = row.get("slug") or GPU_SLUGS[row["name"]]
+    fields = _new_gpu_fields(extra if extra is not None else row)
     unified = "unified" in row["segment"].lower()
     gen, lanes = _int(row["pcie_gen"]), _int(row["pcie_lanes"])
     fp16 = _num(row["fp16_tensor_tflops_dense"])
@@ -156,12 +186,13 @@ def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
         notes = f"{notes} | memory: {row['memory_capacity_note'].strip()}"
     if row["interconnect_or_unified"].strip() not in ("", "none"):
         notes = f"{notes} | interconnect: {row['interconnect_or_unified'].strip()}"
+    memory_bytes = int(float(row["memory_gib"]) * GIB)
     return {
-        "name": GPU_SLUGS[row["name"]],
+        "name": slug,
         "display_name": row["name"],
         "vendor": row["vendor"],
         "segment": row["segment"],
-        "memory_bytes": int(float(row["memory_gib"]) * GIB),
+        "memory_bytes": memory_bytes,
         "memory_type": row["memory_type"],
         "memory_bandwidth_bytes_per_s": float(row["memory_bandwidth_gbps"]) * 1e9,
         "fp16_tensor_flops": fp16 * 1e12,
@@ -171,17 +202,38 @@ def gpu_profile(row: dict[str, str]) -> dict[str, Any]:
         "pcie_gen": gen,
         "pcie_lanes": lanes,
         "unified_memory": unified,
-        "gpu_memory_limit_bytes": _gpu_limit(GPU_SLUGS[row["name"]],
-                                             int(float(row["memory_gib"]) * GIB)),
+        "gpu_memory_limit_bytes": _gpu_limit(slug, memory_bytes,
+                                             row.get("gpu_memory_limit", "")),
         "default_link": None if unified or gen is None else f"pcie{gen}-x{lanes}",
         "tdp_w": row["tdp_w"],
         "launch_price_usd": _num(row["launch_msrp_usd"]),
         "launch_year": _int(row["launch_year"]),
         # NOTE: "MB" of L2 cache is binary (MiB) on vendor spec sheets.
         "l2_cache_bytes": int(l2 * 2**20) if l2 else None,
+        **fields,
         "source": row["source"],
         "notes": notes,
     }
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def gpu_profiles(reference_rows: list[dict[str, str]], data: Path) -> list[dict[str, Any]]:
+    """Every GPU: the reference rows (plus their extra fields) and the added rows."""
+    extra = {r["slug"]: r for r in _read_csv(data / "gpu-extra-fields.csv")}
+    missing = sorted(set(GPU_SLUGS.values()) - set(extra))
+    if missing:
+        raise SystemExit(f"gpu-extra-fields.csv lacks {', '.join(missing)}")
+    out = [gpu_profile(r, extra[GPU_SLUGS[r["name"]]]) for r in reference_rows]
+    out += [gpu_profile(r) for r in _read_csv(data / "gpus-added.csv")]
+    slugs = [g["name"] for g in out]
+    twice = sorted({s for s in slugs if slugs.count(s) > 1})
+    if twice:
+        raise SystemExit(f"GPU slugs defined twice: {', '.join(twice)}")
+    return out
 
 
 def _attn_group(kind: str, idx: list[int], kv: int, hd: int,
@@ -381,17 +433,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reference", type=Path, default=REPO.parent / "shared" / "reference")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--data", type=Path, default=DATA,
+                    help="folder of gpus-added.csv and gpu-extra-fields.csv")
+    ap.add_argument("--only", choices=("gpus", "models", "links", "hosts"), action="append",
+                    help="write only these kinds (repeatable; default: all)")
     args = ap.parse_args()
-    with open(args.reference / "gpus.csv", encoding="utf-8") as f:
-        gpu_rows = list(csv.DictReader(f))
-    with open(args.reference / "models.csv", encoding="utf-8") as f:
-        model_rows = list(csv.DictReader(f))
-    _dump(args.out / "gpus", [gpu_profile(r) for r in gpu_rows])
-    _dump(args.out / "models", [model_profile(r) for r in model_rows])
-    _dump(args.out / "links", link_profiles())
-    _dump(args.out / "hosts", host_profiles({r["name"]: r for r in gpu_rows}))
-    print(f"wrote {len(gpu_rows)} gpus, {len(model_rows)} models, "
-          f"{len(LINKS) + 1} links, hosts to {args.out}")
+    kinds = set(args.only or ("gpus", "models", "links", "hosts"))
+    gpu_rows = _read_csv(args.reference / "gpus.csv")
+    model_rows = _read_csv(args.reference / "models.csv")
+    wrote = []
+    if "gpus" in kinds:
+        gpus = gpu_profiles(gpu_rows, args.data)
+        _dump(args.out / "gpus", gpus)
+        wrote.append(f"{len(gpus)} gpus")
+    if "models" in kinds:
+        _dump(args.out / "models", [model_profile(r) for r in model_rows])
+        wrote.append(f"{len(model_rows)} models")
+    if "links" in kinds:
+        _dump(args.out / "links", link_profiles())
+        wrote.append(f"{len(LINKS) + 1} links")
+    if "hosts" in kinds:
+        _dump(args.out / "hosts", host_profiles({r["name"]: r for r in gpu_rows}))
+        wrote.append("hosts")
+    print(f"wrote {', '.join(wrote)} to {args.out}")
 
 
 if __name__ == "__main__":
