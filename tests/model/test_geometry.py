@@ -20,8 +20,9 @@ BY_DISPLAY = {load_model(n).display_name: load_model(n) for n in list_names("mod
 
 
 def test_every_csv_row_has_a_profile():
+    # the catalogue also holds models added from HF config.json (scripts/gen_models_added.py)
     assert len(ROWS) == 31
-    assert sorted(BY_DISPLAY) == sorted(r["name"] for r in ROWS)
+    assert {r["name"] for r in ROWS} <= set(BY_DISPLAY)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])

@@ -1,0 +1,269 @@
+"""Catalogue slugs from the model names benchmarks, engines and file names print.
+
+:func:`resolve_model` turns what published tables and tools print — "Llama 2 7B
+(llama-2-7b.Q4_0.gguf)", "meta-llama/Llama-3.1-8B-Instruct", "qwen2.5-7b-instruct-
+q4_k_m.gguf", Ollama tags ("llama3.1:8b"), llama-bench's ``model_type`` ("llama 7B Q4_0",
+"gpt-oss 20B MXFP4 MoE") — into a model-profile slug and, when the text names one, a
+kvsim weight format (:func:`kvsim.model.weights.weight_format_names`).
+
+A caller must know:
+
+- matching is by whole name tokens, never by string similarity: a catalogue name matches
+  when its tokens appear contiguously in the text ("qwen2.5-14b" never matches
+  "qwen2.5-1.5b"; "Qwen2.5-Coder-7B" is not "Qwen2.5-7B"); Instruct / chat / it / base /
+  hf / qat variants share the base model's geometry slug, and so do fine-tunes whose name
+  contains a catalogue name ("dolphin-qwen2:72b" → qwen2-72b);
+- a llama-bench ``model_type`` names only llama.cpp's architecture and size class; several
+  models print the same one ("llama 7B": Llama 1 and 2 7B, Mistral 7B), so ``n_params``
+  (llama-bench ``model_n_params``) or ``size_bytes`` (``model_size``) picks among them, and
+  without them the answer is ``slug=None`` with a reason starting "ambiguous: ";
+- a text that names a model the catalogue lacks gives ``slug=None`` and a reason starting
+  "unknown: " (never the nearest catalogue model).
+
+NOTE: pure and deterministic — the catalogue index is built once per process
+(``functools.lru_cache``) from the shipped profiles; nothing is mutated afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from kvsim.config.catalog import list_names, load_model
+from kvsim.config.specs import ModelSpec
+
+__all__ = ["ModelMatch", "resolve_model"]
+
+PARAM_TOLERANCE = 0.02
+"""``n_params`` selects a catalogue model within 2 % of its ``params_total``."""
+SIZE_TOLERANCE = 0.04
+"""``size_bytes`` selects a model whose weights in the named format are within 4 %."""
+
+# (kvsim format, pattern) in the order they are tried at one position; llama.cpp prints
+# "Q4_K - Medium" for Q4_K_M and "MXFP4 MoE" for its MXFP4_MOE file type
+_FORMATS = (
+    ("mxfp4_moe", r"mxfp4[ _-]?moe"), ("mxfp4", r"mxfp4"),
+    ("q4_k_m", r"q4_k(?:_m| - medium)"), ("q5_k_m", r"q5_k(?:_m| - medium)"),
+    ("q6_k", r"q6_k"), ("q8_0", r"q8_0"), ("q4_0", r"q4_0"), ("iq4_xs", r"iq4_xs"),
+    ("bf16", r"bf16|bfloat16"), ("f16", r"f16|fp16|float16"), ("fp8", r"fp8"),
+    ("awq", r"awq"), ("gptq", r"gptq"),
+)
+_EDGE_L, _EDGE_R = r"(?<![a-z0-9])", r"(?![a-z0-9]|_[a-z0-9])"
+_OTHER_FORMAT = re.compile(_EDGE_L + r"(i?q\d_[a-z0-9]+(?:_[a-z0-9]+)?"
+                           r"(?: - (?:small|medium|large))?|nvfp4|int[48])" + _EDGE_R)
+_NOISE = frozenset({"instruct", "chat", "it", "hf", "base", "qat"})
+_HF_CLASS = re.compile(r"\b\w+for(?:causallm|conditionalgeneration)\b")
+_SIZE = r"\d+(?:\.\d+)?(?:x\d+(?:\.\d+)?)?[bm](?:\.a\d+(?:\.\d+)?b)?"
+# llama.cpp general.architecture names a llama-bench model_type starts with
+_GGUF_ARCHS = ("llama", "llama4", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen3next",
+               "gemma", "gemma2", "gemma3", "phi2", "phi3", "gpt-oss", "deepseek2",
+               "jamba", "mamba", "mamba2", "command-r", "cohere2", "starcoder2", "falcon")
+_MODEL_TYPE = re.compile(r"^\s*(?P<arch>" + "|".join(re.escape(a) for a in _GGUF_ARCHS)
+                         + r")\s+(?P<size>" + _SIZE + r")(?![a-z0-9])", re.IGNORECASE)
+# catalogue slug prefix -> llama.cpp architecture (convert_hf_to_gguf.py writes Mistral,
+# Mixtral and the Llama distills as "llama", Qwen2.5 and the Qwen distills as "qwen2")
+_ARCH_OF = (("deepseek-r1-distill-qwen", "qwen2"), ("deepseek-r1-distill-llama", "llama"),
+            ("deepseek", "deepseek2"), ("llama-4", "llama4"), ("llama", "llama"),
+            ("mistral", "llama"), ("mixtral", "llama"), ("qwen3-next", "qwen3next"),
+            ("qwen3", "qwen3"), ("qwen2", "qwen2"), ("gemma-2", "gemma2"),
+            ("gemma-3", "gemma3"), ("phi-", "phi3"), ("gpt-oss", "gpt-oss"),
+            ("jamba", "jamba"), ("mamba-2", "mamba2"))
+_PHI3_SIZE_BY_LAYERS = {24: "1b", 32: "3b", 40: "14b"}   # llama.cpp llm_type for phi3
+_SIZE_OF = {"deepseek-v2-lite": "16b", "deepseek-v3": "671b"}   # llama.cpp deepseek2 types
+# the Apple Silicon scoreboard (llama.cpp #4167) writes Llama 2 as "LLaMA 7B v2"
+_LLAMA_V = re.compile(r"\bllama[ -]?(\d+(?:\.\d+)?b)[ -]?v(\d)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ModelMatch:
+    """The catalogue model a printed name denotes, if any, and the format it names."""
+
+    slug: str | None
+    weight_format: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    slug: str
+    names: tuple[tuple[str, ...], ...]   # token sequences: the slug and its repo names
+    arch: str                            # llama.cpp architecture ('' unknown)
+    size: str                            # llama.cpp size class, lower case ('' unknown)
+    params: float
+
+
+def _tokens(text: str) -> tuple[str, ...]:
+    """Name tokens: lower case, split at separators and letter→digit ('qwen2.5' →
+    'qwen', '2.5'), variant words (Instruct, chat, it …) dropped."""
+    t = _HF_CLASS.sub(" ", text.lower().replace(".gguf", " "))
+    t = re.sub(r"(?<=[a-z])(?=\d)", " ", t)
+    parts = (p.strip(".") for p in re.split(r"[\s\-_/:,;()+|]+", t))
+    return tuple(p for p in parts if p and p not in _NOISE)
+
+
+def _repo_names(hf_repo: str) -> list[str]:
+    """Model names in a catalogue ``hf_repo`` ("org/Model(-Instruct); org/Other")."""
+    out = []
+    for repo in hf_repo.split(";"):
+        repo = re.sub(r"\(.*?\)", "", repo).strip().split(" ")[0]
+        if repo:
+            out.append(repo.rsplit("/", 1)[-1])
+    return out
+
+
+def _size_class(slug: str, model: ModelSpec, arch: str) -> str:
+    m = re.search(r"(?<![a-z0-9.])(\d+x)?(\d+(?:\.\d+)?)b(?:-a(\d+(?:\.\d+)?)b)?(?![a-z0-9])",
+                  slug)
+    if m:
+        return f"{m[1] or ''}{m[2]}b" + (f".a{m[3]}b" if m[3] else "")
+    if arch == "phi3":
+        return _PHI3_SIZE_BY_LAYERS.get(model.num_layers, "")
+    return _SIZE_OF.get(slug, "")
+
+
+@functools.lru_cache(maxsize=1)
+def _catalogue() -> tuple[_Entry, ...]:
+    entries = []
+    for slug in list_names("models"):
+        model = load_model(slug)
+        arch = next((a for prefix, a in _ARCH_OF if slug.startswith(prefix)), "")
+        if arch == "qwen3" and model.num_experts:
+            arch = "qwen3moe"
+        names = {_tokens(slug)} | {_tokens(n) for n in _repo_names(model.hf_repo)}
+        entries.append(_Entry(slug, tuple(sorted(n for n in names if n)), arch,
+                              _size_class(slug, model, arch), model.params_total))
+    return tuple(entries)
+
+
+def _weight_format(text: str) -> tuple[str | None, str]:
+    """(kvsim format, note) for the first format the text names."""
+    low, best = text.lower(), None
+    for name, pattern in _FORMATS:
+        m = re.search(_EDGE_L + "(?:" + pattern + ")" + _EDGE_R, low)
+        if m and (best is None or m.start() < best[1]):
+            best = (name, m.start())
+    other = _OTHER_FORMAT.search(low)
+    if other and (best is None or other.start() < best[1]):
+        return None, f"; the text names format {other[0].upper()!r}, which kvsim does not model"
+    return (best[0], "") if best else (None, "")
+
+
+def _strip_formats(text: str) -> str:
+    low = text.lower()
+    for _, pattern in _FORMATS:
+        low = re.sub(_EDGE_L + "(?:" + pattern + ")" + _EDGE_R, " ", low)
+    return _OTHER_FORMAT.sub(" ", low)
+
+
+def _contains(text: tuple[str, ...], name: tuple[str, ...]) -> bool:
+    """``name`` occurs contiguously in ``text``; a short name without a size token
+    ('phi-4') only as the whole text, so 'phi-4-multimodal' is not 'phi-4'."""
+    if text == name:
+        return True
+    if len(name) < 3 and not any(re.fullmatch(_SIZE, t) for t in name):
+        return False
+    n = len(name)
+    return any(text[i:i + n] == name for i in range(len(text) - n + 1))
+
+
+def _by_name(tokens: tuple[str, ...]) -> tuple[list[str], str]:
+    """Catalogue slugs a name's tokens denote: the longest contained catalogue names, else
+    the catalogue names the text is the start of; and how they were found."""
+    best, found = 0, set[str]()
+    for e in _catalogue():
+        for name in e.names:
+            if _contains(tokens, name) and len(name) >= best:
+                found = found if len(name) == best else set()
+                best = len(name)
+                found.add(e.slug)
+    if found:
+        return sorted(found), "name"
+    starts = {e.slug for e in _catalogue() for name in e.names
+              if len(tokens) >= 2 and name[:len(tokens)] == tokens and len(name) > len(tokens)}
+    return sorted(starts), "start of name"
+
+
+def _weight_bytes(slug: str, fmt: str) -> int | None:
+    """The checkpoint bytes of one model in one format (None: the format does not apply,
+    e.g. an experts-only format on a dense model)."""
+    from kvsim.errors import InputError
+    from kvsim.model.weights import model_weights
+    try:
+        return model_weights(load_model(slug), fmt).total_bytes
+    except InputError:
+        return None
+
+
+def _narrow(slugs: list[str], fmt: str | None, n_params: int | None,
+            size_bytes: int | None) -> tuple[list[str], str]:
+    """Candidates left after the parameter count and the file size, and what was used."""
+    used = ""
+    if n_params and len(slugs) > 1:
+        by = {e.slug: e.params for e in _catalogue()}
+        near = [s for s in slugs if abs(by[s] - n_params) <= PARAM_TOLERANCE * n_params]
+        slugs, used = (near, f" with {n_params / 1e9:.2f}e9 parameters") if near else (slugs, "")
+    if size_bytes and fmt and len(slugs) > 1:
+        near = [s for s in slugs if (total := _weight_bytes(s, fmt)) is not None
+                and abs(total - size_bytes) <= SIZE_TOLERANCE * size_bytes]
+        if near:
+            slugs, used = near, used + f" at {size_bytes / 2**30:.2f} GiB of {fmt}"
+    return slugs, used
+
+
+def _by_model_type(arch: str, size: str) -> list[str]:
+    return [e.slug for e in _catalogue() if e.arch == arch.lower() and e.size == size.lower()]
+
+
+@functools.lru_cache(maxsize=1)
+def _family_words() -> frozenset[str]:
+    return frozenset(name[0] for e in _catalogue() for name in e.names)
+
+
+def _segments(text: str) -> list[str]:
+    """The text outside parentheses first, then each parenthesised part."""
+    inner = re.findall(r"\(([^()]*)\)", text)
+    return [re.sub(r"\([^()]*\)", " ", text)] + inner
+
+
+def _decide(slugs: list[str], how: str, fmt: str | None, n_params: int | None,
+            size_bytes: int | None) -> tuple[str | None, str]:
+    left, used = _narrow(slugs, fmt, n_params, size_bytes)
+    if len(left) == 1:
+        shared = " (models outside the catalogue may share it)" if how.startswith("llama") \
+            else ""
+        return left[0], f"{how}{used}{shared}"
+    return None, f"ambiguous: {how}{used} fits {', '.join(left)}"
+
+
+def resolve_model(text: str, *, n_params: int | None = None,
+                  size_bytes: int | None = None) -> ModelMatch:
+    """The catalogue model and weight format a printed model name denotes.
+
+    ``n_params`` and ``size_bytes`` (llama-bench ``model_n_params`` / ``model_size``)
+    choose among models that share a name or a llama.cpp ``model_type``.
+    """
+    shown = text or ""
+    text = _LLAMA_V.sub(lambda m: f"llama-{m[2]}-{m[1]}", shown)
+    fmt, fmt_note = _weight_format(text)
+    hedge = "; the text hedges ('probably')" if "probably" in text.lower() else ""
+    families = _family_words()
+    for segment in _segments(_strip_formats(text)):
+        mt = _MODEL_TYPE.match(segment)
+        if mt:
+            size = mt["size"].upper().replace("X", "x")
+            how = f"llama.cpp model_type '{mt['arch']} {size}'"
+            slugs = _by_model_type(mt["arch"], mt["size"])
+            if not slugs:
+                return ModelMatch(None, fmt, f"unknown: no catalogue model is {how}{fmt_note}")
+            slug, why = _decide(slugs, how, fmt, n_params, size_bytes)
+            return ModelMatch(slug, fmt, why + fmt_note + hedge)
+        tokens = _tokens(segment)
+        slugs, how = _by_name(tokens)
+        if slugs:
+            slug, why = _decide(slugs, f"{how} in {shown!r}", fmt, n_params, size_bytes)
+            return ModelMatch(slug, fmt, why + fmt_note + hedge)
+        if families & set(tokens):
+            return ModelMatch(None, fmt, f"unknown: {shown!r} names no catalogue model"
+                              f"{fmt_note}")
+    return ModelMatch(None, fmt, f"unknown: no model name in {shown!r}{fmt_note}")
