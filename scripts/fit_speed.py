@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
                     / "constants.yaml")
     ap.add_argument("--no-lodo", action="store_true", help="skip leave-one-device-out")
+    ap.add_argument("--rows", type=Path, help="write every row's in-sample and LODO "
+                    "relative error here (CSV)")
     args = ap.parse_args()
     files = sorted(args.measurements.glob("*.csv"))
     meas, skipped, problems = read_files(files)
@@ -83,6 +85,8 @@ def main() -> None:
                          {k: round(float(s[k]), 4) for k in
                           ("n", "median_abs_rel_err", "p90_abs_rel_err", "median_rel_err")}
                          for s in summ}
+    if args.rows:
+        _write_rows(args.rows, rows, log_errors(rows, full), {} if args.no_lodo else lodo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Written by scripts/fit_speed.py from shared/measurements; do not edit by "
               "hand: re-run the script.\n# errors: leave-one-device-out, per "
@@ -90,6 +94,18 @@ def main() -> None:
     args.out.write_text(header + yaml.safe_dump(_rounded(out), sort_keys=False),
                         encoding="utf-8")
     print(f"\nwrote {args.out}")
+
+
+def _write_rows(path: Path, rows: list, fitted, lodo: dict[str, float]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("id,kind,backend,metric,gpu,model,weights,n_prompt,n_gen,depth,batch,"
+                 "measured_tps,rel_err_fit,rel_err_lodo\n")
+        for r, e in zip(rows, fitted):
+            m, s = r.m, r.setup
+            lo = f"{math.expm1(lodo[m.id]):.4f}" if m.id in lodo else ""
+            fh.write(f"{m.id},{m.kind},{m.backend},{m.metric},{s.gpu.name},{s.model.name},"
+                     f"{s.weight_format},{m.n_prompt},{m.n_gen},{m.depth},{m.batch},"
+                     f"{m.value},{math.expm1(e):.4f},{lo}\n")
 
 
 def _rounded(x: object) -> object:

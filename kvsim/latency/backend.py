@@ -3,21 +3,28 @@
 A step's time is the roofline of :mod:`kvsim.latency.roofline`, but each of its five
 rates comes from the card's spec sheet scaled by constants fitted per *backend*
 (CUDA, ROCm, Vulkan, Metal, SYCL) and, where the measurements allow, per
-*architecture class* (``CUDA:ada``, ``Metal:apple-m2``…) — never per card:
+*vendor* on a portable backend (``Vulkan:intel``) and per *architecture class*
+(``CUDA:ada``, ``Metal:apple-m2``…) — never per card:
 
-- linear layers: ``1 / R = c_vec / fp32_flops + c_mat / matrix_rate``, times the weight
-  format's prefill factor.  Two resources a quantized matmul really uses: the vector
-  ALUs (dequantisation, activation quantisation, norms) and the matrix units.  The
+- linear layers: ``1 / R = c_vec / fp32_flops + c_mat / matrix_rate + c_pow / board
+  power``, times the weight format's prefill factor.  Three resources a quantized
+  matmul really uses: the vector ALUs (dequantisation, activation quantisation,
+  norms), the matrix units, and the power budget (a 300 W workstation card runs its
+  many SMs at lower sustained clocks than a 450 W GeForce part).  The
   matrix rate is the one the backend's kernels use: on CUDA, quantized weights run
-  llama.cpp's MMQ on int8 tensor cores (Turing and newer) and F16 weights run cuBLAS
-  at the FP16-accumulate rate; Volta and Pascal dequantize to FP16 for cuBLAS; ROCm
+  llama.cpp's MMQ on int8 tensor cores (Turing and newer: SMs × clock ×
+  :data:`MMQ_OPS_PER_UNIT_CLOCK`) and F16 weights run cuBLAS at the FP16-accumulate
+  rate; Volta and Pascal dequantize to FP16 for cuBLAS; ROCm
   uses int8 matrix cores where the card has them; Vulkan, Metal and SYCL multiply in
   FP16 (``fp16_tensor_flops``: the vector FP16 rate on parts without matrix units);
 - attention FLOPs: the FP16 matrix rate through the same two-resource form, times an
   attention efficiency (flash attention on or off);
 - weights: ``memory_bandwidth × bw_eff × format factor`` (k-quants and legacy quants
-  stream at different shares of peak);
+  stream at different shares of peak; a backend's own factor where fitted apart);
+- MoE models: the linear rate times ``moe_eff`` (each expert is a small matmul);
 - KV reads: ``memory_bandwidth × kv_eff`` (flash attention on or off);
+- both memory rates times a factor per memory kind (HBM, LPDDR and DDR parts reach a
+  different share of their peak than GDDR ones);
 - overhead per step: ``overhead_s + overhead_per_layer_s × layers`` (kernel launches
   and synchronisation grow with the graph).
 
@@ -30,6 +37,7 @@ available estimate (their kernels differ: calibrate to pin a card).
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -44,8 +52,8 @@ from kvsim.latency.roofline import GpuRates
 
 BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL")
 Backend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL"]
-FORMAT_FAMILIES = ("f16", "q8_0", "q4_0", "kquant", "iquant", "mxfp4", "other")
-_FAMILY = {"f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "kquant",
+FORMAT_FAMILIES = ("f16", "f32", "q8_0", "q4_0", "kquant", "iquant", "mxfp4", "other")
+_FAMILY = {"f32": "f32", "f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "kquant",
            "q5_k_m": "kquant", "q6_k": "kquant", "iq4_xs": "iquant", "mxfp4": "mxfp4",
            "mxfp4_moe": "mxfp4"}
 _NO_INT8_MMA = frozenset({"pascal", "volta"})
@@ -68,6 +76,19 @@ def arch_class(gpu: GpuSpec, backend: str) -> str:
     return f"{backend}:{gpu.architecture}" if gpu.architecture else backend
 
 
+def vendor_class(gpu: GpuSpec, backend: str) -> str:
+    """``BACKEND:vendor`` (``Vulkan:intel``): a portable backend's driver differs by vendor."""
+    return f"{backend}:{gpu.vendor.lower()}"
+
+
+def class_scale(k: SpeedConstants, gpu: GpuSpec, backend: str) -> ClassScale:
+    """The product of the vendor's and the architecture's scales on this backend (each 1
+    where not fitted)."""
+    v = k.classes.get(vendor_class(gpu, backend), ClassScale())
+    a = k.classes.get(arch_class(gpu, backend), ClassScale())
+    return ClassScale(pp_scale=v.pp_scale * a.pp_scale, bw_scale=v.bw_scale * a.bw_scale)
+
+
 class BackendConstants(FrozenModel):
     """The fitted constants of one backend (all rates relative to the spec sheet)."""
 
@@ -77,10 +98,15 @@ class BackendConstants(FrozenModel):
     kv_eff_no_fa: float = Field(gt=0, description="KV reads without flash attention")
     c_vec: float = Field(ge=0, description="linear layers: vector-ALU FLOPs per FLOP")
     c_mat: float = Field(ge=0, description="linear layers: matrix-unit FLOPs per FLOP")
+    c_pow_pj: float = Field(0.0, ge=0, description="picojoules per FLOP at the board power "
+                            "limit (sustained compute is power-bound; 0 or no board power: "
+                            "no term)")
     attn_eff: float = Field(gt=0, description="attention FLOPs with flash attention")
     attn_eff_no_fa: float = Field(gt=0, description="attention FLOPs without it")
     overhead_s: float = Field(ge=0)
     overhead_per_layer_s: float = Field(ge=0)
+    moe_eff: float = Field(1.0, gt=0, description="linear layers of MoE models: share of "
+                           "the dense rate (experts are many small matmuls)")
 
 
 class ClassScale(FrozenModel):
@@ -96,12 +122,23 @@ class SpeedConstants(FrozenModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     backends: dict[str, BackendConstants]
-    format_bw: dict[str, float] = Field(description="weight-streaming factor per family")
-    format_pp: dict[str, float] = Field(description="prefill rate factor per family")
+    format_bw: dict[str, float] = Field(description="weight-streaming factor per family, "
+                                        "or per 'BACKEND:family' where fitted apart")
+    format_pp: dict[str, float] = Field(description="prefill rate factor per family, or per "
+                                        "'BACKEND:family'")
     classes: dict[str, ClassScale] = Field(default_factory=dict)
+    memory_bw: dict[str, float] = Field(default_factory=dict, description="bandwidth "
+                                        "factor per memory kind (hbm, lpddr, ddr; gddr = 1)")
     fitted_on: str = ""
     errors: dict[str, dict[str, float]] = Field(default_factory=dict,
                                                 description="leave-one-device-out errors")
+
+    def format_factors(self, backend: str, family: str) -> tuple[float, float]:
+        """(weight-streaming, prefill) factors of a format family on a backend: the
+        backend's own where fitted, else the shared ones, else 1."""
+        bw = self.format_bw.get(f"{backend}:{family}", self.format_bw.get(family, 1.0))
+        pp = self.format_pp.get(f"{backend}:{family}", self.format_pp.get(family, 1.0))
+        return bw, pp
 
     def backend(self, name: str) -> BackendConstants:
         if name in self.backends:
@@ -122,9 +159,19 @@ def load_constants(path: str | None = None) -> SpeedConstants:
     return SpeedConstants.model_validate(read_yaml(p, "latency.constants"))
 
 
+MMQ_OPS_PER_UNIT_CLOCK = 2048.0
+"""int8 ops per SM per clock of the ``mma.sync`` path llama.cpp's MMQ kernels use (the
+dense int8 rate of a GA10x/AD10x SM).  Datacenter SMs (GA100, GH100) have wider
+tensor cores, but MMQ issues the same instructions there, so the units × clock of the
+spec sheet, not its int8 peak, is what scales it."""
+
+
 def matrix_rate(gpu: GpuSpec, backend: str, quantized: bool) -> float:
     """The matrix-unit FLOP/s the backend's matmul kernels run at (module docstring)."""
     int8 = gpu.int8_tensor_ops
+    if backend == "CUDA" and quantized and gpu.architecture not in _NO_INT8_MMA \
+            and gpu.compute_units and gpu.boost_clock_hz:
+        return gpu.compute_units * gpu.boost_clock_hz * MMQ_OPS_PER_UNIT_CLOCK
     if backend in ("CUDA", "ROCm") and quantized and int8 \
             and gpu.architecture not in _NO_INT8_MMA:
         return int8
@@ -137,21 +184,46 @@ def vector_rate(gpu: GpuSpec) -> float:
     return gpu.fp32_flops or gpu.fp16_tensor_flops
 
 
+def memory_kind(gpu: GpuSpec) -> str:
+    """``hbm``, ``gddr``, ``lpddr`` or ``ddr`` from the profile's memory type ("" unknown)."""
+    t = gpu.memory_type.lower()
+    for kind in ("hbm", "gddr", "lpddr", "ddr"):
+        if t.startswith(kind):
+            return kind
+    return ""
+
+
+def board_power_w(gpu: GpuSpec) -> float | None:
+    """The board power limit in watts (the largest figure of a range such as a laptop
+    part's "80-150"); None when the profile gives none."""
+    nums = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", gpu.tdp_w or "")]
+    return max(nums) if nums else None
+
+
+def compute_seconds_per_flop(c: BackendConstants, vec: float, mat: float,
+                             power_w: float | None) -> float:
+    """``c_vec / vector rate + c_mat / matrix rate + c_pow / board power``."""
+    return c.c_vec / vec + c.c_mat / mat + (c.c_pow_pj * 1e-12 / power_w if power_w else 0.0)
+
+
 def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: str,
               flash_attn: bool = True, constants: SpeedConstants | None = None) -> GpuRates:
     """The five sustained rates of ``model`` in ``weight_format`` on ``gpu`` (docstring)."""
     k = constants or load_constants()
     c = k.backend(backend)
-    scale = k.classes.get(arch_class(gpu, backend), ClassScale())
+    scale = class_scale(k, gpu, backend)
     fam = format_family(weight_format)
+    f_bw, f_pp = k.format_factors(backend, fam)
     vec = vector_rate(gpu)
-    quantized = fam not in ("f16",)
-    lin = scale.pp_scale * k.format_pp.get(fam, 1.0) / (
-        c.c_vec / vec + c.c_mat / matrix_rate(gpu, backend, quantized))
-    att16 = 1.0 / (c.c_vec / vec + c.c_mat / gpu.fp16_tensor_flops)
+    quantized = fam not in ("f16", "f32")
+    moe = c.moe_eff if model.num_experts else 1.0
+    power = board_power_w(gpu)
+    lin = scale.pp_scale * f_pp * moe / compute_seconds_per_flop(
+        c, vec, matrix_rate(gpu, backend, quantized), power)
+    att16 = 1.0 / compute_seconds_per_flop(c, vec, gpu.fp16_tensor_flops, power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)
-    bw = gpu.memory_bandwidth_bytes_per_s
-    w_bw = bw * c.bw_eff * scale.bw_scale * k.format_bw.get(fam, 1.0)
+    bw = gpu.memory_bandwidth_bytes_per_s * k.memory_bw.get(memory_kind(gpu), 1.0)
+    w_bw = bw * c.bw_eff * scale.bw_scale * f_bw
     kv_bw = bw * (c.kv_eff if flash_attn else c.kv_eff_no_fa)
     overhead = c.overhead_s + c.overhead_per_layer_s * model.num_layers
     return GpuRates(lin, att, w_bw, kv_bw, overhead,

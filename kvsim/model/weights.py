@@ -95,6 +95,7 @@ class WeightFormat:
 
 
 _FORMATS = {f.name: f for f in (
+    WeightFormat("f32", 32.0, "4 bytes per weight"),
     WeightFormat("bf16", 16.0, "2 bytes per weight"),
     WeightFormat("f16", 16.0, "2 bytes per weight"),
     WeightFormat("fp8", 8.0, "1 byte per weight; embedding and head bf16",
@@ -115,7 +116,7 @@ _FORMATS = {f.name: f for f in (
     WeightFormat("gptq", 4.15625, "DERIVED: int4 + fp16 scale + int4 zero per 128; "
                  "embedding and head bf16", embed_bits_per_weight=16.0),
 )}
-_ALIASES = {"fp16": "f16", "float16": "f16", "bfloat16": "bf16", "int4_awq": "awq",
+_ALIASES = {"fp32": "f32", "float32": "f32", "fp16": "f16", "float16": "f16", "bfloat16": "bf16", "int4_awq": "awq",
             "awq_int4": "awq", "int4_gptq": "gptq", "gptq_int4": "gptq", "int4": "awq",
             "fp8_e4m3": "fp8"}
 

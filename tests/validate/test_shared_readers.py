@@ -1,0 +1,66 @@
+"""The readers of shared/measurements' three layouts: every row read or skipped with a reason."""
+from pathlib import Path
+
+import pytest
+
+from kvsim.errors import InputError
+from kvsim.validate.shared import backend_name, layout, number, read_shared_csv
+
+MEAS = Path(__file__).resolve().parents[2] / ".." / "shared" / "measurements"
+
+
+def _read(name: str):
+    return read_shared_csv((MEAS / name).read_text(encoding="utf-8"), name)
+
+
+def test_scoreboard_rows_become_pp512_and_tg128():
+    meas, skipped = _read("llamabench-scoreboard.csv")
+    by_id = {m.id: m for m in meas}
+    pp, tg = by_id["SB001:pp"], by_id["SB001:tg"]
+    assert (pp.metric, pp.n_prompt, pp.n_gen, pp.value) == ("pp_tps", 512, 0, 14073.41)
+    assert (tg.metric, tg.n_gen, tg.value, tg.backend) == ("tg_tps", 128, 290.02, "CUDA")
+    assert tg.kind == "single" and pp.flash_attn is False
+    # "3890 (rounded)" is read as its number; an empty pp512 is a skipped row with a reason
+    assert by_id["SB054:pp"].value == 3890 and by_id["SB054:pp"].flash_attn is True
+    assert [s.id for s in skipped] == ["SB056:pp512_tps"]
+    assert "empty" in skipped[0].reason
+    assert by_id["SB063:tg"].backend == "ROCm"           # "HIP (rocWMMA)"
+    assert by_id["SB151:tg"].backend == "Vulkan"         # "Vulkan (RADV)"
+    # every csv row is accounted for: 99 rows x 2 metrics
+    assert len(meas) + len(skipped) == 2 * 99
+
+
+def test_speed_vs_load_depth_batched_and_single_stream_rows():
+    meas, skipped = _read("speed-vs-load.csv")
+    by_id = {m.id: m for m in meas}
+    d = by_id["SL0004"]                                   # tg32 after 4096 tokens
+    assert (d.metric, d.n_gen, d.depth, d.batch, d.kind) == ("tg_tps", 32, 4096, 1, "depth")
+    assert d.n_ubatch == 2048 and d.flash_attn is True
+    b = by_id["SL0158"]                                   # S_TG at B=32, PP=8192
+    assert (b.metric, b.n_gen, b.depth, b.batch, b.kind) == ("tg_tps", 32, 8192, 32, "parallel")
+    p = by_id["SL0157"]
+    assert (p.metric, p.n_prompt, p.depth, p.batch) == ("pp_tps", 8192, 0, 32)
+    x = by_id["SL0275"]                                   # 1024-token prompt eval
+    assert (x.metric, x.n_prompt, x.value) == ("pp_tps", 1024, 2283.62)
+    assert by_id["SL0274"].n_gen == 1024
+    # link bandwidth rows are not model speeds: skipped, each with the reason
+    assert {s.id for s in skipped} >= {"SL0362", "SL0388"}
+    assert all("bandwidth" in s.reason for s in skipped)
+    assert len(meas) + len(skipped) == 232
+
+
+def test_memory_logs_point_at_kvsim_fit():
+    meas, skipped = _read("engine-memory-logs.csv")
+    assert meas == [] and len(skipped) == 34
+    assert all("kvsim fit" in s.reason for s in skipped)
+
+
+def test_layout_detection_and_helpers():
+    assert layout(["id", "gpu", "backend", "model", "pp512_tps", "tg128_tps"]) == "scoreboard"
+    assert layout(["name", "value"]) is None
+    assert read_shared_csv("a,b\n1,2\n", "x.csv") is None
+    with pytest.raises(InputError, match="at least one row"):
+        read_shared_csv("id,gpu,backend,model,pp512_tps,tg128_tps\n", "empty.csv")
+    assert number("2062 (rounded)") == 2062 and number("n/a") is None
+    assert number("1,234.5") == 1234.5
+    assert backend_name("Metal,BLAS") == "Metal" and backend_name("CPU") == "CPU"
