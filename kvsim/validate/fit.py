@@ -161,8 +161,13 @@ class _Space:
         tables = {}
         for head, dev in (("fmt_bw", "dev_bw"), ("fmt_pp", "dev_pp")):
             old = (base.format_bw if head == "fmt_bw" else base.format_pp) if base else {}
-            t = {**old, **{f: float(v.get(f"{head}.{f}", old.get(f, 1.0)))
-                           for f in FORMAT_FAMILIES}}
+            t = {f: float(v.get(f"{head}.{f}", old.get(f, 1.0))) for f in FORMAT_FAMILIES}
+            # NOTE: a backend's factor is its deviation times the shared one: a prior's
+            # deviation that is not refitted keeps its ratio to the refitted shared value
+            for key, val in old.items():
+                fam = key.partition(":")[2]
+                if fam and key not in self.pairs:
+                    t[key] = t.get(fam, 1.0) * val / old.get(fam, 1.0)
             t.update({p: t[p.partition(":")[2]] * float(v[f"{dev}.{p}"]) for p in self.pairs})
             tables[head] = t
         classes = dict(base.classes) if base else {}
@@ -193,6 +198,31 @@ def _with_two_devices(rows: Sequence[Row], key) -> list[str]:  # type: ignore[no
     return sorted(c for c, d in devs.items() if len(d) >= 2 and ":" in c)
 
 
+def _fixed_factors(rows: Sequence[Row], space: _Space
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, the prior's (prefill, weight-bandwidth, memory) factors that are not
+    fitted parameters: formats, backend deviations, class scales and memory kinds the
+    rows cannot refit."""
+    k = space.prior
+    pp, bw, mem = np.ones(len(rows)), np.ones(len(rows)), np.ones(len(rows))
+    if k is None:
+        return pp, bw, mem
+    for i, r in enumerate(rows):
+        g, b, fam = r.setup.gpu, r.setup.backend, r.family
+        for head, table, out in (("bw", k.format_bw, bw), ("pp", k.format_pp, pp)):
+            if f"fmt_{head}.{fam}" not in space.index:
+                out[i] *= table.get(fam, 1.0)
+            if f"dev_{head}.{b}:{fam}" not in space.index:
+                out[i] *= table.get(f"{b}:{fam}", table.get(fam, 1.0)) / table.get(fam, 1.0)
+        for cls in (arch_class(g, b), vendor_class(g, b)):
+            scale = k.classes.get(cls, ClassScale())
+            pp[i] *= 1.0 if f"cls.{cls}.pp_scale" in space.index else scale.pp_scale
+            bw[i] *= 1.0 if f"cls.{cls}.bw_scale" in space.index else scale.bw_scale
+        if f"mem.{memory_kind(g)}" not in space.index:
+            mem[i] *= k.memory_bw.get(memory_kind(g), 1.0)
+    return pp, bw, mem
+
+
 class _Rows:
     """Every row's spec-sheet rates, parameter indices and steps, as arrays."""
 
@@ -220,6 +250,7 @@ class _Rows:
                     for k in ("pp_scale", "bw_scale")}
         self.vcls = {k: self._idx(space, [f"cls.{c}.{k}" for c in vend])
                      for k in ("pp_scale", "bw_scale")}
+        self.fixed_pp, self.fixed_bw, self.fixed_mem = _fixed_factors(rows, space)
         self.parts = np.concatenate([r.parts for r in rows])
         self.owner = np.repeat(np.arange(len(rows)), [len(r.parts) for r in rows])
         self.log_meas = np.log([r.m.value / r.tokens for r in rows])  # log(1 / seconds)
@@ -237,12 +268,13 @@ class _Rows:
         f_bw = ext[self.fam["fmt_bw"]] * ext[self.dev["dev_bw"]]
         f_pp = ext[self.fam["fmt_pp"]] * ext[self.dev["dev_pp"]]
         pw = c["c_pow_pj"] * 1e-12 * self.inv_power
-        lin = ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]] * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
+        lin = self.fixed_pp * ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]] * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
             c["c_vec"] / self.vec + c["c_mat"] / self.mat + pw)
         att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) / (
             c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)
-        bw = self.bw * ext[self.mem]
-        w_bw = bw * c["bw_eff"] * ext[self.cls["bw_scale"]] * ext[self.vcls["bw_scale"]] * f_bw
+        bw = self.bw * ext[self.mem] * self.fixed_mem
+        w_bw = bw * c["bw_eff"] * ext[self.cls["bw_scale"]] * ext[self.vcls["bw_scale"]] \
+            * f_bw * self.fixed_bw
         kv_bw = bw * np.where(self.fa, c["kv_eff"], c["kv_eff_no_fa"])
         over = c["overhead_s"] + c["overhead_per_layer_s"] * self.layers
         o, p = self.owner, self.parts

@@ -1,0 +1,91 @@
+"""kvsim.latency.backend: which spec-sheet rates a backend's kernels run at."""
+import math
+
+import pytest
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.latency.backend import (
+    MMQ_OPS_PER_UNIT_CLOCK, BackendConstants, ClassScale, SpeedConstants, board_power_w,
+    default_backend, format_family, gpu_rates, matrix_rate, memory_kind)
+
+ONE = BackendConstants(bw_eff=0.5, kv_eff=0.25, kv_eff_no_fa=0.125, c_vec=0.0, c_mat=1.0,
+                       attn_eff=0.5, attn_eff_no_fa=0.25, overhead_s=1e-3,
+                       overhead_per_layer_s=1e-5)
+
+
+def consts(**kw) -> SpeedConstants:
+    kw.setdefault("format_bw", {})
+    kw.setdefault("format_pp", {})
+    return SpeedConstants(backends={"CUDA": ONE, "Metal": ONE}, **kw)
+
+
+def test_cuda_quantized_weights_use_sms_times_clock_and_f16_the_fp16_accumulate_rate():
+    g = load_gpu("rtx-4090")
+    assert matrix_rate(g, "CUDA", True) == pytest.approx(
+        g.compute_units * g.boost_clock_hz * MMQ_OPS_PER_UNIT_CLOCK)
+    assert matrix_rate(g, "CUDA", False) == g.fp16_tensor_flops
+    # Volta has no int8 MMA: quantized weights are dequantized for FP16 cuBLAS
+    assert matrix_rate(load_gpu("tesla-v100-sxm2-32gb"), "CUDA", True) == \
+        load_gpu("tesla-v100-sxm2-32gb").fp16_tensor_flops
+    # Metal multiplies in FP16 whatever the weights
+    m3 = load_gpu("apple-m3-max")
+    assert matrix_rate(m3, "Metal", True) == matrix_rate(m3, "Metal", False) == \
+        m3.fp16_tensor_flops
+
+
+def test_rates_follow_the_formula_of_the_docstring():
+    g, m = load_gpu("rtx-4090"), load_model("llama-3.1-8b")
+    r = gpu_rates(g, m, "f16", backend="CUDA", constants=consts())
+    assert r.linear_flops_per_s == pytest.approx(g.fp16_tensor_flops)     # c_mat = 1
+    assert r.attention_flops_per_s == pytest.approx(0.5 * g.fp16_tensor_flops)
+    assert r.weight_bytes_per_s == pytest.approx(0.5 * g.memory_bandwidth_bytes_per_s)
+    assert r.kv_bytes_per_s == pytest.approx(0.25 * g.memory_bandwidth_bytes_per_s)
+    assert r.overhead_s == pytest.approx(1e-3 + 32 * 1e-5)
+    no_fa = gpu_rates(g, m, "f16", backend="CUDA", flash_attn=False, constants=consts())
+    assert no_fa.kv_bytes_per_s == pytest.approx(0.125 * g.memory_bandwidth_bytes_per_s)
+    # factors: per backend beats shared; class scales multiply (vendor x architecture)
+    k = consts(format_bw={"q4_0": 0.5, "CUDA:q4_0": 0.25}, format_pp={"q4_0": 2.0},
+               classes={"CUDA:ada": ClassScale(pp_scale=3.0, bw_scale=2.0),
+                        "CUDA:nvidia": ClassScale(pp_scale=0.5)},
+               memory_bw={"gddr": 0.5})
+    q = gpu_rates(g, m, "q4_0", backend="CUDA", constants=k)
+    mat = g.compute_units * g.boost_clock_hz * MMQ_OPS_PER_UNIT_CLOCK
+    assert q.linear_flops_per_s == pytest.approx(2.0 * 3.0 * 0.5 * mat)
+    assert q.weight_bytes_per_s == pytest.approx(
+        g.memory_bandwidth_bytes_per_s * 0.5 * 0.5 * 2.0 * 0.25)
+
+
+def test_the_power_term_slows_a_low_power_card_with_the_same_units():
+    c = ONE.model_copy(update={"c_pow_pj": 2.0})
+    k = SpeedConstants(backends={"CUDA": c}, format_bw={}, format_pp={})
+    ada6000, ada4090 = load_gpu("rtx-6000-ada"), load_gpu("rtx-4090")
+    m = load_model("llama-3.1-8b")
+    r6 = gpu_rates(ada6000, m, "f16", backend="CUDA", constants=k).linear_flops_per_s
+    expect = 1.0 / (1.0 / ada6000.fp16_tensor_flops + 2e-12 / 300.0)
+    assert board_power_w(ada6000) == 300.0 and r6 == pytest.approx(expect)
+    assert board_power_w(load_gpu("rtx-4090-laptop")) == 150.0     # "80-150": the top
+    assert board_power_w(load_gpu("apple-m3-max")) is None          # no term at all
+    assert gpu_rates(ada4090, m, "f16", backend="CUDA", constants=k).linear_flops_per_s < \
+        ada4090.fp16_tensor_flops
+
+
+def test_names_of_backends_formats_and_memories():
+    assert default_backend(load_gpu("rtx-3090")) == "CUDA"
+    assert default_backend(load_gpu("rx-7900-xtx")) == "ROCm"
+    assert default_backend(load_gpu("apple-m2-ultra")) == "Metal"
+    assert default_backend(load_gpu("arc-a770-16gb")) == "Vulkan"
+    assert [format_family(f) for f in ("Q4_K_M", "q6_k", "bf16", "mxfp4_moe", "awq")] == \
+        ["kquant", "kquant", "f16", "mxfp4", "other"]
+    assert [memory_kind(load_gpu(n)) for n in ("h100-sxm5-80gb", "rtx-4090", "apple-m3-max")] \
+        == ["hbm", "gddr", "lpddr"]
+
+
+def test_the_shipped_constants_load_and_cover_every_backend():
+    from kvsim.latency.backend import BACKENDS, load_constants
+    k = load_constants()
+    for b in BACKENDS:
+        c = k.backend(b)
+        assert 0.3 < c.bw_eff * k.format_factors(b, "q4_0")[0] <= 1.5, b
+        assert not math.isnan(c.overhead_s)
+    # the fit wrote its leave-one-device-out errors beside the constants
+    assert k.errors and all(v["n"] > 0 for v in k.errors.values())
