@@ -227,4 +227,4 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     kv_bw = bw * (c.kv_eff if flash_attn else c.kv_eff_no_fa)
     overhead = c.overhead_s + c.overhead_per_layer_s * model.num_layers
     return GpuRates(lin, att, w_bw, kv_bw, overhead,
-                    label=f"backend({gpu.name}, {backend}, {model.name}, {weight_format})")
+                    label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)")

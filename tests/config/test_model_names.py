@@ -126,7 +126,7 @@ def test_llama_bench_model_size_picks_the_model():
 
 
 @pytest.mark.parametrize("text", [
-    "Qwen2.5-Coder-7B (qwen2 7B, 7.54 GiB)",   # not in the catalogue: never qwen2.5-7b
+    "Qwen2.5-Coder-14B-Instruct",               # neither qwen2.5-coder-7b nor qwen2.5-14b
     "qwen2.5vl:7b",                             # a VL model is not qwen2.5-7b
     "Qwen2.5-Math-7B", "Qwen3-235B-A22B-FP8", "DeepSeek-R1-Distill-Llama-8B",
     "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-26B-A4B",
@@ -183,6 +183,8 @@ MEASURED = {
     "meta-llama/Meta-Llama-3-8B": "llama-3-8b", "llama3.1:8b": "llama-3.1-8b",
     "gpt-oss:20b": "gpt-oss-20b", "Qwen3-32B-Q5_K_M.gguf": "qwen3-32b",
     "Qwen3-32B-Q6_K": "qwen3-32b",
+    "Qwen2.5-Coder-7B (qwen2 7B, 7.54 GiB)": "qwen2.5-coder-7b",   # never qwen2.5-7b
+    "Qwen2.5-Coder-7B (qwen2 7B)": "qwen2.5-coder-7b",
 }
 
 

@@ -63,4 +63,5 @@ def test_simulate_with_one_latency_key(kvsim_cli, tmp_path):
     assert (code, err) == (0, "")
     saved = json.loads((out / "scenario.json").read_text(encoding="utf-8"))
     assert saved["scenario"]["latency"] == {"kind": "roofline", "step_overhead_s": 0.01,
-                                "kv_dequant_factor": 0.25}
+                                            "kv_dequant_factor": 0.25, "backend": "auto",
+                                            "rates": "backend", "constants": None}

@@ -84,7 +84,8 @@ def test_multipliers_outside_unit_interval_are_refused(bad, msg) -> None:
 
 def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
     # roofline.py: dequantizing costs kv_dequant_factor (0.25) x the time to read those
-    # bytes at the GPU's sustained bandwidth.  Quickstart GPU: RTX 4060 Ti 16GB, 288 GB/s
+    # bytes at the GPU's sustained KV bandwidth.  Under the spec-sheet roofline
+    # (latency.rates=peak) on the quickstart GPU, RTX 4060 Ti 16GB, 288 GB/s
     # (gpus.csv) x 0.85 (GpuSpec bandwidth_efficiency) = 244.8e9 B/s:
     #   0.25 / 244.8e9 = 1.0212418e-12 s per byte
     from types import SimpleNamespace
@@ -96,7 +97,7 @@ def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
     from tests.policies.helpers import scenario
 
     sc = scenario("policies=[{kind: recoverable_eviction, window_tokens: 1024, "
-                  "cache_type: q4_0}]")
+                  "cache_type: q4_0}]", "latency.rates=peak")
     assert sc.gpu.name == "rtx-4060-ti-16gb"
     b = scenario_budget(sc)
     sched = make_scheduler(sc.engine, PoolSizing.from_budget(b), link=sc.link, host=sc.host)
