@@ -8,10 +8,10 @@ What a caller must know:
   ``--output-format jsonl``.  Text in none of them raises :class:`InputError`.
 - Ids are ``f"{origin}:{n}"``, ``n`` counting the tool's result rows from 1;
   llama-batched-bench rows give two measurements, ``...:n:pp`` and ``...:n:tg``.
-- llama-bench ``ppN+tgN`` tests (``-pg``) print one rate over prompt and generated
-  tokens together, neither ``pp_tps`` nor ``tg_tps``: they come back as Skipped.
+- llama-bench ``ppN+tgN`` tests (``-pg``) print one rate over both: they are Skipped.
 - Markdown prints only what differs from llama-bench's defaults: a column it left out
-  reads as unknown (``None``; ``kv_type`` "f16"), ``gpu`` is "" (no ``gpu_info``),
+  reads as unknown (``None``; ``kv_type`` "f16"), ``gpu`` is what the pasted start-up
+  lines name (``Device 0: ...``, ``ggml_vulkan: 0 = ...``, Metal's ``GPU name:``) or "",
   ``model`` is the model type ("llama 7B Q4_0"; json/csv give the file name), and
   size/params are the printed, rounded values (``20.01 MiB`` -> bytes).  ``flash_attn``
   -1 (``-fa auto``) is None; ``n_gpus`` stays 1 (``gpu_info`` lists the devices).
@@ -36,9 +36,11 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from kvsim.errors import InputError
+from kvsim.validate.devices import printed_devices
 from kvsim.validate.records import Measurement, Skipped
 
 BENCH_JSON = "llama-bench json"
@@ -104,6 +106,7 @@ def read_bench(text: str, *, origin: str) -> tuple[list[Measurement], list[Skipp
             BENCH_MD: _md_rows, BATCHED_MD: _batched_md_rows,
             BATCHED_JSONL: _jsonl_rows}[fmt](text)
     steps = ("pp", "tg") if fmt in (BATCHED_MD, BATCHED_JSONL) else ("",)
+    devices = printed_devices(text)
     measured: list[Measurement] = []
     skipped: list[Skipped] = []
     for n, row in rows:
@@ -119,8 +122,9 @@ def read_bench(text: str, *, origin: str) -> tuple[list[Measurement], list[Skipp
                 skipped.append(Skipped(rid, str(e)))
                 continue
             m.extra["format"] = fmt
-            measured.append(m)
+            measured.append(replace(m, gpu=devices) if devices and not m.gpu else m)
     return measured, skipped
+
 
 
 # ---------------------------------------------------------------- row sources

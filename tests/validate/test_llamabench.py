@@ -205,8 +205,8 @@ def test_hand_made_gpu_markdown_with_sd_and_depth() -> None:
         (("pp_tps", 512, 0, 0), 14073.41), (("tg_tps", 0, 128, 0), 187.31),
         (("pp_tps", 512, 0, 4096), 11035.12), (("tg_tps", 0, 128, 4096), 160.58)]
     for m in ms:
-        assert (m.backend, m.gpu, m.model, m.weight_format) == ("CUDA", "", "llama 7B Q4_0",
-                                                                "Q4_0")
+        assert (m.backend, m.gpu, m.model, m.weight_format) == (
+            "CUDA", "NVIDIA GeForce RTX 4090", "llama 7B Q4_0", "Q4_0")  # its Device 0 line
         assert m.model_size_bytes == round(3.56 * 2**30) and m.model_params == 6_740_000_000
         assert m.extra["n_gpu_layers"] == "99" and (m.flash_attn, m.n_batch) == (None, None)
     assert ms[0].extra["stddev_ts"] == "115.16"
@@ -321,3 +321,23 @@ def test_text_in_no_known_format_is_an_input_error(text: str) -> None:
     msg = str(e.value)
     assert msg.startswith("pasted.txt: ")
     assert all(fmt in msg for fmt in FORMATS)
+
+
+@pytest.mark.parametrize("startup, gpu", [
+    ("ggml_cuda_init: found 2 CUDA devices:\n"
+     "  Device 0: NVIDIA GeForce RTX 3090, compute capability 8.6, VMM: yes\n"
+     "  Device 1: NVIDIA GeForce RTX 3060, compute capability 8.6, VMM: yes\n",
+     "NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3060"),
+    ("ggml_cuda_init: found 1 ROCm devices:\n"
+     "  Device 0: AMD Radeon RX 7900 XTX, gfx1100 (0x1100), VMM: no, Wave Size: 32\n",
+     "AMD Radeon RX 7900 XTX"),
+    ("ggml_vulkan: Found 1 Vulkan devices:\n"
+     "ggml_vulkan: 0 = AMD Radeon RX 6800 XT (RADV NAVI21) (radv) | uma: 0 | fp16: 1\n",
+     "AMD Radeon RX 6800 XT"),
+    ("ggml_metal_device_init: GPU name:   Apple M2 Max\n", "Apple M2 Max"),
+    ("", ""),
+])
+def test_pasted_startup_lines_name_the_device(startup, gpu) -> None:
+    table = "\n".join(HAND_MADE_GPU_MD.splitlines()[2:])
+    ms, _ = read_bench(startup + table, origin="paste.md")
+    assert {m.gpu for m in ms} == {gpu}

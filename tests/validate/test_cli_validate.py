@@ -1,0 +1,149 @@
+"""``kvsim validate``: the JSON contract, every row predicted or skipped with a reason,
+the fidelity it reaches on the published scoreboard, bad input and the report."""
+import json
+from pathlib import Path
+
+import pytest
+
+from kvsim.report.data_validate import validation_points
+
+HERE = Path(__file__).resolve().parent
+MEAS = HERE.parents[1] / ".." / "shared" / "measurements"
+SUMMARY_KEYS = {"kind", "backend", "metric", "n", "median_abs_rel_err", "p90_abs_rel_err",
+                "median_rel_err"}
+
+# A llama-bench markdown table as printed on an RTX 5090 (the published format; the
+# values are the 5090's scoreboard row: llama.cpp discussion #15013 via
+# shared/measurements/llamabench-scoreboard.csv, SB001, CUDA Llama 2 7B Q4_0)
+PASTED_5090 = """\
+ggml_cuda_init: found 1 CUDA devices:
+  Device 0: NVIDIA GeForce RTX 5090, compute capability 12.0, VMM: yes
+| model                          |       size |     params | backend    | ngl |            test |                  t/s |
+| ------------------------------ | ---------: | ---------: | ---------- | --: | --------------: | -------------------: |
+| llama 7B Q4_0                  |   3.56 GiB |     6.74 B | CUDA       |  99 |           pp512 |     {pp} ± 20.00 |
+| llama 7B Q4_0                  |   3.56 GiB |     6.74 B | CUDA       |  99 |           tg128 |        {tg} ± 0.50 |
+"""
+
+
+def _scoreboard_row(gpu: str) -> dict[str, str]:
+    import csv
+
+    with open(MEAS / "llamabench-scoreboard.csv", encoding="utf-8") as fh:
+        return next(r for r in csv.DictReader(fh)
+                    if r["gpu"] == gpu and r["backend"] == "CUDA" and r["weight_format"] == "Q4_0")
+
+
+def test_scoreboard_json_every_row_predicted_or_skipped(kvsim_cli):
+    code, err, out = kvsim_cli("validate", MEAS / "llamabench-scoreboard.csv", "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert set(doc) >= {"rows", "summary", "skipped"}
+    # 99 csv rows x (pp512, tg128): each one is a prediction or a skipped row with a reason
+    assert len(doc["rows"]) + len(doc["skipped"]) == 198
+    assert all(s["reason"] and s["id"] for s in doc["skipped"])
+    ids = [r["id"] for r in doc["rows"]] + [s["id"] for s in doc["skipped"]]
+    assert len(set(ids)) == len(ids)
+    for r in doc["rows"]:
+        assert r["rel_err"] == pytest.approx(
+            (r["predicted_tps"] - r["measured_tps"]) / r["measured_tps"], rel=1e-9)
+    for s in doc["summary"]:
+        assert set(s) == SUMMARY_KEYS and s["n"] >= 1
+        assert 0 <= s["median_abs_rel_err"] <= s["p90_abs_rel_err"]
+    # the figures the shipped constants reach on the rows they were fitted on (the
+    # leave-one-device-out ones are in hardware_profiles/speed/constants.yaml)
+    summ = {(s["kind"], s["backend"], s["metric"]): s for s in doc["summary"]}
+    tg = summ[("single", "CUDA", "tg_tps")]
+    assert tg["n"] >= 14 and tg["median_abs_rel_err"] < 0.10 and tg["p90_abs_rel_err"] < 0.20
+    metal = summ[("single", "Metal", "tg_tps")]
+    assert metal["n"] >= 40 and metal["median_abs_rel_err"] < 0.05
+
+
+def test_skipped_rows_say_why(kvsim_cli):
+    _, _, out = kvsim_cli("validate", MEAS / "engine-memory-logs.csv",
+                          MEAS / "llamabench-scoreboard.csv", "--json")
+    reasons = [s["reason"] for s in json.loads(out)["skipped"]]
+    assert any("empty" in r for r in reasons)                # SB056 has no pp512 figure
+    assert any("start-up memory" in r or "memory" in r for r in reasons)  # memory-log rows
+
+
+def test_pasted_llama_bench_table_names_its_card(kvsim_cli, tmp_path):
+    row = _scoreboard_row("NVIDIA GeForce RTX 5090")
+    f = tmp_path / "mine.md"
+    f.write_text(PASTED_5090.format(pp=row["pp512_tps"], tg=row["tg128_tps"]),
+                 encoding="utf-8")
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["skipped"] == []
+    by_metric = {r["metric"]: r for r in doc["rows"]}
+    assert set(by_metric) == {"pp_tps", "tg_tps"}
+    assert by_metric["tg_tps"]["gpu"] == "rtx-5090" and by_metric["tg_tps"]["model"] == "llama-2-7b"
+    # decode within 10 %, prefill within 25 % (the fit saw this row: in-sample figures)
+    assert abs(by_metric["tg_tps"]["rel_err"]) < 0.10
+    assert abs(by_metric["pp_tps"]["rel_err"]) < 0.25
+
+
+def test_table_without_a_card_needs_gpu(kvsim_cli, tmp_path):
+    f = tmp_path / "nocard.md"
+    f.write_text("\n".join(PASTED_5090.format(pp="14000.00", tg="180.00").splitlines()[2:]),
+                 encoding="utf-8")
+    _, _, out = kvsim_cli("validate", f, "--json")
+    doc = json.loads(out)
+    assert doc["rows"] == [] and len(doc["skipped"]) == 2
+    assert all("gpu" in s["reason"].lower() for s in doc["skipped"])
+    _, _, out = kvsim_cli("validate", f, "--json", "--gpu", "RTX 4090")
+    assert [r["gpu"] for r in json.loads(out)["rows"]] == ["rtx-4090", "rtx-4090"]
+
+
+def test_unreadable_file_is_a_warning_beside_a_good_one(kvsim_cli, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello, this is no benchmark\n", encoding="utf-8")
+    code, err, out = kvsim_cli("validate", bad, HERE / "data" / "bench.json", "--json")
+    assert (code, err) == (0, "")
+    warnings = [ln for ln in kvsim_cli.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "bad.txt" in warnings[0]
+    doc = json.loads(out)
+    # the CPU rows of the fixture are skipped with the reason, not dropped
+    assert len(doc["skipped"]) == 8 and all("CPU" in s["reason"] for s in doc["skipped"])
+
+
+def test_nothing_readable_exits_2(kvsim_cli, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a,b\n1,2\n", encoding="utf-8")
+    code, err, _ = kvsim_cli("validate", bad, tmp_path / "missing.csv")
+    assert code == 2 and err.startswith("error: FILE") and "llama-bench" in err
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--gpu", "rtx-9999-ultra"], "--gpu"),
+    (["--constants", "no-such.yaml"], "--constants"),
+    (["--calibration", "no-such.json"], "--calibration"),
+])
+def test_bad_options_exit_2_naming_the_option(kvsim_cli, args, field):
+    code, err, _ = kvsim_cli("validate", HERE / "data" / "bench.json", *args)
+    assert code == 2 and field in err, err
+
+
+def test_report_has_predicted_vs_measured(kvsim_cli, tmp_path):
+    out_html = tmp_path / "v.html"
+    code, err, out = kvsim_cli("validate", MEAS / "llamabench-scoreboard.csv", "--no-rows",
+                               "--report", out_html)
+    assert (code, err) == (0, "")
+    assert "summary per kind, backend and metric" in out
+    assert "predicted vs measured (tokens/s)" not in out       # --no-rows
+    html = out_html.read_text(encoding="utf-8")
+    assert "Predicted vs measured throughput" in html and "Metal" in html
+
+
+def test_validation_points_group_by_backend():
+    rows = [{"id": "a", "backend": "Metal", "gpu": "apple-m2-ultra-76c", "model": "llama-2-7b",
+             "weights": "q4_0", "metric": "tg_tps", "n_prompt": 0, "n_gen": 128, "depth": 0,
+             "batch": 1, "measured_tps": 100.0, "predicted_tps": 90.0, "rel_err": -0.1},
+            {"id": "b", "backend": "CUDA", "gpu": "rtx-4090", "model": "llama-2-7b",
+             "weights": "q4_0", "metric": "pp_tps", "n_prompt": 512, "n_gen": 0, "depth": 0,
+             "batch": 1, "measured_tps": 1000.0, "predicted_tps": 1200.0, "rel_err": 0.2}]
+    pts = validation_points(rows)
+    assert list(pts) == ["CUDA", "Metal"]
+    assert pts["CUDA"] == {"measured": [1000.0], "predicted": [1200.0], "label": [
+        "b: rtx-4090 · llama-2-7b q4_0 · pp512 d0 ×1 · +20.0 %"]}
+    assert pts["Metal"]["label"] == ["a: apple-m2-ultra-76c · llama-2-7b q4_0 · tg128 d0 ×1 · -10.0 %"]
