@@ -18,7 +18,7 @@ error a card that is in no file would see.
 NOTE: the fit evaluates all rows at once (:class:`_Rows`); it implements the formula of
 :func:`kvsim.latency.backend.gpu_rates` and the roofline's step time over the terms of
 :meth:`~kvsim.latency.roofline.RooflineLatency.gpu_parts`, and
-:func:`row_seconds` checks it against them (tests/validate/test_fit.py).
+:func:`row_seconds` checks it against them (tests/validate/test_speed_fit.py).
 """
 
 from __future__ import annotations
