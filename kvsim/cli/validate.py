@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 
 HELP_FILES = ("measurement files: the layouts of shared/measurements (llamabench-scoreboard, "
               "speed-vs-load, engine-memory-logs), llama-bench output (-o json, jsonl, csv or "
-              "its markdown table) or llama-batched-bench's table")
+              "its markdown table, with the 'Device 0: ...' start-up lines if pasted) or "
+              "llama-batched-bench's table")
 
 
-@click.command(help=__doc__.split("\n\n")[0] + "\n\nFILE: " + HELP_FILES)
+@click.command(help="Print kvsim's predicted tokens/s beside measured ones, the median and "
+               "p90 |error| per kind, backend and metric, and every row it could not "
+               "predict with the reason.\n\nFILE: " + HELP_FILES)
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--gpu", help="the device every row ran on (a profile name or a printed name): "
               "for output that names none, or an Apple chip without its GPU-core count")
