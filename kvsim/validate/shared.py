@@ -27,6 +27,15 @@ from kvsim.validate.records import Measurement, Skipped
 SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
 SPEED_VS_LOAD = ("id", "engine", "gpu", "model", "metric", "value", "unit")
 MEMORY_LOGS = ("id", "engine", "engine_version", "gpu", "printed_figures")
+KNOWN = {  # every column each layout has (shared/measurements/README.md)
+    "scoreboard": set(SCOREBOARD) | {"model_size_gib", "weight_format", "flash_attn", "ngl",
+                                     "build", "source", "notes"},
+    "speed-vs-load": set(SPEED_VS_LOAD) | {"weight_format", "kv_type", "settings",
+                                           "context_or_depth", "batch_or_concurrency",
+                                           "source", "notes"},
+    "memory-logs": set(MEMORY_LOGS) | {"vram_total", "model", "weight_format", "settings",
+                                       "latency_figures", "source", "date", "notes"},
+}
 _NUM = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:\.\d+)?")
 
 
@@ -103,9 +112,14 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
     """One row of speed-vs-load.csv (module docstring)."""
     rid, metric, engine = row["id"], row["metric"], row["engine"]
     val = number(row["value"])
-    if "tok/s" not in row.get("unit", "") or val is None:
-        return Skipped(rid, f"metric {metric!r} in {row.get('unit')!r} is not a model's "
-                       "token throughput (a link or copy bandwidth)")
+    unit = row.get("unit", "")
+    if val is None:
+        return Skipped(rid, f"value {row['value']!r} is not a number")
+    if "tok/s" not in unit:
+        what = "a link or copy bandwidth" if re.search(r"[GMK]i?B/s", unit) else \
+            "the unit must be tok/s"
+        return Skipped(rid, f"unit {unit!r} of metric {metric!r} is not a token throughput "
+                       f"({what})")
     flags = _flags(row.get("settings", ""))
     fa = _flash(flags.get("-fa", flags.get("flash_attn", "")))
     ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
@@ -162,4 +176,8 @@ def read_shared_csv(text: str, origin: str) -> tuple[list[Measurement], list[Ski
         raise InputError(origin, "no rows", f"a {kind} CSV with at least one row")
     fn = {"scoreboard": read_scoreboard, "speed-vs-load": read_speed_vs_load,
           "memory-logs": read_memory_logs}[kind]
-    return fn(rows, origin)
+    meas, skipped = fn(rows, origin)
+    unknown = [c for c in reader.fieldnames or [] if c not in KNOWN[kind]]
+    skipped += [Skipped(f"{origin}:column {c}", f"unknown column {c!r} of a {kind} CSV, not "
+                        f"read (known: {', '.join(sorted(KNOWN[kind]))})") for c in unknown]
+    return meas, skipped

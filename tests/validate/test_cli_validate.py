@@ -147,3 +147,53 @@ def test_validation_points_group_by_backend():
     assert pts["CUDA"] == {"measured": [1000.0], "predicted": [1200.0], "label": [
         "b: rtx-4090 · llama-2-7b q4_0 · pp512 d0 ×1 · +20.0 %"]}
     assert pts["Metal"]["label"] == ["a: apple-m2-ultra-76c · llama-2-7b q4_0 · tg128 d0 ×1 · -10.0 %"]
+
+
+def test_bad_rows_and_columns_of_a_shared_layout_are_named(kvsim_cli, tmp_path):
+    """One line per problem naming the row and the field; the good rows still validated."""
+    import csv
+
+    src = MEAS / "llamabench-scoreboard.csv"
+    with open(src, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    head = list(rows[0]) + ["tokens_per_joule"]
+    good = dict(rows[0], tokens_per_joule="3")
+    slow = dict(good, id="SBX1", pp512_tps="fast")
+    alien = dict(good, id="SBX2", gpu="NVIDIA GeForce RTX 9999")
+    f = tmp_path / "sb.csv"
+    with open(f, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, head)
+        w.writeheader()
+        w.writerows([good, slow, alien])
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert sorted(r["id"] for r in doc["rows"]) == [f"{good['id']}:pp", f"{good['id']}:tg",
+                                                     "SBX1:tg"]
+    why = {s["id"]: s["reason"] for s in doc["skipped"]}
+    assert why["SBX1:pp512_tps"] == "pp512_tps is empty or not a number ('fast')"
+    assert why["SBX2:pp"].startswith("unknown GPU 'NVIDIA GeForce RTX 9999' (closest: ")
+    assert why["sb.csv:column tokens_per_joule"].startswith(
+        "unknown column 'tokens_per_joule' of a scoreboard CSV, not read")
+
+
+def test_speed_vs_load_rows_with_other_units_or_metrics(kvsim_cli, tmp_path):
+    import csv
+
+    with open(MEAS / "speed-vs-load.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    base = next(r for r in rows if r["id"] == "SL0004")
+    f = tmp_path / "sl.csv"
+    with open(f, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, list(base))
+        w.writeheader()
+        w.writerows([dict(base, id="U1", unit="furlongs"), dict(base, id="U2", metric="energy_j"),
+                     dict(base, id="U3", value="n/a"), base])
+    doc = json.loads(kvsim_cli("validate", f, "--json")[2])
+    assert [r["id"] for r in doc["rows"]] == ["SL0004"]
+    why = {s["id"]: s["reason"] for s in doc["skipped"]}
+    assert why == {
+        "U1": "unit 'furlongs' of metric 'tg32_tps' is not a token throughput (the unit must "
+              "be tok/s)",
+        "U2": "metric 'energy_j': not a prefill or decode throughput kvsim predicts",
+        "U3": "value 'n/a' is not a number"}
