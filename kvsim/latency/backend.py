@@ -53,8 +53,8 @@ from kvsim.latency.roofline import GpuRates
 BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL")
 Backend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL"]
 FORMAT_FAMILIES = ("f16", "f32", "q8_0", "q4_0", "kquant", "iquant", "mxfp4", "other")
-_FAMILY = {"f32": "f32", "f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "kquant",
-           "q5_k_m": "kquant", "q6_k": "kquant", "iq4_xs": "iquant", "mxfp4": "mxfp4",
+_FAMILY = {"f32": "f32", "f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0",
+           "q4_k_m": "kquant", "q5_k_m": "kquant", "q6_k": "kquant", "iq4_xs": "iquant", "mxfp4": "mxfp4",
            "mxfp4_moe": "mxfp4"}
 _NO_INT8_MMA = frozenset({"pascal", "volta"})
 _VENDOR_BACKEND = {"nvidia": "CUDA", "amd": "ROCm", "apple": "Metal", "intel": "Vulkan"}

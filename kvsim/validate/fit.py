@@ -209,11 +209,14 @@ def _fixed_factors(rows: Sequence[Row], space: _Space
         return pp, bw, mem
     for i, r in enumerate(rows):
         g, b, fam = r.setup.gpu, r.setup.backend, r.family
-        for head, table, out in (("bw", k.format_bw, bw), ("pp", k.format_pp, pp)):
+        own_bw, own_pp = k.format_factors(b, fam)
+        for head, table, own, out in (("bw", k.format_bw, own_bw, bw),
+                                      ("pp", k.format_pp, own_pp, pp)):
+            shared = table.get(fam, 1.0)
             if f"fmt_{head}.{fam}" not in space.index:
-                out[i] *= table.get(fam, 1.0)
+                out[i] *= shared
             if f"dev_{head}.{b}:{fam}" not in space.index:
-                out[i] *= table.get(f"{b}:{fam}", table.get(fam, 1.0)) / table.get(fam, 1.0)
+                out[i] *= own / shared
         for cls in (arch_class(g, b), vendor_class(g, b)):
             scale = k.classes.get(cls, ClassScale())
             pp[i] *= 1.0 if f"cls.{cls}.pp_scale" in space.index else scale.pp_scale
@@ -268,7 +271,8 @@ class _Rows:
         f_bw = ext[self.fam["fmt_bw"]] * ext[self.dev["dev_bw"]]
         f_pp = ext[self.fam["fmt_pp"]] * ext[self.dev["dev_pp"]]
         pw = c["c_pow_pj"] * 1e-12 * self.inv_power
-        lin = self.fixed_pp * ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]] * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
+        scale_pp = self.fixed_pp * ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]]
+        lin = scale_pp * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
             c["c_vec"] / self.vec + c["c_mat"] / self.mat + pw)
         att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) / (
             c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)

@@ -126,7 +126,6 @@ def read_bench(text: str, *, origin: str) -> tuple[list[Measurement], list[Skipp
     return measured, skipped
 
 
-
 # ---------------------------------------------------------------- row sources
 # Each yields (row number from 1, the row's fields by llama-bench's own field names,
 # or a str saying why the row could not be split into fields).

@@ -1,5 +1,6 @@
 """``kvsim validate``: the JSON contract, every row predicted or skipped with a reason,
 the fidelity it reaches on the published scoreboard, bad input and the report."""
+import csv
 import json
 from pathlib import Path
 
@@ -26,8 +27,6 @@ ggml_cuda_init: found 1 CUDA devices:
 
 
 def _scoreboard_row(gpu: str) -> dict[str, str]:
-    import csv
-
     with open(MEAS / "llamabench-scoreboard.csv", encoding="utf-8") as fh:
         return next(r for r in csv.DictReader(fh)
                     if r["gpu"] == gpu and r["backend"] == "CUDA" and r["weight_format"] == "Q4_0")
@@ -151,8 +150,6 @@ def test_validation_points_group_by_backend():
 
 def test_bad_rows_and_columns_of_a_shared_layout_are_named(kvsim_cli, tmp_path):
     """One line per problem naming the row and the field; the good rows still validated."""
-    import csv
-
     src = MEAS / "llamabench-scoreboard.csv"
     with open(src, encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -178,8 +175,6 @@ def test_bad_rows_and_columns_of_a_shared_layout_are_named(kvsim_cli, tmp_path):
 
 
 def test_speed_vs_load_rows_with_other_units_or_metrics(kvsim_cli, tmp_path):
-    import csv
-
     with open(MEAS / "speed-vs-load.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     base = next(r for r in rows if r["id"] == "SL0004")
@@ -187,7 +182,8 @@ def test_speed_vs_load_rows_with_other_units_or_metrics(kvsim_cli, tmp_path):
     with open(f, "w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, list(base))
         w.writeheader()
-        w.writerows([dict(base, id="U1", unit="furlongs"), dict(base, id="U2", metric="energy_j"),
+        w.writerows([dict(base, id="U1", unit="furlongs"),
+                     dict(base, id="U2", metric="energy_j"),
                      dict(base, id="U3", value="n/a"), base])
     doc = json.loads(kvsim_cli("validate", f, "--json")[2])
     assert [r["id"] for r in doc["rows"]] == ["SL0004"]
