@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,10 @@ class EngineTraits:
     op_offload: bool = False
     host_kv_from_pool_ratio: bool = False
     host_kv_chunked: bool = False
+    context_scope: Literal["pool", "slot", "request"] = "request"
+    context_knob: str = "max_model_len"
+    seqs_flag: str = ""
+    unset_parallel_words: str = ""
 
     def null_block(self, cfg: Any) -> bool:
         return False

@@ -10,7 +10,7 @@ knob take that config.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 class Engine(Protocol):
@@ -33,6 +33,16 @@ class Engine(Protocol):
     LMCache's fixed default."""
     host_kv_chunked: bool
     """The host KV tier stores whole chunks and no decode KV (vLLM + LMCache)."""
+    context_scope: Literal["pool", "slot", "request"]
+    """What ``context_tokens`` counts: all slots' cells (llama.cpp ``-c``), one slot's
+    (Ollama ``num_ctx``) or one request's (vLLM / SGLang ``max_model_len``)."""
+    context_knob: str
+    """The engine's own name for ``context_tokens``, as plan prints it."""
+    seqs_flag: str
+    """A paged engine's flag for the sequences admitted at once ('' on slot engines)."""
+    unset_parallel_words: str
+    """A paged engine's parallelism when none is given, a template of ``{n}`` = its
+    max_num_seqs ('' on slot engines)."""
 
     def null_block(self, cfg: Any) -> bool:
         """The paged pool reserves one block that holds no KV (vLLM v1)."""

@@ -17,4 +17,4 @@ class LlamaCpp(EngineTraits):
 
 
 ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, caps_slot_at_training_context=True,
-                  op_offload=True)
+                  op_offload=True, context_scope="pool", context_knob="-c")

@@ -5,4 +5,5 @@ from __future__ import annotations
 from kvsim.engines._common import EngineTraits
 
 # NOTE: Ollama truncates a prompt longer than num_ctx instead of refusing it (§4.5)
-ENGINE = EngineTraits(name="ollama", slot_family=True, truncates_prompt=True, op_offload=True)
+ENGINE = EngineTraits(name="ollama", slot_family=True, truncates_prompt=True, op_offload=True,
+                      context_scope="slot", context_knob="num_ctx")

@@ -17,4 +17,5 @@ class Vllm(EngineTraits):
 
 
 # NOTE: with LMCache, save_unfull_chunk=false, save_decode_cache=false (engines.md §5)
-ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True)
+ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
+              unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)")
