@@ -10,6 +10,7 @@ from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.core.build import PoolSizing, check_loads, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import StepHook
+from kvsim.engines import engine_for
 from kvsim.latency.factory import make_latency_model
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
@@ -49,7 +50,8 @@ def _slot_cap(scenario: Scenario, sizing: PoolSizing) -> PoolSizing:
     NOTE: so every engine's own limit is at most the model's maximum, and a longer prompt
     fails (or is truncated) as that engine does (kvsim.core.sessions)."""
     most = scenario.model.max_context_tokens
-    if scenario.engine.preset == "llama.cpp" and sizing.slot_tokens > most:
+    if engine_for(scenario.engine.preset).caps_slot_at_training_context and \
+            sizing.slot_tokens > most:
         return dataclasses.replace(sizing, slot_tokens=most)
     return sizing
 

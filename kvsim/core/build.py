@@ -18,6 +18,7 @@ from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.core.link import Link
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
+from kvsim.engines import engine_for
 from kvsim.errors import InputError
 from kvsim.model.hybrid import blocks_per_request, hybrid_off_reason
 
@@ -82,6 +83,7 @@ def make_link(link: Any, host: Any) -> Link | None:
 
 def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
                    link: Any = None, host: Any = None) -> PagedScheduler | SlotScheduler:
+    traits = engine_for(engine.preset)
     if isinstance(engine, PagedEngineConfig):
         blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens
         if sizing.kv_groups:
@@ -118,11 +120,10 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
             max_model_len=engine.context_tokens,
             enable_prefix_caching=engine.enable_prefix_caching,
             preemption_mode=engine.preemption_mode,
-            retract_order="sglang" if engine.preset == "sglang" else "newest",
+            retract_order=traits.retract_order,
             swap_space_bytes=engine.swap_space_bytes, link=pcie, kv_groups=sizing.kv_groups,
-            # NOTE: vLLM v1 reserves block 0 (V0, the swap mode, does not)
-            null_block=engine.preset == "vllm" and engine.preemption_mode != "swap")
-    unified = engine.allocator == "unified" and engine.preset == "llama.cpp"
+            null_block=traits.null_block(engine))
+    unified = traits.unified_pool(engine)
     cells = sizing.kv_pool_tokens
     return SlotScheduler(
         parallel=engine.parallel, slot_tokens=sizing.slot_tokens, pool_cells=cells,
@@ -132,7 +133,7 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
         cache_ram_bytes=engine.cache_ram_bytes, cache_idle_slots=engine.cache_idle_slots,
         context_shift=engine.context_shift,
         n_keep=engine.n_keep, n_discard=engine.n_discard,
-        truncate_prompt=engine.preset == "ollama",
+        truncate_prompt=traits.truncates_prompt,
         restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0),
         state_bytes_per_token=(sizing.kv_reserved_bytes + sizing.kv_cpu_bytes) // cells,
         max_queue=engine.max_queue)

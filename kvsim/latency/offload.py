@@ -45,8 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.engines import engine_for
+
 OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: GGML_OP_OFFLOAD_MIN_BATCH unset
-SLOT_ENGINES = ("llama.cpp", "ollama")
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def op_offload_for(scenario: Any) -> OpOffload | None:
     ``op_offload_min_batch`` (``GGML_OP_OFFLOAD_MIN_BATCH``; default 32).
     """
     eng, link, host = scenario.engine, scenario.link, scenario.host
-    if getattr(eng, "preset", None) not in SLOT_ENGINES or not eng.op_offload:
+    if not engine_for(eng.preset).op_offload or not eng.op_offload:
         return None
     if link is None or link.name == "unified" or getattr(host, "unified_with_gpu", False):
         return None

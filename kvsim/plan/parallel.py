@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engines import engine_for
 from kvsim.model.budget import (
     PLANNING_LIMIT,
     MemoryBudget,
@@ -62,7 +63,7 @@ def short_pool_note(b: MemoryBudget, parallel: int) -> str | None:
     held = full_length_held(b)
     if held is None or held >= parallel:
         return None
-    seqs = "--max-num-seqs" if b.engine == "vllm" else "--max-running-requests"
+    seqs = engine_for(b.engine).seqs_flag
     conc = "" if b.max_concurrency is None else f" (concurrency {b.max_concurrency:.2f}x)"
     return (f"the KV pool holds {held} of the {parallel} requests at {b.slot_tokens:,} "
             f"tokens{conc}: {b.engine} admits {parallel} ({seqs} {parallel}) but "
@@ -100,7 +101,7 @@ def paged_max_parallel(gpu: Any, model: Any, weights: str, engine: PagedEngineCo
 def session_tokens(b: MemoryBudget) -> int:
     """Slot engines: the context each of ``b.parallel`` sessions is guaranteed — plan's
     *context* (llama.cpp ``-c / parallel``, whichever allocator; Ollama ``num_ctx``)."""
-    if b.engine == "ollama":
+    if engine_for(b.engine).context_scope == "slot":
         return b.slot_tokens
     return max(1, b.kv_pool_tokens // b.parallel)
 
@@ -109,7 +110,7 @@ def _slot_point(engine: SlotEngineConfig, per_session: int, p: int) -> SlotEngin
     """The slot engine serving ``p`` sessions of ``per_session`` tokens, as plan's flags
     set it (:func:`kvsim.plan.flags.engine_overrides`): llama.cpp ``-c`` = per_session
     × p, Ollama ``num_ctx`` = per_session; None where the engine refuses it."""
-    if engine.preset == "llama.cpp":
+    if engine_for(engine.preset).context_scope == "pool":
         return engine_with(engine, parallel=p, context_tokens=per_session * p)
     return engine_with(engine, parallel=p)
 
@@ -133,7 +134,7 @@ def slot_max_parallel(gpu: Any, model: Any, weights: str, engine: SlotEngineConf
 
 def seqs_flag(engine: str) -> str:
     """vLLM's / SGLang's flag for the sequences admitted at once."""
-    return "--max-num-seqs" if engine == "vllm" else "--max-running-requests"
+    return engine_for(engine).seqs_flag
 
 
 def parallel_words(b: MemoryBudget, given: int | None, max_num_seqs: int | None) -> str:
@@ -141,18 +142,15 @@ def parallel_words(b: MemoryBudget, given: int | None, max_num_seqs: int | None)
     engine admits by default (which guarantees no number of full-length requests)."""
     if b.allocator != "paged" or given is not None:
         return f"parallel {b.parallel}"
-    if b.engine == "vllm":
-        return f"parallel unset: --max-num-seqs {max_num_seqs} (vLLM's default)"
-    # NOTE: sglang.yaml: SGLang derives it from the pool; the preset's 4096 is kvsim's cap
-    return (f"parallel unset: --max-running-requests from SGLang's pool (kvsim caps it "
-            f"at {max_num_seqs})")
+    return engine_for(b.engine).unset_parallel_words.format(n=max_num_seqs)
 
 
 def session_words(b: MemoryBudget, per_session: int) -> str:
     """What a largest-parallel search holds fixed: each session's context."""
-    if b.engine == "llama.cpp":
+    scope = engine_for(b.engine).context_scope
+    if scope == "pool":
         return f"context {per_session:,} per session, -c = {per_session:,} x parallel"
-    if b.engine == "ollama":
+    if scope == "slot":
         return f"num_ctx {per_session:,} per session"
     return f"context {per_session}"
 
@@ -163,27 +161,29 @@ def largest_context_words(b: MemoryBudget, max_context: int,
     :func:`kvsim.model.budget.max_context_at`), per session as plan means it: llama.cpp
     ``-c`` is all ``b.parallel`` slots' total, so a session's share is ``-c / parallel``
     (each slot capped at ``most_tokens``, the model's maximum, said when reached)."""
-    per = max_context // b.parallel if b.engine == "llama.cpp" else max_context
+    eng = engine_for(b.engine)
+    pool = eng.context_scope == "pool"
+    per = max_context // b.parallel if pool else max_context
     capped = " (the model's maximum)" if most_tokens and per >= most_tokens else ""
-    if b.engine == "llama.cpp":
+    if pool:
         return f"-c {max_context:,} = {per:,} per session x {b.parallel}{capped}"
-    name = "num_ctx" if b.engine == "ollama" else "max_model_len"
-    return f"{name} {max_context:,} per session{capped}"
+    return f"{eng.context_knob} {max_context:,} per session{capped}"
 
 
 def describe_allocator(b: MemoryBudget, max_num_seqs: int | None = None) -> str:
     """One line: the allocator a layout assumed, and what one session may hold."""
     p, slot, pool = b.parallel, b.slot_tokens, b.kv_pool_tokens
-    if b.engine == "llama.cpp" and b.allocator == "unified":
+    scope = engine_for(b.engine).context_scope
+    if scope == "pool" and b.allocator == "unified":
         return (f"allocator: unified (-kvu) — one pool of {pool:,} cells for {p} slots; one "
                 f"session may grow to {slot:,}, all together hold {pool:,} (the preset's "
                 "and a scenario's default; --no-kv-unified: -c split into per-slot "
                 "streams, what llama-server does for an explicit -np without -kvu)")
-    if b.engine == "llama.cpp":
+    if scope == "pool":
         return (f"allocator: slots (per-slot streams) — {p} streams of {slot:,} cells, a "
                 f"hard limit per session (llama-server -np {p} without -kvu; in a "
                 "scenario: engine.allocator: slots)")
-    if b.engine == "ollama":
+    if scope == "slot":
         return (f"allocator: slots — OLLAMA_NUM_PARALLEL={p} slots of num_ctx {slot:,} "
                 f"each (the runner gets {pool:,} cells)")
     seqs = seqs_flag(b.engine)

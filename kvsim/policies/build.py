@@ -19,6 +19,7 @@ from typing import Any
 
 from kvsim.core.build import make_link
 from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.engines import engine_for
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 from kvsim.model.dtypes import bytes_per_element
@@ -97,15 +98,14 @@ def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any
     budget = pol.host_budget_bytes
     if budget is None:
         budget = int(pol.hicache_ratio * sched.pool.num_blocks * sched.block_bytes) \
-            if engine.preset == "sglang" else LMCACHE_CPU_BYTES
+            if engine_for(engine.preset).host_kv_from_pool_ratio else LMCACHE_CPU_BYTES
     if budget < sched.block_bytes or budget > host.memory_bytes:
         raise InputError(f"policies.{i}.host_budget_bytes", budget, f"between one block "
                          f"({sched.block_bytes} bytes) and the host's memory "
                          f"({host.memory_bytes} bytes)")
     sched.host = HostBlockPool(budget // sched.block_bytes, sched.block_bytes)
     sched.host_load = pol.load
-    if engine.preset == "vllm" and pol.backend == "lmcache":
-        # NOTE: save_unfull_chunk=false, save_decode_cache=false (engines.md §5)
+    if engine_for(engine.preset).host_kv_chunked and pol.backend == "lmcache":
         sched.host_chunk_blocks = max(LMCACHE_CHUNK_TOKENS // sched.block_tokens, 1)
         sched.host_store_decode = False
     sched.recompute_s = lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ()))
