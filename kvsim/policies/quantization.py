@@ -20,7 +20,7 @@ kvsim.policies.runtime).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -51,6 +51,7 @@ class KiviConfig(FrozenModel):
     pin_system_prompt: bool = False
     pin_turn_boundaries: bool = False  # KIVI quantizes every old token alike
     boundary_tokens: int = Field(4, ge=0)
+    host_backed: ClassVar[bool] = False  # the error is permanent: no host copy
 
     @property
     def cache_type(self) -> str:
@@ -67,3 +68,10 @@ class KiviConfig(FrozenModel):
 
     def keep_recent(self) -> int:
         return self.residual_tokens
+
+    def quiet_steps(self, n: int, pin: int, wm: int) -> int:
+        """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
+        return wm + self.residual_tokens + self.chunk_tokens - n - 1
+
+    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+        evictor.demote_old(slot, now_s)
