@@ -69,11 +69,11 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
 
 def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
     for i, p in enumerate(pols):
-        if slot_engine and p.kind not in SLOT_KINDS:
+        if slot_engine and p.family != "slot":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (slot "
                              f"engines) one of {', '.join(SLOT_KINDS)}; host_kv_cache is "
                              "the vllm / sglang host tier (use idle_offload / cache_ram)")
-        if not slot_engine and p.kind not in PAGED_KINDS:
+        if not slot_engine and p.family != "paged":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (paged) one "
                              f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
                              "llama.cpp / ollama slot engines")
@@ -117,7 +117,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
     engine = scenario.engine
     slot_engine = hasattr(getattr(sched, "pool", None), "slots")
     _check_family(pols, engine, slot_engine)
-    evicts = [(i, p) for i, p in enumerate(pols) if p.kind in EVICTION_KINDS]
+    evicts = [(i, p) for i, p in enumerate(pols) if p.evicts]
     if len(evicts) > 1:
         raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")

@@ -33,10 +33,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from kvsim.config.units import FrozenModel
+from kvsim.policies.registry import PolicyBase, register_policy
 
 
-class _Pinned(FrozenModel):
+class _Pinned(PolicyBase):
+    evicts: ClassVar[bool] = True
     sink_tokens: int = Field(4, ge=0, description="attention sinks kept (StreamingLLM: 4)")
     pin_system_prompt: bool = Field(True, description="never evict the system prompt")
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")
@@ -44,6 +45,7 @@ class _Pinned(FrozenModel):
     boundary_tokens: int = Field(4, ge=0, description="pinned tokens per message (role header)")
 
 
+@register_policy
 class SlidingWindowConfig(_Pinned):
     kind: Literal["sliding_window"] = "sliding_window"
     window_tokens: int = Field(gt=0, description="recent tokens kept (W)")
@@ -60,6 +62,7 @@ class SlidingWindowConfig(_Pinned):
         evictor.drop_window(slot, now_s)
 
 
+@register_policy
 class ScoreEvictionConfig(_Pinned):
     kind: Literal["score_eviction"] = "score_eviction"
     budget_tokens: int = Field(gt=0, description="tokens kept beyond the pinned head")
@@ -78,6 +81,7 @@ class ScoreEvictionConfig(_Pinned):
         evictor.drop_over_budget(slot, now_s)
 
 
+@register_policy
 class RecoverableEvictionConfig(_Pinned):
     kind: Literal["recoverable_eviction"] = "recoverable_eviction"
     window_tokens: int = Field(gt=0, description="recent tokens kept at full precision")
