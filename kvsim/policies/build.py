@@ -53,7 +53,7 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
         raise InputError(f"{field}.kind", pol.kind, "demotes f16/bf16 KV; the engine cache is "
                          f"{engine.cache_type_k}/{engine.cache_type_v}")
     ct = pol.cache_type
-    if pol.kind == "recoverable_eviction":
+    if pol.host_backed:
         bits = nominal_bits(ct)
         if ct not in engine.supported_cache_types or bits >= 16:
             allowed = [t for t in engine.supported_cache_types if nominal_bits(t) < 16]
@@ -128,7 +128,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         if p.kind == "host_kv_cache":
             _install_host_tier(i, p, scenario, sched, latency)
     needs_host = bool(offloads and offloads[0][1].mode == "offload") or any(
-        p.kind == "recoverable_eviction" or getattr(p, "write_back", False) for _, p in evicts)
+        p.host_backed or getattr(p, "write_back", False) for _, p in evicts)
     if needs_host and link is None:
         raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
                          f"PCIe; {host.name} shares memory with the GPU (no host tier)")

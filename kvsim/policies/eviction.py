@@ -38,6 +38,7 @@ from kvsim.policies.registry import PolicyBase, register_policy
 
 class _Pinned(PolicyBase):
     evicts: ClassVar[bool] = True
+    host_backed: ClassVar[bool] = False  # True: demoted tokens keep a full copy on host
     sink_tokens: int = Field(4, ge=0, description="attention sinks kept (StreamingLLM: 4)")
     pin_system_prompt: bool = Field(True, description="never evict the system prompt")
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")
