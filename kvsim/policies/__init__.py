@@ -1,45 +1,34 @@
-"""KV policies: one module per family, each a pydantic config (``kind``) next to its logic.
+"""KV policies: one module per family, each policy a pydantic config (``kind``) next to its logic.
 
-Registry (:data:`PolicyConfig`, the discriminated union a scenario's ``policies``
-list is validated against):
-
-- quantization: ``kivi`` (kvsim.policies.quantization)
-- eviction: ``sliding_window``, ``score_eviction``, ``recoverable_eviction``
-  (kvsim.policies.eviction)
-- offload: ``idle_offload`` (slot engines), ``host_kv_cache`` (paged engines)
-  (kvsim.policies.offload)
+:data:`PolicyConfig` is the discriminated union a scenario's ``policies`` list is
+validated against, built from :data:`kvsim.policies.registry.REGISTRY`: a config class
+registers itself with ``@register_policy`` and declares ``family`` (the engine family it
+applies to: slot = llama.cpp / ollama, paged = vllm / sglang) and ``evicts`` (the
+eviction family, one per scenario); :data:`SLOT_KINDS`, :data:`PAGED_KINDS` and
+:data:`EVICTION_KINDS` are derived from those declarations.
 
 Every config derives from :class:`kvsim.config.units.FrozenModel` (unknown keys, true/false
 for a number and .inf/.nan are refused); an error names the key as written,
 ``policies.0.budget_tokens`` (:func:`_user_path` drops pydantic's union tag).
 
-Which kinds apply to which engine family: :data:`SLOT_KINDS`, :data:`PAGED_KINDS`
-(kvsim.policies.build refuses the others with a one-line error).
-
 The mechanics live in :mod:`kvsim.policies.runtime` (the scheduler policy and step
 hook), :mod:`kvsim.policies.recall` (reference scoring, promotion) and
-:mod:`kvsim.policies.slot_evict` (per-token transitions) — installed by
-:func:`kvsim.policies.build.install`.
+:mod:`kvsim.policies.slot_evict` (per-token transitions, driven by each eviction
+config's ``act`` / ``quiet_steps``) — installed by :func:`kvsim.policies.build.install`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from kvsim.errors import from_validation_error
-from kvsim.policies.eviction import (
-    RecoverableEvictionConfig,
-    ScoreEvictionConfig,
-    SlidingWindowConfig,
-)
-from kvsim.policies.offload import HostKVCacheConfig, IdleOffloadConfig
-from kvsim.policies.quantization import KiviConfig
 
-REGISTRY = {c.model_fields["kind"].default: c for c in (
-    KiviConfig, SlidingWindowConfig, ScoreEvictionConfig, RecoverableEvictionConfig,
-    IdleOffloadConfig, HostKVCacheConfig)}
+# NOTE: importing a policy module registers its configs; this order is the tag order
+from kvsim.policies import quantization  # noqa: F401  # isort: skip
+from kvsim.policies import eviction, offload  # noqa: F401  # isort: skip
+from kvsim.policies.registry import REGISTRY, kinds
 
 
 class _Untagged:
@@ -64,14 +53,14 @@ def _user_path(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         raise from_validation_error(_Untagged(exc, value.get("kind"))) from None
 
 
-PolicyConfig = Annotated[
-    Annotated[KiviConfig | SlidingWindowConfig | ScoreEvictionConfig
-              | RecoverableEvictionConfig | IdleOffloadConfig | HostKVCacheConfig,
+# NOTE: the union is built from the registry, so a type checker cannot see its members
+PolicyConfig = Annotated[  # type: ignore[valid-type]
+    Annotated[Union[tuple(REGISTRY.values())],  # noqa: UP007
               Field(discriminator="kind")],
     WrapValidator(_user_path)]
 
-EVICTION_KINDS = ("kivi", "sliding_window", "score_eviction", "recoverable_eviction")
-SLOT_KINDS = (*EVICTION_KINDS, "idle_offload")
-PAGED_KINDS = ("host_kv_cache",)
+EVICTION_KINDS = kinds(evicts=True)
+SLOT_KINDS = kinds(family="slot")
+PAGED_KINDS = kinds(family="paged")
 
 __all__ = ["EVICTION_KINDS", "PAGED_KINDS", "REGISTRY", "SLOT_KINDS", "PolicyConfig"]

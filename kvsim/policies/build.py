@@ -54,7 +54,7 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
         raise InputError(f"{field}.kind", pol.kind, "demotes f16/bf16 KV; the engine cache is "
                          f"{engine.cache_type_k}/{engine.cache_type_v}")
     ct = pol.cache_type
-    if pol.kind == "recoverable_eviction":
+    if pol.host_backed:
         bits = nominal_bits(ct)
         if ct not in engine.supported_cache_types or bits >= 16:
             allowed = [t for t in engine.supported_cache_types if nominal_bits(t) < 16]
@@ -70,11 +70,11 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
 
 def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
     for i, p in enumerate(pols):
-        if slot_engine and p.kind not in SLOT_KINDS:
+        if slot_engine and p.family != "slot":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (slot "
                              f"engines) one of {', '.join(SLOT_KINDS)}; host_kv_cache is "
                              "the vllm / sglang host tier (use idle_offload / cache_ram)")
-        if not slot_engine and p.kind not in PAGED_KINDS:
+        if not slot_engine and p.family != "paged":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (paged) one "
                              f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
                              "llama.cpp / ollama slot engines")
@@ -117,7 +117,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
     engine = scenario.engine
     slot_engine = hasattr(getattr(sched, "pool", None), "slots")
     _check_family(pols, engine, slot_engine)
-    evicts = [(i, p) for i, p in enumerate(pols) if p.kind in EVICTION_KINDS]
+    evicts = [(i, p) for i, p in enumerate(pols) if p.evicts]
     if len(evicts) > 1:
         raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
@@ -128,7 +128,7 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         if p.kind == "host_kv_cache":
             _install_host_tier(i, p, scenario, sched, latency)
     needs_host = bool(offloads and offloads[0][1].mode == "offload") or any(
-        p.kind == "recoverable_eviction" or getattr(p, "write_back", False) for _, p in evicts)
+        p.host_backed or getattr(p, "write_back", False) for _, p in evicts)
     if needs_host and link is None:
         raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
                          f"PCIe; {host.name} shares memory with the GPU (no host tier)")

@@ -29,14 +29,16 @@ tokens), as engines evict whole pages rather than one token per step.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from kvsim.config.units import FrozenModel
+from kvsim.policies.registry import PolicyBase, register_policy
 
 
-class _Pinned(FrozenModel):
+class _Pinned(PolicyBase):
+    evicts: ClassVar[bool] = True
+    host_backed: ClassVar[bool] = False  # True: demoted tokens keep a full copy on host
     sink_tokens: int = Field(4, ge=0, description="attention sinks kept (StreamingLLM: 4)")
     pin_system_prompt: bool = Field(True, description="never evict the system prompt")
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")
@@ -44,6 +46,7 @@ class _Pinned(FrozenModel):
     boundary_tokens: int = Field(4, ge=0, description="pinned tokens per message (role header)")
 
 
+@register_policy
 class SlidingWindowConfig(_Pinned):
     kind: Literal["sliding_window"] = "sliding_window"
     window_tokens: int = Field(gt=0, description="recent tokens kept (W)")
@@ -52,7 +55,15 @@ class SlidingWindowConfig(_Pinned):
     def keep_recent(self) -> int:
         return self.window_tokens
 
+    def quiet_steps(self, n: int, pin: int, wm: int) -> int:
+        """Decode steps before the window may act on a slot of ``n`` tokens."""
+        return pin + self.window_tokens + self.chunk_tokens - n
 
+    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+        evictor.drop_window(slot, now_s)
+
+
+@register_policy
 class ScoreEvictionConfig(_Pinned):
     kind: Literal["score_eviction"] = "score_eviction"
     budget_tokens: int = Field(gt=0, description="tokens kept beyond the pinned head")
@@ -63,15 +74,31 @@ class ScoreEvictionConfig(_Pinned):
     def keep_recent(self) -> int:
         return self.recent_tokens
 
+    def quiet_steps(self, n: int, pin: int, wm: int) -> int:
+        """Decode steps before the budget may act on a slot of ``n`` tokens."""
+        return pin + self.budget_tokens + self.chunk_tokens - n
 
+    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+        evictor.drop_over_budget(slot, now_s)
+
+
+@register_policy
 class RecoverableEvictionConfig(_Pinned):
     kind: Literal["recoverable_eviction"] = "recoverable_eviction"
     window_tokens: int = Field(gt=0, description="recent tokens kept at full precision")
     cache_type: str = Field("q4_0", description="GPU storage type of demoted tokens")
     block_tokens: int = Field(16, gt=0, description="recall granularity (a page)")
+    host_backed: ClassVar[bool] = True  # demoted tokens keep a full copy on host
 
     def keep_recent(self) -> int:
         return self.window_tokens
+
+    def quiet_steps(self, n: int, pin: int, wm: int) -> int:
+        """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
+        return wm + self.window_tokens + self.chunk_tokens - n - 1
+
+    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+        evictor.demote_old(slot, now_s)
 
 
 def score_victims(cands: list[tuple[str, int, int]], hits: dict[str, int], need: int,

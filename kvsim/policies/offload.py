@@ -19,14 +19,18 @@ cache (kvsim.core.kv.host_pool, kvsim.core.scheduler).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kvsim.config.units import Bytes, FrozenModel, Seconds
+from kvsim.config.units import Bytes, Seconds
+from kvsim.policies.registry import Family, PolicyBase, register_policy
 
 
-class IdleOffloadConfig(FrozenModel):
+@register_policy
+class IdleOffloadConfig(PolicyBase):
+    """Idle slots offloaded to host RAM (or dropped) after ``idle_after_s``."""
+
     kind: Literal["idle_offload"] = "idle_offload"
     idle_after_s: Seconds = Field(10.0, ge=0, description="offload a slot idle this long")
     mode: Literal["offload", "drop"] = "offload"
@@ -34,7 +38,8 @@ class IdleOffloadConfig(FrozenModel):
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
 
 
-class HostKVCacheConfig(FrozenModel):
+@register_policy
+class HostKVCacheConfig(PolicyBase):
     """A host-RAM tier under a paged engine's prefix cache (kvsim.core.kv.host_pool).
 
     vLLM ``--kv-offloading-size`` (native CPU pool, LRU) or LMCache's local CPU
@@ -48,6 +53,7 @@ class HostKVCacheConfig(FrozenModel):
     """
 
     kind: Literal["host_kv_cache"] = "host_kv_cache"
+    family: ClassVar[Family] = "paged"
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
     hicache_ratio: float = Field(2.0, gt=0, description="SGLang: host pool / device pool")
     load: Literal["auto", "always"] = "auto"

@@ -20,11 +20,11 @@ kvsim.policies.runtime).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from kvsim.config.units import FrozenModel
+from kvsim.policies.registry import PolicyBase, register_policy
 
 _BITS = {"f32": 32, "f16": 16, "bf16": 16, "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8,
          "q8_0": 8, "exl2_q8": 8, "mlx_8bit": 8, "q5_0": 5, "q5_1": 5, "q4_0": 4, "q4_1": 4,
@@ -40,7 +40,8 @@ def nominal_bits(cache_type_k: str, cache_type_v: str | None = None) -> float:
     return float(min(_BITS.get(k, 16), _BITS.get(v, 16)))
 
 
-class KiviConfig(FrozenModel):
+@register_policy
+class KiviConfig(PolicyBase):
     """KIVI: quantize tokens older than a full-precision residual window."""
 
     kind: Literal["kivi"] = "kivi"
@@ -51,6 +52,8 @@ class KiviConfig(FrozenModel):
     pin_system_prompt: bool = False
     pin_turn_boundaries: bool = False  # KIVI quantizes every old token alike
     boundary_tokens: int = Field(4, ge=0)
+    evicts: ClassVar[bool] = True
+    host_backed: ClassVar[bool] = False  # the error is permanent: no host copy
 
     @property
     def cache_type(self) -> str:
@@ -67,3 +70,10 @@ class KiviConfig(FrozenModel):
 
     def keep_recent(self) -> int:
         return self.residual_tokens
+
+    def quiet_steps(self, n: int, pin: int, wm: int) -> int:
+        """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
+        return wm + self.residual_tokens + self.chunk_tokens - n - 1
+
+    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+        evictor.demote_old(slot, now_s)

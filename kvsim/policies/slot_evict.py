@@ -77,46 +77,54 @@ class SlotEvictor:
                 continue
             n = slot.n_tokens
             pin = pinned_len(tuple(slot.cache[:1]), pol.sink_tokens, pol.pin_system_prompt)
-            if pol.kind == "sliding_window":
-                steps = pin + pol.keep_recent() + pol.chunk_tokens - n
-            elif pol.kind == "score_eviction":
-                steps = pin + pol.budget_tokens + pol.chunk_tokens - n
-            else:
-                wm = max(self.rt.wm.get(slot.slot_id, 0), pin)
-                steps = wm + pol.keep_recent() + pol.chunk_tokens - n - 1
+            wm = max(self.rt.wm.get(slot.slot_id, 0), pin)
+            steps = pol.quiet_steps(n, pin, wm)
             quiet = min(quiet, max(steps, 0))
         return quiet
 
     def _evict_slot(self, slot: Any, now_s: float) -> None:
-        pol, rt = self.pol, self.rt
+        self.pol.act(self, slot, now_s)
+
+    def drop_window(self, slot: Any, now_s: float) -> None:
+        """Drop (or with ``write_back`` offload) tokens older than the window."""
+        pol = self.pol
         n, seq = slot.n_tokens, tuple(slot.cache)
         pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
         recent = pol.keep_recent()
+        if n > pin + recent + pol.chunk_tokens:
+            self._drop(slot, unpinned(pieces_in_range(seq, pin, n - recent), self._boundary()),
+                       pol.write_back, now_s)
+
+    def drop_over_budget(self, slot: Any, now_s: float) -> None:
+        """Drop the lowest-score blocks of a slot above the token budget."""
+        pol, rt = self.pol, self.rt
+        n, seq = slot.n_tokens, tuple(slot.cache)
+        pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
+        budget = pol.budget_tokens
+        if n > pin + budget + pol.chunk_tokens:
+            cands = unpinned(pieces_in_range(seq, pin, max(pin, n - pol.keep_recent())),
+                             self._boundary())
+            hits = rt.scorer.hits.get(rt.slot_session.get(slot.slot_id, ""), {})
+            self._drop(slot, score_victims(cands, hits, n - pin - budget, pol.block_tokens),
+                       False, now_s)
+
+    def demote_old(self, slot: Any, now_s: float) -> None:
+        """Demote tokens older than the recent window in place, in ``chunk_tokens`` steps."""
+        pol, rt = self.pol, self.rt
+        n, seq = slot.n_tokens, tuple(slot.cache)
+        pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
         chunk = pol.chunk_tokens
-        bnd = self._boundary()
-        if pol.kind == "sliding_window":
-            if n > pin + recent + chunk:
-                self._drop(slot, unpinned(pieces_in_range(seq, pin, n - recent), bnd),
-                           pol.write_back, now_s)
-        elif pol.kind == "score_eviction":
-            budget = pol.budget_tokens
-            if n > pin + budget + chunk:
-                cands = unpinned(pieces_in_range(seq, pin, max(pin, n - recent)), bnd)
-                hits = rt.scorer.hits.get(rt.slot_session.get(slot.slot_id, ""), {})
-                self._drop(slot, score_victims(cands, hits, n - pin - budget, pol.block_tokens),
-                           False, now_s)
-        else:  # kivi / recoverable_eviction: demote old tokens in place
-            wm = max(rt.wm.get(slot.slot_id, 0), pin)
-            end = wm + (n - recent - wm) // chunk * chunk
-            if end > wm:
-                self._demote(slot, unpinned(pieces_in_range(seq, wm, end), bnd), now_s)
-                rt.wm[slot.slot_id] = end
+        wm = max(rt.wm.get(slot.slot_id, 0), pin)
+        end = wm + (n - pol.keep_recent() - wm) // chunk * chunk
+        if end > wm:
+            self._demote(slot, unpinned(pieces_in_range(seq, wm, end), self._boundary()), now_s)
+            rt.wm[slot.slot_id] = end
 
     def _demote(self, slot: Any, pieces: list, now_s: float) -> None:
         rt = self.rt
         sid = rt.slot_session.get(slot.slot_id, "")
         led = rt.ledger(sid)
-        backed = self.pol.kind == "recoverable_eviction"
+        backed = self.pol.host_backed
         state = QUANT_BACKED if backed else QUANT
         changed = 0
         for psid, a, b in pieces:

@@ -1,0 +1,39 @@
+"""The policy registry: each policy config registers itself with :func:`register_policy`.
+
+NOTE: registration order is the order of the ``kind`` tags in validation errors and in
+the "one of …" lists of kvsim.policies.build; the package imports its modules in that order.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, TypeVar
+
+from kvsim.config.units import FrozenModel
+
+Family = Literal["slot", "paged"]  # slot: llama.cpp / ollama; paged: vllm / sglang
+
+
+class PolicyBase(FrozenModel):
+    """A policy config: its ``kind`` tag plus what it declares about itself."""
+
+    family: ClassVar[Family] = "slot"  # the engine family it applies to
+    evicts: ClassVar[bool] = False     # the eviction family: at most one per scenario
+
+
+REGISTRY: dict[str, type[PolicyBase]] = {}
+
+_P = TypeVar("_P", bound=PolicyBase)
+
+
+def register_policy(cls: type[_P]) -> type[_P]:
+    """Add a policy config class (its ``kind`` default is the tag) to :data:`REGISTRY`.
+    """
+    REGISTRY[cls.model_fields["kind"].default] = cls
+    return cls
+
+
+def kinds(family: Family | None = None, evicts: bool | None = None) -> tuple[str, ...]:
+    """Registered kinds, in registration order, filtered by family and eviction flag."""
+    return tuple(k for k, c in REGISTRY.items()
+                 if (family is None or c.family == family)
+                 and (evicts is None or c.evicts == evicts))
