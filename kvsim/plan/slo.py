@@ -2,7 +2,7 @@
 
 A household's answer is "the largest context × concurrency that keeps p95 latency
 and long-context recall on target while staying at or under ~85 % of device
-memory" (DESIGN.md §1).  This module turns the command-line form of those targets
+memory" (docs/design/DESIGN.md §1).  This module turns the command-line form of those targets
 (``--slo ttft_p95=2s --slo itl_p95=150ms --max-device-fraction 0.85
 --max-oom-risk 0.01 --min-recall 0.95``) into :class:`Constraints`, and judges a
 point's estimates against them: each constraint's value, limit, slack and the
