@@ -9,7 +9,7 @@ point's estimates against them: each constraint's value, limit, slack and the
 *binding* one (most violated when infeasible, tightest when feasible).
 
 NOTE: latency SLOs are upper bounds on summary keys of the Results contract
-(``ttft_p95_s`` …); recall is the accuracy proxy ``recall_mean`` (issue 5).  A
+(``ttft_p95_s`` …); recall is the accuracy proxy ``recall_mean`` (docs/policies.md).  A
 run whose summary has no measured ``recall_mean`` — absent, or null when its
 workload had no reference events to score (an imported trace) — is scored 1.0 (no
 recall target can be missed where none was measured) and the evaluation carries a
