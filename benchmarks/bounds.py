@@ -1,4 +1,4 @@
-"""How far the two missed speed targets of issue 6 are from what an exact simulator must do.
+"""How far the two missed speed targets (docs/speed.md) are from what an exact simulator must do.
 
 Prints figures; not a test.  Both parts time chosen functions by wrapping them
 (``_Timed``); the wrapper's own cost, measured on an empty function, is subtracted

@@ -4,7 +4,7 @@
     python benchmarks/household.py --days 7          # household-week
     python benchmarks/household.py --days 30 --no-step   # household-month (peak RSS)
 
-Targets (issue 6): week ≤ 2 s wall; fast ≥ 50× step on a day; month ≤ 400 MB RSS.
+Targets (docs/speed.md): week ≤ 2 s wall; fast ≥ 50× step on a day; month ≤ 400 MB RSS.
 """
 
 from __future__ import annotations

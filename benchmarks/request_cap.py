@@ -9,7 +9,7 @@ scenario, report included).  The default trace holds one session more than
 :data:`kvsim.metrics.records.MAX_REQUESTS` and the run is cut by ``sim.max_sim_time_s``
 after the last arrival (so it is not refused up front): it must stop at the cap with
 exit code 2, one error line and every result file written.  Prints wall seconds, the
-child's peak RSS (the ~400 MB bound of issue 6) and what was saved.
+child's peak RSS (the ~400 MB bound in docs/speed.md) and what was saved.
 
 With ``--refused`` the run is not cut by time and the trace is larger than the cap:
 it must be refused before simulating anything (the sessions are only counted).

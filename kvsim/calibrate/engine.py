@@ -2,7 +2,7 @@
 
 ``kvsim calibrate engine --url URL`` streams controlled requests — token-id prompts
 with ``n_predict`` + ``ignore_eos`` — and times them as a client sees them, using the
-server's own ``timings`` (``reference/engines.md`` §3.7) for what was reused:
+server's own ``timings`` (``docs/reference/engines.md`` §3.7) for what was reused:
 
 - prefill: a prompt of ``C`` tokens is cached, then a prompt that extends it by ``P``
   tokens is sent; the server reports ``cache_n`` (≈ C) and ``prompt_n`` (≈ P); the

@@ -1,4 +1,4 @@
-"""Replay a trace against a real server and record measured Results (DESIGN.md §5).
+"""Replay a trace against a real server and record measured Results (docs/design/DESIGN.md §5).
 
 Sessions are played closed-loop exactly as the simulator's engine plays them
 (:mod:`kvsim.core.engine`): a session starts at its first turn's ``start_s``; a later

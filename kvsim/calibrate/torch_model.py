@@ -6,7 +6,7 @@ RMSNorm, Q/K/V projections, attention over the KV cache, output projection, SwiG
 MLP, and the LM head for each sequence's last token — with random weights, so timings
 and memory follow the model's shapes without downloading it.
 
-KV storage mirrors llama.cpp's cache types (``reference/engines.md`` §0):
+KV storage mirrors llama.cpp's cache types (``docs/reference/engines.md`` §0):
 
 - ``f16``: half-precision K and V (2 bytes/value);
 - ``q8_0``: blocks of 32 values = one f16 scale + 32 int8 (34 bytes per 32 values);

@@ -1,6 +1,6 @@
 """The HTTP side of replay: request bodies, server checks and streamed-response parsing.
 
-Two APIs (``reference/engines.md`` §3.4, §3.7):
+Two APIs (``docs/reference/engines.md`` §3.4, §3.7):
 
 - ``llama.cpp``: ``POST /completion`` with a token-id prompt, ``cache_prompt``,
   ``n_predict`` + ``ignore_eos`` so the answer has exactly the trace's length,
@@ -38,7 +38,7 @@ WORDS = ("the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was",
 
 LLAMA_CPP_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0",
                          "q5_1")
-"""llama-server ``-ctk``/``-ctv`` values (``reference/engines.md`` §3.2)."""
+"""llama-server ``-ctk``/``-ctv`` values (``docs/reference/engines.md`` §3.2)."""
 
 
 def server_url(url: str, field: str = "--url") -> str:

@@ -1,4 +1,4 @@
-"""Calibrated latency: step times from a measured, fitted artifact (DESIGN.md §3.5).
+"""Calibrated latency: step times from a measured, fitted artifact (docs/design/DESIGN.md §3.5).
 
 The artifact (:mod:`kvsim.calibrate.artifact`) holds, per KV cache dtype, non-negative
 coefficients of a linear step-time model over seven step features (a constant, prefill

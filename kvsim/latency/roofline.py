@@ -1,4 +1,4 @@
-"""Roofline step latency from the hardware profile (DESIGN.md §3.5).
+"""Roofline step latency from the hardware profile (docs/design/DESIGN.md §3.5).
 
 Weights: one engine step reads every dense tensor once — attention, norms, router,
 shared experts and the output head (the token embedding is a row lookup, never streamed
@@ -28,9 +28,9 @@ on the host's FLOP/s and memory bandwidth (HostSpec).  A fixed per-step overhead
 (kernel launches, sampling, scheduler) is added.
 
 Quantized KV types pay a dequantization cost modelled as a fraction of their KV
-read time (``kv_dequant_factor``, default 0.25): engines.md §3.2 reports that
+read time (``kv_dequant_factor``, default 0.25): docs/reference/engines.md §3.2 reports that
 quantized KV slows prompt processing on CUDA without giving a number, and
-kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
+docs/reference/kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
 a documented planning assumption, settable in the scenario (0 = fused kernels).
 
 Tokens a policy demoted (KIVI, ``recoverable_eviction``) are read at their quantized
@@ -38,7 +38,7 @@ bytes: the step's ``BatchShape.kv_read_saved_bytes`` (quantized tokens × the f1
 bytes per token of the full-attention layers, :attr:`kv_read_token_bytes`, × (1 −
 ratio)) comes off the KV read before the roofline's max, split between GPU and CPU
 layers as the read is; their dequantization is the policy's stall on those quantized
-bytes (kvsim.policies.runtime, kv-policies.md §2.1(b,c)).  The engine's own cache
+bytes (kvsim.policies.runtime, docs/reference/kv-policies.md §2.1(b,c)).  The engine's own cache
 must then be f16/bf16 (kvsim.policies.build refuses a quantized one), so the
 ``kv_dequant_factor`` term here is 0 and nothing is charged twice.  Sliding-window
 layers hold only their window and are counted at f16.

@@ -1,4 +1,4 @@
-"""Recall-accuracy proxy: one score per reference event (kv-policies.md §6.4).
+"""Recall-accuracy proxy: one score per reference event (docs/reference/kv-policies.md §6.4).
 
 A reference event ("turn 7 depends on that name in turn 1's input") is scored when
 its turn is scheduled, from the state of the KV holding the referenced span:
@@ -40,7 +40,7 @@ M = Field  # shorthand below; every multiplier is validated in [0, 1]
 
 
 class ContentMultipliers(FrozenModel):
-    """Score multipliers of one content class (kv-policies.md §6.4)."""
+    """Score multipliers of one content class (docs/reference/kv-policies.md §6.4)."""
 
     degraded_4bit: float = M(0.97, ge=0, le=1, description="4-8 bit grouped (q4_0, q5_x, KIVI-4)")
     degraded_3bit: float = M(0.95, ge=0, le=1, description="~3 bit")

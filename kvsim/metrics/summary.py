@@ -89,7 +89,8 @@ def looked_up(requests: pd.DataFrame) -> np.ndarray:
     """True for the requests whose prompt the engine looked up in its prefix cache:
     every request it scheduled.  One it never scheduled — rejected at entry (a prompt
     over its context: "maximum context length exceeded") or still waiting when the
-    run stopped — had no lookup, as in vLLM's prefix-cache queries (engines.md §1.8).
+    run stopped — had no lookup, as in vLLM's prefix-cache queries
+    (docs/reference/engines.md §1.8).
     NOTE: a measured replay has no scheduling times: its finished requests count."""
     if "first_scheduled_s" not in requests.columns:
         return np.ones(len(requests), dtype=bool)
@@ -109,7 +110,7 @@ def prefix_hit_rate(requests: pd.DataFrame) -> float:
     """Prompt tokens served from the prefix cache over the prompt tokens the engine
     looked up — the prompts of the requests it scheduled (:func:`looked_up`), as sent
     less what it truncated away (vLLM's prefix_cache_hits / prefix_cache_queries,
-    engines.md §1.8)."""
+    docs/reference/engines.md §1.8)."""
     req = requests[looked_up(requests)]
     read = int(read_prompt_tokens(req).sum())
     return int(req["cached_tokens"].sum()) / read if read > 0 else 0.0

@@ -1,8 +1,8 @@
 """llama.cpp's GPU compute buffer: what its worst-case graph reserve allocates.
 
-engines.md §8 item 7 says only that llama.cpp's compute buffers "grow with ``n_ubatch``
-and context".  What grows with context was read from llama.cpp's source (the copy
-vendored in llama-cpp-python 0.3.36, which ``scripts/build_llama_server.sh`` builds) and
+docs/reference/engines.md §8 item 7 says only that llama.cpp's compute buffers "grow with
+``n_ubatch`` and context".  What grows with context was read from llama.cpp's source (the
+copy vendored in llama-cpp-python 0.3.36, which ``scripts/build_llama_server.sh`` builds) and
 measured with that build:
 
 - **The attention mask.**  One graph input per KV cache of ``n_kv × n_ubatch`` elements

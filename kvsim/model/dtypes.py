@@ -6,11 +6,11 @@ then an exact :class:`fractions.Fraction` (q8_0 = 34/32), and a row of ``n`` val
 costs ``ceil(n / block_elems) * block_bytes`` bytes — ggml's ``ggml_row_size``.
 
 Sources: ``shared/reference/engines.md`` §0 (byte table), §1.5 (vLLM fp8 scales),
-§6 (ExLlamaV2 caches), §7 (MLX ``--kv-bits``); ``kv-policies.md`` §2.1 (KIVI).
+§6 (ExLlamaV2 caches), §7 (MLX ``--kv-bits``); ``docs/reference/kv-policies.md`` §2.1 (KIVI).
 
 - f32 4, f16/bf16 2 bytes.
 - fp8 (e4m3/e5m2): 1 byte per element plus **per-tensor fp32 scales**: one 4-byte
-  ``k_scale`` and one ``v_scale`` per attention layer (vLLM default; engines.md §1.5
+  ``k_scale`` and one ``v_scale`` per attention layer (vLLM default; docs/reference/engines.md §1.5
   says "negligible").  They are a fixed cost per model, not per token, so they appear
   as :attr:`CacheType.tensor_scale_bytes`, never in bytes per token.
 - ggml blocks of 32: q8_0 34 B, q5_1 24 B, q5_0 22 B, q4_1 20 B, q4_0 18 B, iq4_nl 18 B.
@@ -22,7 +22,7 @@ Sources: ``shared/reference/engines.md`` §0 (byte table), §1.5 (vLLM fp8 scale
   f16 until their group seals.
 
 NOTE: sizes are exact integers for any row whose length is a multiple of the block;
-engines reject quantized K rows that are not (engines.md §3.2), so no rounding
+engines reject quantized K rows that are not (docs/reference/engines.md §3.2), so no rounding
 ever happens in practice.
 """
 

@@ -1,6 +1,6 @@
 """KV geometry: how many bytes one sequence's cache costs, per layer group.
 
-``shared/reference/engines.md`` §0 and ``hardware-and-models.md`` §2 give the
+``shared/reference/engines.md`` §0 and ``docs/reference/hardware-and-models.md`` §2 give the
 arithmetic this module implements exactly:
 
 - **full** attention layers grow with context: per token and layer
@@ -109,7 +109,8 @@ class KvGeometry:
         """What an engine's cache costs per token and per sequence (``kvsim fit``).
 
         ``kv_bytes_per_token`` is the cache that grows with context
-        (hardware-and-models.md §2, models.csv ``kv_bytes_per_token_fp16``): the
+        (docs/reference/hardware-and-models.md §2,
+        docs/reference/models.csv ``kv_bytes_per_token_fp16``): the
         full-attention layers, or every attention layer where the engine holds the
         sliding-window ones at full length (``windows_capped=False``).  The windowed
         layers are then counted apart: ``kv_windowed_bytes_per_token`` for the newest
@@ -159,7 +160,7 @@ def kv_geometry(model: ModelSpec, cache_type_k: str = "f16", cache_type_v: str =
     """KV bytes of ``model`` with K stored as ``cache_type_k`` and V as ``cache_type_v``.
 
     ``state_dtype`` is the recurrent-state storage type (llama.cpp: always f32;
-    ``models.csv`` quotes it at f16).  Unknown type names raise InputError.
+    ``docs/reference/models.csv`` quotes it at f16).  Unknown type names raise InputError.
     """
     k = cache_type(cache_type_k, "cache_type_k", role="k")
     v = cache_type(cache_type_v, "cache_type_v", role="v")

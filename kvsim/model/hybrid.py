@@ -176,8 +176,8 @@ def too_long_refusal(ctx: int, tokens: int, groups: KVCacheGroups | None, per_re
                      blocks: int, fit_len: int) -> str | None:
     """vLLM's refusal of a ``max_model_len`` one request could not hold (§1.1, §1.7).
 
-    NOTE: paged_budget gives SGLang the same refusal; engines.md §2 does not say what
-    SGLang does with a pool smaller than its context length.
+    NOTE: paged_budget gives SGLang the same refusal; docs/reference/engines.md §2 does not
+    say what SGLang does with a pool smaller than its context length.
     """
     if groups is not None:
         return hybrid_refusal(groups, ctx, per_req, blocks, fit_len)

@@ -2,7 +2,7 @@
 
 Both importers read only metadata — the GGUF reader (the ``gguf`` package) maps the
 file and parses the key/value header and tensor descriptors; tensor data is never
-read.  Layer layouts follow ``hardware-and-models.md`` §2:
+read.  Layer layouts follow ``docs/reference/hardware-and-models.md`` §2:
 
 - sliding windows: ``layer_types`` lists, Gemma 2 (even layers local), Gemma 3
   (global iff ``(i+1) % sliding_window_pattern == 0``), gpt-oss (even layers local),

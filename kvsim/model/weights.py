@@ -8,22 +8,23 @@ format        bpw      source
 ============  =======  ==========================================================
 bf16 / f16    16       2 bytes per weight
 fp8           8        1 byte per weight (per-tensor scales negligible)
-q8_0          8.5      ggml block: f16 scale + 32 int8 = 34 B / 32 (engines.md §0)
+q8_0          8.5      ggml block: f16 scale + 32 int8 = 34 B / 32 (docs/reference/engines.md §0)
 q6_k          6.5625   ggml block_q6_K: 210 B / 256 values (quantize README: 6.56)
 q5_k_m        5.68     llama.cpp tools/quantize README, Llama-2-7B table (mix of
                        q5_K and q6_K tensors)
 q4_k_m        4.84     llama.cpp tools/quantize README, Llama-2-7B table; matches
-                       hardware-and-models.md §2 "real Q4_K_M files 4.8-4.9 bpw"
+                       docs/reference/hardware-and-models.md §2 "real Q4_K_M files 4.8-4.9 bpw"
 q4_0          4.5      ggml block: f16 scale + 16 B nibbles = 18 B / 32
 iq4_xs        4.25     ggml block_iq4_xs: 136 B / 256 values
 mxfp4         4.25     32 4-bit values + 1 shared 8-bit exponent = 17 B / 32
-(mxfp4_moe)            (gpt-oss experts; hardware-and-models.md §2 "~4.25 bpw");
+(mxfp4_moe)            (gpt-oss experts; docs/reference/hardware-and-models.md §2 "~4.25 bpw");
                        experts only, see below
 awq / gptq    4.15625  DERIVED: 4-bit + fp16 scale and packed 4-bit zero per
 (int4)                 group of 128 = 4 + 16/128 + 4/128 (the decoder layers)
 ============  =======  ==========================================================
 
-Token embedding and output head (``embed_bits_per_weight``): hardware-and-models.md §2
+Token embedding and output head (``embed_bits_per_weight``):
+docs/reference/hardware-and-models.md §2
 "Embeddings and the output layer often stay at higher precision".  AWQ, GPTQ and FP8
 checkpoints (AutoAWQ, GPTQ, llm-compressor; vLLM's online ``--quantization fp8``)
 quantise the decoder layers' linear projections only: ``embed_tokens`` (an embedding,
@@ -37,9 +38,9 @@ Experts-only formats (``other_bits_per_weight`` set) quantise the routed MoE exp
 and store every other tensor — attention, router, norms, token embedding, output head —
 at another width:
 
-- ``mxfp4``: the released gpt-oss checkpoints.  models.csv (gpt-oss notes) and
-  hardware-and-models.md §2: "MXFP4 for MoE experts (~4.25 bpw)"; the rest as released,
-  bf16.  gpt-oss-20b 13.74 GB, gpt-oss-120b 65.15 GB (tests/model/test_expert_formats.py;
+- ``mxfp4``: the released gpt-oss checkpoints.  docs/reference/models.csv (gpt-oss notes) and
+  docs/reference/hardware-and-models.md §2: "MXFP4 for MoE experts (~4.25 bpw)"; the rest as
+  released, bf16.  gpt-oss-20b 13.74 GB, gpt-oss-120b 65.15 GB (tests/model/test_expert_formats.py;
   the reference: checkpoints "about 13 GB" and "about 61-65 GB").
 - ``mxfp4_moe``: llama.cpp's own ``llama-quantize`` type MXFP4_MOE (src/llama-quant.cpp,
   llama.cpp vendored in llama-cpp-python 0.3.36): 3-D expert tensors MXFP4, every other
@@ -156,8 +157,8 @@ class WeightSplit:
 
         The output head goes to the GPU with a full offload, and with any partial one
         when ``head_first``: llama.cpp's ``--fit`` fills layers from the back, output
-        layer first (engines.md §3.6), while an explicit ``-ngl N`` below the layer count
-        and Ollama's layer estimate (§4.2) place it last.  The token embedding stays in
+        layer first (docs/reference/engines.md §3.6), while an explicit ``-ngl N`` below the
+        layer count and Ollama's layer estimate (§4.2) place it last.  The token embedding stays in
         host memory in llama.cpp and Ollama (its input layer runs on the CPU), and a tied
         head is then llama.cpp's duplicate of it; paged engines keep everything on the
         GPU (``embedding_on_gpu=True``), a tied tensor once for both uses.

@@ -9,7 +9,7 @@ stream), in parallel, and summarises:
   (none from a single run: :func:`kvsim.plan.stats.mean_interval`);
 - **OOM risk** = share of replications with an OOM-class event — a failed
   request, an allocation failure or a load failure, as the engine would surface
-  it — with a Wilson 95 % interval (DESIGN.md §3.7).
+  it — with a Wilson 95 % interval (docs/design/DESIGN.md §3.7).
 
 NOTE: the per-run work is a *runner* — a top-level callable ``Scenario →
 RunOutput`` (default :func:`simulate_run`, over :func:`kvsim.api.simulate`) — so

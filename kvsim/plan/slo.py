@@ -2,14 +2,14 @@
 
 A household's answer is "the largest context × concurrency that keeps p95 latency
 and long-context recall on target while staying at or under ~85 % of device
-memory" (DESIGN.md §1).  This module turns the command-line form of those targets
+memory" (docs/design/DESIGN.md §1).  This module turns the command-line form of those targets
 (``--slo ttft_p95=2s --slo itl_p95=150ms --max-device-fraction 0.85
 --max-oom-risk 0.01 --min-recall 0.95``) into :class:`Constraints`, and judges a
 point's estimates against them: each constraint's value, limit, slack and the
 *binding* one (most violated when infeasible, tightest when feasible).
 
 NOTE: latency SLOs are upper bounds on summary keys of the Results contract
-(``ttft_p95_s`` …); recall is the accuracy proxy ``recall_mean`` (issue 5).  A
+(``ttft_p95_s`` …); recall is the accuracy proxy ``recall_mean`` (docs/policies.md).  A
 run whose summary has no measured ``recall_mean`` — absent, or null when its
 workload had no reference events to score (an imported trace) — is scored 1.0 (no
 recall target can be missed where none was measured) and the evaluation carries a

@@ -24,7 +24,7 @@ Every point keeps its row in the table; points that resolve to the same scenario
 share one simulation.  A point whose engine refuses to start (the model or its KV
 reservation does not load, vLLM's pool is under ``max_model_len``) is a result, not
 an error: its row says ``status: cannot_start`` with the engine's reason (an
-OOM-class outcome, DESIGN.md §3.7) and nothing is run for it.  A point that still
+OOM-class outcome, docs/design/DESIGN.md §3.7) and nothing is run for it.  A point that still
 fails while running (e.g. stopped by the request cap) does not stop the others:
 every other point runs and is stored, the table marks it ``failed``, and the error is
 reported, naming the point.

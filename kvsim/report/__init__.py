@@ -1,4 +1,4 @@
-"""Interactive, self-contained Plotly reports (DESIGN §3.7, issue 8).
+"""Interactive, self-contained Plotly reports (docs/design/DESIGN.md §3.7).
 
 Pure data functions (:mod:`.data_run`, :mod:`.data_plan`, :mod:`.card`), one Plotly
 function per figure (:mod:`.figures_run`, :mod:`.figures_plan`), peak-preserving

@@ -1,8 +1,8 @@
 """Pure data functions for the planning figures: plan grid, GPU comparison,
 policy comparison and sweeps (no Plotly here).
 
-The tables come from ``kvsim.plan`` (issue 7) and from several runs side by side
-(issue 5).  The columns each function expects are listed in its docstring; that
+The tables come from ``kvsim.plan`` and from several runs side by side
+(``kvsim compare``).  The columns each function expects are listed in its docstring; that
 list is the contract with the planning code.  Absent optional columns are simply
 not shown; an absent required column raises :class:`kvsim.errors.InputError`.
 """

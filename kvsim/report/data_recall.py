@@ -1,4 +1,4 @@
-"""Pure data functions for the recall-proxy figures (DESIGN §3.6; no Plotly here).
+"""Pure data functions for the recall-proxy figures (docs/design/DESIGN.md §3.6; no Plotly here).
 
 They read a run's ``references`` table (one row per scored reference event,
 :mod:`kvsim.metrics.results`): ``session_id`` and ``score`` (the multiplier m in
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-BELOW = 0.5  # DESIGN §3.6: "share of events below 0.5"
+BELOW = 0.5  # docs/design/DESIGN.md §3.6: "share of events below 0.5"
 DROPPED = ("LOST", "COLLAPSE")  # outcomes whose span is gone
 
 

@@ -6,7 +6,7 @@ arrays, small DataFrames, dicts — or ``None`` when the run has nothing to show
 (the page then prints a one-line note instead of an empty figure).  They are
 tested on hand-built tables, without rendering.
 
-Memory accounting follows DESIGN.md §3.1: device = driver reserve + display/other
+Memory accounting follows docs/design/DESIGN.md §3.1: device = driver reserve + display/other
 + weights + activations + KV pool (reserved), and inside the pool allocated (by
 block state) + cached prefix blocks + reserved-but-free.
 
@@ -33,7 +33,7 @@ from kvsim.report.downsample import DEFAULT_BUCKETS, minmax_rows, thin_monotone
 
 GIB = float(2**30)
 _POOL_COLS = ("kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes")
-_BREAKDOWN = (  # (label, summary key) of the static device rows, DESIGN §3.1
+_BREAKDOWN = (  # (label, summary key) of the static device rows, docs/design/DESIGN.md §3.1
     ("driver reserve", "driver_reserve_bytes"), ("display / other", "display_reserve_bytes"),
     ("weights", "weights_gpu_bytes"), ("activations", "activation_bytes"),
     ("engine overhead", "engine_overhead_bytes"))

@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 
 from kvsim.report.data_run import GIB, time_scale
 
-PLAN_LINE = 0.85  # the planning rule: stay at or under ~85% of device memory (DESIGN §3.1)
+# The planning rule: stay at or under ~85% of device memory (docs/design/DESIGN.md §3.1).
+PLAN_LINE = 0.85
 PHASE_COLORS = {"think": "#d9d9d9", "queue": "#f4a582", "prefill": "#4393c3",
                 "decode": "#2166ac"}
 LAYOUT = dict(template="plotly_white", height=440, margin=dict(l=70, r=30, t=90, b=50),

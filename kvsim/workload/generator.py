@@ -56,7 +56,7 @@ def generate(preset: HouseholdPreset, days: float, seed: int,
 def stream_sessions(preset: HouseholdPreset, days: float, seed: int,
                     start_weekday: int = 0, field: str = "days") -> Iterator[Session]:
     """:func:`generate`'s sessions made one day at a time, so a long run holds only the
-    sessions about to start (issue 6: a household-year's sessions are ~120 MB as
+    sessions about to start (docs/speed.md: a household-year's sessions are ~120 MB as
     objects).  Checks its arguments at once, before the first session is made.
 
     NOTE: each member's schedule stream is drawn day after day and each session has its

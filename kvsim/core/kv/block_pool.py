@@ -1,4 +1,4 @@
-"""The paged KV block pool (vLLM v1 ``BlockPool``), engines.md §1.2–§1.3.
+"""The paged KV block pool (vLLM v1 ``BlockPool``), docs/reference/engines.md §1.2–§1.3.
 
 Every block exists from start-up.  A block with ``ref_cnt == 0`` sits in the *free
 queue*, a doubly linked list in eviction order (head = evicted first).  A free

@@ -1,4 +1,6 @@
-"""A host-RAM tier of paged KV blocks keyed by prefix hash (engines.md §1.6, §2.4, §5).
+"""A host-RAM tier of paged KV blocks keyed by prefix hash.
+
+See docs/reference/engines.md §1.6, §2.4, §5.
 
 vLLM's native offloading (``--kv-offloading-size``, CPU block pool with LRU
 eviction), LMCache's local CPU backend (LRU) and SGLang's HiCache (host pool of

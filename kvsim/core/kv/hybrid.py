@@ -1,4 +1,6 @@
-"""Block tables per KV cache group: vLLM's hybrid KV cache manager (engines.md §1.7).
+"""Block tables per KV cache group: vLLM's hybrid KV cache manager.
+
+See docs/reference/engines.md §1.7.
 
 A sliding-window model under vLLM v1 has several KV cache groups
 (:mod:`kvsim.model.hybrid`), all drawing blocks from the one

@@ -1,4 +1,6 @@
-"""KV cache manager for paged engines (vLLM v1 ``KVCacheManager``), engines.md §1.2–§1.4.
+"""KV cache manager for paged engines (vLLM v1 ``KVCacheManager``).
+
+See docs/reference/engines.md §1.2–§1.4.
 
 The scheduler asks two questions per request and step: which leading blocks are
 already cached (``get_computed_blocks``, only for a request with nothing computed)

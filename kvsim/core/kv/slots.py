@@ -1,4 +1,6 @@
-"""llama.cpp / Ollama slots and the host-RAM prompt cache, engines.md §3.1, §3.4, §4.5.
+"""llama.cpp / Ollama slots and the host-RAM prompt cache.
+
+See docs/reference/engines.md §3.1, §3.4, §4.5.
 
 A server has ``parallel`` slots.  Each slot keeps the KV of its last sequence
 (prompt + output − 1 tokens) so a follow-up turn computes only what differs.
