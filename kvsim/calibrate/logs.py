@@ -1,7 +1,7 @@
 """Startup-log readers: pin KV capacity exactly from what the engine itself printed.
 
 Users can paste an engine's startup log and kvsim reads the numbers that decide
-capacity (``reference/engines.md`` §1, §3.1, §4.2):
+capacity (``docs/reference/engines.md`` §1, §3.1, §4.2):
 
 - vLLM: ``GPU KV cache size: N tokens``, ``Maximum concurrency for L tokens per
   request: X.XXx``, ``Available KV cache memory: X GiB`` and the older
@@ -129,7 +129,7 @@ def _kv_buffers(text: str, name: str) -> dict[str, int]:
 
     NOTE: llama.cpp prints one line per device per KV cache (K and V together), so a
     device appears once — twice for an SWA model (its non-SWA and SWA caches,
-    ``reference/engines.md`` §3.1); later lines of the same startup belong to another
+    ``docs/reference/engines.md`` §3.1); later lines of the same startup belong to another
     context (a draft model's), so the first ones are the served model's.
     """
     caches = 2 if re.search(r"SWA KV cache", text) else 1

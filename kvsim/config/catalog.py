@@ -128,7 +128,7 @@ def unified_host(gpu: GpuSpec) -> HostSpec:
     """The host of a unified-memory machine: the GPU's own memory, nothing else.
 
     Memory and bandwidth are the GPU profile's (CPU and GPU share one DRAM, with no
-    PCIe hop: hardware-and-models.md §3), so a user's own GPU YAML gets its host too;
+    PCIe hop: docs/reference/hardware-and-models.md §3), so a user's own GPU YAML gets its host too;
     ``cpu_flops`` is the catalogue's planning estimate, which every shipped host carries
     (read from :data:`DEFAULT_HOST`, not retyped).  For a shipped unified GPU the
     numbers equal its shipped host profile's (e.g. dgx-spark → dgx-spark-128gb)."""

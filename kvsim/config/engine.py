@@ -1,6 +1,6 @@
 """Engine configuration: one frozen model per allocator family, presets as YAML.
 
-Real engines lay out KV memory in three ways (DESIGN.md §3.2):
+Real engines lay out KV memory in three ways (docs/design/DESIGN.md §3.2):
 
 - ``paged`` (vLLM, SGLang): one block pool sized by a memory fraction;
 - ``slots`` (llama.cpp with ``--no-kv-unified``, Ollama's runners): ``-c`` split
@@ -9,7 +9,7 @@ Real engines lay out KV memory in three ways (DESIGN.md §3.2):
 
 A scenario names a preset (``engine: {preset: llama.cpp, parallel: 4}``); the
 preset's YAML under ``hardware_profiles/engines/`` supplies every default with its
-source in ``reference/engines.md``, and the scenario's keys override them.
+source in ``docs/reference/engines.md``, and the scenario's keys override them.
 ``extra="forbid"`` makes a knob that the preset's family does not have an error, and
 :data:`FOREIGN_KNOBS` a paged knob that only the other paged engine has (vLLM's swap
 space, ``--kv-cache-memory``, … on SGLang; SGLang's ``--max-total-tokens`` on vLLM).
@@ -26,8 +26,9 @@ SGLang take the model's maximum, llama-server ``-c 0`` the training context that
 The presets' numbers apply only where no model is known.
 
 NOTE: the ``ollama`` preset follows one Ollama release, ``ollama_version`` (default
-:data:`~kvsim.config.ollama.OLLAMA_LATEST`); every default that changed between releases (engines.md §4) is
-derived from it for the knobs a scenario leaves unset (:func:`~kvsim.config.ollama.ollama_defaults`).
+:data:`~kvsim.config.ollama.OLLAMA_LATEST`); every default that changed between releases
+(docs/reference/engines.md §4) is derived from it for the knobs a scenario leaves unset
+(:func:`~kvsim.config.ollama.ollama_defaults`).
 """
 
 from __future__ import annotations
@@ -218,8 +219,8 @@ FOREIGN_KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
     },
 }
 
-# Engines with one cache type for K and V: the flag that sets it (engines.md §1.5, §2.1,
-# §4.1); llama.cpp has -ctk and -ctv (§3.2).
+# Engines with one cache type for K and V: the flag that sets it (docs/reference/engines.md §1.5,
+# §2.1, §4.1); llama.cpp has -ctk and -ctv (§3.2).
 ONE_CACHE_TYPE = {"vllm": ("--kv-cache-dtype", "§1.5"), "sglang": ("--kv-cache-dtype", "§2.1"),
                   "ollama": ("OLLAMA_KV_CACHE_TYPE", "§4.1")}
 
@@ -258,7 +259,7 @@ def pool_tokens_hint(cfg: SlotEngineConfig) -> int:
 
 def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
     """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for one GPU
-    with TP = PP = 1 (engines.md §2.1; 24 GiB → 0.847)."""
+    with TP = PP = 1 (docs/reference/engines.md §2.1; 24 GiB → 0.847)."""
     gpu_mib = gpu_memory_bytes / 2**20
     gib = gpu_memory_bytes / 2**30
     tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
@@ -273,7 +274,7 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
                    weights: str | None = None) -> EngineConfig:
     """Resolve an engine preset, filling the defaults real engines derive from the GPU
     for keys the caller did not set: vLLM's batch budget on ≥ 70 GiB non-A100 cards
-    (engines.md §1.4), SGLang's ``mem_fraction_static`` / chunked prefill (§2.1) and
+    (docs/reference/engines.md §1.4), SGLang's ``mem_fraction_static`` / chunked prefill (§2.1) and
     Ollama's release defaults (:func:`~kvsim.config.ollama.ollama_defaults`: num_ctx by VRAM, flash attention
     by architecture; ``weights`` only for the releases whose parallel count was automatic);
     with ``model``, the context the engine takes when none is set (module NOTE)."""
@@ -305,7 +306,7 @@ def _model_context_rule(merged: dict[str, Any], model: Any) -> None:
     """What each engine does with a context above the model's maximum: vLLM and SGLang
     refuse a max_model_len above the derived maximum (unless overridden by an environment
     variable kvsim does not model); Ollama clamps num_ctx to the training length
-    (engines.md §4.1); llama-server allows -c above it (warning only) — the host-RAM
+    (docs/reference/engines.md §4.1); llama-server allows -c above it (warning only) — the host-RAM
     check of the layout bounds it (kvsim.model.budget.check_host_memory)."""
     ctx, most = merged.get("context_tokens"), model.max_context_tokens
     if not isinstance(ctx, int) or isinstance(ctx, bool) or ctx <= most:

@@ -1,4 +1,4 @@
-"""Ollama releases (engines.md §4): which defaults and memory layout one release has.
+"""Ollama releases (docs/reference/engines.md §4): which defaults and memory layout one release has.
 
 Ollama changed its defaults and its engine between releases; the ``ollama`` preset
 follows one, ``engine.ollama_version`` (default :data:`OLLAMA_LATEST`).  For every knob a
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 Version = tuple[int, int, int]
 OLLAMA_LATEST = "0.33.0"
-"""The newest release engines.md §4 describes (Ollama's history read up to v0.33.0-rc2);
-the preset's ``ollama_version``.  Later releases are taken to behave as it."""
+"""The newest release docs/reference/engines.md §4 describes (Ollama's history read up to
+v0.33.0-rc2); the preset's ``ollama_version``.  Later releases are taken to behave as it."""
 OLLAMA_ERA_B, OLLAMA_ERA_C, OLLAMA_ERA_D = (0, 11, 5), (0, 12, 11), (0, 30, 0)  # §4 table
 OLLAMA_NUM_CTX_4096, OLLAMA_NUM_CTX_BY_VRAM = (0, 6, 7), (0, 15, 5)             # §4.1
 OLLAMA_NUM_CTX_TIERS = ((47 * 2**30, 262_144), (23 * 2**30, 32_768))            # §4.1
@@ -121,9 +121,9 @@ def ollama_llama_server(cfg: SlotEngineConfig) -> SlotEngineConfig:
 def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None = None,
                     model: Any = None, weights: str | None = None) -> dict[str, Any]:
     """The defaults Ollama ``merged['ollama_version']`` derives for the knobs not in
-    ``given`` (engines.md §4.1, §4.4): num_ctx (clamped to the model's training length),
-    flash attention, OLLAMA_NUM_PARALLEL and, in era D, llama-server's slot and prompt-cache
-    defaults.  The tiered num_ctx is per slot: it is not divided by the parallel count
+    ``given`` (docs/reference/engines.md §4.1, §4.4): num_ctx (clamped to the model's training
+    length), flash attention, OLLAMA_NUM_PARALLEL and, in era D, llama-server's slot and
+    prompt-cache defaults.  The tiered num_ctx is per slot: it is not divided by the parallel count
     (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells."""
     v = parse_ollama_version(merged.get("ollama_version"))
     fill: dict[str, Any] = {}

@@ -335,7 +335,7 @@ def _beside(section: Any, key: str, base_dir: Path | None) -> Any:
 
 def _hybrid_manager_rule(s: Scenario) -> Scenario:
     """vLLM turns its hybrid KV cache manager off with a KV connector (a host KV tier,
-    engines.md §1.6-§1.7); asked for there, it refuses.  (V0 swap: the engine's own
+    docs/reference/engines.md §1.6-§1.7); asked for there, it refuses.  (V0 swap: the engine's own
     settings, kvsim.model.hybrid.hybrid_off_reason.)"""
     eng = s.engine
     windowed = any(g.kind in ("sliding", "chunked") for g in s.model.layer_groups)

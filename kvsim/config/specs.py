@@ -61,7 +61,7 @@ class GpuSpec(FrozenModel):
     aliases: tuple[str, ...] = Field((), description="names engines and tools print for this "
                                      "device (nvidia-smi, llama-bench gpu_info, Metal)")
     # Planning efficiencies for the roofline model (sustained / peak).  Documented in
-    # hardware-and-models.md §1: sustained bandwidth is typically 80-92 % of peak.
+    # docs/reference/hardware-and-models.md §1: sustained bandwidth is typically 80-92 % of peak.
     bandwidth_efficiency: float = Field(0.85, gt=0, le=1)
     compute_efficiency: float = Field(0.5, gt=0, le=1)
     source: str

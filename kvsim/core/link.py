@@ -1,4 +1,4 @@
-"""The host↔device link (PCIe) as one FIFO server per direction (DESIGN.md §3.3).
+"""The host↔device link (PCIe) as one FIFO server per direction (docs/design/DESIGN.md §3.3).
 
 Every KV transfer — an idle session written to host RAM, a restore, a promotion of a
 demoted span, a write-back before a drop — occupies one direction of the link for
@@ -7,7 +7,7 @@ Transfers in the same direction are served one after the other in request order,
 two simultaneous 1 GiB restores finish after one and two transfer times: concurrent
 sessions contend for the link exactly as a ``simpy.Resource(capacity=1)`` with FIFO
 queueing would.  While the opposite direction is busy, a transfer runs at
-``duplex_factor`` of its rate (LinkSpec; hardware-and-models.md §3).
+``duplex_factor`` of its rate (LinkSpec; docs/reference/hardware-and-models.md §3).
 
 NOTE: service times are known when a transfer is requested, so the finish time is
 computed at once (:meth:`Channel.reserve`) — schedulers and policies, which never

@@ -11,7 +11,7 @@ Progress follows vLLM v1: ``num_computed_tokens`` chases ``num_tokens`` (prompt 
 sampled output).  A step that brings the two level samples one token; the last
 sampled token is never decoded into the KV, so a finished request's KV holds
 ``prompt + output − 1`` tokens (llama.cpp reuses exactly that many on the next
-turn, engines.md §3.4).
+turn, docs/reference/engines.md §3.4).
 
 NOTE: requests are plain mutable state owned by one scheduler; everything crossing
 module boundaries (plans, snapshots) is a frozen value type.
@@ -78,7 +78,7 @@ def seq_drop(seq: TokenSeq, start: int, end: int) -> TokenSeq:
 
 
 def fit_chat_prompt(seq: TokenSeq, limit: int, keep: int) -> tuple[TokenSeq, int, int]:
-    """Ollama's fit of a chat prompt into ``limit`` tokens (engines.md §4.5):
+    """Ollama's fit of a chat prompt into ``limit`` tokens (docs/reference/engines.md §4.5):
     ``(prompt, tokens of dropped messages, tokens truncated)``.
 
     Messages (a piece each: a system prompt, a turn's input or tool output, an answer)

@@ -1,4 +1,4 @@
-"""Token-budget scheduler for paged engines (vLLM v1 / SGLang), engines.md §1.4.
+"""Token-budget scheduler for paged engines (vLLM v1 / SGLang), docs/reference/engines.md §1.4.
 
 Each step shares ``max_num_batched_tokens`` across requests: first the *running*
 queue (decodes and unfinished prefill chunks, oldest first), then the *waiting*
@@ -11,7 +11,7 @@ re-hit what was not evicted), its computed tokens back to 0, at the front of the
 waiting queue — until the allocation succeeds or the request itself was the
 victim.  No waiting request is admitted in a step that preempted.
 
-The SGLang preset retracts in its own order (engines.md §2.3): the running request
+The SGLang preset retracts in its own order (docs/reference/engines.md §2.3): the running request
 with the **fewest generated tokens** goes first, ties to the **longest prompt**
 (``retract_order="sglang"``); a victim already scheduled in this step leaves the
 step's plan.
@@ -81,8 +81,8 @@ class PagedScheduler:
         self.policy: SchedulerPolicy = NullPolicy()  # kvsim.core.policy
         self.host: HostBlockPool | None = None
         self.host_load = "auto"
-        # NOTE: LMCache keeps whole chunks of prompt KV only (engines.md §5): blocks per
-        # chunk, and whether decoded KV is stored (vLLM native offload / HiCache: blocks)
+        # NOTE: LMCache keeps whole chunks of prompt KV only (docs/reference/engines.md §5): blocks
+        # per chunk, and whether decoded KV is stored (vLLM native offload / HiCache: blocks)
         self.host_chunk_blocks = 1
         self.host_store_decode = True
         self.recompute_s: Callable[[int, int], float] | None = None
@@ -129,7 +129,7 @@ class PagedScheduler:
     def _victim(self) -> Request:
         if self.retract_order == "sglang":  # fewest outputs, ties longest prompt, newest
             # NOTE: SGLang retracts from its decode batch; a request still in (chunked)
-            # prefill is not in it (engines.md §2.3)
+            # prefill is not in it (docs/reference/engines.md §2.3)
             batch = [r for r in self.running if r.num_output] or self.running
             return min(reversed(batch), key=lambda r: (r.num_output, -r.prompt_tokens))
         return self.running[-1]
@@ -169,7 +169,8 @@ class PagedScheduler:
             victim.status = Status.WAITING
         else:
             # NOTE: SGLang frees a retracted request's decoded KV without inserting it
-            # into the tree; its prompt was inserted when prefilled (engines.md §2.2-§2.3)
+            # into the tree; its prompt was inserted when prefilled (docs/reference/engines.md
+            # §2.2-§2.3)
             keep = victim.prompt_tokens // self.block_tokens \
                 if self.retract_order == "sglang" else None
             self._release(victim, now_s, keep)

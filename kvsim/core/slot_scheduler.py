@@ -1,4 +1,4 @@
-"""The llama.cpp / Ollama server loop over slots, engines.md §3.4–§3.5 and §4.5.
+"""The llama.cpp / Ollama server loop over slots, docs/reference/engines.md §3.4–§3.5 and §4.5.
 
 Each iteration: deferred tasks take idle slots (FCFS, slot choice and prompt-cache
 reuse in :mod:`kvsim.core.kv.slots`); every generating slot contributes its next
@@ -44,7 +44,7 @@ from kvsim.core.stretch import slot_advance, slot_stretch_limit
 
 FAIL_PROMPT_TOO_LONG = "exceed_context_size_error"
 FAIL_POOL_EXHAUSTED = "Context size has been exceeded."
-FAIL_QUEUE_FULL = "server busy"  # engines.md §4.1: HTTP 503 past OLLAMA_MAX_QUEUE
+FAIL_QUEUE_FULL = "server busy"  # docs/reference/engines.md §4.1: HTTP 503 past OLLAMA_MAX_QUEUE
 
 
 class SlotScheduler:
@@ -62,7 +62,7 @@ class SlotScheduler:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
                              unified=unified, similarity=similarity)
         # NOTE: bytes_per_token is the GPU's KV (its offloaded layers); the RAM cache
-        # serializes a slot's whole state, every layer's KV (engines.md §3.4)
+        # serializes a slot's whole state, every layer's KV (docs/reference/engines.md §3.4)
         self.ram = PromptCache(cache_ram_bytes, state_bytes_per_token or bytes_per_token,
                                limit_tokens=pool_cells)
         self.cache_idle_slots = cache_idle_slots
@@ -74,7 +74,7 @@ class SlotScheduler:
         self.n_keep = n_keep
         self.n_discard = n_discard  # 0 = half of the tokens after n_keep
         # NOTE: llama-server rejects a prompt longer than the slot even with context
-        # shift on (engines.md §3.4, current builds); Ollama truncates it (§4.5)
+        # shift on (docs/reference/engines.md §3.4, current builds); Ollama truncates it (§4.5)
         self.truncate_prompt = truncate_prompt
         self.max_queue = max_queue  # Ollama: OLLAMA_MAX_QUEUE, then HTTP 503 (§4.1)
         self.policy: SchedulerPolicy = NullPolicy(restore_time_s)  # kvsim.core.policy
@@ -117,8 +117,8 @@ class SlotScheduler:
         return True
 
     def _truncate(self, req: Request, now_s: float) -> None:
-        """Ollama's fit of a prompt too long for the slot (engines.md §4.5), silent on
-        the server's side: the request is marked ``truncated`` and keeps the count of
+        """Ollama's fit of a prompt too long for the slot (docs/reference/engines.md §4.5), silent
+        on the server's side: the request is marked ``truncated`` and keeps the count of
         tokens dropped (its record shows the prompt as sent and that count)."""
         # NOTE: fitted to cap - 1 so the slot holds the first sampled token (Ollama
         # fits num_ctx and shifts at once: one token apart)

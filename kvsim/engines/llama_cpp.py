@@ -1,4 +1,5 @@
-"""llama.cpp's llama-server: per-slot streams or one ``-kvu`` pool (engines.md §3)."""
+"""llama.cpp's llama-server: per-slot streams or one ``-kvu`` pool (docs/reference/engines.md
+§3)."""
 
 from __future__ import annotations
 

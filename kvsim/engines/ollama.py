@@ -1,4 +1,5 @@
-"""Ollama: llama.cpp's slots under its own runners and release defaults (engines.md §4)."""
+"""Ollama: llama.cpp's slots under its own runners and release defaults (docs/reference/engines.md
+§4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SGLang: a paged radix-tree pool inside mem_fraction_static (engines.md §2)."""
+"""SGLang: a paged radix-tree pool inside mem_fraction_static (docs/reference/engines.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM: a paged block pool inside a memory share (engines.md §1)."""
+"""vLLM: a paged block pool inside a memory share (docs/reference/engines.md §1)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ class Vllm(EngineTraits):
         return cfg.preemption_mode != "swap"
 
 
-# NOTE: with LMCache, save_unfull_chunk=false, save_decode_cache=false (engines.md §5)
+# NOTE: with LMCache, save_unfull_chunk=false, save_decode_cache=false (docs/reference/engines.md
+# §5)
 ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)")

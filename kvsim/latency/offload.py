@@ -27,17 +27,18 @@ in the llama.cpp sources — facts only, no code carried over:
   PR there was no switch.  Ollama's own ggml engine creates its scheduler with
   ``op_offload`` true (ollama/ollama ``ml/backend/ggml/ggml.go``,
   ``ggml_backend_sched_new_ext``), and from v0.30 it runs llama-server itself
-  (engines.md §4.4).
+  (docs/reference/engines.md §4.4).
 - With mmap (llama.cpp's default) the loader does not put host weights in the GPU
   backend's pinned host buffer ("avoid using a host buffer when using mmap",
   ggml-org/llama.cpp ``src/llama-model.cpp`` / ``llama-model-loader.cpp``): the copies
   read pageable memory, at ``LinkSpec.pageable_factor`` of the pinned rate
-  (hardware-and-models.md §3); ``--no-mmap`` loads them into pinned ``CUDA_Host`` memory.
-- A batch runs as micro-batches of ``n_ubatch`` tokens (engines.md §3.5), one graph —
+  (docs/reference/hardware-and-models.md §3); ``--no-mmap`` loads them into pinned ``CUDA_Host``
+  memory.
+- A batch runs as micro-batches of ``n_ubatch`` tokens (docs/reference/engines.md §3.5), one graph —
   one decision, one copy of every host weight — each.
 
-Unified-memory machines (no PCIe hop, hardware-and-models.md §3) and engines other than
-llama.cpp / Ollama get no op offload: their layers on the CPU run there as before.
+Unified-memory machines (no PCIe hop, docs/reference/hardware-and-models.md §3) and engines other
+than llama.cpp / Ollama get no op offload: their layers on the CPU run there as before.
 """
 
 from __future__ import annotations

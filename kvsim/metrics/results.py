@@ -11,7 +11,7 @@ existed, and a measured replay, get it from ``failed`` (no run of theirs was cut
 short with requests kept).
 
 ``references`` holds one row per scored reference event of the accuracy proxy
-(DESIGN §3.6; :mod:`kvsim.metrics.accuracy`): ``time_s, session_id, request_id,
+(docs/design/DESIGN.md §3.6; :mod:`kvsim.metrics.accuracy`): ``time_s, session_id, request_id,
 content, outcome, bits, added_s, score``.  A folder written before the table existed
 still loads: its references are read back from the ``events`` rows of kind
 ``reference`` (scores there are rounded to 4 decimals; ``bits`` is known only for

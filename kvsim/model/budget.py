@@ -1,8 +1,8 @@
 """The static memory budget: how a real engine lays out device memory at load time.
 
 Device memory = driver/context reserve + display/other processes + weights on the GPU
-+ activation/compute buffers + engine overhead + KV reserved (DESIGN.md §3.1).  How
-each row is sized depends on the engine (``shared/reference/engines.md``):
++ activation/compute buffers + engine overhead + KV reserved (docs/design/DESIGN.md §3.1).  How
+each row is sized depends on the engine (``docs/reference/engines.md``):
 
 - **llama.cpp** (§3): all ``n_ctx`` KV cells allocated at start, as one unified pool
   or one stream per slot; SWA layers get a smaller cache; compute buffers; with
@@ -42,14 +42,15 @@ from kvsim.errors import InputError
 
 MIB = 2**20
 GIB = 2**30
-PLANNING_LIMIT = 0.85                    # DESIGN.md §3.1: stay at or under 85 % at peak
-DEFAULT_DRIVER_RESERVE_BYTES = 400 * MIB  # hardware-and-models.md §4: CUDA context 0.4 GiB
+PLANNING_LIMIT = 0.85                    # docs/design/DESIGN.md §3.1: stay at or under 85 % at peak
+DEFAULT_DRIVER_RESERVE_BYTES = 400 * MIB  # docs/reference/hardware-and-models.md §4: CUDA context
+# 0.4 GiB
 EngineConfig = PagedEngineConfig | SlotEngineConfig
 
 
 @dataclass(frozen=True)
 class OllamaEstimate:
-    """What Ollama's era-A estimator (engines.md §4.2) believes it needs."""
+    """What Ollama's era-A estimator (docs/reference/engines.md §4.2) believes it needs."""
 
     kv_bytes: int            # ctx*parallel*(hd_k+hd_v)*n_kv*{2, 1, 0.5} over GPU layers
     graph_bytes: int         # (n_heads / n_kv_heads) * kv_total / 6
@@ -187,8 +188,8 @@ def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
     """Refuse a layout whose KV left on the CPU exceeds the host's RAM: the engine
     allocates it at start-up and cannot (weights on the CPU are not counted: llama.cpp
     memory-maps them, so an oversized model pages from disk, slowly, but loads).  On a
-    unified-memory machine CPU and GPU share one memory (hardware-and-models.md §3): the
-    GPU's part of the layout and the KV on the CPU must fit it together."""
+    unified-memory machine CPU and GPU share one memory (docs/reference/hardware-and-models.md §3):
+    the GPU's part of the layout and the KV on the CPU must fit it together."""
     if host.unified_with_gpu:
         if b.total_bytes + b.kv_cpu_bytes <= host.memory_bytes:
             return

@@ -5,7 +5,7 @@ values packed into ``block_bytes`` bytes (scales included).  Bytes per element a
 then an exact :class:`fractions.Fraction` (q8_0 = 34/32), and a row of ``n`` values
 costs ``ceil(n / block_elems) * block_bytes`` bytes — ggml's ``ggml_row_size``.
 
-Sources: ``shared/reference/engines.md`` §0 (byte table), §1.5 (vLLM fp8 scales),
+Sources: ``docs/reference/engines.md`` §0 (byte table), §1.5 (vLLM fp8 scales),
 §6 (ExLlamaV2 caches), §7 (MLX ``--kv-bits``); ``docs/reference/kv-policies.md`` §2.1 (KIVI).
 
 - f32 4, f16/bf16 2 bytes.

@@ -1,6 +1,6 @@
 """KV geometry: how many bytes one sequence's cache costs, per layer group.
 
-``shared/reference/engines.md`` §0 and ``docs/reference/hardware-and-models.md`` §2 give the
+``docs/reference/engines.md`` §0 and ``docs/reference/hardware-and-models.md`` §2 give the
 arithmetic this module implements exactly:
 
 - **full** attention layers grow with context: per token and layer

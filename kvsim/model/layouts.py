@@ -1,7 +1,7 @@
 """Per-engine memory layouts behind :func:`kvsim.model.budget.memory_budget`.
 
 Each function reproduces what one engine allocates at load (references are to
-``shared/reference/engines.md``); see budget.py for the resulting fields.
+``docs/reference/engines.md``); see budget.py for the resulting fields.
 
 Compute/activation buffers are the one row no reference pins exactly; the
 estimates are marked ESTIMATE and every preset lets the user paste the engine's own

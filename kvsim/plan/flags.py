@@ -2,7 +2,7 @@
 
 The plan's axes are engine-neutral: **context** = tokens one session may hold,
 **parallel** = sessions served at once, plus a KV cache dtype.  Each engine spells
-them differently (``reference/engines.md``):
+them differently (``docs/reference/engines.md``):
 
 - llama.cpp: ``-c`` is the whole KV pool over all slots (§3.1), so
   ``-c = context × parallel``; an explicit ``--parallel`` without ``-kvu`` means
@@ -45,7 +45,7 @@ _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 def check_contexts(contexts: Iterable[int], model: Any, field: str = "--contexts") -> None:
     """Refuse per-session contexts above the model's maximum, up front, on every engine:
-    vLLM/SGLang refuse such a ``max_model_len`` (engines.md §1.1), Ollama clamps
+    vLLM/SGLang refuse such a ``max_model_len`` (docs/reference/engines.md §1.1), Ollama clamps
     ``num_ctx`` to the training length (§4.1) and llama-server caps each slot at the
     training context — so such a point would be the model's maximum under a larger
     name (and on llama.cpp ``-c`` cells no session can use)."""
@@ -100,7 +100,8 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
     return out
 
 
-LLAMA_CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # engines.md §3.4: --cache-ram default 8192 MiB
+LLAMA_CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # docs/reference/engines.md §3.4: --cache-ram default
+# 8192 MiB
 
 
 def engine_flags(s: Scenario) -> str:
@@ -166,7 +167,7 @@ _RELEASED = re.compile(r"released weights are ([a-z0-9_]+)", re.IGNORECASE)
 
 def released_format(model: Any) -> str | None:
     """The weight format the catalogue repo is published in, where the profile's notes
-    say ("Released weights are MXFP4 …", models.csv gpt-oss); None when they do not.
+    say ("Released weights are MXFP4 …", docs/reference/models.csv gpt-oss); None when they do not.
 
     NOTE: ModelSpec has no released-format field; the notes are the profile's only
     record of it, read as kvsim.model.weights reads "tied embeddings"."""

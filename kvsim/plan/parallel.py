@@ -1,7 +1,7 @@
 """What ``parallel`` means, per engine family — one meaning for fit, plan and compare.
 
 **parallel = sessions the engine serves at once, each guaranteed room for its full
-context.**  How each engine is made to guarantee it (``reference/engines.md``):
+context.**  How each engine is made to guarantee it (``docs/reference/engines.md``):
 
 - **llama.cpp** (§3.1): ``--parallel`` slots.  Per-slot streams (an explicit ``-np``
   without ``-kvu``): each slot holds ``-c / parallel`` cells, a hard limit.  Unified

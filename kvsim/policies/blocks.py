@@ -1,4 +1,5 @@
-"""Block states of the KV a session holds, keyed by content span (kv-policies.md §6.2).
+"""Block states of the KV a session holds, keyed by content span (docs/reference/kv-policies.md
+§6.2).
 
 A token's identity is ``(segment id, offset)`` (kvsim.core.requests), so the state
 of every token a policy touched is kept exactly as intervals per segment id:

@@ -29,8 +29,9 @@ from kvsim.policies.quantization import nominal_bits
 from kvsim.policies.runtime import PolicyRuntime
 
 HOST_KV_FRACTION = 0.5  # ASSUMPTION: half of host RAM may hold KV copies (OS + apps the rest)
-LMCACHE_CPU_BYTES = 5 * 10**9  # engines.md §5: LMCache max_local_cpu_size default 5.0 GB
-LMCACHE_CHUNK_TOKENS = 256     # engines.md §5: chunk_size default 256
+LMCACHE_CPU_BYTES = 5 * 10**9  # docs/reference/engines.md §5: LMCache max_local_cpu_size default
+# 5.0 GB
+LMCACHE_CHUNK_TOKENS = 256     # docs/reference/engines.md §5: chunk_size default 256
 
 
 def _bytes_per_token(sched: Any) -> int:
@@ -60,7 +61,7 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
             allowed = [t for t in engine.supported_cache_types if nominal_bits(t) < 16]
             raise InputError(f"{field}.cache_type", ct, f"a quantized type {engine.preset} "
                              f"supports: {', '.join(allowed)}")
-        if not getattr(engine, "flash_attn", True):  # engines.md §3.2
+        if not getattr(engine, "flash_attn", True):  # docs/reference/engines.md §3.2
             raise InputError(f"{field}.cache_type", ct, "none with engine.flash_attn false: "
                              "the demoted tokens are a quantized V cache, which llama.cpp "
                              "refuses without flash attention; set engine.flash_attn true")

@@ -1,4 +1,4 @@
-"""Eviction policies on a session's KV (kv-policies.md §1, §3, §6.3).
+"""Eviction policies on a session's KV (docs/reference/kv-policies.md §1, §3, §6.3).
 
 - ``sliding_window`` — StreamingLLM (§1.1): keep the pinned head (``sink_tokens``
   attention sinks, and the system prompt when ``pin_system_prompt``) plus the most

@@ -1,4 +1,4 @@
-"""Host offload of idle sessions' KV (engines.md §3.4 ``--cache-ram`` /
+"""Host offload of idle sessions' KV (docs/reference/engines.md §3.4 ``--cache-ram`` /
 ``--cache-idle-slots``, §5 LMCache, §2.4 HiCache).
 
 During a session's think time its KV sits idle on the GPU.  ``idle_offload`` writes
@@ -44,8 +44,8 @@ class HostKVCacheConfig(PolicyBase):
 
     vLLM ``--kv-offloading-size`` (native CPU pool, LRU) or LMCache's local CPU
     backend (``max_local_cpu_size`` default 5.0 GB), SGLang HiCache (host pool =
-    ``--hicache-ratio`` × the device KV pool, default 2.0), engines.md §1.6, §2.4, §5.
-    ``host_budget_bytes`` None = the engine's default: 2.0 × the GPU pool on SGLang,
+    ``--hicache-ratio`` × the device KV pool, default 2.0), docs/reference/engines.md §1.6, §2.4,
+    §5. ``host_budget_bytes`` None = the engine's default: 2.0 × the GPU pool on SGLang,
     LMCache's 5.0 GB on vLLM.  On vLLM ``backend: lmcache`` (default) stores and loads
     whole 256-token chunks of prompt KV only; ``native`` stores every full block.
     ``load: auto`` loads a host hit only when the copy ends before recomputing those

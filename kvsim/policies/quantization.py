@@ -1,4 +1,4 @@
-"""KV quantization policies (kv-policies.md §2).
+"""KV quantization policies (docs/reference/kv-policies.md §2).
 
 The cache *storage type* of a whole engine (llama.cpp ``-ctk/-ctv`` incl. mixed K/V,
 vLLM/SGLang ``--kv-cache-dtype``) is engine configuration (kvsim.config.engine);

@@ -13,7 +13,7 @@
   (:mod:`kvsim.policies.recall`); recalls stall the step until the copy ends;
   quantized tokens are read at their quantized bytes (the step's
   ``BatchShape.kv_read_saved_bytes``: a roofline reads that much less KV) and add
-  their dequantization time on those bytes (kv-policies.md §2.1(b,c));
+  their dequantization time on those bytes (docs/reference/kv-policies.md §2.1(b,c));
 - ``on_host_save``: the engine's own prompt-cache save of a taken-over slot is a
   device→host copy on the critical path (llama-server serializes it on its loop
   thread before the new prompt runs); a restore that follows starts after it;

@@ -7,7 +7,7 @@ closed-loop turn arrives ``think_s`` after the previous turn of its session fini
 under that model; a turn with its own ``start_s`` (open loop) arrives then.  The
 default rates are an ASSUMPTION — roughly an 8B model at 4-bit on a mid-range card
 (decode is bounded by 504 GB/s ÷ 4.5 GB of weights ≈ 110 tok/s on an RTX 4070, see
-shared/reference/gpus.csv and docs/reference/models.csv; we take about half of that).
+docs/reference/gpus.csv and docs/reference/models.csv; we take about half of that).
 
 Definitions:
 

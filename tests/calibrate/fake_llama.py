@@ -3,7 +3,7 @@
 Token events carry cumulative ``predicted_ms`` (2.5 ms per token) when the request
 asks for ``timings_per_token``.  The slot keeps prompt + generated tokens except the last (the last sampled token is
 never evaluated), and reuses the longest common prefix with the next prompt — the
-behaviour of reference/engines.md §3.4 for a single slot.
+behaviour of docs/reference/engines.md §3.4 for a single slot.
 """
 
 from __future__ import annotations

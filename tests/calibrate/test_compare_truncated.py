@@ -1,4 +1,4 @@
-"""kvsim compare on an engine that truncates prompts (Ollama, engines.md §4.5).
+"""kvsim compare on an engine that truncates prompts (Ollama, docs/reference/engines.md §4.5).
 
 The prediction records the prompt as the client sent it and what the engine dropped
 (``truncated_prompt_tokens``); an OpenAI-style server (Ollama) reports the prompt it

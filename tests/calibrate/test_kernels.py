@@ -45,7 +45,7 @@ def test_quantize_round_trip_bytes_and_error() -> None:
 def test_cpu_calibration_artifact() -> None:
     art = calibrate_kernels(TINY, "cpu", layers=2, grid=GRID)
     assert (art.layers_built, art.layers_total, art.source) == (2, 4, "kernels")
-    # engines.md §0: 4 layers · 2 heads · (32 + 32) values · bytes/value
+    # docs/reference/engines.md §0: 4 layers · 2 heads · (32 + 32) values · bytes/value
     want = {"f16": 4 * 2 * 64 * 2, "q8_0": 4 * 2 * 64 * 34 / 32, "q4_0": 4 * 2 * 64 * 18 / 32}
     got = {k.cache_type: k.tensor_bytes_per_token for k in art.kv_bytes}
     assert got == want

@@ -1,4 +1,4 @@
-"""Startup-log readers against realistic logs in the formats quoted in engines.md."""
+"""Startup-log readers against realistic logs in the formats quoted in docs/reference/engines.md."""
 
 from pathlib import Path
 
@@ -54,7 +54,7 @@ def test_llama_server_context_and_kv_sizes() -> None:
     # non-unified: 4 streams of n_ctx_seq cells each
     assert (f.kv_size_bytes, f.kv_cells, f.kv_streams, f.kv_layers) == (2048 * MiB, 4096, 4, 32)
     assert (f.k_type, f.v_type, f.k_bytes, f.v_bytes) == ("f16", "f16", 1024 * MiB, 1024 * MiB)
-    # Llama-3.1-8B f16 = 128 KiB per token (engines.md §0): 16384 cells → 2 GiB
+    # Llama-3.1-8B f16 = 128 KiB per token (docs/reference/engines.md §0): 16384 cells → 2 GiB
     assert f.kv_size_bytes == f.kv_cells * f.kv_streams * 128 * 1024
 
 

@@ -41,7 +41,7 @@ def test_reproduces_llama_server_kv_buffer(capsys, tiny, kv, mib):
 
 def test_json_fields(capsys):
     # Llama-3.1-8B q4_k_m on an RTX 4090 (24 GiB = 25,769,803,776 B), -c 32768 -np 4, q8_0 KV:
-    #   KV     2 x 32 x 8 x 128 x 34/32 = 69,632 B/token (engines.md §0: 68 KiB)
+    #   KV     2 x 32 x 8 x 128 x 34/32 = 69,632 B/token (docs/reference/engines.md §0: 68 KiB)
     #   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params x 0.605 B (4.84 bpw)
     #          = 131,952,898 B; head 525,336,576 x 0.605 = 317,828,628 B
     #   weights on GPU 32 x 131,952,898 + 317,828,628 = 4,540,321,364 (embedding on the CPU)
@@ -97,7 +97,7 @@ def test_human_table_and_engines(capsys):
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--engine", "ollama", "--context", "8192", "--parallel", "4",
                        "--kv", "q8_0", "--flash-attn", "--ollama-version", "0.11.4")
-    # engines.md §4.2: releases up to 0.11.4 place layers by their own estimate
+    # docs/reference/engines.md §4.2: releases up to 0.11.4 place layers by their own estimate
     assert code == 0 and "Ollama's own estimate" in out and "under-counts" in out
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--engine", "sglang", "--context", "8192", "--json")
@@ -105,8 +105,8 @@ def test_human_table_and_engines(capsys):
 
 
 def test_ollama_ignores_quantized_kv_without_flash_attention(capsys):
-    # engines.md §4.1: flash attention off by default for llama before 0.30 (0.12.4 turned
-    # it on for qwen3 / gpt-oss only), and without it Ollama keeps an f16 cache
+    # docs/reference/engines.md §4.1: flash attention off by default for llama before 0.30 (0.12.4
+    # turned it on for qwen3 / gpt-oss only), and without it Ollama keeps an f16 cache
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--engine", "ollama", "--kv", "q8_0", "--ollama-version", "0.12.4",
                        "--json")

@@ -68,7 +68,7 @@ def test_parallel_gives_the_scenarios_allocator(capsys, extra, sets, slot):
                       display_reserve_bytes=s.display_reserve_bytes)
     assert (d["allocator"], d["slot_tokens"]) == (b.allocator, b.slot_tokens)
     assert d["slot_tokens"] == slot and d["kv_pool_tokens"] == b.kv_pool_tokens == 16384
-    # 16,384 cells x 131,072 B (f16, engines.md §0) = 2 GiB either way
+    # 16,384 cells x 131,072 B (f16, docs/reference/engines.md §0) = 2 GiB either way
     assert d["kv_reserved_bytes"] == b.kv_reserved_bytes == 16384 * 131072
     assert d["total_bytes"] == b.total_bytes
 

@@ -20,7 +20,7 @@ def run(capsys, *argv):
 def test_unified_gpu_without_host_notes_its_own_memory(capsys) -> None:
     code, out, _ = run(capsys, *BASE, "--gpu", "dgx-spark")
     assert code == 0
-    # gpus.csv 'NVIDIA DGX Spark (GB10)': 128 GB unified = 128.00 GiB
+    # docs/reference/gpus.csv 'NVIDIA DGX Spark (GB10)': 128 GB unified = 128.00 GiB
     assert json.loads(out)["notes"][0] == (
         "host: dgx-spark-unified, the GPU's own 128.00 GiB of unified memory (no separate "
         "host RAM; --host unset)")

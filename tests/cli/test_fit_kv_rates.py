@@ -1,5 +1,5 @@
-"""`kvsim fit`'s KV bytes per token: the cache that grows with context (models.csv
-``kv_bytes_per_token_fp16``, hardware-and-models.md §2), the windowed part apart."""
+"""`kvsim fit`'s KV bytes per token: the cache that grows with context (docs/reference/models.csv
+``kv_bytes_per_token_fp16``, docs/reference/hardware-and-models.md §2), the windowed part apart."""
 
 import json
 
@@ -17,11 +17,11 @@ def fit(capsys, *argv, as_json=True):
 
 
 def test_gemma_3_27b_on_llama_cpp(capsys):
-    # models.csv: full 2 x 10 x 16 x 128 x 2 = 81,920 B per token; windowed
+    # docs/reference/models.csv: full 2 x 10 x 16 x 128 x 2 = 81,920 B per token; windowed
     # 2 x 52 x 16 x 128 x 2 = 425,984 B per token for the newest 1,024 tokens, at most
     # 425,984 x 1,024 = 436,207,616 B per sequence.  -c 16384, 1 slot: 16,384 cells x
     # 81,920 = 1,342,177,280 + iSWA cells pad256(min(16384, 1024 + 512)) = 1,536 x 425,984
-    # = 654,311,424 -> 1,996,488,704 B reserved (engines.md §3.3)
+    # = 654,311,424 -> 1,996,488,704 B reserved (docs/reference/engines.md §3.3)
     d = fit(capsys, "--model", "gemma-3-27b", "--context", "16384", "--parallel", "1")
     assert (d["kv_bytes_per_token"], d["kv_windowed_bytes_per_token"]) == (81_920, 425_984)
     assert (d["kv_window_tokens"], d["kv_windowed_cap_bytes_per_seq"]) == ([1024], 436_207_616)
@@ -35,8 +35,8 @@ def test_gemma_3_27b_on_llama_cpp(capsys):
 
 
 def test_gpt_oss_20b(capsys):
-    # models.csv: 2 x 12 x 8 x 64 x 2 = 24,576 B full, the same windowed over 128 tokens
-    # (cap 24,576 x 128 = 3,145,728)
+    # docs/reference/models.csv: 2 x 12 x 8 x 64 x 2 = 24,576 B full, the same windowed over 128
+    # tokens (cap 24,576 x 128 = 3,145,728)
     d = fit(capsys, "--model", "gpt-oss-20b", "--weights", "mxfp4", "--context", "8192")
     assert (d["kv_bytes_per_token"], d["kv_windowed_bytes_per_token"],
             d["kv_window_tokens"], d["kv_windowed_cap_bytes_per_seq"]) == (
@@ -45,7 +45,7 @@ def test_gpt_oss_20b(capsys):
 
 def test_vllm_hybrid_groups_cap_the_window_and_sglang_does_not(capsys):
     # Gemma-3-12B: full 2 x 8 x 8 x 256 x 2 = 65,536; windowed 2 x 40 x 8 x 256 x 2 =
-    # 327,680 (models.csv).  SGLang holds the sliding layers at full length (kvsim's
+    # 327,680 (docs/reference/models.csv).  SGLang holds the sliding layers at full length (kvsim's
     # model, kvsim.model.hybrid): every layer grows, 65,536 + 327,680 = 393,216
     on = fit(capsys, "--model", "gemma-3-12b", "--weights", "bf16", "--engine", "vllm",
              "--context", "8192")
@@ -66,7 +66,7 @@ def test_a_model_without_windows_and_a_recurrent_one(capsys):
     assert (d["kv_bytes_per_token"], d["kv_windowed_bytes_per_token"],
             d["kv_windowed_at_full_length"]) == (131_072, 0, False)
     # Jamba: 4 attention layers x 8 KV heads x (128 + 128) x 2 B = 16,384 B per token
-    # (models.csv 16 KiB); its Mamba state is a per-sequence cost, f32 in llama.cpp:
+    # (docs/reference/models.csv 16 KiB); its Mamba state is a per-sequence cost, f32 in llama.cpp:
     # 28 layers x (8,192 x 16 + 8,192 x 4) elements x 4 B = 18,350,080
     j = fit(capsys, "--model", "jamba-v0.1", "--context", "8192", "--parallel", "1")
     assert (j["kv_bytes_per_token"], j["kv_recurrent_bytes_per_seq"]) == (16_384, 18_350_080)
@@ -83,7 +83,8 @@ def test_vllm_reserves_whole_blocks(capsys):
 
 
 def test_ollama_context_above_the_model_is_clamped_with_a_note(kvsim_cli):
-    # phi-4-14b trains at 16,384 tokens (models.csv); Ollama clamps num_ctx to it (§4.1)
+    # phi-4-14b trains at 16,384 tokens (docs/reference/models.csv); Ollama clamps num_ctx to it
+    # (§4.1)
     code, err, out = kvsim_cli("fit", "--gpu", "rtx-4090", "--model", "phi-4-14b",
                                "--engine", "ollama", "--context", "32768", "--json")
     d = json.loads(out)

@@ -104,7 +104,7 @@ VLLM_8B = ("--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--weights", "bf16",
 
 
 def test_vllm_without_parallel_names_max_num_seqs_not_parallel_1():
-    # vllm.yaml: max_num_seqs 256 below 70 GiB (engines.md §1.4)
+    # vllm.yaml: max_num_seqs 256 below 70 GiB (docs/reference/engines.md §1.4)
     flat = fit_text(*VLLM_8B)
     assert ("vllm, context 16384, parallel unset: --max-num-seqs 256 (vLLM's default), "
             "KV f16/f16") in flat

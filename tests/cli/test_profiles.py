@@ -84,7 +84,7 @@ def test_import_config_json_prints_yaml(capsys, tmp_path):
     assert doc["layer_groups"] == [{"kind": "full", "layers": 28,
                                     "layer_indices": list(range(28)), "n_kv_heads": 4,
                                     "head_dim_k": 128, "head_dim_v": 128}]
-    assert "57344 B/token" in err          # models.csv Qwen2.5-7B
+    assert "57344 B/token" in err          # docs/reference/models.csv Qwen2.5-7B
 
 
 @pytest.mark.parametrize("content,needle", [

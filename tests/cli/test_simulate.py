@@ -73,7 +73,8 @@ def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
     (["--set", "engine=vllm", "--set", "model=llama-3.1-70b", "--set", "weights=bf16"],
      "cannot load on rtx-4060-ti-16gb: needs"),
     (["--set", "engine.block_tokens=32"], "engine.block_tokens"),
-    # max_model_len unset = the model's 131,072 (engines.md §1.1): vLLM refuses to start
+    # max_model_len unset = the model's 131,072 (docs/reference/engines.md §1.1): vLLM refuses to
+    # start
     (["--set", "engine=vllm"], "set engine.context_tokens (max_model_len; unset, it is the "
      "model's maximum) to at most 75424"),
 ])

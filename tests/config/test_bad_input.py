@@ -133,7 +133,7 @@ def test_paged_engines_refuse_context_above_the_model(engine):  # C19
                     f"{engine} refuses a max_model_len above the model's derived maximum")
 
 
-def test_ollama_clamps_context_to_the_model():  # C19, engines.md §4.1
+def test_ollama_clamps_context_to_the_model():  # C19, docs/reference/engines.md §4.1
     s = load_scenario("quickstart", ["engine=ollama", "engine.context_tokens=10000000"])
     assert s.engine.context_tokens == s.model.max_context_tokens
 
@@ -149,8 +149,8 @@ def test_booleans_are_not_numbers(sets, field):  # C29
 
 
 def test_vllm_swap_space_within_host_ram():  # C34
-    # NOTE: any positive block_tokens stays allowed: engines.md §1.1 — some backends and
-    # hybrid models force a runtime block size other than --block-size's choices
+    # NOTE: any positive block_tokens stays allowed: docs/reference/engines.md §1.1 — some backends
+    # and hybrid models force a runtime block size other than --block-size's choices
     line = _load_error(["engine=vllm", "engine.swap_space_bytes=1e15"])
     assert line.startswith("engine.swap_space_bytes: 1000000000000000 — at most the host's RAM")
 

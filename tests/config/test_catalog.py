@@ -37,7 +37,8 @@ def test_every_catalogue_file_loads(kind):
 
 def test_catalogue_sizes():
     assert len(list_names("gpus")) == 161  # 39 reference rows + scripts/data/gpus-added.csv
-    # 31 from models.csv + 20 from scripts/gen_models_added.py + qwen2.5-coder-7b by hand
+    # 31 from docs/reference/models.csv + 20 from scripts/gen_models_added.py + qwen2.5-coder-7b by
+    # hand
     assert len(list_names("models")) == 52
     assert {"pcie3-x8", "pcie3-x16", "pcie4-x8", "pcie4-x16", "pcie5-x8", "pcie5-x16",
             "unified"} <= set(list_names("links"))
@@ -71,7 +72,7 @@ def test_known_slugs_and_links():
     assert load_gpu("rtx-5090").default_link == "pcie5-x16"
     assert load_gpu("titan-rtx").default_link == "pcie3-x16"
     assert load_gpu("strix-halo").unified_memory
-    # hardware-and-models.md §3: midpoints of the measured ranges
+    # docs/reference/hardware-and-models.md §3: midpoints of the measured ranges
     assert load_link("pcie4-x16").h2d_bytes_per_s == 25e9
     assert load_link("pcie5-x16").h2d_bytes_per_s == 55e9
     assert load_link("pcie3-x16").h2d_bytes_per_s == 12.5e9
@@ -88,8 +89,8 @@ def test_model_layer_patterns():
 
 
 def test_model_weights_and_experts_follow_the_catalogue_notes():
-    # models.csv notes: Gemma-3 params include the SigLIP vision tower; "text weights for
-    # planning" are 3.88B / 11.77B / 27.0B.  MoE rows name their experts.
+    # docs/reference/models.csv notes: Gemma-3 params include the SigLIP vision tower; "text weights
+    # for planning" are 3.88B / 11.77B / 27.0B.  MoE rows name their experts.
     assert [load_model(f"gemma-3-{s}").params_total for s in ("4b", "12b", "27b")] == [
         3.88e9, 11.77e9, 27.0e9]
     experts = {n: (load_model(n).num_experts, load_model(n).num_experts_active) for n in (

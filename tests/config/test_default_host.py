@@ -32,7 +32,7 @@ def test_discrete_gpu_without_host_gets_the_desktop_default() -> None:
 
 
 def test_unified_gpu_without_host_gets_its_own_memory() -> None:
-    # gpus.csv 'NVIDIA DGX Spark (GB10)': 128 GB unified, 273 GB/s
+    # docs/reference/gpus.csv 'NVIDIA DGX Spark (GB10)': 128 GB unified, 273 GB/s
     s = load_scenario("quickstart", [ONE_SESSION, "gpu=dgx-spark"])
     h = s.host
     assert (h.name, h.memory_bytes, h.memory_bandwidth_bytes_per_s) == (
@@ -60,7 +60,8 @@ def test_derived_host_matches_the_shipped_unified_profile(gpu, shipped, memory_b
 
 def test_every_catalogue_gpu_gets_a_host_of_its_own_kind() -> None:
     kinds = {n: load_gpu(n).unified_memory for n in list_names("gpus")}
-    # gpus.csv: six unified-memory SoC rows; gpus-added.csv: 27 Apple, the 780M, Iris Xe
+    # docs/reference/gpus.csv: six unified-memory SoC rows; gpus-added.csv: 27 Apple, the 780M, Iris
+    # Xe
     assert sum(kinds.values()) == 35
     for name, unified in kinds.items():
         host = default_host(load_gpu(name))

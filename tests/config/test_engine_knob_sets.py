@@ -1,5 +1,5 @@
 """Each paged engine takes only its own knobs, and vLLM, SGLang and Ollama one KV cache
-type for K and V (shared/reference/engines.md §1, §2, §4.1).
+type for K and V (docs/reference/engines.md §1, §2, §4.1).
 
 SGLang retracts and recomputes (§2.3); swap preemption and its swap space are vLLM V0's
 (§1.4); ``--kv-cache-memory`` and ``--num-gpu-blocks-override`` are vLLM's (§1.1), the

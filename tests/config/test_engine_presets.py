@@ -1,4 +1,4 @@
-"""Engine presets resolve to engines.md defaults; overrides are validated."""
+"""Engine presets resolve to docs/reference/engines.md defaults; overrides are validated."""
 
 import pytest
 
@@ -41,8 +41,8 @@ def test_bad_engine_configs(spec, match):
 
 
 def test_a_null_knob_keeps_the_presets_value():
-    # ollama's preset sets num_ctx 4096 (engines.md §4.1); without a model, vLLM's preset
-    # has 32768 where it cannot know the model's maximum
+    # ollama's preset sets num_ctx 4096 (docs/reference/engines.md §4.1); without a model, vLLM's
+    # preset has 32768 where it cannot know the model's maximum
     assert resolve_engine({"preset": "ollama", "context_tokens": None}).context_tokens == 4096
     assert resolve_engine({"preset": "vllm", "context_tokens": None}).context_tokens == 32768
     with pytest.raises(InputError, match="engine.parallel: None — not a knob of the vllm"):

@@ -155,7 +155,7 @@ def test_x8_cards_get_the_x8_link():
 
 
 def test_reference_rows_keep_their_numbers():
-    """The 39 reference profiles gained fields only: spot values from gpus.csv."""
+    """The 39 reference profiles gained fields only: spot values from docs/reference/gpus.csv."""
     raw = load_raw("gpus", "rtx-4090")
     assert (raw["memory_bandwidth_bytes_per_s"], raw["fp16_tensor_flops"]) == (1008e9, 330.3e12)
     assert raw["architecture"] == "ada" and raw["compute_units"] == 128

@@ -63,7 +63,7 @@ def test_committed_profile_is_what_the_generator_writes(entry):
 
 
 def test_added_names_do_not_shadow_the_reference_models():
-    # tests/model/test_geometry.py keys the models.csv rows by display_name
+    # tests/model/test_geometry.py keys the docs/reference/models.csv rows by display_name
     reference = {load_model(n).display_name for n in list_names("models") if n not in SLUGS}
     assert not reference & {load_model(s).display_name for s in SLUGS}
 

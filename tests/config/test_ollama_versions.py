@@ -1,4 +1,5 @@
-"""The ollama preset follows one Ollama release (engine.ollama_version, engines.md §4).
+"""The ollama preset follows one Ollama release (engine.ollama_version, docs/reference/engines.md
+§4).
 
 Hand derivations use the catalogue's numbers: rtx-4090 24 GiB = 25,769,803,776 B,
 rtx-3060-12gb 12 GiB = 12,884,901,888 B, rtx-6000-ada 48 GiB = 51,539,607,552 B; the

@@ -1,4 +1,4 @@
-"""SGLang's ``--max-total-tokens`` caps the KV pool (engines.md §2.1): the pool is
+"""SGLang's ``--max-total-tokens`` caps the KV pool (docs/reference/engines.md §2.1): the pool is
 min(profiled, cap), aligned down to whole pages; a cap above the profiled pool changes
 nothing (SGLang warns "max_total_tokens=… is larger than the profiled value … Use the
 profiled value instead.", sglang srt/model_executor/model_runner.py).

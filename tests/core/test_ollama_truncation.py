@@ -1,4 +1,4 @@
-"""Ollama's silent truncation is visible in the results (engines.md §4.5).
+"""Ollama's silent truncation is visible in the results (docs/reference/engines.md §4.5).
 
 One 1,024-token slot (``num_ctx`` 1024, one parallel slot; prompts are fitted to 1,023
 so the slot holds the first sampled token), three sessions one after another:

@@ -83,7 +83,7 @@ def test_vllm_fails_the_long_prompt_with_its_own_reason() -> None:
 
 
 def test_ollama_truncates_the_long_prompt() -> None:
-    # num_ctx above the training length is clamped to it (engines.md §4.1)
+    # num_ctx above the training length is clamped to it (docs/reference/engines.md §4.1)
     engine = {"preset": "ollama", "context_tokens": 65_536, "parallel": 1}
     sc = resolve_scenario({"gpu": "rtx-4090", "model": "qwen3-8b", "engine": engine,
                            "workload": {}})

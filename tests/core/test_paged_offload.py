@@ -92,7 +92,7 @@ def test_sglang_retracts_fewest_outputs_then_longest_prompt(order, victim) -> No
     # 8 blocks of 4.  a: 12-token prompt, b: 4-token prompt, admitted together; at
     # decode step k a holds ceil((12+k)/4) blocks, b ceil((4+k)/4): 8 in use at k = 5..8,
     # and at k = 9 a needs a 6th.  Both have 9 outputs (a tie), so SGLang retracts the
-    # longer prompt — a, the request being scheduled (engines.md §2.3) — where vLLM
+    # longer prompt — a, the request being scheduled (docs/reference/engines.md §2.3) — where vLLM
     # preempts the newest, b.
     s = _sched(num_blocks=8, retract_order=order)
     a, b = req("a#0", [("a", 12)], out=20), req("b#0", [("b", 4)], out=20)
@@ -156,9 +156,9 @@ def test_host_pool_is_lru_and_keeps_prefixes_longest() -> None:
 def test_sglang_retract_frees_decoded_kv_and_keeps_the_prompt_cached() -> None:
     # The pool of the test above.  SGLang retracts a at decode step 9, holding 12 + 8 =
     # 20 computed tokens: 5 full blocks hashed, 3 of them prompt.  The tree keeps the
-    # prompt (inserted when prefilled) and frees the decoded KV uninserted (engines.md
-    # §2.2-§2.3), so when b then takes a block from the queue head (a's last, freed
-    # first) nothing indexed is evicted.  vLLM preempts b (12 tokens, 3 full blocks) and
+    # prompt (inserted when prefilled) and frees the decoded KV uninserted
+    # (docs/reference/engines.md §2.2-§2.3), so when b then takes a block from the queue head (a's
+    # last, freed first) nothing indexed is evicted.  vLLM preempts b (12 tokens, 3 full blocks) and
     # keeps its hashes, so a's new block evicts b's last (§1.3: freed last-first).
     for order, victim, indexed, evictions in (("sglang", "a#0", [True] * 3 + [False] * 2, 0),
                                               ("newest", "b#0", [True, True, False], 1)):

@@ -92,7 +92,7 @@ def test_prompt_longer_than_slot_fails_with_400_or_truncates() -> None:
 
 
 def test_ollama_drops_old_messages_then_truncates() -> None:
-    # engines.md §4.5: messages go oldest first, system prompt and the latest kept.
+    # docs/reference/engines.md §4.5: messages go oldest first, system prompt and the latest kept.
     # 100 system + 4 x (300 in + 200 out) + 300 in = 2,400 tokens into a 1,024-token slot
     # (fitted to 1,023): t0/in, t0/out, t1/in, t1/out, t2/in, t2/out go (1,500 tokens),
     # leaving 100 + 300 (t3/in) + 200 (t3/out) + 300 (t4/in) = 900
@@ -129,7 +129,7 @@ def test_generation_stops_or_shifts_at_slot_end() -> None:
 
 
 def test_context_shift_discards_n_discard_tokens_after_n_keep() -> None:
-    """llama.cpp (engines.md §3.4): at the slot's end keep n_keep tokens, then drop
+    """llama.cpp (docs/reference/engines.md §3.4): at the slot's end keep n_keep tokens, then drop
     n_discard of the rest (0 = half).  Slot 256, prompt 200, n_keep 10: the slot is full
     at 255 tokens (n_past + 1 >= n_ctx), so the first shift discards (255 - 10) // 2 = 122
     by default, or exactly 50 with n_discard=50."""
@@ -145,8 +145,8 @@ def test_context_shift_discards_n_discard_tokens_after_n_keep() -> None:
 
 
 def test_context_shift_n_keep_minus_one_keeps_the_whole_prompt() -> None:
-    """n_keep = -1 keeps the whole prompt (engines.md §3.4): slot 256, prompt 200, full
-    at 255 tokens, so the shift keeps 200 and discards half of the other 55 = 27."""
+    """n_keep = -1 keeps the whole prompt (docs/reference/engines.md §3.4): slot 256, prompt 200,
+    full at 255 tokens, so the shift keeps 200 and discards half of the other 55 = 27."""
     t = _slots(slot_tokens=256, pool_cells=512, context_shift=True, n_keep=-1)
     r = req("G#0", [("G", 200)], out=100)
     t.add_request(r, 0.0)
@@ -185,8 +185,8 @@ def test_ram_cache_saves_taken_over_slot_and_restores_it() -> None:
 
 
 def test_ram_cache_off_loses_the_taken_over_slot() -> None:
-    """--cache-ram 0 (engines.md §3.4: 0 = off): the same three requests as above, but
-    nothing is saved when b takes the only slot over, so a's follow-up finds b's tokens
+    """--cache-ram 0 (docs/reference/engines.md §3.4: 0 = off): the same three requests as above,
+    but nothing is saved when b takes the only slot over, so a's follow-up finds b's tokens
     in the slot (common prefix 0) and computes its whole prompt."""
     s = _slots(parallel=1, slot_tokens=4096, pool_cells=4096, cache_ram_bytes=0)
     a0 = req("a#0", [("a", 1000)], out=10)
@@ -317,8 +317,8 @@ TestSlotPool.settings = settings(max_examples=30, stateful_step_count=25, deadli
 def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
     # qwen2.5-32b q4_k_m on a 12 GB card: --fit puts the output head + 32 of 64 layers
     # on the GPU (tests/model/test_budget.py); f16 KV is 262,144 B/token over 64 layers
-    # (models.csv), so the GPU pool holds 131,072 B/token and a RAM-cache entry, the
-    # slot's whole serialized state (engines.md §3.4), 262,144 B/token
+    # (docs/reference/models.csv), so the GPU pool holds 131,072 B/token and a RAM-cache entry, the
+    # slot's whole serialized state (docs/reference/engines.md §3.4), 262,144 B/token
     from kvsim.config.scenario import resolve_scenario
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.model.budget import memory_budget
@@ -333,7 +333,7 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
 
 
 def test_ollama_rejects_requests_past_its_queue_limit() -> None:
-    # engines.md §4.1: OLLAMA_MAX_QUEUE (default 512) pending requests, then HTTP 503
+    # docs/reference/engines.md §4.1: OLLAMA_MAX_QUEUE (default 512) pending requests, then HTTP 503
     # "server busy"; llama-server defers without a limit (§3.4)
     from kvsim.config.engine import resolve_engine
     from kvsim.core.slot_scheduler import FAIL_QUEUE_FULL

@@ -20,8 +20,8 @@ def _roofline(model: str, weights: str) -> RooflineLatency:
                            weights=model_weights(m, weights), step_overhead_s=0.004)
 
 
-# Qwen3-30B-A3B q4_k_m (4.84 bpw = 0.605 B/param; models.csv: 30.5e9 total, 48 layers,
-# hidden 2048, vocab 151,936, 32 x 128 query and 4 KV heads, 128 experts, 8 active):
+# Qwen3-30B-A3B q4_k_m (4.84 bpw = 0.605 B/param; docs/reference/models.csv: 30.5e9 total, 48
+# layers, hidden 2048, vocab 151,936, 32 x 128 query and 4 KV heads, 128 experts, 8 active):
 #   embedding = head = 151,936 x 2048 = 311,164,928 params -> int(x 0.605) = 188,254,781 B
 #   layer (30.5e9 - 622,329,856) / 48 = 622,451,461.3 params -> 376,583,134 B
 #   attention 2048 x 128 x (2 x 32 + 2 x 4) = 18,874,368 params; the count-based experts
@@ -55,7 +55,7 @@ def test_qwen3_moe_decode_reads_dense_whole_and_the_routed_experts() -> None:
 
 
 def test_gpt_oss_20b_mxfp4_reads_its_bf16_head_and_attention_whole() -> None:
-    # gpt-oss-20b mxfp4 (models.csv: 20.9e9, 24 layers, hidden 2880, vocab 201,088,
+    # gpt-oss-20b mxfp4 (docs/reference/models.csv: 20.9e9, 24 layers, hidden 2880, vocab 201,088,
     # 64 x 64 query and 8 KV heads, 32 experts, 4 active); the non-experts bf16:
     #   head 201,088 x 2880 = 579,133,440 params x 2 B = 1,158,266,880 B
     #   attention 2880 x 64 x (128 + 16) = 26,542,080 params x 2 B = 53,084,160 B a layer,

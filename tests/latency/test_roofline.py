@@ -25,9 +25,9 @@ def _roofline(model: str = "llama-3.1-8b", gpu: str = "rtx-4090", kv: str = "f16
 #          = 131,952,898 B; output head 525,336,576 x 0.605 = 317,828,628 B
 #   read per step (the token embedding is a row lookup, not streamed):
 #          32 x 131,952,898 + 317,828,628 = 4,540,321,364 B
-#   sustained bandwidth 1008 GB/s (gpus.csv) x 0.85 (GpuSpec default; hardware-and-models.md
-#          §1: sustained is 80-92 % of peak) = 856.8e9 B/s
-#   tensor FLOP/s 165.2e12 (gpus.csv FP16 dense, FP32 accumulate) x 0.5 = 82.6e12
+#   sustained bandwidth 1008 GB/s (docs/reference/gpus.csv) x 0.85 (GpuSpec default;
+# docs/reference/hardware-and-models.md          §1: sustained is 80-92 % of peak) = 856.8e9 B/s
+#   tensor FLOP/s 165.2e12 (docs/reference/gpus.csv FP16 dense, FP32 accumulate) x 0.5 = 82.6e12
 LAYER_Q4, HEAD_Q4 = 131_952_898, 317_828_628
 WEIGHTS_READ = 4_540_321_364
 GPU_BPS = 856.8e9
@@ -85,8 +85,8 @@ def test_quantized_kv_pays_dequant_and_offload_slows_decode() -> None:
         BatchShape(decode_context=(8000,) * 8))
     # Documented dequant cost (roofline.py docstring, DEFAULT_DEQUANT_FACTOR): 0.25 × the
     # KV read time, added outside the roofline max.  KV read: 8 sequences × (8000 + 1)
-    # tokens × q8_0 Llama-3.1-8B 2·32·8·128 × 34/32 B = 69,632 B/token (engines.md §0:
-    # 68 KiB) = 4,457,005,056 B, streamed at 856.8e9 B/s:
+    # tokens × q8_0 Llama-3.1-8B 2·32·8·128 × 34/32 B = 69,632 B/token (docs/reference/engines.md
+    # §0: 68 KiB) = 4,457,005,056 B, streamed at 856.8e9 B/s:
     # 0.25 x 4,457,005,056 / 856.8e9 = 1,114,251,264 / 856.8e9 = 1.30048 ms
     expected_dequant = 1_114_251_264 / GPU_BPS
     assert expected_dequant == pytest.approx(1.30048e-3, rel=1e-6)

@@ -1,6 +1,6 @@
 """prefix_hit_rate is over the prompts the engine looked up (audit: rejected prompts
 counted in the denominator; vLLM's prefix-cache queries count looked-up requests only,
-engines.md §1.8)."""
+docs/reference/engines.md §1.8)."""
 
 import math
 

@@ -28,7 +28,7 @@ def test_no_events_give_null_scores_and_zero_counts() -> None:
 
 
 def test_events_keep_their_scores_and_counts() -> None:
-    lost = ContentMultipliers().lost  # 0.10 (kv-policies.md §6.4)
+    lost = ContentMultipliers().lost  # 0.10 (docs/reference/kv-policies.md §6.4)
     ev = [ScoredEvent(1.0, "a", "a#1", "exact", Outcome("INTACT"), 1.0),
           ScoredEvent(2.0, "b", "b#1", "exact", Outcome("LOST"), lost)]
     out = recall_summary(ev)

@@ -1,4 +1,4 @@
-"""Per-engine memory layouts against numbers the real engines print (engines.md)."""
+"""Per-engine memory layouts against numbers the real engines print (docs/reference/engines.md)."""
 
 import pytest
 
@@ -37,7 +37,7 @@ def test_llama_server_kv_buffer_for_8_layer_model(kv, mib):
 
 
 def test_non_unified_slots_split_context():
-    # engines.md §3.1: 4096 context with 4 slots gives 1024 tokens per slot
+    # docs/reference/engines.md §3.1: 4096 context with 4 slots gives 1024 tokens per slot
     b = memory_budget(GPU, TINY, "f16", llama(context_tokens=4096, parallel=4,
                                               allocator="slots"))
     assert (b.slot_tokens, b.kv_pool_tokens) == (1024, 4096)
@@ -60,7 +60,7 @@ def test_llama_cpp_swa_cells():
 
 
 def test_vllm_block_arithmetic_issue_10517():
-    # engines.md §1.1: 3.81 GiB of KV -> 1952 blocks = 31,232 tokens -> 1.56x at 20k
+    # docs/reference/engines.md §1.1: 3.81 GiB of KV -> 1952 blocks = 31,232 tokens -> 1.56x at 20k
     eng = resolve_engine({"preset": "vllm", "context_tokens": 20000,
                           "kv_cache_memory_bytes": int(3.8125 * GIB)})
     b = memory_budget(load_gpu("rtx-3090"), load_model("llama-3.1-8b"), "bf16", eng)
@@ -75,17 +75,17 @@ def test_vllm_fails_when_one_request_does_not_fit():
     assert not b.fits and "max seq len (131072)" in b.failure
 
 
-# vLLM on an RTX 4090 (24 GiB = 25,769,803,776 B, gpus.csv), Llama-3.1-8B bf16, profiled
-# activation pinned to 1 GiB; engines.md §1.1 / hardware_profiles/engines/vllm.yaml:
-#   share      int(0.9 x 25,769,803,776)                        = 23,192,823,398
-#   non-torch  0.35 GiB = 375,809,638.4 -> 375,809,638 (issue #10517 example)
+# vLLM on an RTX 4090 (24 GiB = 25,769,803,776 B, docs/reference/gpus.csv), Llama-3.1-8B bf16,
+# profiled activation pinned to 1 GiB; docs/reference/engines.md §1.1 /
+# hardware_profiles/engines/vllm.yaml:   share      int(0.9 x 25,769,803,776)
+# = 23,192,823,398   non-torch  0.35 GiB = 375,809,638.4 -> 375,809,638 (issue #10517 example)
 #   CUDA graph 0.65 GiB = 697,932,185.6 -> 697,932,186, outside the share
-#   weights    models.csv 8.03e9 params x 2 B                   = 16,060,000,000
+#   weights    docs/reference/models.csv 8.03e9 params x 2 B                   = 16,060,000,000
 #   pool       23,192,823,398 - 16,060,000,000 - 1,073,741,824 - 375,809,638
 #                                                                =  5,683,271,936
-#   blocks     16 tokens x 131,072 B (models.csv f16 KV) = 2,097,152 B per block
+#   blocks     16 tokens x 131,072 B (docs/reference/models.csv f16 KV) = 2,097,152 B per block
 #              floor(5,683,271,936 / 2,097,152) = floor(2709.995) = 2709 -> 43,344 tokens
-#   KV         whole blocks (vLLM allocates num_gpu_blocks pages, engines.md §1.1):
+#   KV         whole blocks (vLLM allocates num_gpu_blocks pages, docs/reference/engines.md §1.1):
 #              2709 x 2,097,152 = 5,681,184,768; the pool's last 2,087,168 B stay free
 #   total      400 MiB driver 419,430,400 + weights 16,060,000,000 + activation
 #              1,073,741,824 + non-torch 375,809,638 + CUDA graph 697,932,186 + KV
@@ -122,13 +122,13 @@ def test_vllm_pool_bytes_use_the_reference_weight_bytes():
 
 
 def test_sglang_default_fraction_24gib():
-    # engines.md §2.1: 24564 MiB card -> reserved 3760 MiB -> 0.847
+    # docs/reference/engines.md §2.1: 24564 MiB card -> reserved 3760 MiB -> 0.847
     assert sglang_gpu_defaults(24564 * MIB) == (0.847, 2048)
     assert engine_for_gpu("sglang", GPU).gpu_memory_utilization == pytest.approx(0.847, abs=1e-3)
 
 
 def test_ollama_estimate_undercounts_q8_0():
-    # the era-A estimator (engines.md §4.2) places layers up to v0.11.4
+    # the era-A estimator (docs/reference/engines.md §4.2) places layers up to v0.11.4
     eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "parallel": 2,
                           "flash_attn": True, "cache_type_k": "q8_0", "cache_type_v": "q8_0",
                           "ollama_version": "0.11.4"})
@@ -139,13 +139,14 @@ def test_ollama_estimate_undercounts_q8_0():
     assert b.kv_reserved_bytes * 16 == b.estimate.kv_bytes * 17
 
 
-# Qwen2.5-32B (models.csv: 32.5e9 params, 64 layers, hidden 5120, vocab 152064, 40 q /
-# 8 kv heads, head dim 128, untied embeddings) in q4_k_m (4.84 bpw = 0.605 B/param,
+# Qwen2.5-32B (docs/reference/models.csv: 32.5e9 params, 64 layers, hidden 5120, vocab 152064, 40 q
+# / 8 kv heads, head dim 128, untied embeddings) in q4_k_m (4.84 bpw = 0.605 B/param,
 # llama.cpp quantize README) on an RTX 3060 12GB (12 GiB = 12,884,901,888 B), by hand:
 #   embedding = output head = 152064 x 5120 = 778,567,680 params
 #                                 -> int(x 0.605) = 471,033,446 B each (head on GPU last)
 #   per layer  (32.5e9 - 2 x 778,567,680) / 64 = 483,482,260 params -> 292,506,767 B
-#   f16 KV     2 x 64 x 8 x 128 x 2 = 262,144 B/token (models.csv) = 4,096 B/token/layer
+#   f16 KV     2 x 64 x 8 x 128 x 2 = 262,144 B/token (docs/reference/models.csv) = 4,096
+# B/token/layer
 Q32_VRAM = 12 * GIB
 Q32_LAYERS = 64
 Q32_LAYER_W = 292_506_767
@@ -154,8 +155,9 @@ Q32_KV_TOKEN_LAYER = 262_144 // 64
 
 
 def test_ollama_ignores_a_quantized_kv_type_without_flash_attention():
-    # engines.md §4.1: OLLAMA_KV_CACHE_TYPE only applies with flash attention, otherwise
-    # the cache is silently f16: llama-3.1-8b f16 KV is 131,072 B/token (models.csv)
+    # docs/reference/engines.md §4.1: OLLAMA_KV_CACHE_TYPE only applies with flash attention,
+    # otherwise the cache is silently f16: llama-3.1-8b f16 KV is 131,072 B/token
+    # (docs/reference/models.csv)
     eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "parallel": 2,
                           "flash_attn": False, "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
     assert (eng.cache_type_k, eng.cache_type_v, eng.ignored_cache_type) == ("f16", "f16", "q8_0")
@@ -172,7 +174,7 @@ def test_ollama_ignores_a_quantized_kv_type_without_flash_attention():
 
 
 def test_ollama_spills_layers_when_weights_do_not_fit():
-    # engines.md §4.2 era-A estimator, num_ctx 4096, 1 slot, f16 (2 B/elem), FA off:
+    # docs/reference/engines.md §4.2 era-A estimator, num_ctx 4096, 1 slot, f16 (2 B/elem), FA off:
     #   kv_total  4096 x (128+128) x 8 x 2 x 64          = 1,073,741,824 (16,777,216/layer)
     #   graph     (40/8) x kv_total / 6                  =   894,784,853
     #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + graph = 1,373,984,085
@@ -203,9 +205,9 @@ def _llama_fit_case(gpu_layers=None):
     return memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
 
 
-# llama-server -c 8192 (unified, 4 slots, f16, -fa on), --fit target 1 GiB (engines.md §3.6):
-#   target     12,884,901,888 - 1,073,741,824                 = 11,811,160,064
-#   fixed      400 MiB CUDA context 419,430,400 + compute buffer
+# llama-server -c 8192 (unified, 4 slots, f16, -fa on), --fit target 1 GiB
+# (docs/reference/engines.md §3.6):   target     12,884,901,888 - 1,073,741,824                 =
+# 11,811,160,064   fixed      400 MiB CUDA context 419,430,400 + compute buffer
 #              512 x 152064 x 4 + 512 x 5120 x 16 = 353,370,112
 #              + the F16 attention mask, n_kv x n_ubatch (unified: n_kv = -c)
 #              8192 x 512 x 2 = 8,388,608                          =    781,189,120
@@ -268,7 +270,7 @@ LLAMA8_Q4_FIXED = 5_255_974_484
 
 
 def test_searches_find_the_boundary():
-    # RTX 4090, 4 non-unified slots, f16 KV 131,072 B/token (models.csv); 85 % line:
+    # RTX 4090, 4 non-unified slots, f16 KV 131,072 B/token (docs/reference/models.csv); 85 % line:
     #   0.85 x 25,769,803,776 = 21,904,333,209.6 B
     #   each cell of n_ctx: 131,072 KV + the mask's 1,024 B per cell of one slot's
     #   stream / 4 slots = 131,328 B
@@ -299,7 +301,7 @@ def test_searches_find_the_boundary():
 
 
 def test_unified_memory_budgets_against_the_default_gpu_limit():
-    # hardware-and-models.md §4: Apple GPU-wired memory is about 65-75 % of RAM by
+    # docs/reference/hardware-and-models.md §4: Apple GPU-wired memory is about 65-75 % of RAM by
     # default (70 % planned); Strix Halo's carve-out is up to 96 GB; discrete cards keep
     # their whole memory.  M2 Ultra 192 GiB x 0.70 = 144,310,901,145 B (134.4 GiB).
     m2, halo = load_gpu("apple-m2-ultra"), load_gpu("strix-halo")
@@ -319,11 +321,12 @@ def test_unified_memory_budgets_against_the_default_gpu_limit():
 
 
 def test_an_unset_context_is_the_engines_own_default():
-    # engines.md §1.1: max_model_len defaults to the model's maximum; §3.1: llama-server
+    # docs/reference/engines.md §1.1: max_model_len defaults to the model's maximum; §3.1:
+    # llama-server
     # -c 0 = the training context, which --fit may shrink (§3.6); Ollama its num_ctx
     # (§4.1): from v0.15.5 by VRAM, 24 GiB = 25,769,803,776 B >= 23 GiB (24,696,061,952)
     # and < 47 GiB -> 32768 (<= the model's 131,072); 4096 up to v0.15.4
-    m = load_model("llama-3.1-8b")  # max context 131,072 (models.csv)
+    m = load_model("llama-3.1-8b")  # max context 131,072 (docs/reference/models.csv)
     vllm, llama_cpp = engine_for_gpu("vllm", GPU, m), engine_for_gpu("llama.cpp", GPU, m)
     assert vllm.context_tokens == 131_072
     assert (llama_cpp.context_tokens, llama_cpp.fit_context) == (131_072, True)
@@ -337,8 +340,8 @@ def test_an_unset_context_is_the_engines_own_default():
 
 @pytest.mark.parametrize("gpu, shrunk", [("rtx-4090", False), ("rtx-4060-ti-16gb", True)])
 def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
-    # llama-3.1-8b q4_k_m, f16 KV 131,072 B/token (models.csv), flash attention on (the
-    # compute buffer grows only by the F16 mask, 512 x 2 = 1,024 B per cell of the
+    # llama-3.1-8b q4_k_m, f16 KV 131,072 B/token (docs/reference/models.csv), flash attention on
+    # (the compute buffer grows only by the F16 mask, 512 x 2 = 1,024 B per cell of the
     # unified pool): the whole 131,072-token context fits a 24 GiB card with 1 GiB
     # left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the largest multiple
     # of 256 that leaves the 1 GiB target free (§3.6); each cell costs 132,096 B
@@ -363,7 +366,8 @@ def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
 
 
 def test_ollama_cannot_shift_deepseek2_models():
-    # engines.md §4.5: context shift on a full slot, except DeepSeek2-family (MLA) models
+    # docs/reference/engines.md §4.5: context shift on a full slot, except DeepSeek2-family (MLA)
+    # models
     assert engine_for_gpu("ollama", GPU, load_model("llama-3.1-8b")).context_shift
     assert not engine_for_gpu("ollama", GPU, load_model("deepseek-v2-lite")).context_shift
     assert not engine_for_gpu({"preset": "ollama", "context_shift": True}, GPU,
@@ -371,9 +375,9 @@ def test_ollama_cannot_shift_deepseek2_models():
 
 
 def test_llama_cpp_fit_puts_moe_experts_in_ram_before_layers():
-    # engines.md §3.6: --fit puts MoE expert tensors in system RAM first.  Qwen3-30B-A3B
-    # (models.csv: 30.5B total, 3.3B active, 128 experts, 8 active, 48 layers, hidden
-    # 2048, 32 q / 4 kv heads x 128, vocab 151936) in q8_0 (8.5 bits):
+    # docs/reference/engines.md §3.6: --fit puts MoE expert tensors in system RAM first.
+    # Qwen3-30B-A3B (docs/reference/models.csv: 30.5B total, 3.3B active, 128 experts, 8 active, 48
+    # layers, hidden 2048, 32 q / 4 kv heads x 128, vocab 151936) in q8_0 (8.5 bits):
     #   experts  128 x (30.5e9 - 3.3e9) / 120 = 29.01e9, but at most a layer's weights
     #            less its attention: (30.5e9 - 2 x 151936 x 2048) / 48 - 2048 x 128 x 72
     #            = 603.58e6 params -> 641,300,661 B per layer

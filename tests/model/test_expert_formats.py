@@ -1,10 +1,10 @@
 """Experts-only weight formats: MXFP4 on the routed MoE experts, the rest wider.
 
-Reference: models.csv gpt-oss notes ("Released weights are MXFP4 for MoE experts (~4.25
-bpw): checkpoint ~13 GB (20b) / ~61-65 GB (120b)") and hardware-and-models.md §2 ("the
-checkpoints are about 13 GB (20b) and about 61–65 GB (120b)"; GB = 10^9 B there).
+Reference: docs/reference/models.csv gpt-oss notes ("Released weights are MXFP4 for MoE experts
+(~4.25 bpw): checkpoint ~13 GB (20b) / ~61-65 GB (120b)") and docs/reference/hardware-and-models.md
+§2 ("the checkpoints are about 13 GB (20b) and about 61–65 GB (120b)"; GB = 10^9 B there).
 
-Shared derivation (catalogue profiles from models.csv; embeddings untied):
+Shared derivation (catalogue profiles from docs/reference/models.csv; embeddings untied):
   embedding = output head = vocab 201,088 x hidden 2,880 = 579,133,440 params
   non-repeating (embedding + head)                      = 1,158,266,880 params
   attention per layer: hidden 2,880 x head_dim 64 x (2 x 64 q/o heads + 2 x 8 k/v heads)
@@ -78,8 +78,8 @@ def test_llama_quantize_mxfp4_moe_keeps_the_rest_at_q8_0():
 
 
 def test_whole_model_formats_of_a_moe_model_are_unchanged():
-    # bf16: models.csv weight_gb_bf16 41.8 for gpt-oss-20b (params x 2, int per layer:
-    #   24 x int(822,572,213.33 x 2 = 1,645,144,426.67) + 2,316,533,760 = 41,799,999,984)
+    # bf16: docs/reference/models.csv weight_gb_bf16 41.8 for gpt-oss-20b (params x 2, int per
+    # layer:   24 x int(822,572,213.33 x 2 = 1,645,144,426.67) + 2,316,533,760 = 41,799,999,984)
     w = model_weights(load_model("gpt-oss-20b"), "bf16")
     assert w.total_bytes == 41_799_999_984
     # experts 796,030,133.33 x 2 = 1,592,060,266.67 -> 1,592,060,266

@@ -1,4 +1,4 @@
-"""KV geometry against shared/reference/models.csv and engines.md §0, exactly."""
+"""KV geometry against docs/reference/models.csv and docs/reference/engines.md §0, exactly."""
 
 import csv
 from fractions import Fraction
@@ -36,7 +36,8 @@ def test_f16_bytes_equal_reference_columns(row):
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])
 def test_32k_worked_example(row):
-    # models.csv: full*32768 + windowed*min(32768, window) + recurrent, in GiB (3 decimals)
+    # docs/reference/models.csv: full*32768 + windowed*min(32768, window) + recurrent, in GiB (3
+    # decimals)
     geo = kv_geometry(BY_DISPLAY[row["name"]], "f16", "f16", state_dtype="f16")
     assert geo.bytes_for_tokens(32768) / 2**30 == pytest.approx(
         float(row["kv_gib_at_32k_ctx_fp16"]), abs=6e-4)
@@ -47,7 +48,8 @@ def test_32k_worked_example(row):
     ("q5_1", 48 * 1024), ("q5_0", 44 * 1024), ("q4_1", 40 * 1024), ("iq4_nl", 36 * 1024),
     ("f32", 262144), ("bf16", 131072)])
 def test_llama_3_1_8b_per_token(dtype, expected):
-    # engines.md §0 worked example: f16 128 KiB, q8_0 68, q5_1 48, q5_0 44, q4_1 40, q4_0 36
+    # docs/reference/engines.md §0 worked example: f16 128 KiB, q8_0 68, q5_1 48, q5_0 44, q4_1 40,
+    # q4_0 36
     geo = kv_geometry(load_model("llama-3.1-8b"), dtype, dtype)
     assert geo.kv_bytes_per_token == expected
 

@@ -1,4 +1,5 @@
-"""vLLM's hybrid KV cache manager in the budget (kvsim.model.hybrid, engines.md §1.7).
+"""vLLM's hybrid KV cache manager in the budget (kvsim.model.hybrid, docs/reference/engines.md
+§1.7).
 
 Numbers worked by hand from the model profiles: Gemma-3-12B has 8 full + 40 sliding
 layers (window 1024) of 8 KV heads × 256 dims, 2 × 8 × 256 × 2 = 8192 bytes per

@@ -16,13 +16,13 @@ def test_bits_per_weight(fmt, bpw):
 
 
 def test_bf16_total_is_params_times_two():
-    # models.csv weight_gb_bf16 = params_total * 2 bytes (GB = 1e9)
+    # docs/reference/models.csv weight_gb_bf16 = params_total * 2 bytes (GB = 1e9)
     w = model_weights(load_model("llama-3.1-8b"), "bf16")
     assert w.total_bytes == pytest.approx(16.06e9, rel=1e-6)
 
 
 def test_q4_estimate_matches_reference_column():
-    # models.csv weight_gb_q4_4p5bpw = params * 4.5 / 8 -> q4_0 is exactly 4.5 bpw
+    # docs/reference/models.csv weight_gb_q4_4p5bpw = params * 4.5 / 8 -> q4_0 is exactly 4.5 bpw
     assert model_weights(load_model("qwen2.5-7b"), "q4_0").total_bytes == pytest.approx(
         4.29e9, rel=2e-3)
 

@@ -1,7 +1,7 @@
 """Token embedding and output head: tied models (one tensor, duplicated on the GPU by
 llama.cpp) and the formats that keep both at bf16 (AWQ, GPTQ, FP8).
 
-Shared arithmetic (catalogue profiles from models.csv):
+Shared arithmetic (catalogue profiles from docs/reference/models.csv):
 
 - Llama-3.1-8B: 8.03e9 params, untied, E = 128,256 x 4,096 = 525,336,576 params per
   vocab x hidden tensor; layers (8.03e9 - 2E) / 32 = 218,103,964 params each.
@@ -44,8 +44,8 @@ def test_gguf_formats_keep_their_whole_file_rate():
 
 
 def test_a_tied_awq_model_keeps_its_one_embedding_at_bf16():
-    # Qwen3-4B (tied, models.csv notes): E = 151,936 x 2,560 = 388,956,160 params once,
-    # x 2 B = 777,912,320; layers (4.02e9 - E) / 36 = 100,862,328.89 x 4.15625 / 8 =
+    # Qwen3-4B (tied, docs/reference/models.csv notes): E = 151,936 x 2,560 = 388,956,160 params
+    # once, x 2 B = 777,912,320; layers (4.02e9 - E) / 36 = 100,862,328.89 x 4.15625 / 8 =
     # 52,401,131.81 -> 52,401,131; x 36 = 1,886,440,716 + 777,912,320 = 2,664,353,036
     w = model_weights(load_model("qwen3-4b"), "awq")
     assert w.tied and w.non_repeating_bytes == w.embedding_bytes == w.head_bytes == 777_912_320

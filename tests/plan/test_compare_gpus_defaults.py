@@ -1,6 +1,6 @@
 """kvsim compare --gpus: each card gets the defaults a real engine derives from it.
 
-SGLang's mem_fraction_static (engines.md §2.1, TP = PP = 1):
+SGLang's mem_fraction_static (docs/reference/engines.md §2.1, TP = PP = 1):
   16 GiB: chunk 2048, cuda-graph bs 8:  reserved 512 + 1.5 x 2048 + 2 x 8 + 128 = 3,728 MiB
           (16,384 - 3,728) / 16,384 = 0.7724 -> 0.772
   24 GiB: chunk 2048, cuda-graph bs 24: reserved 512 + 3,072 + 48 + 128 = 3,760 MiB

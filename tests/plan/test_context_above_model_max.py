@@ -32,7 +32,7 @@ def test_search_refuses_a_context_above_the_maximum(preset):
                           "workload": {"preset": "family-4", "days": 0.05}})
     with pytest.raises(InputError) as exc:
         search(s, C, PlanGrid((131072, 262144), (1,)), replications=1, runner=never)
-    # llama-3.1-8b: max_context_tokens 131,072 (models.csv)
+    # llama-3.1-8b: max_context_tokens 131,072 (docs/reference/models.csv)
     assert (exc.value.field, exc.value.value) == ("--contexts", 262144)
     assert "llama-3.1-8b's maximum, 131072 tokens" in exc.value.allowed
 
@@ -58,7 +58,7 @@ def test_cli_exits_2_with_one_line(cmd):
 
 def test_compare_shows_what_the_engine_may_use():
     # apple-m4-max: 128 GiB of unified memory, of which the GPU may wire 70 % by default
-    # (hardware-and-models.md §4): 0.70 x 128 = 89.6 GiB, fit's "device memory"
+    # (docs/reference/hardware-and-models.md §4): 0.70 x 128 = 89.6 GiB, fit's "device memory"
     s = load_scenario("quickstart", [])
     empty = PlanResult(pd.DataFrame({"feasible": [], "parallel": []}), pd.DataFrame(), None)
     res = compare_gpus(s, ["apple-m4-max", "rtx-5090"], C, PlanGrid((8192,), (1,)),

@@ -1,4 +1,4 @@
-"""Plan's flags for gpt-oss: openai/gpt-oss-20b *is* the MXFP4 checkpoint (models.csv
+"""Plan's flags for gpt-oss: openai/gpt-oss-20b *is* the MXFP4 checkpoint (docs/reference/models.csv
 notes: "Released weights are MXFP4 for MoE experts"), so vLLM/SGLang are given the repo;
 on llama.cpp the GGUF placeholder says which layout a format is (mxfp4: experts MXFP4,
 rest BF16; mxfp4_moe, llama-quantize MXFP4_MOE: experts MXFP4, rest Q8_0)."""

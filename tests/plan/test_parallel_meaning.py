@@ -11,7 +11,7 @@ CUDA graphs 0.65 GiB = 697,932,185 B, outside the share; 400 MiB driver reserve)
   activation (max_num_seqs s) 2048 x 25 x 4096 + s x 128,256 x 4
             = 209,715,200 + 513,024 s: s=1 210,228,224, s=2 210,741,248,
               s=4 211,767,296, s=256 341,049,344
-  block     16 x 131,072 B (f16 KV per token, engines.md §0)      =  2,097,152 B
+  block     16 x 131,072 B (f16 KV per token, docs/reference/engines.md §0)      =  2,097,152 B
   pool      (share - W - activation - 375,809,638) // 2,097,152 blocks x 16 tokens,
             W = the AWQ weights (4,171,835,936 B, kvsim.model.weights):
               s=1, 2: 16,012,588,045 / 16,012,075,021 -> 7,635 blocks = 122,160 tokens

@@ -1,5 +1,5 @@
 """The engine command plan prints carries the pool knobs a scenario set: SGLang's
---max-total-tokens (engines.md §2.1), vLLM's --kv-cache-memory and
+--max-total-tokens (docs/reference/engines.md §2.1), vLLM's --kv-cache-memory and
 --num-gpu-blocks-override (§1.1) — else the real engine sizes another pool."""
 
 from kvsim.config.scenario import resolve_scenario

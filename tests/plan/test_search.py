@@ -26,7 +26,7 @@ def scen(gpu: str, engine=None):
 # A plan point (context c, parallel p) is `-c c*p --parallel p`: p slots of c cells.
 #
 #   KV per token   2 (K,V) x 32 layers x 8 kv heads x 128 dim x 2 B  =     131,072 B
-#                  (models.csv kv_bytes_per_token_fp16)
+#                  (docs/reference/models.csv kv_bytes_per_token_fp16)
 #   weights        8.03e9 params x 4.84 bpw / 8 (q4_k_m, llama.cpp quantize README)
 #                  embedding = output head = 128256 x 4096 = 525,336,576 params; the
 #                  embedding stays on the CPU (llama.cpp input layer), the head and

@@ -20,7 +20,7 @@ RECOVER = ["policies=[{kind: recoverable_eviction, window_tokens: 1024, cache_ty
 def test_q8_0_vs_f16_bytes_ratio_is_exactly_34_over_64_and_capacity_rises_64_over_34() -> None:
     f16, q8 = scenario(), scenario("engine.cache_type_k=q8_0", "engine.cache_type_v=q8_0")
     g16, g8 = kv_geometry(f16.model), kv_geometry(q8.model, "q8_0", "q8_0")
-    # llama.cpp q8_0 = 34 bytes per 32 values vs f16 64 bytes (engines.md §0)
+    # llama.cpp q8_0 = 34 bytes per 32 values vs f16 64 bytes (docs/reference/engines.md §0)
     assert Fraction(g8.kv_bytes_per_token, g16.kv_bytes_per_token) == Fraction(34, 64)
     b16, b8 = scenario_budget(f16), scenario_budget(q8)
     assert b16.kv_pool_tokens == b8.kv_pool_tokens == 16384

@@ -1,6 +1,6 @@
 """Tokens a policy demoted (KIVI, recoverable eviction) are read at their quantized bytes
-(kv-policies.md §2.1(b,c)): the step's KV read shrinks, the dequantization is charged on
-the quantized bytes, and fast and step fidelity agree."""
+(docs/reference/kv-policies.md §2.1(b,c)): the step's KV read shrinks, the dequantization is charged
+on the quantized bytes, and fast and step fidelity agree."""
 
 from fractions import Fraction
 from types import SimpleNamespace

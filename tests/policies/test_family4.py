@@ -2,8 +2,8 @@
 slots) side by side under f16, q8_0, q4_0, a sliding window, recoverable eviction
 and idle offload.  Each row's direction, and why:
 
-- q8_0 / q4_0: reserved KV = f16 × 34/64 / 18/64 exactly (block sizes, engines.md §0);
-  8-bit reads are INTACT (§6.4), 4-bit DEGRADED (recall < 1); fewer KV bytes read per
+- q8_0 / q4_0: reserved KV = f16 × 34/64 / 18/64 exactly (block sizes, docs/reference/engines.md
+§0); 8-bit reads are INTACT (§6.4), 4-bit DEGRADED (recall < 1); fewer KV bytes read per
   decode step → p95 inter-token latency not above f16's.
 - sliding window (2048): old tokens dropped → peak allocated KV below f16; exact
   references beyond the window LOST → recall well below f16, with events < 0.5.
@@ -17,7 +17,7 @@ and idle offload.  Each row's direction, and why:
   slots keep their KV on the GPU, row ``keep_idle``): idle slots leave the GPU → peak
   allocated below ``keep_idle``; written and restored over PCIe → more PCIe bytes;
   lossless → recall equals f16's.
-- the default server (``--cache-idle-slots`` on, engines.md §3.4) already saves idle
+- the default server (``--cache-idle-slots`` on, docs/reference/engines.md §3.4) already saves idle
   slots to its RAM cache and clears them from the unified pool whenever a task
   starts → peak allocated not above ``keep_idle``.
 """

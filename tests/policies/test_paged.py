@@ -81,16 +81,16 @@ def test_family4_vllm_side_by_side() -> None:
             "host": []}
     s = {k: simulate(load_scenario("family-4-vllm-offload", v)).summary for k, v in rows.items()}
     f16, fp8, host = s["f16"], s["fp8"], s["host"]
-    # Llama-3.1-8B KV (models.csv / engines.md §0): f16 2·32·8·128·2 = 131,072 B/token,
-    # fp8 1 B/element = 65,536 B/token, plus per-tensor fp32 scales (32 layers × K,V × 4 B
-    # = 256 B, engines.md §0).  16-token blocks: f16 2 MiB, fp8 1 MiB.
+    # Llama-3.1-8B KV (docs/reference/models.csv / docs/reference/engines.md §0): f16 2·32·8·128·2 =
+    # 131,072 B/token, fp8 1 B/element = 65,536 B/token, plus per-tensor fp32 scales (32 layers ×
+    # K,V × 4 B = 256 B, docs/reference/engines.md §0).  16-token blocks: f16 2 MiB, fp8 1 MiB.
     # f16: 2.5 GiB / 2 MiB = 1280 blocks exactly, 2,097,152 B each.
     gib = 2**30
     f16_block = 16 * 131072
     assert f16["peak_kv_reserved_bytes"] == 1280 * f16_block == 5 * gib // 2
     # fp8: (2.5 GiB − 256) / 1 MiB = 2559.99… → 2559 whole blocks (vLLM's num_gpu_blocks =
-    # available // page size, engines.md §1.1); the reserved KV is those blocks, 1 MiB
-    # each: 2559 × 1,048,576 = 2,683,305,984 B (the 256 B of scales are not a block's).
+    # available // page size, docs/reference/engines.md §1.1); the reserved KV is those blocks, 1
+    # MiB each: 2559 × 1,048,576 = 2,683,305,984 B (the 256 B of scales are not a block's).
     fp8_block = 16 * 65536
     assert fp8["peak_kv_reserved_bytes"] == 2559 * fp8_block == 2_683_305_984
     # allocated = whole blocks of each pool's block size

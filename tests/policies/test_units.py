@@ -86,7 +86,7 @@ def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
     # roofline.py: dequantizing costs kv_dequant_factor (0.25) x the time to read those
     # bytes at the GPU's sustained KV bandwidth.  Under the spec-sheet roofline
     # (latency.rates=peak) on the quickstart GPU, RTX 4060 Ti 16GB, 288 GB/s
-    # (gpus.csv) x 0.85 (GpuSpec bandwidth_efficiency) = 244.8e9 B/s:
+    # (docs/reference/gpus.csv) x 0.85 (GpuSpec bandwidth_efficiency) = 244.8e9 B/s:
     #   0.25 / 244.8e9 = 1.0212418e-12 s per byte
     from types import SimpleNamespace
 
@@ -105,9 +105,9 @@ def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
     assert rt.dequant_s_per_byte == pytest.approx(0.25 / 244.8e9, rel=1e-12)
     assert rt.dequant_s_per_byte == pytest.approx(1.0212418e-12, rel=1e-7)
     # a known demotion: tokens 0..1024 of session "s" in slot 0 demoted to q4_0.
-    # Llama-3.1-8B f16 KV is 131,072 B/token (models.csv); q4_0 stores 18/32 B per element
-    # against f16's 2 (engines.md §0): ratio 0.5625 / 2 = 9/32, so the demoted tokens hold
-    #   1024 x 131,072 x 9/32 = 37,748,736 B
+    # Llama-3.1-8B f16 KV is 131,072 B/token (docs/reference/models.csv); q4_0 stores 18/32 B per
+    # element against f16's 2 (docs/reference/engines.md §0): ratio 0.5625 / 2 = 9/32, so the
+    # demoted tokens hold   1024 x 131,072 x 9/32 = 37,748,736 B
     # and each step of that slot's request dequantizes them:
     #   37,748,736 x 0.25 / 244.8e9 = 9,437,184 / 244.8e9 = 38.5506 us
     slot = rt.slots[0]

@@ -1,4 +1,4 @@
-"""The allocator families fail differently (engines.md §3.1, §3.4, §3.5, §1.4).
+"""The allocator families fail differently (docs/reference/engines.md §3.1, §3.4, §3.5, §1.4).
 
 ``-c 16384 --parallel 4``: llama.cpp per-slot gives each slot 16384 / 4 = 4,096 tokens;
 unified lets any slot grow to 16,384 but all slots share them; vLLM pages a pool sized
@@ -63,8 +63,8 @@ def test_four_long_sessions_exhaust_the_unified_pool() -> None:
     # → none fails.  Turn 4 (4 × 5000 = 20,000) and turn 5 (4 × 6000 = 24,000) overflow
     # the pool while all four requests are active (a request needs its 200 outputs, one
     # per step, before it leaves; the others' prompts fill the pool within a few 2048-token
-    # batches), and engines.md §3.4: at batch size 1 *every active slot* fails, caches
-    # cleared → all 4 of turn 4 and all 4 of turn 5 fail: 8 = 2 per session.
+    # batches), and docs/reference/engines.md §3.4: at batch size 1 *every active slot* fails,
+    # caches cleared → all 4 of turn 4 and all 4 of turn 5 fail: 8 = 2 per session.
     assert unified.summary["failed_requests"] == 8
     assert _failed_by_session(unified) == {f"long{i}": 2 for i in range(4)}
     failed_turns = unified.requests[unified.requests.failed.astype(bool)].turn
