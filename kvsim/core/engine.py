@@ -21,8 +21,8 @@ Processes (DESIGN.md §3.4):
   sample the sampler sleeps until the driver wakes and resumes on the tick grid —
   ``memory.parquet`` is a step function: each row holds until the next one.
 
-Only this module (and ``link.py``) imports SimPy; schedulers and pools take
-``now_s`` and are tested without it.
+Only this module, ``simclock.py`` (the helpers that touch SimPy's internals) and
+``link.py`` import SimPy; schedulers and pools take ``now_s`` and are tested without it.
 
 Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` may
 advance several steps in one timeout — decode-only stretches, and the single steps
@@ -32,7 +32,7 @@ a finished request's closed-loop follow-up) falls inside the jump; the sampler t
 inside it before the next SimPy event are recorded at once from the stretch's memory
 (``_sample_stretch``; the sampler then sleeps past them), later ones read it when
 they fire.  The next
-pending event is read off the SimPy heap in O(1) (``next_event_s``).
+pending event is read off the SimPy heap in O(1) (``simclock.next_event_s``).
 
 NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step
 end always records the state *before* that instant's changes, in both fidelities.
@@ -58,7 +58,7 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL, URGENT
 
-from kvsim.core.fastforward import FastForward, next_event_s, schedule_at
+from kvsim.core.fastforward import FastForward
 from kvsim.core.requests import Request
 from kvsim.core.sessions import (
     AfterFailure,
@@ -67,6 +67,7 @@ from kvsim.core.sessions import (
     request_outcome,
     seed_block_hashes,
 )
+from kvsim.core.simclock import next_event_s, schedule_at, schedule_in
 from kvsim.core.step import EngineEvent, StepHook, StepPlan
 from kvsim.errors import InputError, RunStopped
 from kvsim.metrics.records import ABANDON_EVENT, NEW_CHAT_EVENT, Recorder
@@ -266,7 +267,7 @@ class Engine:
         """Run one step (after a fast-forwarded stretch, if any); return the plan run last."""
         ff = self.fastforward
         if ff is not None:
-            quiet_s = next_event_s(self.env._queue, self._tick)
+            quiet_s = next_event_s(self.env, self._tick)
             jumped = ff.jump(plan, self.env.now, quiet_s, self._stop_s)
             if jumped is not None:
                 plan, end_s, folded = jumped
@@ -309,8 +310,7 @@ class Engine:
         if not delay > 0:
             ev.succeed()
             return
-        ev._ok, ev._value = True, None
-        self.env.schedule(ev, URGENT, delay)
+        schedule_in(self.env, ev, URGENT, delay)
         self._tick, self._tick_s = ev, now + delay
 
     def _sleep(self, at_s: float) -> simpy.Event:

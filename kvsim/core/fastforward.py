@@ -6,8 +6,8 @@ the step the driver is about to run (step 0 of a stretch, already scheduled),
 computes the times of the following steps with the latency model's numpy path
 (``decode_steps_s``) and applies ``J`` steps at once through the scheduler's
 ``advance_decode``; the driver then resumes at ``t_J`` (one SimPy event put at that
-exact instant, :func:`schedule_at`) and runs step ``J`` as an ordinary step (which
-may finish requests).
+exact instant, :func:`kvsim.core.simclock.schedule_at`) and runs step ``J`` as an
+ordinary step (which may finish requests).
 
 *Through completions*: when the stretch ends at the scheduler's own boundary (step
 ``J`` finishes a request, or would allocate past the free blocks / admit a waiting
@@ -74,7 +74,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from heapq import heappush
 from itertools import accumulate
 from typing import Any
 
@@ -86,33 +85,6 @@ from kvsim.latency.base import BatchShape
 
 MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's numpy arrays
 SMALL_STEPS = 32  # NOTE: shorter stretches take their step times in scalar Python
-
-
-def next_event_s(queue: list[tuple], skip: Any) -> float:
-    """Earliest pending SimPy event time, ignoring the event ``skip`` (the sampler tick).
-
-    ``queue`` is SimPy's binary heap: the root is the earliest event, and when the
-    root is ``skip`` the next earliest is one of the root's two children (O(1)).
-    """
-    if not queue:
-        return math.inf
-    if queue[0][3] is not skip:
-        return queue[0][0]
-    return min((queue[i][0] for i in (1, 2) if i < len(queue)), default=math.inf)
-
-
-def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> Any:
-    """Trigger ``event`` (successfully, no value) at exactly ``at_s``; return it.
-
-    NOTE: SimPy's own ``schedule`` adds a delay to ``now``, and ``now + d`` cannot
-    reach every float (0.35 + d skips 1.5000000000000007): the per-step reference's
-    times are sums of step times from each step's start, so an instant a stretch
-    computed ahead is put on SimPy's heap as it is, in SimPy's own entry format.
-    """
-    assert at_s >= env.now, f"schedule_at {at_s} before now {env.now}"
-    event._ok, event._value = True, None
-    heappush(env._queue, (at_s, priority, next(env._eid), event))
-    return event
 
 
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
