@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -68,8 +67,10 @@ from kvsim.core.sessions import (
     seed_block_hashes,
 )
 from kvsim.core.simclock import next_event_s, schedule_at, schedule_in
-from kvsim.core.step import EngineEvent, StepHook, StepPlan
+from kvsim.core.step import EngineEvent, MemoryState, Scheduler, StepHook, StepPlan
+from kvsim.core.stretch_memory import Stretch
 from kvsim.errors import InputError, RunStopped
+from kvsim.latency.base import LatencyModel
 from kvsim.metrics.records import ABANDON_EVENT, NEW_CHAT_EVENT, Recorder
 from kvsim.workload.schema import Session
 
@@ -77,8 +78,8 @@ from kvsim.workload.schema import Session
 class Engine:
     """One inference server simulated over a stream of sessions."""
 
-    def __init__(self, scheduler: Any, latency: Any, *, recorder: Recorder | None = None,
-                 sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
+    def __init__(self, scheduler: Scheduler, latency: LatencyModel, *,
+                 recorder: Recorder | None = None, sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
                  after_failure: AfterFailure = "new_chat", max_sim_time_s: float | None = None,
                  progress: Callable[[float, int], None] | None = None,
                  fidelity: str = "fast") -> None:
@@ -319,7 +320,7 @@ class Engine:
         self._tick, self._tick_s = ev, at_s
         return ev
 
-    def _sample_stretch(self, st: Any, end_s: float) -> None:
+    def _sample_stretch(self, st: Stretch, end_s: float) -> None:
         """Record the sampler ticks of a jumped stretch up to ``end_s`` at once.
 
         NOTE: only when the sampler's tick is pending inside the stretch; the sampler,
@@ -337,7 +338,7 @@ class Engine:
         self.recorder.check_samples()
         self._sampled_until_s, self._next_tick_s = end_s, t
 
-    def _memory(self) -> Any:
+    def _memory(self) -> MemoryState:
         st = self.fastforward.stretch if self.fastforward is not None else None
         if st is not None and st.covers(self.env.now):
             return st.memory_at(self.env.now, self.scheduler.memory())

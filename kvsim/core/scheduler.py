@@ -34,16 +34,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.kv.hybrid import HybridKVCacheManager
 from kvsim.core.kv.manager import KVCacheManager, PrefixHit
+from kvsim.core.link import Link
 from kvsim.core.policy import NullPolicy, SchedulerPolicy
 from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
-from kvsim.core.stretch import paged_advance, paged_stretch_limit
+from kvsim.core.stretch import Advanced, paged_advance, paged_stretch_limit
 from kvsim.latency.base import BatchShape
 
 FAIL_MAX_LEN = "maximum context length exceeded"
@@ -57,7 +57,7 @@ class PagedScheduler:
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
                  retract_order: str = "newest", swap_space_bytes: int = 0,
-                 link: Any = None, kv_groups: tuple[tuple[str, int], ...] = (),
+                 link: Link | None = None, kv_groups: tuple[tuple[str, int], ...] = (),
                  null_block: bool = False) -> None:
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching,
                               null_block=null_block)
@@ -77,7 +77,7 @@ class PagedScheduler:
         self.preemption_mode = preemption_mode
         self.retract_order = retract_order
         self.swap_space_bytes = swap_space_bytes
-        self.link = link  # kvsim.core.link.Link (swap, host tier) or None
+        self.link = link  # swap, host tier
         self.policy: SchedulerPolicy = NullPolicy()  # kvsim.core.policy
         self.host: HostBlockPool | None = None
         self.host_load = "auto"
@@ -396,5 +396,5 @@ class PagedScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return paged_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False):
+    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False) -> Advanced:
         return paged_advance(self, plan, times, dts, finish)

@@ -67,7 +67,7 @@ class Stretch:
         bases = [self.base_at(j) for j in js] if self.base_of is not None \
             else [self.base] * len(js)
         return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                 a if _quant_follows(b) else getattr(b, "kv_quant_bytes", 0))
+                 a if _quant_follows(b) else b.kv_quant_bytes)
                 for t, b, a, c in zip(ticks, bases, alloc, cached)]
 
 
@@ -78,7 +78,7 @@ def _quant_follows(m: MemoryState) -> bool:
     (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
     columns cannot change inside a stretch (hooks bound it by next_trigger_s).
     """
-    quant = getattr(m, "kv_quant_bytes", 0)
+    quant = m.kv_quant_bytes
     return bool(quant) and quant == m.kv_allocated_bytes
 
 

@@ -15,6 +15,7 @@ floating-point rounding: fast and per-step fidelity must agree (issue 6).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,11 +47,25 @@ class BatchShape:
 
 
 class LatencyModel(Protocol):
-    """What the engine needs from a latency model (roofline, calibrated, constant)."""
+    """What the engine and its fast-forward call on a latency model (roofline,
+    calibrated, constant).
+
+    NOTE: ``clamped_steps`` counts the steps a calibrated model clamped to its
+    measured range (its provenance reports them); a model that never clamps holds
+    None.  Fast-forward prices steps ahead and puts the count back, so both
+    fidelities count the same steps.
+    """
 
     provenance: str  # e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"
+    clamped_steps: int | None
 
     def step_time_s(self, batch: BatchShape) -> float: ...
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray: ...
+
+    def decode_steps_list(self, contexts: Sequence[int], steps: int,
+                          kv_read_saved_bytes: float = 0.0) -> list[float] | None:
+        """:meth:`decode_steps_s` as the same floats in scalar Python (short stretches),
+        or None where the model has no scalar path (the caller uses numpy)."""
+        ...
