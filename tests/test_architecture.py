@@ -1,4 +1,4 @@
-"""Import-direction rules from DESIGN.md §2, checked on the source tree."""
+"""Import-direction rules from docs/design/DESIGN.md §2, checked on the source tree."""
 
 import ast
 from pathlib import Path
@@ -30,11 +30,43 @@ def test_inner_layers_import_no_frontends(layer: str) -> None:
     assert bad == {}
 
 
-def test_only_engine_and_link_touch_simpy() -> None:
-    users = sorted(
-        str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if "simpy" in _imports(p))
-    allowed = {"core/engine.py", "core/link.py"}
-    assert set(users) <= allowed | {u for u in users if u.startswith("core/engine")}
+SIMPY_USERS = {"core/engine.py", "core/simclock.py", "core/link.py"}
+SIMPY_INTERNALS_OWNER = "core/simclock.py"  # NOTE: the one module that touches SimPy's privates
+
+
+def test_only_the_listed_modules_import_simpy() -> None:
+    users = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if "simpy" in _imports(p)}
+    assert users <= SIMPY_USERS
+
+
+def _simpy_private_names() -> set[str]:
+    """The private attributes SimPy's environment and events carry (``_queue``, ``_eid``,
+    ``_now``, ``_ok``, ``_value`` ...), read off live objects of the installed SimPy."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def proc():
+        yield env.timeout(0)
+
+    objs = (env, env.event(), env.timeout(1), env.process(proc()), env.any_of([env.event()]))
+    return {k for o in objs for k in vars(o) if k.startswith("_") and not k.startswith("__")}
+
+
+def test_only_simclock_touches_simpy_internals() -> None:
+    # another object's SimPy-private attribute (``env._queue``, ``ev._ok``); a class's
+    # own state (``self._now``) is not SimPy's
+    private = _simpy_private_names()
+    bad = []
+    for path in PKG.rglob("*.py"):
+        rel = str(path.relative_to(PKG))
+        if rel == SIMPY_INTERNALS_OWNER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr in private
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                bad.append(f"{rel}:{node.lineno} .{node.attr}")
+    assert bad == []
 
 
 def test_modules_stay_small() -> None:

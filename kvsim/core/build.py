@@ -11,16 +11,21 @@ the budget reserved them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
+from kvsim.config.specs import HostSpec, LinkSpec
 from kvsim.core.link import Link
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
 from kvsim.errors import InputError
 from kvsim.model.hybrid import blocks_per_request, hybrid_off_reason
+
+if TYPE_CHECKING:
+    from kvsim.model.budget import MemoryBudget
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class PoolSizing:
     kv_groups: tuple[tuple[str, int], ...] = ()  # vLLM hybrid manager (kvsim.model.hybrid)
 
     @classmethod
-    def from_budget(cls, b: Any) -> PoolSizing:
+    def from_budget(cls, b: MemoryBudget) -> PoolSizing:
         return cls(kv_pool_tokens=b.kv_pool_tokens, slot_tokens=b.slot_tokens,
                    kv_reserved_bytes=b.kv_reserved_bytes, num_gpu_blocks=b.num_gpu_blocks,
                    block_tokens=b.block_tokens,
@@ -45,14 +50,14 @@ class PoolSizing:
                    kv_groups=b.kv_groups)
 
 
-def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
+def check_loads(budget: MemoryBudget, gpu_name: str, model_name: str) -> None:
     """Refuse a model that cannot even load, with the numbers."""
-    if getattr(budget, "fits", True):
+    if budget.fits:
         return
     gib = 2**30
     failure = budget.failure or "does not fit"
     if budget.total_bytes <= budget.device_bytes:  # fits in memory, refused by an engine rule
-        fit = getattr(budget, "extra", {}).get("max_model_len_fit", budget.kv_pool_tokens)
+        fit = budget.extra.get("max_model_len_fit", budget.kv_pool_tokens)
         short = fit < budget.slot_tokens  # the pool under max_model_len
         hint = ("; set engine.context_tokens (max_model_len; unset, it is the model's "
                 f"maximum) to at most {fit}") if short else ""
@@ -64,7 +69,7 @@ def check_loads(budget: Any, gpu_name: str, model_name: str) -> None:
         f"{budget.device_bytes / gib:.2f} GiB ({failure})")
 
 
-def restore_time_fn(link: Any, host: Any):
+def restore_time_fn(link: LinkSpec | None, host: HostSpec | None) -> Callable[[int], float]:
     """Seconds to copy ``n`` bytes host→device (the link, or host memory when unified)."""
     if link is not None:
         rate, lat = link.h2d_bytes_per_s, link.latency_s
@@ -73,16 +78,17 @@ def restore_time_fn(link: Any, host: Any):
     return lambda n: lat + n / rate if n else 0.0
 
 
-def make_link(link: Any, host: Any) -> Link | None:
+def make_link(link: LinkSpec | None, host: HostSpec | None) -> Link | None:
     """The host↔device link as FIFO channels, or None when there is no host tier
     (no link profile, or memory shared with the GPU)."""
-    if link is None or link.name == "unified" or getattr(host, "unified_with_gpu", False):
+    if link is None or link.name == "unified" or (host is not None and host.unified_with_gpu):
         return None
     return Link(link)
 
 
 def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
-                   link: Any = None, host: Any = None) -> PagedScheduler | SlotScheduler:
+                   link: LinkSpec | None = None, host: HostSpec | None = None
+                   ) -> PagedScheduler | SlotScheduler:
     traits = engine_for(engine.preset)
     if isinstance(engine, PagedEngineConfig):
         blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens

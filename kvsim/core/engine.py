@@ -1,6 +1,6 @@
 """The SimPy engine: sessions as processes, one driver running the step loop.
 
-Processes (DESIGN.md §3.4):
+Processes (docs/design/DESIGN.md §3.4):
 
 - a *feeder* pulls sessions lazily from the workload iterator (sorted by first
   start) and starts each one at its first turn's ``start_s``;
@@ -21,8 +21,8 @@ Processes (DESIGN.md §3.4):
   sample the sampler sleeps until the driver wakes and resumes on the tick grid —
   ``memory.parquet`` is a step function: each row holds until the next one.
 
-Only this module (and ``link.py``) imports SimPy; schedulers and pools take
-``now_s`` and are tested without it.
+Only this module, ``simclock.py`` (the helpers that touch SimPy's internals) and
+``link.py`` import SimPy; schedulers and pools take ``now_s`` and are tested without it.
 
 Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` may
 advance several steps in one timeout — decode-only stretches, and the single steps
@@ -32,7 +32,7 @@ a finished request's closed-loop follow-up) falls inside the jump; the sampler t
 inside it before the next SimPy event are recorded at once from the stretch's memory
 (``_sample_stretch``; the sampler then sleeps past them), later ones read it when
 they fire.  The next
-pending event is read off the SimPy heap in O(1) (``next_event_s``).
+pending event is read off the SimPy heap in O(1) (``simclock.next_event_s``).
 
 NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step
 end always records the state *before* that instant's changes, in both fidelities.
@@ -53,12 +53,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 import simpy
 from simpy.events import NORMAL, URGENT
 
-from kvsim.core.fastforward import FastForward, next_event_s, schedule_at
+from kvsim.core.fastforward import FastForward
 from kvsim.core.requests import Request
 from kvsim.core.sessions import (
     AfterFailure,
@@ -67,8 +66,11 @@ from kvsim.core.sessions import (
     request_outcome,
     seed_block_hashes,
 )
-from kvsim.core.step import EngineEvent, StepHook, StepPlan
+from kvsim.core.simclock import next_event_s, schedule_at, schedule_in
+from kvsim.core.step import EngineEvent, MemoryState, Scheduler, StepHook, StepPlan
+from kvsim.core.stretch_memory import Stretch
 from kvsim.errors import InputError, RunStopped
+from kvsim.latency.base import LatencyModel
 from kvsim.metrics.records import ABANDON_EVENT, NEW_CHAT_EVENT, Recorder
 from kvsim.workload.schema import Session
 
@@ -76,8 +78,8 @@ from kvsim.workload.schema import Session
 class Engine:
     """One inference server simulated over a stream of sessions."""
 
-    def __init__(self, scheduler: Any, latency: Any, *, recorder: Recorder | None = None,
-                 sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
+    def __init__(self, scheduler: Scheduler, latency: LatencyModel, *,
+                 recorder: Recorder | None = None, sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
                  after_failure: AfterFailure = "new_chat", max_sim_time_s: float | None = None,
                  progress: Callable[[float, int], None] | None = None,
                  fidelity: str = "fast") -> None:
@@ -266,7 +268,7 @@ class Engine:
         """Run one step (after a fast-forwarded stretch, if any); return the plan run last."""
         ff = self.fastforward
         if ff is not None:
-            quiet_s = next_event_s(self.env._queue, self._tick)
+            quiet_s = next_event_s(self.env, self._tick)
             jumped = ff.jump(plan, self.env.now, quiet_s, self._stop_s)
             if jumped is not None:
                 plan, end_s, folded = jumped
@@ -309,8 +311,7 @@ class Engine:
         if not delay > 0:
             ev.succeed()
             return
-        ev._ok, ev._value = True, None
-        self.env.schedule(ev, URGENT, delay)
+        schedule_in(self.env, ev, URGENT, delay)
         self._tick, self._tick_s = ev, now + delay
 
     def _sleep(self, at_s: float) -> simpy.Event:
@@ -319,7 +320,7 @@ class Engine:
         self._tick, self._tick_s = ev, at_s
         return ev
 
-    def _sample_stretch(self, st: Any, end_s: float) -> None:
+    def _sample_stretch(self, st: Stretch, end_s: float) -> None:
         """Record the sampler ticks of a jumped stretch up to ``end_s`` at once.
 
         NOTE: only when the sampler's tick is pending inside the stretch; the sampler,
@@ -337,7 +338,7 @@ class Engine:
         self.recorder.check_samples()
         self._sampled_until_s, self._next_tick_s = end_s, t
 
-    def _memory(self) -> Any:
+    def _memory(self) -> MemoryState:
         st = self.fastforward.stretch if self.fastforward is not None else None
         if st is not None and st.covers(self.env.now):
             return st.memory_at(self.env.now, self.scheduler.memory())

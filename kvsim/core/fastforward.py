@@ -1,4 +1,4 @@
-"""Fast-forward of decode-only stretches (DESIGN.md §4, issue 6).
+"""Fast-forward of decode-only stretches (docs/design/DESIGN.md §4, issue 6).
 
 Between boundary events a decode-only batch is deterministic: every sequence
 gains one token per step and nothing else changes.  :class:`FastForward` takes
@@ -6,8 +6,8 @@ the step the driver is about to run (step 0 of a stretch, already scheduled),
 computes the times of the following steps with the latency model's numpy path
 (``decode_steps_s``) and applies ``J`` steps at once through the scheduler's
 ``advance_decode``; the driver then resumes at ``t_J`` (one SimPy event put at that
-exact instant, :func:`schedule_at`) and runs step ``J`` as an ordinary step (which
-may finish requests).
+exact instant, :func:`kvsim.core.simclock.schedule_at`) and runs step ``J`` as an
+ordinary step (which may finish requests).
 
 *Through completions*: when the stretch ends at the scheduler's own boundary (step
 ``J`` finishes a request, or would allocate past the free blocks / admit a waiting
@@ -52,10 +52,10 @@ the stretch applies ``J + 1`` steps (``fold=True``) and the driver resumes at
 ``t_{J+1}`` with hooks and ``schedule``, exactly as after running step ``J``.
 Ticks after that event read the live queue lengths (``memory_at(t, live)``).
 
-NOTE: a hook without ``next_trigger_s``, or a latency model / scheduler without the
-stretch methods, disables fast-forward (per-step fidelity).  ``next_trigger_s(now)``
-promises that ``after_step`` does nothing and returns no stall before that time;
-``quiet_steps`` (optional) promises the same for that many steps.
+NOTE: the contracts are declared: :class:`~kvsim.core.step.Scheduler`,
+:class:`~kvsim.core.step.StepHook`, :class:`~kvsim.latency.base.LatencyModel`.
+``next_trigger_s(now)`` promises that ``after_step`` does nothing and returns no
+stall before that time; ``quiet_steps`` promises the same for that many steps.
 
 NOTE: step times are accumulated exactly as SimPy does (``t + dt`` in sequence), so
 both fidelities agree to the rounding difference between ``decode_steps_s`` and
@@ -74,45 +74,18 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from heapq import heappush
 from itertools import accumulate
-from typing import Any
 
 import numpy as np
 
-from kvsim.core.step import ScheduledItem, StepPlan
+from kvsim.core.requests import Request
+from kvsim.core.step import ScheduledItem, Scheduler, StepHook, StepPlan
 from kvsim.core.stretch_memory import Stretch, join_stretches
-from kvsim.latency.base import BatchShape
+from kvsim.latency.base import BatchShape, LatencyModel
+from kvsim.metrics.records import Recorder
 
 MAX_STRETCH_CELLS = 1 << 18  # NOTE: caps sequences × steps of one stretch's numpy arrays
 SMALL_STEPS = 32  # NOTE: shorter stretches take their step times in scalar Python
-
-
-def next_event_s(queue: list[tuple], skip: Any) -> float:
-    """Earliest pending SimPy event time, ignoring the event ``skip`` (the sampler tick).
-
-    ``queue`` is SimPy's binary heap: the root is the earliest event, and when the
-    root is ``skip`` the next earliest is one of the root's two children (O(1)).
-    """
-    if not queue:
-        return math.inf
-    if queue[0][3] is not skip:
-        return queue[0][0]
-    return min((queue[i][0] for i in (1, 2) if i < len(queue)), default=math.inf)
-
-
-def schedule_at(env: Any, event: Any, priority: int, at_s: float) -> Any:
-    """Trigger ``event`` (successfully, no value) at exactly ``at_s``; return it.
-
-    NOTE: SimPy's own ``schedule`` adds a delay to ``now``, and ``now + d`` cannot
-    reach every float (0.35 + d skips 1.5000000000000007): the per-step reference's
-    times are sums of step times from each step's start, so an instant a stretch
-    computed ahead is put on SimPy's heap as it is, in SimPy's own entry format.
-    """
-    assert at_s >= env.now, f"schedule_at {at_s} before now {env.now}"
-    event._ok, event._value = True, None
-    heappush(env._queue, (at_s, priority, next(env._eid), event))
-    return event
 
 
 def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
@@ -132,25 +105,23 @@ def advanced_plan(plan: StepPlan, steps: int) -> StepPlan:
 class FastForward:
     """Plans and applies decode stretches for one engine."""
 
-    def __init__(self, scheduler: Any, latency: Any, hooks: Sequence[Any], recorder: Any) -> None:
+    def __init__(self, scheduler: Scheduler, latency: LatencyModel, hooks: Sequence[StepHook],
+                 recorder: Recorder) -> None:
         self.scheduler = scheduler
         self.latency = latency
         self.hooks = list(hooks)
         self.recorder = recorder
-        self.enabled = (hasattr(latency, "decode_steps_s")
-                        and hasattr(scheduler, "advance_decode")
-                        and all(hasattr(h, "next_trigger_s") for h in self.hooks))
         self.stretch: Stretch | None = None
         self.stretches = 0
         self.steps_skipped = 0
         self.fold = True  # run the step an arrival falls into inside the stretch (module doc)
         self.folded = 0  # stretches that did
         self.through = True  # run through completions (module doc)
-        self.finished: list[tuple[float, Any]] = []  # (time, request) finished in the jump
+        self.finished: list[tuple[float, Request]] = []  # (time, request) finished in the jump
         self.idle_after = False
         # seconds after a request finishes that its session may submit the next turn
         # (the engine knows; 0 = at once, the safe default)
-        self.follow_s: Callable[[Any], float] = lambda req: 0.0
+        self.follow_s: Callable[[Request], float] = lambda req: 0.0
 
     def _step_times(self, contexts: tuple[int, ...], steps: int, extra_s: float = 0.0,
                     saved: float = 0.0) -> list[float]:
@@ -158,12 +129,11 @@ class FastForward:
         stall, added as the driver adds ``plan.extra_s`` to a step time), reading
         ``saved`` bytes less KV (the batch's ``kv_read_saved_bytes``)."""
         lat = self.latency
-        dts = None
-        if steps <= SMALL_STEPS and hasattr(lat, "decode_steps_list"):
-            dts = lat.decode_steps_list(contexts, steps, saved)  # the same floats, no numpy
+        # the same floats, no numpy (None: the model has no scalar path)
+        dts = lat.decode_steps_list(contexts, steps, saved) if steps <= SMALL_STEPS else None
         if dts is None:
             # NOTE: a calibrated model counts clamped steps; count only the steps we use.
-            before = getattr(lat, "clamped_steps", None)
+            before = lat.clamped_steps
             arr = lat.decode_steps_s(np.array(contexts, dtype=np.int64), steps, saved)
             if before is not None:
                 lat.clamped_steps = before
@@ -172,7 +142,7 @@ class FastForward:
 
     def _first_step_s(self, plan: StepPlan) -> float:
         lat = self.latency
-        before = getattr(lat, "clamped_steps", None)
+        before = lat.clamped_steps
         dt = lat.step_time_s(plan.batch)
         if before is not None:
             lat.clamped_steps = before
@@ -226,7 +196,7 @@ class FastForward:
         finish = at_limit and self.through and steps < n_dts and times[steps + 1] < bound_s
         applied = steps + fold + finish
         times = times[:applied + 1]
-        if getattr(self.latency, "clamped_steps", None) is not None:
+        if self.latency.clamped_steps is not None:
             # count the clamped steps used
             self.latency.decode_steps_s(np.array(ctx, dtype=np.int64), applied)
         # NOTE: only allocated / cached (/ quantized) bytes change inside a stretch; the
@@ -257,8 +227,6 @@ class FastForward:
         """
         self.finished = []
         self.idle_after = False
-        if not self.enabled:
-            return None
         quiet_s, hard_s = bound_s, self._hook_s(now_s)
         parts: list[Stretch] = []
         t = now_s
@@ -300,24 +268,21 @@ class FastForward:
         return self._ended(parts, plan, t, False)
 
     def _quiet_steps(self, plan: StepPlan) -> float:
-        """Steps from ``plan`` on after each of which no hook acts (their ``quiet_steps``;
-        a hook without one acts only at its ``next_trigger_s``)."""
-        return min((h.quiet_steps(plan) for h in self.hooks if hasattr(h, "quiet_steps")),
-                   default=math.inf)
+        """Steps from ``plan`` on after each of which no hook acts (their ``quiet_steps``)."""
+        return min((h.quiet_steps(plan) for h in self.hooks), default=math.inf)
 
     def _steady(self, plan: StepPlan) -> bool:
         """Is ``plan``'s extra the same for every decode step of its batch (none, or the
         scheduler policy's ``steady_extra_s``), so a stretch may add it to each step?"""
         if not plan.extra_s:
             return True
-        steady = getattr(getattr(self.scheduler, "policy", None), "steady_extra_s", None)
-        return steady is not None and steady(plan) == plan.extra_s
+        return self.scheduler.policy.steady_extra_s(plan) == plan.extra_s
 
     def _hook_s(self, t: float) -> float:
         """The earliest time a hook wants to act, seen from ``t``."""
         return min((h.next_trigger_s(t) for h in self.hooks), default=math.inf)
 
-    def _finished_at(self, t: float, done: list[Any]) -> float:
+    def _finished_at(self, t: float, done: list[Request]) -> float:
         """Record requests finished at ``t``; return the first follow-up turn's time."""
         first = math.inf
         for req in done:
@@ -326,7 +291,7 @@ class FastForward:
         return first
 
     def _inline_step(self, plan: StepPlan, t: float, bound_s: float, part: Stretch | None,
-                     parts: list[Stretch]) -> tuple[float, list[Any]] | None:
+                     parts: list[Stretch]) -> tuple[float, list[Request]] | None:
         """Run ``plan`` as the driver would (scalar step time, the scheduler's own
         ``complete``) if it ends before ``bound_s``: ``(end, finished)``, else None.
 
@@ -336,7 +301,7 @@ class FastForward:
         end = t + dt if dt > 0 else t
         if not end < bound_s:
             return None
-        if getattr(self.latency, "clamped_steps", None) is not None:
+        if self.latency.clamped_steps is not None:
             self.latency.step_time_s(plan.batch)  # count it, as the driver would
         mem = part.base if part is not None else self.scheduler.memory()
         done = self.scheduler.complete(plan, end, dt)

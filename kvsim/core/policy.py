@@ -17,7 +17,10 @@ policy can be unit-tested against either scheduler without SimPy:
 - ``restore_time_s(nbytes, now_s)`` — stall for a blocking host→device restore of
   ``nbytes`` (the policy may recompute instead when that is cheaper);
 - ``memory(state)`` — the scheduler's :class:`MemoryState` adjusted for what the
-  policy changed (quantized bytes, host copies).
+  policy changed (quantized bytes, host copies);
+- ``steady_extra_s(plan)`` — the extra seconds ``after_schedule`` gives every decode
+  step of ``plan``'s batch until the next hook action, or None when they are not the
+  same from step to step (fast-forward jumps a stalled plan only when they are).
 
 The default :class:`NullPolicy` changes nothing.  Policies that act *between*
 steps (windows, budgets) are step hooks (:class:`kvsim.core.step.StepHook`) with an
@@ -27,13 +30,16 @@ exact ``next_trigger_s``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
+from kvsim.core.requests import Request
 from kvsim.core.step import MemoryState, StepPlan
 
 
 class SchedulerPolicy(Protocol):
-    def on_admit(self, req: Any, now_s: float) -> None: ...
+    """What a scheduler calls on its policy (the module doc lists when)."""
+
+    def on_admit(self, req: Request, now_s: float) -> None: ...
 
     def before_schedule(self, now_s: float) -> None: ...
 
@@ -45,6 +51,8 @@ class SchedulerPolicy(Protocol):
 
     def memory(self, state: MemoryState) -> MemoryState: ...
 
+    def steady_extra_s(self, plan: StepPlan) -> float | None: ...
+
 
 class NullPolicy:
     """No policy: restores cost ``restore_s(nbytes)``, saves ``save_s(nbytes)``,
@@ -55,7 +63,7 @@ class NullPolicy:
         self.restore_s = restore_s
         self.save_s = save_s
 
-    def on_admit(self, req: Any, now_s: float) -> None:
+    def on_admit(self, req: Request, now_s: float) -> None:
         return None
 
     def before_schedule(self, now_s: float) -> None:
@@ -72,3 +80,6 @@ class NullPolicy:
 
     def memory(self, state: MemoryState) -> MemoryState:
         return state
+
+    def steady_extra_s(self, plan: StepPlan) -> float | None:
+        return None  # NOTE: adds no extra of its own beyond restores (not steady)

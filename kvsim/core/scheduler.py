@@ -1,32 +1,11 @@
-"""Token-budget scheduler for paged engines (vLLM v1 / SGLang), docs/reference/engines.md §1.4.
+"""Token-budget scheduler for paged engines (vLLM v1 / SGLang).
 
-Each step shares ``max_num_batched_tokens`` across requests: first the *running*
-queue (decodes and unfinished prefill chunks, oldest first), then the *waiting*
-queue FCFS while the budget, ``max_num_seqs`` and free blocks allow.  Chunked
-prefill is always on: a long prompt is computed in budget-sized chunks.
+Each step shares ``max_num_batched_tokens`` across the running queue, then the waiting
+queue FCFS; chunked prefill is always on; on exhaustion a running request is preempted
+(recompute, or swap over the link) in the engine's retract order.
 
-Preemption is recompute (vLLM v1): when a running request cannot get its blocks,
-the *last* running request is preempted — its blocks freed (keeping their hashes, to
-re-hit what was not evicted), its computed tokens back to 0, at the front of the
-waiting queue — until the allocation succeeds or the request itself was the
-victim.  No waiting request is admitted in a step that preempted.
-
-The SGLang preset retracts in its own order (docs/reference/engines.md §2.3): the running request
-with the **fewest generated tokens** goes first, ties to the **longest prompt**
-(``retract_order="sglang"``); a victim already scheduled in this step leaves the
-step's plan.
-
-``preemption_mode="swap"`` (vLLM V0 ``swap_space``, §1.4): the victim's computed
-blocks are copied device→host and freed; it keeps its progress and on resumption
-they are copied back before its next step.  Both copies stall the step that issues
-them (``latency + N·block_bytes / bandwidth``, FIFO per direction, kvsim.core.link).
-A victim that does not fit the free swap space is recomputed.
-
-A host KV tier (``host``: :class:`kvsim.core.kv.host_pool.HostBlockPool`, installed
-by the ``host_kv_cache`` policy) receives a request's hashed blocks when it releases
-them (asynchronous device→host copy); at admission a GPU prefix miss that continues
-on the host is loaded host→device — if ``host_load="auto"``, only when the copy ends
-before recomputing those tokens would (``recompute_s(tokens, context)``).
+NOTE: no waiting request is admitted in a step that preempted.
+Design: docs/design/paged-scheduler.md (after docs/reference/engines.md §1.4, §2.3).
 """
 
 from __future__ import annotations
@@ -34,16 +13,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.kv.hybrid import HybridKVCacheManager
 from kvsim.core.kv.manager import KVCacheManager, PrefixHit
+from kvsim.core.link import Link
 from kvsim.core.policy import NullPolicy, SchedulerPolicy
 from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
-from kvsim.core.stretch import paged_advance, paged_stretch_limit
+from kvsim.core.stretch import Advanced, paged_advance, paged_stretch_limit
 from kvsim.latency.base import BatchShape
 
 FAIL_MAX_LEN = "maximum context length exceeded"
@@ -57,7 +36,7 @@ class PagedScheduler:
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
                  retract_order: str = "newest", swap_space_bytes: int = 0,
-                 link: Any = None, kv_groups: tuple[tuple[str, int], ...] = (),
+                 link: Link | None = None, kv_groups: tuple[tuple[str, int], ...] = (),
                  null_block: bool = False) -> None:
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching,
                               null_block=null_block)
@@ -77,7 +56,7 @@ class PagedScheduler:
         self.preemption_mode = preemption_mode
         self.retract_order = retract_order
         self.swap_space_bytes = swap_space_bytes
-        self.link = link  # kvsim.core.link.Link (swap, host tier) or None
+        self.link = link  # swap, host tier
         self.policy: SchedulerPolicy = NullPolicy()  # kvsim.core.policy
         self.host: HostBlockPool | None = None
         self.host_load = "auto"
@@ -397,5 +376,5 @@ class PagedScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return paged_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False):
+    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False) -> Advanced:
         return paged_advance(self, plan, times, dts, finish)

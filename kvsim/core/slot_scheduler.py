@@ -40,7 +40,7 @@ from kvsim.core.requests import (
     seq_len,
 )
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
-from kvsim.core.stretch import slot_advance, slot_stretch_limit
+from kvsim.core.stretch import Advanced, slot_advance, slot_stretch_limit
 
 FAIL_PROMPT_TOO_LONG = "exceed_context_size_error"
 FAIL_POOL_EXHAUSTED = "Context size has been exceeded."
@@ -325,5 +325,5 @@ class SlotScheduler:
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return slot_stretch_limit(self, plan)
 
-    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False):
+    def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False) -> Advanced:
         return slot_advance(self, plan, times, dts, finish)

@@ -11,16 +11,22 @@ with the scheduler and the time, and a hook may return extra seconds of stall
 (e.g. a blocking restore) that the engine adds before the next step.  Hooks also
 declare the next time they want to act so a fast-forward (issue 6) never jumps
 across a policy trigger.
+
+:class:`Scheduler` is what the engine and its fast-forward call on a scheduler
+(:class:`~kvsim.core.scheduler.PagedScheduler`, :class:`~kvsim.core.slot_scheduler.SlotScheduler`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from kvsim.core.requests import Request
 from kvsim.latency.base import BatchShape
+
+if TYPE_CHECKING:
+    from kvsim.core.policy import SchedulerPolicy
 
 
 class ScheduledItem(NamedTuple):
@@ -85,10 +91,56 @@ class MemoryState:
     kv_quant_bytes: int = 0  # GPU KV stored below f16 (KV policies, static quantized cache)
 
 
+class Scheduler(Protocol):
+    """What the engine and its fast-forward call on a scheduler.
+
+    NOTE: ``events`` is the scheduler's pending :class:`EngineEvent` list, which the
+    engine drains into its records.  A scheduler that cannot fast-forward returns 0
+    from ``decode_stretch_limit`` (its steps then all run one by one).
+    """
+
+    events: list[EngineEvent]
+    preemptions: int
+    policy: SchedulerPolicy
+
+    @property
+    def has_work(self) -> bool:
+        """Anything running or waiting."""
+        ...
+
+    def add_request(self, req: Request, now_s: float) -> bool:
+        """Queue ``req``; False when it failed at once (already finished)."""
+        ...
+
+    def schedule(self, now_s: float) -> StepPlan | None:
+        """The next step's plan, or None when there is nothing to run."""
+        ...
+
+    def complete(self, plan: StepPlan, now_s: float, dt_s: float = math.nan) -> list[Request]:
+        """Apply ``plan`` (it ran ``dt_s`` and ended at ``now_s``); return the finished."""
+        ...
+
+    def memory(self) -> MemoryState:
+        ...
+
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        """How many decode-only steps from ``plan`` on may be applied at once (module
+        doc of kvsim.core.fastforward); 0 = none."""
+        ...
+
+    def advance_decode(self, plan: StepPlan, times: list[float], dts: list[float],
+                       finish: bool = False
+                       ) -> tuple[list[int], list[int], MemoryState, list[Request]]:
+        """Apply ``len(times) − 1`` decode steps of ``plan`` at once: the KV bytes
+        allocated and cached during each step, the state after them and (``finish``:
+        the last step completed too) the requests it finished."""
+        ...
+
+
 class StepHook(Protocol):
     """A policy that acts between engine steps (issue 5 registers concrete ones)."""
 
-    def after_step(self, scheduler: Any, plan: StepPlan, now_s: float) -> float:
+    def after_step(self, scheduler: Scheduler, plan: StepPlan, now_s: float) -> float:
         """Act on the pools after ``plan`` ran; return extra stall seconds (≥ 0)."""
         ...
 
@@ -96,12 +148,20 @@ class StepHook(Protocol):
         """Earliest time this hook wants to act again (``math.inf`` = never)."""
         ...
 
+    def quiet_steps(self, plan: StepPlan) -> float:
+        """Steps from ``plan`` on after each of which ``after_step`` does nothing and
+        returns no stall (``math.inf``: it acts only at ``next_trigger_s``)."""
+        ...
+
 
 class NullHook:
     """A hook that never acts (the default: no policies)."""
 
-    def after_step(self, scheduler: Any, plan: StepPlan, now_s: float) -> float:
+    def after_step(self, scheduler: Scheduler, plan: StepPlan, now_s: float) -> float:
         return 0.0
 
     def next_trigger_s(self, now_s: float) -> float:
+        return math.inf
+
+    def quiet_steps(self, plan: StepPlan) -> float:
         return math.inf

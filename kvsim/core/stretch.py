@@ -29,14 +29,23 @@ fewer blocks), so there a stretch with a waiting head ends before its first free
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvsim.core.itl import emit_tokens
 from kvsim.core.kv.slots import append_computed
-from kvsim.core.step import StepPlan
+from kvsim.core.requests import Request
+from kvsim.core.step import MemoryState, ScheduledItem, StepPlan
+
+if TYPE_CHECKING:  # NOTE: the schedulers import this module
+    from kvsim.core.scheduler import PagedScheduler
+    from kvsim.core.slot_scheduler import SlotScheduler
+
+Items = tuple[ScheduledItem, ...]
+Blocks = tuple[list[int], list[int], MemoryState]  # KV bytes allocated / cached per step, after
+Advanced = tuple[list[int], list[int], MemoryState, list[Request]]  # ... and the finished
 
 
-def _all_decode(plan: StepPlan, running: list[Any]) -> bool:
+def _all_decode(plan: StepPlan, running: list[Request]) -> bool:
     # NOTE: make_plan puts exactly the decode items in batch.decode_context
     n = len(plan.items)
     return n == len(running) and len(plan.batch.decode_context) == n
@@ -59,7 +68,7 @@ def _first_free_step(ctx: tuple[int, ...], block: int, window: int) -> int:
     return first
 
 
-def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
+def paged_stretch_limit(sched: PagedScheduler, plan: StepPlan) -> int:
     if not _all_decode(plan, sched.running):
         return 0
     mgr, pool = sched.manager, sched.pool
@@ -103,7 +112,7 @@ def paged_stretch_limit(sched: Any, plan: StepPlan) -> int:
     return lo
 
 
-def _block_events(items: tuple, steps: int, block: int, caching: bool
+def _block_events(items: Items, steps: int, block: int, caching: bool
                   ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(step, item) pairs in (step, item) order: new blocks popped, full blocks registered.
 
@@ -126,8 +135,8 @@ def _block_events(items: tuple, steps: int, block: int, caching: bool
     return pops, regs
 
 
-def paged_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[float],
-                  finish: bool = False) -> tuple[list[int], list[int], Any, list[Any]]:
+def paged_advance(sched: PagedScheduler, plan: StepPlan, times: list[float], dts: list[float],
+                  finish: bool = False) -> Advanced:
     steps = len(times) - 1
     items = plan.items
     reqs = [i.req for i in items]
@@ -137,13 +146,13 @@ def paged_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[floa
     return alloc, cached, mem, paged_finish(sched, reqs, times[-1]) if finish else []
 
 
-def paged_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
+def paged_finish(sched: PagedScheduler, reqs: list[Request], now_s: float) -> list[Request]:
     """The end of ``PagedScheduler.complete`` for requests that just sampled a decode
     token at ``now_s``: those at their output or context limit finish, in batch order."""
     return [r for r in reqs if sched.finish_if_done(r, now_s)]
 
 
-def _decode_tokens(reqs: list[Any], steps: int, times: list[float], dts: list[float]
+def _decode_tokens(reqs: list[Request], steps: int, times: list[float], dts: list[float]
                    ) -> None:
     """Every request computes and samples one token per step (``times[1:]``)."""
     for r in reqs:
@@ -155,8 +164,8 @@ def _decode_tokens(reqs: list[Any], steps: int, times: list[float], dts: list[fl
     emit_tokens(reqs, times, dts)
 
 
-def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
-                  ) -> tuple[list[int], list[int], Any]:
+def _paged_blocks(sched: PagedScheduler, items: Items, reqs: list[Request], alloc_steps: int,
+                  steps: int) -> Blocks:
     """Blocks of the schedules after steps ``0..alloc_steps−1``; KV bytes per step."""
     mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
     pops, regs = _block_events(items, alloc_steps, block, pool.enable_caching)
@@ -196,7 +205,7 @@ def _paged_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, s
     return _stretch_memory(sched, steps, active, cached)
 
 
-def _hybrid_points(items: tuple, steps: int, block: int, window: int, caching: bool
+def _hybrid_points(items: Items, steps: int, block: int, window: int, caching: bool
                    ) -> list[tuple[int, int]]:
     """(step, item) points, in order, where an item's schedule takes a new block, fills
     one (:func:`_block_events`) or frees a skipped one (step j computes token ``c + j``)."""
@@ -208,8 +217,8 @@ def _hybrid_points(items: tuple, steps: int, block: int, window: int, caching: b
     return sorted(pts)
 
 
-def _hybrid_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, steps: int
-                   ) -> tuple[list[int], list[int], Any]:
+def _hybrid_blocks(sched: PagedScheduler, items: Items, reqs: list[Request], alloc_steps: int,
+                   steps: int) -> Blocks:
     """:func:`_paged_blocks` for hybrid KV cache groups: each point's schedule done by
     the manager, in (step, item) order; KV bytes read off the pool after each step.
 
@@ -234,8 +243,8 @@ def _hybrid_blocks(sched: Any, items: tuple, reqs: list[Any], alloc_steps: int, 
     return alloc, cached, sched.memory()
 
 
-def _stretch_memory(sched: Any, steps: int, active: list[int], cached: list[int]
-                    ) -> tuple[list[int], list[int], Any]:
+def _stretch_memory(sched: PagedScheduler, steps: int, active: list[int], cached: list[int]
+                    ) -> Blocks:
     """KV bytes during each step: the final state minus what steps j+1..J allocated."""
     bb = sched.block_bytes
     mem = sched.memory()
@@ -245,7 +254,7 @@ def _stretch_memory(sched: Any, steps: int, active: list[int], cached: list[int]
     return [a_end + bb * a for a in act[:steps]], [c_end - bb * c for c in cac[:steps]], mem
 
 
-def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
+def slot_stretch_limit(sched: SlotScheduler, plan: StepPlan) -> int:
     if sched._exhausted is plan or not _all_decode(plan, sched.running):
         return 0
     slots = sched.pool.slots
@@ -258,8 +267,8 @@ def slot_stretch_limit(sched: Any, plan: StepPlan) -> int:
     return max(limit, 0)
 
 
-def slot_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[float],
-                 finish: bool = False) -> tuple[list[int], list[int], Any, list[Any]]:
+def slot_advance(sched: SlotScheduler, plan: StepPlan, times: list[float], dts: list[float],
+                 finish: bool = False) -> Advanced:
     steps = len(times) - 1
     reqs = [i.req for i in plan.items]
     emit_tokens(reqs, times, dts)
@@ -277,7 +286,7 @@ def slot_advance(sched: Any, plan: StepPlan, times: list[float], dts: list[float
     return alloc, cache, mem, slot_finish(sched, reqs, times[-1]) if finish else []
 
 
-def slot_finish(sched: Any, reqs: list[Any], now_s: float) -> list[Any]:
+def slot_finish(sched: SlotScheduler, reqs: list[Request], now_s: float) -> list[Request]:
     """The end of ``SlotScheduler.complete`` for requests that just sampled a decode
     token at ``now_s``: finish at the output limit, at the slot's end stop or shift
     the context, in batch order."""

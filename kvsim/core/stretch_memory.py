@@ -14,6 +14,7 @@ from bisect import bisect_left
 from itertools import chain
 
 from kvsim.core.step import MemoryState
+from kvsim.metrics.rows import MemoryRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Stretch:
         return dataclasses.replace(live or base, kv_allocated_bytes=alloc,
                                    kv_cached_bytes=int(self.cached_bytes[j]), **extra)
 
-    def memory_rows(self, ticks: list[float]) -> list[tuple]:
+    def memory_rows(self, ticks: list[float]) -> list[MemoryRow]:
         """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
         last, times = len(self.allocated_bytes) - 1, self.times
         js = [min(max(bisect_left(times, t) - 1, 0), last) for t in ticks]
@@ -66,8 +67,8 @@ class Stretch:
         cached = [self.cached_bytes[j] for j in js]
         bases = [self.base_at(j) for j in js] if self.base_of is not None \
             else [self.base] * len(js)
-        return [(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                 a if _quant_follows(b) else getattr(b, "kv_quant_bytes", 0))
+        return [MemoryRow(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
+                          a if _quant_follows(b) else b.kv_quant_bytes)
                 for t, b, a, c in zip(ticks, bases, alloc, cached)]
 
 
@@ -78,7 +79,7 @@ def _quant_follows(m: MemoryState) -> bool:
     (policies.runtime reports kv_quant_bytes == kv_allocated_bytes); other policy
     columns cannot change inside a stretch (hooks bound it by next_trigger_s).
     """
-    quant = getattr(m, "kv_quant_bytes", 0)
+    quant = m.kv_quant_bytes
     return bool(quant) and quant == m.kv_allocated_bytes
 
 

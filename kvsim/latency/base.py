@@ -1,12 +1,12 @@
 """The latency-model boundary: what one engine step and one transfer cost.
 
-The simulator asks two questions (DESIGN.md §3.5):
+The simulator asks two questions (docs/design/DESIGN.md §3.5):
 
 - ``step_time_s(batch)``: the wall time of one engine step that runs some prefill
   chunks and some decode tokens together;
 - ``decode_steps_s(contexts, steps)``: the times of ``steps`` consecutive
   decode-only steps of a fixed batch whose every sequence grows by one token per
-  step — the fast-forward path (DESIGN.md §4) computes a whole stretch with numpy.
+  step — the fast-forward path (docs/design/DESIGN.md §4) computes a whole stretch with numpy.
 
 NOTE: ``decode_steps_s(c, k, s)[j]`` must equal ``step_time_s`` of the decode-only
 batch with contexts ``c + j`` (and ``kv_read_saved_bytes`` ``s``) to within
@@ -15,6 +15,7 @@ floating-point rounding: fast and per-step fidelity must agree (issue 6).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,11 +47,25 @@ class BatchShape:
 
 
 class LatencyModel(Protocol):
-    """What the engine needs from a latency model (roofline, calibrated, constant)."""
+    """What the engine and its fast-forward call on a latency model (roofline,
+    calibrated, constant).
+
+    NOTE: ``clamped_steps`` counts the steps a calibrated model clamped to its
+    measured range (its provenance reports them); a model that never clamps holds
+    None.  Fast-forward prices steps ahead and puts the count back, so both
+    fidelities count the same steps.
+    """
 
     provenance: str  # e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"
+    clamped_steps: int | None
 
     def step_time_s(self, batch: BatchShape) -> float: ...
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray: ...
+
+    def decode_steps_list(self, contexts: Sequence[int], steps: int,
+                          kv_read_saved_bytes: float = 0.0) -> list[float] | None:
+        """:meth:`decode_steps_s` as the same floats in scalar Python (short stretches),
+        or None where the model has no scalar path (the caller uses numpy)."""
+        ...

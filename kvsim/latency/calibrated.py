@@ -21,6 +21,7 @@ both go through the same clamp and the same coefficients.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -129,6 +130,10 @@ class CalibratedLatencyModel:
         kv = np.minimum(kv, self._max[_KV])
         seqs = min(n, self._max[_SEQ])
         return self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_KV] * kv
+
+    def decode_steps_list(self, contexts: Sequence[int], steps: int,
+                          kv_read_saved_bytes: float = 0.0) -> list[float] | None:
+        return None  # NOTE: no scalar path: the clamps count on numpy's (LatencyModel)
 
     # -- transfers -------------------------------------------------------------------
     def transfer_time_s(self, nbytes: float) -> float:

@@ -6,6 +6,8 @@ which makes queueing theory (M/D/1, Little's law) directly checkable.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kvsim.latency.base import BatchShape
@@ -13,6 +15,8 @@ from kvsim.latency.base import BatchShape
 
 class ConstantLatency:
     """``step_s + prefill_token_s · prefill tokens + decode_token_s · decode tokens``."""
+
+    clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
 
     def __init__(self, step_s: float, prefill_token_s: float = 0.0,
                  decode_token_s: float = 0.0) -> None:
@@ -32,3 +36,7 @@ class ConstantLatency:
         # NOTE: no per-byte KV term, so demoted tokens' bytes change nothing (step_time_s)
         n = len(contexts)
         return np.full(steps, self.step_s + self.decode_token_s * n if n else 0.0)
+
+    def decode_steps_list(self, contexts: Sequence[int], steps: int,
+                          kv_read_saved_bytes: float = 0.0) -> list[float] | None:
+        return None  # NOTE: no scalar path: numpy's (LatencyModel)

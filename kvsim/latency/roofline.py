@@ -99,6 +99,8 @@ def _keys1(a: float, w: float) -> float:
 class RooflineLatency:
     """Step times of one model on one card (+ host for offloaded layers)."""
 
+    clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+
     def __init__(self, *, gpu: GpuSpec, host: HostSpec, model: ModelSpec, geometry: KvGeometry,
                  weights: WeightSplit, gpu_layers: int | None = None,
                  step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,

@@ -46,28 +46,31 @@ import os
 import resource
 import sys
 from array import array
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvsim.errors import RunStopped, capacity_hint
 from kvsim.metrics.gaps import group_stats
+from kvsim.metrics.rows import (
+    ITL_STATS_AT,
+    STEP_FIELDS,
+    EventRow,
+    MemoryRow,
+    RequestRow,
+    StepRun,
+)
+
+if TYPE_CHECKING:  # NOTE: the engine imports this module
+    from kvsim.core.requests import Request
+    from kvsim.core.step import EngineEvent, MemoryState
 
 MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory within ~400-500 MB (module doc)
 RSS_CHECK_REQUESTS = 500  # NOTE: read the process memory once per this many requests
 RSS_CHECK_SAMPLES = 1 << 16  # ... and once per this many memory samples
 
-REQUEST_COLUMNS = (
-    "request_id", "session_id", "turn", "member", "kind", "arrival_s", "first_scheduled_s",
-    "first_token_s", "finish_s", "queue_s", "ttft_s", "e2e_s", "prompt_tokens", "cached_tokens",
-    "computed_prompt_tokens", "recomputed_tokens", "output_tokens", "preemptions", "failed",
-    "failure_reason", "truncated", "truncated_prompt_tokens", "itl_mean_s", "itl_p50_s",
-    "itl_p95_s", "itl_max_s")
-# NOTE: prompt_tokens is the prompt as sent, before the engine truncated it to fit its
-# context (Ollama, engines.md §4.5); truncated_prompt_tokens of it were dropped, and the
-# engine looked the rest up in its cache (cached_tokens) and computed the remainder.
-# truncated: the engine cut the context (that, a context shift or a stop at the end)
+REQUEST_COLUMNS = RequestRow._fields  # NOTE: what each column holds: RequestRow
 OPTIONAL_REQUEST_COLUMNS = {"truncated_prompt_tokens": 0}  # absent from older folders
 # NOTE: ``status`` (one of STATUSES) is a column of the requests *table*, not of these
 # rows (kvsim.metrics.results adds it; measured results and older folders derive it
@@ -80,10 +83,9 @@ STATUSES = (FINISHED, FAILED, UNFINISHED)
 ITL_COLUMNS = ("request_id", "gap_s", "count")  # required (measured results have only these)
 ITL_DELTA = "gap_delta_s"  # affine runs; absent or 0 = run-length rows
 ITL_TABLE_COLUMNS = (*ITL_COLUMNS, ITL_DELTA)
-STEP_COLUMNS = ("start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", "batch_size")
-MEMORY_COLUMNS = ("time_s", "kv_reserved_bytes", "kv_allocated_bytes", "kv_cached_bytes",
-                  "host_kv_bytes", "running", "waiting", "kv_quant_bytes")
-EVENT_COLUMNS = ("time_s", "kind", "request_id", "detail", "bytes")
+STEP_COLUMNS = tuple(f.name for f in fields(StepRun))
+MEMORY_COLUMNS = MemoryRow._fields
+EVENT_COLUMNS = EventRow._fields
 
 
 def current_rss_bytes() -> int:
@@ -119,7 +121,7 @@ def weighted_quantile(values: list[float], counts: list[int], q: float) -> float
 class Recorder:
     """Collects request, ITL, step, memory-sample and event rows during one run."""
 
-    request_rows: list[tuple[Any, ...]] = field(default_factory=list)  # without ITL stats
+    request_rows: list[RequestRow] = field(default_factory=list)
     status: bytearray = field(default_factory=bytearray)  # per row: its index in STATUSES
     itl_row: array = field(default_factory=lambda: array("i"))  # per itl id: its request row
     final_rows: int = 0  # leading request rows that carry their ITL statistics
@@ -128,22 +130,27 @@ class Recorder:
     itl_gap_s: array = field(default_factory=lambda: array("d"))
     itl_count: array = field(default_factory=lambda: array("q"))
     itl_delta_s: array = field(default_factory=lambda: array("d"))
-    steps: list[list[Any]] = field(default_factory=list)
-    memory: list[tuple[Any, ...]] = field(default_factory=list)
-    events: list[tuple[Any, ...]] = field(default_factory=list)
+    steps: list[StepRun] = field(default_factory=list)
+    memory: list[MemoryRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
     output_tokens: int = 0
     max_requests: int = MAX_REQUESTS
     max_rss_bytes: int | None = None  # process memory that stops the run (_check_rss)
     _next_sample_check: int = RSS_CHECK_SAMPLES
 
     @property
-    def requests(self) -> list[tuple[Any, ...]]:
-        """The ``requests`` rows (REQUEST_COLUMNS), ITL statistics included."""
+    def requests(self) -> list[RequestRow]:
+        """The ``requests`` rows, ITL statistics included."""
         self._finalize()
         return self.request_rows
 
+    @property
+    def step_rows(self) -> list[tuple[float, float, int, int, int, int]]:
+        """The ``steps`` rows (STEP_COLUMNS) of the step runs."""
+        return list(map(STEP_FIELDS, self.steps))
+
     def _finalize(self) -> None:
-        """Append the ITL statistics to the rows that lack them, in place.
+        """Fill in the ITL statistics of the rows recorded since the last call, in place.
 
         NOTE: computed for all those requests at once (:func:`gaps.group_stats`), not
         as each request finishes; rows are replaced one by one (no second copy).
@@ -151,9 +158,6 @@ class Recorder:
         rows, n0 = self.request_rows, self.final_rows
         if n0 == len(rows):
             return
-        nan4 = (math.nan,) * 4
-        for i in range(n0, len(rows)):
-            rows[i] = (*rows[i], *nan4)
         self.final_rows = len(rows)
         k0 = bisect.bisect_left(self.itl_row, n0)  # first request with runs to fill
         if k0 == len(self.itl_ids):
@@ -162,9 +166,10 @@ class Recorder:
         r0 = int(np.searchsorted(idx, k0, side="left"))
         stats = group_stats(idx[r0:] - k0, self.itl_gap_s[r0:], self.itl_delta_s[r0:],
                             self.itl_count[r0:], len(self.itl_ids) - k0).tolist()
+        make = RequestRow._make
         for k, st in enumerate(stats, start=k0):
             row = self.itl_row[k]
-            rows[row] = (*rows[row][:-4], *st)
+            rows[row] = make((*rows[row][:ITL_STATS_AT], *st))
 
     @property
     def itl(self) -> dict[str, Any]:
@@ -216,7 +221,7 @@ class Recorder:
                 "down-sample or cut the workload, raise sim.sample_interval_s or "
                 "sim.max_rss_bytes")
 
-    def request_done(self, req: Any) -> None:
+    def request_done(self, req: Request) -> None:
         """Record a request row: finished or failed, or (``req.done`` false) one still
         running or waiting when the run stopped — ``unfinished``, its progress so far."""
         nan = math.nan
@@ -226,12 +231,16 @@ class Recorder:
         fin = req.finish_s
         failed = req.failure_reason != ""
         runs = req.itl.runs()
-        self.request_rows.append((
-            req.request_id, req.session_id, req.turn, req.member, req.kind, arr, first, tok,
-            fin, nan if math.isnan(first) else first - arr, nan if math.isnan(tok) else tok - arr,
-            fin - arr if not failed else nan, req.sent_prompt_tokens, req.cached_tokens,
-            req.computed_prompt_tokens, req.recomputed_tokens, req.num_output, req.preemptions,
-            failed, req.failure_reason, req.truncated, req.truncated_prompt_tokens))
+        self.request_rows.append(RequestRow(
+            request_id=req.request_id, session_id=req.session_id, turn=req.turn,
+            member=req.member, kind=req.kind, arrival_s=arr, first_scheduled_s=first,
+            first_token_s=tok, finish_s=fin, queue_s=nan if math.isnan(first) else first - arr,
+            ttft_s=nan if math.isnan(tok) else tok - arr, e2e_s=fin - arr if not failed else nan,
+            prompt_tokens=req.sent_prompt_tokens, cached_tokens=req.cached_tokens,
+            computed_prompt_tokens=req.computed_prompt_tokens,
+            recomputed_tokens=req.recomputed_tokens, output_tokens=req.num_output,
+            preemptions=req.preemptions, failed=failed, failure_reason=req.failure_reason,
+            truncated=req.truncated, truncated_prompt_tokens=req.truncated_prompt_tokens))
         self.status.append(1 if failed else 0 if req.done else 2)  # index in STATUSES
         self.output_tokens += req.num_output
         if runs:
@@ -247,23 +256,25 @@ class Recorder:
     def step(self, start_s: float, end_s: float, prefill_tokens: int, decode_tokens: int,
              batch_size: int, steps: int = 1) -> None:
         last = self.steps[-1] if self.steps else None
-        if (last is not None and prefill_tokens == 0 and last[3] == 0
-                and last[5] == batch_size and last[1] == start_s):
-            last[1] = end_s
-            last[2] += steps
-            last[4] += decode_tokens
+        if (last is not None and prefill_tokens == 0 and last.prefill_tokens == 0
+                and last.batch_size == batch_size and last.end_s == start_s):
+            last.end_s = end_s
+            last.steps += steps
+            last.decode_tokens += decode_tokens
             return
-        self.steps.append([start_s, end_s, steps, prefill_tokens, decode_tokens, batch_size])
+        self.steps.append(StepRun(start_s, end_s, steps, prefill_tokens, decode_tokens,
+                                  batch_size))
 
-    def sample(self, time_s: float, mem: Any) -> None:
-        self.memory.append((time_s, mem.kv_reserved_bytes, mem.kv_allocated_bytes,
-                            mem.kv_cached_bytes, mem.host_kv_bytes, mem.running, mem.waiting,
-                            getattr(mem, "kv_quant_bytes", 0)))
+    def sample(self, time_s: float, mem: MemoryState) -> None:
+        self.memory.append(MemoryRow(time_s, mem.kv_reserved_bytes, mem.kv_allocated_bytes,
+                                     mem.kv_cached_bytes, mem.host_kv_bytes, mem.running,
+                                     mem.waiting, mem.kv_quant_bytes))
 
-    def event(self, ev: Any) -> None:
-        self.events.append((ev.time_s, ev.kind, ev.request_id, ev.detail, int(ev.bytes)))
+    def event(self, ev: EngineEvent) -> None:
+        self.events.append(EventRow(ev.time_s, ev.kind, ev.request_id, ev.detail,
+                                    int(ev.bytes)))
 
-    def drain(self, pending: list[Any]) -> None:
+    def drain(self, pending: list[EngineEvent]) -> None:
         """Record and clear a scheduler's pending :class:`EngineEvent` list."""
         if pending:
             for ev in pending:

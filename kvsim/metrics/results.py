@@ -47,13 +47,13 @@ from kvsim.metrics.records import (
     STEP_COLUMNS,
     Recorder,
 )
+from kvsim.metrics.rows import ReferenceRow
 from kvsim.metrics.summary import request_status
 
 FORMAT_VERSION = 1
 TABLES = ("requests", "itl", "steps", "memory", "events")  # required in every folder
 OPTIONAL_TABLES = ("references",)  # absent from folders written before it existed
-REFERENCE_COLUMNS = ("time_s", "session_id", "request_id", "content", "outcome", "bits",
-                     "added_s", "score")
+REFERENCE_COLUMNS = ReferenceRow._fields
 COLUMNS = {"requests": REQUEST_COLUMNS, "itl": ITL_TABLE_COLUMNS, "steps": STEP_COLUMNS,
            "memory": MEMORY_COLUMNS, "events": EVENT_COLUMNS, "references": REFERENCE_COLUMNS}
 # detail of an ``events`` row of kind "reference" (kvsim.policies.recall)
@@ -78,7 +78,7 @@ def dump_json(obj: Any) -> str:
 
 
 def tables_from(rec: Recorder) -> dict[str, pd.DataFrame]:
-    rows = {"requests": rec.requests, "itl": rec.itl, "steps": rec.steps,
+    rows = {"requests": rec.requests, "itl": rec.itl, "steps": rec.step_rows,
             "memory": rec.memory, "events": rec.events}
     tables = {name: pd.DataFrame(rows[name], columns=list(COLUMNS[name])) for name in TABLES}
     tables["requests"][STATUS] = rec.statuses
@@ -96,8 +96,10 @@ def with_status(requests: pd.DataFrame) -> pd.DataFrame:
 
 def references_frame(scored: Iterable[Any]) -> pd.DataFrame:
     """The ``references`` table from :class:`kvsim.metrics.accuracy.ScoredEvent` rows."""
-    rows = [(e.time_s, e.session_id, e.request_id, e.content, e.outcome.label,
-             float(e.outcome.bits), e.outcome.added_s, e.m) for e in scored]
+    rows = [ReferenceRow(time_s=e.time_s, session_id=e.session_id, request_id=e.request_id,
+                         content=e.content, outcome=e.outcome.label,
+                         bits=float(e.outcome.bits), added_s=e.outcome.added_s, score=e.m)
+            for e in scored]
     return _typed_references(pd.DataFrame(rows, columns=list(REFERENCE_COLUMNS)))
 
 

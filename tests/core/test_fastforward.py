@@ -183,7 +183,7 @@ def test_fast_equals_step_when_the_pool_is_full(engine, latency, monkeypatch) ->
     kinds, reason = PRESSURE[engine]
     assert kinds <= set(step.events.kind), set(step.events.kind)
     assert reason in set(step.requests.failure_reason)
-    assert len(made) == 1 and made[0].enabled and made[0].steps_skipped > 0
+    assert len(made) == 1 and made[0].steps_skipped > 0
     _assert_same(fast, step)
 
 
@@ -231,7 +231,7 @@ def test_fast_mode_jumps_and_agrees_on_a_long_decode() -> None:
         rec = eng.recorder
         assert sum(rec.itl_count) == 999
         # 1 prefill step + 999 decode steps merged into one steps row
-        assert [r[2] for r in rec.steps] == [1, 999]
+        assert [r.steps for r in rec.steps] == [1, 999]
         if fidelity == "fast":
             # the 1 s sampler ticks do not cut stretches: a handful of jumps suffice
             assert eng.fastforward.stretches <= 3 and eng.fastforward.steps_skipped >= 990
