@@ -1,4 +1,4 @@
-"""The memory of a fast-forwarded stretch (issue 6): what the sampler sees inside it.
+"""The memory of a fast-forwarded stretch: what the sampler sees inside it.
 
 A stretch applies many decode steps at once; the engine's memory sampler may tick
 inside it.  :class:`Stretch` keeps the step start times and the KV bytes during

@@ -31,7 +31,7 @@ def test_one_roofline_key_on_a_scenario_without_a_latency_section():
     (["latency.step_s=0.03", "latency.kind=constant"],
      ConstantLatency(kind="constant", step_s=0.03)),
     (["latency={kind: constant, step_s: 0.05}"], ConstantLatency(kind="constant", step_s=0.05)),
-    # README "Calibrating against your own card"
+    # docs/calibration.md
     (["latency.kind=calibrated", "latency.path=calibration/x.json"],
      CalibratedLatency(kind="calibrated", path="calibration/x.json")),
 ])

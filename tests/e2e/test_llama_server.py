@@ -7,7 +7,7 @@ scripts/build_llama_server.sh (cached by version outside the clone; a cold build
 ``-t 1`` (two threads on two busy cores collapse decode speed), ``--no-webui`` and
 ``--metrics``.
 
-Acceptance (issue 9):
+What it checks:
 - KV buffer sizes predicted by kvsim.model.budget equal what llama-server prints at
   ``-lv 4`` for f16, q8_0 and q4_0;
 - for every request of the replay, predicted cached prompt tokens == measured

@@ -1,6 +1,6 @@
 """End-to-end: open a kvsim report in real headless Chromium over the DevTools protocol.
 
-Checks (issue 8 acceptance): every figure rendered (one ``.plotly-graph-div`` holding
+Checks: every figure rendered (one ``.plotly-graph-div`` holding
 a ``.main-svg`` per figure the page announces), no JavaScript exception or console
 error, no dialog opened, and a session / scenario named ``<script>alert(1)</script>``
 shows up as text.  Saves a PNG screenshot next to the report for a human look.

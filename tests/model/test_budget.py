@@ -29,7 +29,7 @@ def llama(**kw):
 
 @pytest.mark.parametrize("kv,mib", [("f16", 32), ("q8_0", 17), ("q4_0", 9)])
 def test_llama_server_kv_buffer_for_8_layer_model(kv, mib):
-    # a real llama-server printed 32.00 / 17.00 / 9.00 MiB at -c 8192 (issue 2)
+    # a real llama-server printed 32.00 / 17.00 / 9.00 MiB at -c 8192
     b = memory_budget(GPU, TINY, "f16", llama(context_tokens=8192, cache_type_k=kv,
                                               cache_type_v=kv))
     assert b.kv_reserved_bytes == mib * MIB

@@ -1,5 +1,5 @@
 """Grid points the engine or a policy refuses: recorded per point, or bad input when
-no point of a KV type / policy set is valid (found by the audit of issue 7)."""
+no point of a KV type / policy set is valid."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""Acceptance tests of issue 5 on fixed scenarios (one document session, llama.cpp).
+"""Acceptance tests of the KV policies (docs/policies.md) on fixed scenarios
+(one document session, llama.cpp).
 
 The session: a 400-token system prompt, turn 0 pastes 3000 tokens, turn 1 adds
 2000, turn 2 refers back to 16 exact tokens at offset 96 of turn 0's input — more

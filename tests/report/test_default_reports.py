@@ -1,5 +1,5 @@
 """``simulate``, ``plan``, ``compare`` and ``sweep`` write ``report.html`` by default;
-``--no-report`` skips it (issue 8, "What must work" 1).  Run as a user runs them."""
+``--no-report`` skips it.  Run as a user runs them."""
 
 from __future__ import annotations
 

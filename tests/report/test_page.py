@@ -103,7 +103,7 @@ def test_card_shows_calibrated_fit_error() -> None:
 
 
 def test_card_shows_the_recall_proxy_summary() -> None:
-    """README (KV policies): the report gives recall_mean, recall_worst and
+    """docs/policies.md: the report gives recall_mean, recall_worst and
     recall_share_below_0_5, as summary.json does."""
     run = make_run()
     run.summary.update(recall_mean=0.8125, recall_worst=0.25, recall_share_below_0_5=0.125)
