@@ -1,36 +1,15 @@
 """The calibration artifact: what a harness run measured, and the latency fit made from it.
 
-One versioned JSON file per device × model (``calibration/DEVICE__MODEL.json``) that
-scenarios reference with ``latency: {kind: calibrated, path: ...}``.  It holds:
+One versioned JSON file per device × model (``calibration/DEVICE__MODEL.json``), referenced
+with ``latency: {kind: calibrated, path: ...}``: where it was measured, the raw timing points,
+measured KV bytes, bandwidths and quantization costs, per cache dtype the fitted step-time
+coefficients with their MAPE and validity ranges, and the limits a run reached. The step-time
+model is linear in seven non-negative coefficients over :func:`step_features` (prefill chunks
+shorter than ``small_chunk_tokens`` get their own attention coefficient).
 
-- where it was measured (device, software versions, model shape, layers built);
-- the raw timing points (one row per measured engine step or run of steps);
-- measured KV bytes per token per cache dtype (from tensors and from the allocator),
-  host↔device bandwidths, quantize/dequantize costs and attention-output errors;
-- per cache dtype, the fitted step-time coefficients, the fit error (MAPE) and the
-  validity range of every fit feature (what :mod:`kvsim.latency.calibrated` clamps to);
-- the limits a run reached (device memory exhausted at some grid point).
-
-The step-time model (the same for kernel and engine calibrations) is linear in seven
-non-negative coefficients over features of one engine step (see :func:`step_features`):
-
-    t = c_step + c_prefill_seq·S + c_prefill_token·P + c_prefill_attn·A
-        + c_prefill_attn_small·A_small + c_decode_seq·D + c_decode_kv·K
-
-S prefill chunks (sequences whose prompt is computed in this step: per-sequence set-up
-and first-token sampling), P prefill tokens, A = Σ p_i·(ctx_i + p_i/2) attention pairs
-of the prefill chunks of at least ``small_chunk_tokens`` tokens and A_small the same
-sum over the shorter chunks, D decoding sequences and K = Σ decode contexts (KV tokens
-read).  The split exists because an engine's attention kernel may change with the
-number of query rows: ggml's CPU flash attention runs a tiled GEMM path only for
-ubatches of at least 64 query rows (``GGML_FA_TILE_Q``, ggml-cpu/common.h) and a
-per-row vector path below, which costs about 2.4× more per attention pair (measured on
-llama-server: 61 new tokens on 495 cached took ~48 ms, 64 tokens ~27 ms).  A fit with
-``small_chunk_tokens = 0`` (kernel calibrations, artifacts written before the split)
-has no short chunks: A_small is always 0.
-
-NOTE: artifacts are frozen pydantic models; unknown keys are rejected and the format
-version is checked on load, so an old artifact fails loudly instead of mis-predicting.
+NOTE: artifacts are frozen pydantic models; unknown keys are rejected and the format version
+is checked on load, so an old artifact fails loudly instead of mis-predicting.
+Design: docs/design/calibration.md (the model's features and the measured kernel switch).
 """
 
 from __future__ import annotations

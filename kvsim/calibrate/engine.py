@@ -1,50 +1,17 @@
 """Engine calibration: fit a running llama-server's step costs from controlled requests.
 
-``kvsim calibrate engine --url URL`` streams controlled requests — token-id prompts
-with ``n_predict`` + ``ignore_eos`` — and times them as a client sees them, using the
-server's own ``timings`` (``docs/reference/engines.md`` §3.7) for what was reused:
+``kvsim calibrate engine --url URL`` streams token-id prompts (``n_predict`` +
+``ignore_eos``) and times them client-side, with the server's ``timings`` for what was
+reused: prefill points extend a cached prompt, decode points are timed by ``predicted_ms``,
+batch points decode ``B`` requests in lockstep; with ``--cache-ram`` the RAM-cache save and
+restore costs are measured too (:func:`ram_cache_link`). The grid runs in ``repeats`` rounds,
+each prompt after an ``idle_s`` pause. :func:`measure_engine` returns raw samples
+(:class:`~kvsim.calibrate.engine_samples.EngineSamples`; rounds add up);
+:func:`~kvsim.calibrate.engine_samples.engine_artifact` fits them (``source="engine"``).
 
-- prefill: a prompt of ``C`` tokens is cached, then a prompt that extends it by ``P``
-  tokens is sent; the server reports ``cache_n`` (≈ C) and ``prompt_n`` (≈ P); the
-  point's time is the client-side time to the first streamed token, split into
-  ``ceil(prompt_n / n_batch)`` steps as the engine packs prompts.  No ``id_slot``: the
-  server picks the slot itself (prompt similarity, LRU) and saves/restores slot state
-  to its RAM cache as configured, so those per-request costs land in the fit as they
-  land in a replay;
-- decode: ``n − 1`` decode steps of one sequence (the first token comes out of the
-  prompt step), timed by the server's per-token ``predicted_ms`` — the clock replay
-  reads its gaps from — as the median gap times the steps; every gap is kept for the
-  step-time spread (:func:`kvsim.calibrate.engine_samples.decode_spread`);
-- batch effects: ``B`` requests sent together decode in lockstep: ``n − 1`` steps of a
-  ``B``-sequence decode batch;
-- prompts shorter than ``small_chunk_tokens`` (64: the query-row tile of ggml's CPU
-  flash attention, below which it runs a per-row path) are fitted with their own
-  attention coefficient, so the grid needs prompt sizes on both sides of it.
-
-Client-side times include what the server's ``prompt_ms`` leaves out (HTTP, slot
-set-up, first-token sampling) — exactly what ``kvsim replay`` measures, so predictions
-and replays are compared on the same footing.  With ``--cache-ram`` on, the seconds
-per token that a RAM-cache save + restore adds are measured too
-(``settings.ram_cache_save_s_per_token`` / ``ram_cache_restore_s_per_token``;
-:func:`ram_cache_link` turns them into the link a
-scenario's saves and restores are timed on).  Each measured prompt follows an idle
-pause (``idle_s``), as a household's requests follow think time: a prompt sent
-straight after another finds the weights hot in the CPU caches and runs faster than
-one that arrives after a pause.
-
-The grid is measured in ``repeats`` rounds, each visiting every point once (not each
-point ``repeats`` times in a row): on a shared machine whose speed drifts by ±15–20 %
-over tens of seconds, a slow spell then touches every point alike instead of bending
-the fit through the few points measured in it.  :func:`measure_engine` returns the raw
-samples (:class:`~kvsim.calibrate.engine_samples.EngineSamples`); samples of rounds
-taken at different times add up, so rounds can be spread over the period a prediction
-will be checked against.  :func:`~kvsim.calibrate.engine_samples.engine_artifact`
-fits them — every point the median over its samples — into an artifact with
-``source="engine"`` that scenarios use like a kernel calibration.
-
-NOTE: prompts are fresh random ids (a per-request segment id) so nothing but the
-intended context is ever reused from the prompt cache; the measured ``cache_n`` /
-``prompt_n``, not the requested lengths, go into the points.
+NOTE: prompts are fresh random ids so only the intended context is reused; the measured
+``cache_n`` / ``prompt_n``, not the requested lengths, go into the points.
+Design: docs/design/calibration.md (after docs/reference/engines.md §3.7).
 """
 
 from __future__ import annotations

@@ -1,34 +1,17 @@
-"""Replay a trace against a real server and record measured Results (docs/design/DESIGN.md §5).
+"""Replay a trace against a real server and record measured Results.
 
-Sessions are played closed-loop exactly as the simulator's engine plays them
-(:mod:`kvsim.core.engine`): a session starts at its first turn's ``start_s``; a later
-turn without ``start_s`` is sent ``think_s`` after the previous answer ended (finished
-or failed); one with ``start_s`` is sent at that time.  After a failed request the
-same ``after_failure`` rule applies (:class:`~kvsim.core.sessions.SessionChat`: a new
-chat, the session ended, or the trace verbatim), recorded as the same ``new_chat`` /
-``abandon`` events.  Each prompt is the turn's segments in its chat
-(:func:`~kvsim.core.sessions.chat_segments`); a segment maps to token ids
-deterministically by its id (:class:`~kvsim.calibrate.wire.TokenSpace`), except an
-earlier answer of the same session, which is replaced by the tokens the server really
-generated — so the server's prompt cache sees the same history the simulator models.
+Sessions play closed-loop exactly as the simulator's engine plays them, with the same
+``after_failure`` rule (:class:`~kvsim.core.sessions.SessionChat`); segments map to token ids
+by id (:class:`~kvsim.calibrate.wire.TokenSpace`), earlier answers as the server generated
+them. Returns :class:`~kvsim.metrics.results.Results` with ``source="measured"``; HTTP and
+stream errors are failed requests with the engine's wording, and the replay goes on.
 
-Per request it records arrival, first-token and finish times (client side), every
-inter-token gap (the server's own per-token timings when it reports them),
-the server's cached / computed prompt tokens and failures (HTTP 4xx/5xx and stream
-errors become failed requests with the engine's wording; the replay goes on), and
-returns :class:`~kvsim.metrics.results.Results` with ``source="measured"``.
-
-A lost connection is not an engine failure: a transport error (connection refused,
-reset or timed out — the server died or hangs) stops the whole replay at once.  The
-requests answered before it are kept; the lost and cut-off ones are left out of the
-requests table (``transport_error`` events, and ``transport_errors`` /
-``unfinished_requests`` / ``stopped_at_s`` / ``stopped_reason`` in the summary), so
-they never count as failed requests or OOM in ``kvsim compare``.  :func:`replay`
-raises :class:`~kvsim.errors.RunStopped` with those results in ``partial``; Ctrl-C
-raises :class:`ReplayInterrupted` with them.
-
-NOTE: ``time_scale`` multiplies every start and think time, as the workload's
-``time_scale`` does for the simulator; pass the same value to both.
+NOTE: a transport error (refused, reset, timed out) stops the replay at once: :func:`replay`
+raises :class:`~kvsim.errors.RunStopped` with the results so far in ``partial`` (lost requests
+left out of the requests table); Ctrl-C raises :class:`ReplayInterrupted` with them.
+NOTE: ``time_scale`` multiplies every start and think time, as the workload's ``time_scale``
+does for the simulator; pass the same value to both.
+Design: docs/design/calibration.md (after docs/design/DESIGN.md §5).
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
 """Compare measured Results (``kvsim replay``) with predicted ones (``kvsim simulate``).
 
-:func:`compare_results` is what ``kvsim compare MEASURED PREDICTED`` prints: one row
-per metric with the measured value, the predicted value, the error
-(predicted − measured) and the relative error (error / measured):
+:func:`compare_results` is what ``kvsim compare MEASURED PREDICTED`` prints: one row per metric
+(TTFT/E2E/ITL percentiles, token and request totals, ``*_match`` shares) with the measured and
+predicted value, the error (predicted − measured) and the relative error (error / measured).
+:func:`compare_requests` gives the per-request join behind the ``*_match`` rows. Only requests
+that ended count (:func:`kvsim.metrics.summary.ended`).
 
-- ``ttft_{p50,p95,p99}_s``, ``e2e_{p50,p95,p99}_s``: as ``summary.json`` gives them
-  (:func:`kvsim.metrics.summary.percentiles`, numpy ``inverted_cdf``): TTFT over every
-  request that got a first token, a failed one included (times the calibrated
-  prefill spread, when the prediction had one), E2E over the requests that finished;
-- ``itl_{p50,p95,p99}_s``: over all inter-token gaps, weighted by run length (times
-  the calibrated step-time spread, when the prediction had one);
-- ``requests``, ``failed_requests``, ``prompt_tokens``, ``cached_tokens``,
-  ``computed_prompt_tokens``, ``output_tokens``: totals; ``prompt_tokens`` is what the
-  engine read (:func:`read_prompt_tokens`: the prompt as sent less what it truncated
-  away), which an OpenAI-style server reports as its ``usage.prompt_tokens``;
-- ``cached_tokens_match``, ``computed_tokens_match``: the share of requests (joined
-  on ``request_id``) whose predicted count equals the measured one exactly; the
-  "measured" column holds 1.0 so the error reads as the share that missed.
-
-:func:`compare_requests` gives the per-request join behind the two ``*_match`` rows.
-
-Only requests that ended count (:func:`kvsim.metrics.summary.ended`): a prediction cut
-short keeps its unfinished requests as rows, which its summary's percentiles leave out too.
-
-NOTE: both sides are read from their tables, not their summaries, so a result saved
-by an older kvsim with a different summary still compares the same way; only the
-calibrated spreads a prediction was made with (``itl_spread``, ``ttft_spread``) are
-taken from the summary (:mod:`kvsim.metrics.spread`).
+NOTE: both sides are read from their tables, not their summaries; only the calibrated spreads
+(``itl_spread``, ``ttft_spread``) come from the summary (:mod:`kvsim.metrics.spread`).
+Design: docs/design/calibration.md (every row's definition).
 """
 
 from __future__ import annotations

@@ -1,52 +1,17 @@
 """The SimPy engine: sessions as processes, one driver running the step loop.
 
-Processes (docs/design/DESIGN.md §3.4):
+A feeder starts sessions lazily at their first ``start_s``; each session submits its turns
+(closed-loop ``think_s`` after the previous answer, open-loop at ``start_s``) through
+:class:`~kvsim.core.sessions.SessionChat`; the driver runs schedule → step time → apply →
+record → hooks; a sampler records KV memory every ``sample_interval_s`` (a step function,
+sleeping while idle). ``fidelity="fast"`` jumps decode stretches (:mod:`kvsim.core.fastforward`).
 
-- a *feeder* pulls sessions lazily from the workload iterator (sorted by first
-  start) and starts each one at its first turn's ``start_s``;
-- each *session* submits its turns: closed-loop turns arrive ``think_s`` after the
-  previous answer ended (finished or failed), open-loop turns (``start_s`` given) at
-  their own time; a turn's prompt is the whole history of its chat, and after a failed
-  request the workload's ``after_failure`` rule starts a new chat, ends the session or
-  goes on (:mod:`kvsim.core.sessions`; events ``new_chat`` / ``abandon``).  Every
-  prompt reaches the scheduler, which rejects, truncates or serves it as its engine
-  does (a prompt past the model's maximum context included: each engine's own limit is
-  at most that maximum, ``kvsim.api.simulate``);
-- the *driver* runs schedule → run → postprocess: it asks the scheduler for a
-  :class:`~kvsim.core.step.StepPlan`, waits the latency model's step time, applies
-  the plan, records the step, then calls the policy hooks; with nothing to do it
-  sleeps until the next arrival;
-- a *sampler* records KV memory every ``sample_interval_s``; while the server is
-  idle (nothing scheduled, nothing queued) memory cannot change, so after one idle
-  sample the sampler sleeps until the driver wakes and resumes on the tick grid —
-  ``memory.parquet`` is a step function: each row holds until the next one.
-
-Only this module, ``simclock.py`` (the helpers that touch SimPy's internals) and
-``link.py`` import SimPy; schedulers and pools take ``now_s`` and are tested without it.
-
-Fast-forward (``fidelity="fast"``, :mod:`kvsim.core.fastforward`): ``_execute`` may
-advance several steps in one timeout — decode-only stretches, and the single steps
-between them (completions, prefill chunks) run inline — when no boundary (any
-pending SimPy event but the sampler's tick, a failing allocation, a hook trigger,
-a finished request's closed-loop follow-up) falls inside the jump; the sampler ticks
-inside it before the next SimPy event are recorded at once from the stretch's memory
-(``_sample_stretch``; the sampler then sleeps past them), later ones read it when
-they fire.  The next
-pending event is read off the SimPy heap in O(1) (``simclock.next_event_s``).
-
-NOTE: sampler ticks are scheduled URGENT, so a tick at the same instant as a step
-end always records the state *before* that instant's changes, in both fidelities.
-
-A run cut short keeps every request it received: those still running or waiting at
-the stop are recorded as ``unfinished`` rows (:meth:`Recorder.request_done`) with
-their progress so far.  The clock (``max_sim_time_s``) stops at once: no stretch
-jumps past it, so a step in flight then is not counted in either fidelity.  A bound
-hit while the driver runs a step (the request cap or the memory limit, checked as
-requests arrive) lets that step end first, then stops: a folded stretch has already
-applied the step an arrival falls into, and the per-step reference counts it too.
-Requests that arrive after such a stop are not taken; the last memory sample is the
-one taken when the bound was hit (a folded stretch's state after its last step may
-already hold the next step's blocks).
+NOTE: only this module, ``simclock.py`` and ``link.py`` import SimPy.
+NOTE: sampler ticks are URGENT: a tick at a step end records the state before that instant's
+changes, in both fidelities.
+NOTE: a run cut short records running/waiting requests as ``unfinished``; ``max_sim_time_s``
+stops at once, the request cap and memory limit let the step in flight end first.
+Design: docs/design/sim-engine.md (after docs/design/DESIGN.md §3.4).
 """
 
 from __future__ import annotations

@@ -1,72 +1,20 @@
-"""Fast-forward of decode-only stretches (docs/design/DESIGN.md §4, issue 6).
+"""Fast-forward of decode-only stretches: apply many deterministic decode steps in one jump.
 
-Between boundary events a decode-only batch is deterministic: every sequence
-gains one token per step and nothing else changes.  :class:`FastForward` takes
-the step the driver is about to run (step 0 of a stretch, already scheduled),
-computes the times of the following steps with the latency model's numpy path
-(``decode_steps_s``) and applies ``J`` steps at once through the scheduler's
-``advance_decode``; the driver then resumes at ``t_J`` (one SimPy event put at that
-exact instant, :func:`kvsim.core.simclock.schedule_at`) and runs step ``J`` as an
-ordinary step (which may finish requests).
+:class:`FastForward` takes the step the driver is about to run (step 0 of a stretch, already
+scheduled), applies ``J`` steps through the scheduler's ``advance_decode`` with step times from
+``decode_steps_s``, and runs the step at the scheduler's own boundary inline; the driver
+resumes at the returned instant. A stretch stops before any pending SimPy event (except the
+sampler's tick), a hook's ``next_trigger_s`` or ``quiet_steps``; a stall is jumped only when
+``steady_extra_s``; a step straddling a SimPy event is folded in (``fold=True``).
 
-*Through completions*: when the stretch ends at the scheduler's own boundary (step
-``J`` finishes a request, or would allocate past the free blocks / admit a waiting
-request), :meth:`FastForward.jump` runs step ``J`` inline — the scalar
-``step_time_s``, the scheduler's own ``complete`` — if it ends before every bound;
-then, unless a hook wants to act at that instant, the scheduler's own ``schedule``
-gives the next plan: a decode-only one continues the jump with a new stretch, any
-other (prefill chunks, a stall) runs inline as one step by the same rule — and so
-does the plan the jump starts with.  A step that would not end before every bound
-is handed to the driver, already scheduled.  This is exactly what the driver would
-do, minus SimPy: nothing else can happen before the bound.  A finished request's
-done event fires at its finish instant (the engine schedules it); its session's
-next closed-loop turn, ``follow_s(req)`` later, is a new bound.
-
-Stretch length ``J`` is the largest number of steps such that
-
-- no request finishes or hits a context limit in steps ``0..J−1`` and no block /
-  cell allocation of steps ``1..J`` would fail, purge or admit a waiting request
-  (the scheduler's ``decode_stretch_limit``);
-- every intermediate step end ``t_1..t_J`` is strictly before the next boundary:
-  any pending SimPy event except the memory sampler's tick (arrivals, session
-  timers, transfer ends, ``max_sim_time_s``) and every hook's ``next_trigger_s``;
-- ``J`` is at most a hook's ``quiet_steps(plan)``: the steps after each of which its
-  ``after_step`` does nothing (a per-token policy: a window, a budget, KIVI
-  demotion, counted in tokens).  A step run inline at or past that count ends the
-  jump, and the driver runs the hooks after it.
-
-A plan with a stall (``extra_s``) is jumped only when the scheduler's policy says it
-is steady (``steady_extra_s``: the dequantization of demoted tokens, the same for
-every decode step until the next demotion); each step then takes it on top.  The
-bytes those tokens do not read (``BatchShape.kv_read_saved_bytes``) are constant
-through a stretch for the same reason (the hooks' ``quiet_steps`` end it before a
-demotion) and go with every step's time.
-
-*Folding* the straddling step: when the stretch was cut by a SimPy event (not by the
-limit, a hook trigger or ``max_sim_time_s``), step ``J`` itself cannot finish a
-request and nothing but that event happens before ``t_{J+1}``.  The events the
-engine has in its queue (arrivals, session timers, done events) only append to
-the waiting queue, and the next ``schedule`` at ``t_{J+1}`` first re-allocates the
-running decodes — a no-op once their blocks are allocated — and then admits.  So
-the stretch applies ``J + 1`` steps (``fold=True``) and the driver resumes at
-``t_{J+1}`` with hooks and ``schedule``, exactly as after running step ``J``.
-Ticks after that event read the live queue lengths (``memory_at(t, live)``).
-
-NOTE: the contracts are declared: :class:`~kvsim.core.step.Scheduler`,
-:class:`~kvsim.core.step.StepHook`, :class:`~kvsim.latency.base.LatencyModel`.
-``next_trigger_s(now)`` promises that ``after_step`` does nothing and returns no
-stall before that time; ``quiet_steps`` promises the same for that many steps.
-
-NOTE: step times are accumulated exactly as SimPy does (``t + dt`` in sequence), so
-both fidelities agree to the rounding difference between ``decode_steps_s`` and
-``step_time_s`` (≤ 1e-12 relative); instants computed ahead (a stretch's end, a
-finish, the sampler's next tick) are put on the heap as they are, since ``now +
-delay`` cannot reach every float.  Memory samples inside a stretch come from
-:meth:`Stretch.memory_at` (the state during the step that covers the tick).
-
-A stretch's times and bytes are plain Python lists: most stretches between
-arrivals and completions are a few steps long, where numpy's per-call overhead
-exceeds the work; only the latency model's step times are computed with numpy.
+NOTE: the contracts are :class:`~kvsim.core.step.Scheduler`,
+:class:`~kvsim.core.step.StepHook`, :class:`~kvsim.latency.base.LatencyModel`;
+``next_trigger_s(now)`` promises that ``after_step`` does nothing and returns no stall before
+that time; ``quiet_steps`` promises the same for that many steps.
+NOTE: step times accumulate as SimPy does (``t + dt`` in sequence): both fidelities agree to
+≤ 1e-12 relative; instants computed ahead go on the heap as they are. Memory samples inside a
+stretch come from :meth:`Stretch.memory_at`.
+Design: docs/design/fast-forward.md (after docs/design/DESIGN.md §4).
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
-"""Inter-token gaps stored as affine runs (issue 6: exact, bounded, fast).
+"""Inter-token gaps stored as affine runs: exact, bounded, fast.
 
-A request's gaps are kept as runs ``(gap_s, gap_delta_s, count)``: the run stands
-for the ``count`` gaps ``gap_s + k · gap_delta_s`` (``k = 0 .. count−1``, evaluated
-in float64 exactly as written).  ``gap_delta_s == 0`` is plain run-length encoding.
+A run ``(gap_s, gap_delta_s, count)`` stands for the ``count`` gaps ``gap_s + k · gap_delta_s``
+(``k = 0 .. count−1``, float64 as written); ``gap_delta_s == 0`` is run-length encoding. A gap
+that follows the previous step's token is that step's duration (:func:`token_gap`), not a
+clock difference; runs are built by a greedy online swing filter.
 
-What a gap is: the time from a request's previous token to this one.  When the
-previous token came at the end of the step just before (the common case: a request
-in the running batch), the gap *is* that step's duration, the float the latency
-model gave — not the difference of two clock readings.  The float64 clock resolves
-only about one unit in the last place of ``t`` (1.2e-10 s after a simulated week,
-which is 5e-9 of a 25 ms gap), so clock differences would carry that noise into the
-inter-token statistics.  A gap is taken as the step duration when the clock
-difference is within one unit in the last place of the clock of it
-(:func:`token_gap`); any other gap (after a stall, a preemption, a wait) is the
-clock difference.
-
-Why affine: inside a decode-only stretch every sequence gains one token per step,
-so the batch's total context grows by the batch size each step and the step time
-of the roofline, constant and calibrated models is affine in the step index (until
-a regime change: compute- vs bandwidth-bound, a sliding window filling up, a
-calibration clamp).  A whole stretch is then one run instead of one row a token.
-
-How runs are built (both fidelities, same rule): a *swing filter* — greedy and
-online.  A run starts at its first gap ``g₀``; gap ``k`` of the run constrains the
-slope to ``[(g_k − tol_k − g₀)/k, (g_k + tol_k − g₀)/k]``; the run goes on while the
-intersection of these intervals is non-empty, and when it closes its slope is
-``0`` if the interval holds 0, else the interval's midpoint.  Every stored gap is
-therefore within ``tol_k`` (plus one rounding) of the recorded gap, where
-
-    tol_k = TOL_REL · |g_k|,   TOL_REL = 2⁻⁴⁴ (≈ 5.7e-14, 256 units in the last place)
-
-— room for the latency model's own rounding along a stretch, and far inside the
-1e-9 at which the two fidelities must agree, at any clock.
-
-NOTE: fast-forward (:func:`emit_tokens`) continues each request's open run
-through the stretch with the same greedy rule vectorised (:func:`stretch_runs`),
-once for all requests whose open runs are equal, so both fidelities store the same
-runs for the same gaps.
+NOTE: every stored gap is within ``TOL_REL · |g|`` (``TOL_REL = 2⁻⁴⁴``, plus one rounding) of
+the recorded gap.
+NOTE: fast-forward (:func:`emit_tokens`) continues open runs with the same rule vectorised
+(:func:`stretch_runs`), so both fidelities store the same runs for the same gaps.
+Design: docs/design/fast-forward.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """How a session's turns reach the engine: prompts, requests, and what a failure does.
 
-A session is one conversation (:mod:`kvsim.workload.schema`).  Its turn ``i`` is
-sent with the whole history of its *chat* as the prompt — the system prompt, then
-every earlier turn of the chat (prefix, tool output, input, answer), then turn ``i``'s
-own new content — or, for a ``history: none`` session, with only its own content.
+Turn ``i`` is sent with the whole history of its *chat* as the prompt (system prompt, every
+earlier turn of the chat, then its own content), or only its own content for ``history:
+none``. After a failure the client follows the workload's ``after_failure`` rule
+(:class:`~kvsim.config.scenario.WorkloadConfig`): ``new_chat`` (default), ``end_session`` or
+``continue``. A failure counts when seen: a request of the current chat failed by the time
+the next turn is sent.
 
-What the client does after one of its requests failed is the workload's
-``after_failure`` rule (:class:`~kvsim.config.scenario.WorkloadConfig`):
-
-- ``new_chat`` (the default): the next turn sent starts a fresh chat — its prompt is
-  the system prompt plus that turn's own new content, growing again from there — as a
-  chat client does after an error ("start a new chat");
-- ``end_session``: the session's remaining turns are dropped (abandoned);
-- ``continue``: the trace is replayed verbatim, every prompt holding the whole history
-  (trace-fidelity studies).
-
-A failure counts when the client has seen it: a request of the *current* chat that
-failed by the time the next turn is sent.  A failure of an older chat's request seen
-after a new chat began changes nothing.
-
-NOTE: the rule applies to ``history: full`` sessions only; the turns of a ``history:
-none`` session are independent requests (there is no chat to restart), so a failure
-changes nothing there.  Both the simulator's engine (:mod:`kvsim.core.engine`) and
-``kvsim replay`` (:mod:`kvsim.calibrate.replay`) drive sessions through
-:class:`SessionChat`, so measured and predicted runs send the same turns.
+NOTE: the rule applies to ``history: full`` sessions only.
+NOTE: the engine (:mod:`kvsim.core.engine`) and ``kvsim replay`` (:mod:`kvsim.calibrate.replay`)
+both drive sessions through :class:`SessionChat`, so measured and predicted runs send the
+same turns.
+Design: docs/design/sim-engine.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
-"""Multi-step decode application for the schedulers (fast-forward, issue 6).
+"""Multi-step decode application for the schedulers (fast-forward).
 
-``*_stretch_limit(sched, plan)`` says how many decode steps after ``plan`` may be
-applied at once without reaching a boundary the scheduler itself owns: a request
-finishing or reaching its context limit, a block/cell allocation that would fail
-(or purge an idle slot), a waiting request that could be admitted.
-``*_advance(sched, plan, times)`` then applies ``J = len(times) − 1`` steps exactly
-as ``J`` rounds of ``complete`` + ``schedule`` would — tokens sampled at
-``times[1..J]``, blocks popped from the free queue and full blocks registered in
-the same (step, request) order — and returns the KV bytes during each step
-``0..J−1`` for the memory sampler, the memory state after the stretch (whose
-other columns held throughout it) and the requests the stretch finished.  With
-``finish=True`` the last step is only *completed* (the scheduler's ``complete``,
-not followed by a ``schedule``): it allocates nothing, and the requests it
-finishes are finished and released at ``times[J]`` in batch order, as ``complete``
-does — so a stretch that ends at a completion needs no separate inline step (one
-pass over the batch instead of three).  The pops are taken in one call when no hash to
-register is still indexed: a pop then never evicts one, so pops and registrations
-commute (each kind keeps its own order).
+``*_stretch_limit(sched, plan)``: how many decode steps after ``plan`` may be applied at once
+without reaching a boundary the scheduler owns (a finish or context limit, an allocation that
+would fail or purge, an admissible waiting request). ``*_advance(sched, plan, times)`` applies
+``J = len(times) − 1`` steps exactly as ``J`` rounds of ``complete`` + ``schedule`` would, and
+returns the KV bytes during steps ``0..J−1``, the memory state after, and the finished
+requests; ``finish=True`` only *completes* the last step.
 
-NOTE: the paged admission argument: a waiting request that cannot be admitted at
-step 0 cannot be admitted later in the stretch — free blocks only decrease and
-its prefix hit only shrinks (evictions), so the blocks it needs never decrease.
-With hybrid KV cache groups neither holds (sliding groups free blocks; an evicted
-block cuts the hit of every group, and a head capped by the token budget then needs
-fewer blocks), so there a stretch with a waiting head ends before its first free or pop.
+NOTE: tokens, block pops and registrations follow the same (step, request) order as stepping;
+pops are batched only when no hash to register is still indexed (then they commute).
+NOTE: paged: a waiting request not admissible at step 0 stays so through the stretch; with
+hybrid KV cache groups that does not hold, so a stretch with a waiting head ends before its
+first free or pop.
+Design: docs/design/fast-forward.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,14 @@
 """Backend-aware sustained rates: spec sheet + backend + weight format -> :class:`GpuRates`.
 
-A step's time is the roofline of :mod:`kvsim.latency.roofline`, but each of its five
-rates comes from the card's spec sheet scaled by constants fitted per *backend*
-(CUDA, ROCm, Vulkan, Metal, SYCL) and, where the measurements allow, per
-*vendor* on a portable backend (``Vulkan:intel``) and per *architecture class*
-(``CUDA:ada``, ``Metal:apple-m2``…) — never per card:
-
-- linear layers: ``1 / R = c_vec / fp32_flops + c_mat / matrix_rate + c_pow / board
-  power``, times the weight format's prefill factor.  Three resources a quantized
-  matmul really uses: the vector ALUs (dequantisation, activation quantisation,
-  norms), the matrix units, and the power budget (a 300 W workstation card runs its
-  many SMs at lower sustained clocks than a 450 W GeForce part).  The
-  matrix rate is the one the backend's kernels use: on CUDA, quantized weights run
-  llama.cpp's MMQ on int8 tensor cores (Turing and newer: SMs × clock ×
-  :data:`MMQ_OPS_PER_UNIT_CLOCK`) and F16 weights run cuBLAS at the FP16-accumulate
-  rate; Volta and Pascal dequantize to FP16 for cuBLAS; ROCm
-  uses int8 matrix cores where the card has them; Vulkan, Metal and SYCL multiply in
-  FP16 (``fp16_tensor_flops``: the vector FP16 rate on parts without matrix units);
-- attention FLOPs: the FP16 matrix rate through the same two-resource form, times an
-  attention efficiency (flash attention on or off);
-- weights: ``memory_bandwidth × bw_eff × format factor`` (k-quants and legacy quants
-  stream at different shares of peak; a backend's own factor where fitted apart);
-- MoE models: the linear rate times ``moe_eff`` (each expert is a small matmul);
-- KV reads: ``memory_bandwidth × kv_eff`` (flash attention on or off);
-- both memory rates times a factor per memory kind (HBM, LPDDR and DDR parts reach a
-  different share of their peak than GDDR ones);
-- overhead per step: ``overhead_s + overhead_per_layer_s × layers`` (kernel launches
-  and synchronisation grow with the graph).
+Each of the roofline's five rates (linear, attention, weight bytes, KV bytes, overhead) comes
+from the card's spec sheet scaled by constants fitted per backend (CUDA, ROCm, Vulkan, Metal,
+SYCL) and, where measured, per vendor on a portable backend (``Vulkan:intel``) and per
+architecture class (``CUDA:ada``, ``Metal:apple-m2``…) — never per card.
 
 NOTE: the constants live in ``hardware_profiles/speed/constants.yaml``, written by
-``scripts/fit_speed.py`` from ``shared/measurements``; this module only reads them.
-Constants were fitted on llama.cpp measurements; other engines use them as the best
-available estimate (their kernels differ: calibrate to pin a card).
+``scripts/fit_speed.py`` from ``shared/measurements``; this module only reads them. They were
+fitted on llama.cpp measurements; other engines use them as the best available estimate.
+Design: docs/design/speed-model.md (the rate formulas, the fit and its errors).
 """
 
 from __future__ import annotations

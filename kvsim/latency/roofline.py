@@ -1,62 +1,17 @@
-"""Roofline step latency from the hardware profile (docs/design/DESIGN.md §3.5).
+"""Roofline step latency from the hardware profile.
 
-Weights: one engine step reads every dense tensor once — attention, norms, router,
-shared experts and the output head (the token embedding is a row lookup, never streamed
-whole) — and, of an MoE model's routed experts, the share its ``t`` tokens route to:
-``1 − (1 − k/E)^t`` (:func:`kvsim.latency.offload.experts_used_fraction`; uniform
-routing).  One decoding sequence reads ``k/E`` of them, a batch of 8 on Qwen3-30B-A3B
-(k/E = 8/128) 40 %, a prefill chunk of hundreds of tokens all of them.  The split comes
-from :class:`kvsim.model.weights.WeightSplit` (``expert_bytes_per_layer``).
+A step's weight bytes are every dense tensor plus the routed experts its tokens reach
+(``1 − (1 − k/E)^t``); its FLOPs are ``2 · params`` per token less embedding and head, the head
+once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers take the max of
+compute and memory time, CPU-offloaded layers the same on the host, plus a per-step overhead.
+Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
+quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
+host weights to the GPU first (kvsim.latency.offload).
 
-FLOPs: ``2 · (params_active − token embedding − output head)`` per token (a tied
-embedding is one ``vocab · hidden`` tensor, subtracted once), plus ``2 · vocab · hidden``
-for the output head once per *sequence* in the step: engines compute logits only at the
-positions they sample — llama.cpp's graph keeps the last layer's rows ``inp_out_ids``
-("skip computing output for unused tokens", ``n_tokens = n_outputs``; in a prompt batch
-only the last token requests logits), vLLM v1's model runner computes
-``compute_logits(hidden_states[logits_indices])`` with ``logits_indices`` the last
-scheduled token of each request (``query_start_loc[1:] − 1``).  A prefill chunk that does
-not end its prompt is counted with one output too (vLLM computes and discards it;
-llama.cpp would skip it: one head matmul, an upper bound).  Attention FLOPs are
-``4 · heads · head_dim`` per query-key pair per attention layer (``QKᵀ`` and ``AV``, two
-FLOPs per multiply-add; a prefill chunk of ``n`` tokens over ``c`` cached ones has
-``n·c + n(n+1)/2`` pairs, sliding-window layers cap the context at the window).
-
-Layers on the GPU take ``max(FLOPs / (tensor FLOP/s · compute_efficiency), bytes /
-(bandwidth · bandwidth_efficiency))``; layers offloaded to the CPU take the same roofline
-on the host's FLOP/s and memory bandwidth (HostSpec).  A fixed per-step overhead
-(kernel launches, sampling, scheduler) is added.
-
-Quantized KV types pay a dequantization cost modelled as a fraction of their KV
-read time (``kv_dequant_factor``, default 0.25): docs/reference/engines.md §3.2 reports that
-quantized KV slows prompt processing on CUDA without giving a number, and
-docs/reference/kv-policies.md notes the cost vanishes only with fused kernels — so the factor is
-a documented planning assumption, settable in the scenario (0 = fused kernels).
-
-Tokens a policy demoted (KIVI, ``recoverable_eviction``) are read at their quantized
-bytes: the step's ``BatchShape.kv_read_saved_bytes`` (quantized tokens × the f16
-bytes per token of the full-attention layers, :attr:`kv_read_token_bytes`, × (1 −
-ratio)) comes off the KV read before the roofline's max, split between GPU and CPU
-layers as the read is; their dequantization is the policy's stall on those quantized
-bytes (kvsim.policies.runtime, docs/reference/kv-policies.md §2.1(b,c)).  The engine's own cache
-must then be f16/bf16 (kvsim.policies.build refuses a quantized one), so the
-``kv_dequant_factor`` term here is 0 and nothing is charged twice.  Sliding-window
-layers hold only their window and are counted at f16.
-
-llama.cpp / Ollama with weights in host memory (kvsim.latency.offload, sources there):
-a step runs as ubatches of ``n_ubatch`` tokens; a ubatch of at least the op-offload
-minimum (32) runs *every* layer on the GPU — FLOPs at the GPU's rate, all weights
-and the step's KV read from VRAM — after copying the host-resident weights (dense
-parts in full, MoE experts in the share its tokens route to) and the host layers' KV
-over the link; the copy does not overlap the compute (the scheduler issues it on the
-GPU's stream before the split), so the two add.  An output head left in host memory
-stays on the CPU (its batch is the few tokens that need logits).  A smaller ubatch —
-every decode step of up to 31 sequences — runs the host layers on the CPU as above.
-
-NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar,
-:meth:`_time1`) evaluate the same formulas in the same order (the weight bytes of a step
-of ``n`` sequences come from one scalar :meth:`weight_bytes`; ``n`` is fixed in a stretch), so fast-forward and
-per-step fidelity agree to floating-point rounding (tests/latency checks it).
+NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar, :meth:`_time1`)
+evaluate the same formulas in the same order, so fast-forward and per-step fidelity agree to
+floating-point rounding (tests/latency checks it).
+Design: docs/design/speed-model.md (after docs/design/DESIGN.md §3.5).
 """
 
 from __future__ import annotations

@@ -1,41 +1,15 @@
 """Flat records the engine emits while it runs (pure Python; no pandas here).
 
-The engine appends rows as things happen; :mod:`kvsim.metrics.results` turns the
-lists into DataFrames once at the end.  Rows are kept bounded where the stream is
-long: consecutive decode-only steps with the same batch size merge into one
-``steps`` row (``steps`` counts them), and inter-token gaps are stored per request
-as affine runs (below).
+The engine appends rows as things happen; :mod:`kvsim.metrics.results` turns the lists into
+DataFrames once at the end. Consecutive decode-only steps with the same batch size merge into
+one ``steps`` row; inter-token gaps are affine runs (:mod:`kvsim.core.itl`) in typed arrays
+(28 bytes a row). A run cut short records its running and waiting requests as ``unfinished``
+(``status``, :data:`STATUSES`) with their progress so far.
 
-Bounded, exact inter-token storage (issue 6): gaps are stored as *affine runs*
-(:mod:`kvsim.core.itl`): a row ``(request_id, gap_s, count, gap_delta_s)`` stands for
-the ``count`` consecutive gaps ``gap_s + k·gap_delta_s`` (``k = 0..count−1``);
-``gap_delta_s == 0`` is plain run-length encoding.  A decode stretch's step time is
-affine in the step index (each step adds the batch size to the total context), so
-under the roofline model a whole stretch is one row, not one row a token.  A gap
-that follows the previous step's token is that step's duration (not a difference of
-clock readings, which after a simulated week resolve only 1.2e-10 s), and every
-stored gap is within 2⁻⁴⁴ (≈ 5.7e-14) of its own size of that, in both fidelities
-and at any clock.  Rows live in
-typed arrays (8-byte gap, 8-byte delta, 8-byte count, 4-byte request index: 28 bytes
-a row, the request id stored once per request).  Percentiles over the runs are
-exact with respect to their expansion (:mod:`kvsim.metrics.gaps`).
-
-The requests table is one row per request and cannot be spilled: a run that would
-exceed :data:`MAX_REQUESTS` stops there (``check_capacity`` raises
-:class:`~kvsim.errors.RunStopped`; the engine ends the run and the results so far are
-kept).  Every request the engine received has a row: a run cut short (the clock's
-``max_sim_time_s``, the cap, the memory limit) records the requests still running or
-waiting at the stop as ``unfinished`` (``status`` column, :data:`STATUSES`), with
-their progress so far (a TTFT when a first token came; no finish, no E2E).  Measured peak memory per request of a whole ``kvsim
-simulate`` (rows, steps, events and policy state while it runs, then the tables, the
-Parquet files and the report built from them): ≈ 3.7 KB for the short one-turn
-requests of ``benchmarks/request_cap.py`` (374 MB at the cap), ≈ 5.6 KB for a
-household's long conversations (a family-6 year of quickstart stops at the cap at
-485 MB, report included), on top of ≈ 150 MB: the cap keeps one run within about
-400–500 MB.  Live state is not rows: an overloaded server's queue of
-10k-token prompts holds ~25 KB of prefix keys per waiting request, so the process
-memory is checked too (``max_rss_bytes``, by default half the machine's RAM: the run
-stops there, results kept, rather than swap).
+NOTE: the requests table cannot be spilled: past :data:`MAX_REQUESTS` ``check_capacity``
+raises :class:`~kvsim.errors.RunStopped` and the results so far are kept (≈ 400–500 MB a
+run); the process memory is checked too (``max_rss_bytes``).
+Design: docs/design/fast-forward.md (measured memory per request there).
 """
 
 from __future__ import annotations

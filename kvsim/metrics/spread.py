@@ -1,31 +1,15 @@
 """Inter-token percentiles with a calibrated step-time spread.
 
-The simulator's step times are deterministic: one decode step of a given shape
-always costs the same.  A real engine's do not — a shared machine's speed moves from
-one request to the next, steps jitter, and the first steps after a prompt run slower
-— so measured inter-token percentiles are wider than the simulated gaps.  An engine
-calibration measures that spread (``LatencyFit.decode_spread``: quantiles of each
-measured decode gap over its point's typical step time,
-:func:`kvsim.calibrate.engine_samples.decode_spread`).
-
-Here a gap ``g`` of the simulation stands for ``g·J`` with ``J`` drawn from the
-measured ratios, independent of ``g``, and the percentiles are those of that
-product distribution — computed, not sampled, so a run stays deterministic:
-
-1. the simulated gaps (affine runs, :mod:`kvsim.metrics.gaps`) are reduced to
-   their quantiles at ``RESOLUTION`` evenly spaced probabilities — exact up to
-   ``EXPAND_MAX`` gaps; beyond, each run longer than ``RUN_POINTS`` gaps stands as
-   that many evenly spaced gaps weighted by the run's length;
-2. every such quantile times every spread quantile is one equally weighted value;
-3. the requested ``inverted_cdf`` percentiles are read off those values.
-
-The same holds for time to first token with the calibrated prefill spread
-(``LatencyFit.prefill_spread``): each request's TTFT times every spread quantile
+A simulated gap ``g`` stands for ``g·J``, ``J`` drawn from the measured ratios
+(``LatencyFit.decode_spread``), independent of ``g``; the percentiles are those of that
+product distribution, computed (quantiles × spread quantiles, ``inverted_cdf``), not sampled,
+so a run stays deterministic. TTFT likewise with ``LatencyFit.prefill_spread``
 (:func:`with_spread`).
 
-NOTE: only the reported percentiles and mean carry the spread; the ``itl`` and
-``requests`` tables keep the simulated values, and the timeline (queueing, E2E) is
-the deterministic one.  The mean is the simulated mean times the spread's mean.
+NOTE: only the reported percentiles and mean carry the spread; the ``itl`` and ``requests``
+tables and the timeline keep the simulated values. The mean is the simulated mean times the
+spread's mean.
+Design: docs/design/calibration.md.
 """
 
 from __future__ import annotations

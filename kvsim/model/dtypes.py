@@ -1,29 +1,14 @@
 """KV-cache storage types: exact bytes per element, as block layouts.
 
-Every cache type is described by the block the engine really stores: ``block_elems``
-values packed into ``block_bytes`` bytes (scales included).  Bytes per element are
-then an exact :class:`fractions.Fraction` (q8_0 = 34/32), and a row of ``n`` values
-costs ``ceil(n / block_elems) * block_bytes`` bytes — ggml's ``ggml_row_size``.
+Every cache type is the block the engine really stores: ``block_elems`` values in
+``block_bytes`` bytes (scales included), so bytes per element are an exact
+:class:`fractions.Fraction` (q8_0 = 34/32) and a row of ``n`` values costs
+``ceil(n / block_elems) * block_bytes`` — ggml's ``ggml_row_size``. fp8's per-tensor scales
+are a fixed cost per model (:attr:`CacheType.tensor_scale_bytes`), never per token.
 
-Sources: ``docs/reference/engines.md`` §0 (byte table), §1.5 (vLLM fp8 scales),
-§6 (ExLlamaV2 caches), §7 (MLX ``--kv-bits``); ``docs/reference/kv-policies.md`` §2.1 (KIVI).
-
-- f32 4, f16/bf16 2 bytes.
-- fp8 (e4m3/e5m2): 1 byte per element plus **per-tensor fp32 scales**: one 4-byte
-  ``k_scale`` and one ``v_scale`` per attention layer (vLLM default; docs/reference/engines.md §1.5
-  says "negligible").  They are a fixed cost per model, not per token, so they appear
-  as :attr:`CacheType.tensor_scale_bytes`, never in bytes per token.
-- ggml blocks of 32: q8_0 34 B, q5_1 24 B, q5_0 22 B, q4_1 20 B, q4_0 18 B, iq4_nl 18 B.
-- ExLlamaV2 Q8/Q4: 8/4-bit plus one f16 scale per 32 values (= q8_0/q4_0 sizes); Q6
-  stores K at 8 bits and V at 4 bits, so its K and V sizes differ.
-- MLX ``--kv-bits b`` with group 64: b/8 bytes + fp16 scale + fp16 bias per group.
-- KIVI int4/int2, group G (default 32): b bits + fp16 scale and zero per group, i.e.
-  b/8 + 4/G bytes per element; the newest ``residual_tokens`` (default 128) stay in
-  f16 until their group seals.
-
-NOTE: sizes are exact integers for any row whose length is a multiple of the block;
-engines reject quantized K rows that are not (docs/reference/engines.md §3.2), so no rounding
-ever happens in practice.
+NOTE: sizes are exact integers for any row whose length is a multiple of the block; engines
+reject quantized K rows that are not (docs/reference/engines.md §3.2).
+Design: docs/design/memory-layout.md (every type's layout and source).
 """
 
 from __future__ import annotations

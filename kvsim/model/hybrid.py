@@ -1,31 +1,15 @@
-"""vLLM's hybrid KV cache manager: KV cache groups of a sliding-window model (§1.7).
+"""vLLM's hybrid KV cache manager: KV cache groups of a sliding-window model.
 
-A model whose attention layers are full and sliding-window (Gemma 2/3, gpt-oss,
-Cohere2 …) does not hold every layer's KV for every token under vLLM v1: its layers
-are split into *KV cache groups* of equal size, all groups draw equal-size pages
-(blocks) from one pool, and a sliding-window group holds only the blocks that still
-overlap the window (vLLM ``kv_cache_utils._get_kv_cache_groups_uniform_page_size``):
+Under vLLM v1 a model with full and sliding-window attention layers (Gemma 2/3, gpt-oss,
+Cohere2 …) has its layers split into equal-size KV cache groups drawing pages from one pool;
+a sliding group holds only the blocks still overlapping the window. One simulator block costs
+``page × group_size`` bytes and a request takes blocks in every group.
 
-- ``group_size`` = the smallest layer count of a type, or the largest when that is
-  under 1.5× the smallest (padding layers instead of a tiny group); each type gets
-  ``ceil(layers / group_size)`` groups, types in the order their first layer appears;
-- one page = ``block_tokens`` tokens of one layer; ``num_gpu_blocks = pool //
-  page // group_size`` (``group_size`` tensors of ``num_gpu_blocks`` pages, tensor i
-  shared by the i-th layer of every group) — so one simulator block costs
-  ``page × group_size`` bytes and a request takes blocks in every group;
-- the startup log says ``GPU KV cache size: (num_gpu_blocks // groups) × block``
-  tokens; a request's largest need is, per group, ``ceil(max_model_len / block)``
-  (full) or ``ceil(min(window − 1 + max_num_batched_tokens, max_model_len) / block)
-  + 1`` (sliding: the window may start mid-block), and startup fails when that sum
-  exceeds the pool.
-
-The manager is off (every layer at full length, as before 2025): when the engine
-sets ``disable_hybrid_kv_cache_manager``; with a KV connector (a host KV tier); for
-chunked-local attention (vLLM turns it off unless an environment flag is set); and
-for layouts it cannot group (unequal page sizes, MLA or recurrent layers mixed in).
-SGLang holds sliding-window layers at full length for Gemma 2/3; its split into
-full-layer and SWA-layer token pools for other architectures (gpt-oss, Llama 4:
-``is_hybrid_swa_model``) is not modelled here.
+NOTE: the manager is off (every layer at full length) with
+``disable_hybrid_kv_cache_manager``, a KV connector, chunked-local attention, or layouts it
+cannot group; SGLang's full/SWA pool split is not modelled.
+Design: docs/design/kv-cache.md (grouping and startup rules; after
+docs/reference/engines.md §1.7).
 """
 
 from __future__ import annotations

@@ -1,70 +1,18 @@
 """Weight memory: bytes per weight format, and the per-layer split for partial offload.
 
-Bits per weight (bpw) are taken from the format's block layout where it is uniform
-and from llama.cpp's published per-model measurements where the format is a mix:
+Bits per weight come from the format's block layout where uniform and from llama.cpp's
+published per-model measurements where a mix. AWQ/GPTQ/FP8 keep the token embedding and
+output head at 16 bits (``embed_bits_per_weight``); GGUF formats size every tensor at the
+format's bpw. Experts-only formats (``mxfp4``, ``mxfp4_moe``: ``other_bits_per_weight`` set)
+quantise routed MoE experts only. :class:`WeightSplit` splits ``num_layers`` equal layers
+from the embedding and head for llama.cpp ``-ngl`` / Ollama placement.
 
-============  =======  ==========================================================
-format        bpw      source
-============  =======  ==========================================================
-bf16 / f16    16       2 bytes per weight
-fp8           8        1 byte per weight (per-tensor scales negligible)
-q8_0          8.5      ggml block: f16 scale + 32 int8 = 34 B / 32 (docs/reference/engines.md §0)
-q6_k          6.5625   ggml block_q6_K: 210 B / 256 values (quantize README: 6.56)
-q5_k_m        5.68     llama.cpp tools/quantize README, Llama-2-7B table (mix of
-                       q5_K and q6_K tensors)
-q4_k_m        4.84     llama.cpp tools/quantize README, Llama-2-7B table; matches
-                       docs/reference/hardware-and-models.md §2 "real Q4_K_M files 4.8-4.9 bpw"
-q4_0          4.5      ggml block: f16 scale + 16 B nibbles = 18 B / 32
-iq4_xs        4.25     ggml block_iq4_xs: 136 B / 256 values
-mxfp4         4.25     32 4-bit values + 1 shared 8-bit exponent = 17 B / 32
-(mxfp4_moe)            (gpt-oss experts; docs/reference/hardware-and-models.md §2 "~4.25 bpw");
-                       experts only, see below
-awq / gptq    4.15625  DERIVED: 4-bit + fp16 scale and packed 4-bit zero per
-(int4)                 group of 128 = 4 + 16/128 + 4/128 (the decoder layers)
-============  =======  ==========================================================
-
-Token embedding and output head (``embed_bits_per_weight``):
-docs/reference/hardware-and-models.md §2
-"Embeddings and the output layer often stay at higher precision".  AWQ, GPTQ and FP8
-checkpoints (AutoAWQ, GPTQ, llm-compressor; vLLM's online ``--quantization fp8``)
-quantise the decoder layers' linear projections only: ``embed_tokens`` (an embedding,
-not a linear layer) and ``lm_head`` (left out by default) stay bf16, so those two
-tensors are sized at 16 bits.  Llama-3.1-8B AWQ: 6,979,326,848 layer parameters at
-4.15625 bits + 2 × 525,336,576 at 16 = 5.73 GB, not 8.03e9 × 4.15625 / 8 = 4.17 GB.
-GGUF formats size every tensor at the format's bpw: the q*_k_m figures are measured over
-whole files, their q6_K output layer included.
-
-Experts-only formats (``other_bits_per_weight`` set) quantise the routed MoE experts
-and store every other tensor — attention, router, norms, token embedding, output head —
-at another width:
-
-- ``mxfp4``: the released gpt-oss checkpoints.  docs/reference/models.csv (gpt-oss notes) and
-  docs/reference/hardware-and-models.md §2: "MXFP4 for MoE experts (~4.25 bpw)"; the rest as
-  released, bf16.  gpt-oss-20b 13.74 GB, gpt-oss-120b 65.15 GB (tests/model/test_expert_formats.py;
-  the reference: checkpoints "about 13 GB" and "about 61-65 GB").
-- ``mxfp4_moe``: llama.cpp's own ``llama-quantize`` type MXFP4_MOE (src/llama-quant.cpp,
-  llama.cpp vendored in llama-cpp-python 0.3.36): 3-D expert tensors MXFP4, every other
-  tensor, the output layer included, Q8_0 (8.5 bpw).  gpt-oss-20b 12.06 GB, -120b 63.17 GB.
-
-A model without routed experts has nothing such a format quantises: refused (InputError).
-Expert parameters come from :func:`expert_params`, capped by the model's geometry: a
-layer's experts are at most what is left of it after its Q/K/V/O projections.  The cap
-binds for gpt-oss (20b: 823.8 M expert parameters per layer from the counts, 796.0 M left
-after attention), whose counts alone would put more in the experts than the layers hold.
-
-Split for partial GPU offload (llama.cpp ``-ngl``, Ollama layer placement): the
-model is ``num_layers`` equal repeating layers plus the non-repeating tensors —
-token embedding (``vocab * hidden``) and output head (another ``vocab * hidden``).
-
-Tied embeddings (:attr:`ModelSpec.tied_embeddings`; unset, a profile whose notes say
-"tied embeddings"): the checkpoint holds one ``vocab * hidden`` tensor, counted once in
-``params_total``.  vLLM and SGLang keep that one tensor on the GPU for both uses.
-llama.cpp loads it a second time as the output layer (llama-model.cpp: ``output =
-create_tensor(tn(LLM_TENSOR_TOKEN_EMBD, ...), TENSOR_DUPLICATED)``, "duplicated to allow
-offloading") while the input embedding stays in host memory, so under llama.cpp and
-Ollama (whose layouts here are llama.cpp's) a tied head costs its bytes on the GPU like an
-untied one (:meth:`WeightSplit.gpu_bytes`).  Either way a decode step reads it whole as
-the head (:attr:`WeightSplit.head_bytes`).
+NOTE: a model without routed experts under an experts-only format is refused (InputError);
+:func:`expert_params` is capped by what a layer holds after its Q/K/V/O projections.
+NOTE: a tied head costs GPU bytes under llama.cpp and Ollama (loaded twice), not under vLLM
+and SGLang (:meth:`WeightSplit.gpu_bytes`); a decode step reads it whole either way
+(:attr:`WeightSplit.head_bytes`).
+Design: docs/design/memory-layout.md (the bpw table and its sources).
 """
 
 from __future__ import annotations

@@ -1,37 +1,17 @@
 """Sweeps: a base scenario, factors over dotted keys, one combined table.
 
-``SWEEP.yaml``::
+A ``SWEEP.yaml`` names a ``base`` scenario (path, bundled name or inline mapping) and either
+``factors`` (factorial product; ``a,b`` keys are linked) or listed ``points``. File paths it
+gives are read from the sweep file's folder. Points that resolve to the same scenario share
+one simulation.
 
-    name: kv-dtypes
-    base: ../scenarios/quickstart.yaml    # a path (relative to this file), a bundled
-                                          # scenario name, or an inline mapping
-    factors:                              # factorial product ...
-      engine.context_tokens: [16384, 32768]
-      engine.cache_type_k,engine.cache_type_v: [[f16, f16], [q8_0, q8_0]]  # linked keys
-    points:                               # ... or listed points (one of the two)
-      - {engine.parallel: 2, engine.context_tokens: 8192}
-
-Every point is resolved to a full :class:`Scenario` *before* anything runs — its
-workload too (the preset with its ``workload.params`` validated, a trace file
-parsed whole, once per file), its calibration artifact and its memory layout — so a
-key that does not exist in the scenario, a bad value, an unreadable file, an empty
-grid or a key set twice (by two factors, or directly and inside a mapping) is an
-InputError naming the point, and the result store is never touched.  A file path the
-sweep file gives (a trace, a calibration artifact, a preset or profile YAML) is read
-from the sweep file's folder, and errors name the resolved path.
-
-Every point keeps its row in the table; points that resolve to the same scenario
-share one simulation.  A point whose engine refuses to start (the model or its KV
-reservation does not load, vLLM's pool is under ``max_model_len``) is a result, not
-an error: its row says ``status: cannot_start`` with the engine's reason (an
-OOM-class outcome, docs/design/DESIGN.md §3.7) and nothing is run for it.  A point that still
-fails while running (e.g. stopped by the request cap) does not stop the others:
-every other point runs and is stored, the table marks it ``failed``, and the error is
-reported, naming the point.
-
-NOTE: a key must exist in the *resolved* scenario (``model_dump``) — defaults
-count, so ``engine.parallel`` is valid even when the base YAML only says
-``engine: llama.cpp``; only ``workload.params`` is an open mapping.
+NOTE: every point is resolved to a full :class:`Scenario` before anything runs: a bad key or
+value, an unreadable file, an empty grid or a key set twice is an InputError naming the point,
+and the result store is never touched. A key must exist in the resolved scenario (defaults
+count); only ``workload.params`` is an open mapping.
+NOTE: an engine that refuses to start is a ``cannot_start`` row, not an error; a point that
+fails while running is marked ``failed`` and the others still run and are stored.
+Design: docs/design/sweeps.md (the file format).
 """
 
 from __future__ import annotations

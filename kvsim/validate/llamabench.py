@@ -1,31 +1,15 @@
 """Read llama-bench and llama-batched-bench output into :class:`Measurement` rows.
 
-What a caller must know:
+:func:`read_bench` takes the tool's output (``-oe``: stderr) and detects the layout
+(:data:`FORMATS`: llama-bench json/jsonl/csv/md, llama-batched-bench table and jsonl); text in
+none of them raises :class:`InputError`. Ids are ``f"{origin}:{n}"`` (batched-bench:
+``...:n:pp`` and ``...:n:tg``); ``-pg`` tests are Skipped. Markdown and llama-batched-bench
+leave fields unknown or "" (fill them in with :func:`dataclasses.replace`).
 
-- :func:`read_bench` takes the tool's output (``-oe``: stderr) and detects the layout
-  (:data:`FORMATS`): llama-bench ``-o json`` / ``-o jsonl`` / ``-o csv`` / ``-o md``
-  (the default, also as pasted on GitHub), llama-batched-bench's table and its
-  ``--output-format jsonl``.  Text in none of them raises :class:`InputError`.
-- Ids are ``f"{origin}:{n}"``, ``n`` counting the tool's result rows from 1;
-  llama-batched-bench rows give two measurements, ``...:n:pp`` and ``...:n:tg``.
-- llama-bench ``ppN+tgN`` tests (``-pg``) print one rate over both: they are Skipped.
-- Markdown prints only what differs from llama-bench's defaults: a column it left out
-  reads as unknown (``None``; ``kv_type`` "f16"), ``gpu`` is what the pasted start-up
-  lines name (``Device 0: ...``, ``ggml_vulkan: 0 = ...``, Metal's ``GPU name:``) or "",
-  ``model`` is the model type ("llama 7B Q4_0"; json/csv give the file name), and
-  size/params are the printed, rounded values (``20.01 MiB`` -> bytes).  ``flash_attn``
-  -1 (``-fa auto``) is None; ``n_gpus`` stays 1 (``gpu_info`` lists the devices).
-- llama-batched-bench prints neither model, device nor cache type: ``model``, ``gpu``,
-  ``backend`` and ``weight_format`` are "" and ``kv_type`` "f16" -- fill them in with
-  :func:`dataclasses.replace`.  Its ``S_TG`` row has ``depth`` = PP (the tokens each
-  sequence holds before decoding); with ``extra["is_pp_shared"] == "1"`` the prompt was
-  prefilled once for all B sequences (``S_PP`` = PP / T_PP).  ``extra`` holds the
-  settings line and the table's other columns under the jsonl names (n_kv, t_pp, ...).
-
-NOTE: invariants -- every result row becomes Measurements or a Skipped naming the row
-and the field, never nothing; the value is the rate the tool printed (``avg_ts``,
-``S_PP t/s``, ``S_TG t/s``), never recomputed; a JSON without ``n_depth`` (llama-bench
-before ``-d``) is read as depth 0.
+NOTE: every result row becomes Measurements or a Skipped naming the row and the field, never
+nothing; the value is the rate the tool printed, never recomputed; a JSON without ``n_depth``
+is read as depth 0.
+Design: docs/design/calibration.md (field by field).
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """Trace statistics without a simulator: sizes, arrivals, concurrency, reuse, references.
 
-Service model (deliberately simple, stated in every result): each request is busy
-from its arrival for ``prompt_tokens / prefill_tok_s + output_tokens / decode_tok_s``
-seconds, with no queueing, batching interference or cache (an infinite server).  A
-closed-loop turn arrives ``think_s`` after the previous turn of its session finished
-under that model; a turn with its own ``start_s`` (open loop) arrives then.  The
-default rates are an ASSUMPTION — roughly an 8B model at 4-bit on a mid-range card
-(decode is bounded by 504 GB/s ÷ 4.5 GB of weights ≈ 110 tok/s on an RTX 4070, see
-docs/reference/gpus.csv and docs/reference/models.csv; we take about half of that).
+Service model (stated in every result): each request is busy from its arrival for
+``prompt_tokens / prefill_tok_s + output_tokens / decode_tok_s`` seconds on an infinite
+server (no queueing, batching or cache); closed-loop turns arrive ``think_s`` after the
+previous one finished under that model, open-loop turns at ``start_s``.
 
-Definitions:
-
-* *input tokens* = the whole prompt (system prompt + history + new content), i.e.
-  what a server without a cache prefills; *new input tokens* = the turn's own
-  prefix + tool output + input.
-* *concurrency* at an arrival = requests whose interval ``[arrival, end)`` contains
-  it; the peak is the maximum over arrivals; per-minute peaks bucket arrivals by
-  ``floor((arrival - first_arrival) / 60)``.  Sessions are active from their first
-  arrival to their last request's end.
-* *prefix reuse potential* = share of prompt tokens that an unlimited cache would
-  serve, token-exact over :func:`prompt_segments` (a segment matches an earlier one
-  with the same id at the same position, as far as the shorter of the two).
-* *reference distance* = turns between the referring and the referred turn, and
-  tokens from the span's start to the end of the referring prompt.
+NOTE: the default rates are an ASSUMPTION (about half an RTX 4070's bound for an 8B model at
+4-bit); input tokens are whole prompts, prefix reuse is token-exact over :func:`prompt_segments`.
+Design: docs/design/workload-inspect.md (every statistic's definition).
 """
 
 from __future__ import annotations

@@ -1,33 +1,15 @@
 """Block tables per KV cache group: vLLM's hybrid KV cache manager.
 
-See docs/reference/engines.md §1.7.
-
-A sliding-window model under vLLM v1 has several KV cache groups
-(:mod:`kvsim.model.hybrid`), all drawing blocks from the one
-:class:`~kvsim.core.kv.block_pool.BlockPool`; a request holds one block table per
-group.  What differs from :class:`~kvsim.core.kv.manager.KVCacheManager`:
-
-- **skipped blocks**: before a request's step allocates, each sliding group frees the
-  blocks lying wholly before the window (the first ``computed − window + 1`` tokens),
-  newest first, and leaves a null entry in their place (vLLM
-  ``remove_skipped_blocks``; done even when the allocation then fails).  A new
-  request's table starts with null entries for the blocks its prefix hit skips;
-- **allocation** needs ``ceil(total / block) − len(table)`` blocks in every group
-  (null entries count as held), plus the free blocks its hit revives; all or nothing;
-- **prefix hits** (``HybridKVCacheCoordinator``): one hash chain per request, indexed
-  per group as ``(hash, group)``.  Full-attention groups take the leading blocks
-  cached in all of them; sliding groups then search right to left, inside that length,
-  for ``ceil((window − 1) / block)`` consecutive blocks cached in every sliding group
-  (or the shorter run that starts at block 0); the hit ends where that run ends and
-  the full groups' hit is cut to it;
-- **registration**: full blocks get their hash in every group as they fill (null
-  entries skipped); a freed sliding block keeps its hash until evicted;
-- **free**: each group's table last block first, group after group.
+A request holds one block table per group (:mod:`kvsim.model.hybrid`), all drawing from one
+:class:`~kvsim.core.kv.block_pool.BlockPool`. Unlike :class:`~kvsim.core.kv.manager.KVCacheManager`:
+sliding groups free skipped blocks (null entries) before allocating; allocation is all or
+nothing over every group; prefix hits follow ``HybridKVCacheCoordinator``; a freed sliding
+block keeps its hash until evicted; free goes table by table, last block first.
 
 NOTE: ``req_blocks`` / ``req_num_hashed`` stay empty, so the scheduler's inlined
-single-group paths (kvsim.core.scheduler) find no table and always call
-``allocate_slots``; a fast-forward stretch (kvsim.core.stretch) calls ``advance`` at
-the (step, request) points where a block is freed, taken or filled.
+single-group paths find no table and always call ``allocate_slots``; a fast-forward stretch
+calls ``advance`` at the (step, request) points where a block is freed, taken or filled.
+Design: docs/design/kv-cache.md (after docs/reference/engines.md §1.7).
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """llama.cpp / Ollama slots and the host-RAM prompt cache.
 
-See docs/reference/engines.md §3.1, §3.4, §4.5.
-
-A server has ``parallel`` slots.  Each slot keeps the KV of its last sequence
-(prompt + output − 1 tokens) so a follow-up turn computes only what differs.
-
-- *Non-unified* (``--no-kv-unified``, Ollama): each slot owns ``slot_tokens`` cells.
-- *Unified* (``-kvu``): all slots draw from one pool of ``pool_cells``; any slot may
-  grow to the whole pool, idle slots' caches occupy cells until purged.
-
-Slot choice (``--slot-prompt-similarity``): the idle slot with the longest common
-prefix if ``LCP / len(prompt)`` exceeds the threshold, else the least recently used
-idle slot; no idle slot → the request is deferred.  Ollama's runners (``similarity``
-None, §4.5) take the idle slot with the longest common prefix, with no threshold
-(ties: the lowest slot id, the first the runner's loop finds).
-
-The host-RAM prompt cache (``--cache-ram``) stores whole slot states, as the
-llama-server vendored in llama-cpp-python 0.3.36 does (``server_prompt_cache``): a
-task that takes a slot over (LRU choice, or a similarity choice keeping < 50 % of
-the slot's tokens) first saves the slot's state, then restores the entry that beats
-the slot on both kept fraction and similarity (kept fraction ≥ 0.25; the entry
-leaves the cache).  A save is skipped when one entry already holds the whole state
-or when the state alone exceeds the byte limit; otherwise entries contained in it
-are dropped and the oldest are evicted to make room.  After every save and restore
-the cache is trimmed oldest-first to the byte limit and to a token limit (``n_ctx``,
-raised to what the byte limit holds).  Idle-slot saves (``--cache-idle-slots``) are
-the scheduler's (:mod:`kvsim.core.slot_scheduler`).
-
-NOTE: an entry's bytes are its tokens × the KV bytes per token; the real state adds
-a small header per cell (positions, sequence ids), which only moves evictions that
-fall within a few bytes of the limit.
+A server has ``parallel`` slots; each keeps the KV of its last sequence (prompt + output − 1)
+so a follow-up turn computes only what differs. Non-unified (``--no-kv-unified``, Ollama):
+``slot_tokens`` cells a slot; unified (``-kvu``): one pool of ``pool_cells``. Slot choice
+follows ``--slot-prompt-similarity`` (Ollama: longest common prefix, no threshold); the
+host-RAM prompt cache (``--cache-ram``) saves and restores whole slot states as the vendored
+llama-server's ``server_prompt_cache`` does.
 
 NOTE: ``used_cells == sum(slot.n_tokens)`` and never exceeds ``pool_cells``.
+NOTE: an entry's bytes are tokens × KV bytes per token (the real per-cell header is left out).
+Design: docs/design/kv-cache.md (after docs/reference/engines.md §3.1, §3.4, §4.5).
 """
 
 from __future__ import annotations
