@@ -51,3 +51,13 @@ class Engine(Protocol):
     def unified_pool(self, cfg: Any) -> bool:
         """All slots share one pool (llama.cpp ``-kvu``)."""
         ...
+
+    def launch_command(self, s: Any) -> str:
+        """The command that starts the real engine with scenario ``s``'s settings (what
+        ``kvsim plan`` prints)."""
+        ...
+
+    def launch_notes(self, s: Any) -> list[str]:
+        """What :meth:`launch_command` cannot say by itself: which model file or
+        checkpoint to serve ([] when the command says it all)."""
+        ...
