@@ -45,5 +45,9 @@ class LlamaCpp(EngineTraits):
                  "llama-quantize MXFP4_MOE gives experts MXFP4, rest Q8_0)")]
 
 
+# NOTE: llama-server allows -c above the training context (a warning only, §3.1)
 ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, caps_slot_at_training_context=True,
-                  op_offload=True, context_scope="pool", context_knob="-c")
+                  op_offload=True, context_scope="pool", context_knob="-c",
+                  settings=frozenset({"flash_attn", "gpu_layers", "kv_unified"}),
+                  quant_v_needs_flash_attn=True, context_above_model="allow",
+                  fit_shrinks_context=True)

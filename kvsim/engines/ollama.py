@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.config.ollama import OLLAMA_NUM_CTX_TIERS
 from kvsim.engines._common import EngineTraits
 
 
@@ -26,6 +27,13 @@ class Ollama(EngineTraits):
         return []
 
 
-# NOTE: Ollama truncates a prompt longer than num_ctx instead of refusing it (§4.5)
+_TIERS = ", ".join(f"{n} from {b // 2**30} GiB" for b, n in OLLAMA_NUM_CTX_TIERS)
+
+# NOTE: Ollama truncates a prompt longer than num_ctx instead of refusing it (§4.5) and
+# clamps num_ctx to the training length (§4.1); its unset num_ctx depends on the card's
+# memory (kvsim.config.ollama, its newest release)
 ENGINE = Ollama(name="ollama", slot_family=True, truncates_prompt=True, op_offload=True,
-                context_scope="slot", context_knob="num_ctx")
+                context_scope="slot", context_knob="num_ctx",
+                settings=frozenset({"flash_attn", "gpu_layers", "ollama_version"}),
+                one_cache_type_flag="OLLAMA_KV_CACHE_TYPE", context_above_model="clamp",
+                unset_context_words=f"4096 ({_TIERS})")

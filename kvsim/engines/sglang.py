@@ -32,5 +32,6 @@ class Sglang(EngineTraits):
 # is kvsim's cap
 ENGINE = Sglang(
     name="sglang", slot_family=False, retract_order="sglang", host_kv_from_pool_ratio=True,
+    settings=frozenset({"gpu_util"}), one_cache_type_flag="--kv-cache-dtype",
     seqs_flag="--max-running-requests", unset_parallel_words=(
         "parallel unset: --max-running-requests from SGLang's pool (kvsim caps it at {n})"))

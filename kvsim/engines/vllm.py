@@ -39,4 +39,6 @@ class Vllm(EngineTraits):
 # NOTE: with LMCache, save_unfull_chunk=false, save_decode_cache=false (docs/reference/engines.md
 # §5)
 ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
-              unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)")
+              unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
+              settings=frozenset({"gpu_util", "hybrid_kv"}),
+              one_cache_type_flag="--kv-cache-dtype")
