@@ -41,7 +41,8 @@ _RELEASED = re.compile(r"released weights are ([a-z0-9_]+)", re.IGNORECASE)
 
 def released_format(model: Any) -> str | None:
     """The weight format the catalogue repo is published in, where the profile's notes
-    say ("Released weights are MXFP4 …", docs/reference/models.csv gpt-oss); None when they do not.
+    say ("Released weights are MXFP4 …", docs/reference/models.csv gpt-oss); None when
+    they do not.
 
     NOTE: ModelSpec has no released-format field; the notes are the profile's only
     record of it, read as kvsim.model.weights reads "tied embeddings"."""
