@@ -39,6 +39,7 @@ from kvsim.config.catalog import (
     unified_host,
 )
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
+from kvsim.engines import engine_for, registered_engines
 from kvsim.errors import InputError, unknown_name
 from kvsim.model.weights import check_weights_for, weight_format, weight_format_names
 
@@ -56,17 +57,16 @@ def _positive(value: str | None, flag: str) -> int | None:
     return n
 
 
-# Flags that only some engines have a setting for: key → (flag, engines, what it sets).
-# Given for another engine they are refused, never silently ignored.
-ENGINE_ONLY_FLAGS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "flash_attn": ("--flash-attn", ("llama.cpp", "ollama"), "a flash-attention switch"),
-    "gpu_layers": ("--gpu-layers", ("llama.cpp", "ollama"),
-                   "a GPU layer count (-ngl / num_gpu)"),
-    "kv_unified": ("--kv-unified", ("llama.cpp",), "a unified KV pool switch (-kvu)"),
-    "gpu_util": ("--gpu-util", ("vllm", "sglang"),
-                 "a memory fraction (gpu_memory_utilization / mem_fraction_static)"),
-    "hybrid_kv": ("--hybrid-kv", ("vllm",), "a hybrid KV cache manager"),
-    "ollama_version": ("--ollama-version", ("ollama",), "releases with their own defaults"),
+# Flags that only some engines have a setting for (kvsim.engines.base.Engine.settings):
+# key → (flag, what it sets).  Given for another engine they are refused, never silently
+# ignored.
+ENGINE_ONLY_FLAGS: dict[str, tuple[str, str]] = {
+    "flash_attn": ("--flash-attn", "a flash-attention switch"),
+    "gpu_layers": ("--gpu-layers", "a GPU layer count (-ngl / num_gpu)"),
+    "kv_unified": ("--kv-unified", "a unified KV pool switch (-kvu)"),
+    "gpu_util": ("--gpu-util", "a memory fraction (gpu_memory_utilization / mem_fraction_static)"),
+    "hybrid_kv": ("--hybrid-kv", "a hybrid KV cache manager"),
+    "ollama_version": ("--ollama-version", "releases with their own defaults"),
 }
 
 
@@ -94,9 +94,10 @@ def _refuse_foreign_flags(engine: str, given: dict[str, Any]) -> None:
     that ``engine`` has no setting for: names the flag as typed, the engine, and the
     engines that have it."""
     for key, value in given.items():
-        flag, engines, what = ENGINE_ONLY_FLAGS[key]
-        if value is None or engine in engines:
+        flag, what = ENGINE_ONLY_FLAGS[key]
+        if value is None or key in engine_for(engine).settings:
             continue
+        engines = [n for n in registered_engines() if key in engine_for(n).settings]
         typed = flag.replace("--", "--no-", 1) if value is False else flag
         verb = "has" if len(engines) == 1 else "have"
         raise InputError(typed, engine, f"{engine} has no such setting; only "
@@ -108,32 +109,33 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
                  gpu_layers: int | None, gpu_util: float | None,
                  hybrid_kv: bool | None = None,
                  ollama_version: str | None = None) -> dict[str, Any]:
-    from kvsim.config.engine import ONE_CACHE_TYPE, engine_names, resolve_engine
+    from kvsim.config.engine import engine_names, resolve_engine
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                                    "kv_unified": kv_unified, "gpu_util": gpu_util,
                                    "hybrid_kv": hybrid_kv, "ollama_version": ollama_version})
+    traits = engine_for(engine)
     spec: dict[str, Any] = {"preset": engine}
     optional = {"context_tokens": context, "flash_attn": flash_attn, "gpu_layers": gpu_layers,
                 "gpu_memory_utilization": gpu_util, "ollama_version": ollama_version,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
     spec.update({k: v for k, v in optional.items() if v is not None})
     if parallel is not None:  # NOTE: vllm/sglang: --max-num-seqs as plan's flags set it
-        spec["parallel" if engine in ("llama.cpp", "ollama") else "max_num_seqs"] = parallel
+        spec["parallel" if traits.slot_family else "max_num_seqs"] = parallel
     if kv_unified is not None:  # NOTE: unset, the preset's allocator, as in a scenario
         spec["allocator"] = "unified" if kv_unified else "slots"
     preset = resolve_engine(engine)
     fa = flash_attn if flash_attn is not None else getattr(preset, "flash_attn", True)
     k = kv_k or preset.cache_type_k
     v = kv_v or preset.cache_type_v
-    if engine == "llama.cpp" and not fa and v not in QUANT_OK_WITHOUT_FA:
+    if traits.quant_v_needs_flash_attn and not fa and v not in QUANT_OK_WITHOUT_FA:
         raise InputError("--kv-v", v, "a quantized V cache needs flash attention on llama.cpp "
                          "(the server refuses: 'V cache quantization requires flash_attn'); "
                          "add --flash-attn or use an f16 V cache")
-    if engine in ONE_CACHE_TYPE and k != v:
+    if traits.one_cache_type_flag and k != v:
         raise InputError("--kv-v", v, f"the same as --kv-k ({k}): {engine} has one "
-                         f"{ONE_CACHE_TYPE[engine][0]} for K and V (use --kv)")
+                         f"{traits.one_cache_type_flag} for K and V (use --kv)")
     # NOTE: Ollama's flash attention (and so whether it honours a quantized cache)
     # depends on its release and the model: engine_for_gpu decides, the budget notes it
     spec["cache_type_k"], spec["cache_type_v"] = k, v
@@ -265,7 +267,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         eng = engine_for_gpu(spec, g, m, weights=weights)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     notes = list(host_notes)
-    if ctx is not None and eng.preset == "ollama" and ctx > eng.context_tokens:
+    traits = engine_for(eng.preset)
+    if ctx is not None and traits.context_above_model == "clamp" and ctx > eng.context_tokens:
         notes.append(f"Ollama clamps num_ctx {ctx:,} to {m.name}'s training length "
                      f"{eng.context_tokens:,} (engines.md §4.1)")
     if host is not None:
@@ -275,8 +278,9 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     if as_json:
         click.echo(_as_json(b, z, verdict, notes))
         return
-    context = (f"context {b.kv_pool_tokens} (-c unset: --fit)" if eng.preset == "llama.cpp"
-               and eng.fit_context else f"context {eng.context_tokens}")
+    context = (f"context {b.kv_pool_tokens} ({traits.context_knob} unset: --fit)"
+               if traits.fit_shrinks_context and eng.fit_context
+               else f"context {eng.context_tokens}")
     title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
              f"{context}, {parallel_words(b, par, z.max_num_seqs)}, "
              f"KV {b.cache_type_k}/{b.cache_type_v}")

@@ -21,6 +21,7 @@ from kvsim.cli._output import check_output, output_errors
 from kvsim.config.catalog import KINDS, find_any, list_names, load_raw
 from kvsim.config.specs import ModelSpec
 from kvsim.config.units import format_bytes
+from kvsim.engines import engine_for
 from kvsim.errors import InputError
 
 
@@ -59,18 +60,17 @@ def unset_context(preset: str) -> str:
     """What an unset ``engine.context_tokens`` becomes once a model is known, asked of
     :func:`kvsim.config.engine.engine_for_gpu` itself (a stand-in model whose maximum
     is a marker): "model max", "model max, --fit shrinks" (llama.cpp ``-c 0``) or the
-    preset's own number, model or not; Ollama's depends on the card's memory
-    (kvsim.config.ollama, its newest release)."""
+    preset's own number, model or not; or the engine's own words where no model decides
+    it (:attr:`kvsim.engines.base.Engine.unset_context_words`: Ollama's depends on the
+    card's memory)."""
     from types import SimpleNamespace
 
     from kvsim.config.catalog import load_gpu
     from kvsim.config.engine import engine_for_gpu
 
-    if preset == "ollama":
-        from kvsim.config.ollama import OLLAMA_NUM_CTX_TIERS
-
-        tiers = ", ".join(f"{n} from {b // 2**30} GiB" for b, n in OLLAMA_NUM_CTX_TIERS)
-        return f"4096 ({tiers})"
+    words = engine_for(preset).unset_context_words
+    if words:
+        return words
     model = SimpleNamespace(max_context_tokens=_MODEL_MAX, layer_groups=())
     eng = engine_for_gpu(preset, load_gpu("rtx-4090"), model)
     if eng.context_tokens != _MODEL_MAX:

@@ -23,6 +23,12 @@ class EngineTraits:
     context_knob: str = "max_model_len"
     seqs_flag: str = ""
     unset_parallel_words: str = ""
+    settings: frozenset[str] = frozenset()
+    one_cache_type_flag: str = ""
+    quant_v_needs_flash_attn: bool = False
+    context_above_model: Literal["refuse", "clamp", "allow"] = "refuse"
+    fit_shrinks_context: bool = False
+    unset_context_words: str = ""
 
     def null_block(self, cfg: Any) -> bool:
         return False

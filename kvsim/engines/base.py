@@ -43,6 +43,24 @@ class Engine(Protocol):
     unset_parallel_words: str
     """A paged engine's parallelism when none is given, a template of ``{n}`` = its
     max_num_seqs ('' on slot engines)."""
+    settings: frozenset[str]
+    """The optional settings this engine has, of ``flash_attn``, ``gpu_layers``,
+    ``kv_unified``, ``gpu_util``, ``hybrid_kv``, ``ollama_version`` (kvsim fit refuses
+    the others' flags)."""
+    one_cache_type_flag: str
+    """The one flag that sets the KV cache type of both K and V ('' where K and V have
+    their own, llama.cpp ``-ctk``/``-ctv``)."""
+    quant_v_needs_flash_attn: bool
+    """The server refuses a quantized V cache without flash attention (llama-server),
+    rather than silently using f16 (Ollama)."""
+    context_above_model: Literal["refuse", "clamp", "allow"]
+    """What the engine does with a context above the model's maximum."""
+    fit_shrinks_context: bool
+    """An unset context is the training context that ``--fit`` shrinks toward what fits
+    (llama-server ``-c 0``)."""
+    unset_context_words: str
+    """What an unset context becomes when no model decides it ('': the model's own
+    default does, kvsim.config.engine.engine_for_gpu)."""
 
     def null_block(self, cfg: Any) -> bool:
         """The paged pool reserves one block that holds no KV (vLLM v1)."""
@@ -50,4 +68,14 @@ class Engine(Protocol):
 
     def unified_pool(self, cfg: Any) -> bool:
         """All slots share one pool (llama.cpp ``-kvu``)."""
+        ...
+
+    def launch_command(self, s: Any) -> str:
+        """The command that starts the real engine with scenario ``s``'s settings (what
+        ``kvsim plan`` prints)."""
+        ...
+
+    def launch_notes(self, s: Any) -> list[str]:
+        """What :meth:`launch_command` cannot say by itself: which model file or
+        checkpoint to serve ([] when the command says it all)."""
         ...

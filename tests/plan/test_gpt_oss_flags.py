@@ -7,7 +7,8 @@ import pytest
 
 from kvsim.config.catalog import load_model
 from kvsim.config.scenario import resolve_scenario
-from kvsim.plan.flags import configure, engine_flags, flag_notes, released_format
+from kvsim.engines._checkpoint import released_format
+from kvsim.plan.flags import configure, engine_flags, flag_notes
 
 
 def point(weights: str, preset: str, model: str = "gpt-oss-20b"):
