@@ -23,7 +23,7 @@ from kvsim.engines import engine_for
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 from kvsim.model.dtypes import bytes_per_element
-from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, SLOT_KINDS
+from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, REGISTRY, SLOT_KINDS
 from kvsim.policies.host_ram import install_ram
 from kvsim.policies.quantization import nominal_bits
 from kvsim.policies.runtime import PolicyRuntime
@@ -43,12 +43,11 @@ def _bytes_per_token(sched: Any) -> int:
 def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, float]:
     field = f"policies.{i}"
     recent = pol.keep_recent()
-    if recent + pol.sink_tokens >= cap or getattr(pol, "budget_tokens", 0) >= cap:
-        size = getattr(pol, "window_tokens", getattr(pol, "budget_tokens", recent))
-        raise InputError(f"{field}.{'budget_tokens' if pol.kind == 'score_eviction' else 'window_tokens'}",
-                         size, f"a window (+ {pol.sink_tokens} sinks) smaller than the slot "
-                         f"context ({cap} tokens)")
-    if pol.kind not in ("kivi", "recoverable_eviction"):
+    size = getattr(pol, pol.size_field)  # NOTE: window/budget ≥ keep_recent() but for score
+    if recent + pol.sink_tokens >= cap or size >= cap:
+        raise InputError(f"{field}.{pol.size_field}", size, f"a window (+ {pol.sink_tokens} "
+                         f"sinks) smaller than the slot context ({cap} tokens)")
+    if not pol.demotes:
         return Fraction(1), 16.0
     base = engine.cache_type_k.lower()
     if base not in ("f16", "bf16") or engine.cache_type_v.lower() not in ("f16", "bf16"):
@@ -65,8 +64,7 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
             raise InputError(f"{field}.cache_type", ct, "none with engine.flash_attn false: "
                              "the demoted tokens are a quantized V cache, which llama.cpp "
                              "refuses without flash attention; set engine.flash_attn true")
-    per = pol.bytes_per_element() if pol.kind == "kivi" else bytes_per_element(ct)
-    return per / bytes_per_element(base), nominal_bits(ct)
+    return pol.bytes_per_element() / bytes_per_element(base), nominal_bits(ct)
 
 
 def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
@@ -80,7 +78,7 @@ def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
                              f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
                              "llama.cpp / ollama slot engines")
     seen = [p.kind for p in pols]
-    for kind in ("idle_offload", "host_kv_cache"):
+    for kind in (k for k, c in REGISTRY.items() if c.singleton):
         if seen.count(kind) > 1:
             raise InputError(f"policies.{len(seen) - 1 - seen[::-1].index(kind)}.kind", kind,
                              f"one {kind} per scenario")
@@ -122,15 +120,13 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
     if len(evicts) > 1:
         raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
-    offloads = [(i, p) for i, p in enumerate(pols) if p.kind == "idle_offload"]
+    offloads = [(i, p) for i, p in enumerate(pols) if p.offloads_idle]
     host = scenario.host
     link = sched.link if not slot_engine else make_link(scenario.link, host)
     for i, p in enumerate(pols):
-        if p.kind == "host_kv_cache":
+        if p.host_tier:
             _install_host_tier(i, p, scenario, sched, latency)
-    needs_host = bool(offloads and offloads[0][1].mode == "offload") or any(
-        p.host_backed or getattr(p, "write_back", False) for _, p in evicts)
-    if needs_host and link is None:
+    if any(p.needs_host() for p in pols) and link is None:
         raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
                          f"PCIe; {host.name} shares memory with the GPU (no host tier)")
     ratio, bits = Fraction(1), 16.0

@@ -54,6 +54,8 @@ class KiviConfig(PolicyBase):
     boundary_tokens: int = Field(4, ge=0)
     evicts: ClassVar[bool] = True
     host_backed: ClassVar[bool] = False  # the error is permanent: no host copy
+    demotes: ClassVar[bool] = True
+    size_field: ClassVar[str] = "residual_tokens"  # the key an over-size error names
 
     @property
     def cache_type(self) -> str:

@@ -18,6 +18,13 @@ class PolicyBase(FrozenModel):
 
     family: ClassVar[Family] = "slot"  # the engine family it applies to
     evicts: ClassVar[bool] = False     # the eviction family: at most one per scenario
+    singleton: ClassVar[bool] = False  # at most one of this kind per scenario
+    offloads_idle: ClassVar[bool] = False  # moves idle slots' KV off the GPU (slot engines)
+    host_tier: ClassVar[bool] = False  # gives a paged pool a host KV tier
+
+    def needs_host(self) -> bool:
+        """Whether this config copies KV to host memory over a link (no link: refused)."""
+        return False
 
 
 REGISTRY: dict[str, type[PolicyBase]] = {}
