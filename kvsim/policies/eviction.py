@@ -30,11 +30,13 @@ tokens), as engines evict whole pages rather than one token per step.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from kvsim.core.kv.slots import Slot
 from kvsim.model.dtypes import bytes_per_element
+from kvsim.policies.base import Evictor
 from kvsim.policies.registry import PolicyBase, register_policy
 
 
@@ -48,6 +50,13 @@ class _Pinned(PolicyBase):
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")
     pin_turn_boundaries: bool = Field(True, description="never evict a message's first tokens")
     boundary_tokens: int = Field(4, ge=0, description="pinned tokens per message (role header)")
+
+    @property
+    def page_tokens(self) -> int:
+        return 1
+
+    def global_budget_tokens(self) -> int | None:
+        return None
 
 
 @register_policy
@@ -66,8 +75,8 @@ class SlidingWindowConfig(_Pinned):
         """Decode steps before the window may act on a slot of ``n`` tokens."""
         return pin + self.window_tokens + self.chunk_tokens - n
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
-        evictor.drop_window(slot, now_s)
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
+        evictor.drop_window(slot, now_s, self.write_back)
 
 
 @register_policy
@@ -79,6 +88,13 @@ class ScoreEvictionConfig(_Pinned):
     scope: Literal["session", "global"] = "session"
     size_field: ClassVar[str] = "budget_tokens"
 
+    @property
+    def page_tokens(self) -> int:
+        return self.block_tokens
+
+    def global_budget_tokens(self) -> int | None:
+        return self.budget_tokens if self.scope == "global" else None
+
     def keep_recent(self) -> int:
         return self.recent_tokens
 
@@ -86,8 +102,8 @@ class ScoreEvictionConfig(_Pinned):
         """Decode steps before the budget may act on a slot of ``n`` tokens."""
         return pin + self.budget_tokens + self.chunk_tokens - n
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
-        evictor.drop_over_budget(slot, now_s)
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
+        evictor.drop_over_budget(slot, now_s, self.budget_tokens, self.block_tokens)
 
 
 @register_policy
@@ -98,6 +114,10 @@ class RecoverableEvictionConfig(_Pinned):
     block_tokens: int = Field(16, gt=0, description="recall granularity (a page)")
     host_backed: ClassVar[bool] = True  # demoted tokens keep a full copy on host
     demotes: ClassVar[bool] = True
+
+    @property
+    def page_tokens(self) -> int:
+        return self.block_tokens
 
     def keep_recent(self) -> int:
         return self.window_tokens
@@ -113,7 +133,7 @@ class RecoverableEvictionConfig(_Pinned):
         """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
         return wm + self.window_tokens + self.chunk_tokens - n - 1
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
         evictor.demote_old(slot, now_s)
 
 

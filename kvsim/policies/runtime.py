@@ -49,6 +49,7 @@ from kvsim.latency.base import BatchShape
 from kvsim.metrics.accuracy import AccuracyConfig, recall_summary
 from kvsim.policies.blocks import QUANT, QUANT_BACKED, Ledger, seq_remove
 from kvsim.policies.recall import RecallScorer
+from kvsim.policies.base import EvictionPolicy
 from kvsim.policies.slot_evict import SlotEvictor
 
 COUNTERS = ("evicted_tokens", "quantized_tokens", "offload_bytes", "restore_bytes",
@@ -59,7 +60,8 @@ COUNTERS = ("evicted_tokens", "quantized_tokens", "offload_bytes", "restore_byte
 class PolicyRuntime:
     """Block-state ledger, transfers and recall scoring for one simulated server."""
 
-    def __init__(self, sched: Any, *, link: Any, accuracy: AccuracyConfig, evict: Any = None,
+    def __init__(self, sched: Any, *, link: Any, accuracy: AccuracyConfig,
+                 evict: EvictionPolicy | None = None,
                  offload: Any = None, bytes_per_token: int, engine_bits: float,
                  quant_ratio: Fraction = Fraction(1), demote_bits: float = 16.0,
                  dequant_s_per_byte: float = 0.0, recompute_s: Any = None,
