@@ -19,6 +19,8 @@ from typing import Any
 
 from kvsim.core.build import make_link
 from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.scheduler import PagedScheduler
+from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
@@ -34,8 +36,8 @@ LMCACHE_CPU_BYTES = 5 * 10**9  # docs/reference/engines.md §5: LMCache max_loca
 LMCACHE_CHUNK_TOKENS = 256     # docs/reference/engines.md §5: chunk_size default 256
 
 
-def _bytes_per_token(sched: Any) -> int:
-    if hasattr(sched, "bytes_per_token"):
+def _bytes_per_token(sched: PagedScheduler | SlotScheduler) -> int:
+    if isinstance(sched, SlotScheduler):
         return int(sched.bytes_per_token)
     return int(sched.block_bytes // sched.block_tokens)
 
@@ -84,7 +86,8 @@ def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
                              f"one {kind} per scenario")
 
 
-def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any) -> None:
+def _install_host_tier(i: int, pol: Any, scenario: Any, sched: PagedScheduler,
+                       latency: Any) -> None:
     """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
     if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
@@ -110,44 +113,57 @@ def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any
     sched.recompute_s = lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ()))
 
 
-def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
-    """Set ``sched.policy`` to the scenario's policies and the accuracy proxy."""
+def _idle_offload_budget(i: int, offload: Any, engine: Any, host: Any) -> int:
+    """Host bytes idle offload may hold: its own budget, else the engine's RAM cache,
+    else :data:`HOST_KV_FRACTION` of host RAM; capped by the host's memory."""
+    budget = offload.host_budget_bytes
+    if budget is None:
+        budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
+            else int(host.memory_bytes * HOST_KV_FRACTION)
+    if budget <= 0:
+        if offload.host_budget_bytes is not None:
+            raise InputError(f"policies.{i}.host_budget_bytes", budget,
+                             "> 0 bytes for idle offload to host RAM (mode: drop frees "
+                             "idle slots without a copy)")
+        raise InputError("engine.cache_ram_bytes", budget, "> 0 for idle_offload's "
+                         "default host budget (0 is --cache-ram 0, no RAM cache); or "
+                         f"set policies.{i}.host_budget_bytes")
+    return int(min(budget, host.memory_bytes))
+
+
+def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: Any
+            ) -> PolicyRuntime:
+    """Set ``sched.policy`` to the scenario's policies and the accuracy proxy.
+
+    NOTE: :func:`_check_family` keeps eviction and idle offload to slot engines and the
+    host tier to paged ones, so ``slot`` is set wherever the former act."""
     pols = list(scenario.policies)
     engine = scenario.engine
-    slot_engine = hasattr(getattr(sched, "pool", None), "slots")
-    _check_family(pols, engine, slot_engine)
+    slot = sched if isinstance(sched, SlotScheduler) else None
+    _check_family(pols, engine, slot is not None)
     evicts = [(i, p) for i, p in enumerate(pols) if p.evicts]
     if len(evicts) > 1:
         raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
     offloads = [(i, p) for i, p in enumerate(pols) if p.offloads_idle]
     host = scenario.host
-    link = sched.link if not slot_engine else make_link(scenario.link, host)
-    for i, p in enumerate(pols):
-        if p.host_tier:
-            _install_host_tier(i, p, scenario, sched, latency)
+    if isinstance(sched, PagedScheduler):
+        link = sched.link
+        for i, p in enumerate(pols):
+            if p.host_tier:
+                _install_host_tier(i, p, scenario, sched, latency)
+    else:
+        link = make_link(scenario.link, host)
     if any(p.needs_host() for p in pols) and link is None:
         raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
                          f"PCIe; {host.name} shares memory with the GPU (no host tier)")
     ratio, bits = Fraction(1), 16.0
     evict = evicts[0][1] if evicts else None
-    if evict is not None:
-        ratio, bits = _check_eviction(evicts[0][0], evict, engine, sched.cap)
+    if evict is not None and slot is not None:
+        ratio, bits = _check_eviction(evicts[0][0], evict, engine, slot.cap)
     offload = offloads[0][1] if offloads else None
-    if offload is not None and offload.mode == "offload":
-        budget = offload.host_budget_bytes
-        if budget is None:
-            budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
-                else int(host.memory_bytes * HOST_KV_FRACTION)
-        if budget <= 0:
-            if offload.host_budget_bytes is not None:
-                raise InputError(f"policies.{offloads[0][0]}.host_budget_bytes", budget,
-                                 "> 0 bytes for idle offload to host RAM (mode: drop frees "
-                                 "idle slots without a copy)")
-            raise InputError("engine.cache_ram_bytes", budget, "> 0 for idle_offload's "
-                             "default host budget (0 is --cache-ram 0, no RAM cache); or "
-                             f"set policies.{offloads[0][0]}.host_budget_bytes")
-        sched.ram.limit_bytes = min(budget, host.memory_bytes)
+    if offload is not None and offload.mode == "offload" and slot is not None:
+        slot.ram.limit_bytes = _idle_offload_budget(offloads[0][0], offload, engine, host)
     gpu_bw = getattr(latency, "gpu_bytes_per_s", None)  # roofline: sustained GPU bandwidth
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
     runtime = PolicyRuntime(
@@ -161,6 +177,6 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         # roofline: demoted tokens are read at their quantized bytes (a per-byte model)
         read_token_bytes=getattr(latency, "kv_read_token_bytes", 0) if ratio != 1 else 0)
     sched.policy = runtime
-    if slot_engine and ratio != 1:  # NOTE: after the host budget above is set
-        install_ram(sched, runtime.state_bytes)
+    if slot is not None and ratio != 1:  # NOTE: after the host budget above is set
+        install_ram(slot, runtime.state_bytes)
     return runtime
