@@ -28,6 +28,7 @@ from kvsim.model.dtypes import bytes_per_element
 from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, REGISTRY, SLOT_KINDS
 from kvsim.policies.host_ram import install_ram
 from kvsim.policies.quantization import nominal_bits
+from kvsim.policies.registry import family_engines
 from kvsim.policies.runtime import PolicyRuntime
 
 HOST_KV_FRACTION = 0.5  # ASSUMPTION: half of host RAM may hold KV copies (OS + apps the rest)
@@ -73,12 +74,13 @@ def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
     for i, p in enumerate(pols):
         if slot_engine and p.family != "slot":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (slot "
-                             f"engines) one of {', '.join(SLOT_KINDS)}; host_kv_cache is "
-                             "the vllm / sglang host tier (use idle_offload / cache_ram)")
+                             f"engines) one of {', '.join(SLOT_KINDS)}; {p.kind} is the "
+                             f"{family_engines(p.family)} host tier (use idle_offload / "
+                             "cache_ram)")
         if not slot_engine and p.family != "paged":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (paged) one "
                              f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
-                             "llama.cpp / ollama slot engines")
+                             f"{family_engines(p.family)} slot engines")
     seen = [p.kind for p in pols]
     for kind in (k for k, c in REGISTRY.items() if c.singleton):
         if seen.count(kind) > 1:
