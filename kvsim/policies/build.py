@@ -23,7 +23,7 @@ from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
 from kvsim.errors import InputError
-from kvsim.latency.base import BatchShape
+from kvsim.latency.base import BatchShape, LatencyModel
 from kvsim.model.dtypes import bytes_per_element
 from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, REGISTRY, SLOT_KINDS
 from kvsim.policies.host_ram import install_ram
@@ -89,7 +89,7 @@ def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
 
 
 def _install_host_tier(i: int, pol: Any, scenario: Any, sched: PagedScheduler,
-                       latency: Any) -> None:
+                       latency: LatencyModel) -> None:
     """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
     if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
@@ -133,7 +133,7 @@ def _idle_offload_budget(i: int, offload: Any, engine: Any, host: Any) -> int:
     return int(min(budget, host.memory_bytes))
 
 
-def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: Any
+def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: LatencyModel
             ) -> PolicyRuntime:
     """Set ``sched.policy`` to the scenario's policies and the accuracy proxy.
 
@@ -166,7 +166,7 @@ def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: Any
     offload = offloads[0][1] if offloads else None
     if offload is not None and offload.mode == "offload" and slot is not None:
         slot.ram.limit_bytes = _idle_offload_budget(offloads[0][0], offload, engine, host)
-    gpu_bw = getattr(latency, "gpu_bytes_per_s", None)  # roofline: sustained GPU bandwidth
+    gpu_bw = latency.gpu_bytes_per_s  # roofline: sustained GPU bandwidth
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
     runtime = PolicyRuntime(
         sched, link=link, accuracy=scenario.accuracy, evict=evict, offload=offload,
@@ -177,7 +177,7 @@ def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: Any
         recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
         host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION),
         # roofline: demoted tokens are read at their quantized bytes (a per-byte model)
-        read_token_bytes=getattr(latency, "kv_read_token_bytes", 0) if ratio != 1 else 0)
+        read_token_bytes=latency.kv_read_token_bytes if ratio != 1 else 0)
     sched.policy = runtime
     if slot is not None and ratio != 1:  # NOTE: after the host budget above is set
         install_ram(slot, runtime.state_bytes)
