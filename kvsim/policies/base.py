@@ -45,6 +45,11 @@ class EvictionPolicy(Protocol):
     def host_backed(self) -> bool: ...  # demoted tokens keep a full copy on host
     @property
     def page_tokens(self) -> int: ...  # recall granularity (1: token-exact)
+    @property
+    def size_field(self) -> str: ...  # the key an over-size error names
+
+    def size_tokens(self) -> int:
+        """The value of :attr:`size_field`: the window or budget that must fit a slot."""
 
     def global_budget_tokens(self) -> int | None:
         """A token budget over all slots together (largest first); None: per slot."""

@@ -46,7 +46,7 @@ def _bytes_per_token(sched: PagedScheduler | SlotScheduler) -> int:
 def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, float]:
     field = f"policies.{i}"
     recent = pol.keep_recent()
-    size = getattr(pol, pol.size_field)  # NOTE: window/budget ≥ keep_recent() but for score
+    size = pol.size_tokens()  # NOTE: equal to keep_recent() but for score_eviction's budget
     if recent + pol.sink_tokens >= cap or size >= cap:
         raise InputError(f"{field}.{pol.size_field}", size, f"a window (+ {pol.sink_tokens} "
                          f"sinks) smaller than the slot context ({cap} tokens)")

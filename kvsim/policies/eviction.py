@@ -68,6 +68,9 @@ class SlidingWindowConfig(_Pinned):
     def keep_recent(self) -> int:
         return self.window_tokens
 
+    def size_tokens(self) -> int:
+        return self.window_tokens
+
     def needs_host(self) -> bool:
         return self.write_back
 
@@ -98,6 +101,9 @@ class ScoreEvictionConfig(_Pinned):
     def keep_recent(self) -> int:
         return self.recent_tokens
 
+    def size_tokens(self) -> int:
+        return self.budget_tokens
+
     def quiet_steps(self, n: int, pin: int, wm: int) -> int:
         """Decode steps before the budget may act on a slot of ``n`` tokens."""
         return pin + self.budget_tokens + self.chunk_tokens - n
@@ -120,6 +126,9 @@ class RecoverableEvictionConfig(_Pinned):
         return self.block_tokens
 
     def keep_recent(self) -> int:
+        return self.window_tokens
+
+    def size_tokens(self) -> int:
         return self.window_tokens
 
     def needs_host(self) -> bool:

@@ -82,6 +82,9 @@ class KiviConfig(PolicyBase):
     def keep_recent(self) -> int:
         return self.residual_tokens
 
+    def size_tokens(self) -> int:
+        return self.residual_tokens
+
     def quiet_steps(self, n: int, pin: int, wm: int) -> int:
         """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
         return wm + self.residual_tokens + self.chunk_tokens - n - 1

@@ -62,7 +62,7 @@ class SlotEvictor:
             if slot.req is not None:
                 self._evict_slot(slot, now_s)
 
-    def quiet_steps(self) -> int:
+    def quiet_steps(self) -> float:
         """Decode steps (each adding one token to every busy slot) after each of which
         :meth:`after_step` changes nothing: 0 when it may act after the next one.
 
