@@ -35,6 +35,7 @@ from kvsim.plan.replicate import simulate_run
 from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import Constraints, build_constraints
 from kvsim.plan.store import write_table
+from kvsim.policies.registry import kinds_help
 
 DEFAULT_CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
 DEFAULT_PARALLEL = (1, 2, 3, 4, 6, 8)
@@ -102,7 +103,8 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
                      + PARALLEL_HELP),
         click.option("--kv", default=None, help="KV cache types to try, e.g. f16,q8_0,q4_0"),
         click.option("--policy", "policies", multiple=True,
-                     help="policy set to try: none | FILE.yaml | KIND[:k=v,...] (repeatable)"),
+                     help="policy set to try: none | FILE.yaml | KIND[:k=v,...] (repeatable); "
+                     f"KIND: {kinds_help()}"),
         click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
                      help=out_help),
         click.option("--no-report", is_flag=True, help="do not write report.html"),

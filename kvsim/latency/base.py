@@ -59,6 +59,14 @@ class LatencyModel(Protocol):
     provenance: str  # e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"
     clamped_steps: int | None
 
+    @property
+    def gpu_bytes_per_s(self) -> float | None:
+        """Sustained GPU memory bandwidth (prices KV dequantization); None: not modelled."""
+
+    @property
+    def kv_read_token_bytes(self) -> int:
+        """KV bytes one old token adds to every decode step's read; 0: not modelled."""
+
     def step_time_s(self, batch: BatchShape) -> float: ...
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,

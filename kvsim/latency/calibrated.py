@@ -52,6 +52,8 @@ class CalibratedLatencyModel:
     h2d_bytes_per_s: float | None = None
     device: str = ""  # where the artifact was measured (its ``device``)
     clamped_steps: int = field(default=0, init=False)
+    gpu_bytes_per_s = None  # NOTE: a fit has no bandwidth term (LatencyModel)
+    kv_read_token_bytes = 0  # NOTE: nor a per-byte KV read (LatencyModel)
 
     def __post_init__(self) -> None:
         self._coef = np.array([self.fit.coefficients_s[n] for n in FEATURES])

@@ -19,13 +19,16 @@ from typing import Any
 
 from kvsim.core.build import make_link
 from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.scheduler import PagedScheduler
+from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
 from kvsim.errors import InputError
-from kvsim.latency.base import BatchShape
+from kvsim.latency.base import BatchShape, LatencyModel
 from kvsim.model.dtypes import bytes_per_element
-from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, SLOT_KINDS
+from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, REGISTRY, SLOT_KINDS
 from kvsim.policies.host_ram import install_ram
 from kvsim.policies.quantization import nominal_bits
+from kvsim.policies.registry import family_engines
 from kvsim.policies.runtime import PolicyRuntime
 
 HOST_KV_FRACTION = 0.5  # ASSUMPTION: half of host RAM may hold KV copies (OS + apps the rest)
@@ -34,8 +37,8 @@ LMCACHE_CPU_BYTES = 5 * 10**9  # docs/reference/engines.md §5: LMCache max_loca
 LMCACHE_CHUNK_TOKENS = 256     # docs/reference/engines.md §5: chunk_size default 256
 
 
-def _bytes_per_token(sched: Any) -> int:
-    if hasattr(sched, "bytes_per_token"):
+def _bytes_per_token(sched: PagedScheduler | SlotScheduler) -> int:
+    if isinstance(sched, SlotScheduler):
         return int(sched.bytes_per_token)
     return int(sched.block_bytes // sched.block_tokens)
 
@@ -43,12 +46,11 @@ def _bytes_per_token(sched: Any) -> int:
 def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, float]:
     field = f"policies.{i}"
     recent = pol.keep_recent()
-    if recent + pol.sink_tokens >= cap or getattr(pol, "budget_tokens", 0) >= cap:
-        size = getattr(pol, "window_tokens", getattr(pol, "budget_tokens", recent))
-        raise InputError(f"{field}.{'budget_tokens' if pol.kind == 'score_eviction' else 'window_tokens'}",
-                         size, f"a window (+ {pol.sink_tokens} sinks) smaller than the slot "
-                         f"context ({cap} tokens)")
-    if pol.kind not in ("kivi", "recoverable_eviction"):
+    size = pol.size_tokens()  # NOTE: equal to keep_recent() but for score_eviction's budget
+    if recent + pol.sink_tokens >= cap or size >= cap:
+        raise InputError(f"{field}.{pol.size_field}", size, f"a window (+ {pol.sink_tokens} "
+                         f"sinks) smaller than the slot context ({cap} tokens)")
+    if not pol.demotes:
         return Fraction(1), 16.0
     base = engine.cache_type_k.lower()
     if base not in ("f16", "bf16") or engine.cache_type_v.lower() not in ("f16", "bf16"):
@@ -65,28 +67,29 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
             raise InputError(f"{field}.cache_type", ct, "none with engine.flash_attn false: "
                              "the demoted tokens are a quantized V cache, which llama.cpp "
                              "refuses without flash attention; set engine.flash_attn true")
-    per = pol.bytes_per_element() if pol.kind == "kivi" else bytes_per_element(ct)
-    return per / bytes_per_element(base), nominal_bits(ct)
+    return pol.bytes_per_element() / bytes_per_element(base), nominal_bits(ct)
 
 
 def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
     for i, p in enumerate(pols):
         if slot_engine and p.family != "slot":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (slot "
-                             f"engines) one of {', '.join(SLOT_KINDS)}; host_kv_cache is "
-                             "the vllm / sglang host tier (use idle_offload / cache_ram)")
+                             f"engines) one of {', '.join(SLOT_KINDS)}; {p.kind} is the "
+                             f"{family_engines(p.family)} host tier (use idle_offload / "
+                             "cache_ram)")
         if not slot_engine and p.family != "paged":
             raise InputError(f"policies.{i}.kind", p.kind, f"on {engine.preset} (paged) one "
                              f"of {', '.join(PAGED_KINDS)}; {p.kind} is modelled for the "
-                             "llama.cpp / ollama slot engines")
+                             f"{family_engines(p.family)} slot engines")
     seen = [p.kind for p in pols]
-    for kind in ("idle_offload", "host_kv_cache"):
+    for kind in (k for k, c in REGISTRY.items() if c.singleton):
         if seen.count(kind) > 1:
             raise InputError(f"policies.{len(seen) - 1 - seen[::-1].index(kind)}.kind", kind,
                              f"one {kind} per scenario")
 
 
-def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any) -> None:
+def _install_host_tier(i: int, pol: Any, scenario: Any, sched: PagedScheduler,
+                       latency: LatencyModel) -> None:
     """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
     if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
@@ -112,47 +115,58 @@ def _install_host_tier(i: int, pol: Any, scenario: Any, sched: Any, latency: Any
     sched.recompute_s = lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ()))
 
 
-def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
-    """Set ``sched.policy`` to the scenario's policies and the accuracy proxy."""
+def _idle_offload_budget(i: int, offload: Any, engine: Any, host: Any) -> int:
+    """Host bytes idle offload may hold: its own budget, else the engine's RAM cache,
+    else :data:`HOST_KV_FRACTION` of host RAM; capped by the host's memory."""
+    budget = offload.host_budget_bytes
+    if budget is None:
+        budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
+            else int(host.memory_bytes * HOST_KV_FRACTION)
+    if budget <= 0:
+        if offload.host_budget_bytes is not None:
+            raise InputError(f"policies.{i}.host_budget_bytes", budget,
+                             "> 0 bytes for idle offload to host RAM (mode: drop frees "
+                             "idle slots without a copy)")
+        raise InputError("engine.cache_ram_bytes", budget, "> 0 for idle_offload's "
+                         "default host budget (0 is --cache-ram 0, no RAM cache); or "
+                         f"set policies.{i}.host_budget_bytes")
+    return int(min(budget, host.memory_bytes))
+
+
+def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: LatencyModel
+            ) -> PolicyRuntime:
+    """Set ``sched.policy`` to the scenario's policies and the accuracy proxy.
+
+    NOTE: :func:`_check_family` keeps eviction and idle offload to slot engines and the
+    host tier to paged ones, so ``slot`` is set wherever the former act."""
     pols = list(scenario.policies)
     engine = scenario.engine
-    slot_engine = hasattr(getattr(sched, "pool", None), "slots")
-    _check_family(pols, engine, slot_engine)
+    slot = sched if isinstance(sched, SlotScheduler) else None
+    _check_family(pols, engine, slot is not None)
     evicts = [(i, p) for i, p in enumerate(pols) if p.evicts]
     if len(evicts) > 1:
         raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
-    offloads = [(i, p) for i, p in enumerate(pols) if p.kind == "idle_offload"]
+    offloads = [(i, p) for i, p in enumerate(pols) if p.offloads_idle]
     host = scenario.host
-    link = sched.link if not slot_engine else make_link(scenario.link, host)
-    for i, p in enumerate(pols):
-        if p.kind == "host_kv_cache":
-            _install_host_tier(i, p, scenario, sched, latency)
-    needs_host = bool(offloads and offloads[0][1].mode == "offload") or any(
-        p.host_backed or getattr(p, "write_back", False) for _, p in evicts)
-    if needs_host and link is None:
+    if isinstance(sched, PagedScheduler):
+        link = sched.link
+        for i, p in enumerate(pols):
+            if p.host_tier:
+                _install_host_tier(i, p, scenario, sched, latency)
+    else:
+        link = make_link(scenario.link, host)
+    if any(p.needs_host() for p in pols) and link is None:
         raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
                          f"PCIe; {host.name} shares memory with the GPU (no host tier)")
     ratio, bits = Fraction(1), 16.0
     evict = evicts[0][1] if evicts else None
-    if evict is not None:
-        ratio, bits = _check_eviction(evicts[0][0], evict, engine, sched.cap)
+    if evict is not None and slot is not None:
+        ratio, bits = _check_eviction(evicts[0][0], evict, engine, slot.cap)
     offload = offloads[0][1] if offloads else None
-    if offload is not None and offload.mode == "offload":
-        budget = offload.host_budget_bytes
-        if budget is None:
-            budget = engine.cache_ram_bytes if engine.cache_ram_bytes is not None \
-                else int(host.memory_bytes * HOST_KV_FRACTION)
-        if budget <= 0:
-            if offload.host_budget_bytes is not None:
-                raise InputError(f"policies.{offloads[0][0]}.host_budget_bytes", budget,
-                                 "> 0 bytes for idle offload to host RAM (mode: drop frees "
-                                 "idle slots without a copy)")
-            raise InputError("engine.cache_ram_bytes", budget, "> 0 for idle_offload's "
-                             "default host budget (0 is --cache-ram 0, no RAM cache); or "
-                             f"set policies.{offloads[0][0]}.host_budget_bytes")
-        sched.ram.limit_bytes = min(budget, host.memory_bytes)
-    gpu_bw = getattr(latency, "gpu_bytes_per_s", None)  # roofline: sustained GPU bandwidth
+    if offload is not None and offload.mode == "offload" and slot is not None:
+        slot.ram.limit_bytes = _idle_offload_budget(offloads[0][0], offload, engine, host)
+    gpu_bw = latency.gpu_bytes_per_s  # roofline: sustained GPU bandwidth
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
     runtime = PolicyRuntime(
         sched, link=link, accuracy=scenario.accuracy, evict=evict, offload=offload,
@@ -163,8 +177,8 @@ def install(scenario: Any, sched: Any, latency: Any) -> PolicyRuntime:
         recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
         host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION),
         # roofline: demoted tokens are read at their quantized bytes (a per-byte model)
-        read_token_bytes=getattr(latency, "kv_read_token_bytes", 0) if ratio != 1 else 0)
+        read_token_bytes=latency.kv_read_token_bytes if ratio != 1 else 0)
     sched.policy = runtime
-    if slot_engine and ratio != 1:  # NOTE: after the host budget above is set
-        install_ram(sched, runtime.state_bytes)
+    if slot is not None and ratio != 1:  # NOTE: after the host budget above is set
+        install_ram(slot, runtime.state_bytes)
     return runtime

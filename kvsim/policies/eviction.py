@@ -29,21 +29,34 @@ tokens), as engines evict whole pages rather than one token per step.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from fractions import Fraction
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from kvsim.core.kv.slots import Slot
+from kvsim.model.dtypes import bytes_per_element
+from kvsim.policies.base import Evictor
 from kvsim.policies.registry import PolicyBase, register_policy
 
 
 class _Pinned(PolicyBase):
     evicts: ClassVar[bool] = True
     host_backed: ClassVar[bool] = False  # True: demoted tokens keep a full copy on host
+    demotes: ClassVar[bool] = False  # True: old tokens are re-stored at fewer bits on the GPU
+    size_field: ClassVar[str] = "window_tokens"  # the key an over-size error names
     sink_tokens: int = Field(4, ge=0, description="attention sinks kept (StreamingLLM: 4)")
     pin_system_prompt: bool = Field(True, description="never evict the system prompt")
     chunk_tokens: int = Field(256, gt=0, description="evict/demote in steps of this many tokens")
     pin_turn_boundaries: bool = Field(True, description="never evict a message's first tokens")
     boundary_tokens: int = Field(4, ge=0, description="pinned tokens per message (role header)")
+
+    @property
+    def page_tokens(self) -> int:
+        return 1
+
+    def global_budget_tokens(self) -> int | None:
+        return None
 
 
 @register_policy
@@ -55,12 +68,18 @@ class SlidingWindowConfig(_Pinned):
     def keep_recent(self) -> int:
         return self.window_tokens
 
+    def size_tokens(self) -> int:
+        return self.window_tokens
+
+    def needs_host(self) -> bool:
+        return self.write_back
+
     def quiet_steps(self, n: int, pin: int, wm: int) -> int:
         """Decode steps before the window may act on a slot of ``n`` tokens."""
         return pin + self.window_tokens + self.chunk_tokens - n
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
-        evictor.drop_window(slot, now_s)
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
+        evictor.drop_window(slot, now_s, self.write_back)
 
 
 @register_policy
@@ -70,16 +89,27 @@ class ScoreEvictionConfig(_Pinned):
     recent_tokens: int = Field(256, ge=0, description="newest tokens never evicted")
     block_tokens: int = Field(16, gt=0, description="eviction granularity (a page)")
     scope: Literal["session", "global"] = "session"
+    size_field: ClassVar[str] = "budget_tokens"
+
+    @property
+    def page_tokens(self) -> int:
+        return self.block_tokens
+
+    def global_budget_tokens(self) -> int | None:
+        return self.budget_tokens if self.scope == "global" else None
 
     def keep_recent(self) -> int:
         return self.recent_tokens
+
+    def size_tokens(self) -> int:
+        return self.budget_tokens
 
     def quiet_steps(self, n: int, pin: int, wm: int) -> int:
         """Decode steps before the budget may act on a slot of ``n`` tokens."""
         return pin + self.budget_tokens + self.chunk_tokens - n
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
-        evictor.drop_over_budget(slot, now_s)
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
+        evictor.drop_over_budget(slot, now_s, self.budget_tokens, self.block_tokens)
 
 
 @register_policy
@@ -89,15 +119,30 @@ class RecoverableEvictionConfig(_Pinned):
     cache_type: str = Field("q4_0", description="GPU storage type of demoted tokens")
     block_tokens: int = Field(16, gt=0, description="recall granularity (a page)")
     host_backed: ClassVar[bool] = True  # demoted tokens keep a full copy on host
+    demotes: ClassVar[bool] = True
+
+    @property
+    def page_tokens(self) -> int:
+        return self.block_tokens
 
     def keep_recent(self) -> int:
         return self.window_tokens
+
+    def size_tokens(self) -> int:
+        return self.window_tokens
+
+    def needs_host(self) -> bool:
+        return True
+
+    def bytes_per_element(self) -> Fraction:
+        """Exact bytes per stored value of the demoted tokens (kvsim.model.dtypes)."""
+        return bytes_per_element(self.cache_type)
 
     def quiet_steps(self, n: int, pin: int, wm: int) -> int:
         """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
         return wm + self.window_tokens + self.chunk_tokens - n - 1
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
         evictor.demote_old(slot, now_s)
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 from kvsim.core.kv.slots import CacheEntry, PromptCache
 from kvsim.core.requests import TokenSeq
+from kvsim.core.slot_scheduler import SlotScheduler
 
 
 class QuantAwarePromptCache(PromptCache):
@@ -56,8 +56,8 @@ class QuantAwarePromptCache(PromptCache):
         return self.last_taken
 
 
-def install_ram(sched: Any, bytes_of: Callable[[TokenSeq], int]) -> None:
+def install_ram(sched: SlotScheduler, bytes_of: Callable[[TokenSeq], int]) -> None:
     """Give a slot scheduler's RAM cache real-byte entries (before any is saved)."""
-    ram = getattr(sched, "ram", None)
+    ram = sched.ram
     if isinstance(ram, PromptCache) and not isinstance(ram, QuantAwarePromptCache):
         sched.ram = QuantAwarePromptCache(ram, bytes_of)

@@ -32,10 +32,15 @@ class IdleOffloadConfig(PolicyBase):
     """Idle slots offloaded to host RAM (or dropped) after ``idle_after_s``."""
 
     kind: Literal["idle_offload"] = "idle_offload"
+    singleton: ClassVar[bool] = True
+    offloads_idle: ClassVar[bool] = True
     idle_after_s: Seconds = Field(10.0, ge=0, description="offload a slot idle this long")
     mode: Literal["offload", "drop"] = "offload"
     restore: Literal["auto", "always"] = "auto"
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
+
+    def needs_host(self) -> bool:
+        return self.mode == "offload"
 
 
 @register_policy
@@ -54,6 +59,8 @@ class HostKVCacheConfig(PolicyBase):
 
     kind: Literal["host_kv_cache"] = "host_kv_cache"
     family: ClassVar[Family] = "paged"
+    singleton: ClassVar[bool] = True
+    host_tier: ClassVar[bool] = True
     host_budget_bytes: Bytes | None = Field(None, description="host KV capacity; None = engine's")
     hicache_ratio: float = Field(2.0, gt=0, description="SGLang: host pool / device pool")
     load: Literal["auto", "always"] = "auto"

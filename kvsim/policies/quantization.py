@@ -20,10 +20,12 @@ kvsim.policies.runtime).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from kvsim.core.kv.slots import Slot
+from kvsim.policies.base import Evictor
 from kvsim.policies.registry import PolicyBase, register_policy
 
 _BITS = {"f32": 32, "f16": 16, "bf16": 16, "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8,
@@ -54,6 +56,8 @@ class KiviConfig(PolicyBase):
     boundary_tokens: int = Field(4, ge=0)
     evicts: ClassVar[bool] = True
     host_backed: ClassVar[bool] = False  # the error is permanent: no host copy
+    demotes: ClassVar[bool] = True
+    size_field: ClassVar[str] = "residual_tokens"  # the key an over-size error names
 
     @property
     def cache_type(self) -> str:
@@ -68,12 +72,22 @@ class KiviConfig(PolicyBase):
     def chunk_tokens(self) -> int:
         return self.group_tokens
 
+    @property
+    def page_tokens(self) -> int:
+        return 1
+
+    def global_budget_tokens(self) -> int | None:
+        return None
+
     def keep_recent(self) -> int:
+        return self.residual_tokens
+
+    def size_tokens(self) -> int:
         return self.residual_tokens
 
     def quiet_steps(self, n: int, pin: int, wm: int) -> int:
         """Decode steps before a demotion may act (``wm``: the slot's watermark)."""
         return wm + self.residual_tokens + self.chunk_tokens - n - 1
 
-    def act(self, evictor: Any, slot: Any, now_s: float) -> None:
+    def act(self, evictor: Evictor, slot: Slot, now_s: float) -> None:
         evictor.demote_old(slot, now_s)

@@ -179,7 +179,7 @@ class RecallScorer:
                     miss_bits = None if miss_bits is None else min(miss_bits, bt)
         added, nbytes, end = 0.0, 0, now_s
         if recall and not lost and not collapsed and rt.link is not None:
-            blk = getattr(rt.evict, "block_tokens", 1)
+            blk = rt.evict.page_tokens
             nbytes = -(-recall // blk) * blk * rt.bpt
             _, end = rt.link.h2d.reserve(nbytes, now_s)
             added = end - now_s

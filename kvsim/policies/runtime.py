@@ -44,10 +44,14 @@ from fractions import Fraction
 from typing import Any
 
 from kvsim.core.requests import seq_len
+from kvsim.core.scheduler import PagedScheduler
+from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.core.step import EngineEvent, MemoryState, StepPlan
 from kvsim.latency.base import BatchShape
 from kvsim.metrics.accuracy import AccuracyConfig, recall_summary
+from kvsim.policies.base import EvictionPolicy
 from kvsim.policies.blocks import QUANT, QUANT_BACKED, Ledger, seq_remove
+from kvsim.policies.host_ram import QuantAwarePromptCache
 from kvsim.policies.recall import RecallScorer
 from kvsim.policies.slot_evict import SlotEvictor
 
@@ -59,7 +63,8 @@ COUNTERS = ("evicted_tokens", "quantized_tokens", "offload_bytes", "restore_byte
 class PolicyRuntime:
     """Block-state ledger, transfers and recall scoring for one simulated server."""
 
-    def __init__(self, sched: Any, *, link: Any, accuracy: AccuracyConfig, evict: Any = None,
+    def __init__(self, sched: PagedScheduler | SlotScheduler, *, link: Any, accuracy: AccuracyConfig,
+                 evict: EvictionPolicy | None = None,
                  offload: Any = None, bytes_per_token: int, engine_bits: float,
                  quant_ratio: Fraction = Fraction(1), demote_bits: float = 16.0,
                  dequant_s_per_byte: float = 0.0, recompute_s: Any = None,
@@ -74,11 +79,11 @@ class PolicyRuntime:
         self.read_saved_per_token = Fraction(read_token_bytes) * (1 - quant_ratio)
         self._saved_memo = (0, 0.0)  # NOTE: (quantized tokens, their saved bytes)
         self.recompute_s = recompute_s
-        pool = getattr(sched, "pool", None)
-        self.slots = list(getattr(pool, "slots", ()))
-        self.unified = bool(getattr(pool, "unified", False))
-        self.base_cells = getattr(pool, "pool_cells", 0)
-        self.base_slot_tokens = getattr(pool, "slot_tokens", 0)
+        pool = sched.pool if isinstance(sched, SlotScheduler) else None
+        self.slots = list(pool.slots) if pool is not None else []
+        self.unified = pool is not None and pool.unified
+        self.base_cells = pool.pool_cells if pool is not None else 0
+        self.base_slot_tokens = pool.slot_tokens if pool is not None else 0
         self.ledgers: dict[str, Ledger] = {}
         self.slot_session: dict[int, str] = {}
         self.wm: dict[int, int] = {}  # per slot: tokens below this are already demoted
@@ -112,7 +117,17 @@ class PolicyRuntime:
 
     def loaded_tokens(self, req: Any) -> int:
         """Tokens of ``req`` a paged scheduler loaded from its host tier."""
-        return getattr(self.sched, "loaded_tokens", {}).get(req.request_id, 0)
+        if not isinstance(self.sched, PagedScheduler):
+            return 0
+        return self.sched.loaded_tokens.get(req.request_id, 0)
+
+    @property
+    def _slot_sched(self) -> SlotScheduler:
+        """The scheduler on a slot engine's paths (RAM cache, slot pool).
+
+        NOTE: only slot-engine code calls it: a paged scheduler has neither."""
+        assert isinstance(self.sched, SlotScheduler)
+        return self.sched
 
     @property
     def host_backed_bytes(self) -> int:
@@ -204,13 +219,14 @@ class PolicyRuntime:
 
     def _restored_tokens(self, nbytes: int) -> int:
         """Tokens of the entry being restored (its bytes are quantized under KIVI)."""
-        e = getattr(self.sched.ram, "last_taken", None)
+        ram = self._slot_sched.ram
+        e = ram.last_taken if isinstance(ram, QuantAwarePromptCache) else None
         return e.n_tokens if e is not None and e.bytes == nbytes else nbytes // self.bpt
 
     def state_bytes(self, seq: Any) -> int:
         """Host bytes of a slot state ``seq`` (the RAM cache's per-token size): its
         quantized tokens at ``quant_ratio`` of it, the rest at full precision."""
-        per = self.sched.ram.bytes_per_token
+        per = self._slot_sched.ram.bytes_per_token
         n = seq_len(seq)
         slot = next((s for s in self.slots if s.n_tokens == n and tuple(s.cache) == seq),
                     None)
@@ -289,7 +305,7 @@ class PolicyRuntime:
                 continue
             saved = 0
             if off.mode == "offload":
-                saved = self.sched.ram.save(tuple(slot.cache), t0)
+                saved = self._slot_sched.ram.save(tuple(slot.cache), t0)
                 if self.link is not None:
                     self.link.d2h.reserve(saved, t0)
                 self.c["offload_bytes"] += saved
@@ -338,7 +354,7 @@ class PolicyRuntime:
             return  # NOTE: the pool already holds this credit (0 at start: none)
         self._credited_q = q
         saved = q * (1 - self.ratio)
-        pool = self.sched.pool
+        pool = self._slot_sched.pool
         pool.pool_cells = self.base_cells + int(saved)
         pool.slot_tokens = self.base_slot_tokens + int(saved)
 
@@ -346,7 +362,7 @@ class PolicyRuntime:
         out: dict[str, Any] = recall_summary(self.scorer.scored)
         out.update(self.c)
         out.update({f"recall_via_{k}_events": v for k, v in self.scorer.via.items()})
-        stats = getattr(self.sched, "stats", {})
+        stats = self.sched.stats if isinstance(self.sched, PagedScheduler) else {}
         out.update(stats)
         # NOTE: offload_/restore_bytes are all policy KV traffic to / from host RAM, so
         # policies compare across engines; host_store/load_bytes are the paged host

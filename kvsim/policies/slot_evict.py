@@ -26,6 +26,8 @@ from collections import deque
 from typing import Any
 
 from kvsim.core.kv.prefix import pieces_in_range
+from kvsim.core.kv.slots import Slot
+from kvsim.policies.base import EvictionPolicy
 from kvsim.policies.blocks import (
     DROPPED,
     FULL,
@@ -42,25 +44,25 @@ from kvsim.policies.eviction import score_victims
 class SlotEvictor:
     """The scenario's eviction-family policy applied to a slot engine's slots."""
 
-    def __init__(self, rt: Any, pol: Any, host_limit_bytes: int) -> None:
+    def __init__(self, rt: Any, pol: EvictionPolicy, host_limit_bytes: int) -> None:
         self.rt, self.pol = rt, pol
         self.host_limit_bytes = host_limit_bytes
         self.backups: deque[tuple[str, str, int, int, int]] = deque()
         self.host_backed_bytes = 0
-        self.global_scope = getattr(pol, "scope", "session") == "global"
+        self.global_budget = pol.global_budget_tokens()
 
     def _boundary(self) -> int:
         return self.pol.boundary_tokens if self.pol.pin_turn_boundaries else 0
 
     def after_step(self, now_s: float) -> None:
-        if self.global_scope:
-            self._global_budget(now_s)
+        if self.global_budget is not None:
+            self._global_budget(now_s, self.global_budget)
             return
         for slot in self.rt.slots:
             if slot.req is not None:
                 self._evict_slot(slot, now_s)
 
-    def quiet_steps(self) -> int:
+    def quiet_steps(self) -> float:
         """Decode steps (each adding one token to every busy slot) after each of which
         :meth:`after_step` changes nothing: 0 when it may act after the next one.
 
@@ -69,7 +71,7 @@ class SlotEvictor:
         budget acts once that exceeds ``pin + keep + chunk``; a demotion once it reaches
         ``wm + recent + chunk`` (the watermark only moves when it acts).
         """
-        if self.global_scope:
+        if self.global_budget is not None:
             return 0
         pol, quiet = self.pol, math.inf
         for slot in self.rt.slots:
@@ -82,10 +84,10 @@ class SlotEvictor:
             quiet = min(quiet, max(steps, 0))
         return quiet
 
-    def _evict_slot(self, slot: Any, now_s: float) -> None:
+    def _evict_slot(self, slot: Slot, now_s: float) -> None:
         self.pol.act(self, slot, now_s)
 
-    def drop_window(self, slot: Any, now_s: float) -> None:
+    def drop_window(self, slot: Slot, now_s: float, write_back: bool) -> None:
         """Drop (or with ``write_back`` offload) tokens older than the window."""
         pol = self.pol
         n, seq = slot.n_tokens, tuple(slot.cache)
@@ -93,22 +95,22 @@ class SlotEvictor:
         recent = pol.keep_recent()
         if n > pin + recent + pol.chunk_tokens:
             self._drop(slot, unpinned(pieces_in_range(seq, pin, n - recent), self._boundary()),
-                       pol.write_back, now_s)
+                       write_back, now_s)
 
-    def drop_over_budget(self, slot: Any, now_s: float) -> None:
-        """Drop the lowest-score blocks of a slot above the token budget."""
+    def drop_over_budget(self, slot: Slot, now_s: float, budget: int, block_tokens: int
+                         ) -> None:
+        """Drop the lowest-score blocks (of ``block_tokens``) of a slot above ``budget``."""
         pol, rt = self.pol, self.rt
         n, seq = slot.n_tokens, tuple(slot.cache)
         pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
-        budget = pol.budget_tokens
         if n > pin + budget + pol.chunk_tokens:
             cands = unpinned(pieces_in_range(seq, pin, max(pin, n - pol.keep_recent())),
                              self._boundary())
             hits = rt.scorer.hits.get(rt.slot_session.get(slot.slot_id, ""), {})
-            self._drop(slot, score_victims(cands, hits, n - pin - budget, pol.block_tokens),
+            self._drop(slot, score_victims(cands, hits, n - pin - budget, block_tokens),
                        False, now_s)
 
-    def demote_old(self, slot: Any, now_s: float) -> None:
+    def demote_old(self, slot: Slot, now_s: float) -> None:
         """Demote tokens older than the recent window in place, in ``chunk_tokens`` steps."""
         pol, rt = self.pol, self.rt
         n, seq = slot.n_tokens, tuple(slot.cache)
@@ -120,7 +122,7 @@ class SlotEvictor:
             self._demote(slot, unpinned(pieces_in_range(seq, wm, end), self._boundary()), now_s)
             rt.wm[slot.slot_id] = end
 
-    def _demote(self, slot: Any, pieces: list, now_s: float) -> None:
+    def _demote(self, slot: Slot, pieces: list, now_s: float) -> None:
         rt = self.rt
         sid = rt.slot_session.get(slot.slot_id, "")
         led = rt.ledger(sid)
@@ -149,7 +151,7 @@ class SlotEvictor:
             rt.link.d2h.reserve(nbytes, now_s)
             rt.c["offload_bytes"] += nbytes
 
-    def _drop(self, slot: Any, victims: list, write_back: bool, now_s: float) -> None:
+    def _drop(self, slot: Slot, victims: list, write_back: bool, now_s: float) -> None:
         if not victims:
             return
         rt = self.rt
@@ -172,22 +174,22 @@ class SlotEvictor:
         rt.emit(now_s, "evict", slot.req.request_id if slot.req else "",
                 f"{k} tokens " + ("offloaded (write-back)" if write_back else "dropped"), nbytes)
 
-    def _global_budget(self, now_s: float) -> None:
+    def _global_budget(self, now_s: float, budget: int) -> None:
         pol, rt = self.pol, self.rt
         total = sum(s.n_tokens for s in rt.slots)
-        if total <= pol.budget_tokens + pol.chunk_tokens:
+        if total <= budget + pol.chunk_tokens:
             return
         for slot in sorted(rt.slots, key=lambda s: -s.n_tokens):
-            if total <= pol.budget_tokens:
+            if total <= budget:
                 break
             seq, n = tuple(slot.cache), slot.n_tokens
             pin = pinned_len(seq, pol.sink_tokens, pol.pin_system_prompt)
-            cands = unpinned(pieces_in_range(seq, pin, max(pin, n - pol.recent_tokens)),
+            cands = unpinned(pieces_in_range(seq, pin, max(pin, n - pol.keep_recent())),
                              self._boundary())
             hits = rt.scorer.hits.get(rt.slot_session.get(slot.slot_id, ""), {})
             before = slot.n_tokens
-            self._drop(slot, score_victims(cands, hits, total - pol.budget_tokens,
-                                           pol.block_tokens), False, now_s)
+            self._drop(slot, score_victims(cands, hits, total - budget, pol.page_tokens),
+                       False, now_s)
             total -= before - slot.n_tokens
 
     def backup(self, sid: str, psid: str, a: int, b: int, nbytes: int) -> None:
