@@ -61,10 +61,10 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
              sizing: PoolSizing | None = None) -> Results:
     """Simulate ``scenario`` and return its :class:`Results`.
 
-    A workload over the request cap (:data:`kvsim.metrics.records.MAX_REQUESTS`) raises
-    :class:`~kvsim.errors.RunStopped`: at once for a trace file that holds more sessions
-    than that, else when the run reaches it, with the results up to then in
-    ``partial``; so does a run whose process grows past ``sim.max_rss_bytes``.
+    A trace file that holds more sessions than the request cap
+    (:data:`kvsim.metrics.records.MAX_REQUESTS`) raises :class:`~kvsim.errors.RunStopped`
+    at once; a run that reaches the cap, or whose process grows past
+    ``sim.max_rss_bytes``, returns its results up to then with ``Results.stopped`` set.
 
     ``sessions`` replaces the scenario's workload (tests, replays); ``sizing`` replaces
     the memory budget (tests); ``hooks`` are policy hooks called after every step;
@@ -96,24 +96,19 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                     after_failure=scenario.workload.after_failure,
                     max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress,
                     fidelity=scenario.sim.fidelity)
-    end_s = engine.run(sessions)
+    end_s, stop = engine.run(sessions)
     tables = tables_from(recorder)
     summary = _summary(tables, sizing, scheduler, latency, end_s)
     summary.update(runtime.summary())
     if budget is not None:
         summary.update(weights_residency(scenario, budget))
-    stop = engine.stopped
     if stop is not None:
         summary["stopped_at_s"] = end_s
         summary["stopped_reason"] = stop.one_line()
-    res = Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
-                  scenario_hash=scenario_hash(scenario),
-                  references=references_frame(runtime.scorer.scored))
-    if stop is not None:
-        # NOTE: the caller decides what to keep (the CLI saves them, then reports the stop)
-        stop.partial = res
-        raise stop
-    return res
+    # NOTE: the caller decides what to keep (the CLI saves them, then reports the stop)
+    return Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
+                   scenario_hash=scenario_hash(scenario),
+                   references=references_frame(runtime.scorer.scored), stopped=stop)
 
 
 def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Any, latency: Any,
