@@ -9,8 +9,9 @@ from typing import Any
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.core.build import PoolSizing, check_loads, make_scheduler
 from kvsim.core.engine import Engine
-from kvsim.core.step import StepHook
+from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
+from kvsim.latency.base import LatencyModel
 from kvsim.latency.factory import make_latency_model
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
@@ -111,16 +112,15 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                    references=references_frame(runtime.scorer.scored), stopped=stop)
 
 
-def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Any, latency: Any,
-             end_s: float) -> dict[str, Any]:
+def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Scheduler,
+             latency: LatencyModel, end_s: float) -> dict[str, Any]:
     """The run's summary metrics from its tables and the engine's counters."""
-    evictions = getattr(getattr(scheduler, "pool", None), "evictions", 0)
     summary = summarize(tables["requests"], tables["itl"], tables["memory"], tables["steps"],
                         static_device_bytes=sizing.static_device_bytes,
                         device_bytes=sizing.device_bytes, preemptions=scheduler.preemptions,
-                        evictions=evictions, sim_time_s=end_s,
-                        decode_spread=getattr(latency, "decode_spread", ()),
-                        prefill_spread=getattr(latency, "prefill_spread", ()))
+                        evictions=scheduler.evictions, sim_time_s=end_s,
+                        decode_spread=latency.decode_spread,
+                        prefill_spread=latency.prefill_spread)
     summary["latency_model"] = latency.provenance
     summary.update(session_outcomes(tables["events"]))
     mem = tables["memory"]

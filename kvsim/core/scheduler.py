@@ -97,6 +97,10 @@ class PagedScheduler:
         return bool(self.running or self.waiting)
 
     @property
+    def evictions(self) -> int:
+        return self.pool.evictions
+
+    @property
     def swap_used_bytes(self) -> int:
         return sum(self.swapped.values())
 

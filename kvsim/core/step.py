@@ -104,6 +104,12 @@ class Scheduler(Protocol):
     policy: SchedulerPolicy
 
     @property
+    def evictions(self) -> int:
+        """Cached prefix blocks the KV pool evicted to make room (the summary's
+        ``evictions``)."""
+        ...
+
+    @property
     def has_work(self) -> bool:
         """Anything running or waiting."""
         ...

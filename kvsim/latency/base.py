@@ -59,6 +59,17 @@ class LatencyModel(Protocol):
     provenance: str  # e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"
     clamped_steps: int | None
 
+    @property
+    def decode_spread(self) -> tuple[float, ...]:
+        """Measured decode step time over modelled, as quantiles; () where not measured
+        (the run's inter-token percentiles carry it, kvsim.metrics.spread)."""
+        ...
+
+    @property
+    def prefill_spread(self) -> tuple[float, ...]:
+        """Measured time to first token over typical, as quantiles; () where not measured."""
+        ...
+
     def step_time_s(self, batch: BatchShape) -> float: ...
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,

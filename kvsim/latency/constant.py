@@ -17,6 +17,8 @@ class ConstantLatency:
     """``step_s + prefill_token_s · prefill tokens + decode_token_s · decode tokens``."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+    decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
+    prefill_spread: tuple[float, ...] = ()
 
     def __init__(self, step_s: float, prefill_token_s: float = 0.0,
                  decode_token_s: float = 0.0) -> None:
