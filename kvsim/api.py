@@ -9,8 +9,9 @@ from typing import Any
 from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.core.build import PoolSizing, check_loads, make_scheduler
 from kvsim.core.engine import Engine
-from kvsim.core.step import StepHook
+from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
+from kvsim.latency.base import LatencyModel
 from kvsim.latency.factory import make_latency_model
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
@@ -61,10 +62,10 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
              sizing: PoolSizing | None = None) -> Results:
     """Simulate ``scenario`` and return its :class:`Results`.
 
-    A workload over the request cap (:data:`kvsim.metrics.records.MAX_REQUESTS`) raises
-    :class:`~kvsim.errors.RunStopped`: at once for a trace file that holds more sessions
-    than that, else when the run reaches it, with the results up to then in
-    ``partial``; so does a run whose process grows past ``sim.max_rss_bytes``.
+    A trace file that holds more sessions than the request cap
+    (:data:`kvsim.metrics.records.MAX_REQUESTS`) raises :class:`~kvsim.errors.RunStopped`
+    at once; a run that reaches the cap, or whose process grows past
+    ``sim.max_rss_bytes``, returns its results up to then with ``Results.stopped`` set.
 
     ``sessions`` replaces the scenario's workload (tests, replays); ``sizing`` replaces
     the memory budget (tests); ``hooks`` are policy hooks called after every step;
@@ -96,36 +97,30 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                     after_failure=scenario.workload.after_failure,
                     max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress,
                     fidelity=scenario.sim.fidelity)
-    end_s = engine.run(sessions)
+    end_s, stop = engine.run(sessions)
     tables = tables_from(recorder)
     summary = _summary(tables, sizing, scheduler, latency, end_s)
     summary.update(runtime.summary())
     if budget is not None:
         summary.update(weights_residency(scenario, budget))
-    stop = engine.stopped
     if stop is not None:
         summary["stopped_at_s"] = end_s
         summary["stopped_reason"] = stop.one_line()
-    res = Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
-                  scenario_hash=scenario_hash(scenario),
-                  references=references_frame(runtime.scorer.scored))
-    if stop is not None:
-        # NOTE: the caller decides what to keep (the CLI saves them, then reports the stop)
-        stop.partial = res
-        raise stop
-    return res
+    # NOTE: the caller decides what to keep (the CLI saves them, then reports the stop)
+    return Results(**tables, summary=summary, scenario=scenario.model_dump(mode="json"),
+                   scenario_hash=scenario_hash(scenario),
+                   references=references_frame(runtime.scorer.scored), stopped=stop)
 
 
-def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Any, latency: Any,
-             end_s: float) -> dict[str, Any]:
+def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Scheduler,
+             latency: LatencyModel, end_s: float) -> dict[str, Any]:
     """The run's summary metrics from its tables and the engine's counters."""
-    evictions = getattr(getattr(scheduler, "pool", None), "evictions", 0)
     summary = summarize(tables["requests"], tables["itl"], tables["memory"], tables["steps"],
                         static_device_bytes=sizing.static_device_bytes,
                         device_bytes=sizing.device_bytes, preemptions=scheduler.preemptions,
-                        evictions=evictions, sim_time_s=end_s,
-                        decode_spread=getattr(latency, "decode_spread", ()),
-                        prefill_spread=getattr(latency, "prefill_spread", ()))
+                        evictions=scheduler.evictions, sim_time_s=end_s,
+                        decode_spread=latency.decode_spread,
+                        prefill_spread=latency.prefill_spread)
     summary["latency_model"] = latency.provenance
     summary.update(session_outcomes(tables["events"]))
     mem = tables["memory"]

@@ -35,12 +35,11 @@ class InputError(ValueError):
 
 class RunStopped(InputError):
     """A run stopped early by a user-set bound (a trace too large for one run's results
-    memory).  ``partial`` holds the results computed up to the stop (``None`` after
-    pickling: a worker's partial results do not travel)."""
+    memory, a dead server during a replay).
 
-    def __init__(self, field: str, value: Any, allowed: str, partial: Any = None) -> None:
-        super().__init__(field, value, allowed)
-        self.partial = partial
+    NOTE: the run's results so far are a value: ``Results.stopped`` holds this stop;
+    the recorder raises it inside the engine only to end the run there.
+    """
 
 
 def capacity_hint(max_requests: int) -> str:

@@ -7,8 +7,9 @@ them. Returns :class:`~kvsim.metrics.results.Results` with ``source="measured"``
 stream errors are failed requests with the engine's wording, and the replay goes on.
 
 NOTE: a transport error (refused, reset, timed out) stops the replay at once: :func:`replay`
-raises :class:`~kvsim.errors.RunStopped` with the results so far in ``partial`` (lost requests
-left out of the requests table); Ctrl-C raises :class:`ReplayInterrupted` with them.
+returns the results so far with ``Results.stopped`` set (a :class:`~kvsim.errors.RunStopped`;
+lost requests left out of the requests table); Ctrl-C returns them with a
+:class:`ReplayInterrupted` there.
 NOTE: ``time_scale`` multiplies every start and think time, as the workload's ``time_scale``
 does for the simulator; pass the same value to both.
 Design: docs/design/calibration.md (after docs/design/DESIGN.md §5).
@@ -93,12 +94,14 @@ class ServerLost(Exception):
         self.at_s, self.reason = at_s, reason
 
 
-class ReplayInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a replay; ``partial`` holds the Results measured until then."""
+class ReplayInterrupted(RunStopped):
+    """Ctrl-C ended a replay: the stop its Results carry (``Results.stopped``).
 
-    def __init__(self, partial: Results) -> None:
-        super().__init__()
-        self.partial = partial
+    NOTE: a value, never raised; ``allowed`` is the summary's ``stopped_reason``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("Ctrl-C", "interrupted", "interrupted (Ctrl-C)")
 
 
 TRANSPORT_EVENT = "transport_error"
@@ -314,9 +317,9 @@ class Replayer:
         return out, gaps
 
     def results(self, scenario: dict[str, Any] | None = None,
-                stopped: str = "") -> Results:
-        """The measured Results; ``stopped`` says why the replay ended early ("" = it
-        did not).  Requests without an answer (lost or cut off) are left out (module
+                stopped: RunStopped | None = None) -> Results:
+        """The measured Results; ``stopped`` is why the replay ended early (None = it
+        did not; its ``allowed`` text is the summary's ``stopped_reason``).  Requests without an answer (lost or cut off) are left out (module
         docstring)."""
         reqs, itl = [], []
         answered = [r for r in self.rows if r.res.error or not (
@@ -346,18 +349,19 @@ class Replayer:
                        replay_after_failure=self.opts.after_failure,
                        transport_errors=len(lost),
                        unfinished_requests=len(self.rows) - len(answered) - len(lost))
-        if stopped:
+        if stopped is not None:
             at = self.lost.at_s if self.lost else self.now() if self.t0 else 0.0
-            summary.update(stopped_at_s=at, stopped_reason=stopped)
-        return Results(**frames, summary=summary, scenario=scenario or {}, source="measured")
+            summary.update(stopped_at_s=at, stopped_reason=stopped.allowed)
+        return Results(**frames, summary=summary, scenario=scenario or {}, source="measured",
+                       stopped=stopped)
 
 
 def replay(sessions: list[Session], opts: ReplayOptions,
            scenario: dict[str, Any] | None = None) -> Results:
     """Check the server, replay ``sessions`` closed-loop and return measured Results.
 
-    Raises :class:`RunStopped` when the server stops answering and
-    :class:`ReplayInterrupted` on Ctrl-C, each with the Results so far in ``partial``.
+    When the server stops answering (a :class:`RunStopped`) or on Ctrl-C (a
+    :class:`ReplayInterrupted`) it returns the Results so far with ``stopped`` set.
     """
     with httpx.Client(base_url=opts.url) as client:
         check_server(client, opts.api)
@@ -365,9 +369,9 @@ def replay(sessions: list[Session], opts: ReplayOptions,
     try:
         asyncio.run(player.run(sessions))
     except KeyboardInterrupt:
-        raise ReplayInterrupted(player.results(scenario, "interrupted (Ctrl-C)")) from None
+        return player.results(scenario, ReplayInterrupted())
     if player.lost is not None:
         why = (f"the server stopped answering {player.lost.at_s:.1f} s into the replay "
                f"({player.lost.reason}); replay stopped")
-        raise RunStopped("--url", opts.url, why, partial=player.results(scenario, why))
+        return player.results(scenario, RunStopped("--url", opts.url, why))
     return player.results(scenario)

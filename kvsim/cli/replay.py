@@ -14,7 +14,7 @@ import click
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.config.scenario import AFTER_FAILURE
-from kvsim.errors import InputError, RunStopped
+from kvsim.errors import InputError
 
 
 @click.command()
@@ -54,19 +54,16 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
     sessions = sorted_sessions(trace)
     if max_sessions is not None:
         sessions = sessions[:max_sessions]
-    try:
-        res = run(sessions, opts)
-    except RunStopped as exc:  # the server died: keep what it answered before
-        path = _save(exc.partial, out_dir)
-        raise InputError(exc.field, exc.value, f"{exc.allowed}; the "
-                         f"{exc.partial.summary['requests']} requests answered before are "
-                         f"saved in {path}") from None
-    except ReplayInterrupted as exc:
-        path = _save(exc.partial, out_dir)
-        click.echo(f"interrupted: the {exc.partial.summary['requests']} requests answered "
+    res = run(sessions, opts)
+    path = _save(res, out_dir)  # NOTE: a stopped replay keeps what it answered before
+    if isinstance(stop := res.stopped, ReplayInterrupted):
+        click.echo(f"interrupted: the {res.summary['requests']} requests answered "
                    f"so far are saved in {path}", err=True)
-        raise click.Abort() from None
-    path = _save(res, out_dir)
+        raise click.Abort()
+    if stop is not None:  # the server died
+        raise InputError(stop.field, stop.value, f"{stop.allowed}; the "
+                         f"{res.summary['requests']} requests answered before are "
+                         f"saved in {path}")
     s = res.summary
     click.echo(f"{s['requests']} requests ({s['failed_requests']} failed) → {path}; "
                f"TTFT p50 {s['ttft_p50_s'] * 1000:.1f} ms p95 {s['ttft_p95_s'] * 1000:.1f} ms; "

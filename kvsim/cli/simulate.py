@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kvsim.cli._output import check_output, output_errors
-from kvsim.errors import InputError, RunStopped
+from kvsim.errors import InputError
 
 
 def _fmt(key: str, value: object) -> str:
@@ -115,13 +115,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         def progress(now_s: float, done: int) -> None:
             bar.update(task, completed=now_s, done=done)
 
-        stop: RunStopped | None = None
-        try:
-            res = run(sc, progress=progress)
-        except RunStopped as exc:  # NOTE: keep what ran: save it, then report the stop
-            stop, res = exc, exc.partial
-            if res is None:
-                raise
+        res = run(sc, progress=progress)
     with output_errors("--output", out_dir):
         path = res.save(out_dir)
     table = Table(title=f"{sc.name} — {res.summary['latency_model']}")
@@ -137,7 +131,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         with output_errors("--output", path / "report.html"):
             html = write_report(path / "report.html", [res], kind="simulate")
         click.echo(f"report: {html}")
-    if stop is not None:
+    if (stop := res.stopped) is not None:  # NOTE: saved what ran, now report the stop
         note = stop_note(res.summary, when=False)
         raise InputError(stop.field, stop.value,
                          f"{stop.allowed}; the run stopped at {res.summary['stopped_at_s']:.1f} s "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -38,6 +39,14 @@ from kvsim.errors import InputError, RunStopped
 from kvsim.latency.base import LatencyModel
 from kvsim.metrics.records import ABANDON_EVENT, NEW_CHAT_EVENT, Recorder
 from kvsim.workload.schema import Session
+
+
+class RunEnd(NamedTuple):
+    """How :meth:`Engine.run` ended: the simulated end time and the bound that stopped
+    it early (``None``: every session ran, or the clock's ``max_sim_time_s`` ended it)."""
+
+    end_s: float
+    stopped: RunStopped | None
 
 
 class Engine:
@@ -66,7 +75,6 @@ class Engine:
         self._activity: simpy.Event | None = None
         self._abort = self.env.event()
         self._error: InputError | None = None
-        self.stopped: RunStopped | None = None  # the run ended early, results kept
         self._stopping: RunStopped | None = None  # a bound was hit; stop after the step
         self._in_step = False  # the driver waits for the end of a step (or stretch)
         self._live: dict[str, Request] = {}  # received, not yet recorded (submission order)
@@ -326,11 +334,11 @@ class Engine:
             yield self._sleep(self.env.now + dt)  # NOTE: the tick grid: now + dt
 
     # -- entry ------------------------------------------------------------------------
-    def run(self, sessions: Iterable[Session]) -> float:
-        """Simulate every session to completion (or ``max_sim_time_s``); return the end time.
+    def run(self, sessions: Iterable[Session]) -> RunEnd:
+        """Simulate every session to completion (or ``max_sim_time_s``); return its end.
 
         A run that reaches the request cap or the memory limit ends there (after the
-        step in flight): :attr:`stopped` holds the reason.  The records hold every
+        step in flight): :attr:`RunEnd.stopped` holds the reason.  The records hold every
         request received, those still running or waiting as ``unfinished`` rows.
         """
         self.env.process(self._guarded(self._feeder(iter(sessions))))
@@ -342,13 +350,12 @@ class Engine:
         self.env.run(until=self.env.any_of(stops))
         if self._error is not None:
             raise self._error
-        self.stopped = self._stopping  # NOTE: a bound, not a failure: keep what ran
         self._finished = True
         for req in self._live.values():
             self.recorder.request_done(req)  # NOTE: not done: an unfinished row
         self._live.clear()
-        if self.stopped is None:  # NOTE: else sampled when the bound was hit (module doc)
+        if self._stopping is None:  # NOTE: else sampled when the bound was hit (module doc)
             self.recorder.sample(self.env.now, self.scheduler.memory())
         if self.progress is not None:
             self.progress(self.env.now, self.requests_done)
-        return self.env.now
+        return RunEnd(self.env.now, self._stopping)  # NOTE: a bound, not a failure

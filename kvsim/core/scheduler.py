@@ -97,6 +97,10 @@ class PagedScheduler:
         return bool(self.running or self.waiting)
 
     @property
+    def evictions(self) -> int:
+        return self.pool.evictions
+
+    @property
     def swap_used_bytes(self) -> int:
         return sum(self.swapped.values())
 
@@ -372,7 +376,7 @@ class PagedScheduler:
             kv_cached_bytes=pool.num_cached_free * self.block_bytes,
             running=len(self.running), waiting=len(self.waiting), host_kv_bytes=host))
 
-    # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
+    # -- fast-forward (kvsim.core.stretch) -------------------------------------------
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return paged_stretch_limit(self, plan)
 

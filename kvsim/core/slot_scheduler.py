@@ -93,6 +93,11 @@ class SlotScheduler:
         return bool(self.waiting) or any(not s.idle for s in self.pool.slots)
 
     @property
+    def evictions(self) -> int:
+        """NOTE: 0: slots have no block pool; a slot's cache is overwritten, not evicted."""
+        return 0
+
+    @property
     def running(self) -> list[Request]:
         return [s.req for s in self.pool.slots if s.req is not None]
 
@@ -321,7 +326,7 @@ class SlotScheduler:
             kv_cached_bytes=idle * bpt, running=running, waiting=len(self.waiting),
             host_kv_bytes=self.ram.total_bytes))
 
-    # -- fast-forward (issue 6, kvsim.core.stretch) --------------------------------
+    # -- fast-forward (kvsim.core.stretch) -------------------------------------------
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         return slot_stretch_limit(self, plan)
 

@@ -5,11 +5,11 @@ scheduler turns its queues into a frozen :class:`StepPlan`, the engine asks the
 latency model how long the plan's :class:`BatchShape` takes and advances the clock,
 then hands the plan back to the scheduler to apply.  Nothing here knows SimPy.
 
-A :class:`StepHook` is the seam for KV policies (issue 5: quantize / offload /
+A :class:`StepHook` is the seam for KV policies (kvsim.policies: quantize / offload /
 evict transitions, PCIe transfers): the engine calls every hook after each step
 with the scheduler and the time, and a hook may return extra seconds of stall
 (e.g. a blocking restore) that the engine adds before the next step.  Hooks also
-declare the next time they want to act so a fast-forward (issue 6) never jumps
+declare the next time they want to act so a fast-forward (docs/design/fast-forward.md) never jumps
 across a policy trigger.
 
 :class:`Scheduler` is what the engine and its fast-forward call on a scheduler
@@ -104,6 +104,12 @@ class Scheduler(Protocol):
     policy: SchedulerPolicy
 
     @property
+    def evictions(self) -> int:
+        """Cached prefix blocks the KV pool evicted to make room (the summary's
+        ``evictions``)."""
+        ...
+
+    @property
     def has_work(self) -> bool:
         """Anything running or waiting."""
         ...
@@ -138,7 +144,7 @@ class Scheduler(Protocol):
 
 
 class StepHook(Protocol):
-    """A policy that acts between engine steps (issue 5 registers concrete ones)."""
+    """A policy that acts between engine steps (kvsim.policies registers concrete ones)."""
 
     def after_step(self, scheduler: Scheduler, plan: StepPlan, now_s: float) -> float:
         """Act on the pools after ``plan`` ran; return extra stall seconds (≥ 0)."""

@@ -10,7 +10,7 @@ The simulator asks two questions (docs/design/DESIGN.md §3.5):
 
 NOTE: ``decode_steps_s(c, k, s)[j]`` must equal ``step_time_s`` of the decode-only
 batch with contexts ``c + j`` (and ``kv_read_saved_bytes`` ``s``) to within
-floating-point rounding: fast and per-step fidelity must agree (issue 6).
+floating-point rounding: fast and per-step fidelity must agree.
 """
 
 from __future__ import annotations
@@ -60,12 +60,24 @@ class LatencyModel(Protocol):
     clamped_steps: int | None
 
     @property
+<<<<<<< HEAD
     def gpu_bytes_per_s(self) -> float | None:
         """Sustained GPU memory bandwidth (prices KV dequantization); None: not modelled."""
 
     @property
     def kv_read_token_bytes(self) -> int:
         """KV bytes one old token adds to every decode step's read; 0: not modelled."""
+=======
+    def decode_spread(self) -> tuple[float, ...]:
+        """Measured decode step time over modelled, as quantiles; () where not measured
+        (the run's inter-token percentiles carry it, kvsim.metrics.spread)."""
+        ...
+
+    @property
+    def prefill_spread(self) -> tuple[float, ...]:
+        """Measured time to first token over typical, as quantiles; () where not measured."""
+        ...
+>>>>>>> h-core
 
     def step_time_s(self, batch: BatchShape) -> float: ...
 

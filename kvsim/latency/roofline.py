@@ -55,6 +55,8 @@ class RooflineLatency:
     """Step times of one model on one card (+ host for offloaded layers)."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+    decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
+    prefill_spread: tuple[float, ...] = ()
 
     def __init__(self, *, gpu: GpuSpec, host: HostSpec, model: ModelSpec, geometry: KvGeometry,
                  weights: WeightSplit, gpu_layers: int | None = None,

@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from kvsim import __version__
-from kvsim.errors import InputError
+from kvsim.errors import InputError, RunStopped
 from kvsim.metrics.records import (
     EVENT_COLUMNS,
     ITL_DELTA,
@@ -148,6 +148,9 @@ class Results:
     meta: dict[str, Any] = field(default_factory=dict)  # meta.json as loaded
     references: pd.DataFrame | None = None  # None: read back from ``events`` (module doc)
     path: str = field(default="", compare=False)  # the folder it was loaded from, if any
+    # NOTE: the bound that ended the run early (None: it ran to its end); not saved —
+    # the summary's stopped_at_s / stopped_reason say it in the folder
+    stopped: RunStopped | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.requests = with_status(self.requests)

@@ -76,6 +76,8 @@ def simulate_run(scenario: Scenario, keep_results: bool = False) -> RunOutput:
     from kvsim.api import simulate
 
     res = simulate(scenario)
+    if res.stopped is not None:  # NOTE: a plan or sweep cell reports a stopped run as its error
+        raise res.stopped
     reason = oom_reason(dict(res.summary), getattr(res, "requests", None),
                         getattr(res, "events", None))
     return RunOutput(dict(res.summary), reason, res if keep_results else None)

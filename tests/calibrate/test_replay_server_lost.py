@@ -14,8 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from kvsim.calibrate.replay import ReplayOptions, replay
 from kvsim.errors import RunStopped
 from kvsim.metrics.results import Results
@@ -57,20 +55,20 @@ def test_a_dead_server_stops_the_replay_keeping_what_it_answered():
     srv = FakeLlama()
     srv.thread.start()
     _die_after(srv, 2)
-    with pytest.raises(RunStopped) as exc:
-        replay([_session(think_s=0.3)], ReplayOptions(url=srv.url, after_failure="new_chat"))
-    assert (exc.value.field, exc.value.value) == ("--url", srv.url)
-    assert exc.value.allowed.startswith("the server stopped answering ")
+    res = replay([_session(think_s=0.3)], ReplayOptions(url=srv.url, after_failure="new_chat"))
+    stop = res.stopped
+    assert isinstance(stop, RunStopped)
+    assert (stop.field, stop.value) == ("--url", srv.url)
+    assert stop.allowed.startswith("the server stopped answering ")
     # refused (ConnectError) or reset while queued on the closing socket (ReadError)
     assert re.fullmatch(r"the server stopped answering \d+\.\d s into the replay "
-                        r"\((ConnectError: .+|ReadError)\); replay stopped", exc.value.allowed)
-    res = exc.value.partial
+                        r"\((ConnectError: .+|ReadError)\); replay stopped", stop.allowed)
     assert list(res.requests["request_id"]) == ["s#0", "s#1"]
     assert not res.requests["failed"].any()
     s = res.summary
     assert (s["requests"], s["failed_requests"], s["transport_errors"],
             s["unfinished_requests"], s["new_chats"]) == (2, 0, 1, 0, 0)
-    assert s["stopped_reason"] == exc.value.allowed
+    assert s["stopped_reason"] == stop.allowed
     assert list(res.events["kind"]) == ["transport_error"]
     assert list(res.events["request_id"]) == ["s#2"]
 

@@ -1,4 +1,4 @@
-"""Fast-forward (``sim.fidelity=fast``) against the per-step reference (issue 6).
+"""Fast-forward (``sim.fidelity=fast``) against the per-step reference (docs/design/fast-forward.md).
 
 Property: over random small workloads on every engine family (paged with and
 without prefix caching, with V0 swap or with vLLM's hybrid sliding-window groups,
@@ -226,7 +226,7 @@ def test_fast_mode_jumps_and_agrees_on_a_long_decode() -> None:
                 kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
                 num_gpu_blocks=256, block_tokens=16))
         eng = Engine(sched, ConstantLatency(0.02), sample_interval_s=1.0, fidelity=fidelity)
-        end = eng.run(sess)
+        end = eng.run(sess).end_s
         assert end == pytest.approx(1000 * 0.02)
         rec = eng.recorder
         assert sum(rec.itl_count) == 999
@@ -395,9 +395,9 @@ def test_sampler_ticks_stay_on_the_per_step_grid() -> None:
 
 def _stopped(engine: str, latency: dict, fidelity: str, sess: list[Session]):
     from kvsim.errors import RunStopped
-    with pytest.raises(RunStopped) as exc:
-        _run(engine, latency, sess, 2048, 0.3, fidelity)
-    return exc.value.partial
+    res = _run(engine, latency, sess, 2048, 0.3, fidelity)
+    assert isinstance(res.stopped, RunStopped)
+    return res
 
 
 @pytest.mark.parametrize("latency", LATENCIES, ids=["const", "const+ctx", "roofline"])
