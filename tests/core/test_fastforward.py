@@ -1,4 +1,5 @@
-"""Fast-forward (``sim.fidelity=fast``) against the per-step reference (docs/design/fast-forward.md).
+"""Fast-forward (``sim.fidelity=fast``) against the per-step reference
+(docs/design/fast-forward.md).
 
 Property: over random small workloads on every engine family (paged with and
 without prefix caching, with V0 swap or with vLLM's hybrid sliding-window groups,
