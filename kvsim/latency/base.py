@@ -60,14 +60,14 @@ class LatencyModel(Protocol):
     clamped_steps: int | None
 
     @property
-<<<<<<< HEAD
     def gpu_bytes_per_s(self) -> float | None:
         """Sustained GPU memory bandwidth (prices KV dequantization); None: not modelled."""
 
     @property
     def kv_read_token_bytes(self) -> int:
         """KV bytes one old token adds to every decode step's read; 0: not modelled."""
-=======
+
+    @property
     def decode_spread(self) -> tuple[float, ...]:
         """Measured decode step time over modelled, as quantiles; () where not measured
         (the run's inter-token percentiles carry it, kvsim.metrics.spread)."""
@@ -77,7 +77,6 @@ class LatencyModel(Protocol):
     def prefill_spread(self) -> tuple[float, ...]:
         """Measured time to first token over typical, as quantiles; () where not measured."""
         ...
->>>>>>> h-core
 
     def step_time_s(self, batch: BatchShape) -> float: ...
 

@@ -17,13 +17,10 @@ class ConstantLatency:
     """``step_s + prefill_token_s · prefill tokens + decode_token_s · decode tokens``."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
-<<<<<<< HEAD
     gpu_bytes_per_s = None  # NOTE: no bandwidth term (LatencyModel)
     kv_read_token_bytes = 0  # NOTE: nor a per-byte KV read (LatencyModel)
-=======
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
     prefill_spread: tuple[float, ...] = ()
->>>>>>> h-core
 
     def __init__(self, step_s: float, prefill_token_s: float = 0.0,
                  decode_token_s: float = 0.0) -> None:
