@@ -270,7 +270,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     traits = engine_for(eng.preset)
     if ctx is not None and traits.context_above_model == "clamp" and ctx > eng.context_tokens:
         notes.append(f"Ollama clamps num_ctx {ctx:,} to {m.name}'s training length "
-                     f"{eng.context_tokens:,} (engines.md §4.1)")
+                     f"{eng.context_tokens:,} (docs/reference/engines.md §4.1)")
     if host is not None:
         check_host_memory(b, host, eng.context_tokens, "--context")
     z = _sizes(g, m, weights, eng, b, par, reserves)

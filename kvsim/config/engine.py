@@ -120,7 +120,8 @@ class SlotEngineConfig(FrozenModel):
     context_shift: bool = False
     n_keep: int = Field(0, ge=-1)
     n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "
-                           "0 = half of them (llama.cpp request default, engines.md §3.4)")
+                           "0 = half of them (llama.cpp request default, docs/reference/engines.md "
+                           "§3.4)")
     gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
     op_offload: bool = Field(True, description="false = --no-op-offload: a ubatch of "
                              "op_offload_min_batch tokens or more no longer runs the CPU "
@@ -134,7 +135,7 @@ class SlotEngineConfig(FrozenModel):
                                   "no limit (llama-server defers without one)")
     fit_context: bool = Field(False, description="-c unset (0 = the training context): "
                               "--fit shrinks it toward what fits, not below 4096, rounded "
-                              "to 256 (engines.md §3.1, §3.6)")
+                              "to 256 (docs/reference/engines.md §3.1, §3.6)")
     gpu_overhead_bytes: Bytes = 0
     minimum_reserve_bytes: Bytes = 0
     compute_buffer_bytes: Bytes | None = Field(None, description="None = estimate from the model")
@@ -144,9 +145,9 @@ class SlotEngineConfig(FrozenModel):
 
     ignored_cache_type: str | None = Field(
         None, description="Ollama: the OLLAMA_KV_CACHE_TYPE it ignored because flash "
-        "attention is off (the cache is then f16, engines.md §4.1)")
+        "attention is off (the cache is then f16, docs/reference/engines.md §4.1)")
     ollama_version: str | None = Field(
-        None, description="Ollama: the release whose defaults apply (engines.md §4, "
+        None, description="Ollama: the release whose defaults apply (docs/reference/engines.md §4, "
         "ollama_defaults), e.g. '0.15.5'; None on llama.cpp")
 
     @model_validator(mode="before")
@@ -193,27 +194,33 @@ _SGLANG_CAP = "--max-total-tokens (max_total_tokens, §2.1)"
 FOREIGN_KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
     "sglang": {
         "preemption_mode": ("recompute", (
-            "SGLang retracts requests and recomputes them (engines.md §2.3); swap preemption "
+            "SGLang retracts requests and recomputes them (docs/reference/engines.md §2.3); swap "
+            "preemption "
             "is vLLM V0's (§1.4)")),
         "swap_space_bytes": (0, (
-            "vLLM V0's swap space (engines.md §1.4); SGLang retracts and recomputes (§2.3), "
+            "vLLM V0's swap space (docs/reference/engines.md §1.4); SGLang retracts and recomputes "
+            "(§2.3), "
             "and keeps KV in host memory only with HiCache (a host_kv_cache policy, §2.4)")),
         "kv_cache_memory_bytes": (None, (
-            "vLLM's --kv-cache-memory (engines.md §1.1); SGLang sizes its pool by "
+            "vLLM's --kv-cache-memory (docs/reference/engines.md §1.1); SGLang sizes its pool by "
             f"mem_fraction_static (gpu_memory_utilization) and caps it with {_SGLANG_CAP}")),
         "num_gpu_blocks_override": (None, (
-            "vLLM's --num-gpu-blocks-override (engines.md §1.1); SGLang caps its pool with "
+            "vLLM's --num-gpu-blocks-override (docs/reference/engines.md §1.1); SGLang caps its "
+            "pool with "
             + _SGLANG_CAP)),
         "disable_hybrid_kv_cache_manager": (None, (
-            "vLLM's hybrid KV cache manager (engines.md §1.7); SGLang has no such switch")),
+            "vLLM's hybrid KV cache manager (docs/reference/engines.md §1.7); SGLang has no such "
+            "switch")),
         "non_torch_bytes": (0, (
-            "vLLM's profiled non-torch memory inside its budget (engines.md §1.1); SGLang "
+            "vLLM's profiled non-torch memory inside its budget (docs/reference/engines.md §1.1); "
+            "SGLang "
             "keeps what is not weights or KV outside mem_fraction_static (§2.1): "
             "activation_bytes, cuda_graph_bytes")),
     },
     "vllm": {
         "max_total_tokens": (None, (
-            "SGLang's --max-total-tokens (engines.md §2.1); vLLM has num_gpu_blocks_override "
+            "SGLang's --max-total-tokens (docs/reference/engines.md §2.1); vLLM has "
+            "num_gpu_blocks_override "
             "(--num-gpu-blocks-override) and kv_cache_memory_bytes (--kv-cache-memory, "
             "§1.1)")),
     },
@@ -229,7 +236,7 @@ def _check_one_cache_type(k: str, v: str, preset: str) -> None:
     if preset in ONE_CACHE_TYPE and k != v:
         flag, ref = ONE_CACHE_TYPE[preset]
         raise InputError("cache_type_v", v, f"the same as cache_type_k ('{k}'): {preset} has "
-                         f"one {flag} for both K and V (engines.md {ref})")
+                         f"one {flag} for both K and V (docs/reference/engines.md {ref})")
 
 
 def _check_cache_types(k: str, v: str, supported: tuple[str, ...], preset: str) -> None:

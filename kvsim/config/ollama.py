@@ -152,7 +152,7 @@ def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | 
     if model is None or weights is None:
         raise InputError("engine.parallel", "unset", f"a number: Ollama {merged['ollama_version']}"
                          " chose OLLAMA_NUM_PARALLEL itself from the model and weights "
-                         "(engines.md §4.1), which kvsim is not given here; set it")
+                         "(docs/reference/engines.md §4.1), which kvsim is not given here; set it")
     n = 4 if v < OLLAMA_AUTO_PARALLEL_2 else 2
     return n if _ollama_fits_whole(merged, n, gpu, model, weights) else 1
 

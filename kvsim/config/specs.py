@@ -42,7 +42,7 @@ class GpuSpec(FrozenModel):
     unified_memory: bool = False
     gpu_memory_limit_bytes: Bytes | None = Field(
         None, gt=0, description="unified memory: what the GPU may use by default "
-        "(hardware-and-models.md §4); None = all of memory_bytes")
+        "(docs/reference/hardware-and-models.md §4); None = all of memory_bytes")
     default_link: str | None = Field(None, description="link profile slug; None for unified memory")
     tdp_w: str = ""
     launch_price_usd: float | None = None

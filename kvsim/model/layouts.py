@@ -254,7 +254,7 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
     k, v = engine.cache_type_k, engine.cache_type_v
     if engine.ignored_cache_type:  # NOTE: the engine config already made the cache f16
         notes.append(f"OLLAMA_KV_CACHE_TYPE={engine.ignored_cache_type} ignored: flash "
-                     "attention is off, so the cache is f16 (engines.md §4.1)")
+                     "attention is off, so the cache is f16 (docs/reference/engines.md §4.1)")
     if mode == "llama-server":  # era D (§4.4): llama-server's --fit places the layers
         b = llama_cpp_budget(gpu, model, weights, ollama_llama_server(engine), driver, display)
         return replace(b, notes=tuple(notes) + b.notes)

@@ -56,7 +56,8 @@ _FORMATS = {f.name: f for f in (
     WeightFormat("q4_0", 4.5, "ggml block 18 B / 32 values"),
     WeightFormat("iq4_xs", 4.25, "ggml block_iq4_xs 136 B / 256 values"),
     WeightFormat("mxfp4", 4.25, "17 B / 32 values on the MoE experts; the rest bf16 (the "
-                 "released gpt-oss checkpoints, models.csv notes)", other_bits_per_weight=16.0),
+                 "released gpt-oss checkpoints, docs/reference/models.csv notes)",
+                 other_bits_per_weight=16.0),
     WeightFormat("mxfp4_moe", 4.25, "llama-quantize MXFP4_MOE: experts 17 B / 32 values, the "
                  "rest q8_0 34 B / 32 (llama.cpp src/llama-quant.cpp)",
                  other_bits_per_weight=8.5),

@@ -66,4 +66,5 @@ class HostKVCacheConfig(PolicyBase):
     load: Literal["auto", "always"] = "auto"
     backend: Literal["lmcache", "native"] = Field(
         "lmcache", description="vLLM: LMCache keeps whole 256-token chunks of prompt KV "
-        "(no partial chunk, no decoded KV, engines.md §5); native offloading keeps blocks")
+        "(no partial chunk, no decoded KV, docs/reference/engines.md §5); native offloading keeps "
+        "blocks")

@@ -90,7 +90,7 @@ def test_ollama_context_above_the_model_is_clamped_with_a_note(kvsim_cli):
     d = json.loads(out)
     assert (code, err) == (0, "") and d["slot_tokens"] == 16384
     assert ("Ollama clamps num_ctx 32,768 to phi-4-14b's training length 16,384 "
-            "(engines.md §4.1)") in d["notes"]
+            "(docs/reference/engines.md §4.1)") in d["notes"]
 
 
 @pytest.mark.parametrize("args,flag", [

@@ -16,7 +16,7 @@ from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
 
 NOT_SGLANG = "not a knob of the sglang preset: "
-RETRACTS = ("SGLang retracts requests and recomputes them (engines.md §2.3); swap "
+RETRACTS = ("SGLang retracts requests and recomputes them (docs/reference/engines.md §2.3); swap "
             "preemption is vLLM V0's (§1.4)")
 CAPS = "caps it with --max-total-tokens (max_total_tokens, §2.1)"
 
@@ -31,23 +31,26 @@ def _sglang_error(*sets: str) -> str:
 @pytest.mark.parametrize("knob,value,line", [
     ("preemption_mode", "swap", f"engine.preemption_mode: 'swap' — {NOT_SGLANG}{RETRACTS}"),
     ("swap_space_bytes", "4GiB", (
-        f"engine.swap_space_bytes: {4 * 2**30} — {NOT_SGLANG}vLLM V0's swap space (engines.md "
+        f"engine.swap_space_bytes: {4 * 2**30} — {NOT_SGLANG}vLLM V0's swap space "
+        f"(docs/reference/engines.md "
         "§1.4); SGLang retracts and recomputes (§2.3), and keeps KV in host memory only with "
         "HiCache (a host_kv_cache policy, §2.4)")),
     ("kv_cache_memory_bytes", "2GiB", (
         f"engine.kv_cache_memory_bytes: {2 * 2**30} — {NOT_SGLANG}vLLM's --kv-cache-memory "
-        "(engines.md §1.1); SGLang sizes its pool by mem_fraction_static "
+        "(docs/reference/engines.md §1.1); SGLang sizes its pool by mem_fraction_static "
         f"(gpu_memory_utilization) and {CAPS}")),
     ("num_gpu_blocks_override", "100", (
         f"engine.num_gpu_blocks_override: 100 — {NOT_SGLANG}vLLM's --num-gpu-blocks-override "
-        "(engines.md §1.1); SGLang caps its pool with --max-total-tokens (max_total_tokens, "
+        "(docs/reference/engines.md §1.1); SGLang caps its pool with --max-total-tokens "
+        "(max_total_tokens, "
         "§2.1)")),
     ("disable_hybrid_kv_cache_manager", "true", (
         f"engine.disable_hybrid_kv_cache_manager: True — {NOT_SGLANG}vLLM's hybrid KV cache "
-        "manager (engines.md §1.7); SGLang has no such switch")),
+        "manager (docs/reference/engines.md §1.7); SGLang has no such switch")),
     ("non_torch_bytes", "1GiB", (
         f"engine.non_torch_bytes: {2**30} — {NOT_SGLANG}vLLM's profiled non-torch memory "
-        "inside its budget (engines.md §1.1); SGLang keeps what is not weights or KV outside "
+        "inside its budget (docs/reference/engines.md §1.1); SGLang keeps what is not weights or "
+        "KV outside "
         "mem_fraction_static (§2.1): activation_bytes, cuda_graph_bytes")),
 ])
 def test_sglang_refuses_each_vllm_only_knob(knob, value, line):
@@ -91,7 +94,7 @@ def test_max_total_tokens_is_sglangs_and_not_vllms():
         resolve_engine({"preset": "vllm", "max_total_tokens": 20000})
     assert exc.value.one_line() == (
         "engine.max_total_tokens: 20000 — not a knob of the vllm preset: SGLang's "
-        "--max-total-tokens (engines.md §2.1); vLLM has num_gpu_blocks_override "
+        "--max-total-tokens (docs/reference/engines.md §2.1); vLLM has num_gpu_blocks_override "
         "(--num-gpu-blocks-override) and kv_cache_memory_bytes (--kv-cache-memory, §1.1)")
     with pytest.raises(InputError, match="engine.max_total_tokens: 0 — "):
         resolve_engine({"preset": "sglang", "max_total_tokens": 0})
@@ -130,7 +133,7 @@ def test_one_cache_type_engines_refuse_k_unlike_v(preset, k, v, flag, ref):
         resolve_engine({"preset": preset, "cache_type_k": k, "cache_type_v": v})
     assert exc.value.one_line() == (
         f"engine.cache_type_v: '{v}' — the same as cache_type_k ('{k}'): {preset} has one "
-        f"{flag} for both K and V (engines.md {ref})")
+        f"{flag} for both K and V (docs/reference/engines.md {ref})")
 
 
 def test_ollama_refuses_k_unlike_v_also_without_flash_attention():
