@@ -17,6 +17,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from kvsim.config.engine import SlotEngineConfig
 from kvsim.core.build import make_link
 from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.scheduler import PagedScheduler
@@ -63,7 +64,8 @@ def _check_eviction(i: int, pol: Any, engine: Any, cap: int) -> tuple[Fraction, 
             allowed = [t for t in engine.supported_cache_types if nominal_bits(t) < 16]
             raise InputError(f"{field}.cache_type", ct, f"a quantized type {engine.preset} "
                              f"supports: {', '.join(allowed)}")
-        if not getattr(engine, "flash_attn", True):  # docs/reference/engines.md §3.2
+        # docs/reference/engines.md §3.2; paged engines have no such switch
+        if isinstance(engine, SlotEngineConfig) and not engine.flash_attn:
             raise InputError(f"{field}.cache_type", ct, "none with engine.flash_attn false: "
                              "the demoted tokens are a quantized V cache, which llama.cpp "
                              "refuses without flash attention; set engine.flash_attn true")
