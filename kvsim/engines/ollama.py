@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.config.engine import ONE_CACHE_TYPE
 from kvsim.config.ollama import OLLAMA_NUM_CTX_TIERS
 from kvsim.engines._common import EngineTraits
 
@@ -35,5 +36,5 @@ _TIERS = ", ".join(f"{n} from {b // 2**30} GiB" for b, n in OLLAMA_NUM_CTX_TIERS
 ENGINE = Ollama(name="ollama", slot_family=True, truncates_prompt=True, op_offload=True,
                 context_scope="slot", context_knob="num_ctx",
                 settings=frozenset({"flash_attn", "gpu_layers", "ollama_version"}),
-                one_cache_type_flag="OLLAMA_KV_CACHE_TYPE", context_above_model="clamp",
+                one_cache_type_flag=ONE_CACHE_TYPE["ollama"][0], context_above_model="clamp",
                 unset_context_words=f"4096 ({_TIERS})")

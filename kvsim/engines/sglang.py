@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.config.engine import ONE_CACHE_TYPE
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
 
@@ -32,6 +33,6 @@ class Sglang(EngineTraits):
 # is kvsim's cap
 ENGINE = Sglang(
     name="sglang", slot_family=False, retract_order="sglang", host_kv_from_pool_ratio=True,
-    settings=frozenset({"gpu_util"}), one_cache_type_flag="--kv-cache-dtype",
+    settings=frozenset({"gpu_util"}), one_cache_type_flag=ONE_CACHE_TYPE["sglang"][0],
     seqs_flag="--max-running-requests", unset_parallel_words=(
         "parallel unset: --max-running-requests from SGLang's pool (kvsim caps it at {n})"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.config.engine import ONE_CACHE_TYPE
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
 
@@ -41,4 +42,4 @@ class Vllm(EngineTraits):
 ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
               settings=frozenset({"gpu_util", "hybrid_kv"}),
-              one_cache_type_flag="--kv-cache-dtype")
+              one_cache_type_flag=ONE_CACHE_TYPE["vllm"][0])
