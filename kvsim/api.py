@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kvsim.config.scenario import Scenario, scenario_hash
-from kvsim.core.build import PoolSizing, check_loads, make_scheduler
+from kvsim.core.build import PoolSizing, check_loads, check_pool, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
@@ -76,7 +76,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
         budget = scenario_budget(scenario)
         sizing = PoolSizing.from_budget(budget)
     sizing = _slot_cap(scenario, sizing)
-    scheduler = make_scheduler(scenario.engine, sizing, link=scenario.link, host=scenario.host)
+    check_pool(scenario.engine, sizing, link=scenario.link, host=scenario.host)
     latency = make_latency_model(scenario, budget)
     if sessions is None:
         from kvsim.workload import load_workload
@@ -85,9 +85,14 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
         if scenario.sim.max_sim_time_s is None:
             check_trace_size(scenario.workload, records_mod.MAX_REQUESTS)
         sessions = load_workload(scenario.workload, scenario.seed)
-    from kvsim.policies.build import install
+    from kvsim.policies.build import wire_policies
+    from kvsim.policies.runtime import PolicyRuntime
 
-    runtime = install(scenario, scheduler, latency)  # KV policies + the accuracy proxy
+    wiring = wire_policies(scenario, sizing, latency)  # KV policies + the accuracy proxy
+    scheduler = make_scheduler(scenario.engine, sizing, link=scenario.link, host=scenario.host,
+                               wiring=wiring)
+    runtime = scheduler.policy
+    assert isinstance(runtime, PolicyRuntime)  # NOTE: what wire_policies' factory builds
     sessions = runtime.tap(sessions)
     recorder = Recorder(max_requests=records_mod.MAX_REQUESTS,
                         max_rss_bytes=scenario.sim.max_rss_bytes

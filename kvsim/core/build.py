@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.config.specs import HostSpec, LinkSpec
+from kvsim.core.kv.host_pool import HostTier
 from kvsim.core.link import Link
+from kvsim.core.policy import PolicyFactory
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
@@ -86,60 +88,92 @@ def make_link(link: LinkSpec | None, host: HostSpec | None) -> Link | None:
     return Link(link)
 
 
-def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
-                   link: LinkSpec | None = None, host: HostSpec | None = None
-                   ) -> PagedScheduler | SlotScheduler:
-    traits = engine_for(engine.preset)
-    if isinstance(engine, PagedEngineConfig):
-        blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens
-        if sizing.kv_groups:
-            why = hybrid_off_reason(engine)
-            if why:
-                raise InputError("engine.disable_hybrid_kv_cache_manager", True,
-                                 f"no KV cache groups when vLLM's hybrid manager is off "
-                                 f"({why})")
-            per_req = blocks_per_request(sizing.kv_groups, sizing.block_tokens,
-                                         engine.context_tokens, engine.max_num_batched_tokens)
-            if per_req > blocks:
-                raise InputError(
-                    "engine.context_tokens", engine.context_tokens,
-                    f"one request of this max_model_len holds up to {per_req} blocks across "
-                    f"the KV cache groups and the pool has {blocks}; lower it or free memory")
-        elif blocks * sizing.block_tokens < engine.context_tokens:
+@dataclass(frozen=True)
+class PolicyWiring:
+    """What a scenario's KV policies give the scheduler when it is built
+    (kvsim.policies.build.wire_policies)."""
+
+    factory: PolicyFactory | None = None
+    """Builds the scheduler's policy from the scheduler (None: no policy)."""
+    host_tier: HostTier | None = None
+    """A paged scheduler's host KV tier (vLLM offloading, LMCache, HiCache)."""
+    ram_limit_bytes: int | None = None
+    """A slot scheduler's RAM cache limit set by idle offload (None: ``--cache-ram``'s)."""
+
+
+def paged_shape(sizing: PoolSizing) -> tuple[int, int]:
+    """``(blocks, block_bytes)`` of the paged pool ``sizing`` describes."""
+    blocks = sizing.num_gpu_blocks or sizing.kv_pool_tokens // sizing.block_tokens
+    return blocks, sizing.kv_reserved_bytes // blocks
+
+
+def check_pool(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
+               link: LinkSpec | None = None, host: HostSpec | None = None) -> None:
+    """Refuse a paged pool the engine would not start with (InputError naming the knob);
+    slot engines are checked by their memory budget."""
+    if not isinstance(engine, PagedEngineConfig):
+        return
+    blocks, _ = paged_shape(sizing)
+    if sizing.kv_groups:
+        why = hybrid_off_reason(engine)
+        if why:
+            raise InputError("engine.disable_hybrid_kv_cache_manager", True,
+                             f"no KV cache groups when vLLM's hybrid manager is off "
+                             f"({why})")
+        per_req = blocks_per_request(sizing.kv_groups, sizing.block_tokens,
+                                     engine.context_tokens, engine.max_num_batched_tokens)
+        if per_req > blocks:
             raise InputError(
                 "engine.context_tokens", engine.context_tokens,
-                f"the model's max seq len ({engine.context_tokens}) is larger than the "
-                f"maximum number of tokens that can be stored in KV cache "
-                f"({blocks * sizing.block_tokens}); lower it or free memory")
-        pcie = make_link(link, host)
-        if engine.preemption_mode == "swap":
-            if engine.swap_space_bytes <= 0:
-                raise InputError("engine.swap_space_bytes", engine.swap_space_bytes,
-                                 "> 0 with preemption_mode swap (vLLM V0 default 4 GiB)")
-            if pcie is None:
-                raise InputError("engine.preemption_mode", "swap", "recompute: swap needs "
-                                 "host memory over PCIe and this host has no separate tier")
+                f"one request of this max_model_len holds up to {per_req} blocks across "
+                f"the KV cache groups and the pool has {blocks}; lower it or free memory")
+    elif blocks * sizing.block_tokens < engine.context_tokens:
+        raise InputError(
+            "engine.context_tokens", engine.context_tokens,
+            f"the model's max seq len ({engine.context_tokens}) is larger than the "
+            f"maximum number of tokens that can be stored in KV cache "
+            f"({blocks * sizing.block_tokens}); lower it or free memory")
+    if engine.preemption_mode == "swap":
+        if engine.swap_space_bytes <= 0:
+            raise InputError("engine.swap_space_bytes", engine.swap_space_bytes,
+                             "> 0 with preemption_mode swap (vLLM V0 default 4 GiB)")
+        if make_link(link, host) is None:
+            raise InputError("engine.preemption_mode", "swap", "recompute: swap needs "
+                             "host memory over PCIe and this host has no separate tier")
+
+
+def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSizing, *,
+                   link: LinkSpec | None = None, host: HostSpec | None = None,
+                   wiring: PolicyWiring = PolicyWiring()) -> PagedScheduler | SlotScheduler:
+    """The engine's scheduler over the pool ``sizing`` describes, complete with its
+    policy (``wiring``); InputError where the engine would not start (:func:`check_pool`)."""
+    check_pool(engine, sizing, link=link, host=host)
+    traits = engine_for(engine.preset)
+    if isinstance(engine, PagedEngineConfig):
+        blocks, block_bytes = paged_shape(sizing)
         return PagedScheduler(
             num_blocks=blocks, block_tokens=sizing.block_tokens,
-            block_bytes=sizing.kv_reserved_bytes // blocks, max_num_seqs=engine.max_num_seqs,
+            block_bytes=block_bytes, max_num_seqs=engine.max_num_seqs,
             max_num_batched_tokens=engine.max_num_batched_tokens,
             max_model_len=engine.context_tokens,
             enable_prefix_caching=engine.enable_prefix_caching,
             preemption_mode=engine.preemption_mode,
             retract_order=traits.retract_order,
-            swap_space_bytes=engine.swap_space_bytes, link=pcie, kv_groups=sizing.kv_groups,
-            null_block=traits.null_block(engine))
+            swap_space_bytes=engine.swap_space_bytes, link=make_link(link, host),
+            kv_groups=sizing.kv_groups, null_block=traits.null_block(engine),
+            host_tier=wiring.host_tier, policy=wiring.factory)
     unified = traits.unified_pool(engine)
     cells = sizing.kv_pool_tokens
+    ram = engine.cache_ram_bytes if wiring.ram_limit_bytes is None else wiring.ram_limit_bytes
     return SlotScheduler(
         parallel=engine.parallel, slot_tokens=sizing.slot_tokens, pool_cells=cells,
         unified=unified, bytes_per_token=sizing.kv_reserved_bytes // cells,
         reserved_bytes=sizing.kv_reserved_bytes, n_batch=engine.n_batch,
         similarity=engine.slot_prompt_similarity, cache_prompt=engine.cache_prompt,
-        cache_ram_bytes=engine.cache_ram_bytes, cache_idle_slots=engine.cache_idle_slots,
+        cache_ram_bytes=ram, cache_idle_slots=engine.cache_idle_slots,
         context_shift=engine.context_shift,
         n_keep=engine.n_keep, n_discard=engine.n_discard,
         truncate_prompt=traits.truncates_prompt,
         restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0),
         state_bytes_per_token=(sizing.kv_reserved_bytes + sizing.kv_cpu_bytes) // cells,
-        max_queue=engine.max_queue)
+        max_queue=engine.max_queue, policy=wiring.factory)

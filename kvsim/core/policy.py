@@ -22,6 +22,12 @@ policy can be unit-tested against either scheduler without SimPy:
   step of ``plan``'s batch until the next hook action, or None when they are not the
   same from step to step (fast-forward jumps a stalled plan only when they are).
 
+- ``ram_cache(ram)`` — once, when a slot scheduler is built: the RAM prompt cache as
+  this policy prices its entries (a demoting policy stores quantized bytes).
+
+A scheduler builds its policy last in its constructor, from a :data:`PolicyFactory`
+given to it (``factory(scheduler)``), so it is complete before it runs.
+
 The default :class:`NullPolicy` changes nothing.  Policies that act *between*
 steps (windows, budgets) are step hooks (:class:`kvsim.core.step.StepHook`) with an
 exact ``next_trigger_s``.
@@ -30,10 +36,14 @@ exact ``next_trigger_s``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kvsim.core.requests import Request
 from kvsim.core.step import MemoryState, StepPlan
+
+if TYPE_CHECKING:
+    from kvsim.core.kv.slots import PromptCache
+    from kvsim.core.step import Scheduler
 
 
 class SchedulerPolicy(Protocol):
@@ -52,6 +62,12 @@ class SchedulerPolicy(Protocol):
     def memory(self, state: MemoryState) -> MemoryState: ...
 
     def steady_extra_s(self, plan: StepPlan) -> float | None: ...
+
+    def ram_cache(self, ram: PromptCache) -> PromptCache: ...
+
+
+PolicyFactory = Callable[["Scheduler"], SchedulerPolicy]
+"""Builds a scheduler's policy from the scheduler (called at the end of its constructor)."""
 
 
 class NullPolicy:
@@ -83,3 +99,6 @@ class NullPolicy:
 
     def steady_extra_s(self, plan: StepPlan) -> float | None:
         return None  # NOTE: adds no extra of its own beyond restores (not steady)
+
+    def ram_cache(self, ram: PromptCache) -> PromptCache:
+        return ram

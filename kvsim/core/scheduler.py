@@ -15,11 +15,11 @@ from collections import deque
 from collections.abc import Callable
 
 from kvsim.core.kv.block_pool import BlockPool
-from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.kv.host_pool import HostBlockPool, HostTier
 from kvsim.core.kv.hybrid import HybridKVCacheManager
 from kvsim.core.kv.manager import KVCacheManager, PrefixHit
 from kvsim.core.link import Link
-from kvsim.core.policy import NullPolicy, SchedulerPolicy
+from kvsim.core.policy import NullPolicy, PolicyFactory, SchedulerPolicy
 from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import Advanced, paged_advance, paged_stretch_limit
@@ -37,7 +37,8 @@ class PagedScheduler:
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
                  retract_order: str = "newest", swap_space_bytes: int = 0,
                  link: Link | None = None, kv_groups: tuple[tuple[str, int], ...] = (),
-                 null_block: bool = False) -> None:
+                 null_block: bool = False, host_tier: HostTier | None = None,
+                 policy: PolicyFactory | None = None) -> None:
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching,
                               null_block=null_block)
         # NOTE: a sliding-window group means vLLM's hybrid manager (kvsim.core.kv.hybrid)
@@ -57,19 +58,20 @@ class PagedScheduler:
         self.retract_order = retract_order
         self.swap_space_bytes = swap_space_bytes
         self.link = link  # swap, host tier
-        self.policy: SchedulerPolicy = NullPolicy()  # kvsim.core.policy
-        self.host: HostBlockPool | None = None
-        self.host_load = "auto"
-        # NOTE: LMCache keeps whole chunks of prompt KV only (docs/reference/engines.md §5): blocks
-        # per chunk, and whether decoded KV is stored (vLLM native offload / HiCache: blocks)
-        self.host_chunk_blocks = 1
-        self.host_store_decode = True
-        self.recompute_s: Callable[[int, int], float] | None = None
+        tier = host_tier or HostTier(0)
+        self.host: HostBlockPool | None = HostBlockPool(tier.num_blocks, block_bytes) \
+            if host_tier is not None else None
+        self.host_load = tier.load
+        self.host_chunk_blocks = tier.chunk_blocks  # kvsim.core.kv.host_pool.HostTier
+        self.host_store_decode = tier.store_decode
+        self.recompute_s: Callable[[int, int], float] | None = tier.recompute_s
         self.swapped: dict[str, int] = {}  # request id → bytes in swap space
         self.loaded_tokens: dict[str, int] = {}  # request id → tokens loaded from host
         self.stats = dict.fromkeys(("swap_outs", "swap_out_bytes", "swap_in_bytes",
                                     "host_store_bytes", "host_load_bytes", "host_hit_tokens"), 0)
         self._stall_end = 0.0
+        # NOTE: last, so the policy sees a complete scheduler (kvsim.core.policy)
+        self.policy: SchedulerPolicy = policy(self) if policy is not None else NullPolicy()
 
     # -- queue entry ---------------------------------------------------------
     def add_request(self, req: Request, now_s: float) -> bool:

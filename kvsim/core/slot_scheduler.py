@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 
 from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool, append_computed
-from kvsim.core.policy import NullPolicy, SchedulerPolicy
+from kvsim.core.policy import NullPolicy, PolicyFactory, SchedulerPolicy
 from kvsim.core.requests import (
     Request,
     Status,
@@ -58,7 +58,7 @@ class SlotScheduler:
                  n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,
                  restore_time_s: Callable[[int], float] = lambda b: 0.0,
                  state_bytes_per_token: int | None = None,
-                 max_queue: int | None = None) -> None:
+                 max_queue: int | None = None, policy: PolicyFactory | None = None) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
                              unified=unified, similarity=similarity)
         # NOTE: bytes_per_token is the GPU's KV (its offloaded layers); the RAM cache
@@ -77,11 +77,15 @@ class SlotScheduler:
         # shift on (docs/reference/engines.md §3.4, current builds); Ollama truncates it (§4.5)
         self.truncate_prompt = truncate_prompt
         self.max_queue = max_queue  # Ollama: OLLAMA_MAX_QUEUE, then HTTP 503 (§4.1)
-        self.policy: SchedulerPolicy = NullPolicy(restore_time_s)  # kvsim.core.policy
         self.waiting: deque[Request] = deque()
         self.events: list[EngineEvent] = []
         self.preemptions = 0  # slots never preempt; kept for a uniform interface
         self._exhausted: StepPlan | None = None
+        # NOTE: last, so the policy sees a complete scheduler (kvsim.core.policy); the RAM
+        # cache is priced by it before any state is saved
+        self.policy: SchedulerPolicy = policy(self) if policy is not None \
+            else NullPolicy(restore_time_s)
+        self.ram = self.policy.ram_cache(self.ram)
 
     @property
     def cap(self) -> int:

@@ -14,7 +14,8 @@ for a number and .inf/.nan are refused); an error names the key as written,
 The mechanics live in :mod:`kvsim.policies.runtime` (the scheduler policy and step
 hook), :mod:`kvsim.policies.recall` (reference scoring, promotion) and
 :mod:`kvsim.policies.slot_evict` (per-token transitions, driven by each eviction
-config's ``act`` / ``quiet_steps``) — installed by :func:`kvsim.policies.build.install`.
+config's ``act`` / ``quiet_steps``) — wired into the scheduler by
+:func:`kvsim.policies.build.wire_policies`.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ memory host, or a zero host budget); a kind that does not apply to the engine
 family (windows, KIVI and idle offload act on llama.cpp / Ollama slots; the host KV
 tier on vLLM / SGLang paged pools).
 
-:func:`install` sets ``scheduler.policy`` (kvsim.core.policy) to the runtime and,
-for ``host_kv_cache``, gives a paged scheduler its host tier.
+:func:`wire_policies` checks all of it before the scheduler exists and returns what
+kvsim.core.build.make_scheduler builds it with: the factory of its policy (the runtime,
+kvsim.policies.runtime), a paged scheduler's host tier, a slot scheduler's RAM limit.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from fractions import Fraction
 from typing import Any
 
 from kvsim.config.engine import SlotEngineConfig
-from kvsim.core.build import make_link
-from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.build import PolicyWiring, PoolSizing, make_link, paged_shape
+from kvsim.core.kv.host_pool import HostTier
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
@@ -27,7 +28,6 @@ from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape, LatencyModel
 from kvsim.model.dtypes import bytes_per_element
 from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, REGISTRY, SLOT_KINDS
-from kvsim.policies.host_ram import install_ram
 from kvsim.policies.quantization import nominal_bits
 from kvsim.policies.registry import family_engines
 from kvsim.policies.runtime import PolicyRuntime
@@ -90,31 +90,35 @@ def _check_family(pols: list, engine: Any, slot_engine: bool) -> None:
                              f"one {kind} per scenario")
 
 
-def _install_host_tier(i: int, pol: Any, scenario: Any, sched: PagedScheduler,
-                       latency: LatencyModel) -> None:
-    """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
+def _host_tier(i: int, pol: Any, scenario: Any, sizing: PoolSizing,
+               latency: LatencyModel) -> HostTier:
+    """A paged scheduler's host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
-    if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
-        raise InputError(f"policies.{i}.kind", pol.kind,  # pool sizing may not
+    if any(kind != "full" for kind, _ in sizing.kv_groups):
+        # NOTE: a scenario turns the hybrid manager off (kvsim.config.scenario); a
+        # hand-made pool sizing may not
+        raise InputError(f"policies.{i}.kind", pol.kind,
                          "no hybrid KV cache groups: vLLM turns its hybrid manager off "
                          "with a KV connector (engine.disable_hybrid_kv_cache_manager)")
-    if sched.link is None:
+    if make_link(scenario.link, host) is None:
         raise InputError(f"policies.{i}.kind", pol.kind, f"a host KV tier needs host memory "
                          f"over PCIe; {host.name} shares memory with the GPU (no host tier)")
+    blocks, block_bytes = paged_shape(sizing)
+    traits = engine_for(engine.preset)
     budget = pol.host_budget_bytes
     if budget is None:
-        budget = int(pol.hicache_ratio * sched.pool.num_blocks * sched.block_bytes) \
-            if engine_for(engine.preset).host_kv_from_pool_ratio else LMCACHE_CPU_BYTES
-    if budget < sched.block_bytes or budget > host.memory_bytes:
+        budget = int(pol.hicache_ratio * blocks * block_bytes) \
+            if traits.host_kv_from_pool_ratio else LMCACHE_CPU_BYTES
+    if budget < block_bytes or budget > host.memory_bytes:
         raise InputError(f"policies.{i}.host_budget_bytes", budget, f"between one block "
-                         f"({sched.block_bytes} bytes) and the host's memory "
+                         f"({block_bytes} bytes) and the host's memory "
                          f"({host.memory_bytes} bytes)")
-    sched.host = HostBlockPool(budget // sched.block_bytes, sched.block_bytes)
-    sched.host_load = pol.load
-    if engine_for(engine.preset).host_kv_chunked and pol.backend == "lmcache":
-        sched.host_chunk_blocks = max(LMCACHE_CHUNK_TOKENS // sched.block_tokens, 1)
-        sched.host_store_decode = False
-    sched.recompute_s = lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ()))
+    chunked = traits.host_kv_chunked and pol.backend == "lmcache"
+    return HostTier(
+        budget // block_bytes, load=pol.load,
+        chunk_blocks=max(LMCACHE_CHUNK_TOKENS // sizing.block_tokens, 1) if chunked else 1,
+        store_decode=not chunked,
+        recompute_s=lambda n, ctx: latency.step_time_s(BatchShape((n,), (ctx,), ())))
 
 
 def _idle_offload_budget(i: int, offload: Any, engine: Any, host: Any) -> int:
@@ -135,52 +139,51 @@ def _idle_offload_budget(i: int, offload: Any, engine: Any, host: Any) -> int:
     return int(min(budget, host.memory_bytes))
 
 
-def install(scenario: Any, sched: PagedScheduler | SlotScheduler, latency: LatencyModel
-            ) -> PolicyRuntime:
-    """Set ``sched.policy`` to the scenario's policies and the accuracy proxy.
+def wire_policies(scenario: Any, sizing: PoolSizing, latency: LatencyModel
+                  ) -> PolicyWiring:
+    """Check the scenario's policies against its engine and pool, and return what the
+    scheduler is built with (kvsim.core.build.make_scheduler); the scheduler's policy is
+    then the :class:`PolicyRuntime` (KV policies + the accuracy proxy).
 
     NOTE: :func:`_check_family` keeps eviction and idle offload to slot engines and the
-    host tier to paged ones, so ``slot`` is set wherever the former act."""
+    host tier to paged ones."""
     pols = list(scenario.policies)
-    engine = scenario.engine
-    slot = sched if isinstance(sched, SlotScheduler) else None
-    _check_family(pols, engine, slot is not None)
+    engine, host = scenario.engine, scenario.host
+    slot = isinstance(engine, SlotEngineConfig)
+    _check_family(pols, engine, slot)
     evicts = [(i, p) for i, p in enumerate(pols) if p.evicts]
     if len(evicts) > 1:
         raise InputError(f"policies.{evicts[1][0]}.kind", evicts[1][1].kind,
                          f"one of {', '.join(EVICTION_KINDS)} per scenario")
-    offloads = [(i, p) for i, p in enumerate(pols) if p.offloads_idle]
-    host = scenario.host
-    if isinstance(sched, PagedScheduler):
-        link = sched.link
-        for i, p in enumerate(pols):
-            if p.host_tier:
-                _install_host_tier(i, p, scenario, sched, latency)
-    else:
-        link = make_link(scenario.link, host)
+    tiers = [_host_tier(i, p, scenario, sizing, latency)
+             for i, p in enumerate(pols) if p.host_tier and not slot]
+    link = make_link(scenario.link, host)
     if any(p.needs_host() for p in pols) and link is None:
         raise InputError("policies", [p.kind for p in pols], f"offload needs host memory over "
                          f"PCIe; {host.name} shares memory with the GPU (no host tier)")
     ratio, bits = Fraction(1), 16.0
     evict = evicts[0][1] if evicts else None
-    if evict is not None and slot is not None:
-        ratio, bits = _check_eviction(evicts[0][0], evict, engine, slot.cap)
+    if evict is not None and slot:
+        ratio, bits = _check_eviction(evicts[0][0], evict, engine, sizing.slot_tokens)
+    offloads = [(i, p) for i, p in enumerate(pols) if p.offloads_idle]
     offload = offloads[0][1] if offloads else None
-    if offload is not None and offload.mode == "offload" and slot is not None:
-        slot.ram.limit_bytes = _idle_offload_budget(offloads[0][0], offload, engine, host)
+    ram_limit = _idle_offload_budget(offloads[0][0], offload, engine, host) \
+        if offload is not None and offload.mode == "offload" and slot else None
     gpu_bw = latency.gpu_bytes_per_s  # roofline: sustained GPU bandwidth
     factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
-    runtime = PolicyRuntime(
-        sched, link=link, accuracy=scenario.accuracy, evict=evict, offload=offload,
-        bytes_per_token=_bytes_per_token(sched),
-        engine_bits=nominal_bits(engine.cache_type_k, engine.cache_type_v),
-        quant_ratio=ratio, demote_bits=bits,
-        dequant_s_per_byte=factor / gpu_bw if gpu_bw and ratio != 1 else 0.0,
-        recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
-        host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION),
-        # roofline: demoted tokens are read at their quantized bytes (a per-byte model)
-        read_token_bytes=latency.kv_read_token_bytes if ratio != 1 else 0)
-    sched.policy = runtime
-    if slot is not None and ratio != 1:  # NOTE: after the host budget above is set
-        install_ram(slot, runtime.state_bytes)
-    return runtime
+
+    def runtime(sched: PagedScheduler | SlotScheduler) -> PolicyRuntime:
+        return PolicyRuntime(
+            sched, link=sched.link if isinstance(sched, PagedScheduler) else link,
+            accuracy=scenario.accuracy, evict=evict, offload=offload,
+            bytes_per_token=_bytes_per_token(sched),
+            engine_bits=nominal_bits(engine.cache_type_k, engine.cache_type_v),
+            quant_ratio=ratio, demote_bits=bits,
+            dequant_s_per_byte=factor / gpu_bw if gpu_bw and ratio != 1 else 0.0,
+            recompute_s=lambda n: latency.step_time_s(BatchShape((n,), (0,), ())),
+            host_backup_bytes=int(host.memory_bytes * HOST_KV_FRACTION),
+            # roofline: demoted tokens are read at their quantized bytes (a per-byte model)
+            read_token_bytes=latency.kv_read_token_bytes if ratio != 1 else 0)
+
+    return PolicyWiring(factory=runtime, host_tier=tiers[-1] if tiers else None,
+                        ram_limit_bytes=ram_limit)

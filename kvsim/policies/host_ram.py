@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 from kvsim.core.kv.slots import CacheEntry, PromptCache
 from kvsim.core.requests import TokenSeq
-from kvsim.core.slot_scheduler import SlotScheduler
 
 
 class QuantAwarePromptCache(PromptCache):
@@ -55,9 +54,3 @@ class QuantAwarePromptCache(PromptCache):
         self.last_taken = super().take_best(prompt, slot_lcp, slot_tokens, max_tokens)
         return self.last_taken
 
-
-def install_ram(sched: SlotScheduler, bytes_of: Callable[[TokenSeq], int]) -> None:
-    """Give a slot scheduler's RAM cache real-byte entries (before any is saved)."""
-    ram = sched.ram
-    if isinstance(ram, PromptCache) and not isinstance(ram, QuantAwarePromptCache):
-        sched.ram = QuantAwarePromptCache(ram, bytes_of)

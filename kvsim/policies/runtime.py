@@ -1,7 +1,7 @@
 """Policy runtime: the scheduler's :class:`~kvsim.core.policy.SchedulerPolicy` and a step hook.
 
-:func:`kvsim.policies.build.install` sets ``scheduler.policy`` to a
-:class:`PolicyRuntime`; the scheduler calls it at fixed points
+:func:`kvsim.policies.build.wire_policies` gives the scheduler the factory of its
+:class:`PolicyRuntime` (built last in its constructor); the scheduler calls it at fixed points
 (kvsim.core.policy) and the engine calls it after every step:
 
 - ``on_admit``: the turn's reference events become pending, with the pinned head
@@ -43,6 +43,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
+from kvsim.core.kv.slots import PromptCache
 from kvsim.core.requests import seq_len
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
@@ -134,6 +135,13 @@ class PolicyRuntime:
         return self.evictor.host_backed_bytes if self.evictor is not None else 0
 
     # -- SchedulerPolicy (kvsim.core.policy) ------------------------------------------------
+    def ram_cache(self, ram: PromptCache) -> PromptCache:
+        """A demoting policy's RAM cache stores a slot's quantized tokens at their
+        quantized bytes (kvsim.policies.host_ram); otherwise ``ram`` itself."""
+        if self.ratio == 1 or not self.slots:
+            return ram
+        return QuantAwarePromptCache(ram, self.state_bytes)
+
     def on_admit(self, req: Any, now_s: float) -> None:
         self.scorer.sent(req)  # NOTE: first: the prompt as sent fixes the pinned head
         led = self.ledgers.get(req.session_id)

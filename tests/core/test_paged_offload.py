@@ -8,7 +8,7 @@ import pytest
 from core_helpers import req
 
 from kvsim.config.specs import LinkSpec
-from kvsim.core.kv.host_pool import HostBlockPool
+from kvsim.core.kv.host_pool import HostBlockPool, HostTier
 from kvsim.core.link import Link
 from kvsim.core.scheduler import PagedScheduler
 
@@ -111,9 +111,9 @@ def test_host_tier_hit_loads_instead_of_recomputing() -> None:
     # c (20 tokens) takes all 5 GPU blocks, evicting a's cached ones; c's 5 go to host.
     # a2 = a's 16 tokens + 4 new: GPU miss, host hit of 4 blocks → loaded (400 B over
     # h2d: latency + 400/bw), only the 4 new tokens computed.
-    s = _sched(num_blocks=5, link=_link())
-    s.host = HostBlockPool(100, 100)
-    s.recompute_s = lambda n, ctx: 1.0  # recomputing is slower than the copy
+    # recomputing is slower than the copy
+    s = _sched(num_blocks=5, link=_link(), host_tier=HostTier(100, recompute_s=lambda n, c: 1.0))
+    assert s.host is not None and (s.host.capacity_blocks, s.host.block_bytes) == (100, 100)
     s.add_request(req("a#0", [("a", 16)], out=1), 0.0)
     _drive(s)
     s.add_request(req("c#0", [("c", 20)], out=1), 1.0)
@@ -130,9 +130,7 @@ def test_host_tier_hit_loads_instead_of_recomputing() -> None:
 
 
 def test_host_tier_recomputes_when_that_is_cheaper() -> None:
-    s = _sched(num_blocks=5, link=_link())
-    s.host = HostBlockPool(100, 100)
-    s.recompute_s = lambda n, ctx: 0.0
+    s = _sched(num_blocks=5, link=_link(), host_tier=HostTier(100, recompute_s=lambda n, c: 0.0))
     s.add_request(req("a#0", [("a", 16)], out=1), 0.0)
     _drive(s)
     s.add_request(req("c#0", [("c", 20)], out=1), 1.0)

@@ -73,14 +73,15 @@ def test_kivi_plan_reads_less_and_pays_dequant_on_the_quantized_bytes() -> None:
     from kvsim.api import scenario_budget
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.latency.factory import make_latency_model
-    from kvsim.policies.build import install
+    from kvsim.policies.build import wire_policies
 
     sc = scenario("policies=[{kind: kivi, bits: 2}]", "latency.rates=peak")
     b = scenario_budget(sc)
     lat = make_latency_model(sc, b)
     assert lat.gpu_fraction == 1.0 and lat.gpu_bytes_per_s == pytest.approx(244.8e9)
-    rt = install(sc, make_scheduler(sc.engine, PoolSizing.from_budget(b), link=sc.link,
-                                    host=sc.host), lat)
+    sizing = PoolSizing.from_budget(b)
+    rt = make_scheduler(sc.engine, sizing, link=sc.link, host=sc.host,
+                        wiring=wire_policies(sc, sizing, lat)).policy
     assert rt.read_saved_per_token == Fraction(131_072 * 13, 16)
     slot = rt.slots[0]
     slot.cache, slot.n_tokens = [("s", 0, 2048)], 2048

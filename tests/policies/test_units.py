@@ -93,15 +93,16 @@ def test_demoted_kv_pays_the_roofline_dequant_cost_per_byte() -> None:
     from kvsim.api import scenario_budget
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.latency.factory import make_latency_model
-    from kvsim.policies.build import install
+    from kvsim.policies.build import wire_policies
     from tests.policies.helpers import scenario
 
     sc = scenario("policies=[{kind: recoverable_eviction, window_tokens: 1024, "
                   "cache_type: q4_0}]", "latency.rates=peak")
     assert sc.gpu.name == "rtx-4060-ti-16gb"
     b = scenario_budget(sc)
-    sched = make_scheduler(sc.engine, PoolSizing.from_budget(b), link=sc.link, host=sc.host)
-    rt = install(sc, sched, make_latency_model(sc, b))
+    sizing = PoolSizing.from_budget(b)
+    rt = make_scheduler(sc.engine, sizing, link=sc.link, host=sc.host,
+                        wiring=wire_policies(sc, sizing, make_latency_model(sc, b))).policy
     assert rt.dequant_s_per_byte == pytest.approx(0.25 / 244.8e9, rel=1e-12)
     assert rt.dequant_s_per_byte == pytest.approx(1.0212418e-12, rel=1e-7)
     # a known demotion: tokens 0..1024 of session "s" in slot 0 demoted to q4_0.

@@ -23,7 +23,25 @@ without blocks 0..i−1).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HostTier:
+    """A paged scheduler's host KV tier, as its policy sizes it (kvsim.policies.build).
+
+    NOTE: LMCache keeps whole chunks of prompt KV only (docs/reference/engines.md §5):
+    ``chunk_blocks`` blocks per chunk and ``store_decode`` False; vLLM's native offload
+    and SGLang's HiCache store single blocks, decoded KV too."""
+
+    num_blocks: int
+    load: str = "auto"
+    """``auto``: a host hit is loaded only when the copy ends before recomputing would."""
+    chunk_blocks: int = 1
+    store_decode: bool = True
+    recompute_s: Callable[[int, int], float] | None = None
+    """Seconds to recompute ``n`` tokens at context ``ctx`` (None: always load)."""
 
 
 class HostBlockPool:
