@@ -1,44 +1,13 @@
 """llama.cpp's *op offload*: large-batch matmuls on host-resident weights run on the GPU.
 
-What the ggml backend scheduler does when some weights live in host memory (layers
-beyond ``-ngl``, MoE experts that ``--fit`` or ``-ot exps=CPU`` leave in RAM), as read
-in the llama.cpp sources — facts only, no code carried over:
+Weights in host memory (layers beyond ``-ngl``, MoE experts ``--fit`` or ``-ot exps=CPU``
+leave in RAM) are copied to the GPU for every ubatch of ``op_offload_min_batch`` (32)
+tokens or more, and the op runs there; smaller ubatches run on the CPU.  The facts, read
+in the llama.cpp and Ollama sources, are in docs/design/op-offload.md.
 
-- ``ggml_backend_sched_backend_id_from_cur`` (ggml-org/llama.cpp
-  ``ggml/src/ggml-backend.cpp``): an op whose weight sits in a host buffer of the
-  lowest-priority (CPU) backend is moved to a higher-priority backend when the
-  scheduler's ``op_offload`` flag is set and that backend's ``offload_op`` says yes;
-  the weight then becomes a split input, copied to the device before the split runs.
-- ``ggml_backend_cuda_device_offload_op`` / ``get_op_batch_size`` (ggml-org/llama.cpp
-  ``ggml/src/ggml-cuda/ggml-cuda.cu``): yes when the op's batch — ``ne[1]`` of a
-  ``MUL_MAT``, ``ne[2]`` (the tokens) of a ``MUL_MAT_ID``, never a ``GET_ROWS`` — is at
-  least ``op_offload_min_batch_size``, which is ``GGML_OP_OFFLOAD_MIN_BATCH`` from the
-  environment or **32**.  The same file serves ROCm/HIP builds.
-- ``ggml_backend_sched_compute_splits`` (same ``ggml-backend.cpp``): the copy into a
-  split's input waits for the split's backend to finish with the buffer and is issued
-  on that backend, so copy and compute do not overlap; for ``MUL_MAT_ID`` only the
-  experts that the ubatch's router picked are copied.
-- The scheduler's pass 2 spreads GPU assignments to neighbouring unassigned ops
-  ("cpu will never be used unless weights are on cpu"), so the offloaded layers'
-  attention runs on the GPU too and reads their KV (kept in host memory with the
-  layer) as another split input.
-- ``--no-op-offload`` (ggml-org/llama.cpp PR #13386, May 2025; ``common/arg.cpp``)
-  turns it off; the default is on (``cparams.op_offload = !no_op_offload``); before that
-  PR there was no switch.  Ollama's own ggml engine creates its scheduler with
-  ``op_offload`` true (ollama/ollama ``ml/backend/ggml/ggml.go``,
-  ``ggml_backend_sched_new_ext``), and from v0.30 it runs llama-server itself
-  (docs/reference/engines.md §4.4).
-- With mmap (llama.cpp's default) the loader does not put host weights in the GPU
-  backend's pinned host buffer ("avoid using a host buffer when using mmap",
-  ggml-org/llama.cpp ``src/llama-model.cpp`` / ``llama-model-loader.cpp``): the copies
-  read pageable memory, at ``LinkSpec.pageable_factor`` of the pinned rate
-  (docs/reference/hardware-and-models.md §3); ``--no-mmap`` loads them into pinned ``CUDA_Host``
-  memory.
-- A batch runs as micro-batches of ``n_ubatch`` tokens (docs/reference/engines.md §3.5), one graph —
-  one decision, one copy of every host weight — each.
-
-Unified-memory machines (no PCIe hop, docs/reference/hardware-and-models.md §3) and engines other
-than llama.cpp / Ollama get no op offload: their layers on the CPU run there as before.
+NOTE: copy and compute do not overlap; with mmap (the default) the copies read pageable
+memory (``LinkSpec.pageable_factor``).  Unified-memory machines and engines other than
+llama.cpp / Ollama get no op offload: their CPU layers run on the CPU.
 """
 
 from __future__ import annotations
