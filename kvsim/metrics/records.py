@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
-import resource
-import sys
 from array import array
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import psutil
 
 from kvsim.errors import RunStopped, capacity_hint
 from kvsim.metrics.gaps import group_stats
@@ -63,20 +61,15 @@ EVENT_COLUMNS = EventRow._fields
 
 
 def current_rss_bytes() -> int:
-    """This process's resident memory now (Linux ``/proc``; else its peak so far)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
+    """This process's resident memory now (psutil: Linux, macOS and Windows)."""
+    return int(psutil.Process().memory_info().rss)
 
 
 def default_rss_limit_bytes() -> int | None:
     """Half of the machine's physical memory (None when it cannot be read)."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (OSError, ValueError, AttributeError):
+        return int(psutil.virtual_memory().total) // 2
+    except (OSError, RuntimeError):
         return None
 
 

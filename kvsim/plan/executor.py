@@ -12,7 +12,7 @@ cluster without a shared filesystem works too.
 
 NOTE (killed parents): local workers are *spawned* (a fresh interpreter, not a fork),
 so they inherit none of the parent's open files — above all not the result store's
-``fcntl`` lock (Python opens files close-on-exec), which a forked worker would hold
+lock file (Python opens files close-on-exec), which a forked worker would hold
 after its parent was killed, blocking every rerun.  Each worker also exits within
 :data:`PARENT_POLL_S` of its parent's death (SIGKILL, SIGTERM) instead of finishing
 a task nobody will collect.

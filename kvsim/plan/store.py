@@ -10,7 +10,8 @@ place with one ``os.replace`` of the directory, so an entry either exists whole
 or not at all — a SIGKILL at any instant leaves at most a stray temp directory,
 which the next :meth:`ResultStore.open` removes.  "Finished" means "the entry
 directory exists"; nothing else is consulted.  One sweep writes a store at a time
-(an exclusive ``fcntl`` lock on ``<root>/.lock``).  The lock file is opened
+(an exclusive :class:`filelock.FileLock` on ``<root>/.lock``: ``flock`` on POSIX,
+``msvcrt.locking`` on Windows).  The lock file is opened
 close-on-exec (as Python opens every file) and the local workers are spawned, not
 forked (:mod:`kvsim.plan.executor`), so only the sweep's own process ever holds it:
 when that process dies, the lock goes with it.
@@ -22,7 +23,6 @@ its full Results later with :meth:`ResultStore.add_results`: they are built in
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from filelock import FileLock, Timeout
 
 from kvsim import __version__
 from kvsim.errors import InputError
@@ -63,7 +64,7 @@ class ResultStore:
         self.entries = self.root / "results"
         self.tmp = self.root / ".tmp"
         self.run_id = uuid.uuid4().hex[:12]
-        self._lock_fh: Any = None
+        self._lock: FileLock | None = None
 
     def open(self) -> ResultStore:
         """Create the layout, take the lock and drop leftovers of killed runs."""
@@ -71,23 +72,21 @@ class ResultStore:
             raise InputError("--out", str(self.root), "exists and is not a directory")
         self.entries.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(exist_ok=True)
-        fh = open(self.root / ".lock", "a+")  # noqa: SIM115 - held until close()
+        lock = FileLock(self.root / ".lock", timeout=0)
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.close()
+            lock.acquire()
+        except Timeout:
             raise InputError("--out", str(self.root),
                              "another sweep is writing this result store; wait for it") from None
-        self._lock_fh = fh
+        self._lock = lock
         for stale in self.tmp.iterdir():
             shutil.rmtree(stale, ignore_errors=True)
         return self
 
     def close(self) -> None:
-        if self._lock_fh is not None:
-            fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
-            self._lock_fh.close()
-            self._lock_fh = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> ResultStore:
         return self.open()
