@@ -94,7 +94,7 @@ def _install_host_tier(i: int, pol: Any, scenario: Any, sched: PagedScheduler,
                        latency: LatencyModel) -> None:
     """Give a paged scheduler its host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
-    if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.config.scenario); a hand-made
+    if sched.hybrid:  # NOTE: a scenario turns it off (kvsim.scenario); a hand-made
         raise InputError(f"policies.{i}.kind", pol.kind,  # pool sizing may not
                          "no hybrid KV cache groups: vLLM turns its hybrid manager off "
                          "with a KV connector (engine.disable_hybrid_kv_cache_manager)")
