@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 from kvsim.api import simulate
-from kvsim.config.scenario import Scenario
 from kvsim.core import engine as engine_mod
 from kvsim.core.fastforward import FastForward
+from kvsim.scenario import Scenario
 from kvsim.workload.schema import Session
 
 

@@ -29,11 +29,11 @@ from typing import Any, Self
 from _common import run_once
 from open_loop_chat import chat_sessions
 
-from kvsim.config.scenario import load_scenario
 from kvsim.core import fastforward
 from kvsim.core.kv import block_pool, manager
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.metrics import records
+from kvsim.scenario import load_scenario
 
 
 class _Timed:

@@ -13,7 +13,7 @@ import argparse
 
 from _common import measure
 
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import itertools
 
 from _common import measure
 
-from kvsim.config.scenario import resolve_scenario
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.importers import import_trace
 
 MAX_CONTEXT = 131072

@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 from _common import measure
 
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 from kvsim.workload.schema import Session, Turn
 
 RATE_PER_S = 2.7

@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.core.build import PoolSizing, check_loads, check_pool, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import Scheduler, StepHook
@@ -17,6 +16,7 @@ from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
 from kvsim.metrics.results import Results, references_frame, tables_from
 from kvsim.metrics.summary import session_outcomes, summarize
+from kvsim.scenario import Scenario, scenario_hash
 from kvsim.workload.schema import Session
 
 

@@ -1,38 +1,44 @@
-"""The package's layer order, checked on the source tree (module- and function-level imports).
+"""The package's layer order and its acyclic import graph, checked on the source tree.
 
-A package may import itself and the layers listed before it.  ``KNOWN_BACK_EDGES`` lists
-the imports that still point upward, each by the module that makes it: the test fails when
-a new one appears *and* when one is removed without updating the list, so it only shrinks.
+Every import counts: module-level, function-level and ``TYPE_CHECKING`` ones, and
+``importlib.import_module("kvsim....")`` with a literal name.  A package may import
+itself and the layers listed before it in ``LAYERS`` (lowest first):
+
+- ``kvsim`` (the root: only ``__version__``), ``errors``;
+- ``config``, ``model``: data and geometry (units, profiles, catalogue, the workload
+  section; KV bytes, weight formats, name → catalogue model);
+- ``engines``: what each engine does (one module per engine);
+- ``latency``: step-time models and the calibration artifacts they read;
+- ``metrics``: the flat records and Results (it reads the simulator's requests, events
+  and memory samples through protocols, kvsim.metrics.recorded);
+- ``workload``: traces and the household generator;
+- ``core``, ``policies``: the simulator and the KV policies acting on it;
+- ``scenario``: one run's whole resolved input (engine, workload, latency, policies,
+  accuracy), what every tool above takes;
+- ``validate`` (measurements → predicted vs measured), ``calibrate`` (the harnesses,
+  llama-bench fits through validate's fit);
+- ``api``, ``plan``, ``report``, ``cli``, ``__main__``: the entry points.
+
+``PENDING_BACK_EDGES`` names the one upward import still allowed, with the move that
+removes it; a second test checks that the package-level graph has no cycle.
 """
 
 import ast
+import graphlib
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "kvsim"
 
-# lowest first; "kvsim" is the package root (it holds only __version__)
-LAYERS = ("kvsim", "errors", "config", "model", "engines", "latency", "core", "policies",
-          "workload", "metrics", "calibrate", "validate", "api", "plan", "report", "cli",
-          "__main__")
+LAYERS = ("kvsim", "errors", "config", "model", "engines", "latency", "metrics", "workload",
+          "core", "policies", "scenario", "validate", "calibrate", "api", "plan", "report",
+          "cli", "__main__")
 
-# (importing module, imported layer) pairs that point upward today
-KNOWN_BACK_EDGES = {
-    ("config/model_names.py", "model"),       # a model name carries its weight format
-    ("config/ollama.py", "model"),            # Ollama's estimate reads the model budget
-    ("config/scenario.py", "metrics"),        # the Scenario holds the accuracy config
-    ("config/scenario.py", "policies"),       # ... and the policy configs
-    ("latency/calibrated.py", "calibrate"),   # a calibrated model reads the artifact
-    ("latency/factory.py", "calibrate"),
-    ("core/engine.py", "metrics"),            # the engine records into a Recorder
-    ("core/engine.py", "workload"),           # sessions are built from trace rows
-    ("core/sessions.py", "metrics"),
-    ("core/sessions.py", "workload"),
-    ("core/fastforward.py", "metrics"),
-    ("core/stretch_memory.py", "metrics"),
-    ("policies/recall.py", "metrics"),        # recall outcomes are accuracy records
-    ("policies/runtime.py", "metrics"),
-    ("workload/generator.py", "metrics"),
-    ("calibrate/bench.py", "validate"),       # bench reads llama-bench output via validate
+# (importing module, imported layer): upward imports still allowed, each with the move
+# that removes it; the tests fail when one is gone and still listed
+PENDING_BACK_EDGES = {
+    # Ollama's estimate reads the model budget: goes with config/ollama.py, config/engine.py,
+    # model/budget.py and model/layouts.py moving into kvsim/engines
+    ("config/ollama.py", "model"),
 }
 
 
@@ -41,17 +47,28 @@ def _layer(dotted: str) -> str:
     return parts[1] if len(parts) > 1 else "kvsim"
 
 
-def _edges() -> set[tuple[str, str]]:
+def _imported(node: ast.AST) -> list[str]:
+    """The absolute module names one AST node imports."""
+    if isinstance(node, ast.ImportFrom):
+        return [node.module] if node.module and node.level == 0 else []
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str) and getattr(
+                node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+        return [node.args[0].value]
+    return []
+
+
+def _edges() -> set[tuple[str, str, str]]:
+    """(module path under kvsim/, its layer, an imported layer) for each cross-layer import."""
     found = set()
     for path in PKG.rglob("*.py"):
         rel = path.relative_to(PKG).as_posix()
         own = rel.split("/")[0].removesuffix(".py")
         own = "kvsim" if own == "__init__" else own
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
-                     and node.level == 0 else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            for name in names:
+            for name in _imported(node):
                 if name.split(".")[0] == "kvsim" and _layer(name) != own:
                     found.add((rel, own, _layer(name)))
     return found
@@ -63,7 +80,19 @@ def test_every_package_has_a_layer() -> None:
     assert tops - {"__init__"} <= set(LAYERS)
 
 
-def test_imports_point_down_except_the_known_back_edges() -> None:
+def test_imports_point_down_the_layers() -> None:
     rank = {name: i for i, name in enumerate(LAYERS)}
     upward = {(rel, dst) for rel, src, dst in _edges() if rank[dst] > rank[src]}
-    assert upward == KNOWN_BACK_EDGES
+    assert upward == PENDING_BACK_EDGES
+
+
+def test_the_package_import_graph_has_no_cycle() -> None:
+    # NOTE: the pending edge is left out: config and model still import each other there
+    graph: dict[str, set[str]] = {}
+    for rel, src, dst in _edges():
+        if (rel, dst) not in PENDING_BACK_EDGES:
+            graph.setdefault(src, set()).add(dst)
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        raise AssertionError(f"import cycle between layers: {exc.args[1]}") from None

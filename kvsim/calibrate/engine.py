@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from kvsim.calibrate.artifact import CalibrationArtifact
 from kvsim.calibrate.engine_samples import (
     DecodeSample,
     EngineSamples,
@@ -43,6 +42,7 @@ from kvsim.calibrate.wire import (
 )
 from kvsim.config.specs import LinkSpec
 from kvsim.errors import InputError
+from kvsim.latency.artifact import CalibrationArtifact
 
 
 @dataclass(frozen=True)

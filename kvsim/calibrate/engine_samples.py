@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsim.calibrate.artifact import (
+from kvsim.calibrate.fit import fit_points
+from kvsim.latency.artifact import (
     FEATURES,
     CalibrationArtifact,
     LatencyFit,
     TimingPoint,
     step_features,
 )
-from kvsim.calibrate.fit import fit_points
 
 if TYPE_CHECKING:
     from kvsim.calibrate.engine import EngineGrid

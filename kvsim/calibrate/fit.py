@@ -1,7 +1,7 @@
 """Fit the calibrated step-time model to measured timing points.
 
-Each :class:`~kvsim.calibrate.artifact.TimingPoint` contributes one row: its summed
-step features (:func:`~kvsim.calibrate.artifact.point_features`) and its measured time.
+Each :class:`~kvsim.latency.artifact.TimingPoint` contributes one row: its summed
+step features (:func:`~kvsim.latency.artifact.point_features`) and its measured time.
 Coefficients are found by bounded linear least squares (``scipy.optimize.lsq_linear``,
 all coefficients ≥ 0 so no fitted cost is negative) on *relative* residuals — every row
 is divided by its measured time — because step times span orders of magnitude and the
@@ -20,7 +20,8 @@ from collections.abc import Iterable
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from kvsim.calibrate.artifact import (
+from kvsim.errors import InputError
+from kvsim.latency.artifact import (
     FEATURES,
     FeatureRange,
     LatencyFit,
@@ -28,7 +29,6 @@ from kvsim.calibrate.artifact import (
     point_features,
     point_step_ranges,
 )
-from kvsim.errors import InputError
 
 
 def fit_one(points: list[TimingPoint], small_chunk_tokens: int = 0) -> LatencyFit:

@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kvsim.calibrate.artifact import (
+from kvsim.calibrate.fit import fit_points
+from kvsim.config.specs import ModelSpec
+from kvsim.errors import InputError
+from kvsim.latency.artifact import (
     Bandwidth,
     CalibrationArtifact,
     KvBytes,
@@ -36,9 +39,6 @@ from kvsim.calibrate.artifact import (
     QuantCost,
     TimingPoint,
 )
-from kvsim.calibrate.fit import fit_points
-from kvsim.config.specs import ModelSpec
-from kvsim.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ from kvsim.calibrate.wire import (
     segment_text,
     server_url,
 )
-from kvsim.config.scenario import AFTER_FAILURE, AfterFailure
 from kvsim.config.units import check_finite_positive
+from kvsim.config.workload import AFTER_FAILURE, AfterFailure
 from kvsim.core.sessions import SessionChat
 from kvsim.errors import InputError, RunStopped
 from kvsim.metrics.records import (

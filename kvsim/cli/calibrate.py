@@ -139,7 +139,8 @@ def bench(files: tuple[str, ...], model: str | None, gpu: str | None, host: str,
     `latency: {kind: calibrated, path: ...}` or with `kvsim validate --calibration`."""
     from pathlib import Path
 
-    from kvsim.calibrate.bench import fit_bench, save_bench_artifact
+    from kvsim.calibrate.bench import fit_bench
+    from kvsim.latency.bench_artifact import save_bench_artifact
     from kvsim.validate.names import device_spec, model_spec
     from kvsim.validate.run import read_files
 
@@ -179,7 +180,7 @@ def from_log(logfile: str) -> None:
 
 def _save(art, output: str) -> None:  # type: ignore[no-untyped-def]
     """Write the artifact (an unwritable --output is one line) and print its fits."""
-    from kvsim.calibrate.artifact import save_artifact
+    from kvsim.latency.artifact import save_artifact
 
     with output_errors("--output", output):
         save_artifact(art, output)

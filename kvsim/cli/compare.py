@@ -21,11 +21,11 @@ from click.core import ParameterSource
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
 from kvsim.cli.plan import build_grid, grid_options, p95_note, print_runs_table, run_search
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
 from kvsim.plan.compare import compare_gpus, on_each_gpu, parse_gpus
 from kvsim.plan.slo import build_constraints
 from kvsim.plan.store import write_table
+from kvsim.scenario import load_scenario
 
 OUT_HELP = ("write results here. --gpus: compare.csv, compare.parquet, plan.parquet (every "
             "card's points) and report.html; MEASURED PREDICTED: errors.csv and report.html. "

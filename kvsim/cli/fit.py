@@ -173,7 +173,7 @@ def _fit_host(gpu: Any, host_name: str | None) -> tuple[Any, list[str]]:
 def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
     """The scenario's own rule (the display plus the driver reserve below the GPU's
     memory), named by fit's flags."""
-    from kvsim.config.scenario import check_reserves
+    from kvsim.scenario import check_reserves
 
     check_reserves(gpu, reserves["driver_reserve_bytes"], reserves["display_reserve_bytes"],
                    ("--driver-reserve", "--display-reserve"), display_value=typed)

@@ -25,7 +25,6 @@ from kvsim.cli._plan_common import (
     progress_bar,
 )
 from kvsim.config.files import load_yaml, parse_yaml
-from kvsim.config.scenario import Scenario, load_scenario
 from kvsim.config.units import parse_count
 from kvsim.errors import InputError
 from kvsim.plan.executor import make_executor
@@ -36,6 +35,7 @@ from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import Constraints, build_constraints
 from kvsim.plan.store import write_table
 from kvsim.policies.registry import kinds_help
+from kvsim.scenario import Scenario, load_scenario
 
 DEFAULT_CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
 DEFAULT_PARALLEL = (1, 2, 3, 4, 6, 8)

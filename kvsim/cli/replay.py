@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from kvsim.cli._output import check_output, output_errors
-from kvsim.config.scenario import AFTER_FAILURE
+from kvsim.config.workload import AFTER_FAILURE
 from kvsim.errors import InputError
 
 

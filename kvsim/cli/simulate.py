@@ -100,7 +100,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     from rich.table import Table
 
     from kvsim.api import simulate as run
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
     sc = described(load_scenario(scenario, overrides), sets)

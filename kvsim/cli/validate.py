@@ -52,7 +52,8 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
              constants: Path | None, calibration: Path | None, host: str, as_json: bool,
              rows: bool, report: Path | None) -> None:
     from kvsim.validate.names import device_spec, model_spec
-    from kvsim.validate.run import read_files, validate as run_validate
+    from kvsim.validate.run import read_files
+    from kvsim.validate.run import validate as run_validate
 
     if report is not None:
         check_output("--report", report, folder=False)
@@ -60,7 +61,7 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
     gpu_spec = None if gpu is None else device_spec(gpu, backend="", host=host)
     model_sp = None if model is None else model_spec(model)
     if calibration is not None:
-        from kvsim.calibrate.bench import load_bench_artifact
+        from kvsim.latency.bench_artifact import load_bench_artifact
 
         if not calibration.is_file():
             raise InputError("--calibration", str(calibration), "file not found")

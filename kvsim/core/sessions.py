@@ -3,7 +3,7 @@
 Turn ``i`` is sent with the whole history of its *chat* as the prompt (system prompt, every
 earlier turn of the chat, then its own content), or only its own content for ``history:
 none``. After a failure the client follows the workload's ``after_failure`` rule
-(:class:`~kvsim.config.scenario.WorkloadConfig`): ``new_chat`` (default), ``end_session`` or
+(:class:`~kvsim.config.workload.WorkloadConfig`): ``new_chat`` (default), ``end_session`` or
 ``continue``. A failure counts when seen: a request of the current chat failed by the time
 the next turn is sent.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kvsim.config.scenario import AfterFailure
+from kvsim.config.workload import AfterFailure
 from kvsim.core.requests import Request, TokenSeq, seq_from_segments
 from kvsim.metrics.records import NEW_CHAT_EVENT
 from kvsim.workload.schema import (

@@ -1,6 +1,6 @@
 """Calibrated latency: step times from a measured, fitted artifact (docs/design/DESIGN.md §3.5).
 
-The artifact (:mod:`kvsim.calibrate.artifact`) holds, per KV cache dtype, non-negative
+The artifact (:mod:`kvsim.latency.artifact`) holds, per KV cache dtype, non-negative
 coefficients of a linear step-time model over seven step features (a constant, prefill
 chunks, prefill tokens, prefill attention pairs of long and of short chunks, decoding
 sequences, KV tokens read by decode) and the range of each feature that was actually measured.
@@ -28,14 +28,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kvsim.calibrate.artifact import (
+from kvsim.errors import InputError
+from kvsim.latency.artifact import (
     FEATURES,
     CalibrationArtifact,
     LatencyFit,
     load_artifact,
     step_features,
 )
-from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape
 
 OutOfRange = Literal["clamp", "refuse"]

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 from typing import Any
 
+from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.base import LatencyModel
+from kvsim.latency.bench_artifact import is_bench_artifact, load_bench_artifact
+from kvsim.latency.calibrated import make_calibrated
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.offload import op_offload_for
-from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
-
 
 PEAK_OVERHEAD_S = 0.004
 """The plain roofline's per-step overhead when the scenario sets none (``rates: peak``)."""
@@ -34,8 +34,6 @@ def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
     """The roofline with a ``kvsim calibrate bench`` artifact's card and constants
     (``latency: {kind: calibrated, path}``): the card's fitted rates for the scenario's
     own model, weights and flash-attention setting."""
-    from kvsim.calibrate.bench import load_bench_artifact
-
     art = load_bench_artifact(scenario.latency.path)
     rates = gpu_rates(art.device, scenario.model, scenario.weights, backend=art.backend,
                       flash_attn=bool(getattr(scenario.engine, "flash_attn", True)),
@@ -56,12 +54,9 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     if cfg.kind == "constant":
         return ConstantLatency(cfg.step_s, cfg.prefill_token_s, cfg.decode_token_s)
     if cfg.kind == "calibrated":
-        from kvsim.calibrate.bench import is_bench_artifact
-
         if is_bench_artifact(cfg.path):  # a card's constants fitted from llama-bench output
             return bench_latency(scenario, budget)
-        mod = importlib.import_module("kvsim.latency.calibrated")
-        return mod.make_calibrated(scenario, budget)  # written by the calibration issue
+        return make_calibrated(scenario, budget)
     return _roofline(scenario, budget, backend_rates(scenario),
                      PEAK_OVERHEAD_S if cfg.step_overhead_s is None else cfg.step_overhead_s)
 

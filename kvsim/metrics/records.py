@@ -18,13 +18,14 @@ import bisect
 import math
 from array import array
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psutil
 
 from kvsim.errors import RunStopped, capacity_hint
 from kvsim.metrics.gaps import group_stats
+from kvsim.metrics.recorded import MemorySample, RecordedEvent, RecordedRequest
 from kvsim.metrics.rows import (
     ITL_STATS_AT,
     STEP_FIELDS,
@@ -34,9 +35,7 @@ from kvsim.metrics.rows import (
     StepRun,
 )
 
-if TYPE_CHECKING:  # NOTE: the engine imports this module
-    from kvsim.core.requests import Request
-    from kvsim.core.step import EngineEvent, MemoryState
+_Event = TypeVar("_Event", bound=RecordedEvent)  # a scheduler's own event type
 
 MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory within ~400-500 MB (module doc)
 RSS_CHECK_REQUESTS = 500  # NOTE: read the process memory once per this many requests
@@ -188,7 +187,7 @@ class Recorder:
                 "down-sample or cut the workload, raise sim.sample_interval_s or "
                 "sim.max_rss_bytes")
 
-    def request_done(self, req: Request) -> None:
+    def request_done(self, req: RecordedRequest) -> None:
         """Record a request row: finished or failed, or (``req.done`` false) one still
         running or waiting when the run stopped — ``unfinished``, its progress so far."""
         nan = math.nan
@@ -231,17 +230,17 @@ class Recorder:
         self.steps.append(StepRun(start_s, end_s, steps, prefill_tokens, decode_tokens,
                                   batch_size))
 
-    def sample(self, time_s: float, mem: MemoryState) -> None:
+    def sample(self, time_s: float, mem: MemorySample) -> None:
         self.memory.append(MemoryRow(time_s, mem.kv_reserved_bytes, mem.kv_allocated_bytes,
                                      mem.kv_cached_bytes, mem.host_kv_bytes, mem.running,
                                      mem.waiting, mem.kv_quant_bytes))
 
-    def event(self, ev: EngineEvent) -> None:
+    def event(self, ev: RecordedEvent) -> None:
         self.events.append(EventRow(ev.time_s, ev.kind, ev.request_id, ev.detail,
                                     int(ev.bytes)))
 
-    def drain(self, pending: list[EngineEvent]) -> None:
-        """Record and clear a scheduler's pending :class:`EngineEvent` list."""
+    def drain(self, pending: list[_Event]) -> None:
+        """Record and clear a scheduler's pending event list (its ``events``)."""
         if pending:
             for ev in pending:
                 self.event(ev)

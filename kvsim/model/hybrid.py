@@ -76,7 +76,7 @@ def _off_reason(model: ModelSpec, geo: KvGeometry) -> str | None:
 
 def hybrid_off_reason(engine: Any) -> str | None:
     """Why the engine's own settings turn vLLM's hybrid manager off (None: they do not);
-    a KV connector turns it off through the scenario (kvsim.config.scenario)."""
+    a KV connector turns it off through the scenario (kvsim.scenario)."""
     if engine.preemption_mode == "swap":
         return "V0 swap preemption (V0 has no hybrid KV cache manager)"
     if engine.disable_hybrid_kv_cache_manager is True:

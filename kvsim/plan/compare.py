@@ -28,10 +28,10 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.config.scenario import Scenario, resolve_scenario
 from kvsim.errors import InputError
 from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import Constraints
+from kvsim.scenario import Scenario, resolve_scenario
 
 COMPARE_COLUMNS = (
     "gpu", "display_name", "memory_gib", "usable_gib", "feasible", "best_context_tokens", "best_parallel",
@@ -72,7 +72,7 @@ def on_each_gpu(scenario: str, sets: list[str], gpus: list[str]) -> dict[str, Sc
     resolved afresh on each card, so every default a real engine derives from the GPU —
     SGLang's memory fraction, Ollama's num_ctx, vLLM's batch budget, the host, the link —
     is that card's."""
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     return {g: load_scenario(scenario, [*sets, f"gpu={g}"]) for g in gpus}
 

@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
-from kvsim.config.scenario import Scenario, resolve_scenario
 from kvsim.engines import engine_for
 from kvsim.errors import InputError
 from kvsim.model.budget import share_within
+from kvsim.scenario import Scenario, resolve_scenario
 
 _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.stats import Interval, mean_interval, wilson_interval
+from kvsim.scenario import Scenario, scenario_hash
 
 # Event kinds (Results ``events.kind``) that a real engine surfaces as an OOM or a
 # failed request.  NOTE: preemption is *not* in the list: vLLM preempts and retries,

@@ -33,7 +33,6 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.config.scenario import Scenario, scenario_hash
 from kvsim.errors import InputError
 from kvsim.plan.executor import Executor
 from kvsim.plan.flags import (
@@ -47,6 +46,7 @@ from kvsim.plan.parallel import full_length_held, short_pool_note
 from kvsim.plan.replicate import ReplicationSet, Runner, replicate, simulate_run
 from kvsim.plan.slo import Check, Constraints, Verdict, judge, measured_recall
 from kvsim.plan.stats import wilson_interval
+from kvsim.scenario import Scenario, scenario_hash
 
 MEMORY_BINDINGS = ("load", "offload", "device_fraction", "kv_pool")
 

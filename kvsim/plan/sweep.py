@@ -28,7 +28,6 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
-from kvsim.config.scenario import Scenario, resolve_scenario, scenario_hash
 from kvsim.errors import InputError, from_validation_error
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
@@ -41,6 +40,7 @@ from kvsim.plan.sweep_checks import (
     set_twice,
     start_refusal,
 )
+from kvsim.scenario import Scenario, resolve_scenario, scenario_hash
 
 OPEN_MAPPINGS = ("workload.params",)
 _PROFILE_KIND = {"gpu": "gpus", "model": "models", "link": "links", "host": "hosts"}

@@ -14,8 +14,8 @@ import json
 from collections import deque
 from typing import Any
 
-from kvsim.config.scenario import Scenario
 from kvsim.errors import InputError
+from kvsim.scenario import Scenario
 
 
 def one_factor_per_key(factors: dict[str, list[Any]]) -> None:

@@ -95,7 +95,7 @@ def _host_tier(i: int, pol: Any, scenario: Any, sizing: PoolSizing,
     """A paged scheduler's host KV tier (vLLM offloading / LMCache / HiCache)."""
     host, engine = scenario.host, scenario.engine
     if any(kind != "full" for kind, _ in sizing.kv_groups):
-        # NOTE: a scenario turns the hybrid manager off (kvsim.config.scenario); a
+        # NOTE: a scenario turns the hybrid manager off (kvsim.scenario); a
         # hand-made pool sizing may not
         raise InputError(f"policies.{i}.kind", pol.kind,
                          "no hybrid KV cache groups: vLLM turns its hybrid manager off "

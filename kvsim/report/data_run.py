@@ -109,8 +109,8 @@ def _finite(value: Any) -> bool:
 
 
 def _budget_parts(config: dict) -> list[tuple[str, int]]:
-    from kvsim.config.scenario import Scenario
     from kvsim.model.budget import memory_budget
+    from kvsim.scenario import Scenario
 
     try:
         sc = Scenario.model_validate(config)

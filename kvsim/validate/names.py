@@ -13,9 +13,9 @@ from pathlib import Path
 
 from kvsim.config.catalog import load_gpu, load_host, load_model
 from kvsim.config.gpu_names import resolve_gpu
-from kvsim.config.model_names import resolve_model
-from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.errors import InputError
+from kvsim.model.names import resolve_model
 
 
 def model_spec(text: str, flag: str = "--model") -> ModelSpec:
@@ -35,13 +35,21 @@ def model_spec(text: str, flag: str = "--model") -> ModelSpec:
     return load_model(m.slug)
 
 
+def cpu_device(host: HostSpec) -> GpuSpec:
+    """The device spec of a CPU-only llama.cpp run: the host's memory and FLOP rates."""
+    return GpuSpec(name=f"cpu-{host.name}", display_name=f"CPU ({host.display_name})",
+                   vendor="CPU", segment="cpu", memory_bytes=host.memory_bytes,
+                   memory_bandwidth_bytes_per_s=host.memory_bandwidth_bytes_per_s,
+                   fp16_tensor_flops=host.cpu_flops, fp16_fp32acc_tensor_flops=host.cpu_flops,
+                   fp32_flops=host.cpu_flops, unified_memory=True, architecture="cpu",
+                   source=f"host profile {host.name} ({host.source})")
+
+
 def device_spec(text: str | None, *, backend: str, host: str,
                 flag: str = "--gpu") -> GpuSpec:
     """The device of a run: ``text`` resolved, or the host's CPU for a CPU run."""
     if text is None:
         if backend == "CPU":
-            from kvsim.calibrate.bench import cpu_device
-
             return cpu_device(load_host(host))
         raise InputError(flag, None, "the card the runs were measured on (a profile name "
                          "or the name llama-bench printed): the output names none")

@@ -25,7 +25,6 @@ import numpy as np
 
 from kvsim.config.catalog import DEFAULT_HOST, load_gpu, load_host, load_model
 from kvsim.config.gpu_names import resolve_gpu
-from kvsim.config.model_names import resolve_model
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS, SpeedConstants, gpu_rates
@@ -33,6 +32,7 @@ from kvsim.latency.base import BatchShape
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import kv_geometry
+from kvsim.model.names import resolve_model
 from kvsim.model.weights import model_weights, weight_format_names
 from kvsim.validate.records import Measurement, Skipped
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kvsim.config.scenario import WorkloadConfig
+from kvsim.config.workload import WorkloadConfig
 from kvsim.errors import InputError, capacity_hint
 from kvsim.workload.generator import stream_sessions
 from kvsim.workload.io import count_sessions, iter_sessions

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from kvsim.calibrate.artifact import FEATURES, FeatureRange, LatencyFit
 from kvsim.calibrate.engine import EngineGrid, calibrate_engine, measure_engine, ram_cache_link
 from kvsim.calibrate.engine_samples import (
     DecodeSample,
@@ -20,6 +19,7 @@ from kvsim.calibrate.engine_samples import (
 )
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.errors import InputError
+from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
 
 from .fake_llama import FakeLlama
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvsim.calibrate.artifact import CalibrationArtifact, TimingPoint, load_artifact, save_artifact
 from kvsim.calibrate.fit import fit_points
 from kvsim.errors import InputError
+from kvsim.latency.artifact import CalibrationArtifact, TimingPoint, load_artifact, save_artifact
 from kvsim.latency.base import BatchShape
 from kvsim.latency.calibrated import CalibratedLatencyModel
 
@@ -171,7 +171,7 @@ def test_artifact_written_before_the_split_loads_with_one_attention_cost(tmp_pat
 def test_a_kernel_artifact_of_another_model_is_refused(tmp_path: Path, capsys) -> None:
     from kvsim.api import simulate
     from kvsim.cli import main
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     kernels = save_artifact(_artifact().model_copy(update={"model": "llama-3.2-1b"}),
                             tmp_path / "k.json")

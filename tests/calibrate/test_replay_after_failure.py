@@ -12,10 +12,10 @@ from kvsim.api import simulate
 from kvsim.calibrate.replay import ReplayOptions, replay
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.cli import cli
-from kvsim.config.scenario import resolve_scenario
 from kvsim.core.build import PoolSizing
 from kvsim.errors import InputError
 from kvsim.metrics.results import Results
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 from .fake_llama import FakeLlama

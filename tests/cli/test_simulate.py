@@ -52,8 +52,8 @@ def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
             "events.parquet", "summary.json", "scenario.json", "meta.json"} <= names
     # what the CLI wrote is the API's run of the same scenario, whole
     from kvsim.api import simulate
-    from kvsim.config.scenario import load_scenario
     from kvsim.metrics.results import Results
+    from kvsim.scenario import load_scenario
     from kvsim.workload.loader import load_workload
     sc = load_scenario("quickstart", ["workload.max_sessions=6"])
     expected = simulate(sc)

@@ -8,8 +8,8 @@ import yaml
 
 from kvsim.cli import main
 from kvsim.config.catalog import load_raw
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
+from kvsim.scenario import load_scenario
 
 
 def _cli_error(capsys, args: list[str]) -> str:

@@ -134,7 +134,7 @@ def test_small_catalogues_are_listed_whole_large_ones_closest_three():
 
 
 def test_unknown_scenario_mentions_yaml_paths():
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
     with pytest.raises(InputError, match=r"scenario: 'nosuch' — unknown; one of: .*quickstart"
                        r".* \(or a path to a scenario \.yaml file\)$"):
         load_scenario("nosuch")

@@ -17,8 +17,8 @@ from kvsim.config.catalog import (
     load_host,
     load_raw,
 )
-from kvsim.config.scenario import load_scenario, resolve_scenario, scenario_hash
 from kvsim.errors import InputError
+from kvsim.scenario import load_scenario, resolve_scenario, scenario_hash
 
 GIB = 2**30
 ONE_SESSION = "workload.max_sessions=1"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
+from kvsim.scenario import load_scenario
 
 
 @pytest.mark.parametrize("sets,line", [

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from kvsim.config.engine import resolve_engine
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
+from kvsim.scenario import load_scenario
 
 NOT_SGLANG = "not a knob of the sglang preset: "
 RETRACTS = ("SGLang retracts requests and recomputes them (docs/reference/engines.md §2.3); swap "

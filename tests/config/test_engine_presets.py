@@ -50,7 +50,7 @@ def test_a_null_knob_keeps_the_presets_value():
 
 
 def test_set_null_leaves_a_scenario_knob_unset():
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     # llama.cpp with no -c: the training context (llama-3.1-8b: 131072) that --fit
     # shrinks toward what fits; the same as leaving the key out of the YAML
@@ -67,7 +67,7 @@ def test_set_null_leaves_a_scenario_knob_unset():
 def test_switching_presets_by_key_says_to_set_the_engine_alone():
     # quickstart's engine is {preset: llama.cpp, context_tokens: 16384, parallel: 4}:
     # changing only the preset keeps llama.cpp's parallel, which vLLM does not have
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     with pytest.raises(InputError) as exc:
         load_scenario("quickstart", ["engine.preset=vllm"])

@@ -19,9 +19,9 @@ from kvsim.config.ollama import (
     ollama_memory_mode,
     parse_ollama_version,
 )
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
 from kvsim.model.budget import memory_budget
+from kvsim.scenario import load_scenario
 
 MIB, GIB = 2**20, 2**30
 RTX4090, RTX3060 = load_gpu("rtx-4090"), load_gpu("rtx-3060-12gb")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 
 
 def _write(folder: Path) -> Path:

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from kvsim.config.scenario import apply_overrides, load_scenario, scenario_hash
 from kvsim.errors import InputError
+from kvsim.scenario import apply_overrides, load_scenario, scenario_hash
 
 BASE = {"name": "t", "gpu": "rtx-4090", "model": "llama-3.1-8b", "weights": "q4_k_m",
         "engine": {"preset": "llama.cpp", "context_tokens": 16384, "parallel": 2},

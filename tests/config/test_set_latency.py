@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from kvsim.config.scenario import (
+from kvsim.errors import InputError
+from kvsim.scenario import (
     CalibratedLatency,
     ConstantLatency,
     RooflineLatency,
     load_scenario,
 )
-from kvsim.errors import InputError
 
 
 def test_one_roofline_key_on_a_scenario_without_a_latency_section():

@@ -11,9 +11,9 @@ from __future__ import annotations
 from kvsim.api import scenario_budget
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.config.engine import engine_for_gpu
-from kvsim.config.scenario import load_scenario
 from kvsim.core.build import PoolSizing, make_scheduler
 from kvsim.model.budget import memory_budget
+from kvsim.scenario import load_scenario
 
 GPU, MODEL = load_gpu("rtx-4090"), load_model("llama-3.1-8b")
 F16_TOKEN = 32 * 8 * (128 * 2 + 128 * 2)  # §0: Llama-3.1-8B f16 = 128 KiB per token

@@ -9,10 +9,11 @@ tokens of the turns after a new chat, which turns an ended session drops, and th
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import AFTER_FAILURE, WorkloadConfig, resolve_scenario
+from kvsim.config.workload import AFTER_FAILURE, WorkloadConfig
 from kvsim.core.build import PoolSizing
 from kvsim.core.sessions import SessionChat, chat_segments
 from kvsim.errors import InputError
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn, prompt_segments
 
 SLOTS = {"preset": "llama.cpp", "context_tokens": 1000, "parallel": 1, "allocator": "slots"}

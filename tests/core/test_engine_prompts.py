@@ -1,8 +1,8 @@
 """The engine builds each turn's prompt incrementally; it must equal prompt_segments."""
 
-from kvsim.config.scenario import load_scenario
 from kvsim.core.requests import seq_from_segments
 from kvsim.core.sessions import session_prompts
+from kvsim.scenario import load_scenario
 from kvsim.workload import load_workload
 from kvsim.workload.schema import Segment, Session, Turn, prompt_segments
 

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from kvsim.api import simulate
 from kvsim.config.catalog import load_gpu, load_host, load_model
-from kvsim.config.scenario import resolve_scenario
 from kvsim.core.build import PoolSizing, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.fastforward import FastForward
@@ -32,6 +31,7 @@ from kvsim.metrics.gaps import expand
 from kvsim.metrics.records import Recorder
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.weights import model_weights
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 ENGINES = {

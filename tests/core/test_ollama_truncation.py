@@ -20,7 +20,7 @@ tokens, c a shift), ``prompt_tokens`` is what the client sent, and the engine re
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import resolve_scenario
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 SESSIONS = [

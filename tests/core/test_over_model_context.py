@@ -11,8 +11,8 @@ prompt of 40,960 tokens or more gets HTTP 400 ``exceed_context_size_error`` ther
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario, resolve_scenario
 from kvsim.core.build import PoolSizing
+from kvsim.scenario import load_scenario, resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 MOST = 40_960  # qwen3-8b

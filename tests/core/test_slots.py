@@ -319,9 +319,9 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
     # on the GPU (tests/model/test_budget.py); f16 KV is 262,144 B/token over 64 layers
     # (docs/reference/models.csv), so the GPU pool holds 131,072 B/token and a RAM-cache entry, the
     # slot's whole serialized state (docs/reference/engines.md §3.4), 262,144 B/token
-    from kvsim.config.scenario import resolve_scenario
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.model.budget import memory_budget
+    from kvsim.scenario import resolve_scenario
 
     sc = resolve_scenario({"gpu": "rtx-3060-12gb", "model": "qwen2.5-32b",
                            "weights": "q4_k_m", "workload": {},

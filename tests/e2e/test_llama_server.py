@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvsim.calibrate.artifact import load_artifact, save_artifact
 from kvsim.calibrate.engine import EngineGrid, measure_engine, ram_cache_link
 from kvsim.calibrate.engine_samples import EngineSamples, engine_artifact
 from kvsim.calibrate.logs import read_log_text
@@ -46,9 +45,10 @@ from kvsim.calibrate.validate import compare_requests, compare_results
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.config.catalog import load_gpu
 from kvsim.config.engine import resolve_engine
-from kvsim.config.scenario import resolve_scenario
+from kvsim.latency.artifact import load_artifact, save_artifact
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.importers import model_from_gguf
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 pytestmark = pytest.mark.e2e

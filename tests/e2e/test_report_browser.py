@@ -189,7 +189,7 @@ def test_report_renders_in_chromium_without_errors(chromium: str, tmp_path: Path
 def test_simulated_run_report_in_chromium(chromium: str, tmp_path: Path) -> None:
     from kvsim.api import simulate
     from kvsim.cli.report import load_for_report
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     sc = load_scenario("quickstart", ["workload.max_sessions=6", f"name={EVIL}"])
     res_dir = simulate(sc).save(tmp_path / "res")

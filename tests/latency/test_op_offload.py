@@ -172,7 +172,7 @@ def test_moe_experts_in_ram_copy_only_the_routed_share() -> None:
 
 
 def test_which_engines_and_links_offload() -> None:
-    from kvsim.config.scenario import resolve_scenario
+    from kvsim.scenario import resolve_scenario
 
     def offload(**raw):
         sc = resolve_scenario({"gpu": "rtx-4090", "model": "llama-3.1-70b", "workload": {},
@@ -206,8 +206,8 @@ def test_quickstart_70b_on_a_4090_is_plausible() -> None:
     path took over 300 s; a one-sequence decode step stays bound by the host's memory
     bandwidth (21.2e9 B / 89.6e9 B/s ≈ 0.24 s)."""
     from kvsim.api import scenario_budget
-    from kvsim.config.scenario import load_scenario
     from kvsim.latency.factory import make_latency_model
+    from kvsim.scenario import load_scenario
 
     sc = load_scenario("quickstart", ["gpu=rtx-4090", "model=llama-3.1-70b"])
     budget = scenario_budget(sc)

@@ -5,8 +5,8 @@ naming ``accuracy.<class>.<field>``, its value and what is allowed, exit code 2.
 import pytest
 from pydantic import ValidationError
 
-from kvsim.config.scenario import load_scenario
 from kvsim.metrics.accuracy import AccuracyConfig, ContentMultipliers
+from kvsim.scenario import load_scenario
 
 BASE = ["simulate", "quickstart", "--set", "workload.max_sessions=1"]
 

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario, resolve_scenario
 from kvsim.core.build import PoolSizing
 from kvsim.metrics.summary import looked_up, prefix_hit_rate
+from kvsim.scenario import load_scenario, resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 NAN = math.nan

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
 from kvsim.metrics.accuracy import LOST, Outcome, ScoredEvent
 from kvsim.metrics.results import (
@@ -18,6 +17,7 @@ from kvsim.metrics.results import (
     references_frame,
     references_from_events,
 )
+from kvsim.scenario import load_scenario
 from kvsim.workload.schema import ReferenceEvent, Session, Turn
 
 

@@ -6,11 +6,11 @@ import math
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import resolve_scenario
 from kvsim.core.build import PoolSizing
 from kvsim.errors import InputError
 from kvsim.metrics.records import weighted_quantile
 from kvsim.metrics.results import Results
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 CONTRACT = {

@@ -10,10 +10,10 @@ import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.config.engine import resolve_engine
-from kvsim.config.scenario import resolve_scenario
 from kvsim.core.build import PoolSizing, make_scheduler
 from kvsim.errors import InputError
 from kvsim.model.budget import GIB, acceptable, memory_budget
+from kvsim.scenario import resolve_scenario
 
 GPU = load_gpu("rtx-4090")
 

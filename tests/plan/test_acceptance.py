@@ -8,13 +8,13 @@
 
 import pytest
 
-from kvsim.config.scenario import resolve_scenario
 from kvsim.plan.executor import LocalExecutor, make_executor
 from kvsim.plan.replicate import replicate, replication_seeds, simulate_run
 from kvsim.plan.search import PlanGrid, _estimates, search
 from kvsim.plan.slo import build_constraints, judge
 from kvsim.plan.store import ResultStore
 from kvsim.plan.sweep import SweepSpec, expand, run_sweep
+from kvsim.scenario import resolve_scenario
 
 pytestmark = pytest.mark.slow
 

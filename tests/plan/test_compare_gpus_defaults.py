@@ -10,8 +10,8 @@ Ollama's num_ctx from v0.15.5 (§4.1): under 23 GiB 4096, from 23 GiB 32768.
 
 from __future__ import annotations
 
-from kvsim.config.scenario import load_scenario
 from kvsim.plan.compare import compare_gpus, on_each_gpu, with_gpu
+from kvsim.scenario import load_scenario
 
 CARDS = ["rtx-4060-ti-16gb", "rtx-4090"]
 SGLANG = ["engine={preset: sglang, context_tokens: 8192}", "weights=awq"]

@@ -4,10 +4,10 @@ instead of judging every point infeasible against a NaN bound."""
 
 import pytest
 
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError
 from kvsim.plan.search import PlanGrid, search
 from kvsim.plan.slo import build_constraints
+from kvsim.scenario import load_scenario
 
 
 def test_conservative_plan_needs_two_runs():

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from kvsim.config.catalog import load_gpu
-from kvsim.config.scenario import load_scenario, resolve_scenario
 from kvsim.errors import InputError
 from kvsim.plan.compare import compare_gpus
 from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import build_constraints
+from kvsim.scenario import load_scenario, resolve_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 C = build_constraints(["ttft_p95=60s"], max_device_fraction=0.85, max_oom_risk=1.0)

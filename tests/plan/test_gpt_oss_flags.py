@@ -6,9 +6,9 @@ rest BF16; mxfp4_moe, llama-quantize MXFP4_MOE: experts MXFP4, rest Q8_0)."""
 import pytest
 
 from kvsim.config.catalog import load_model
-from kvsim.config.scenario import resolve_scenario
 from kvsim.engines._checkpoint import released_format
 from kvsim.plan.flags import configure, engine_flags, flag_notes
+from kvsim.scenario import resolve_scenario
 
 
 def point(weights: str, preset: str, model: str = "gpt-oss-20b"):

@@ -3,11 +3,11 @@ no point of a KV type / policy set is valid."""
 
 import pytest
 
-from kvsim.config.scenario import resolve_scenario
 from kvsim.errors import InputError
 from kvsim.plan.executor import LocalExecutor
 from kvsim.plan.search import PlanGrid, search
 from kvsim.plan.slo import build_constraints
+from kvsim.scenario import resolve_scenario
 
 C = build_constraints(["ttft_p95=60s"], max_device_fraction=0.85, max_oom_risk=1.0)
 WINDOW = ("sliding_window:window_tokens=12000",

@@ -29,12 +29,12 @@ from click.testing import CliRunner
 from plan_fake_runners import plan_run
 
 from kvsim.cli import cli
-from kvsim.config.scenario import load_scenario, resolve_scenario
 from kvsim.plan.compare import compare_gpus
 from kvsim.plan.flags import configure, engine_flags, flag_notes
 from kvsim.plan.replicate import replicate, replication_seeds
 from kvsim.plan.search import PlanGrid, search
 from kvsim.plan.slo import build_constraints
+from kvsim.scenario import load_scenario, resolve_scenario
 
 C = build_constraints(["ttft_p95=2s"], max_oom_risk=0.0)
 GRID = PlanGrid((32768, 65536), (1, 2, 4))

@@ -2,8 +2,8 @@
 --max-total-tokens (docs/reference/engines.md §2.1), vLLM's --kv-cache-memory and
 --num-gpu-blocks-override (§1.1) — else the real engine sizes another pool."""
 
-from kvsim.config.scenario import resolve_scenario
 from kvsim.plan.flags import engine_flags
+from kvsim.scenario import resolve_scenario
 
 
 def flags(preset: str, **knobs) -> str:

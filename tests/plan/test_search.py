@@ -3,11 +3,11 @@
 import pytest
 from plan_fake_runners import plan_run, spiky_oom_run, spiky_run
 
-from kvsim.config.scenario import resolve_scenario
 from kvsim.errors import InputError
 from kvsim.plan.flags import configure, engine_flags
 from kvsim.plan.search import PlanGrid, search
 from kvsim.plan.slo import build_constraints
+from kvsim.scenario import resolve_scenario
 
 CONTEXTS = (4096, 8192, 16384, 24576, 32768, 49152, 65536, 98304, 131072)
 PARALLELS = (1, 2, 4, 8)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.config.scenario import resolve_scenario, scenario_hash
 from kvsim.errors import InputError
 from kvsim.plan.store import results_key
+from kvsim.scenario import resolve_scenario, scenario_hash
 
 
 @pytest.mark.parametrize("name,reason", [("nosuch.json", "No such file or directory"),

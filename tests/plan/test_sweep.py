@@ -5,11 +5,11 @@ import pytest
 from plan_fake_runners import fake_run, fake_summary
 from sweep_files import write_sweep
 
-from kvsim.config.scenario import scenario_hash
 from kvsim.errors import InputError
 from kvsim.plan.executor import InlineExecutor, LocalExecutor, make_executor
 from kvsim.plan.store import ResultStore
 from kvsim.plan.sweep import SweepSpec, expand, grid, key_exists, load_sweep, run_sweep
+from kvsim.scenario import scenario_hash
 
 
 def _points(tmp_path, base_yaml, **spec):

@@ -3,7 +3,7 @@
 import re
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 from kvsim.workload.schema import ReferenceEvent, Session, Turn
 
 SYS_TOKENS = 400

@@ -25,7 +25,7 @@ and idle offload.  Each row's direction, and why:
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 
 ROWS = {
     "f16": [],

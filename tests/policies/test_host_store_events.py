@@ -2,7 +2,7 @@
 events table accounts for host_store_bytes (and the report's PCIe figure reads it)."""
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 
 
 def test_host_store_events_sum_to_the_counter():

@@ -8,8 +8,8 @@ each time; the cost shows in TTFT, not in the recall score).
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario
 from kvsim.model.geometry import kv_geometry
+from kvsim.scenario import load_scenario
 from kvsim.workload.schema import ReferenceEvent, Session, Turn
 from tests.policies.helpers import SPAN, doc_session, references, run
 

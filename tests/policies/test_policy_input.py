@@ -6,10 +6,10 @@ allowed, exit code 2."""
 import pytest
 from pydantic import ValidationError
 
-from kvsim.config.scenario import load_scenario
 from kvsim.policies import REGISTRY
 from kvsim.policies.eviction import ScoreEvictionConfig, SlidingWindowConfig
 from kvsim.policies.offload import HostKVCacheConfig, IdleOffloadConfig
+from kvsim.scenario import load_scenario
 
 BASE = ["simulate", "quickstart", "--set", "workload.max_sessions=1"]
 FINITE = "Input should be a finite number"

@@ -26,8 +26,8 @@ import re
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import resolve_scenario
 from kvsim.core.build import PoolSizing
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import ReferenceEvent, Session, Turn
 
 SLOTS = {"preset": "llama.cpp", "context_tokens": 1000, "parallel": 1, "allocator": "slots"}

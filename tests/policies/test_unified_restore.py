@@ -4,7 +4,7 @@
 import pytest
 
 from kvsim.api import simulate
-from kvsim.config.scenario import load_scenario
+from kvsim.scenario import load_scenario
 from kvsim.workload.schema import Session, Turn
 
 # llama-3.1-8b, f16 KV: 32 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes

@@ -16,7 +16,7 @@ from kvsim.report import figures_run as fr
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from kvsim.api import simulate
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     sc = load_scenario("quickstart", ["workload.max_sessions=6"])
     return simulate(sc).save(tmp_path_factory.mktemp("res") / "quickstart")

@@ -141,7 +141,7 @@ def _titles(html: str, text: str, *, prefix: bool = False) -> int:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     from kvsim.api import simulate
-    from kvsim.config.scenario import load_scenario
+    from kvsim.scenario import load_scenario
 
     root = tmp_path_factory.mktemp("recall")
     sets = ([], [SW % 2048], [SW % 4096])

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.calibrate.bench import is_bench_artifact, load_bench_artifact
 from kvsim.calibrate.tiny_gguf import write_tiny_gguf
+from kvsim.latency.bench_artifact import is_bench_artifact, load_bench_artifact
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -53,8 +53,8 @@ def test_same_measurements_in_two_formats_give_the_same_fit(kvsim_cli, tmp_path,
 def test_scenario_uses_the_artifact(kvsim_cli, tmp_path, gguf):
     art = tmp_path / "cpu__tiny.json"
     assert kvsim_cli("calibrate", "bench", DATA / "bench.json", "--model", gguf, "-o", art)[0] == 0
-    from kvsim.config.scenario import load_scenario
     from kvsim.latency.factory import make_latency_model
+    from kvsim.scenario import load_scenario
 
     sc = load_scenario("quickstart", ["latency.kind=calibrated", f"latency.path={art}"])
     lat = make_latency_model(sc)

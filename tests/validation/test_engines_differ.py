@@ -6,7 +6,7 @@ from memory.  Sessions grow by 1,000 tokens per turn (800 in + 200 out).
 """
 
 from kvsim.api import simulate
-from kvsim.config.scenario import resolve_scenario
+from kvsim.scenario import resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from kvsim.api import scenario_budget, simulate
-from kvsim.config.scenario import load_scenario, resolve_scenario
+from kvsim.scenario import load_scenario, resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 CARDS = ("rtx-3060-12gb", "rtx-4060-ti-16gb", "rtx-4090", "rtx-5090")  # 12, 16, 24, 32 GiB

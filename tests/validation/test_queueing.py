@@ -5,8 +5,8 @@ import pytest
 
 from kvsim.api import simulate
 from kvsim.config.catalog import list_bundled
-from kvsim.config.scenario import load_scenario, resolve_scenario
 from kvsim.core.build import PoolSizing
+from kvsim.scenario import load_scenario, resolve_scenario
 from kvsim.workload.schema import Session, Turn
 
 STEP_S = 0.1

@@ -8,8 +8,8 @@ import yaml
 
 from kvsim.cli import main
 from kvsim.config.catalog import bundled_path
-from kvsim.config.scenario import load_scenario
 from kvsim.errors import InputError, RunStopped
+from kvsim.scenario import load_scenario
 from kvsim.workload.io import iter_sessions, read_meta
 from kvsim.workload.preset import load_preset
 

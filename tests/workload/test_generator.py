@@ -4,7 +4,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kvsim.config.scenario import WorkloadConfig
+from kvsim.config.workload import WorkloadConfig
 from kvsim.errors import InputError
 from kvsim.workload import load_workload
 from kvsim.workload.generator import generate

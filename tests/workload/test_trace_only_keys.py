@@ -4,7 +4,7 @@ in one line instead of being silently ignored."""
 
 import pytest
 
-from kvsim.config.scenario import WorkloadConfig
+from kvsim.config.workload import WorkloadConfig
 from kvsim.errors import InputError
 from kvsim.workload.generator import generate
 from kvsim.workload.io import write_trace

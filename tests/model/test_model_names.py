@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.config.catalog import list_names, load_model
-from kvsim.config.model_names import ModelMatch, resolve_model
+from kvsim.model.names import ModelMatch, resolve_model
 from kvsim.model.weights import weight_format_names
 
 MEASUREMENTS = Path(__file__).resolve().parents[2] / ".." / "shared" / "measurements"

@@ -20,6 +20,8 @@ A caller must know:
 - a text that names a model the catalogue lacks gives ``slug=None`` and a reason starting
   "unknown: " (never the nearest catalogue model).
 
+NOTE: it lives in ``model``, not beside ``config.gpu_names``, because a file size
+narrows the candidates through each model's weight bytes (:mod:`kvsim.model.weights`).
 NOTE: pure and deterministic — the catalogue index is built once per process
 (``functools.lru_cache``) from the shipped profiles; nothing is mutated afterwards.
 """
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 
 from kvsim.config.catalog import list_names, load_model
 from kvsim.config.specs import ModelSpec
+from kvsim.errors import InputError
+from kvsim.model.weights import model_weights
 
 __all__ = ["ModelMatch", "resolve_model"]
 
@@ -187,8 +191,6 @@ def _by_name(tokens: tuple[str, ...]) -> tuple[list[str], str]:
 def _weight_bytes(slug: str, fmt: str) -> int | None:
     """The checkpoint bytes of one model in one format (None: the format does not apply,
     e.g. an experts-only format on a dense model)."""
-    from kvsim.errors import InputError
-    from kvsim.model.weights import model_weights
     try:
         return model_weights(load_model(slug), fmt).total_bytes
     except InputError:

@@ -5,7 +5,9 @@ engine preset with overrides, a workload (household preset or trace file), a
 latency model, KV policies and simulation options.  Loading resolves every name
 to its frozen profile so the saved ``scenario.json`` is self-contained, and
 :func:`scenario_hash` is a stable digest of that resolved form (what sweeps key
-their result store on).
+their result store on).  It is a layer of its own, above ``policies`` and ``metrics``
+whose configs it holds and below the tools that take it (docs/layout.md); the workload
+section the simulator reads is :mod:`kvsim.config.workload`.
 
 NOTE: the hash covers the resolved configuration, not the file it came from —
 two YAML files that resolve to the same scenario share a hash; ``name`` and
@@ -20,7 +22,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -37,42 +39,12 @@ from kvsim.config.engine import EngineConfig, engine_for_gpu
 from kvsim.config.files import parse_yaml, read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, FrozenModel, Seconds
+from kvsim.config.workload import WorkloadConfig
 from kvsim.errors import InputError, from_validation_error
 from kvsim.metrics.accuracy import AccuracyConfig
 from kvsim.policies import PolicyConfig
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-
-AfterFailure = Literal["new_chat", "end_session", "continue"]
-"""What a session sends after one of its requests failed (:mod:`kvsim.core.sessions`)."""
-AFTER_FAILURE: tuple[str, ...] = get_args(AfterFailure)
-
-
-class WorkloadConfig(FrozenModel):
-    """Where requests come from: a household preset, or a trace file."""
-
-    model_config = _FROZEN
-
-    preset: str | None = Field(None, description="household preset, e.g. 'family-4'")
-    trace: str | None = Field(None, description="path to a kvsim trace (.jsonl or .parquet)")
-    days: float = Field(1.0, gt=0, description="generated days (preset only)")
-    start_weekday: int = Field(0, ge=0, le=6, description="0 = Monday (preset only)")
-    params: dict[str, Any] = Field(default_factory=dict, description="preset overrides")
-    max_sessions: int | None = Field(None, gt=0, description="down-sample to whole sessions")
-    time_scale: float = Field(1.0, gt=0, description="multiply arrival times (open loop)")
-    # NOTE: the same rule drives `kvsim replay --after-failure` (kvsim.core.sessions)
-    after_failure: AfterFailure = Field(
-        "new_chat", description="after one of its requests failed, a session starts a new "
-        "chat (system prompt + the next turn's own input), ends (its later turns dropped) "
-        "or continues the trace verbatim")
-
-    @field_validator("trace")
-    @classmethod
-    def _one_source(cls, v: str | None, info: Any) -> str | None:
-        if v is not None and info.data.get("preset") is not None:
-            raise ValueError("give either preset or trace, not both")
-        return v
 
 
 class RooflineLatency(FrozenModel):
