@@ -34,8 +34,20 @@ _FIELD_BY_KIND = {"gpus": "gpu", "models": "model", "links": "link", "hosts": "h
 T = TypeVar("T", bound=BaseModel)
 
 
+def data_root(folder: str) -> Path:
+    """A bundled data folder (``hardware_profiles``, ``workloads``): the package
+    ``kvsim.<folder>`` of an installed kvsim, else the folder of that name beside the
+    ``kvsim`` source tree (``python -m kvsim`` run from a checkout).
+
+    NOTE: the wheel ships the repository's top-level folders as those packages (setup.py)."""
+    try:
+        return Path(str(resources.files(f"kvsim.{folder}")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / folder
+
+
 def _root() -> Path:
-    return Path(str(resources.files("kvsim.hardware_profiles")))
+    return data_root("hardware_profiles")
 
 
 def list_names(kind: str) -> list[str]:
@@ -104,7 +116,7 @@ def find_any(name: str) -> tuple[str, dict[str, Any]]:
 
 
 def _workloads_root() -> Path:
-    return Path(str(resources.files("kvsim.workloads")))
+    return data_root("workloads")
 
 
 def list_bundled(kind: str) -> list[str]:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import functools
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from kvsim.config.catalog import data_root
 from kvsim.config.files import read_yaml
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import FrozenModel
@@ -126,7 +126,7 @@ class SpeedConstants(FrozenModel):
 
 
 def constants_path() -> Path:
-    return Path(str(resources.files("kvsim.hardware_profiles"))) / "speed" / "constants.yaml"
+    return data_root("hardware_profiles") / "speed" / "constants.yaml"
 
 
 @functools.lru_cache(maxsize=8)
