@@ -18,7 +18,7 @@ LAYERS = ("kvsim", "errors", "config", "model", "engines", "latency", "core", "p
 # (importing module, imported layer) pairs that point upward today
 KNOWN_BACK_EDGES = {
     ("config/model_names.py", "model"),       # a model name carries its weight format
-    ("config/ollama.py", "model"),            # Ollama's estimate reads the model budget
+    ("config/scenario.py", "engines"),        # the Scenario holds the engine config
     ("config/scenario.py", "metrics"),        # the Scenario holds the accuracy config
     ("config/scenario.py", "policies"),       # ... and the policy configs
     ("latency/calibrated.py", "calibrate"),   # a calibrated model reads the artifact

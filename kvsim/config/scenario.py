@@ -33,10 +33,11 @@ from kvsim.config.catalog import (
     load_link,
     load_model,
 )
-from kvsim.config.engine import EngineConfig, engine_for_gpu
 from kvsim.config.files import parse_yaml, read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, FrozenModel, Seconds
+from kvsim.engines.config import EngineConfig
+from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError, from_validation_error
 from kvsim.metrics.accuracy import AccuracyConfig
 from kvsim.policies import PolicyConfig

@@ -6,12 +6,11 @@ import importlib
 from dataclasses import replace
 from typing import Any
 
+from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.offload import op_offload_for
-from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
-
 
 PEAK_OVERHEAD_S = 0.004
 """The plain roofline's per-step overhead when the scenario sets none (``rates: peak``)."""
@@ -47,7 +46,7 @@ def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
 def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel:
     """The latency model a scenario asks for.
 
-    ``budget`` (a :class:`kvsim.model.budget.MemoryBudget`) gives the layer split for
+    ``budget`` (a :class:`kvsim.engines.memory.MemoryBudget`) gives the layer split for
     partial offload; without it every layer is assumed on the GPU.  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
     ubatches run their host-resident layers on the GPU.

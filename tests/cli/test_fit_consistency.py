@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from kvsim.cli import cli, main
 from kvsim.config.scenario import load_scenario, resolve_scenario
+from kvsim.engines.budget import memory_budget
 from kvsim.errors import InputError
-from kvsim.model.budget import memory_budget
 
 # RTX 4090: 24 GiB = 25,769,803,776 B; driver reserve default 400 MiB = 419,430,400 B;
 # the largest display reserve a scenario accepts: 25,769,803,776 - 419,430,400 - 1

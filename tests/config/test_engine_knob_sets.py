@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.config.engine import resolve_engine
 from kvsim.config.scenario import load_scenario
+from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
 
 NOT_SGLANG = "not a knob of the sglang preset: "
