@@ -22,7 +22,7 @@ from kvsim.workload.schema import Session
 
 def scenario_budget(scenario: Scenario) -> Any:
     """The engine's load-time memory layout for this scenario (InputError if it cannot load)."""
-    from kvsim.model.budget import check_host_memory, memory_budget
+    from kvsim.engines.budget import check_host_memory, memory_budget
 
     budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
                            driver_reserve_bytes=scenario.driver_reserve_bytes,
@@ -38,7 +38,7 @@ def weights_residency(scenario: Scenario, budget: Any) -> dict[str, Any]:
     bytes they and the KV there exceed the host by (0: they fit).  Past it, the rest is
     memory-mapped from disk, which no host profile gives a bandwidth for, so the
     predicted speed is too fast (``kvsim simulate`` warns: kvsim.cli.simulate.residency_note)."""
-    from kvsim.model.budget import weights_beyond_ram
+    from kvsim.engines.budget import weights_beyond_ram
 
     short = weights_beyond_ram(budget, scenario.host)
     return {"weights_exceed_host_ram": bool(short), "weights_beyond_host_ram_bytes": short}

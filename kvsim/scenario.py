@@ -35,11 +35,13 @@ from kvsim.config.catalog import (
     load_link,
     load_model,
 )
-from kvsim.config.engine import EngineConfig, engine_for_gpu
 from kvsim.config.files import parse_yaml, read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, FrozenModel, Seconds
 from kvsim.config.workload import WorkloadConfig
+from kvsim.engines import engine_for
+from kvsim.engines.config import EngineConfig, PagedEngineConfig
+from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError, from_validation_error
 from kvsim.metrics.accuracy import AccuracyConfig
 from kvsim.policies import PolicyConfig
@@ -311,8 +313,9 @@ def _hybrid_manager_rule(s: Scenario) -> Scenario:
     settings, kvsim.model.hybrid.hybrid_off_reason.)"""
     eng = s.engine
     windowed = any(g.kind in ("sliding", "chunked") for g in s.model.layer_groups)
-    if getattr(eng, "preset", None) != "vllm" or not windowed or not any(
-            p.kind == "host_kv_cache" for p in s.policies):
+    if not isinstance(eng, PagedEngineConfig) or not windowed or not \
+            engine_for(eng.preset).hybrid_off_with_kv_connector or not any(
+                p.host_tier for p in s.policies):
         return s
     if eng.disable_hybrid_kv_cache_manager is True:
         return s

@@ -81,7 +81,7 @@ def test_simulating_loads_no_frontend_or_file_format_library() -> None:
     import subprocess
     import sys
     code = ("import sys, kvsim.core.engine, kvsim.core.build, kvsim.policies.build, "
-            "kvsim.latency.factory, kvsim.model.budget; "
+            "kvsim.latency.factory, kvsim.engines.budget; "
             "print(sorted(m for m in ('pandas', 'plotly', 'click', 'torch', 'pyarrow', "
             "'rich', 'httpx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

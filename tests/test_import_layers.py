@@ -19,8 +19,8 @@ itself and the layers listed before it in ``LAYERS`` (lowest first):
   llama-bench fits through validate's fit);
 - ``api``, ``plan``, ``report``, ``cli``, ``__main__``: the entry points.
 
-``PENDING_BACK_EDGES`` names the one upward import still allowed, with the move that
-removes it; a second test checks that the package-level graph has no cycle.
+No upward import is allowed; a second test checks that the package-level graph has no
+cycle (so the order above is one the imports really follow, not just a listing).
 """
 
 import ast
@@ -32,15 +32,6 @@ PKG = Path(__file__).resolve().parents[1] / "kvsim"
 LAYERS = ("kvsim", "errors", "config", "model", "engines", "latency", "metrics", "workload",
           "core", "policies", "scenario", "validate", "calibrate", "api", "plan", "report",
           "cli", "__main__")
-
-# (importing module, imported layer): upward imports still allowed, each with the move
-# that removes it; the tests fail when one is gone and still listed
-PENDING_BACK_EDGES = {
-    # Ollama's estimate reads the model budget: goes with config/ollama.py, config/engine.py,
-    # model/budget.py and model/layouts.py moving into kvsim/engines
-    ("config/ollama.py", "model"),
-}
-
 
 def _layer(dotted: str) -> str:
     parts = dotted.split(".")
@@ -83,15 +74,13 @@ def test_every_package_has_a_layer() -> None:
 def test_imports_point_down_the_layers() -> None:
     rank = {name: i for i, name in enumerate(LAYERS)}
     upward = {(rel, dst) for rel, src, dst in _edges() if rank[dst] > rank[src]}
-    assert upward == PENDING_BACK_EDGES
+    assert upward == set()
 
 
 def test_the_package_import_graph_has_no_cycle() -> None:
-    # NOTE: the pending edge is left out: config and model still import each other there
     graph: dict[str, set[str]] = {}
-    for rel, src, dst in _edges():
-        if (rel, dst) not in PENDING_BACK_EDGES:
-            graph.setdefault(src, set()).add(dst)
+    for _rel, src, dst in _edges():
+        graph.setdefault(src, set()).add(dst)
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:

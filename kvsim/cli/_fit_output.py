@@ -30,8 +30,8 @@ class Sizes:
 
 def sizes(g: Any, m: Any, weights: str, eng: Any, b: Any, par: int | None,
            reserves: dict[str, int]) -> Sizes:
-    from kvsim.config.engine import PagedEngineConfig
-    from kvsim.model.budget import max_context_at, share_within
+    from kvsim.engines.budget import max_context_at, share_within
+    from kvsim.engines.config import PagedEngineConfig
     from kvsim.plan import parallel as pp
 
     max_ctx = max_context_at(g, m, weights, eng, parallel=par, **reserves)

@@ -1,7 +1,7 @@
 """``kvsim fit``: does this model, context and parallelism fit this card on this engine?
 
 Prints the static memory budget as the engine would lay it out (see
-:mod:`kvsim.model.budget`), a verdict, and the largest context (at the given
+:mod:`kvsim.engines.budget`), a verdict, and the largest context (at the given
 parallelism) and parallelism (each session keeping its context, llama.cpp ``-c`` scaled
 with it as plan's flags set it) that keep every layer on the GPU and peak device use at
 or under 85 %.  vLLM and SGLang preallocate their share of the device whatever the
@@ -109,7 +109,7 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
                  gpu_layers: int | None, gpu_util: float | None,
                  hybrid_kv: bool | None = None,
                  ollama_version: str | None = None) -> dict[str, Any]:
-    from kvsim.config.engine import engine_names, resolve_engine
+    from kvsim.engines.resolve import engine_names, resolve_engine
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
@@ -144,7 +144,7 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
 
 def _check_kv_types(engine: str, *flag_types: tuple[str, str | None]) -> None:
     """Name the flag the user typed when the engine has no such cache type."""
-    from kvsim.config.engine import engine_names, resolve_engine
+    from kvsim.engines.resolve import engine_names, resolve_engine
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     supported = resolve_engine(engine).supported_cache_types
@@ -241,7 +241,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         display_reserve: str, driver_reserve: str, host_name: str | None,
         as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
-    from kvsim.model.budget import check_host_memory, engine_for_gpu, memory_budget
+    from kvsim.engines.budget import check_host_memory, memory_budget
+    from kvsim.engines.resolve import engine_for_gpu
     from kvsim.plan.parallel import parallel_words
     ctx = _positive(context, "--context")
     par = _positive(parallel, "--parallel")

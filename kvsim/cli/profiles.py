@@ -58,7 +58,7 @@ _MODEL_MAX = 987_654_321  # a marker maximum context no preset uses
 
 def unset_context(preset: str) -> str:
     """What an unset ``engine.context_tokens`` becomes once a model is known, asked of
-    :func:`kvsim.config.engine.engine_for_gpu` itself (a stand-in model whose maximum
+    :func:`kvsim.engines.resolve.engine_for_gpu` itself (a stand-in model whose maximum
     is a marker): "model max", "model max, --fit shrinks" (llama.cpp ``-c 0``) or the
     preset's own number, model or not; or the engine's own words where no model decides
     it (:attr:`kvsim.engines.base.Engine.unset_context_words`: Ollama's depends on the
@@ -66,7 +66,7 @@ def unset_context(preset: str) -> str:
     from types import SimpleNamespace
 
     from kvsim.config.catalog import load_gpu
-    from kvsim.config.engine import engine_for_gpu
+    from kvsim.engines.resolve import engine_for_gpu
 
     words = engine_for(preset).unset_context_words
     if words:

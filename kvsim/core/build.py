@@ -1,7 +1,7 @@
 """From a resolved scenario and its memory budget to a configured scheduler.
 
 :class:`PoolSizing` is the small value type the pools are sized from — taken from
-:class:`kvsim.model.budget.MemoryBudget` in normal runs, written by hand in tests.
+:class:`kvsim.engines.memory.MemoryBudget` in normal runs, written by hand in tests.
 
 NOTE: bytes per KV cell (slots) and per block (paged) are ``kv_reserved_bytes``
 divided by the number of cells/blocks (floored), so allocated bytes can never exceed
@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.config.specs import HostSpec, LinkSpec
 from kvsim.core.kv.host_pool import HostTier
 from kvsim.core.link import Link
@@ -23,11 +22,12 @@ from kvsim.core.policy import PolicyFactory
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
+from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig
 from kvsim.errors import InputError
 from kvsim.model.hybrid import blocks_per_request, hybrid_off_reason
 
 if TYPE_CHECKING:
-    from kvsim.model.budget import MemoryBudget
+    from kvsim.engines.memory import MemoryBudget
 
 
 @dataclass(frozen=True)

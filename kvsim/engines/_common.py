@@ -1,9 +1,15 @@
-"""Field defaults shared by the engine objects (no engine behaviour of its own)."""
+"""Field defaults shared by the engine objects, and the defaults their traits imply."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from kvsim.engines.base import BudgetOf, ForeignKnob
+from kvsim.errors import InputError
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import GpuSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -29,9 +35,38 @@ class EngineTraits:
     context_above_model: Literal["refuse", "clamp", "allow"] = "refuse"
     fit_shrinks_context: bool = False
     unset_context_words: str = ""
+    one_cache_type_section: str = ""
+    foreign_knobs: tuple[ForeignKnob, ...] = ()
+    ignores_quant_cache_without_flash_attn: bool = False
+    shifts_mla_context: bool = True
+    hybrid_off_with_kv_connector: bool = False
 
     def null_block(self, cfg: Any) -> bool:
         return False
 
     def unified_pool(self, cfg: Any) -> bool:
         return False
+
+    def check_release(self, version: str | None) -> None:
+        if version is not None:
+            raise InputError("ollama_version", version, "not a knob of the "
+                             f"{self.name} preset (only ollama has a release to follow)")
+
+    def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
+                     given: set[str]) -> dict[str, Any]:
+        """The context an unset ``context_tokens`` takes with a known model: the model's
+        maximum per request (vLLM / SGLang ``max_model_len``, docs/reference/engines.md
+        §1.1), llama-server's ``-c 0`` = the training context that --fit shrinks (§3.1,
+        §3.6); an engine counting one slot (Ollama) leaves it to its release."""
+        if model is None or "context_tokens" in given:
+            return {}
+        if self.context_scope == "request":
+            return {"context_tokens": model.max_context_tokens}
+        if self.fit_shrinks_context:
+            return {"context_tokens": model.max_context_tokens, "fit_context": True}
+        return {}
+
+    def release_defaults(self, merged: dict[str, Any], given: set[str],
+                         gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
+                         budget_of: BudgetOf) -> dict[str, Any]:
+        return {}

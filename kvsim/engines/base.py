@@ -4,13 +4,33 @@ Generic code (the simulator's build, the API, the policies, the latency model) a
 ``engine_for(cfg.preset)`` instead of comparing preset names.
 
 NOTE: an engine object is immutable behaviour, not configuration: the knobs a scenario
-sets live in the engine's config model (kvsim.config.engine); methods that depend on a
+sets live in the engine's config model (kvsim.engines.config); methods that depend on a
 knob take that config.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import GpuSpec, ModelSpec
+    from kvsim.engines.memory import MemoryBudget
+
+
+BudgetOf = Callable[[dict[str, Any]], "MemoryBudget"]
+"""The load-time budget of the engine a knob mapping resolves to
+(:meth:`Engine.release_defaults`' ``budget_of``)."""
+
+
+class ForeignKnob(NamedTuple):
+    """A paged knob one paged engine lacks: any value but ``unset`` is refused on it."""
+
+    knob: str
+    unset: Any
+    """The value that leaves the knob unused."""
+    instead: str
+    """What the engine has instead (the refusal's words)."""
 
 
 class Engine(Protocol):
@@ -60,7 +80,51 @@ class Engine(Protocol):
     (llama-server ``-c 0``)."""
     unset_context_words: str
     """What an unset context becomes when no model decides it ('': the model's own
-    default does, kvsim.config.engine.engine_for_gpu)."""
+    default does, kvsim.engines.resolve.engine_for_gpu)."""
+    one_cache_type_section: str
+    """The docs/reference/engines.md section of ``one_cache_type_flag`` ('' without one)."""
+    foreign_knobs: tuple[ForeignKnob, ...]
+    """The knobs of the engine's config family this engine lacks (vLLM's swap space on
+    SGLang, SGLang's --max-total-tokens on vLLM); () where it has them all."""
+    ignores_quant_cache_without_flash_attn: bool
+    """Without flash attention a quantized KV cache type is ignored and the cache is f16
+    (Ollama, docs/reference/engines.md §4.1), rather than refused."""
+    shifts_mla_context: bool
+    """Context shift works on MLA (DeepSeek2-family) models; False: it is off for them
+    whatever the scenario says (Ollama, §4.5)."""
+    hybrid_off_with_kv_connector: bool
+    """A host KV tier (a KV connector) turns the hybrid KV cache manager off, and asking
+    for it there is refused (vLLM, docs/reference/engines.md §1.6-§1.7)."""
+
+    def check_release(self, version: str | None) -> None:
+        """Refuse a slot config's ``ollama_version`` the engine cannot follow (InputError):
+        a malformed release on Ollama, any release on an engine without one."""
+        ...
+
+    def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
+                     given: set[str]) -> dict[str, Any]:
+        """The knobs the engine derives from the GPU and (when known) the model, for
+        resolving a preset on ``gpu``; the caller's ``given`` knobs win over them.
+
+        NOTE: includes the context the engine takes when none is ``given`` and the model
+        is known (its maximum per request; llama-server's training context for --fit)."""
+        ...
+
+    def release_defaults(self, merged: dict[str, Any], given: set[str],
+                         gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
+                         budget_of: BudgetOf) -> dict[str, Any]:
+        """The knobs the engine's release derives for those not in ``given`` ({} for an
+        engine without releases; Ollama's, kvsim.engines.ollama_releases).  ``merged`` is
+        the preset with the overrides; ``budget_of`` gives the load-time budget of a knob
+        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known)."""
+        ...
+
+    def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
+                      driver: int, display: int, parallel: int) -> MemoryBudget:
+        """The load-time memory layout of config ``cfg`` (driver and display reserves in
+        bytes; ``parallel``: full-length sequences a paged pool should hold, ignored by
+        slot engines, which take it from ``cfg``)."""
+        ...
 
     def null_block(self, cfg: Any) -> bool:
         """The paged pool reserves one block that holds no KV (vLLM v1)."""

@@ -1,17 +1,26 @@
 """llama.cpp's llama-server: per-slot streams or one ``-kvu`` pool (docs/reference/engines.md
-§3)."""
+§3): its launch command and its load-time memory layout (``--fit`` included, §3.6)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines._checkpoint import GGUF_LAYOUT, gguf_file
 from kvsim.engines._common import EngineTraits
-from kvsim.model.weights import weight_format
+from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
+from kvsim.engines.memory import MIB, MemoryBudget
+from kvsim.model.geometry import kv_geometry
+from kvsim.model.weights import model_weights, weight_format
+
+if TYPE_CHECKING:
+    from kvsim.engines.config import SlotEngineConfig
 
 CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # docs/reference/engines.md §3.4: --cache-ram default
 # 8192 MiB
+LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
+LLAMA_FIT_CTX_TOKENS = 4096              # §3.6: --fit-ctx default, the floor of the shrink
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,10 @@ class LlamaCpp(EngineTraits):
                  "layout (a file name such as ...-mxfp4.gguf does not say which; "
                  "llama-quantize MXFP4_MOE gives experts MXFP4, rest Q8_0)")]
 
+    def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
+                      driver: int, display: int, parallel: int) -> MemoryBudget:
+        return llama_cpp_budget(gpu, model, weights, cfg, driver, display)
+
 
 # NOTE: llama-server allows -c above the training context (a warning only, §3.1)
 ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, caps_slot_at_training_context=True,
@@ -51,3 +64,89 @@ ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, caps_slot_at_training_cont
                   settings=frozenset({"flash_attn", "gpu_layers", "kv_unified"}),
                   quant_v_needs_flash_attn=True, context_above_model="allow",
                   fit_shrinks_context=True)
+
+
+def _auto_placement(gpu: GpuSpec, L: int, gpu_total: Any, expert_bytes: int
+                    ) -> tuple[int, int]:
+    """--fit (§3.6): ``(layers on the GPU, of them with their experts in RAM)``.  An MoE
+    model's routed experts go to system RAM first, a layer's at a time, keeping its
+    attention and KV on the GPU; whole layers spill only when every expert is out."""
+    room = gpu.usable_memory_bytes - LLAMA_FIT_TARGET_BYTES
+    if not expert_bytes or gpu_total(L) <= room:
+        return _auto_layers(gpu, L, gpu_total, LLAMA_FIT_TARGET_BYTES), 0
+    moe = -(-(gpu_total(L) - room) // expert_bytes)
+    if moe <= L:
+        return L, moe
+    n = _auto_layers(gpu, L, lambda k: gpu_total(k) - k * expert_bytes,
+                     LLAMA_FIT_TARGET_BYTES)
+    return n, n
+
+
+def _auto_layers(gpu: GpuSpec, L: int, gpu_total, target: int) -> int:
+    """--fit: most layers (filled from the back, after the output layer: ``gpu_total``
+    counts the head) that leave ``target`` bytes free."""
+    n = L
+    while n > 0 and gpu_total(n) > gpu.usable_memory_bytes - target:
+        n -= 1
+    return n
+
+
+def _fit_context(max_tokens: int, pad: int, fits: Any) -> int:
+    """--fit with -c unset (§3.6): the training context if it ``fits`` with every layer
+    on the GPU, else the largest multiple of ``pad`` that does, not below --fit-ctx."""
+    if fits(max_tokens):
+        return max_tokens
+    lo, hi = max(LLAMA_FIT_CTX_TOKENS // pad, 1), max_tokens // pad
+    while lo < hi:  # largest k with fits(k * pad); fits shrinks with the context
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid * pad) else (lo, mid - 1)
+    return lo * pad
+
+
+def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,
+                     driver: int, display: int) -> MemoryBudget:
+    """llama-server (§3.1-§3.3, §3.6): -c padded to 256, unified pool or per-slot streams;
+    with -c unset, --fit first shrinks the context, then places layers."""
+    geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
+    check_quant_k(model, geo)
+    ws = model_weights(model, weights)
+    unified, pad, L = engine.allocator == "unified", engine.context_pad_tokens, model.num_layers
+
+    def layout(ctx: int) -> tuple[int, int, dict]:
+        n_ctx = pad_to(ctx, pad)
+        n_ctx_seq = n_ctx if unified else pad_to(n_ctx // engine.parallel, pad)
+        n_ctx = n_ctx if unified else n_ctx_seq * engine.parallel
+        # NOTE: --fit places the output layer first (§3.6); an explicit -ngl places it last
+        return n_ctx, n_ctx_seq, slot_layout(gpu, model, ws, geo, engine, n_ctx, n_ctx_seq,
+                                         unified, driver, display,
+                                         head_first=engine.gpu_layers is None)
+
+    ctx, notes = engine.context_tokens, []
+    if engine.fit_context:
+        room = gpu.usable_memory_bytes - LLAMA_FIT_TARGET_BYTES
+        ctx = _fit_context(ctx, pad, lambda c: layout(c)[2]["gpu_total"](L) <= room)
+        if ctx < engine.context_tokens:
+            notes.append(f"-c unset: --fit shrank the context from the model's "
+                         f"{engine.context_tokens} to {ctx} tokens")
+    n_ctx, n_ctx_seq, lay = layout(ctx)
+    moe = 0
+    if engine.gpu_layers is None:
+        n_gpu, moe = _auto_placement(gpu, L, lay["gpu_total"], ws.expert_bytes_per_layer)
+        if moe:
+            notes.append(f"--fit: the experts of {moe}/{L} layers in system RAM (as "
+                         f"--n-cpu-moe {moe}); attention and KV stay on the GPU")
+        if n_gpu < L:
+            notes.append(f"--fit: only {n_gpu}/{L} layers leave 1 GiB free; the rest run on "
+                         "the CPU (much slower decode)")
+    else:
+        n_gpu = min(engine.gpu_layers, L)
+    kv_gpu = lay["kv_total"] * n_gpu // L
+    logs = [(f"llama_context: n_seq_max = {engine.parallel}, n_ctx = {n_ctx}, n_ctx_seq = "
+             f"{n_ctx_seq}, n_batch = {engine.n_batch}, n_ubatch = {engine.n_ubatch}, "
+             f"flash_attn = {int(engine.flash_attn)}, kv_unified = {str(unified).lower()}"),
+            f"load_tensors: offloaded {n_gpu}/{L} layers to GPU",
+            f"llama_kv_cache: CUDA0 KV buffer size = {mib(kv_gpu)}"]
+    if geo.recurrent_bytes_per_seq:
+        notes.append(f"recurrent state f32: {mib(geo.recurrent_bytes_per_seq)} per sequence")
+    return slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
+                        driver, display, logs, notes, cpu_expert_layers=moe)

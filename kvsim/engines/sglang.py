@@ -3,11 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvsim.config.engine import ONE_CACHE_TYPE
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._paged_layout import paged_budget
+from kvsim.engines.base import ForeignKnob
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import GpuSpec, ModelSpec
+    from kvsim.engines.memory import MemoryBudget
+
+# The paged knobs SGLang lacks (vLLM's): any value but the unused one is refused
+_SGLANG_CAP = "--max-total-tokens (max_total_tokens, §2.1)"
+FOREIGN_KNOBS = (
+    ForeignKnob("preemption_mode", "recompute", (
+        "SGLang retracts requests and recomputes them (docs/reference/engines.md §2.3); swap "
+        "preemption "
+        "is vLLM V0's (§1.4)")),
+    ForeignKnob("swap_space_bytes", 0, (
+        "vLLM V0's swap space (docs/reference/engines.md §1.4); SGLang retracts and recomputes "
+        "(§2.3), "
+        "and keeps KV in host memory only with HiCache (a host_kv_cache policy, §2.4)")),
+    ForeignKnob("kv_cache_memory_bytes", None, (
+        "vLLM's --kv-cache-memory (docs/reference/engines.md §1.1); SGLang sizes its pool by "
+        f"mem_fraction_static (gpu_memory_utilization) and caps it with {_SGLANG_CAP}")),
+    ForeignKnob("num_gpu_blocks_override", None, (
+        "vLLM's --num-gpu-blocks-override (docs/reference/engines.md §1.1); SGLang caps its "
+        "pool with "
+        + _SGLANG_CAP)),
+    ForeignKnob("disable_hybrid_kv_cache_manager", None, (
+        "vLLM's hybrid KV cache manager (docs/reference/engines.md §1.7); SGLang has no such "
+        "switch")),
+    ForeignKnob("non_torch_bytes", 0, (
+        "vLLM's profiled non-torch memory inside its budget (docs/reference/engines.md §1.1); "
+        "SGLang "
+        "keeps what is not weights or KV outside mem_fraction_static (§2.1): "
+        "activation_bytes, cuda_graph_bytes")),
+)
+
+
+def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
+    """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for one GPU
+    with TP = PP = 1 (docs/reference/engines.md §2.1; 24 GiB → 0.847)."""
+    gpu_mib = gpu_memory_bytes / 2**20
+    gib = gpu_memory_bytes / 2**30
+    tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
+    chunk, graph_bs = next(((c, b) for lim, c, b in tiers if gib < lim), (16384, 512))
+    reserved_mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * 1 * 1 / 8
+    if gib > 60:
+        reserved_mib = max(reserved_mib, 10 * 1024)
+    return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
 
 
 @dataclass(frozen=True)
@@ -26,6 +72,19 @@ class Sglang(EngineTraits):
     def launch_notes(self, s: Any) -> list[str]:
         return paged_notes(s, gguf_tokenizer=False)
 
+    def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
+                     given: set[str]) -> dict[str, Any]:
+        """§2.1: ``mem_fraction_static`` and the chunked prefill size by the GPU's memory
+        (:func:`sglang_gpu_defaults`); the context as every engine (EngineTraits)."""
+        frac, chunk = sglang_gpu_defaults(gpu.memory_bytes)
+        return {"gpu_memory_utilization": frac, "max_num_batched_tokens": chunk,
+                **super().gpu_defaults(gpu, model, given)}
+
+    def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
+                      driver: int, display: int, parallel: int) -> MemoryBudget:
+        return paged_budget(gpu, model, weights, cfg, driver, display, parallel,
+                            profiled_share=False)
+
 
 # NOTE: SGLang retracts the decode request with the fewest outputs (§2.3); HiCache sizes
 # its host pool as a ratio of the device pool (§2.4)
@@ -33,6 +92,7 @@ class Sglang(EngineTraits):
 # is kvsim's cap
 ENGINE = Sglang(
     name="sglang", slot_family=False, retract_order="sglang", host_kv_from_pool_ratio=True,
-    settings=frozenset({"gpu_util"}), one_cache_type_flag=ONE_CACHE_TYPE["sglang"][0],
+    settings=frozenset({"gpu_util"}), one_cache_type_flag="--kv-cache-dtype",
+    one_cache_type_section="§2.1", foreign_knobs=FOREIGN_KNOBS,
     seqs_flag="--max-running-requests", unset_parallel_words=(
         "parallel unset: --max-running-requests from SGLang's pool (kvsim caps it at {n})"))

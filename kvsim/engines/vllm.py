@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvsim.config.engine import ONE_CACHE_TYPE
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._paged_layout import paged_budget
+from kvsim.engines.base import ForeignKnob
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import GpuSpec, ModelSpec
+    from kvsim.engines.memory import MemoryBudget
+
+LARGE_GPU_BYTES = 70 * 2**30
+"""§1.4: from this much memory (A100s aside) vLLM's default batch budget is larger."""
+FOREIGN_KNOBS = (ForeignKnob("max_total_tokens", None, (
+    "SGLang's --max-total-tokens (docs/reference/engines.md §2.1); vLLM has "
+    "num_gpu_blocks_override "
+    "(--num-gpu-blocks-override) and kv_cache_memory_bytes (--kv-cache-memory, "
+    "§1.1)")),)
 
 
 @dataclass(frozen=True)
@@ -16,6 +29,20 @@ class Vllm(EngineTraits):
 
     def null_block(self, cfg: Any) -> bool:
         return cfg.preemption_mode != "swap"
+
+    def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
+                     given: set[str]) -> dict[str, Any]:
+        """§1.4: ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on ≥ 70 GiB
+        cards other than the A100; the context as every engine (EngineTraits)."""
+        fill: dict[str, Any] = {}
+        if gpu.memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name:
+            fill = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+        return {**fill, **super().gpu_defaults(gpu, model, given)}
+
+    def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
+                      driver: int, display: int, parallel: int) -> MemoryBudget:
+        return paged_budget(gpu, model, weights, cfg, driver, display, parallel,
+                            profiled_share=True)
 
     def launch_command(self, s: Any) -> str:
         """``vllm serve``: ``--max-model-len`` per request (§1.1); a GGUF file is served
@@ -42,4 +69,5 @@ class Vllm(EngineTraits):
 ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
               settings=frozenset({"gpu_util", "hybrid_kv"}),
-              one_cache_type_flag=ONE_CACHE_TYPE["vllm"][0])
+              one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
+              foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True)

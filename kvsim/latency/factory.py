@@ -45,7 +45,7 @@ def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
 def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel:
     """The latency model a scenario asks for.
 
-    ``budget`` (a :class:`kvsim.model.budget.MemoryBudget`) gives the layer split for
+    ``budget`` (a :class:`kvsim.engines.memory.MemoryBudget`) gives the layer split for
     partial offload; without it every layer is assumed on the GPU.  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
     ubatches run their host-resident layers on the GPU.

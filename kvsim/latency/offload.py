@@ -60,7 +60,7 @@ def experts_used_fraction(tokens: int, pick_fraction: float) -> float:
 def op_offload_for(scenario: Any) -> OpOffload | None:
     """The scenario's op offload, or None when its engine would not offload.
 
-    The engine's knobs (kvsim.config.engine.SlotEngineConfig, llama.cpp's defaults):
+    The engine's knobs (kvsim.engines.config.SlotEngineConfig, llama.cpp's defaults):
     ``op_offload`` (``--no-op-offload`` = False; default True), ``use_mmap``
     (``--no-mmap`` = False; default True: pageable copies) and
     ``op_offload_min_batch`` (``GGML_OP_OFFLOAD_MIN_BATCH``; default 32).

@@ -20,7 +20,7 @@ KIVI types keep the newest ``residual_tokens`` at f16; fp8 adds per-tensor scale
 are a fixed cost per model instance (:attr:`KvGeometry.fixed_bytes`), not per token.
 
 NOTE: every byte count here is an exact integer; nothing is rounded to blocks or
-pages — that is the engine's job (kvsim.model.budget, kvsim.core).
+pages — that is the engine's job (kvsim.engines.budget, kvsim.core).
 """
 
 from __future__ import annotations

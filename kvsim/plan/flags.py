@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kvsim.config.engine import PagedEngineConfig, SlotEngineConfig
 from kvsim.engines import engine_for
+from kvsim.engines.budget import share_within
+from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig
 from kvsim.errors import InputError
-from kvsim.model.budget import share_within
 from kvsim.scenario import Scenario, resolve_scenario
 
 _QUANT_V = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")

@@ -24,17 +24,15 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.engines import engine_for
-from kvsim.model.budget import (
-    PLANNING_LIMIT,
-    MemoryBudget,
-    PagedEngineConfig,
-    SlotEngineConfig,
+from kvsim.engines.budget import (
     acceptable,
     engine_with,
     largest_where,
     memory_budget,
     share_within,
 )
+from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig
+from kvsim.engines.memory import PLANNING_LIMIT, MemoryBudget
 
 PARALLEL_HELP = (
     "sessions served at once, each guaranteed its full context: llama.cpp --parallel "
@@ -48,7 +46,7 @@ PARALLEL_HELP = (
 def full_length_held(b: MemoryBudget) -> int | None:
     """Paged engines: how many ``max_model_len`` requests the block pool holds at once
     (the floor of vLLM's "Maximum concurrency"; with the hybrid manager, blocks over
-    blocks per request) — the test of :func:`kvsim.model.budget.acceptable`.  None for
+    blocks per request) — the test of :func:`kvsim.engines.budget.acceptable`.  None for
     slot engines, whose slots are preallocated whole."""
     if b.num_gpu_blocks is None:
         return None
@@ -120,7 +118,7 @@ def slot_max_parallel(gpu: Any, model: Any, weights: str, engine: SlotEngineConf
                       **reserves: int) -> int:
     """llama.cpp / Ollama: the largest parallel (≤ ``cap``) at which every session keeps
     ``per_session`` tokens (:func:`session_tokens` of the layout given) and the layout
-    stays :func:`kvsim.model.budget.acceptable`; 0 if not even one does.
+    stays :func:`kvsim.engines.budget.acceptable`; 0 if not even one does.
 
     NOTE: monotone in p: the pool (``-c`` or ``num_ctx × p`` cells, each slot's share
     padded to the same size) and the compute buffer only grow with it."""
@@ -158,7 +156,7 @@ def session_words(b: MemoryBudget, per_session: int) -> str:
 def largest_context_words(b: MemoryBudget, max_context: int,
                           most_tokens: int | None = None) -> str:
     """The largest context a search found (``max_context``, the engine's own meaning,
-    :func:`kvsim.model.budget.max_context_at`), per session as plan means it: llama.cpp
+    :func:`kvsim.engines.budget.max_context_at`), per session as plan means it: llama.cpp
     ``-c`` is all ``b.parallel`` slots' total, so a session's share is ``-c / parallel``
     (each slot capped at ``most_tokens``, the model's maximum, said when reached)."""
     eng = engine_for(b.engine)

@@ -4,7 +4,7 @@ For each KV dtype and policy set, every (context, parallel) point of the grid is
 judged against :class:`~kvsim.plan.slo.Constraints`:
 
 1. **static** (exact, cheap): the engine's load-time layout
-   (:func:`kvsim.model.budget.memory_budget`).  A point that does not load, whose
+   (:func:`kvsim.engines.budget.memory_budget`).  A point that does not load, whose
    reservation alone exceeds the device-fraction limit, or (vLLM / SGLang) whose block
    pool holds fewer than ``parallel`` full-length requests (binding ``kv_pool``: what
    ``parallel`` means, :mod:`kvsim.plan.parallel`) is infeasible.
@@ -112,7 +112,7 @@ def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
     """(loads, every layer on the GPU, device fraction, the pool verdict) of the
     load-time layout; the pool verdict is None unless a paged pool holds fewer than
     ``parallel`` full-length requests."""
-    from kvsim.model.budget import memory_budget
+    from kvsim.engines.budget import memory_budget
 
     par = point_parallel(scenario)
     b = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,

@@ -18,12 +18,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from kvsim.config.engine import SlotEngineConfig
 from kvsim.core.build import PolicyWiring, PoolSizing, make_link, paged_shape
 from kvsim.core.kv.host_pool import HostTier
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.engines import engine_for
+from kvsim.engines.config import SlotEngineConfig
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape, LatencyModel
 from kvsim.model.dtypes import bytes_per_element

@@ -1,7 +1,7 @@
 """KV quantization policies (docs/reference/kv-policies.md §2).
 
 The cache *storage type* of a whole engine (llama.cpp ``-ctk/-ctv`` incl. mixed K/V,
-vLLM/SGLang ``--kv-cache-dtype``) is engine configuration (kvsim.config.engine);
+vLLM/SGLang ``--kv-cache-dtype``) is engine configuration (kvsim.engines.config);
 its exact bytes come from kvsim.model.dtypes and its dequantization cost from the
 latency model.  This module adds the KIVI-style policy (§2.1): tokens older than a
 recent full-precision window of ``residual_tokens`` are quantized in groups of

@@ -87,7 +87,7 @@ def static_layers(summary: dict, config: dict) -> list[tuple[str, int]]:
     Taken from summary keys (``driver_reserve_bytes``, ``display_reserve_bytes``,
     ``weights_gpu_bytes``, ``activation_bytes``, ``engine_overhead_bytes``) when
     present, else recomputed from the resolved scenario with
-    :func:`kvsim.model.budget.memory_budget`.  NOTE: the parts are used only if they
+    :func:`kvsim.engines.budget.memory_budget`.  NOTE: the parts are used only if they
     add up to ``peak_device_bytes - peak_kv_reserved_bytes`` from the summary; if not
     (or if nothing is known) one combined row of exactly that size is drawn, so the
     plotted peak is always the simulated one.
@@ -109,7 +109,7 @@ def _finite(value: Any) -> bool:
 
 
 def _budget_parts(config: dict) -> list[tuple[str, int]]:
-    from kvsim.model.budget import memory_budget
+    from kvsim.engines.budget import memory_budget
     from kvsim.scenario import Scenario
 
     try:

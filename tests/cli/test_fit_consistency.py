@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from kvsim.cli import cli, main
+from kvsim.engines.budget import memory_budget
 from kvsim.errors import InputError
-from kvsim.model.budget import memory_budget
 from kvsim.scenario import load_scenario, resolve_scenario
 
 # RTX 4090: 24 GiB = 25,769,803,776 B; driver reserve default 400 MiB = 419,430,400 B;

@@ -11,7 +11,8 @@ import pytest
 
 from kvsim.cli import main
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.model.budget import engine_for_gpu, memory_budget
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.resolve import engine_for_gpu
 
 ARGS = ["fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--weights", "awq",
         "--engine", "vllm", "--kv", "fp8", "--parallel", "4", "--json"]

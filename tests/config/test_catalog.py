@@ -15,7 +15,7 @@ from kvsim.config.catalog import (
     load_model,
     load_raw,
 )
-from kvsim.config.engine import resolve_engine
+from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
 
 REFERENCE = Path(__file__).parents[2] / ".." / "shared" / "reference"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.config.engine import resolve_engine
+from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
 from kvsim.scenario import load_scenario
 

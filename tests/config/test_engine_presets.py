@@ -2,7 +2,8 @@
 
 import pytest
 
-from kvsim.config.engine import pool_tokens_hint, resolve_engine, slot_tokens
+from kvsim.engines.config import pool_tokens_hint, slot_tokens
+from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
 
 

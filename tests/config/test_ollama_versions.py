@@ -12,15 +12,15 @@ import pytest
 
 from kvsim.cli import main
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.config.engine import engine_for_gpu, resolve_engine
-from kvsim.config.ollama import (
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.ollama_releases import (
     OLLAMA_LATEST,
     ollama_arch,
     ollama_memory_mode,
     parse_ollama_version,
 )
+from kvsim.engines.resolve import engine_for_gpu, resolve_engine
 from kvsim.errors import InputError
-from kvsim.model.budget import memory_budget
 from kvsim.scenario import load_scenario
 
 MIB, GIB = 2**20, 2**30

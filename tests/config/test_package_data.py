@@ -32,7 +32,7 @@ def test_profiles_resolve_after_non_editable_install(tmp_path):
     probe = (
         "import kvsim, json\n"
         "from kvsim.config.catalog import list_names, load_gpu, load_model\n"
-        "from kvsim.config.engine import resolve_engine\n"
+        "from kvsim.engines.resolve import resolve_engine\n"
         "print(json.dumps({'file': kvsim.__file__, 'gpus': len(list_names('gpus')),\n"
         " 'models': len(list_names('models')), 'links': len(list_names('links')),\n"
         " 'vram': load_gpu('rtx-4090').memory_bytes,\n"

@@ -3,16 +3,16 @@ min(profiled, cap), aligned down to whole pages; a cap above the profiled pool c
 nothing (SGLang warns "max_total_tokens=… is larger than the profiled value … Use the
 profiled value instead.", sglang srt/model_executor/model_runner.py).
 
-Needs kvsim.model.layouts.paged_budget to apply the cap (the lead's patch).
+Needs kvsim.engines._paged_layout.paged_budget to apply the cap (the lead's patch).
 """
 
 from __future__ import annotations
 
 from kvsim.api import scenario_budget
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.config.engine import engine_for_gpu
 from kvsim.core.build import PoolSizing, make_scheduler
-from kvsim.model.budget import memory_budget
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.resolve import engine_for_gpu
 from kvsim.scenario import load_scenario
 
 GPU, MODEL = load_gpu("rtx-4090"), load_model("llama-3.1-8b")

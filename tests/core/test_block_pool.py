@@ -63,8 +63,8 @@ def test_vllm_null_block_is_never_allocated() -> None:
 def test_engines_that_reserve_a_null_block() -> None:
     """vLLM v1 does; SGLang (an extra padding page) and vLLM V0's swap mode do not."""
     from kvsim.config.catalog import load_link
-    from kvsim.config.engine import resolve_engine
     from kvsim.core.build import PoolSizing, make_scheduler
+    from kvsim.engines.resolve import resolve_engine
     sizing = PoolSizing(kv_pool_tokens=4096, slot_tokens=4096, kv_reserved_bytes=256 * 100,
                         num_gpu_blocks=256, block_tokens=16)
     free = {}
@@ -306,9 +306,9 @@ def test_a_request_that_needs_the_null_block_fails_instead_of_waiting_forever() 
     hold KV: a 1,634-token prompt answered with 400 tokens computes 2,033 tokens =
     ceil(2033/16) = 128 blocks and would wait forever; 1,630 + 400 (2,029 tokens, 127
     blocks) runs.  SGLang keeps all 128 blocks and runs both."""
-    from kvsim.config.engine import resolve_engine
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.core.engine import Engine
+    from kvsim.engines.resolve import resolve_engine
     from kvsim.latency.constant import ConstantLatency
     from kvsim.workload.schema import Session, Turn
     sizing = PoolSizing(kv_pool_tokens=2048, slot_tokens=2048, kv_reserved_bytes=128 * 100,

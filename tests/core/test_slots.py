@@ -320,7 +320,7 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
     # (docs/reference/models.csv), so the GPU pool holds 131,072 B/token and a RAM-cache entry, the
     # slot's whole serialized state (docs/reference/engines.md §3.4), 262,144 B/token
     from kvsim.core.build import PoolSizing, make_scheduler
-    from kvsim.model.budget import memory_budget
+    from kvsim.engines.budget import memory_budget
     from kvsim.scenario import resolve_scenario
 
     sc = resolve_scenario({"gpu": "rtx-3060-12gb", "model": "qwen2.5-32b",
@@ -335,8 +335,8 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
 def test_ollama_rejects_requests_past_its_queue_limit() -> None:
     # docs/reference/engines.md §4.1: OLLAMA_MAX_QUEUE (default 512) pending requests, then HTTP 503
     # "server busy"; llama-server defers without a limit (§3.4)
-    from kvsim.config.engine import resolve_engine
     from kvsim.core.slot_scheduler import FAIL_QUEUE_FULL
+    from kvsim.engines.resolve import resolve_engine
 
     assert (resolve_engine("ollama").max_queue, resolve_engine("llama.cpp").max_queue) == (
         512, None)

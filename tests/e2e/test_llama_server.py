@@ -8,7 +8,7 @@ scripts/build_llama_server.sh (cached by version outside the clone; a cold build
 ``--metrics``.
 
 What it checks:
-- KV buffer sizes predicted by kvsim.model.budget equal what llama-server prints at
+- KV buffer sizes predicted by kvsim.engines.budget equal what llama-server prints at
   ``-lv 4`` for f16, q8_0 and q4_0;
 - for every request of the replay, predicted cached prompt tokens == measured
   ``timings.cache_n`` and computed == ``prompt_n`` — with more sessions than slots, and
@@ -44,7 +44,7 @@ from kvsim.calibrate.tiny_gguf import BYTE_IDS, TinyLlama, write_tiny_gguf
 from kvsim.calibrate.validate import compare_requests, compare_results
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.config.catalog import load_gpu
-from kvsim.config.engine import resolve_engine
+from kvsim.engines.resolve import resolve_engine
 from kvsim.latency.artifact import load_artifact, save_artifact
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.importers import model_from_gguf
@@ -120,7 +120,7 @@ def _serve(server_bin: str, gguf: Path, log: Path, *args: str) -> Iterator[Serve
                                                       ("q4_0", 6.75)])
 def test_kv_buffer_sizes_match_llama_server(server_bin: str, gguf_path: Path, tmp_path: Path,
                                             cache_type: str, kv_mib: float) -> None:
-    from kvsim.model.budget import memory_budget
+    from kvsim.engines.budget import memory_budget
 
     # by hand: 8192 cells · 6 layers · 2 KV heads · 128 K+V values · bytes/value (§0)
     # f16 2 → 24 MiB, q8_0 34/32 → 12.75 MiB, q4_0 18/32 → 6.75 MiB

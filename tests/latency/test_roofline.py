@@ -115,8 +115,8 @@ def test_partial_offload_streams_the_head_where_the_budget_put_it() -> None:
     # (471,033,446 B) and 32 of 64 layers (292,506,767 B each) on the GPU
     # (tests/model/test_budget.py); an explicit -ngl 32 leaves the head on the CPU.  The
     # model is dense (params_active == params_total): every byte is read per step.
+    from kvsim.engines.budget import memory_budget
     from kvsim.latency.factory import make_latency_model
-    from kvsim.model.budget import memory_budget
     from kvsim.scenario import resolve_scenario
 
     head, layer = 471_033_446, 292_506_767
@@ -136,8 +136,8 @@ def test_moe_experts_in_ram_are_read_and_computed_on_the_cpu() -> None:
     # Qwen3-30B-A3B q8_0 on an RTX 4090 at -c 32768: --fit puts the experts of m layers
     # in RAM (tests/model/test_budget.py).  A token reads 8/128 of those experts
     # (641,300,661 B a layer) from host memory; the GPU keeps the rest.
+    from kvsim.engines.budget import memory_budget
     from kvsim.latency.factory import make_latency_model
-    from kvsim.model.budget import memory_budget
     from kvsim.scenario import resolve_scenario
 
     sc = resolve_scenario({"gpu": "rtx-4090", "model": "qwen3-30b-a3b", "weights": "q8_0",

@@ -3,17 +3,11 @@
 import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.config.engine import resolve_engine
 from kvsim.config.specs import ModelSpec
-from kvsim.model.budget import (
-    GIB,
-    MIB,
-    engine_for_gpu,
-    max_context_at,
-    max_parallel_at,
-    memory_budget,
-    sglang_gpu_defaults,
-)
+from kvsim.engines.budget import max_context_at, max_parallel_at, memory_budget
+from kvsim.engines.memory import GIB, MIB
+from kvsim.engines.resolve import engine_for_gpu, resolve_engine
+from kvsim.engines.sglang import sglang_gpu_defaults
 
 GPU = load_gpu("rtx-4090")
 TINY = ModelSpec(
@@ -261,7 +255,7 @@ def test_quantized_k_needs_head_dim_multiple_of_block():
 #                                    head  317,828,628.48 -> 317,828,628 B
 #   weights on GPU (the token embedding stays on the CPU)
 #              32 x 131,952,898 + 317,828,628                       = 4,540,321,364
-#   compute buffer (layouts.py ESTIMATE, -ub 512, FA on: no KQ term)
+#   compute buffer (compute_buffer.py ESTIMATE, -ub 512, FA on: no KQ term)
 #              512 x 128,256 x 4 + 512 x 4,096 x 16 = 262,668,288 + 33,554,432 = 296,222,720
 #              + the F16 mask n_kv x 512 x 2 = 1,024 B per cell of one stream
 #              (kvsim.model.compute_buffer): with the context, below

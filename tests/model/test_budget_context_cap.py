@@ -2,9 +2,9 @@
 total (each slot capped at the training context), Ollama num_ctx one slot's."""
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.config.engine import resolve_engine
 from kvsim.config.specs import ModelSpec
-from kvsim.model.budget import max_context_at, memory_budget
+from kvsim.engines.budget import max_context_at, memory_budget
+from kvsim.engines.resolve import resolve_engine
 from kvsim.plan.parallel import largest_context_words
 
 TINY = ModelSpec(

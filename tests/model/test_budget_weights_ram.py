@@ -5,8 +5,9 @@ import dataclasses
 
 from kvsim.api import simulate
 from kvsim.config.catalog import load_gpu, load_host, load_model
-from kvsim.config.engine import resolve_engine
-from kvsim.model.budget import GIB, memory_budget, weights_beyond_ram
+from kvsim.engines.budget import memory_budget, weights_beyond_ram
+from kvsim.engines.memory import GIB
+from kvsim.engines.resolve import resolve_engine
 from kvsim.scenario import load_scenario
 
 SMALL = ["workload.days=0.05", "workload.max_sessions=1"]

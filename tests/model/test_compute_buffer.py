@@ -12,7 +12,9 @@ build_llama_server.sh builds (CPU, kvsim's tiny GGUF, one slot, "CPU compute buf
 import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.model.budget import MIB, engine_for_gpu, memory_budget
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.memory import MIB
+from kvsim.engines.resolve import engine_for_gpu
 from kvsim.model.compute_buffer import llama_cpp_compute_bytes
 
 GPU = load_gpu("rtx-4090")

@@ -24,8 +24,9 @@ gpt-oss-120b: 116.8e9 params, 36 layers, 128 experts (4 active), 5.1e9 active
 import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError
-from kvsim.model.budget import engine_for_gpu, memory_budget
 from kvsim.model.weights import model_weights, weight_format
 
 GB = 10**9

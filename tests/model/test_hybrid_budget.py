@@ -9,10 +9,11 @@ token and layer at f16; gpt-oss-20b 12 + 12 layers (window 128), 2048 bytes.
 import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.config.engine import resolve_engine
 from kvsim.core.build import PoolSizing, make_scheduler
+from kvsim.engines.budget import acceptable, memory_budget
+from kvsim.engines.memory import GIB
+from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
-from kvsim.model.budget import GIB, acceptable, memory_budget
 from kvsim.scenario import resolve_scenario
 
 GPU = load_gpu("rtx-4090")

@@ -13,9 +13,9 @@ Shared arithmetic (catalogue profiles from docs/reference/models.csv):
 import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.config.engine import resolve_engine
 from kvsim.config.specs import ModelSpec
-from kvsim.model.budget import memory_budget
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.resolve import resolve_engine
 from kvsim.model.weights import WeightSplit, model_weights, tied_embeddings
 
 GPU = load_gpu("rtx-4090")

@@ -75,7 +75,7 @@ def test_compare_prices_sessions_the_pool_holds():
 def test_fit_with_plans_flags_agrees(capsys):
     """fit given what plan prints for a point: the same pool, and the same answer."""
     from kvsim.cli import main
-    from kvsim.model.budget import memory_budget
+    from kvsim.engines.budget import memory_budget
 
     for ctx, par, held in ((32768, 2, 3), (65536, 4, 1)):
         s = configure(awq_vllm(), ctx, par, None, None, 0.85)

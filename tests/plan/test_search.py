@@ -202,7 +202,7 @@ def test_points_the_engine_refuses_stay_in_their_kv_group():
 
 
 def test_plan_points_keep_the_whole_device_within_the_limit() -> None:
-    from kvsim.model.budget import memory_budget
+    from kvsim.engines.budget import memory_budget
     for preset in ("vllm", "sglang"):
         s = configure(scen("rtx-4090", {"preset": preset}), 8192, 2, None, None, 0.85)
         b = memory_budget(s.gpu, s.model, s.weights, s.engine,

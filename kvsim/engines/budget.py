@@ -1,164 +1,23 @@
-"""The static memory budget: how a real engine lays out device memory at load time.
+"""Load-time memory budgets by engine, and the searches over them (the largest context,
+parallelism or memory share that stays under the planning line).
 
-Device memory = driver/context reserve + display/other processes + weights on the GPU
-+ activation/compute buffers + engine overhead + KV reserved (docs/design/DESIGN.md §3.1).  How
-each row is sized depends on the engine (``docs/reference/engines.md``):
-
-- **llama.cpp** (§3): all ``n_ctx`` KV cells allocated at start, as one unified pool
-  or one stream per slot; SWA layers get a smaller cache; compute buffers; with
-  ``-ngl`` auto the ``--fit`` logic leaves 1 GiB free and spills layers to the CPU.
-- **Ollama** (§4): the same true layout with ``num_ctx × parallel`` cells, but the
-  layer placement follows Ollama's own era-A estimate, which under-counts q8_0/q4_0
-  KV (1 and 0.5 bytes/element) — the estimate and the true figure are both kept.
-- **vLLM** (§1.1): a ``gpu_memory_utilization`` share of the device holds weights,
-  profiled activations, non-torch memory and the KV block pool; CUDA graphs come on
-  top; startup fails if one ``max_model_len`` request does not fit the pool.
-- **SGLang** (§2.1): ``mem_fraction_static`` of the device holds weights + KV pool.
-
-The simulator sizes its pools from :class:`MemoryBudget`: ``kv_pool_tokens`` (cells /
-pool tokens), ``num_gpu_blocks`` and ``block_tokens`` (paged), ``slot_tokens`` (per
-sequence limit), ``kv_reserved_bytes``, ``gpu_layers`` and ``weights_cpu_bytes``.
-
-NOTE: ``total_bytes`` is the sum of the GPU rows and nothing else; KV and weights on
-the CPU are reported but never counted against the device.
+:func:`memory_budget` asks the config's engine for its layout (``Engine.memory_budget``);
+the fields are :class:`kvsim.engines.memory.MemoryBudget`'s.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.config.engine import (  # noqa: F401  (re-export)
-    PagedEngineConfig,
-    SlotEngineConfig,
-    engine_for_gpu,
-    resolve_engine,
-    sglang_gpu_defaults,
-)
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.config.units import format_bytes
+from kvsim.engines import engine_for
+from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig
+from kvsim.engines.memory import DEFAULT_DRIVER_RESERVE_BYTES, PLANNING_LIMIT, MemoryBudget
 from kvsim.errors import InputError
 
-MIB = 2**20
-GIB = 2**30
-PLANNING_LIMIT = 0.85                    # docs/design/DESIGN.md §3.1: stay at or under 85 % at peak
-DEFAULT_DRIVER_RESERVE_BYTES = 400 * MIB  # docs/reference/hardware-and-models.md §4: CUDA context
-# 0.4 GiB
 EngineConfig = PagedEngineConfig | SlotEngineConfig
-
-
-@dataclass(frozen=True)
-class OllamaEstimate:
-    """What Ollama's era-A estimator (docs/reference/engines.md §4.2) believes it needs."""
-
-    kv_bytes: int            # ctx*parallel*(hd_k+hd_v)*n_kv*{2, 1, 0.5} over GPU layers
-    graph_bytes: int         # (n_heads / n_kv_heads) * kv_total / 6
-    reserve_bytes: int       # OLLAMA_GPU_OVERHEAD + 457 MiB + graph
-    total_bytes: int         # reserve + layers it placed on the GPU
-    gpu_layers: int
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """One engine's load-time memory layout on one GPU (all sizes in bytes).
-
-    Pool-sizing fields for the simulator:
-
-    - ``kv_pool_tokens``: KV cells allocated on load — llama.cpp ``n_ctx`` (all slots),
-      Ollama ``num_ctx × parallel``, vLLM ``num_gpu_blocks × block_tokens`` ("GPU KV
-      cache size: N tokens"), SGLang ``max_total_tokens``.
-    - ``slot_tokens``: most tokens one sequence may hold — llama.cpp ``n_ctx_seq``
-      (= ``n_ctx`` when unified), Ollama ``num_ctx``, vLLM/SGLang ``max_model_len``.
-    - ``num_gpu_blocks`` / ``block_tokens``: paged engines (None / 1 for slot engines).
-    - ``kv_reserved_bytes``: KV bytes on the GPU (slot engines: all cells of the GPU
-      layers; paged: the whole pool).  ``kv_cpu_bytes``: KV of layers left on the CPU.
-    - ``gpu_layers`` of ``num_layers`` repeating layers on the GPU;
-      ``weights_cpu_bytes`` stay in host memory (partial offload).  MoE under
-      llama.cpp ``--fit``: the routed experts of ``cpu_expert_layers`` of the GPU
-      layers stay in host memory too (their attention and KV on the GPU).
-    - ``kv_needed_bytes``: what ``parallel`` sequences of ``slot_tokens`` need (paged:
-      rounded up to blocks) — equal to ``kv_reserved_bytes`` for slot engines.
-    - ``kv_groups`` / ``blocks_per_request``: vLLM's hybrid KV cache manager
-      (kvsim.model.hybrid) — ``(kind, window_tokens)`` per KV cache group, and the most
-      blocks one ``slot_tokens`` request holds across them; ``()`` / None otherwise.
-    """
-
-    engine: str
-    allocator: str
-    device_bytes: int
-    driver_reserve_bytes: int
-    display_reserve_bytes: int
-    weights_format: str
-    weights_total_bytes: int
-    weights_gpu_bytes: int
-    weights_cpu_bytes: int
-    gpu_layers: int
-    num_layers: int
-    activation_bytes: int
-    engine_overhead_bytes: int
-    cache_type_k: str
-    cache_type_v: str
-    kv_bytes_per_token: int
-    kv_reserved_bytes: int
-    kv_cpu_bytes: int
-    kv_needed_bytes: int
-    kv_pool_tokens: int
-    slot_tokens: int
-    parallel: int
-    block_tokens: int = 1
-    num_gpu_blocks: int | None = None
-    max_concurrency: float | None = None
-    fits: bool = True
-    failure: str | None = None
-    log_lines: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    estimate: OllamaEstimate | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    cpu_expert_layers: int = 0
-    head_on_gpu: bool = True  # the output head's place (llama.cpp --fit: first)
-    kv_groups: tuple[tuple[str, int], ...] = ()
-    blocks_per_request: int | None = None
-
-    @property
-    def total_bytes(self) -> int:
-        return (self.driver_reserve_bytes + self.display_reserve_bytes + self.weights_gpu_bytes
-                + self.activation_bytes + self.engine_overhead_bytes + self.kv_reserved_bytes)
-
-    @property
-    def device_fraction(self) -> float:
-        return self.total_bytes / self.device_bytes
-
-    @property
-    def headroom_to_85_bytes(self) -> int:
-        """Bytes left below the 85 % planning line (negative: over it)."""
-        return int(PLANNING_LIMIT * self.device_bytes) - self.total_bytes
-
-    @property
-    def needed_bytes(self) -> int:
-        """Device bytes if the KV row were exactly what ``parallel`` sequences need."""
-        return self.total_bytes - self.kv_reserved_bytes + self.kv_needed_bytes
-
-    @property
-    def needed_fraction(self) -> float:
-        return self.needed_bytes / self.device_bytes
-
-    @property
-    def all_layers_on_gpu(self) -> bool:
-        return self.gpu_layers == self.num_layers and not self.cpu_expert_layers
-
-    def rows(self) -> list[tuple[str, int]]:
-        """(label, bytes) rows of the device budget, in the order engines allocate."""
-        return [
-            ("driver / CUDA context reserve", self.driver_reserve_bytes),
-            ("display / other processes", self.display_reserve_bytes),
-            (f"weights on GPU ({self.gpu_layers}/{self.num_layers} layers"
-             + (f"; experts of {self.cpu_expert_layers} in RAM)" if self.cpu_expert_layers
-                else ")"), self.weights_gpu_bytes),
-            ("activation & compute buffers", self.activation_bytes),
-            ("engine overhead (non-torch, CUDA graphs)", self.engine_overhead_bytes),
-            (f"KV reserved ({self.cache_type_k}/{self.cache_type_v})", self.kv_reserved_bytes),
-        ]
 
 
 def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
@@ -169,18 +28,12 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
     ``parallel`` only matters for paged engines: how many full-length sequences
     ``kv_needed_bytes`` should hold (default 1).  Slot engines take it from the config.
     """
-    from kvsim.model import layouts  # NOTE: layouts imports this module's types
-
     if driver_reserve_bytes < 0 or display_reserve_bytes < 0:
         raise InputError("reserve", min(driver_reserve_bytes, display_reserve_bytes),
                          "reserves must be >= 0 bytes")
-    common: dict[str, Any] = {"gpu": gpu, "model": model, "weights": weights,
-                              "driver": driver_reserve_bytes, "display": display_reserve_bytes}
-    if isinstance(engine, SlotEngineConfig):
-        if engine.preset == "ollama":
-            return layouts.ollama_budget(engine=engine, **common)
-        return layouts.llama_cpp_budget(engine=engine, **common)
-    return layouts.paged_budget(engine=engine, parallel=parallel or 1, **common)
+    return engine_for(engine.preset).memory_budget(
+        gpu, model, weights, engine, driver_reserve_bytes, display_reserve_bytes,
+        parallel or 1)
 
 
 def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
@@ -302,7 +155,7 @@ def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineC
         return 0
     engine = at
     per_seq_cap = model.max_context_tokens
-    scale = p if isinstance(engine, SlotEngineConfig) and engine.preset == "llama.cpp" else 1
+    scale = p if engine_for(engine.preset).context_scope == "pool" else 1
 
     def ok(k: int) -> bool:
         cfg = engine_with(engine, context_tokens=k * step_tokens)
@@ -329,7 +182,7 @@ def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: Engine
     hi = min(cap, engine.context_tokens)
     if isinstance(engine, PagedEngineConfig):
         hi = min(hi, engine.max_num_seqs)
-    elif engine.preset == "llama.cpp":
+    elif engine_for(engine.preset).context_scope == "pool":  # llama.cpp -c: all slots
         hi = min(hi, max(1, engine.context_tokens // engine.context_pad_tokens))
 
     def ok(p: int) -> bool:

@@ -13,7 +13,7 @@ scenario leaves unset, :func:`ollama_defaults` derives what that release does:
 - era D (v0.30+, §4.4): llama-server's slot choice and RAM prompt cache (§3.4).
 
 :func:`ollama_memory_mode` says how the release places layers (§4.2-§4.4), read by
-:func:`kvsim.model.layouts.ollama_budget`.
+:func:`kvsim.engines.ollama.ollama_budget`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.config.specs import GpuSpec
 from kvsim.config.units import parse_bytes
+from kvsim.engines.base import BudgetOf
 from kvsim.errors import InputError
 
 if TYPE_CHECKING:
-    from kvsim.config.engine import SlotEngineConfig
+    from kvsim.engines.config import SlotEngineConfig
 
 Version = tuple[int, int, int]
 OLLAMA_LATEST = "0.33.0"
@@ -118,13 +119,14 @@ def ollama_llama_server(cfg: SlotEngineConfig) -> SlotEngineConfig:
                                   "allocator": "slots", "fit_context": False})
 
 
-def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None = None,
-                    model: Any = None, weights: str | None = None) -> dict[str, Any]:
+def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None,
+                    model: Any, weights: str | None, budget_of: BudgetOf) -> dict[str, Any]:
     """The defaults Ollama ``merged['ollama_version']`` derives for the knobs not in
     ``given`` (docs/reference/engines.md §4.1, §4.4): num_ctx (clamped to the model's training
     length), flash attention, OLLAMA_NUM_PARALLEL and, in era D, llama-server's slot and
     prompt-cache defaults.  The tiered num_ctx is per slot: it is not divided by the parallel count
-    (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells."""
+    (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells.  ``budget_of``
+    sizes a candidate parallel count where the release chose it itself."""
     v = parse_ollama_version(merged.get("ollama_version"))
     fill: dict[str, Any] = {}
     if "context_tokens" not in given:
@@ -137,12 +139,13 @@ def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None
     if v >= OLLAMA_ERA_D:
         fill.update({k: x for k, x in LLAMA_SERVER_DEFAULTS.items() if k not in given})
     if "parallel" not in given:
-        fill["parallel"] = _ollama_default_parallel(v, {**merged, **fill}, gpu, model, weights)
+        fill["parallel"] = _ollama_default_parallel(v, {**merged, **fill}, gpu, model, weights,
+                                                    budget_of)
     return fill
 
 
 def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | None,
-                             model: Any, weights: str | None) -> int:
+                             model: Any, weights: str | None, budget_of: BudgetOf) -> int:
     """OLLAMA_NUM_PARALLEL unset (§4.1): 1, except from v0.1.49 to v0.9.6 (auto): 4 (2 from
     v0.6.7) if the model with that many num_ctx slots fits the GPU whole by Ollama's own
     estimate (§4.2), else 1 (no GPU known: none found, 1)."""
@@ -154,14 +157,5 @@ def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | 
                          " chose OLLAMA_NUM_PARALLEL itself from the model and weights "
                          "(docs/reference/engines.md §4.1), which kvsim is not given here; set it")
     n = 4 if v < OLLAMA_AUTO_PARALLEL_2 else 2
-    return n if _ollama_fits_whole(merged, n, gpu, model, weights) else 1
-
-
-def _ollama_fits_whole(merged: dict[str, Any], n: int, gpu: GpuSpec, model: Any,
-                       weights: str) -> bool:
-    from kvsim.config.engine import resolve_engine  # NOTE: engine imports this module
-    from kvsim.model.budget import memory_budget
-
-    cfg = resolve_engine({**merged, "parallel": n})
-    est = memory_budget(gpu, model, weights, cfg).estimate
-    return est is not None and est.gpu_layers == model.num_layers
+    est = budget_of({**merged, "parallel": n}).estimate
+    return n if est is not None and est.gpu_layers == model.num_layers else 1

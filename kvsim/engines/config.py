@@ -1,0 +1,224 @@
+"""Engine configuration: one frozen model per allocator family, presets as YAML.
+
+Real engines lay out KV memory in three ways (docs/design/DESIGN.md §3.2):
+
+- ``paged`` (vLLM, SGLang): one block pool sized by a memory fraction;
+- ``slots`` (llama.cpp with ``--no-kv-unified``, Ollama's runners): ``-c`` split
+  evenly over ``--parallel`` slots;
+- ``unified`` (llama.cpp ``-kvu``): every slot may grow into one shared pool.
+
+A scenario names a preset (``engine: {preset: llama.cpp, parallel: 4}``); the
+preset's YAML under ``hardware_profiles/engines/`` supplies every default with its
+source in ``docs/reference/engines.md``, and the scenario's keys override them.
+``extra="forbid"`` makes a knob that the preset's family does not have an error, and
+each engine's ``foreign_knobs`` a paged knob that only the other paged engine has (vLLM's
+swap space, ``--kv-cache-memory``, … on SGLang; SGLang's ``--max-total-tokens`` on vLLM).
+vLLM, SGLang and Ollama have one KV cache type for K and V (``Engine.one_cache_type_flag``).
+Presets resolve to these models in :mod:`kvsim.engines.resolve`.
+
+NOTE: ``context_tokens`` means what the engine's own flag means: llama.cpp ``-c``
+(the whole pool, all slots), Ollama ``num_ctx`` (per slot; the runner gets
+``num_ctx × parallel``), vLLM/SGLang ``max_model_len`` (per request).  Use
+:func:`slot_tokens` and :func:`pool_tokens_hint` rather than re-deriving it.
+Unset in a scenario, it is the model's own default
+(:func:`kvsim.engines.resolve.engine_for_gpu`): vLLM and SGLang take the model's maximum,
+llama-server ``-c 0`` the training context that ``--fit`` then shrinks toward what fits
+(``fit_context``); Ollama its release's own ``num_ctx``
+(:func:`~kvsim.engines.ollama_releases.ollama_default_num_ctx`: 4096, or by the card's
+VRAM from v0.15.5).  The presets' numbers apply only where no model is known.
+
+NOTE: the ``ollama`` preset follows one Ollama release, ``ollama_version`` (default
+:data:`~kvsim.engines.ollama_releases.OLLAMA_LATEST`); every default that changed between
+releases (docs/reference/engines.md §4) is derived from it for the knobs a scenario leaves
+unset (:func:`~kvsim.engines.ollama_releases.ollama_defaults`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from kvsim.config.units import Bytes, FrozenModel
+from kvsim.engines import engine_for, registered_engines
+from kvsim.engines.base import Engine
+from kvsim.errors import InputError
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class PagedEngineConfig(FrozenModel):
+    """vLLM / SGLang: a paged block pool with prefix caching and preemption."""
+
+    model_config = _FROZEN
+
+    preset: Literal["vllm", "sglang"]
+    allocator: Literal["paged"] = "paged"
+    block_tokens: int = Field(gt=0)
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    context_tokens: int = Field(gt=0, description="max_model_len (per request)")
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0, description="token budget per step")
+    enable_prefix_caching: bool = True
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    cuda_graph_bytes: Bytes = 0
+    non_torch_bytes: Bytes = 0
+    activation_bytes: Bytes | None = Field(
+        None, description="profiled peak activation; None = estimate from the model")
+    kv_cache_memory_bytes: Bytes | None = Field(None, description="--kv-cache-memory override")
+    num_gpu_blocks_override: int | None = Field(None, gt=0)
+    swap_space_bytes: Bytes = 0
+    disable_hybrid_kv_cache_manager: bool | None = Field(
+        None, description="vLLM: True holds sliding-window layers at full length (§1.7); "
+        "None (auto) turns the hybrid manager off only with a KV connector or swap")
+    max_total_tokens: int | None = Field(
+        None, gt=0, description="SGLang --max-total-tokens: caps the pool at this many "
+        "tokens (§2.1); None = all that mem_fraction_static leaves")
+    supported_cache_types: tuple[str, ...] = ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> PagedEngineConfig:
+        engine = engine_for(self.preset)
+        _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
+                           self.preset)
+        _check_one_cache_type(self.cache_type_k, self.cache_type_v, engine)
+        for knob, unset, instead in engine.foreign_knobs:
+            if getattr(self, knob) != unset:
+                raise InputError(knob, getattr(self, knob),
+                                 f"not a knob of the {self.preset} preset: {instead}")
+        if self.preemption_mode == "swap" and self.disable_hybrid_kv_cache_manager is False:
+            raise InputError("disable_hybrid_kv_cache_manager", False, "true or unset: "
+                             "preemption_mode swap is vLLM V0, which has no hybrid manager")
+        return self
+
+
+class SlotEngineConfig(FrozenModel):
+    """llama.cpp / Ollama: per-slot contexts (or one unified pool) allocated at load."""
+
+    model_config = _FROZEN
+
+    preset: Literal["llama.cpp", "ollama"]
+    allocator: Literal["slots", "unified"]
+    context_tokens: int = Field(gt=0, description="llama.cpp -c (all slots) / ollama num_ctx")
+    parallel: int = Field(gt=0, description="--parallel / OLLAMA_NUM_PARALLEL")
+    context_pad_tokens: int = Field(256, gt=0, description="-c is padded to a multiple of this")
+    n_batch: int = Field(2048, gt=0)
+    n_ubatch: int = Field(512, gt=0)
+    flash_attn: bool = True
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    cache_prompt: bool = True
+    slot_prompt_similarity: float | None = Field(
+        0.10, ge=0, le=1, description="llama-server's threshold (0 = always the LRU slot); "
+        "None = the longest common prefix, no threshold (Ollama's runners)")
+    cache_ram_bytes: Bytes | None = Field(None, description="--cache-ram; None = unlimited")
+    cache_idle_slots: bool = Field(True, description="--cache-idle-slots: after a task starts, "
+                                   "idle slots are saved to the RAM cache (and cleared when "
+                                   "unified)")
+    context_shift: bool = False
+    n_keep: int = Field(0, ge=-1)
+    n_discard: int = Field(0, ge=0, description="context shift: tokens discarded after n_keep; "
+                           "0 = half of them (llama.cpp request default, docs/reference/engines.md "
+                           "§3.4)")
+    gpu_layers: int | None = Field(None, ge=0, description="-ngl; None = all that fit")
+    op_offload: bool = Field(True, description="false = --no-op-offload: a ubatch of "
+                             "op_offload_min_batch tokens or more no longer runs the CPU "
+                             "layers' matmuls on the GPU (kvsim.latency.offload)")
+    op_offload_min_batch: int = Field(32, gt=0, description="GGML_OP_OFFLOAD_MIN_BATCH: the "
+                                      "smallest ubatch whose host-weight ops go to the GPU")
+    use_mmap: bool = Field(True, description="false = --no-mmap: host weights in pinned "
+                           "memory, copied at the link's full rate, not its pageable rate")
+    max_queue: int | None = Field(None, gt=0, description="requests that may wait for a "
+                                  "slot, then HTTP 503 (Ollama OLLAMA_MAX_QUEUE); None = "
+                                  "no limit (llama-server defers without one)")
+    fit_context: bool = Field(False, description="-c unset (0 = the training context): "
+                              "--fit shrinks it toward what fits, not below 4096, rounded "
+                              "to 256 (docs/reference/engines.md §3.1, §3.6)")
+    gpu_overhead_bytes: Bytes = 0
+    minimum_reserve_bytes: Bytes = 0
+    compute_buffer_bytes: Bytes | None = Field(None, description="None = estimate from the model")
+    supported_cache_types: tuple[str, ...] = (
+        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+    notes: str = ""
+
+    ignored_cache_type: str | None = Field(
+        None, description="Ollama: the OLLAMA_KV_CACHE_TYPE it ignored because flash "
+        "attention is off (the cache is then f16, docs/reference/engines.md §4.1)")
+    ollama_version: str | None = Field(
+        None, description="Ollama: the release whose defaults apply (docs/reference/engines.md §4, "
+        "ollama_defaults), e.g. '0.15.5'; None on llama.cpp")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ollama_quantizes_only_with_flash_attention(cls, raw: Any) -> Any:
+        """Ollama applies its KV cache type only with flash attention, otherwise the cache
+        is silently f16 (§4.1, ``Engine.ignores_quant_cache_without_flash_attn``); llama-server
+        refuses a quantized V cache instead (below)."""
+        if not isinstance(raw, dict) or raw.get("preset") not in registered_engines() \
+                or not engine_for(raw["preset"]).ignores_quant_cache_without_flash_attn:
+            return raw
+        if raw.get("flash_attn", True):  # NOTE: a re-validated dump may carry a stale one
+            return {**raw, "ignored_cache_type": None} if raw.get("ignored_cache_type") \
+                else raw
+        k, v = raw.get("cache_type_k", "f16"), raw.get("cache_type_v", "f16")
+        if (k, v) == ("f16", "f16") or k != v:  # NOTE: K != V is refused below
+            return raw
+        return {**raw, "cache_type_k": "f16", "cache_type_v": "f16", "ignored_cache_type": v}
+
+    @model_validator(mode="after")
+    def _check(self) -> SlotEngineConfig:
+        engine = engine_for(self.preset)
+        _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
+                           self.preset)
+        _check_one_cache_type(self.cache_type_k, self.cache_type_v, engine)
+        if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
+            raise InputError(
+                "cache_type_v", self.cache_type_v, "a quantized V cache requires flash "
+                "attention: the real server refuses it ('V cache quantization requires "
+                "flash_attn'); set flash_attn or use an f16 V cache")
+        engine.check_release(self.ollama_version)
+        if self.allocator == "slots" and self.parallel > self.context_tokens:
+            raise InputError("parallel", self.parallel,
+                             f"exceeds context_tokens ({self.context_tokens}); must be at most that")
+        return self
+
+
+EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminator="preset")]
+
+
+def _check_one_cache_type(k: str, v: str, engine: Engine) -> None:
+    flag, ref = engine.one_cache_type_flag, engine.one_cache_type_section
+    if flag and k != v:
+        raise InputError("cache_type_v", v, f"the same as cache_type_k ('{k}'): {engine.name} "
+                         f"has one {flag} for both K and V (docs/reference/engines.md {ref})")
+
+
+def _check_cache_types(k: str, v: str, supported: tuple[str, ...], preset: str) -> None:
+    for which, t in (("cache_type_k", k), ("cache_type_v", v)):
+        if t not in supported:
+            raise InputError(which, t, f"not supported by {preset}; allowed: "
+                             + ", ".join(supported))
+
+
+def slot_tokens(cfg: SlotEngineConfig) -> int:
+    """Tokens one slot may hold (llama.cpp ``n_ctx_seq``; Ollama ``num_ctx``: an engine
+    whose ``context_tokens`` counts one slot's cells)."""
+    pad = cfg.context_pad_tokens
+    if engine_for(cfg.preset).context_scope == "slot":
+        return cfg.context_tokens
+    if cfg.allocator == "unified":
+        return -(-cfg.context_tokens // pad) * pad
+    per = cfg.context_tokens // cfg.parallel
+    return -(-per // pad) * pad
+
+
+def pool_tokens_hint(cfg: SlotEngineConfig) -> int:
+    """KV cells allocated at load (llama.cpp ``n_ctx`` after padding/rounding)."""
+    if cfg.allocator == "unified" and engine_for(cfg.preset).context_scope != "slot":
+        return slot_tokens(cfg)
+    return slot_tokens(cfg) * cfg.parallel
+
+
