@@ -6,7 +6,7 @@ latency model, the simulator, fit and plan.  They are data, not behaviour: no
 class hierarchies, one model per kind of profile, SI units in every name.
 
 NOTE: every profile carries ``source`` and ``notes`` so each number can be traced
-back to ``shared/reference``.
+back to ``docs/reference``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every shipped profile loads, and the catalogue matches shared/reference."""
+"""Every shipped profile loads, and the catalogue matches docs/reference."""
 
 import csv
 from pathlib import Path
@@ -18,7 +18,7 @@ from kvsim.config.catalog import (
 from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
 
-REFERENCE = Path(__file__).parents[2] / ".." / "shared" / "reference"
+REFERENCE = Path(__file__).parents[2] / "docs" / "reference"  # the repository copy
 LOADERS = {"gpus": load_gpu, "models": load_model, "links": load_link, "hosts": load_host,
            "engines": resolve_engine}
 
