@@ -171,7 +171,7 @@ def from_log(logfile: str) -> None:
     """Read KV capacity facts (tokens, blocks, n_ctx, KV buffer sizes) from a vLLM,
     llama.cpp or Ollama startup log and print them as JSON on stdout. Nothing is
     written or applied: copy the numbers you need into your scenario."""
-    from kvsim.calibrate.logs import read_log
+    from kvsim.engines.startup_log import read_log
 
     facts = read_log(logfile)
     click.echo(json.dumps(facts.model_dump(exclude_none=True, exclude_defaults=False),

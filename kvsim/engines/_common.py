@@ -47,6 +47,9 @@ class EngineTraits:
     def unified_pool(self, cfg: Any) -> bool:
         return False
 
+    def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
+        return {}
+
     def check_release(self, version: str | None) -> None:
         if version is not None:
             raise InputError("ollama_version", version, "not a knob of the "

@@ -134,6 +134,12 @@ class Engine(Protocol):
         """All slots share one pool (llama.cpp ``-kvu``)."""
         ...
 
+    def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
+        """The capacity facts this engine printed in one startup's log ``text``, as
+        :class:`kvsim.engines.startup_log.LogFacts` fields ({} where it printed none of
+        its lines; ``name`` names the log in errors)."""
+        ...
+
     def launch_command(self, s: Any) -> str:
         """The command that starts the real engine with scenario ``s``'s settings (what
         ``kvsim plan`` prints)."""

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines._checkpoint import GGUF_LAYOUT, gguf_file
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._log_patterns import FLOAT, mib_bytes
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
 from kvsim.engines.memory import MIB, MemoryBudget
 from kvsim.model.geometry import kv_geometry
@@ -45,6 +47,9 @@ class LlamaCpp(EngineTraits):
         if not e.cache_idle_slots:
             parts.append("--no-cache-idle-slots")
         return " ".join(parts)
+
+    def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
+        return read_llama_cpp_log(text, name)
 
     def launch_notes(self, s: Any) -> list[str]:
         if weight_format(s.weights).name not in GGUF_LAYOUT:
@@ -150,3 +155,54 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
         notes.append(f"recurrent state f32: {mib(geo.recurrent_bytes_per_seq)} per sequence")
     return slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
                         driver, display, logs, notes, cpu_expert_layers=moe)
+
+
+def read_llama_cpp_log(text: str, name: str = "log") -> dict[str, object]:
+    """llama.cpp's context and KV cache lines (docs/reference/engines.md §3.1)."""
+    out: dict[str, object] = {}
+    for key, pat in (("n_seq_max", r"n_seq_max\s*=\s*(\d+)"), ("n_ctx", r"\bn_ctx\s*=\s*(\d+)"),
+                     ("n_ctx_seq", r"n_ctx_(?:seq|per_seq)\s*=\s*(\d+)")):
+        prefix = r"llama_(?:context|new_context_with_model|init_from_model):.*?"
+        if m := re.search(prefix + pat, text):
+            out[key] = int(m.group(1))
+    if m := re.search(r"kv_unified\s*=\s*(true|false)", text):
+        out["kv_unified"] = m.group(1) == "true"
+    buffers = _kv_buffers(text, name)
+    if buffers:
+        out["kv_buffers"] = buffers
+        out["kv_buffer_bytes"] = sum(buffers.values())
+    size = re.search(r"llama_kv_cache\w*: size\s*=\s*" + FLOAT + r" MiB \(\s*(\d+) cells,\s*"
+                     r"(\d+) layers,\s*\d+/(\d+) seqs\), K \((\w+)\):\s*" + FLOAT
+                     + r" MiB, V \((\w+)\):\s*" + FLOAT + " MiB", text)
+    self_size = re.search(r"KV self size\s*=\s*" + FLOAT + r" MiB, K \((\w+)\):\s*" + FLOAT
+                          + r" MiB, V \((\w+)\):\s*" + FLOAT + " MiB", text)
+    if size:
+        out.update(kv_size_bytes=mib_bytes(size.group(1)), kv_cells=int(size.group(2)),
+                   kv_layers=int(size.group(3)), kv_streams=int(size.group(4)),
+                   k_type=size.group(5), k_bytes=mib_bytes(size.group(6)), v_type=size.group(7),
+                   v_bytes=mib_bytes(size.group(8)))
+    elif self_size:
+        out.update(kv_size_bytes=mib_bytes(self_size.group(1)), k_type=self_size.group(2),
+                   k_bytes=mib_bytes(self_size.group(3)), v_type=self_size.group(4),
+                   v_bytes=mib_bytes(self_size.group(5)))
+    if m := re.search(r"SWA KV cache, size\s*=\s*(\d+) cells", text):
+        out["swa_cells"] = int(m.group(1))
+    return out
+
+
+
+
+def _kv_buffers(text: str, name: str) -> dict[str, int]:
+    """``<dev> KV buffer size`` per device, summed over the KV caches of one startup.
+
+    NOTE: llama.cpp prints one line per device per KV cache (K and V together), so a
+    device appears once — twice for an SWA model (its non-SWA and SWA caches,
+    ``docs/reference/engines.md`` §3.1); later lines of the same startup belong to another
+    context (a draft model's), so the first ones are the served model's.
+    """
+    caches = 2 if re.search(r"SWA KV cache", text) else 1
+    lines: dict[str, list[int]] = {}
+    for m in re.finditer(r"llama_kv_cache\w*:\s+(\S+) KV buffer size\s*=\s*" + FLOAT
+                         + r" MiB", text):
+        lines.setdefault(m.group(1), []).append(mib_bytes(m.group(2)))
+    return {dev: sum(sizes[:caches]) for dev, sizes in lines.items()}

@@ -4,11 +4,12 @@ load-time memory layout with the release's layer placement (§4.2-§4.4)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvsim.config.specs import GpuSpec, ModelSpec
-from kvsim.config.units import format_bytes
+from kvsim.config.units import format_bytes, parse_bytes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
 from kvsim.engines.base import BudgetOf
@@ -43,6 +44,9 @@ class Ollama(EngineTraits):
                f"OLLAMA_KV_CACHE_TYPE={e.cache_type_k}",
                f"OLLAMA_FLASH_ATTENTION={1 if e.flash_attn else 0}"]
         return " ".join(env) + " ollama serve"
+
+    def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
+        return read_ollama_log(text, name)
 
     def launch_notes(self, s: Any) -> list[str]:
         return []
@@ -156,3 +160,21 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
                    f"{format_bytes(lay['gpu_total'](est.gpu_layers))}")
     return slot_budget(engine, gpu, model, ws, geo, lay, est.gpu_layers, n_ctx, num_ctx,
                         driver, display, logs, notes, estimate=est, failure=failure)
+
+
+def read_ollama_log(text: str, name: str = "log") -> dict[str, object]:
+    """Ollama's own ``memory.required`` line (docs/reference/engines.md §4.2); the llama.cpp
+    lines its runner prints are llama.cpp's reader's."""
+    out: dict[str, object] = {}
+    line = next((ln for ln in text.splitlines() if "memory.required" in ln), None)
+    if line is None:
+        return out
+    memory: dict[str, int] = {}
+    for m in re.finditer(r'(memory\.[\w.]+)="?([0-9.]+ ?[KMGT]?i?B)"?', line):
+        memory[m.group(1).removeprefix("memory.")] = parse_bytes(m.group(2), m.group(1))
+    out["ollama_memory"] = memory
+    if m := re.search(r"layers\.offload=(\d+)", line):
+        out["layers_offload"] = int(m.group(1))
+    if m := re.search(r"layers\.model=(\d+)", line):
+        out["layers_model"] = int(m.group(1))
+    return out

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvsim.config.units import parse_bytes
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_layout import paged_budget
 from kvsim.engines.base import ForeignKnob
 
@@ -60,6 +63,9 @@ class Vllm(EngineTraits):
                 f"--gpu-memory-utilization {e.gpu_memory_utilization:g} "
                 f"--kv-cache-dtype {kv_dtype_flag(e.cache_type_k)}" + "".join(pool))
 
+    def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
+        return read_vllm_log(text, name)
+
     def launch_notes(self, s: Any) -> list[str]:
         return paged_notes(s, gguf_tokenizer=True)
 
@@ -71,3 +77,23 @@ ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="-
               settings=frozenset({"gpu_util", "hybrid_kv"}),
               one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
               foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True)
+
+
+def read_vllm_log(text: str, name: str = "log") -> dict[str, object]:
+    """vLLM's capacity lines (docs/reference/engines.md §1): ``GPU KV cache size``,
+    ``Maximum concurrency``, ``Available KV cache memory``, older ``# GPU blocks``."""
+    out: dict[str, object] = {}
+    if m := re.search(r"GPU KV cache size:\s*" + NUM + r"\s*tokens", text):
+        out["kv_cache_tokens"] = to_int(m.group(1))
+    if m := re.search(r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request:\s*"
+                      + FLOAT + "x", text):
+        out["max_concurrency_tokens"] = to_int(m.group(1))
+        out["max_concurrency"] = float(m.group(2))
+    if m := re.search(r"Available KV cache memory:\s*" + FLOAT + r"\s*([KMGT]i?B)", text):
+        out["available_kv_bytes"] = parse_bytes(f"{m.group(1)} {m.group(2)}")
+    if m := re.search(r"# (?:GPU|gpu|cuda|CUDA) blocks:\s*" + NUM
+                      + r"(?:,\s*# CPU blocks:\s*" + NUM + ")?", text):
+        out["gpu_blocks"] = to_int(m.group(1))
+        if m.group(2):
+            out["cpu_blocks"] = to_int(m.group(2))
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.calibrate.logs import read_log_text
+from kvsim.engines.startup_log import read_log_text
 from kvsim.errors import InputError
 
 # nothing listens on port 9 (discard): a check that passes would fail to connect, with

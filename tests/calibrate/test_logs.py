@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.calibrate.logs import read_log, read_log_text
+from kvsim.engines.startup_log import read_log, read_log_text
 from kvsim.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"

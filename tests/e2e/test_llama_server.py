@@ -38,7 +38,7 @@ import pytest
 
 from kvsim.calibrate.engine import EngineGrid, measure_engine, ram_cache_link
 from kvsim.calibrate.engine_samples import EngineSamples, engine_artifact
-from kvsim.calibrate.logs import read_log_text
+from kvsim.engines.startup_log import read_log_text
 from kvsim.calibrate.replay import ReplayOptions, replay
 from kvsim.calibrate.tiny_gguf import BYTE_IDS, TinyLlama, write_tiny_gguf
 from kvsim.calibrate.validate import compare_requests, compare_results
