@@ -22,7 +22,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -43,56 +43,11 @@ from kvsim.engines import engine_for
 from kvsim.engines.config import EngineConfig, PagedEngineConfig
 from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError, from_validation_error
+from kvsim.latency.config import LatencyConfig, RooflineConfig
 from kvsim.metrics.accuracy import AccuracyConfig
 from kvsim.policies import PolicyConfig
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-
-class RooflineLatency(FrozenModel):
-    """Step times from the card's spec sheet: the backend-aware roofline
-    (kvsim.latency.backend; constants fitted on published llama.cpp measurements), or
-    with ``rates: peak`` the plain one (peak × the profile's efficiencies)."""
-
-    model_config = _FROZEN
-    kind: Literal["roofline"] = "roofline"
-    backend: Literal["auto", "CUDA", "ROCm", "Vulkan", "Metal", "SYCL"] = Field(
-        "auto", description="the engine's GPU backend; auto: CUDA on NVIDIA, ROCm on AMD, "
-        "Metal on Apple, Vulkan on Intel")
-    rates: Literal["backend", "peak"] = Field(
-        "backend", description="backend: fitted backend constants; peak: the card's peak "
-        "rates × its profile's bandwidth/compute efficiencies")
-    constants: str | None = Field(None, description="a speed-constants YAML to use instead "
-                                  "of the shipped one (rates: backend)")
-    step_overhead_s: Seconds | None = Field(
-        None, ge=0, description="per-step launch/sync overhead; unset: the backend's fitted "
-        "overhead (rates: backend) or 4 ms (rates: peak)")
-    kv_dequant_factor: float = Field(
-        0.25, ge=0, description="quantized KV: dequant time as a fraction of its read time "
-        "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
-
-
-class CalibratedLatency(FrozenModel):
-    model_config = _FROZEN
-    kind: Literal["calibrated"]
-    path: str
-    out_of_range: Literal["clamp", "refuse"] = "clamp"
-
-
-class ConstantLatency(FrozenModel):
-    """Fixed costs, for tests and queueing-theory validation."""
-
-    model_config = _FROZEN
-    kind: Literal["constant"]
-    step_s: Seconds = Field(0.02, ge=0, description="fixed time of one engine step")
-    prefill_token_s: Seconds = Field(0.0, ge=0, description="added per prefilled token")
-    decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
-    # NOTE: no transfer cost here: every KV copy is priced by the PCIe link model
-    # (kvsim.core.link, LinkSpec.latency_s + bytes / bandwidth) whatever the latency kind.
-
-
-LatencyConfig = Annotated[
-    RooflineLatency | CalibratedLatency | ConstantLatency, Field(discriminator="kind")]
 
 
 class SimOptions(FrozenModel):
@@ -128,7 +83,7 @@ class Scenario(FrozenModel):
     driver_reserve_bytes: Bytes = Field(400 * 2**20, ge=0, description="CUDA context etc.")
     display_reserve_bytes: Bytes = Field(0, ge=0, description="desktop / other processes")
     workload: WorkloadConfig
-    latency: LatencyConfig = Field(default_factory=RooflineLatency)
+    latency: LatencyConfig = Field(default_factory=RooflineConfig)
     policies: tuple[PolicyConfig, ...] = Field(
         (), description="KV policies (kvsim.policies): a list of mappings with a 'kind'")
     accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig,
@@ -191,7 +146,7 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
         if parts[0] == "latency" and len(parts) > 1 and out.get("latency") is None:
             # NOTE: the section a scenario without one has (Scenario.latency's default), so
             # that latency.KEY=… merges into it, keeping its kind, as engine.KEY=… does
-            out["latency"] = {"kind": RooflineLatency().kind}
+            out["latency"] = {"kind": RooflineConfig().kind}
         node: Any = out
         for p, below in itertools.pairwise(parts):
             node = _descend(node, p, below, key)

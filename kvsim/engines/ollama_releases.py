@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-from kvsim.config.specs import GpuSpec
+from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import parse_bytes
 from kvsim.engines.base import BudgetOf
 from kvsim.errors import InputError
@@ -67,12 +67,15 @@ def parse_ollama_version(text: Any, field: str = "engine.ollama_version") -> Ver
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
-def ollama_arch(model: Any) -> str:
+def ollama_arch(model: ModelSpec | None) -> str:
     """The GGUF ``general.architecture`` Ollama keys its per-model rules on, from the
-    profile's name or HF repo ('' when kvsim cannot tell: no per-architecture rule)."""
-    text = f"{getattr(model, 'name', '')} {getattr(model, 'hf_repo', '')}".lower()
+    profile's name or HF repo ('' when kvsim cannot tell, or no model is known: no
+    per-architecture rule)."""
+    if model is None:
+        return ""
+    text = f"{model.name} {model.hf_repo}".lower()
     arch = next((a for pattern, a in _ARCHS if re.search(pattern, text)), "")
-    return "qwen3moe" if arch == "qwen3" and getattr(model, "num_experts", None) else arch
+    return "qwen3moe" if arch == "qwen3" and model.num_experts else arch
 
 
 def ollama_default_num_ctx(version: Version, gpu: GpuSpec | None = None,

@@ -5,16 +5,24 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kvsim.engines.config import EngineConfig, SlotEngineConfig
 from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.bench_artifact import is_bench_artifact, load_bench_artifact
 from kvsim.latency.calibrated import make_calibrated
+from kvsim.latency.config import RooflineConfig
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.offload import op_offload_for
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
 
 PEAK_OVERHEAD_S = 0.004
 """The plain roofline's per-step overhead when the scenario sets none (``rates: peak``)."""
+
+
+def _flash_attn(engine: EngineConfig) -> bool:
+    """Whether the engine runs flash attention (a slot engine's ``flash_attn``; the
+    paged engines always do)."""
+    return engine.flash_attn if isinstance(engine, SlotEngineConfig) else True
 
 
 def backend_rates(scenario: Any) -> GpuRates | None:
@@ -25,7 +33,7 @@ def backend_rates(scenario: Any) -> GpuRates | None:
         return None
     backend = default_backend(scenario.gpu) if cfg.backend == "auto" else cfg.backend
     r = gpu_rates(scenario.gpu, scenario.model, scenario.weights, backend=backend,
-                  flash_attn=bool(getattr(scenario.engine, "flash_attn", True)),
+                  flash_attn=_flash_attn(scenario.engine),
                   constants=load_constants(cfg.constants) if cfg.constants else None)
     return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s)
 
@@ -36,7 +44,7 @@ def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
     own model, weights and flash-attention setting."""
     art = load_bench_artifact(scenario.latency.path)
     rates = gpu_rates(art.device, scenario.model, scenario.weights, backend=art.backend,
-                      flash_attn=bool(getattr(scenario.engine, "flash_attn", True)),
+                      flash_attn=_flash_attn(scenario.engine),
                       constants=art.constants)
     label = f"calibrated(llama-bench {scenario.latency.path})"
     return _roofline(scenario, budget, replace(rates, label=label), rates.overhead_s)
@@ -77,7 +85,8 @@ def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
         weights=model_weights(scenario.model, scenario.weights),
         gpu_layers=None if budget is None else budget.gpu_layers,
         step_overhead_s=overhead_s, rates=rates,
-        kv_dequant_factor=getattr(cfg, "kv_dequant_factor", DEFAULT_DEQUANT_FACTOR),
+        kv_dequant_factor=cfg.kv_dequant_factor if isinstance(cfg, RooflineConfig)
+        else DEFAULT_DEQUANT_FACTOR,
         kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
         cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers,
         op_offload=op_offload_for(scenario))

@@ -68,7 +68,7 @@ def op_offload_for(scenario: Any) -> OpOffload | None:
     eng, link, host = scenario.engine, scenario.link, scenario.host
     if not engine_for(eng.preset).op_offload or not eng.op_offload:
         return None
-    if link is None or link.name == "unified" or getattr(host, "unified_with_gpu", False):
+    if link is None or link.name == "unified" or (host is not None and host.unified_with_gpu):
         return None
     pageable = eng.use_mmap
     rate = link.h2d_bytes_per_s * (link.pageable_factor if pageable else 1.0)

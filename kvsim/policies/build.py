@@ -26,6 +26,7 @@ from kvsim.engines import engine_for
 from kvsim.engines.config import SlotEngineConfig
 from kvsim.errors import InputError
 from kvsim.latency.base import BatchShape, LatencyModel
+from kvsim.latency.config import RooflineConfig
 from kvsim.model.dtypes import bytes_per_element
 from kvsim.policies import EVICTION_KINDS, PAGED_KINDS, REGISTRY, SLOT_KINDS
 from kvsim.policies.quantization import nominal_bits
@@ -170,7 +171,9 @@ def wire_policies(scenario: Any, sizing: PoolSizing, latency: LatencyModel
     ram_limit = _idle_offload_budget(offloads[0][0], offload, engine, host) \
         if offload is not None and offload.mode == "offload" and slot else None
     gpu_bw = latency.gpu_bytes_per_s  # roofline: sustained GPU bandwidth
-    factor = getattr(scenario.latency, "kv_dequant_factor", 0.0)
+    # NOTE: demoted tokens pay the roofline's dequant factor; other models price none
+    factor = scenario.latency.kv_dequant_factor \
+        if isinstance(scenario.latency, RooflineConfig) else 0.0
 
     def runtime(sched: PagedScheduler | SlotScheduler) -> PolicyRuntime:
         return PolicyRuntime(

@@ -8,32 +8,28 @@ import json
 import pytest
 
 from kvsim.errors import InputError
-from kvsim.scenario import (
-    CalibratedLatency,
-    ConstantLatency,
-    RooflineLatency,
-    load_scenario,
-)
+from kvsim.latency.config import CalibratedConfig, ConstantConfig, RooflineConfig
+from kvsim.scenario import load_scenario
 
 
 def test_one_roofline_key_on_a_scenario_without_a_latency_section():
     # quickstart names no latency: Scenario.latency defaults to roofline (overhead 4 ms)
-    assert load_scenario("quickstart").latency == RooflineLatency()
+    assert load_scenario("quickstart").latency == RooflineConfig()
     lat = load_scenario("quickstart", ["latency.step_overhead_s=0.01"]).latency
-    assert lat == RooflineLatency(step_overhead_s=0.01)
+    assert lat == RooflineConfig(step_overhead_s=0.01)
     assert (lat.kind, lat.step_overhead_s, lat.kv_dequant_factor) == ("roofline", 0.01, 0.25)
 
 
 @pytest.mark.parametrize("sets,expected", [
-    (["latency.kind=constant"], ConstantLatency(kind="constant")),
+    (["latency.kind=constant"], ConstantConfig(kind="constant")),
     (["latency.kind=constant", "latency.step_s=0.03"],
-     ConstantLatency(kind="constant", step_s=0.03)),
+     ConstantConfig(kind="constant", step_s=0.03)),
     (["latency.step_s=0.03", "latency.kind=constant"],
-     ConstantLatency(kind="constant", step_s=0.03)),
-    (["latency={kind: constant, step_s: 0.05}"], ConstantLatency(kind="constant", step_s=0.05)),
+     ConstantConfig(kind="constant", step_s=0.03)),
+    (["latency={kind: constant, step_s: 0.05}"], ConstantConfig(kind="constant", step_s=0.05)),
     # docs/calibration.md
     (["latency.kind=calibrated", "latency.path=calibration/x.json"],
-     CalibratedLatency(kind="calibrated", path="calibration/x.json")),
+     CalibratedConfig(kind="calibrated", path="calibration/x.json")),
 ])
 def test_latency_kind_still_switches(sets, expected):
     assert load_scenario("quickstart", sets).latency == expected
@@ -45,7 +41,7 @@ def test_a_key_merges_into_the_section_the_file_has(tmp_path):
                  "latency: {kind: constant, step_s: 0.05, decode_token_s: 0.001}\n",
                  encoding="utf-8")
     lat = load_scenario(p, ["latency.prefill_token_s=0.0001"]).latency
-    assert lat == ConstantLatency(kind="constant", step_s=0.05, decode_token_s=0.001,
+    assert lat == ConstantConfig(kind="constant", step_s=0.05, decode_token_s=0.001,
                                   prefill_token_s=0.0001)
 
 
