@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fit kvsim's backend speed constants on published measurements; print LODO errors.
 
-    python scripts/fit_speed.py --measurements ../shared/measurements \
+    python scripts/fit_speed.py --measurements docs/reference/measurements \
         -o hardware_profiles/speed/constants.yaml [--no-lodo]
 
 Reads every file in the measurements folder the way ``kvsim validate`` does, fits
@@ -49,7 +49,7 @@ def show(title: str, summary: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--measurements", type=Path, default=REPO.parent / "shared" / "measurements")
+    ap.add_argument("--measurements", type=Path, default=REPO / "docs" / "reference" / "measurements")
     ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
                     / "constants.yaml")
     ap.add_argument("--no-lodo", action="store_true", help="skip leave-one-device-out")
@@ -88,7 +88,7 @@ def main() -> None:
     if args.rows:
         _write_rows(args.rows, rows, log_errors(rows, full), {} if args.no_lodo else lodo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Written by scripts/fit_speed.py from shared/measurements; do not edit by "
+    header = ("# Written by scripts/fit_speed.py from docs/reference/measurements; do not edit by "
               "hand: re-run the script.\n# errors: leave-one-device-out, per "
               "kind/backend/metric.\n")
     args.out.write_text(header + yaml.safe_dump(_rounded(out), sort_keys=False),

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from kvsim.latency.backend import SpeedConstants
     from kvsim.validate.run import Validation
 
-HELP_FILES = ("measurement files: the layouts of shared/measurements (llamabench-scoreboard, "
+HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (llamabench-scoreboard, "
               "speed-vs-load, engine-memory-logs), llama-bench output (-o json, jsonl, csv or "
               "its markdown table, with the 'Device 0: ...' start-up lines if pasted) or "
               "llama-batched-bench's table")

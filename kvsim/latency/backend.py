@@ -6,7 +6,7 @@ SYCL) and, where measured, per vendor on a portable backend (``Vulkan:intel``) a
 architecture class (``CUDA:ada``, ``Metal:apple-m2``…) — never per card.
 
 NOTE: the constants live in ``hardware_profiles/speed/constants.yaml``, written by
-``scripts/fit_speed.py`` from ``shared/measurements``; this module only reads them. They were
+``scripts/fit_speed.py`` from ``docs/reference/measurements``; this module only reads them. They were
 fitted on llama.cpp measurements; other engines use them as the best available estimate.
 Design: docs/design/speed-model.md (the rate formulas, the fit and its errors).
 """

@@ -1,6 +1,6 @@
 """The value types every measurement reader returns and the validator consumes.
 
-A reader (``kvsim.validate.shared`` for the layouts in ``shared/measurements``,
+A reader (``kvsim.validate.shared`` for the layouts in ``docs/reference/measurements``,
 ``kvsim.validate.llamabench`` for llama-bench / llama-batched-bench output) turns each
 row it understands into :class:`Measurement` values and each row it cannot use into a
 :class:`Skipped` with the reason; nothing is dropped silently.

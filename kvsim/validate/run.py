@@ -1,7 +1,7 @@
 """``kvsim validate``: read measurement files, predict every row, summarise the errors.
 
 :func:`read_files` reads each file in whatever layout it is (the three of
-``shared/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
+``docs/reference/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
 table); a file that cannot be read is a problem line, not the end of the run.
 :func:`validate` predicts each measurement (:mod:`kvsim.validate.predict`) and returns a
 :class:`Validation`: one row per prediction, one per skipped measurement with the

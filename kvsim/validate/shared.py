@@ -1,4 +1,4 @@
-"""Readers for the measurement layouts of ``shared/measurements`` (detected from the header).
+"""Readers for the measurement layouts of ``docs/reference/measurements`` (detected from the header).
 
 - ``llamabench-scoreboard.csv``: one row = pp512 and tg128 of one device × backend ×
   model file × flash-attention setting -> two :class:`Measurement` values;
@@ -27,7 +27,7 @@ from kvsim.validate.records import Measurement, Skipped
 SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
 SPEED_VS_LOAD = ("id", "engine", "gpu", "model", "metric", "value", "unit")
 MEMORY_LOGS = ("id", "engine", "engine_version", "gpu", "printed_figures")
-KNOWN = {  # every column each layout has (shared/measurements/README.md)
+KNOWN = {  # every column each layout has (docs/reference/measurements/README.md)
     "scoreboard": set(SCOREBOARD) | {"model_size_gib", "weight_format", "flash_attn", "ngl",
                                      "build", "source", "notes"},
     "speed-vs-load": set(SPEED_VS_LOAD) | {"weight_format", "kv_type", "settings",

@@ -8,9 +8,9 @@ import pytest
 from kvsim.config.catalog import list_names, load_gpu
 from kvsim.config.gpu_names import GpuMatch, resolve_gpu
 
-MEASUREMENTS = Path(__file__).parents[2] / ".." / "shared" / "measurements"
+MEASUREMENTS = Path(__file__).parents[2] / "docs" / "reference" / "measurements"
 
-# Every `gpu` string of shared/measurements that names one catalogued device, as printed.
+# Every `gpu` string of docs/reference/measurements that names one catalogued device, as printed.
 PUBLISHED = {
     # llamabench-scoreboard.csv
     "AMD Instinct MI100": "instinct-mi100",
@@ -130,7 +130,7 @@ def test_tool_printed_names_and_loose_spellings_resolve(text, slug):
 
 def test_every_scoreboard_and_speed_string_is_in_the_tables():
     if not MEASUREMENTS.is_dir():
-        pytest.skip("shared/measurements not beside the checkout")
+        pytest.skip("docs/reference/measurements not beside the checkout")
     seen = set()
     for name in ("llamabench-scoreboard.csv", "speed-vs-load.csv"):
         with open(MEASUREMENTS / name, encoding="utf-8") as fh:

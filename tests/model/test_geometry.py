@@ -13,7 +13,7 @@ from kvsim.errors import InputError
 from kvsim.model.dtypes import bytes_per_element, cache_type
 from kvsim.model.geometry import kv_geometry
 
-REFERENCE = Path(__file__).parents[2] / ".." / "shared" / "reference"
+REFERENCE = Path(__file__).parents[2] / "docs" / "reference"
 with open(REFERENCE / "models.csv", encoding="utf-8") as _fh:
     ROWS = list(csv.DictReader(_fh))
 BY_DISPLAY = {load_model(n).display_name: load_model(n) for n in list_names("models")}

@@ -10,10 +10,10 @@ from kvsim.config.catalog import list_names, load_model
 from kvsim.model.names import ModelMatch, resolve_model
 from kvsim.model.weights import weight_format_names
 
-MEASUREMENTS = Path(__file__).resolve().parents[2] / ".." / "shared" / "measurements"
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements"
 
 RESOLVED = [
-    # llama.cpp scoreboards (shared/measurements/llamabench-scoreboard.csv)
+    # llama.cpp scoreboards (docs/reference/measurements/llamabench-scoreboard.csv)
     ("Llama 2 7B (llama-2-7b.Q4_0.gguf)", "llama-2-7b", "q4_0"),
     ("LLaMA 7B v2 (F16)", "llama-2-7b", "f16"),
     ("LLaMA 7B v2 (Q8_0)", "llama-2-7b", "q8_0"),

@@ -9,13 +9,13 @@ import pytest
 from kvsim.report.data_validate import validation_points
 
 HERE = Path(__file__).resolve().parent
-MEAS = HERE.parents[1] / ".." / "shared" / "measurements"
+MEAS = HERE.parents[1] / "docs" / "reference" / "measurements"
 SUMMARY_KEYS = {"kind", "backend", "metric", "n", "median_abs_rel_err", "p90_abs_rel_err",
                 "median_rel_err"}
 
 # A llama-bench markdown table as printed on an RTX 5090 (the published format; the
 # values are the 5090's scoreboard row: llama.cpp discussion #15013 via
-# shared/measurements/llamabench-scoreboard.csv, SB001, CUDA Llama 2 7B Q4_0)
+# docs/reference/measurements/llamabench-scoreboard.csv, SB001, CUDA Llama 2 7B Q4_0)
 PASTED_5090 = """\
 ggml_cuda_init: found 1 CUDA devices:
   Device 0: NVIDIA GeForce RTX 5090, compute capability 12.0, VMM: yes

@@ -1,4 +1,4 @@
-"""The readers of shared/measurements' three layouts: every row read or skipped with a reason."""
+"""The readers of docs/reference/measurements' three layouts: every row read or skipped with a reason."""
 from pathlib import Path
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from kvsim.errors import InputError
 from kvsim.validate.shared import backend_name, layout, number, read_shared_csv
 
-MEAS = Path(__file__).resolve().parents[2] / ".." / "shared" / "measurements"
+MEAS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements"
 
 
 def _read(name: str):
