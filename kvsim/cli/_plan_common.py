@@ -36,9 +36,9 @@ def constraint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--min-recall", type=float, default=None,
                      help="minimum mean recall (accuracy proxy) in [0, 1]"),
         click.option("--replications", "-n", type=int, default=8, show_default=True,
-                     help="seeded replications per point"),
+                     help="seeded replications per point (1-1000)"),
         click.option("--jobs", "-j", type=int, default=None,
-                     help="worker processes (default: all cores; 1 = in-process)"),
+                     help="worker processes, 1-1024 (default: all cores; 1 = in-process)"),
         click.option("--conservative", is_flag=True,
                      help="judge upper CI bounds (Wilson for OOM risk) instead of estimates; "
                      "with no OOM in n runs the bound is about 3.84/(n+3.84), so "

@@ -48,6 +48,24 @@ QUANT_OK_WITHOUT_FA = ("f16", "bf16", "f32")
 WEIGHT_FORMATS = sorted(weight_format_names(), key=lambda n: -weight_format(n).bits_per_weight)
 
 
+INT32_MAX = 2**31 - 1
+
+
+def _check_session_context(ctx: int, eng: Any, model: Any) -> None:
+    """Refuse a ``--context`` whose per-session share is above the model's maximum, as
+    ``kvsim plan`` does (kvsim.plan.flags.check_contexts): llama-server caps each slot at
+    it, so the cells above are ones no session can use; vLLM/SGLang refuse such a
+    max_model_len (already, in the engine's resolution) and Ollama clamps num_ctx to it."""
+    traits = engine_for(eng.preset)
+    if traits.context_scope != "pool":
+        return
+    most, slots = model.max_context_tokens, eng.parallel
+    if ctx > most * slots:
+        raise InputError("--context", ctx, f"at most {most * slots:,} for {slots} slot{'s' * (slots != 1)} "
+                         f"(-c is all slots' cells): {model.name}'s maximum is {most:,} "
+                         "tokens per session and llama-server caps each slot at it")
+
+
 def _positive(value: str | None, flag: str) -> int | None:
     if value is None:
         return None
@@ -193,7 +211,8 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               "'32k' = 32000; unset, the engine's own default: the model's maximum for "
               "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama its "
               "release's num_ctx (0.33.0: 4096 below 23 GiB of VRAM, 32768 below 47 GiB, "
-              "else 262144; at most the model's)")
+              "else 262144; at most the model's). Range: at most the model's maximum per "
+              "session (llama.cpp: x its slots)")
 @click.option("--parallel", default=None,
               help="sessions served at once, as in kvsim plan: llama.cpp --parallel "
               "slots (in the preset's unified pool unless --no-kv-unified, as in a "
@@ -202,7 +221,8 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               "length (vLLM's 'Maximum concurrency' >= parallel; fit says when it "
               "does not); unset on vllm/sglang, their default --max-num-seqs. The "
               "largest parallel fit prints keeps each session's context (llama.cpp "
-              "-c / parallel, -c scaled with it as in plan)")
+              "-c / parallel, -c scaled with it as in plan). Range: 1-256 on llama.cpp / "
+              "ollama (llama.cpp's LLAMA_MAX_SEQ), 1-65536 on vllm / sglang")
 @click.option("--kv", default=None, help="KV cache type for K and V (f16, q8_0, q4_0, fp8...)")
 @click.option("--kv-k", default=None, help="K cache type (-ctk)")
 @click.option("--kv-v", default=None, help="V cache type (-ctv)")
@@ -215,7 +235,8 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 @click.option("--flash-attn/--no-flash-attn", default=None,
               help="llama.cpp / ollama flash attention (default: the engine preset's)")
 @click.option("--gpu-layers", default=None,
-              help="llama.cpp -ngl / ollama num_gpu (default: auto)")
+              help="llama.cpp -ngl / ollama num_gpu, 0-2147483647 (more than the model's "
+              "layers = all; default: auto)")
 @click.option("--gpu-util", type=float, default=None,
               help="vllm gpu_memory_utilization / sglang mem_fraction_static")
 @click.option("--hybrid-kv/--no-hybrid-kv", default=None,
@@ -249,8 +270,9 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     if ctx is not None and par is not None and par > ctx:
         raise InputError("--parallel", par, f"must not exceed --context ({ctx})")
     ngl = None if gpu_layers is None else parse_count(gpu_layers, "--gpu-layers")
-    if ngl is not None and ngl < 0:
-        raise InputError("--gpu-layers", gpu_layers, "must be >= 0")
+    if ngl is not None and not 0 <= ngl <= INT32_MAX:
+        raise InputError("--gpu-layers", gpu_layers, f"between 0 and {INT32_MAX} (-ngl is "
+                         "a 32-bit count; a number above the model's layers = all of them)")
     if gpu_util is not None and not 0 < gpu_util <= 1:
         raise InputError("--gpu-util", gpu_util, "a fraction in (0, 1]")
     reserves = {"driver_reserve_bytes": parse_bytes(driver_reserve, "--driver-reserve"),
@@ -266,6 +288,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                                flash_attn, ngl, gpu_util, hybrid_kv, ollama_version)
     with _as_flags():
         eng = engine_for_gpu(spec, g, m, weights=weights)
+    if ctx is not None:
+        _check_session_context(ctx, eng, m)
     b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     notes = list(host_notes)
     traits = engine_for(eng.preset)

@@ -28,7 +28,7 @@ from kvsim.config.files import load_yaml, parse_yaml
 from kvsim.config.units import parse_count
 from kvsim.errors import InputError
 from kvsim.plan.executor import make_executor
-from kvsim.plan.flags import check_contexts
+from kvsim.plan.flags import check_contexts, check_parallels
 from kvsim.plan.parallel import PARALLEL_HELP
 from kvsim.plan.replicate import simulate_run
 from kvsim.plan.search import PlanGrid, PlanResult, search
@@ -78,6 +78,7 @@ def build_grid(s: Scenario, contexts: str | None, parallel: str | None, kv: str 
         c for c in DEFAULT_CONTEXTS if c <= s.model.max_context_tokens)
     check_contexts(ctx, s.model)
     par = parse_list(parallel, "--parallel", "1,2,4") or DEFAULT_PARALLEL
+    check_parallels(par, s.engine)
     kvs: tuple[str | None, ...] = (None,)
     if kv is not None:
         kvs = tuple(k.strip() for k in kv.split(",") if k.strip())

@@ -92,6 +92,12 @@ class Engine(Protocol):
     shifts_mla_context: bool
     """Context shift works on MLA (DeepSeek2-family) models; False: it is off for them
     whatever the scenario says (Ollama, §4.5)."""
+    max_parallel: int
+    """The most sequences served at once (``parallel`` / ``max_num_seqs``); more is refused
+    with :attr:`max_parallel_why`."""
+    max_parallel_why: str
+    """Why :attr:`max_parallel` is the bound: the engine's own limit, or kvsim's planning
+    range where the engine sets none."""
     hybrid_off_with_kv_connector: bool
     """A host KV tier (a KV connector) turns the hybrid KV cache manager off, and asking
     for it there is refused (vLLM, docs/reference/engines.md §1.6-§1.7)."""

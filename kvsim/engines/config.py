@@ -85,6 +85,7 @@ class PagedEngineConfig(FrozenModel):
         _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
                            self.preset)
         _check_one_cache_type(self.cache_type_k, self.cache_type_v, engine)
+        _check_parallel("max_num_seqs", self.max_num_seqs, engine)
         for knob, unset, instead in engine.foreign_knobs:
             if getattr(self, knob) != unset:
                 raise InputError(knob, getattr(self, knob),
@@ -183,10 +184,17 @@ class SlotEngineConfig(FrozenModel):
         if self.allocator == "slots" and self.parallel > self.context_tokens:
             raise InputError("parallel", self.parallel,
                              f"exceeds context_tokens ({self.context_tokens}); must be at most that")
+        _check_parallel("parallel", self.parallel, engine)
         return self
 
 
 EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminator="preset")]
+
+
+def _check_parallel(knob: str, n: int, engine: Engine) -> None:
+    if n > engine.max_parallel:
+        raise InputError(knob, n, f"at most {engine.max_parallel} on {engine.name}: "
+                         f"{engine.max_parallel_why}")
 
 
 def _check_one_cache_type(k: str, v: str, engine: Engine) -> None:

@@ -24,6 +24,9 @@ CACHE_RAM_DEFAULT_BYTES = 8192 * 2**20  # docs/reference/engines.md §3.4: --cac
 LLAMA_FIT_TARGET_BYTES = 1024 * MIB      # §3.6: --fit-target default 1024 MiB per device
 LLAMA_FIT_CTX_TOKENS = 4096              # §3.6: --fit-ctx default, the floor of the shrink
 
+LLAMA_MAX_SEQ = 256  # ggml-org/llama.cpp src/llama-cparams.h (64 in builds before mid-2025)
+"""llama.cpp's most sequences: llama_context refuses more ('n_seq_max must be <= 256')."""
+
 
 @dataclass(frozen=True)
 class LlamaCpp(EngineTraits):
@@ -64,7 +67,9 @@ class LlamaCpp(EngineTraits):
 
 
 # NOTE: llama-server allows -c above the training context (a warning only, §3.1)
-ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, caps_slot_at_training_context=True,
+ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, max_parallel=LLAMA_MAX_SEQ,
+                  max_parallel_why="llama.cpp's LLAMA_MAX_SEQ: llama-server refuses more "
+                  "slots ('n_seq_max must be <= 256')", caps_slot_at_training_context=True,
                   op_offload=True, context_scope="pool", context_knob="-c",
                   settings=frozenset({"flash_attn", "gpu_layers", "kv_unified"}),
                   quant_v_needs_flash_attn=True, context_above_model="allow",

@@ -13,7 +13,7 @@ from kvsim.config.units import format_bytes, parse_bytes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
 from kvsim.engines.base import BudgetOf
-from kvsim.engines.llama_cpp import llama_cpp_budget
+from kvsim.engines.llama_cpp import LLAMA_MAX_SEQ, llama_cpp_budget
 from kvsim.engines.memory import MemoryBudget, OllamaEstimate
 from kvsim.engines.ollama_releases import (
     OLLAMA_LATEST,
@@ -77,7 +77,9 @@ _TIERS = ", ".join(f"{n} from {b // 2**30} GiB" for b, n in OLLAMA_NUM_CTX_TIERS
 # clamps num_ctx to the training length (§4.1); its unset num_ctx depends on the card's
 # memory (kvsim.engines.ollama_releases, its newest release); it ignores a quantized cache
 # type without flash attention (§4.1) and cannot shift an MLA model's context (§4.5)
-ENGINE = Ollama(name="ollama", slot_family=True, truncates_prompt=True, op_offload=True,
+ENGINE = Ollama(name="ollama", slot_family=True, max_parallel=LLAMA_MAX_SEQ,
+                max_parallel_why="its runner is llama.cpp, whose LLAMA_MAX_SEQ refuses more "
+                "sequences ('n_seq_max must be <= 256')", truncates_prompt=True, op_offload=True,
                 context_scope="slot", context_knob="num_ctx",
                 settings=frozenset({"flash_attn", "gpu_layers", "ollama_version"}),
                 one_cache_type_flag="OLLAMA_KV_CACHE_TYPE", one_cache_type_section="§4.1",

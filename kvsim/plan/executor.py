@@ -33,6 +33,7 @@ from kvsim.errors import InputError
 DASK_CONNECT_TIMEOUT_S = 5.0
 MAX_DASK_TIMEOUT_S = 3600.0
 PARENT_POLL_S = 0.5
+MAX_JOBS = 1024  # local worker processes; a larger sweep wants a Dask cluster (--dask)
 
 
 class Executor(Protocol):
@@ -168,7 +169,7 @@ def make_executor(jobs: int | None = None, dask: str | None = None,
     """``dask`` address → Dask; ``jobs == 1`` → inline; else a local process pool."""
     if dask is not None:  # NOTE: "" is refused (_check_address), not a local run
         return DaskExecutor(dask, dask_timeout_s)
-    n = jobs if jobs is not None else max(1, (os.cpu_count() or 1))
-    if n < 1:
-        raise InputError("--jobs", n, "at least 1")
+    n = jobs if jobs is not None else min(max(1, os.cpu_count() or 1), MAX_JOBS)
+    if not 1 <= n <= MAX_JOBS:
+        raise InputError("--jobs", n, f"between 1 and {MAX_JOBS} worker processes")
     return InlineExecutor() if n == 1 else LocalExecutor(n)

@@ -48,6 +48,17 @@ def check_contexts(contexts: Iterable[int], model: Any, field: str = "--contexts
                          "num_ctx to it, llama-server caps each slot at it)")
 
 
+def check_parallels(parallels: Iterable[int], engine: Any, field: str = "--parallel") -> None:
+    """Refuse sessions-at-once above what the engine serves (``Engine.max_parallel``),
+    up front, naming the flag rather than the engine knob each point sets."""
+    traits = engine_for(engine.preset)
+    over = sorted({int(p) for p in parallels if int(p) > traits.max_parallel})
+    if over:
+        raise InputError(field, over[0] if len(over) == 1 else over,
+                         f"at most {traits.max_parallel} on {traits.name}: "
+                         f"{traits.max_parallel_why}")
+
+
 def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None
                      ) -> dict[str, Any]:
     """Engine keys that realise one plan point on this engine."""

@@ -40,7 +40,8 @@ PARALLEL_HELP = (
     "pool unless engine.allocator: slots), "
     "ollama OLLAMA_NUM_PARALLEL slots of num_ctx, vllm/sglang --max-num-seqs / "
     "--max-running-requests with a KV pool that holds that many max_model_len requests "
-    "(vLLM's 'Maximum concurrency' >= parallel)")
+    "(vLLM's 'Maximum concurrency' >= parallel); 1-256 on llama.cpp / ollama "
+    "(llama.cpp's LLAMA_MAX_SEQ), 1-65536 on vllm / sglang")
 
 
 def full_length_held(b: MemoryBudget) -> int | None:

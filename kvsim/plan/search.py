@@ -51,6 +51,11 @@ from kvsim.scenario import Scenario, scenario_hash
 MEMORY_BINDINGS = ("load", "offload", "device_fraction", "kv_pool")
 
 
+MAX_REPLICATIONS = 1000
+"""The most seeded runs per grid point: enough for --conservative's Wilson bound to reach
+an OOM risk of 0.005; more is hours per point."""
+
+
 @dataclass(frozen=True)
 class PlanGrid:
     contexts: tuple[int, ...]
@@ -86,6 +91,7 @@ class _Point:
     scenario: Scenario | None = None
     row: dict[str, Any] = field(default_factory=dict)
     error: InputError | None = None  # why this point's configuration is invalid
+
 
 
 def _invalid_row(p: _Point, exc: InputError, base_kv: str = "") -> dict[str, Any]:
@@ -243,8 +249,9 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
            runner: Runner = simulate_run, conservative: bool = False,
            progress: Callable[[int], None] | None = None) -> PlanResult:
     """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult."""
-    if replications < 1:
-        raise InputError("--replications", replications, "at least 1")
+    if not 1 <= replications <= MAX_REPLICATIONS:
+        raise InputError("--replications", replications, f"between 1 and {MAX_REPLICATIONS:,} "
+                         "(each is one whole run of the scenario per grid point)")
     if conservative:
         if replications < 2:
             raise InputError("--replications", replications, "at least 2 with --conservative: "
