@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 
 class InputError(ValueError):
@@ -86,12 +87,14 @@ def short_value(value: Any) -> Any:
     return value
 
 
-def from_validation_error(exc: Any, prefix: str = "", sep: str = ".") -> InputError:
+def from_validation_error(exc: Any, prefix: str = "", sep: str = ".",
+                          model: Any = None) -> InputError:
     """Turn the first error of a pydantic ``ValidationError`` into an InputError.
 
     The field is ``prefix`` + ``sep`` + the error's dotted location; a required field
     that is absent reads ``<field>: 'missing' — required ...``; a whole mapping is never
-    shown as the value (its keys are).
+    shown as the value (its keys are).  With ``model`` (the pydantic class validated), a
+    key it does not have is answered with the keys it has at that place.
     """
     err = exc.errors()[0]
     parts = [str(p) for p in err.get("loc", ()) if p != "__root__"]
@@ -110,6 +113,11 @@ def from_validation_error(exc: Any, prefix: str = "", sep: str = ".") -> InputEr
         value = ctx.get("tag", "missing")
         allowed = "one of " + str(ctx["expected_tags"]) if "expected_tags" in ctx else \
             f"required: '{key}' says which kind this is"
+    elif err.get("type") == "extra_forbidden":
+        value = short_value(given)
+        keys = _keys_at(model, parts[:-1])
+        allowed = ("not a key here; allowed: " + ", ".join(keys)) if keys else \
+            "not a key here (extra keys are not allowed)"
     elif err.get("type") == "missing":
         keys = ", ".join(map(str, given)) if isinstance(given, dict) and given else ""
         value, allowed = "missing", "required" + (f" (given: {keys})" if keys else "")
@@ -119,3 +127,43 @@ def from_validation_error(exc: Any, prefix: str = "", sep: str = ".") -> InputEr
     loc = ".".join(parts)
     field = f"{prefix}{sep}{loc}" if prefix and loc else (prefix or loc or "input")
     return InputError(field, value, allowed)
+
+
+def _keys_at(model: Any, path: list[str]) -> list[str]:
+    """The field names of the pydantic model found at ``path`` inside ``model``: through
+    fields, list/tuple indices and tagged unions (a ``kind`` in the path picks the member);
+    [] when there is no model or the path cannot be followed."""
+    cur, rest = model, list(path)
+    while True:
+        cur = _unwrap(cur)
+        members = [m for m in get_args(cur) if hasattr(m, "model_fields")] \
+            if get_origin(cur) in (Union, UnionType) else []
+        if members:
+            tag = rest.pop(0) if rest else None
+            cur = next((m for m in members if getattr(m.model_fields.get("kind"), "default",
+                                                      None) == tag), None)
+            continue
+        if get_origin(cur) in (list, tuple) and rest and rest[0].isdigit():
+            rest.pop(0)
+            cur = get_args(cur)[0]
+            continue
+        fields = getattr(cur, "model_fields", None)
+        if fields is None:
+            return []
+        if not rest:
+            return list(fields)
+        name = rest.pop(0)
+        if name not in fields:
+            return []
+        cur = fields[name].annotation
+
+
+def _unwrap(tp: Any) -> Any:
+    """``tp`` without ``Annotated[...]`` and ``X | None``."""
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return _unwrap(args[0])
+    return tp

@@ -245,7 +245,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        raise from_validation_error(exc, model=Scenario) from None
     return _hybrid_manager_rule(scenario)
 
 

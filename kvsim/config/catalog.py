@@ -74,8 +74,26 @@ def _load_raw(kind: str, name: str) -> dict[str, Any]:
         return read_yaml(as_path, field)
     candidate = _root() / kind / f"{name.lower()}.yaml"
     if not candidate.is_file():
+        if as_path.suffix.lower() in FILE_SUFFIXES or "/" in name or "\\" in name:
+            raise InputError(field, name, _not_a_profile(kind, as_path))
         raise unknown_name(field, name, list_names(kind))
     return read_yaml(candidate, field)
+
+
+# NOTE: slugs hold dots ('llama-3.1-8b'): only these suffixes, or a slash, mark a path
+FILE_SUFFIXES = (".json", ".gguf", ".safetensors", ".bin", ".txt", ".csv", ".md", ".toml")
+
+
+def _not_a_profile(kind: str, path: Path) -> str:
+    """What a path that is no profile YAML should be."""
+    what = f"a {_FIELD_BY_KIND.get(kind, kind)} profile slug (kvsim profiles list {kind}) or a "\
+        "profile .yaml file"
+    if kind == "models" and path.suffix.lower() in (".json", ".gguf"):
+        made = "a Hugging Face config.json" if path.suffix.lower() == ".json" else "a GGUF file"
+        return (f"{what}; {made} is made into one first: kvsim profiles import {path} -o "
+                f"{path.stem}.yaml" + ("" if path.is_file() else " (and this file does not "
+                                       "exist)"))
+    return what + ("" if path.is_file() else " (file not found)")
 
 
 def _load(kind: str, name: str, spec: type[T]) -> T:
@@ -83,7 +101,8 @@ def _load(kind: str, name: str, spec: type[T]) -> T:
     try:
         return spec.model_validate(raw)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix=f"{_FIELD_BY_KIND[kind]} '{name}'") from None
+        raise from_validation_error(exc, prefix=f"{_FIELD_BY_KIND[kind]} '{name}'",
+                                    model=spec) from None
 
 
 @functools.lru_cache(maxsize=512)

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvsim.config.specs import ModelSpec
-from kvsim.errors import InputError, from_validation_error
+from kvsim.errors import InputError, from_validation_error, short_value
 
 NO_POSITION_LIMIT_TOKENS = 1048576   # same planning cap as the shipped Mamba-2 profile
 
@@ -229,6 +229,44 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
 # ---------------------------------------------------------------- GGUF header
 
 
+GGUF_SIZES = ("block_count", "embedding_length", "context_length", "vocab_size",
+              "attention.key_length", "attention.value_length", "attention.kv_lora_rank",
+              "rope.dimension_count", "attention.sliding_window")
+GGUF_PER_LAYER = ("attention.head_count", "attention.head_count_kv",
+                  "attention.sliding_window_pattern")
+
+
+def check_gguf_sizes(f: dict[str, Any], arch: str, where: str) -> None:
+    """Refuse a GGUF header whose sizes are not positive integers, or whose per-layer
+    arrays (heads, KV heads, the sliding-window pattern) are not one entry per layer,
+    before any of them is used (the error names the key as ``where.KEY``)."""
+    def bad(v: Any, least: int) -> bool:
+        return isinstance(v, bool) or not isinstance(v, int) or v < least
+
+    for key in GGUF_SIZES:
+        v = f.get(f"{arch}.{key}")
+        if v is not None and bad(v, 1):
+            raise InputError(f"{where}.{arch}.{key}", v, "a positive integer")
+    n = f.get(f"{arch}.block_count")
+    for key in GGUF_PER_LAYER:
+        v = f.get(f"{arch}.{key}")
+        flags = key.endswith("pattern")  # NOTE: per-layer booleans, or one period
+        if not isinstance(v, list):
+            if v is not None and bad(v, 1 if flags else 0):
+                raise InputError(f"{where}.{arch}.{key}", v, "a non-negative integer, or "
+                                 "one per layer")
+            continue
+        ok = (lambda x: isinstance(x, bool)) if flags else (lambda x: not bad(x, 0))
+        if len(v) != n or not all(ok(x) for x in v):
+            kind = "boolean" if flags else "non-negative integer"
+            raise InputError(f"{where}.{arch}.{key}", short_value(v),
+                             f"one {kind} per layer ({n} layers)")
+    heads = f.get(f"{arch}.attention.head_count")
+    if isinstance(heads, list) and not any(heads):
+        raise InputError(f"{where}.{arch}.attention.head_count", short_value(heads),
+                         "at least one layer with attention heads")
+
+
 def _gguf_fields(p: Path) -> tuple[dict[str, Any], float, bool | None]:
     """Header key/values, the total parameter count from tensor shapes, and whether the
     head is tied to the embedding (no ``output.weight``; None without tensors)."""
@@ -291,6 +329,8 @@ def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
     arch = f.get("general.architecture")
     if not isinstance(arch, str):
         raise InputError(where, "general.architecture", "missing from the GGUF header")
+
+    check_gguf_sizes(f, arch, where)
 
     def need(key: str) -> Any:
         v = f.get(f"{arch}.{key}")

@@ -51,7 +51,9 @@ def _user_path(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     try:
         return handler(value)
     except ValidationError as exc:
-        raise from_validation_error(_Untagged(exc, value.get("kind"))) from None
+        kind = value.get("kind")
+        raise from_validation_error(_Untagged(exc, kind), model=REGISTRY.get(kind)
+                                    if isinstance(kind, str) else None) from None
 
 
 # NOTE: the union is built from the registry, so a type checker cannot see its members

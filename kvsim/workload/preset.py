@@ -226,4 +226,5 @@ def load_preset(name: str | Path, overrides: dict[str, Any] | None = None,
     try:
         return HouseholdPreset.model_validate(raw)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix=f"{field} '{p.stem}'") from None
+        raise from_validation_error(exc, prefix=f"{field} '{p.stem}'",
+                                    model=HouseholdPreset) from None

@@ -40,7 +40,7 @@ def test_hash_is_stable_and_ignores_labels(tmp_path):
 
 
 @pytest.mark.parametrize("sets,match", [
-    (["bogus_key=1"], "Extra inputs"), (["engine.parallel=0"], "greater than 0"),
+    (["bogus_key=1"], "not a key here; allowed: name, description, seed"), (["engine.parallel=0"], "greater than 0"),
     (["gpu=rtx-9999"], "closest"), (["noequals"], "dotted.key=value"),
     (["display_reserve_bytes=5 parsecs"], "unit")])
 def test_bad_scenarios(tmp_path, sets, match):

@@ -48,8 +48,9 @@ def test_a_key_merges_into_the_section_the_file_has(tmp_path):
 def test_a_key_the_kind_lacks_is_still_an_error():
     with pytest.raises(InputError) as exc:
         load_scenario("quickstart", ["latency.step_s=0.03"])  # constant's key, not roofline's
-    assert exc.value.one_line() == ("latency.roofline.step_s: 0.03 — Extra inputs are not "
-                                    "permitted")
+    assert exc.value.one_line() == (
+        "latency.roofline.step_s: 0.03 — not a key here; allowed: kind, backend, rates, "
+        "constants, step_overhead_s, kv_dequant_factor")
 
 
 def test_simulate_with_one_latency_key(kvsim_cli, tmp_path):

@@ -17,7 +17,8 @@ BASE = ["simulate", "quickstart", "--set", "workload.max_sessions=1"]
      "accuracy.gist.degraded_2bit: inf — Input should be a finite number"),
     ("accuracy.p_hit=.nan", "accuracy.p_hit: nan — Input should be a finite number"),
     ("accuracy.p_hit=false", "accuracy.p_hit: False — a number, not true/false"),
-    ("accuracy.exact.lots=0.1", "accuracy.exact.lots: 0.1 — Extra inputs are not permitted"),
+    ("accuracy.exact.lots=0.1", "accuracy.exact.lots: 0.1 — not a key here; allowed: "
+     "degraded_4bit, degraded_3bit, degraded_2bit, lost, lost_deep, collapse"),
     ("accuracy.exact.collapse=1.5",
      "accuracy.exact.collapse: 1.5 — Input should be less than or equal to 1"),
 ])

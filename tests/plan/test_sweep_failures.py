@@ -28,8 +28,8 @@ def test_bad_workload_params_are_refused_before_anything_runs(tmp_path, base_yam
     out = tmp_path / "out"
     rc, err, _ = _sweep(kvsim_cli, sweep, out, "plan_fake_runners:fake_run", "-j", "1")
     assert rc == 2
-    assert err.startswith("error: sweep point 1 workload.preset 'family-4'.nosuch: 1 — Extra "
-                          "inputs")
+    assert err.startswith("error: sweep point 1 workload.preset 'family-4'.nosuch: 1 — not a "
+                          "key here; allowed: name, description, assistants, kinds, members")
     assert _stored(out) == 0
 
 

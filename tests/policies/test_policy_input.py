@@ -34,7 +34,8 @@ FINITE = "Input should be a finite number"
     ("{kind: host_kv_cache, host_budget_bytes: .inf}",
      "policies.0.host_budget_bytes: inf — a byte size must be a finite number >= 0"),
     ("{kind: sliding_window, window_tokens: 2048, windw: 1}",
-     "policies.0.windw: 1 — Extra inputs are not permitted"),
+     "policies.0.windw: 1 — not a key here; allowed: sink_tokens, pin_system_prompt, "
+     "chunk_tokens, pin_turn_boundaries, boundary_tokens, kind, window_tokens, write_back"),
     ("{kind: sliding_window}", "policies.0.window_tokens: 'missing' — required (given: kind)"),
     ("{kind: kivi, bits: true}", "policies.0.bits: True — Input should be 2 or 4"),
     ("{window_tokens: 2048}",
