@@ -20,6 +20,7 @@ a task nobody will collect.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import multiprocessing
 import os
@@ -33,6 +34,8 @@ from kvsim.errors import InputError
 DASK_CONNECT_TIMEOUT_S = 5.0
 MAX_DASK_TIMEOUT_S = 3600.0
 PARENT_POLL_S = 0.5
+HANDSHAKE_GRACE_S = 0.5
+"""How long past ``--dask-timeout`` a connected peer may take to answer the handshake."""
 
 
 class Executor(Protocol):
@@ -107,7 +110,12 @@ class DaskExecutor:
                              "checkout") from None
         _check_address(address)
         try:
+            asyncio.run(_handshake(address, timeout_s))
             self.client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+        except _SilentPeer:
+            raise InputError("--dask", address, "accepts connections but did not answer "
+                             f"the Dask handshake within {timeout_s:g} s; is it a Dask "
+                             "scheduler?") from None
         except (OSError, TimeoutError, ValueError, TypeError) as exc:
             raise InputError("--dask", address, "no Dask scheduler reachable there within "
                              f"{timeout_s:g} s ({type(exc).__name__})") from None
@@ -128,6 +136,27 @@ class DaskExecutor:
 
     def close(self) -> None:
         self.client.close()
+
+
+class _SilentPeer(Exception):
+    """The address accepted a connection but never spoke the Dask protocol."""
+
+
+async def _handshake(address: str, timeout_s: float) -> None:
+    """Connect and exchange Dask's handshake, the whole of it within ``timeout_s``.
+
+    NOTE: ``distributed.Client`` bounds the TCP connect by its timeout but then waits for
+    the peer's handshake without one, so a port that accepts and stays silent would hang
+    it forever; this probe runs first and the Client only talks to a peer that answered.
+    """
+    from distributed.comm import connect
+
+    try:  # NOTE: connect gives up with an OSError by timeout_s when nothing accepts
+        comm = await asyncio.wait_for(connect(address, timeout=timeout_s),
+                                      timeout_s + HANDSHAKE_GRACE_S)
+    except TimeoutError:
+        raise _SilentPeer() from None
+    await comm.close()
 
 
 DASK_EXAMPLE = "e.g. tcp://10.0.0.5:8786 or 10.0.0.5:8786"
