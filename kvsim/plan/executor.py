@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,9 +59,12 @@ class InlineExecutor:
         return None
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Worker initializer: a daemon thread that ends this worker once its parent is gone
-    (the worker is then re-parented, so ``getppid`` changes)."""
+def _worker_init(parent_pid: int) -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers), and a
+    daemon thread ends this worker once its parent is gone (the worker is then
+    re-parented, so ``getppid`` changes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(PARENT_POLL_S)
@@ -68,26 +73,71 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """SIGINT blocked in this thread while it spawns workers.
+
+    NOTE: a spawned worker inherits the block, so a Ctrl-C at the terminal (sent to the
+    whole process group) never interrupts a worker half-way through its start-up imports
+    (before :func:`_worker_init` runs); a Ctrl-C meanwhile reaches this process as soon as
+    the block ends.  Where there is no ``pthread_sigmask`` (Windows) only
+    :func:`_worker_init`'s SIG_IGN applies.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class LocalExecutor:
-    """A ``concurrent.futures`` pool of ``jobs`` spawned worker processes (module NOTE)."""
+    """A ``concurrent.futures`` pool of ``jobs`` spawned worker processes (module NOTE).
+
+    NOTE: when the caller stops collecting before every task is done (Ctrl-C, SIGTERM
+    turned into an exception, an error) the workers are terminated at once: nobody
+    would collect what they compute, and the pool's shutdown would wait for it.
+    """
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._workers: list[multiprocessing.process.BaseProcess] = []
 
     def imap_unordered(self, fn: Callable[[Any], Any],
                        items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_exit_with_parent, initargs=(os.getpid(),))
-        futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
+        before = {p.pid for p in multiprocessing.active_children()}
+        with _ctrl_c_deferred():  # NOTE: workers are spawned on submit
+            if self._pool is None:
+                self._pool = cf.ProcessPoolExecutor(
+                    max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_init, initargs=(os.getpid(),))
+            futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
+        self._workers += [p for p in multiprocessing.active_children() if p.pid not in before]
+        finished = False
         try:
             for fut in cf.as_completed(futures):
                 yield futures[fut], fut.result()
+            finished = True
         finally:
-            for fut in futures:
-                fut.cancel()
+            if not finished:
+                self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        """Terminate the workers, then shut the (now broken) pool down.
+
+        NOTE: the futures are left to the pool, which fails every unfinished one when it
+        sees its workers gone; cancelling them here as well races with that (the pool
+        then raises InvalidStateError in its own thread, a traceback on stderr).
+        """
+        for p in self._workers:
+            p.terminate()
+        for p in self._workers:
+            p.join()
+        self._workers = []
+        self.close()
 
     def close(self) -> None:
         if self._pool is not None:
