@@ -25,7 +25,15 @@ from kvsim.errors import InputError
 from kvsim.plan.executor import Executor, make_executor
 from kvsim.plan.replicate import Runner, simulate_keep, simulate_run
 from kvsim.plan.store import ResultStore
-from kvsim.plan.sweep import SweepOutcome, SweepPoint, expand, load_sweep, pending, run_sweep, write_outputs
+from kvsim.plan.sweep import (
+    SweepOutcome,
+    SweepPoint,
+    expand,
+    load_sweep,
+    pending,
+    run_sweep,
+    write_outputs,
+)
 
 
 @click.command()

@@ -52,8 +52,8 @@ def test_a_silent_peer_fails_in_one_line_within_the_timeout(tmp_path, base_yaml)
         peer.close()
     assert peer.conns, "kvsim never connected"
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines() == [
-        f"error: --dask: '{address}' — accepts connections but did not answer the Dask "
-        "handshake within 1 s; is it a Dask scheduler?"], proc.stderr
+    line = (f"error: --dask: '{address}' — accepts connections but did not answer the Dask "
+            "handshake within 1 s; is it a Dask scheduler?")
+    assert proc.stderr.splitlines() == [line], proc.stderr
     assert not (tmp_path / "o" / "results").exists() or not any(
         (tmp_path / "o" / "results").iterdir())
