@@ -64,7 +64,7 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
     points = expand(spec, base_dir)
     run = load_runner(runner, simulate_run if summary_only else simulate_keep)
     check_output("--out", out_dir, folder=True)
-    with _sigterm_raises():
+    with _signals_end_in_one_line():
         executor = make_executor(jobs, dask_address, dask_timeout)
         try:
             outcome, paths = _run_and_write(points, out_dir, spec.name, executor, run,
@@ -101,10 +101,12 @@ class _Stopped(Exception):
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def _signals_end_in_one_line() -> Iterator[None]:
     """SIGTERM raises :class:`_Terminated` while the sweep runs, so the store, the workers
     and their queues are closed as on Ctrl-C (killed by SIGTERM's default action, the
-    parent left multiprocessing's semaphores to the resource tracker, which warned)."""
+    parent left multiprocessing's semaphores to the resource tracker, which warned);
+    Ctrl-C or SIGTERM outside the runs (:func:`_run_and_write` has its own line) is
+    one line too: ``interrupted`` (exit code 130) or ``terminated`` (143)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # NOTE: signal handlers can only be set from the main thread
         return
@@ -115,9 +117,10 @@ def _sigterm_raises() -> Iterator[None]:
     old = signal.signal(signal.SIGTERM, handler)
     try:
         yield
-    except _Terminated:  # before or after the runs (those are _run_and_write's)
-        click.echo("terminated", err=True)
-        raise click.exceptions.Exit(143) from None
+    except (KeyboardInterrupt, _Terminated) as exc:
+        ctrl_c = isinstance(exc, KeyboardInterrupt)
+        click.echo("interrupted" if ctrl_c else "terminated", err=True)
+        raise click.exceptions.Exit(130 if ctrl_c else 143) from None
     finally:
         signal.signal(signal.SIGTERM, old)
 
