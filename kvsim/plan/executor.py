@@ -136,13 +136,13 @@ class LocalExecutor:
             p.terminate()
         for p in self._workers:
             p.join()
-        self._workers = []
         self.close()
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._workers = []
 
 
 class DaskExecutor:
