@@ -17,7 +17,6 @@ Design: docs/design/calibration.md (after docs/reference/engines.md §3.7).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import numbers
 import time
@@ -39,6 +38,7 @@ from kvsim.calibrate.wire import (
     check_server,
     llama_body,
     parse_event,
+    sse_events,
 )
 from kvsim.config.specs import LinkSpec
 from kvsim.errors import InputError
@@ -125,10 +125,8 @@ class _Prober:
                 text = (await r.aread()).decode()[:200]
                 raise InputError("calibrate engine", f"HTTP {r.status_code}",
                                  f"the server refused a calibration request: {text}")
-            async for line in r.aiter_lines():
-                kind, _, payload = line.partition(":")
-                if kind == "data" and payload.strip():
-                    parse_event("llama.cpp", json.loads(payload), res, time.perf_counter())
+            async for data in sse_events(r):
+                parse_event("llama.cpp", data, res, time.perf_counter())
         if res.error or not res.final or not res.token_times_s:
             raise InputError("calibrate engine", res.error or "no tokens",
                              "the server did not stream a complete answer")
@@ -224,8 +222,7 @@ async def _measure(url: str, grid: EngineGrid, samples: EngineSamples) -> None:
 def measure_engine(url: str, grid: EngineGrid | None = None) -> EngineSamples:
     """Check a running llama-server and take ``grid.repeats`` rounds of samples."""
     grid = grid or EngineGrid()
-    with httpx.Client(base_url=url) as client:
-        props = check_server(client, "llama.cpp")
+    props = check_server(url, "llama.cpp")
     slot_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx", 0))
     need = max(grid.contexts) + max(grid.prompt_tokens) + grid.decode_tokens
     if slot_ctx and need > slot_ctx:

@@ -10,6 +10,11 @@ NOTE: a transport error (refused, reset, timed out) stops the replay at once: :f
 returns the results so far with ``Results.stopped`` set (a :class:`~kvsim.errors.RunStopped`;
 lost requests left out of the requests table); Ctrl-C returns them with a
 :class:`ReplayInterrupted` there.
+NOTE: every network wait has a wall-clock deadline (a read timeout alone would not do:
+every byte resets it, so a server trickling one event a second would hold a request
+forever): the server check and the warm-up GET ``check_timeout_s``, each request from
+send to its last event ``request_timeout_s``.  A request past its deadline stops the
+replay as a lost server does, its stop naming the request (``--request-timeout``).
 NOTE: ``time_scale`` multiplies every start and think time, as the workload's ``time_scale``
 does for the simulator; pass the same value to both.
 Design: docs/design/calibration.md (after docs/design/DESIGN.md §5).
@@ -18,7 +23,6 @@ Design: docs/design/calibration.md (after docs/design/DESIGN.md §5).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,16 +32,21 @@ import httpx
 import pandas as pd
 
 from kvsim.calibrate.wire import (
+    CHECK_TIMEOUT_S,
+    MAX_CHECK_TIMEOUT_S,
+    MAX_REQUEST_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
     Api,
     StreamResult,
     TokenSpace,
+    chat_messages,
     check_server,
     error_reason,
     llama_body,
     openai_body,
     parse_event,
-    segment_text,
     server_url,
+    sse_events,
 )
 from kvsim.config.units import check_finite_positive
 from kvsim.config.workload import AFTER_FAILURE, AfterFailure
@@ -58,12 +67,15 @@ from kvsim.workload.schema import Segment, Session, output_segment
 
 @dataclass(frozen=True)
 class ReplayOptions:
+    """How to replay.  NOTE: both timeouts are wall-clock deadlines (module NOTE)."""
+
     url: str
     api: Api = "llama.cpp"
     model: str = ""
     space: TokenSpace = field(default_factory=TokenSpace)
     time_scale: float = 1.0
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    check_timeout_s: float = CHECK_TIMEOUT_S
     seed: int = 0
     after_failure: AfterFailure = "new_chat"  # NOTE: use the workload's after_failure
 
@@ -71,6 +83,13 @@ class ReplayOptions:
         """Checked before anything connects (the CLI's flags are these fields)."""
         object.__setattr__(self, "url", server_url(self.url))
         check_finite_positive("--time-scale", self.time_scale)
+        for flag, value, most in (("--request-timeout", self.request_timeout_s,
+                                   MAX_REQUEST_TIMEOUT_S),
+                                  ("--check-timeout", self.check_timeout_s,
+                                   MAX_CHECK_TIMEOUT_S)):
+            check_finite_positive(flag, value, f"seconds in (0, {most:g}]")
+            if value > most:
+                raise InputError(flag, value, f"seconds in (0, {most:g}]")
         if self.after_failure not in AFTER_FAILURE:
             raise InputError("--after-failure", self.after_failure,
                              "one of " + ", ".join(AFTER_FAILURE))
@@ -92,6 +111,14 @@ class ServerLost(Exception):
     def __init__(self, at_s: float, reason: str) -> None:
         super().__init__(reason)
         self.at_s, self.reason = at_s, reason
+
+
+class RequestTimedOut(ServerLost):
+    """A request had no complete answer by its deadline: the replay stops."""
+
+    def __init__(self, at_s: float, reason: str, request_id: str) -> None:
+        super().__init__(at_s, reason)
+        self.request_id = request_id
 
 
 class ReplayInterrupted(RunStopped):
@@ -152,10 +179,16 @@ class Replayer:
                                      timeout=timeout) as client:
             # NOTE: one cheap GET first, so the client's first-use costs (lazy imports,
             # connection machinery: tens of ms) do not land in the first request's TTFT.
+            path = "/props" if self.opts.api == "llama.cpp" else "/v1/models"
             try:
-                await client.get("/props" if self.opts.api == "llama.cpp" else "/v1/models")
+                async with asyncio.timeout(self.opts.check_timeout_s):
+                    await client.get(path)
             except httpx.TransportError as exc:
                 self.lost = ServerLost(0.0, _what(exc))
+                return
+            except TimeoutError:
+                self.lost = ServerLost(0.0, f"GET {path} got no complete answer within "
+                                       f"{self.opts.check_timeout_s:g} s")
                 return
             self.t0 = time.perf_counter()
             try:  # NOTE: a ServerLost in any task cancels every other one
@@ -207,25 +240,6 @@ class Replayer:
                        or self.opts.space.segment_ids(seg.id, seg.tokens))
         return ids
 
-    def _messages(self, s: Session, i: int, segs: list[Segment]) -> list[dict[str, str]]:
-        space, msgs = self.opts.space, []
-        outs = {output_segment(s, j).id for j in range(i)}
-        user: list[str] = []
-        for seg in segs:
-            if seg.id in outs:
-                msgs.append({"role": "user", "content": "".join(user)})
-                user = []
-                text = self.generated_text.get(seg.id)
-                msgs.append({"role": "assistant", "content": text if text is not None
-                             else segment_text(space.segment_ids(seg.id, seg.tokens))})
-            elif seg.id.startswith("sys/") and not msgs and not user:
-                msgs.append({"role": "system",
-                             "content": segment_text(space.segment_ids(seg.id, seg.tokens))})
-            else:
-                user.append(segment_text(space.segment_ids(seg.id, seg.tokens)))
-        msgs.append({"role": "user", "content": "".join(user)})
-        return [m for m in msgs if m["content"] or m["role"] != "user"]
-
     async def _turn(self, client: httpx.AsyncClient, row: _Row, segs: list[Segment],
                     seed: int) -> None:
         s, i = row.session, row.turn
@@ -236,10 +250,18 @@ class Replayer:
             row.prompt_tokens = len(prompt)
         else:
             path = "/v1/chat/completions"
-            body = openai_body(self.opts.model, self._messages(s, i, segs), n_out, seed)
+            msgs = chat_messages(s, i, segs, self.opts.space, self.generated_text)
+            body = openai_body(self.opts.model, msgs, n_out, seed)
             row.prompt_tokens = sum(seg.tokens for seg in segs)
         row.arrival_s = self.now()
-        await self._stream(client, path, body, row.res)
+        try:
+            async with asyncio.timeout(self.opts.request_timeout_s):
+                await self._stream(client, path, body, row.res)
+        except TimeoutError:
+            row.finish_s = self.now()
+            row.res.transport = (f"no complete answer within "
+                                 f"{self.opts.request_timeout_s:g} s")
+            raise RequestTimedOut(row.finish_s, row.res.transport, _rid(row)) from None
         row.finish_s = self.now()
         if row.res.transport:
             raise ServerLost(row.finish_s, row.res.transport)
@@ -256,17 +278,7 @@ class Replayer:
                 if r.status_code != 200:
                     res.error = error_reason(r.status_code, (await r.aread()).decode())
                     return
-                async for line in r.aiter_lines():
-                    kind, _, payload = line.partition(":")
-                    payload = payload.strip()
-                    if kind not in ("data", "error") or not payload or payload == "[DONE]":
-                        continue
-                    try:
-                        data = json.loads(payload)
-                    except json.JSONDecodeError:
-                        continue
-                    if kind == "error":
-                        data = {"error": data}
+                async for data in sse_events(r):
                     parse_event(self.opts.api, data, res, self.now())
                     if res.error:
                         return
@@ -363,13 +375,17 @@ def replay(sessions: list[Session], opts: ReplayOptions,
     When the server stops answering (a :class:`RunStopped`) or on Ctrl-C (a
     :class:`ReplayInterrupted`) it returns the Results so far with ``stopped`` set.
     """
-    with httpx.Client(base_url=opts.url) as client:
-        check_server(client, opts.api)
+    check_server(opts.url, opts.api, opts.check_timeout_s)
     player = Replayer(opts)
     try:
         asyncio.run(player.run(sessions))
     except KeyboardInterrupt:
         return player.results(scenario, ReplayInterrupted())
+    if isinstance(player.lost, RequestTimedOut):
+        why = (f"request {player.lost.request_id} got {player.lost.reason} "
+               f"({player.lost.at_s:.1f} s into the replay); replay stopped")
+        return player.results(scenario, RunStopped("--request-timeout",
+                                                   opts.request_timeout_s, why))
     if player.lost is not None:
         why = (f"the server stopped answering {player.lost.at_s:.1f} s into the replay "
                f"({player.lost.reason}); replay stopped")

@@ -17,19 +17,24 @@ Two APIs (``docs/reference/engines.md`` §3.4, §3.7):
 
 NOTE: :func:`check_server` runs before any load is sent: an unreachable server or the
 wrong API is an :class:`InputError`, never a replay of failed requests.
+Streamed answers are read with httpx-sse (:func:`sse_events`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 import numpy as np
+from httpx_sse import EventSource
 
 from kvsim.errors import InputError
+from kvsim.workload.schema import Segment, Session, output_segment
 
 Api = Literal["llama.cpp", "openai"]
 # Short words that common BPE vocabularies hold as single tokens (with a leading space).
@@ -106,6 +111,30 @@ def openai_body(model: str, messages: list[dict[str, str]], max_tokens: int, see
             "temperature": 0.0, "seed": seed}
 
 
+def chat_messages(s: Session, i: int, segs: list[Segment], space: TokenSpace,
+                  generated_text: dict[str, str]) -> list[dict[str, str]]:
+    """Turn ``i``'s prompt as OpenAI chat messages: earlier outputs as assistant turns
+    (the text the server generated, when known), a leading system segment as the system
+    message, the rest as user text."""
+    msgs: list[dict[str, str]] = []
+    outs = {output_segment(s, j).id for j in range(i)}
+    user: list[str] = []
+    for seg in segs:
+        if seg.id in outs:
+            msgs.append({"role": "user", "content": "".join(user)})
+            user = []
+            text = generated_text.get(seg.id)
+            msgs.append({"role": "assistant", "content": text if text is not None
+                         else segment_text(space.segment_ids(seg.id, seg.tokens))})
+        elif seg.id.startswith("sys/") and not msgs and not user:
+            msgs.append({"role": "system",
+                         "content": segment_text(space.segment_ids(seg.id, seg.tokens))})
+        else:
+            user.append(segment_text(space.segment_ids(seg.id, seg.tokens)))
+    msgs.append({"role": "user", "content": "".join(user)})
+    return [m for m in msgs if m["content"] or m["role"] != "user"]
+
+
 def error_reason(status: int, body: str) -> str:
     """The engine's own wording of an error response (``type`` or ``message``)."""
     try:
@@ -149,14 +178,37 @@ def parse_event(api: Api, data: dict[str, Any], res: StreamResult, now_s: float)
             res.token_counts.append(1)
 
 
-def check_server(client: httpx.Client, api: Api) -> dict[str, Any]:
-    """Confirm the server is up and speaks ``api``; return its props / model list."""
+CHECK_TIMEOUT_S = 10.0
+"""Default deadline of the server check (``--check-timeout``), wall clock."""
+MAX_CHECK_TIMEOUT_S = 3600.0
+REQUEST_TIMEOUT_S = 600.0
+"""Default deadline of one replayed request, send to last event (``--request-timeout``)."""
+MAX_REQUEST_TIMEOUT_S = 86400.0
+
+
+def check_server(url: str, api: Api, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
+    """Confirm the server at ``url`` is up and speaks ``api``; return its props / model list.
+
+    NOTE: ``timeout_s`` bounds the whole check by the wall clock (connect, headers and
+    body): a server that trickles its answer a byte at a time cannot hold it, as it
+    would a read timeout, which every byte resets.
+    """
+    return asyncio.run(_check_server(url, api, timeout_s))
+
+
+async def _check_server(url: str, api: Api, timeout_s: float) -> dict[str, Any]:
     path = "/props" if api == "llama.cpp" else "/v1/models"
-    try:
-        r = client.get(path, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise InputError("--url", str(client.base_url),
-                         f"server unreachable ({type(exc).__name__}: {exc})") from None
+    async with httpx.AsyncClient(base_url=url, timeout=None) as client:
+        try:
+            async with asyncio.timeout(timeout_s):
+                r = await client.get(path)
+        except TimeoutError:
+            raise InputError("--url", str(client.base_url), f"the server check GET {path} "
+                             f"got no complete answer within {timeout_s:g} s "
+                             "(--check-timeout); nothing was replayed") from None
+        except httpx.HTTPError as exc:
+            raise InputError("--url", str(client.base_url),
+                             f"server unreachable ({type(exc).__name__}: {exc})") from None
     try:
         body = r.json()
     except ValueError:
@@ -169,3 +221,36 @@ def check_server(client: httpx.Client, api: Api) -> dict[str, Any]:
         raise InputError("--api", api, f"{client.base_url}{path} answered HTTP "
                          f"{r.status_code} without the {api} shape; is it a {other} server?")
     return body
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of a streamed answer, read with httpx-sse.
+
+    An ``error`` event comes as ``{"error": <its data>}``; ``[DONE]``, empty and non-JSON
+    data are skipped.
+    NOTE: llama.cpp sends an error after the stream began as a non-standard
+    ``error: {...}`` field, which an SSE reader ignores (as the SSE spec says); each such
+    line is handed to httpx-sse as the standard ``event: error`` + ``data:``.
+    NOTE: the body is read as an event stream whatever its Content-Type says.
+    """
+    source = EventSource(httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                        content=_standard_lines(response)))
+    async for sse in source.aiter_sse():
+        if not sse.data or sse.data == "[DONE]":
+            continue
+        try:
+            data = json.loads(sse.data)
+        except json.JSONDecodeError:
+            continue
+        if sse.event == "error":
+            data = {"error": data}
+        if isinstance(data, dict):
+            yield data
+
+
+async def _standard_lines(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's lines, llama.cpp's ``error:`` field as ``event: error`` (sse_events)."""
+    async for line in response.aiter_lines():
+        if line.startswith("error:"):
+            line = "event: error\ndata:" + line.removeprefix("error:")
+        yield (line + "\n").encode()

@@ -75,7 +75,8 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one line and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="kvsim", standalone_mode=False)
+        # NOTE: a command's click.exceptions.Exit(code) comes back as the return value
+        code = cli.main(args=argv, prog_name="kvsim", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except _NO_ARGS_IS_HELP as exc:  # a bare group: its help, like --help
@@ -100,4 +101,4 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(f"error: {from_validation_error(exc).one_line()}", err=True)
             sys.exit(2)
         raise
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)

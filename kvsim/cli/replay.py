@@ -1,8 +1,8 @@
 """``kvsim replay``: play a trace against a real server and save measured Results.
 
-A server that stops answering (a lost connection, not an engine failure) stops the
-replay: what was measured until then is saved to the output folder, then one error
-line, exit code 2.  Ctrl-C saves it too, then exits 130 ("aborted").
+A server that stops answering (a lost connection, not an engine failure) or a request
+past its deadline (``--request-timeout``, wall clock) stops the replay: what was
+measured until then is saved to the output folder, then one error line, exit code 2.  Ctrl-C saves it too, then exits 130 ("aborted").
 """
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ from typing import Any
 
 import click
 
+from kvsim.calibrate.wire import (
+    CHECK_TIMEOUT_S,
+    MAX_CHECK_TIMEOUT_S,
+    MAX_REQUEST_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+)
 from kvsim.cli._output import check_output, output_errors
 from kvsim.config.workload import AFTER_FAILURE
 from kvsim.errors import InputError
@@ -33,11 +39,18 @@ from kvsim.errors import InputError
               default="new_chat", show_default=True,
               help="after a failed request a session starts a new chat, ends, or replays the "
                    "trace verbatim (use the workload's after_failure)")
+@click.option("--request-timeout", type=float, default=REQUEST_TIMEOUT_S, show_default=True,
+              help=f"seconds one request may take, send to last token, in (0, "
+                   f"{MAX_REQUEST_TIMEOUT_S:g}]; past it the replay stops, keeping what "
+                   "was measured")
+@click.option("--check-timeout", type=float, default=CHECK_TIMEOUT_S, show_default=True,
+              help=f"seconds the server check (GET /props or /v1/models) may take, in (0, "
+                   f"{MAX_CHECK_TIMEOUT_S:g}]")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory to write the measured Results into")
 def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tokens: str,
            time_scale: float, max_sessions: int | None, after_failure: str,
-           out_dir: str) -> None:
+           request_timeout: float, check_timeout: float, out_dir: str) -> None:
     """Replay TRACE closed-loop against the server at URL; save measured Results."""
     from kvsim.calibrate.replay import ReplayInterrupted, ReplayOptions
     from kvsim.calibrate.replay import replay as run
@@ -49,7 +62,8 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
                          "every session)")
     opts = ReplayOptions(url=url, api=api, model=model,  # type: ignore[arg-type]
                          space=token_space(token_range, ban_tokens), time_scale=time_scale,
-                         after_failure=after_failure)  # type: ignore[arg-type]
+                         after_failure=after_failure,  # type: ignore[arg-type]
+                         request_timeout_s=request_timeout, check_timeout_s=check_timeout)
     check_output("--output", out_dir, folder=True)
     sessions = sorted_sessions(trace)
     if max_sessions is not None:

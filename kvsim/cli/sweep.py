@@ -10,6 +10,10 @@ its ``status`` (``ok``, ``cannot_start``, ``failed``) — is written to
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -18,10 +22,18 @@ import pandas as pd
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import load_runner, maybe_report, print_table, progress_bar
 from kvsim.errors import InputError
-from kvsim.plan.executor import make_executor
-from kvsim.plan.replicate import simulate_keep, simulate_run
+from kvsim.plan.executor import Executor, make_executor
+from kvsim.plan.replicate import Runner, simulate_keep, simulate_run
 from kvsim.plan.store import ResultStore
-from kvsim.plan.sweep import SweepPoint, expand, load_sweep, pending, run_sweep, write_outputs
+from kvsim.plan.sweep import (
+    SweepOutcome,
+    SweepPoint,
+    expand,
+    load_sweep,
+    pending,
+    run_sweep,
+    write_outputs,
+)
 
 
 @click.command()
@@ -52,22 +64,16 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
     points = expand(spec, base_dir)
     run = load_runner(runner, simulate_run if summary_only else simulate_keep)
     check_output("--out", out_dir, folder=True)
-    executor = make_executor(jobs, dask_address, dask_timeout)
-    try:
-        with output_errors("--out", out_dir):
-            store = ResultStore(out_dir).open()
+    with _signals_end_in_one_line():
+        executor = make_executor(jobs, dask_address, dask_timeout)
         try:
-            todo = pending(points, store, summary_only)
-            _announce(spec.name, points, len(todo), sum(1 for p in todo if store.has(p.key)))
-            with progress_bar("simulating", len(todo), not no_progress) as advance:
-                outcome = run_sweep(points, store, executor=executor, runner=run,
-                                    progress=advance, summary_only=summary_only)
-            with output_errors("--out", out_dir):
-                paths = write_outputs(outcome.table, out_dir)
+            outcome, paths = _run_and_write(points, out_dir, spec.name, executor, run,
+                                            summary_only, not no_progress)
+        except _Stopped as stop:
+            click.echo(stop.line, err=True)
+            raise click.exceptions.Exit(stop.exit_code) from None
         finally:
-            store.close()
-    finally:
-        executor.close()
+            executor.close()
     _print_table(spec.name, points, outcome.table)
     with output_errors("--out", out_dir):
         report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
@@ -76,6 +82,77 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
                f"wrote {', '.join(str(p) for p in paths)}" + (f", {report}" if report else ""))
     if outcome.error is not None:
         raise outcome.error
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the main thread is (like KeyboardInterrupt for Ctrl-C).
+
+    NOTE: a BaseException, so no ``except Exception`` on the way (a point's failure
+    handling) takes it for a failed run.
+    """
+
+
+class _Stopped(Exception):
+    """A sweep ended by Ctrl-C or SIGTERM, with what is stored: one line, its exit code."""
+
+    def __init__(self, line: str, exit_code: int) -> None:
+        super().__init__(line)
+        self.line, self.exit_code = line, exit_code
+
+
+@contextlib.contextmanager
+def _signals_end_in_one_line() -> Iterator[None]:
+    """SIGTERM raises :class:`_Terminated` while the sweep runs, so the store, the workers
+    and their queues are closed as on Ctrl-C (killed by SIGTERM's default action, the
+    parent left multiprocessing's semaphores to the resource tracker, which warned);
+    Ctrl-C or SIGTERM outside the runs (:func:`_run_and_write` has its own line) is
+    one line too: ``interrupted`` (exit code 130) or ``terminated`` (143)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # NOTE: signal handlers can only be set from the main thread
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except (KeyboardInterrupt, _Terminated) as exc:
+        ctrl_c = isinstance(exc, KeyboardInterrupt)
+        click.echo("interrupted" if ctrl_c else "terminated", err=True)
+        raise click.exceptions.Exit(130 if ctrl_c else 143) from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _run_and_write(points: list[SweepPoint], out_dir: Path, name: str, executor: Executor,
+                   run: Runner, summary_only: bool, progress: bool
+                   ) -> tuple[SweepOutcome, list[Path]]:
+    """Run what is missing into the store and write the combined table.
+
+    Raises :class:`_Stopped` on Ctrl-C (exit code 130) or SIGTERM (143), after the store
+    is closed: what finished before is stored, a rerun resumes.
+    """
+    with output_errors("--out", out_dir):
+        store = ResultStore(out_dir).open()
+    try:
+        todo = pending(points, store, summary_only)
+        _announce(name, points, len(todo), sum(1 for p in todo if store.has(p.key)))
+        try:
+            with progress_bar("simulating", len(todo), progress) as advance:
+                outcome = run_sweep(points, store, executor=executor, runner=run,
+                                    progress=advance, summary_only=summary_only)
+        except (KeyboardInterrupt, _Terminated) as exc:
+            runnable = [p for p in points if not p.refused]
+            stored = sum(1 for p in runnable if store.has(p.key))
+            what, code = (("interrupted", 130) if isinstance(exc, KeyboardInterrupt)
+                          else ("terminated", 143))
+            raise _Stopped(f"{what}; {stored} of {len(runnable)} points stored; rerun to "
+                           "resume", code) from None
+        with output_errors("--out", out_dir):
+            return outcome, write_outputs(outcome.table, out_dir)
+    finally:
+        store.close()
 
 
 def _announce(name: str, points: list[SweepPoint], todo: int, completing: int) -> None:

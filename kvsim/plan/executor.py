@@ -20,9 +20,12 @@ a task nobody will collect.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +37,8 @@ DASK_CONNECT_TIMEOUT_S = 5.0
 MAX_DASK_TIMEOUT_S = 3600.0
 PARENT_POLL_S = 0.5
 MAX_JOBS = 1024  # local worker processes; a larger sweep wants a Dask cluster (--dask)
+HANDSHAKE_GRACE_S = 0.5
+"""How long past ``--dask-timeout`` a connected peer may take to answer the handshake."""
 
 
 class Executor(Protocol):
@@ -55,9 +60,12 @@ class InlineExecutor:
         return None
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Worker initializer: a daemon thread that ends this worker once its parent is gone
-    (the worker is then re-parented, so ``getppid`` changes)."""
+def _worker_init(parent_pid: int) -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers), and a
+    daemon thread ends this worker once its parent is gone (the worker is then
+    re-parented, so ``getppid`` changes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(PARENT_POLL_S)
@@ -66,31 +74,76 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """SIGINT blocked in this thread while it spawns workers.
+
+    NOTE: a spawned worker inherits the block, so a Ctrl-C at the terminal (sent to the
+    whole process group) never interrupts a worker half-way through its start-up imports
+    (before :func:`_worker_init` runs); a Ctrl-C meanwhile reaches this process as soon as
+    the block ends.  Where there is no ``pthread_sigmask`` (Windows) only
+    :func:`_worker_init`'s SIG_IGN applies.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class LocalExecutor:
-    """A ``concurrent.futures`` pool of ``jobs`` spawned worker processes (module NOTE)."""
+    """A ``concurrent.futures`` pool of ``jobs`` spawned worker processes (module NOTE).
+
+    NOTE: when the caller stops collecting before every task is done (Ctrl-C, SIGTERM
+    turned into an exception, an error) the workers are terminated at once: nobody
+    would collect what they compute, and the pool's shutdown would wait for it.
+    """
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._workers: list[multiprocessing.process.BaseProcess] = []
 
     def imap_unordered(self, fn: Callable[[Any], Any],
                        items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_exit_with_parent, initargs=(os.getpid(),))
-        futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
+        before = {p.pid for p in multiprocessing.active_children()}
+        with _ctrl_c_deferred():  # NOTE: workers are spawned on submit
+            if self._pool is None:
+                self._pool = cf.ProcessPoolExecutor(
+                    max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_init, initargs=(os.getpid(),))
+            futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
+        self._workers += [p for p in multiprocessing.active_children() if p.pid not in before]
+        finished = False
         try:
             for fut in cf.as_completed(futures):
                 yield futures[fut], fut.result()
+            finished = True
         finally:
-            for fut in futures:
-                fut.cancel()
+            if not finished:
+                self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        """Terminate the workers, then shut the (now broken) pool down.
+
+        NOTE: the futures are left to the pool, which fails every unfinished one when it
+        sees its workers gone; cancelling them here as well races with that (the pool
+        then raises InvalidStateError in its own thread, a traceback on stderr).
+        """
+        for p in self._workers:
+            p.terminate()
+        for p in self._workers:
+            p.join()
+        self.close()
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._workers = []
 
 
 class DaskExecutor:
@@ -108,7 +161,12 @@ class DaskExecutor:
                              "checkout") from None
         _check_address(address)
         try:
+            asyncio.run(_handshake(address, timeout_s))
             self.client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+        except _SilentPeer:
+            raise InputError("--dask", address, "accepts connections but did not answer "
+                             f"the Dask handshake within {timeout_s:g} s; is it a Dask "
+                             "scheduler?") from None
         except (OSError, TimeoutError, ValueError, TypeError) as exc:
             raise InputError("--dask", address, "no Dask scheduler reachable there within "
                              f"{timeout_s:g} s ({type(exc).__name__})") from None
@@ -129,6 +187,27 @@ class DaskExecutor:
 
     def close(self) -> None:
         self.client.close()
+
+
+class _SilentPeer(Exception):
+    """The address accepted a connection but never spoke the Dask protocol."""
+
+
+async def _handshake(address: str, timeout_s: float) -> None:
+    """Connect and exchange Dask's handshake, the whole of it within ``timeout_s``.
+
+    NOTE: ``distributed.Client`` bounds the TCP connect by its timeout but then waits for
+    the peer's handshake without one, so a port that accepts and stays silent would hang
+    it forever; this probe runs first and the Client only talks to a peer that answered.
+    """
+    from distributed.comm import connect
+
+    try:  # NOTE: connect gives up with an OSError by timeout_s when nothing accepts
+        comm = await asyncio.wait_for(connect(address, timeout=timeout_s),
+                                      timeout_s + HANDSHAKE_GRACE_S)
+    except TimeoutError:
+        raise _SilentPeer() from None
+    await comm.close()
 
 
 DASK_EXAMPLE = "e.g. tcp://10.0.0.5:8786 or 10.0.0.5:8786"
