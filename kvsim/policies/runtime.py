@@ -24,7 +24,8 @@
   (:mod:`kvsim.policies.slot_evict`).
 
 Quantized tokens take fewer bytes: on a unified pool (llama.cpp ``-kvu``) the saved
-bytes become free cells (exact capacity effect).
+bytes become free cells (exact capacity effect) — room for more tokens of all slots
+together, never a longer context: demoting precision adds no positions.
 
 NOTE: fast-forward (kvsim.core.fastforward) never jumps across a policy action:
 windows, budgets and KIVI act per token, so :meth:`quiet_steps` counts the decode
@@ -84,7 +85,6 @@ class PolicyRuntime:
         self.slots = list(pool.slots) if pool is not None else []
         self.unified = pool is not None and pool.unified
         self.base_cells = pool.pool_cells if pool is not None else 0
-        self.base_slot_tokens = pool.slot_tokens if pool is not None else 0
         self.ledgers: dict[str, Ledger] = {}
         self.slot_session: dict[int, str] = {}
         self.wm: dict[int, int] = {}  # per slot: tokens below this are already demoted
@@ -354,7 +354,11 @@ class PolicyRuntime:
         return v
 
     def refresh_credits(self) -> None:
-        """Unified pool: bytes saved by quantized tokens become free cells."""
+        """Unified pool: bytes saved by quantized tokens become free cells.
+
+        NOTE: cells, not positions: the slot's context (``-c``, llama.cpp's
+        ``n_ctx_seq``) is a setting, so a prompt or a generation longer than it fails or
+        stops as without the policy; only the pool's room for all slots grows."""
         if self.ratio == 1 or not self.unified:
             return
         q = sum(self._qcount(s) for s in self.slots)
@@ -362,9 +366,7 @@ class PolicyRuntime:
             return  # NOTE: the pool already holds this credit (0 at start: none)
         self._credited_q = q
         saved = q * (1 - self.ratio)
-        pool = self._slot_sched.pool
-        pool.pool_cells = self.base_cells + int(saved)
-        pool.slot_tokens = self.base_slot_tokens + int(saved)
+        self._slot_sched.pool.pool_cells = self.base_cells + int(saved)
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = recall_summary(self.scorer.scored)
