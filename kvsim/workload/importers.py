@@ -8,7 +8,12 @@
   ceil(input_length / 512)`` is checked per row.  Follow-up turns are inferred: a
   request whose ``hash_ids`` start with *all full blocks* of an earlier request
   joins the session of the latest such request with the longest match (branches stay
-  in the same session, so down-sampling keeps a whole prefix tree together).
+  in the same session, so down-sampling keeps a whole prefix tree together) — unless
+  that match ends inside the trace's *common prefix*: the leading blocks that at least
+  :data:`SHARED_PREFIX_FANOUT` different continuations follow (a system prompt every
+  conversation starts with, like block 0 of Mooncake's conversation trace), which
+  start conversations rather than continue one.  The importer holds the trace's
+  rows (at most :data:`MOONCAKE_MAX_BLOCKS` block ids, else a one-line stop).
 * **Azure LLM** CSV (``TIMESTAMP`` ``YYYY-MM-DD HH:MM:SS.fffffff``, ``ContextTokens``,
   ``GeneratedTokens``): one single-turn open-loop session per row.
 * **BurstGPT** CSV (columns by name: ``Timestamp`` s, ``Request tokens``,
@@ -29,6 +34,8 @@ import itertools
 import json
 import math
 import warnings
+from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +46,13 @@ from kvsim.errors import InputError
 from kvsim.workload.schema import Segment, Session, TraceMeta, Turn
 
 MOONCAKE_BLOCK_TOKENS = 512
+# NOTE: a leading block chain followed by this many distinct next blocks is a prefix the
+# trace's conversations share (not one conversation): the synthetic trace's largest
+# branching inside a conversation is 13, its conversation trace's block 0 has thousands
+SHARED_PREFIX_FANOUT = 64
+# NOTE: the Mooncake importer holds every row to infer sessions (8 bytes an id in an
+# array, ≈ 200 MB at this bound); past it the import stops with a one-line message
+MOONCAKE_MAX_BLOCKS = 24_000_000
 
 
 class TraceWarning(UserWarning):
@@ -116,6 +130,7 @@ def _rebase(records: Iterable[tuple[str, float, Any]], name: str
 # ----------------------------------------------------------------------------- Mooncake
 
 def _mooncake_rows(p: Path) -> Iterator[tuple[str, float, dict[str, Any]]]:
+    held = 0
     with p.open("r", encoding="utf-8") as fh:
         for lineno, line in enumerate(text_lines(fh, p.name, p), 1):
             if not line.strip():
@@ -136,11 +151,17 @@ def _mooncake_rows(p: Path) -> Iterator[tuple[str, float, dict[str, Any]]]:
             ids = obj["hash_ids"]
             if not isinstance(ids, list):
                 raise InputError(f"{where}: hash_ids", ids, "must be a list of integers")
-            ids = [as_int(h, where, f"hash_ids.{k}") for k, h in enumerate(ids)]
+            ids = array("q", [as_int(h, where, f"hash_ids.{k}") for k, h in enumerate(ids)])
             want = math.ceil(n_in / MOONCAKE_BLOCK_TOKENS)
             if len(ids) != want:
                 raise InputError(f"{where}: hash_ids", f"{len(ids)} ids",
                                  f"expected ceil(input_length/512) = {want}")
+            held += len(ids)
+            if held > MOONCAKE_MAX_BLOCKS:
+                raise InputError(where, f"over {MOONCAKE_MAX_BLOCKS:,} hash ids",
+                                 f"at most {MOONCAKE_MAX_BLOCKS:,} hash ids in one Mooncake "
+                                 "import (it holds the trace to infer sessions); split the "
+                                 "file by time and import the parts")
             ts = as_time(obj["timestamp"], where, "timestamp")
             yield where, ts / 1000.0, {"in": n_in, "out": n_out, "ids": ids}
 
@@ -169,18 +190,49 @@ def _mooncake_turn(start_s: float, row: dict[str, Any]) -> Turn:
     return Turn(start_s=start_s, prefix=tuple(segs), input_tokens=0, output_tokens=row["out"])
 
 
+def _chain_keys(ids: Iterable[int]) -> list[int]:
+    """One key per leading block chain of a row (equal keys: equal block prefixes)."""
+    h, keys = 0, []
+    for b in ids:
+        h = hash((h, b))
+        keys.append(h)
+    return keys
+
+
+def _common_prefix(rows: list[dict[str, Any]]) -> set[int]:
+    """Keys of the leading chains the trace's conversations share: from the first block
+    on, each followed by at least :data:`SHARED_PREFIX_FANOUT` distinct next blocks."""
+    fanout: Counter[int] = Counter()
+    seen: set[int] = set()
+    for row in rows:
+        parent = 0
+        for key in _chain_keys(row["ids"]):
+            if key not in seen:
+                seen.add(key)
+                fanout[parent] += 1
+            parent = key
+    del seen
+    common: set[int] = set()
+    for row in rows:
+        for key in _chain_keys(row["ids"]):
+            if fanout[key] < SHARED_PREFIX_FANOUT:
+                break
+            common.add(key)
+    return common
+
+
 def _mooncake_chains(rows: list[dict[str, Any]]) -> list[list[int]]:
     """Group requests into sessions: the parent of a request is the latest earlier
-    request whose full blocks are the longest prefix of its hash_ids."""
+    request whose full blocks are the longest prefix of its hash_ids, when that prefix
+    reaches past the common prefix (:func:`_common_prefix`)."""
+    common = _common_prefix(rows)
     by_full_key: dict[int, int] = {}
     session_of: list[int] = []
     chains: list[list[int]] = []
     for i, row in enumerate(rows):
-        h, keys = 0, []
-        for b in row["ids"]:
-            h = hash((h, b))
-            keys.append(h)
-        parent = next((by_full_key[k] for k in reversed(keys) if k in by_full_key), None)
+        keys = _chain_keys(row["ids"])
+        parent = next((by_full_key[k] for k in reversed(keys)
+                       if k in by_full_key and k not in common), None)
         if parent is None:
             session_of.append(len(chains))
             chains.append([i])
