@@ -18,14 +18,16 @@ def _conversation_trace(path, seed=0):
     """CONVERSATIONS conversations of 1-12 turns; each turn's prompt is the shared system
     block 0, then the conversation's whole history, then the new message.  Turns of
     different conversations interleave in time.  Every prompt holds a full block past the
-    system block (else nothing links a turn to its conversation), and the short ones no
-    more than that."""
+    system block (else nothing links a turn to its conversation), except in the
+    one-turn conversations every fifth one is: a short question, one full block (the
+    system block) and a partial one, like the real trace's ``[0, 462]`` of 915 tokens."""
     rng = random.Random(seed)
     rows, next_id = [], 1
     for c in range(CONVERSATIONS):
         t_ms, ids, n_in = rng.randrange(0, 3_600_000), [0], 512
-        for turn in range(rng.randint(1, 12)):
-            grow = rng.randint(512 if turn == 0 else 1, 1500)
+        short = c % 5 == 0
+        for turn in range(1 if short else rng.randint(1, 12)):
+            grow = rng.randint(1, 511) if short else rng.randint(512 if turn == 0 else 1, 1500)
             n_in += grow
             while len(ids) < -(-n_in // 512):
                 ids.append(next_id)
