@@ -11,8 +11,8 @@ Formats (chosen by file extension):
   schema metadata under ``kvsim.trace_meta``.  Rows are written in row groups of
   :data:`ROW_GROUP_SESSIONS` sessions and read back batch by batch.
 
-Readers yield sessions one at a time, so a trace never sits whole in memory, and
-check that sessions come sorted by their first ``start_s`` (the order the simulator
+Readers yield sessions one at a time, so a trace never sits whole in memory
+(:class:`TraceSessions` reads a file again for each pass), and check that sessions come sorted by their first ``start_s`` (the order the simulator
 consumes them in).  Writers write to a temporary file beside the target and
 ``os.replace`` it at the end, so an error half-way (a bad row in an importer's
 stream) leaves no output file behind.
@@ -114,11 +114,17 @@ def count_sessions(path: str | Path, limit: int | None = None) -> int:
         return max(sum(1 for _ in lines) - 1, 0)  # minus the header
 
 
-def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Session]:
+def iter_sessions(path: str | Path, check_order: bool = True,
+                  unique_ids: bool = True) -> Iterator[Session]:
     """Stream the sessions of a trace file; InputError on the first bad record.
 
     With ``check_order`` a session whose first ``start_s`` is earlier than the
-    previous one's is an error (use :func:`sorted_sessions` to sort instead).
+    previous one's is an error (use :func:`sorted_sessions` to sort instead).  With
+    ``unique_ids`` a session id used before is an error.
+
+    NOTE: memory: one record at a time, plus every session id with ``unique_ids`` (the
+    one check that must remember them all; ``trace inspect`` and ``trace sample``,
+    which need no unique ids, read without it, a simulation or replay with it).
     """
     p = _existing(path)
     source = _iter_parquet(p) if trace_format(p, "trace") == ".parquet" else _iter_jsonl(p)
@@ -126,10 +132,12 @@ def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Sessio
     count = 0
     seen: set[str] = set()
     for where, session in source:
-        if session.session_id in seen:
-            raise InputError(f"{where}: session_id", session.session_id,
-                             "already used by an earlier session; session ids must be unique")
-        seen.add(session.session_id)
+        if unique_ids:
+            if session.session_id in seen:
+                raise InputError(f"{where}: session_id", session.session_id,
+                                 "already used by an earlier session; session ids must be "
+                                 "unique")
+            seen.add(session.session_id)
         start = session.turns[0].start_s or 0.0
         if check_order and start < last:
             raise InputError(f"{where}: turns.0.start_s", start,
@@ -142,10 +150,37 @@ def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Sessio
         raise InputError(p.name, "", "no sessions in trace")
 
 
-def sorted_sessions(path: str | Path) -> list[Session]:
+def sorted_sessions(path: str | Path, unique_ids: bool = True) -> list[Session]:
     """All sessions of a trace, sorted by first start_s (loads the whole trace)."""
-    return sorted(iter_sessions(path, check_order=False),
+    return sorted(iter_sessions(path, check_order=False, unique_ids=unique_ids),
                   key=lambda s: s.turns[0].start_s or 0.0)
+
+
+class TraceSessions:
+    """A trace file's sessions, read anew on each pass and counted from the file
+    (:func:`count_sessions`) — a :class:`kvsim.workload.sampling.SessionSource` that
+    streams.  With ``sort`` the trace is loaded and sorted once instead.
+
+    NOTE: read without the session-id check (``iter_sessions(unique_ids=False)``).
+    """
+
+    def __init__(self, path: str | Path, sort: bool = False) -> None:
+        self.path = path
+        self._sorted = sorted_sessions(path, unique_ids=False) if sort else None
+
+    def __iter__(self) -> Iterator[Session]:
+        if self._sorted is not None:
+            return iter(self._sorted)
+        return iter_sessions(self.path, unique_ids=False)
+
+    def __len__(self) -> int:
+        if self._sorted is not None:
+            return len(self._sorted)
+        n = count_sessions(self.path)
+        if n == 0:  # NOTE: the reader's own error (no header, no sessions, ...)
+            for _ in iter_sessions(self.path, unique_ids=False):
+                pass
+        return n
 
 
 def read_trace(path: str | Path) -> tuple[TraceMeta, list[Session]]:
