@@ -54,6 +54,7 @@ SHARED_PREFIX_FANOUT = 64
 # NOTE: the Mooncake importer holds every row to infer sessions: ≈ 250 MB at these
 # bounds (rows and ids); past either the import stops with a one-line message
 MOONCAKE_MAX_ROWS = 500_000
+BURSTGPT_MAX_GROUPED_ROWS = 500_000  # NOTE: grouping by Session ID holds the rows too
 MOONCAKE_MAX_BLOCKS = 16_000_000
 
 
@@ -352,9 +353,15 @@ def _burst_single(rows: Iterable[tuple[str, float, Any]]) -> Iterator[Session]:
 
 
 def _burst_grouped(rows: Iterable[tuple[str, float, Any]]) -> Iterator[Session]:
-    """Group by Session ID (in memory); rows without an id are single-turn sessions."""
+    """Group by Session ID (in memory: at most :data:`BURSTGPT_MAX_GROUPED_ROWS` rows);
+    rows without an id are single-turn sessions."""
     groups: dict[str, list[Turn]] = {}
-    for k, (_, t, (sid, n_in, n_out)) in enumerate(rows):
+    for k, (where, t, (sid, n_in, n_out)) in enumerate(rows):
+        if k >= BURSTGPT_MAX_GROUPED_ROWS:
+            raise InputError(where, f"over {BURSTGPT_MAX_GROUPED_ROWS:,} rows", f"at most "
+                             f"{BURSTGPT_MAX_GROUPED_ROWS:,} rows in one BurstGPT import with "
+                             "a Session ID column (it holds the rows to group them); split "
+                             "the file by time and import the parts")
         key = f"bg-{sid}" if sid is not None else f"bg{k:07d}"
         groups.setdefault(key, []).append(Turn(start_s=t, input_tokens=n_in,
                                                output_tokens=n_out))
