@@ -110,7 +110,7 @@ def test_sample_streams_two_million_requests(traces, tmp_path):
     assert len(kept) == 50 and sum(len(s.turns) for s in kept) == 50 * TURNS
 
 
-def _azure_csv(path, rows: int) -> None:
+def write_azure_csv(path, rows: int) -> None:
     """An Azure-LLM-format CSV of ``rows`` requests, 0.01 s apart (pyarrow, a second)."""
     import pyarrow.csv as pacsv
     t = np.datetime64("2023-11-16T18:15:46", "us") + np.arange(rows) * np.timedelta64(10_000,
@@ -126,8 +126,8 @@ def _azure_csv(path, rows: int) -> None:
 @pytest.mark.slow
 def test_import_streams_a_million_requests(tmp_path):
     small, big = tmp_path / "small.csv", tmp_path / "big.csv"
-    _azure_csv(small, 10_000)
-    _azure_csv(big, 1_000_000)
+    write_azure_csv(small, 10_000)
+    write_azure_csv(big, 1_000_000)
     out = tmp_path / "az.parquet"
     done = _capped(small, big, "trace", "import", "azure", big, "-o", out)
     assert done.returncode == 0, done.stderr[-2000:]
