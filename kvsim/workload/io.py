@@ -9,7 +9,8 @@ Formats (chosen by file extension):
   form (``turns`` is a list of structs; each turn holds ``prefix`` and
   ``references`` as lists of structs).  :class:`TraceMeta` is stored as JSON in the
   schema metadata under ``kvsim.trace_meta``.  Rows are written in row groups of
-  :data:`ROW_GROUP_SESSIONS` sessions and read back batch by batch.
+  whole multiples of :data:`ROW_GROUP_SESSIONS` sessions holding at least
+  :data:`ROW_GROUP_TURNS` turns, and read back :data:`ROW_GROUP_SESSIONS` at a time.
 
 Readers yield sessions one at a time, so a trace never sits whole in memory
 (:class:`TraceSessions` reads a file again for each pass), and check that sessions come sorted by their first ``start_s`` (the order the simulator
@@ -42,6 +43,7 @@ from kvsim.errors import InputError, from_validation_error
 from kvsim.workload.schema import Session, TraceMeta
 
 ROW_GROUP_SESSIONS = 2048
+ROW_GROUP_TURNS = 1 << 16  # NOTE: a row group holds at least this many turns (but the last)
 FORMATS = (".jsonl", ".parquet")
 _META_KEY = b"kvsim.trace_meta"
 
@@ -302,16 +304,29 @@ def _write_jsonl(tmp: Path, sessions: Iterable[Session], meta: TraceMeta) -> int
 
 
 def _write_parquet(tmp: Path, sessions: Iterable[Session], meta: TraceMeta) -> int:
+    """Sessions turned into Arrow :data:`ROW_GROUP_SESSIONS` at a time; a row group is
+    written once it holds :data:`ROW_GROUP_TURNS` turns (or at the end).
+
+    NOTE: the writer keeps every row group's metadata until it closes (≈ 20 KB each), so
+    groups of one-turn sessions 2,048 at a time would grow it with the trace.
+    """
     schema = SESSION_SCHEMA.with_metadata({_META_KEY: meta.model_dump_json().encode()})
-    n = 0
+    n = turns = 0
     with pq.ParquetWriter(tmp, schema) as writer:
         buf: list[dict[str, Any]] = []
+        parts: list[pa.Table] = []
         for s in sessions:
             buf.append(s.model_dump(mode="json"))
             n += 1
+            turns += len(s.turns)
             if len(buf) >= ROW_GROUP_SESSIONS:
-                writer.write_table(pa.Table.from_pylist(buf, schema=schema))
+                parts.append(pa.Table.from_pylist(buf, schema=schema))
                 buf = []
+                if turns >= ROW_GROUP_TURNS:
+                    writer.write_table(pa.concat_tables(parts))
+                    parts, turns = [], 0
         if buf:
-            writer.write_table(pa.Table.from_pylist(buf, schema=schema))
+            parts.append(pa.Table.from_pylist(buf, schema=schema))
+        if parts:
+            writer.write_table(pa.concat_tables(parts))
     return n
