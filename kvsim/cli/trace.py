@@ -114,8 +114,8 @@ def import_(fmt: str, file: str, output: str, sort: bool) -> None:
 def sample(file: str, n_sessions: int | None, rate: float | None, scale_to_rate: float | None,
            seed: int, sort: bool, output: str) -> None:
     """Down-sample FILE by whole sessions (and optionally rescale time)."""
-    from kvsim.workload.io import read_meta
-    from kvsim.workload.sampling import sample as do_sample
+    from kvsim.workload.io import TraceSessions, read_meta
+    from kvsim.workload.sampling import kept_sessions
     from kvsim.workload.sampling import scale_to_rate as do_scale
 
     # NOTE: refused before the trace is read (sample / scale_to_rate would refuse them
@@ -125,18 +125,12 @@ def sample(file: str, n_sessions: int | None, rate: float | None, scale_to_rate:
     _start(output)
     meta = read_meta(file)
     with _echo_warnings():
-        kept = do_sample(_sessions(file, sort), n_sessions=n_sessions, rate=rate, seed=seed)
+        kept = kept_sessions(TraceSessions(file, sort), n_sessions=n_sessions, rate=rate,
+                             seed=seed)
         if scale_to_rate is not None:
             kept = do_scale(kept, scale_to_rate)  # refuses a rate it cannot reach
     note = f"sampled from {meta.source} (seed {seed})"
     _write(output, kept, meta.model_copy(update={"description": note}))
-
-
-def _sessions(file: str, sort: bool) -> Iterable[Any]:
-    """Stream a trace; with ``sort`` load and sort it instead of rejecting disorder."""
-    from kvsim.workload.io import iter_sessions, sorted_sessions
-
-    return sorted_sessions(file) if sort else iter_sessions(file)
 
 
 @trace.command()
@@ -155,12 +149,14 @@ def inspect(file: str, fmt: str, as_json: bool, prefill_tok_s: float, decode_tok
     """Rows, sessions, arrivals, token percentiles, concurrency, reuse, references."""
     from kvsim.workload.importers import import_trace
     from kvsim.workload.inspect import ServiceModel, inspect_sessions
+    from kvsim.workload.io import TraceSessions
 
     _finite_positive("--prefill-tok-s", prefill_tok_s, "tokens per second")
     _finite_positive("--decode-tok-s", decode_tok_s, "tokens per second")
     service = ServiceModel(prefill_tok_s=prefill_tok_s, decode_tok_s=decode_tok_s)
     with _echo_warnings():
-        source = _sessions(file, sort) if fmt == "kvsim" else import_trace(fmt, file, sort)[1]
+        source = TraceSessions(file, sort) if fmt == "kvsim" else \
+            import_trace(fmt, file, sort)[1]
         stats = inspect_sessions(source, service)
     if as_json:
         click.echo(json.dumps(stats, indent=2))

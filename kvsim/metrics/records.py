@@ -8,7 +8,8 @@ one ``steps`` row; inter-token gaps are affine runs (:mod:`kvsim.core.itl`) in t
 
 NOTE: the requests table cannot be spilled: past :data:`MAX_REQUESTS` ``check_capacity``
 raises :class:`~kvsim.errors.RunStopped` and the results so far are kept (≈ 400–500 MB a
-run); the process memory is checked too (``max_rss_bytes``).
+run); the process memory is checked too (``max_rss_bytes``), with the headroom saving the
+rows held will take (:meth:`Recorder.save_reserve_bytes`), so the bound holds to the end.
 Design: docs/design/fast-forward.md (measured memory per request there).
 """
 
@@ -40,6 +41,16 @@ _Event = TypeVar("_Event", bound=RecordedEvent)  # a scheduler's own event type
 MAX_REQUESTS = 60_000  # NOTE: keeps one run's peak memory within ~400-500 MB (module doc)
 RSS_CHECK_REQUESTS = 500  # NOTE: read the process memory once per this many requests
 RSS_CHECK_SAMPLES = 1 << 16  # ... and once per this many memory samples
+# NOTE: headroom the memory guard keeps for turning the rows into tables, saving them and
+# writing the report (kvsim simulate): a fixed part (the Parquet and plotting imports,
+# ~70 MiB measured on a 136-request run) and a part per row held, measured with
+# benchmarks/rss_bound.py (≈ 270 bytes a memory sample at 1.25 M samples, the report's
+# timeline the most of it; ≈ 1-4 KB a request row with its steps and events)
+SAVE_RESERVE_BYTES = 80 * 2**20
+SAVE_BYTES_PER_ROW = {"requests": 3072, "itl": 100, "steps": 200, "memory": 300,
+                      "events": 300}
+# ... and what the rows can grow by before the next check (a memory sample held ≈ 160 bytes)
+NEXT_CHECK_BYTES = RSS_CHECK_SAMPLES * (160 + 300) + RSS_CHECK_REQUESTS * (2048 + 3072)
 
 REQUEST_COLUMNS = RequestRow._fields  # NOTE: what each column holds: RequestRow
 OPTIONAL_REQUEST_COLUMNS = {"truncated_prompt_tokens": 0}  # absent from older folders
@@ -178,11 +189,24 @@ class Recorder:
         self._next_sample_check = n + RSS_CHECK_SAMPLES
         self._check_rss(f"{n:,} memory samples")
 
+    def save_reserve_bytes(self) -> int:
+        """The memory that building, saving and reporting the rows held so far takes on
+        top of them (:data:`SAVE_RESERVE_BYTES` + :data:`SAVE_BYTES_PER_ROW` a row), and
+        what they may grow by until the next check (:data:`NEXT_CHECK_BYTES`)."""
+        per = SAVE_BYTES_PER_ROW
+        return (SAVE_RESERVE_BYTES + NEXT_CHECK_BYTES + per["requests"] * len(self.request_rows)
+                + per["itl"] * len(self.itl_gap_s) + per["steps"] * len(self.steps)
+                + per["memory"] * len(self.memory) + per["events"] * len(self.events))
+
     def _check_rss(self, after: str) -> None:
-        rss = current_rss_bytes()
-        if rss > self.max_rss_bytes:
+        """Stop the run when the process plus what saving its rows takes would pass
+        ``max_rss_bytes``, so the bound holds until the results are written."""
+        assert self.max_rss_bytes is not None
+        rss, reserve = current_rss_bytes(), self.save_reserve_bytes()
+        if rss + reserve > self.max_rss_bytes:
             raise RunStopped(
-                "sim.max_rss_bytes", f"{rss / 2**20:,.0f} MiB after {after}",
+                "sim.max_rss_bytes", f"{rss / 2**20:,.0f} MiB (+{reserve / 2**20:,.0f} MiB "
+                f"to save the results) after {after}",
                 f"the run passed its memory limit ({self.max_rss_bytes / 2**20:,.0f} MiB); "
                 "down-sample or cut the workload, raise sim.sample_interval_s or "
                 "sim.max_rss_bytes")

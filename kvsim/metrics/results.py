@@ -78,11 +78,44 @@ def dump_json(obj: Any) -> str:
 
 
 def tables_from(rec: Recorder) -> dict[str, pd.DataFrame]:
-    rows = {"requests": rec.requests, "itl": rec.itl, "steps": rec.step_rows,
-            "memory": rec.memory, "events": rec.events}
-    tables = {name: pd.DataFrame(rows[name], columns=list(COLUMNS[name])) for name in TABLES}
-    tables["requests"][STATUS] = rec.statuses
+    """The run's tables, built one at a time from the recorder's rows.
+
+    NOTE: empties the recorder's row lists as it goes (the tables replace them), so a
+    table's rows and its frame are the only copy held at once — the headroom
+    :meth:`Recorder.save_reserve_bytes` keeps free below ``sim.max_rss_bytes``.
+    """
+    statuses = rec.statuses
+    tables = {"requests": pd.DataFrame(rec.requests, columns=list(REQUEST_COLUMNS))}
+    rec.request_rows, rec.status = [], bytearray()
+    tables["requests"][STATUS] = statuses
+    del statuses
+    tables["itl"] = pd.DataFrame(rec.itl, columns=list(ITL_TABLE_COLUMNS))
+    tables["steps"] = pd.DataFrame(rec.step_rows, columns=list(STEP_COLUMNS))
+    rec.steps = []
+    tables["memory"] = _taking_frame(rec.memory, MEMORY_COLUMNS)
+    tables["events"] = pd.DataFrame(rec.events, columns=list(EVENT_COLUMNS))
+    rec.events = []
     return tables
+
+
+FRAME_CHUNK_ROWS = 1 << 16  # NOTE: rows turned into a frame (and freed) at a time
+
+
+def _taking_frame(rows: list[Any], columns: tuple[str, ...]) -> pd.DataFrame:
+    """``pd.DataFrame(rows, columns)`` of numeric rows, built from the end one chunk at a
+    time while ``rows`` is emptied, so the rows and the frame are not held whole twice.
+
+    NOTE: the chunks are joined at the end (``pd.concat``): the same columns and dtypes as
+    one frame of all the rows, as every row holds the same kinds of numbers.
+    """
+    if not rows:
+        return pd.DataFrame(rows, columns=list(columns))
+    chunks = []
+    while rows:
+        chunks.append(pd.DataFrame(rows[-FRAME_CHUNK_ROWS:], columns=list(columns)))
+        del rows[-FRAME_CHUNK_ROWS:]
+    chunks.reverse()
+    return pd.concat(chunks, ignore_index=True)
 
 
 def with_status(requests: pd.DataFrame) -> pd.DataFrame:

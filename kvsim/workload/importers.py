@@ -8,7 +8,13 @@
   ceil(input_length / 512)`` is checked per row.  Follow-up turns are inferred: a
   request whose ``hash_ids`` start with *all full blocks* of an earlier request
   joins the session of the latest such request with the longest match (branches stay
-  in the same session, so down-sampling keeps a whole prefix tree together).
+  in the same session, so down-sampling keeps a whole prefix tree together) — unless
+  that match ends inside the trace's *common prefix*: the leading blocks that at least
+  :data:`SHARED_PREFIX_FANOUT` different continuations follow (a system prompt every
+  conversation starts with, like block 0 of Mooncake's conversation trace), which
+  start conversations rather than continue one.  Inferring sessions needs every row,
+  so the importer holds them (≈ 250 bytes a row and 8 an id): at most
+  :data:`MOONCAKE_MAX_ROWS` rows and :data:`MOONCAKE_MAX_BLOCKS` ids, else a one-line stop.
 * **Azure LLM** CSV (``TIMESTAMP`` ``YYYY-MM-DD HH:MM:SS.fffffff``, ``ContextTokens``,
   ``GeneratedTokens``): one single-turn open-loop session per row.
 * **BurstGPT** CSV (columns by name: ``Timestamp`` s, ``Request tokens``,
@@ -29,16 +35,27 @@ import itertools
 import json
 import math
 import warnings
+from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvsim.config.files import text_lines
 from kvsim.errors import InputError
 from kvsim.workload.schema import Segment, Session, TraceMeta, Turn
 
 MOONCAKE_BLOCK_TOKENS = 512
+# NOTE: a leading block chain followed by this many distinct next blocks is a prefix the
+# trace's conversations share (not one conversation): the synthetic trace's largest
+# branching inside a conversation is 13, its conversation trace's block 0 has thousands
+SHARED_PREFIX_FANOUT = 64
+# NOTE: the Mooncake importer holds every row to infer sessions: ≈ 250 MB at these
+# bounds (rows and ids); past either the import stops with a one-line message
+MOONCAKE_MAX_ROWS = 500_000
+BURSTGPT_MAX_GROUPED_ROWS = 500_000  # NOTE: grouping by Session ID holds the rows too
+MOONCAKE_MAX_BLOCKS = 16_000_000
 
 
 class TraceWarning(UserWarning):
@@ -115,11 +132,20 @@ def _rebase(records: Iterable[tuple[str, float, Any]], name: str
 
 # ----------------------------------------------------------------------------- Mooncake
 
-def _mooncake_rows(p: Path) -> Iterator[tuple[str, float, dict[str, Any]]]:
+class _McRow(NamedTuple):
+    """One Mooncake request as the importer holds it."""
+
+    start_s: float
+    n_in: int
+    n_out: int
+    ids: array  # of int64 hash ids
+
+
+def _mooncake_rows(p: Path) -> Iterator[tuple[str, float, tuple[int, int, array]]]:
+    held = 0
     with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(text_lines(fh, p.name, p), 1):
-            if not line.strip():
-                continue
+        for n, (lineno, line) in enumerate(
+                (k, x) for k, x in enumerate(text_lines(fh, p.name, p), 1) if x.strip()):
             where = f"{p.name} line {lineno}"
             try:
                 obj = json.loads(line)
@@ -136,58 +162,103 @@ def _mooncake_rows(p: Path) -> Iterator[tuple[str, float, dict[str, Any]]]:
             ids = obj["hash_ids"]
             if not isinstance(ids, list):
                 raise InputError(f"{where}: hash_ids", ids, "must be a list of integers")
-            ids = [as_int(h, where, f"hash_ids.{k}") for k, h in enumerate(ids)]
+            ids = array("q", [as_int(h, where, f"hash_ids.{k}") for k, h in enumerate(ids)])
             want = math.ceil(n_in / MOONCAKE_BLOCK_TOKENS)
             if len(ids) != want:
                 raise InputError(f"{where}: hash_ids", f"{len(ids)} ids",
                                  f"expected ceil(input_length/512) = {want}")
+            held += len(ids)
+            _check_held(where, n + 1, held)
             ts = as_time(obj["timestamp"], where, "timestamp")
-            yield where, ts / 1000.0, {"in": n_in, "out": n_out, "ids": ids}
+            yield where, ts / 1000.0, (n_in, n_out, ids)
+
+
+def _check_held(where: str, rows: int, ids: int) -> None:
+    for what, n, bound in (("rows", rows, MOONCAKE_MAX_ROWS), ("hash ids", ids,
+                                                               MOONCAKE_MAX_BLOCKS)):
+        if n > bound:
+            raise InputError(where, f"over {bound:,} {what}", f"at most {bound:,} {what} in "
+                             "one Mooncake import (it holds the trace to infer sessions); "
+                             "split the file by time and import the parts")
 
 
 def import_mooncake(path: str | Path, sort: bool = False) -> tuple[TraceMeta, Iterator[Session]]:
-    """Mooncake JSONL → sessions (loads the trace to infer follow-up chains)."""
+    """Mooncake JSONL → sessions (holds the trace's rows to infer follow-up chains)."""
     p = open_text(path)
-    rows = list(_rebase(ordered(_mooncake_rows(p), sort, p.name), p.name))
-    chains = _mooncake_chains([r[2] for r in rows])
+    rows = [_McRow(t, *payload) for _, t, payload in
+            _rebase(ordered(_mooncake_rows(p), sort, p.name), p.name)]
+    chains = _mooncake_chains(rows)
     meta = TraceMeta(source=f"mooncake:{p.name}",
                      description=f"{len(rows)} requests, {len(chains)} inferred sessions")
 
     def sessions() -> Iterator[Session]:
         for k, members in enumerate(chains):
-            turns = tuple(_mooncake_turn(rows[i][1], rows[i][2]) for i in members)
+            turns = tuple(_mooncake_turn(rows[i]) for i in members)
             yield Session(session_id=f"mc{k:06d}", kind="imported", history="none",
                           turns=turns)
     return meta, sessions()
 
 
-def _mooncake_turn(start_s: float, row: dict[str, Any]) -> Turn:
-    n_in, ids = row["in"], row["ids"]
+def _mooncake_turn(row: _McRow) -> Turn:
     segs = [Segment(id=f"mc/{h}", tokens=min(MOONCAKE_BLOCK_TOKENS,
-                                             n_in - k * MOONCAKE_BLOCK_TOKENS))
-            for k, h in enumerate(ids)]
-    return Turn(start_s=start_s, prefix=tuple(segs), input_tokens=0, output_tokens=row["out"])
+                                             row.n_in - k * MOONCAKE_BLOCK_TOKENS))
+            for k, h in enumerate(row.ids)]
+    return Turn(start_s=row.start_s, prefix=tuple(segs), input_tokens=0,
+                output_tokens=row.n_out)
 
 
-def _mooncake_chains(rows: list[dict[str, Any]]) -> list[list[int]]:
+def _chain_keys(ids: Iterable[int]) -> list[int]:
+    """One key per leading block chain of a row (equal keys: equal block prefixes)."""
+    h, keys = 0, []
+    for b in ids:
+        h = hash((h, b))
+        keys.append(h)
+    return keys
+
+
+def _common_prefix(rows: list[_McRow]) -> set[int]:
+    """Keys of the leading chains the trace's conversations share: from the first block
+    on, each followed by at least :data:`SHARED_PREFIX_FANOUT` distinct next blocks.
+
+    NOTE: found one depth at a time, so it holds one key per row at most (the chains one
+    block longer than the common ones found so far), not one per block.
+    """
+    common: set[int] = set()
+    parents = {0}  # the chains found common at the previous depth (0: the empty one)
+    for depth in itertools.count():
+        children: set[tuple[int, int]] = set()  # (chain at depth, its next block)
+        for row in rows:
+            if len(row.ids) > depth + 1:
+                keys = _chain_keys(row.ids[:depth + 2])
+                if (keys[depth - 1] if depth else 0) in parents:
+                    children.add((keys[depth], keys[depth + 1]))
+        fanout = Counter(chain for chain, _ in children)
+        parents = {chain for chain, n in fanout.items() if n >= SHARED_PREFIX_FANOUT}
+        if not parents:
+            return common
+        common |= parents
+    return common
+
+
+def _mooncake_chains(rows: list[_McRow]) -> list[list[int]]:
     """Group requests into sessions: the parent of a request is the latest earlier
-    request whose full blocks are the longest prefix of its hash_ids."""
+    request whose full blocks are the longest prefix of its hash_ids, when that prefix
+    reaches past the common prefix (:func:`_common_prefix`)."""
+    common = _common_prefix(rows)
     by_full_key: dict[int, int] = {}
     session_of: list[int] = []
     chains: list[list[int]] = []
     for i, row in enumerate(rows):
-        h, keys = 0, []
-        for b in row["ids"]:
-            h = hash((h, b))
-            keys.append(h)
-        parent = next((by_full_key[k] for k in reversed(keys) if k in by_full_key), None)
+        keys = _chain_keys(row.ids)
+        parent = next((by_full_key[k] for k in reversed(keys)
+                       if k in by_full_key and k not in common), None)
         if parent is None:
             session_of.append(len(chains))
             chains.append([i])
         else:
             session_of.append(session_of[parent])
             chains[session_of[parent]].append(i)
-        n_full = row["in"] // MOONCAKE_BLOCK_TOKENS
+        n_full = row.n_in // MOONCAKE_BLOCK_TOKENS
         if n_full:
             by_full_key[keys[n_full - 1]] = i
     # NOTE: sessions come out sorted by their first request, as rows are time-ordered.
@@ -282,9 +353,15 @@ def _burst_single(rows: Iterable[tuple[str, float, Any]]) -> Iterator[Session]:
 
 
 def _burst_grouped(rows: Iterable[tuple[str, float, Any]]) -> Iterator[Session]:
-    """Group by Session ID (in memory); rows without an id are single-turn sessions."""
+    """Group by Session ID (in memory: at most :data:`BURSTGPT_MAX_GROUPED_ROWS` rows);
+    rows without an id are single-turn sessions."""
     groups: dict[str, list[Turn]] = {}
-    for k, (_, t, (sid, n_in, n_out)) in enumerate(rows):
+    for k, (where, t, (sid, n_in, n_out)) in enumerate(rows):
+        if k >= BURSTGPT_MAX_GROUPED_ROWS:
+            raise InputError(where, f"over {BURSTGPT_MAX_GROUPED_ROWS:,} rows", f"at most "
+                             f"{BURSTGPT_MAX_GROUPED_ROWS:,} rows in one BurstGPT import with "
+                             "a Session ID column (it holds the rows to group them); split "
+                             "the file by time and import the parts")
         key = f"bg-{sid}" if sid is not None else f"bg{k:07d}"
         groups.setdefault(key, []).append(Turn(start_s=t, input_tokens=n_in,
                                                output_tokens=n_out))

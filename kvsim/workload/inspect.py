@@ -12,6 +12,7 @@ Design: docs/design/workload-inspect.md (every statistic's definition).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ import numpy as np
 
 from kvsim.errors import InputError
 from kvsim.workload.schema import Segment, Session, output_segment, prompt_segments
+from kvsim.workload.tally import Counts, Overlap, PerMinute
 
 _PART_SUFFIX = {"tool": "tool", "input": "in", "output": "out"}
 
@@ -43,39 +45,49 @@ class ServiceModel:
                 f"{self.decode_tok_s:g} tok/s from arrival; no queueing (infinite server)")
 
 
+MAX_SHARED_CHAINS = 2_000_000  # NOTE: ≈ 100 bytes each; past it inspect stops (PrefixIndex)
+
+
 class PrefixIndex:
-    """Unlimited token-exact prefix cache over segment lists."""
+    """Unlimited token-exact prefix cache over segment lists, in bounded memory.
+
+    A chain that has passed content of one session's own (ids ``<session>/…``) only
+    that session can meet again, so :meth:`insert` keeps it in the ``local`` store the
+    caller passes (dropped with the session); the trace-wide store holds the shared
+    chains only (system prompts, explicit prefixes) — at most :data:`MAX_SHARED_CHAINS`,
+    else a one-line InputError naming the bound.
+
+    NOTE: a chain is stored under one 64-bit hash of (the chain before it, its id): as
+    the chain key itself already is, equal hashes are taken as equal chains.
+    """
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[int, str], int] = {}
+        self._seen: dict[int, int] = {}
 
-    def insert(self, segs: Iterable[Segment], h: int = 0,
-               matching: bool = True) -> tuple[int, int]:
-        """Insert a token sequence after chain key ``h``; return (hit tokens, end key)."""
+    def insert(self, segs: Iterable[Segment], h: int = 0, matching: bool = True,
+               local: dict[int, int] | None = None, own: str = "") -> tuple[int, int]:
+        """Insert a token sequence after chain key ``h``; return (hit tokens, end key).
+        With ``local``, chains from the first segment whose id starts with ``own`` on
+        go there."""
         hit = 0
+        store = self._seen
         for seg in segs:
-            key = (h, seg.id)
-            cached = self._seen.get(key, 0)
+            if local is not None and store is not local and seg.id.startswith(own):
+                store = local
+            key = hash((h, seg.id))
+            cached = store.get(key, 0)
             if matching:
                 hit += min(cached, seg.tokens)
                 matching = cached >= seg.tokens
             if seg.tokens > cached:
-                self._seen[key] = seg.tokens
+                store[key] = seg.tokens
+                if store is self._seen and len(store) > MAX_SHARED_CHAINS:
+                    raise InputError("prefix_reuse", f"over {MAX_SHARED_CHAINS:,} shared "
+                                     "prefix chains", f"at most {MAX_SHARED_CHAINS:,} (the "
+                                     "trace-wide prefix index of trace inspect); inspect a "
+                                     "sample (kvsim trace sample --sessions N)")
             h = hash((h, seg.id, seg.tokens))
         return hit, h
-
-
-def _pcts(values: np.ndarray) -> dict[str, float]:
-    if values.size == 0:
-        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
-    return {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
-            "p95": float(np.percentile(values, 95)), "max": float(values.max())}
-
-
-def _levels(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Number of intervals [start, end) containing each start."""
-    s, e = np.sort(starts), np.sort(ends)
-    return np.searchsorted(s, starts, side="right") - np.searchsorted(e, starts, side="right")
 
 
 def _span_start(segs: list[Segment], target: str) -> int | None:
@@ -88,43 +100,65 @@ def _span_start(segs: list[Segment], target: str) -> int | None:
 
 
 class _Acc:
-    """Accumulates per-request columns and reference statistics."""
+    """Accumulates the statistics session by session (sessions sorted by first arrival)."""
 
     def __init__(self, service: ServiceModel) -> None:
         self.service = service
-        self.cols: dict[str, list[float]] = {k: [] for k in
-                                             ("arrival", "end", "prompt", "new", "output")}
-        self.sess_start: list[float] = []
-        self.sess_end: list[float] = []
+        self.tokens = {k: Counts() for k in ("prompt", "new", "output")}
+        self.first, self.last = math.inf, -math.inf
+        self.sessions = 0
+        self.minutes: PerMinute | None = None
+        self.requests = Overlap(self._request_level)
+        self.live_sessions = Overlap(lambda t, level: None)
         self.kinds: Counter[str] = Counter()
         self.index = PrefixIndex()
+        self.prompt_tokens = 0
         self.hit_tokens = 0
         self.requests_with_hit = 0
         self.refs: Counter[str] = Counter()
         self.ref_parts: Counter[str] = Counter()
-        self.ref_turns: list[int] = []
-        self.ref_tokens: list[int] = []
+        self.ref_turns = Counts()
+        self.ref_tokens = Counts()
+
+    def _request_level(self, t: float, level: int) -> None:
+        assert self.minutes is not None
+        self.minutes.level(t, level)
 
     def add(self, s: Session) -> None:
+        start = s.turns[0].start_s or 0.0
+        if self.minutes is None:
+            self.minutes = PerMinute(start)
+        self.requests.flush(before=start)  # NOTE: later sessions start at or after it
+        self.live_sessions.flush(before=start)
         self.kinds[s.kind] += 1
+        self.sessions += 1
+        local: dict[int, int] = {}  # the chains only this session can meet (PrefixIndex)
+        own = f"{s.session_id}/"
         end = 0.0
         for i, t in enumerate(s.turns):
             segs = prompt_segments(s, i)
             prompt = sum(g.tokens for g in segs)
             arrival = t.start_s if t.start_s is not None else end + t.think_s
             end = arrival + self.service.busy_s(prompt, t.output_tokens)
-            for k, v in (("arrival", arrival), ("end", end), ("prompt", prompt),
-                         ("new", prompt - self._history_tokens(s, i, segs)),
-                         ("output", t.output_tokens)):
-                self.cols[k].append(v)
-            hit, h = self.index.insert(segs)
+            self._request(arrival, end, prompt, prompt - self._history_tokens(s, i, segs),
+                          t.output_tokens)
+            hit, h = self.index.insert(segs, local=local, own=own)
             if s.history == "full":
-                self.index.insert([output_segment(s, i)], h=h, matching=False)
+                self.index.insert([output_segment(s, i)], h=h, matching=False, local=local,
+                                  own=own)
             self.hit_tokens += hit
             self.requests_with_hit += hit > 0
             self._add_refs(s, i, segs, prompt)
-        self.sess_start.append(self.cols["arrival"][-len(s.turns)])
-        self.sess_end.append(end)
+        self.live_sessions.add(start, end)
+
+    def _request(self, arrival: float, end: float, prompt: int, new: int, output: int) -> None:
+        assert self.minutes is not None
+        self.first, self.last = min(self.first, arrival), max(self.last, arrival)
+        self.minutes.arrive(arrival)
+        self.requests.add(arrival, end)
+        for k, v in (("prompt", prompt), ("new", new), ("output", output)):
+            self.tokens[k].add(v)
+        self.prompt_tokens += prompt
 
     @staticmethod
     def _history_tokens(s: Session, i: int, segs: list[Segment]) -> int:
@@ -139,7 +173,7 @@ class _Acc:
             if ref.turn is None:
                 target = f"sys/{s.system_prompt_id}"
             else:
-                self.ref_turns.append(i - ref.turn)
+                self.ref_turns.add(i - ref.turn)
                 if ref.part in _PART_SUFFIX:
                     target = f"{s.session_id}/t{ref.turn}/{_PART_SUFFIX[ref.part]}"
                 else:
@@ -147,56 +181,57 @@ class _Acc:
                     target = prefix[0].id if prefix else ""
             start = _span_start(segs, target)
             if start is not None:
-                self.ref_tokens.append(prompt - start - ref.offset_tokens)
+                self.ref_tokens.add(prompt - start - ref.offset_tokens)
 
 
 def inspect_sessions(sessions: Iterable[Session],
                      service: ServiceModel | None = None) -> dict[str, Any]:
-    """Statistics of a trace as a plain dict (see the module docstring)."""
+    """Statistics of a trace as a plain dict (see the module docstring).
+
+    NOTE: streams ``sessions`` (sorted by first ``start_s``, as every trace reader gives
+    them) in memory that does not grow with the trace's length: besides the sessions
+    whose requests are still open, one entry per distinct token count, 16 bytes a minute
+    of span and the trace-wide prefix index (at most :data:`MAX_SHARED_CHAINS`).
+    """
     acc = _Acc(service or ServiceModel())
     for s in sessions:
         acc.add(s)
-    if not acc.sess_start:
+    if acc.minutes is None:
         raise InputError("trace", "", "no sessions to inspect")
-    c = {k: np.asarray(v, dtype=float) for k, v in acc.cols.items()}
-    t0, t1 = float(c["arrival"].min()), float(c["arrival"].max())
-    span = t1 - t0
-    minute = np.floor((c["arrival"] - t0) / 60.0).astype(np.int64)
-    per_minute = np.bincount(minute)
-    levels = _levels(c["arrival"], c["end"])
-    minute_peak = np.zeros(per_minute.size, dtype=np.int64)
-    np.maximum.at(minute_peak, minute, levels)
-    s_start, s_end = np.asarray(acc.sess_start), np.asarray(acc.sess_end)
-    total_prompt = int(c["prompt"].sum())
+    peak = acc.requests.finish()
+    per_minute, minute_peak = acc.minutes.arrays()
+    span = acc.last - acc.first
+    rows = acc.tokens["prompt"].total
     return {
-        "rows": int(c["arrival"].size),
-        "sessions": len(acc.sess_start),
+        "rows": rows,
+        "sessions": acc.sessions,
         "sessions_by_kind": dict(sorted(acc.kinds.items())),
-        "first_arrival_s": t0,
+        "first_arrival_s": acc.first,
         "span_s": span,
-        "arrival_rate_per_s": (c["arrival"].size / span) if span > 0 else None,
-        "input_tokens": _pcts(c["prompt"]),
-        "new_input_tokens": _pcts(c["new"]),
-        "output_tokens": _pcts(c["output"]),
+        "arrival_rate_per_s": (rows / span) if span > 0 else None,
+        "input_tokens": acc.tokens["prompt"].summary(),
+        "new_input_tokens": acc.tokens["new"].summary(),
+        "output_tokens": acc.tokens["output"].summary(),
         "requests_per_minute": {"min": int(per_minute.min()),
                                 "p50": float(np.percentile(per_minute, 50)),
                                 "max": int(per_minute.max())},
         "concurrency": {
             "service_model": {**asdict(acc.service), "rule": acc.service.describe()},
-            "peak_requests": int(levels.max()),
+            "peak_requests": peak,
             "per_minute_peak_requests": {"p50": float(np.percentile(minute_peak, 50)),
                                          "p95": float(np.percentile(minute_peak, 95)),
                                          "max": int(minute_peak.max())},
-            "peak_sessions": int(_levels(s_start, s_end).max()),
+            "peak_sessions": acc.live_sessions.finish(),
         },
-        "prefix_reuse": {"prompt_tokens": total_prompt, "hit_tokens": acc.hit_tokens,
-                         "fraction": acc.hit_tokens / total_prompt if total_prompt else 0.0,
+        "prefix_reuse": {"prompt_tokens": acc.prompt_tokens, "hit_tokens": acc.hit_tokens,
+                         "fraction": (acc.hit_tokens / acc.prompt_tokens
+                                      if acc.prompt_tokens else 0.0),
                          "requests_with_hit": acc.requests_with_hit},
         "references": {
             "total": sum(acc.refs.values()),
             "by_class": {k: acc.refs.get(k, 0) for k in ("exact", "gist")},
             "by_part": dict(sorted(acc.ref_parts.items())),
-            "distance_turns": _pcts(np.asarray(acc.ref_turns, dtype=float)),
-            "distance_tokens": _pcts(np.asarray(acc.ref_tokens, dtype=float)),
+            "distance_turns": acc.ref_turns.summary(),
+            "distance_tokens": acc.ref_tokens.summary(),
         },
     }

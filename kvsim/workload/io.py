@@ -9,10 +9,11 @@ Formats (chosen by file extension):
   form (``turns`` is a list of structs; each turn holds ``prefix`` and
   ``references`` as lists of structs).  :class:`TraceMeta` is stored as JSON in the
   schema metadata under ``kvsim.trace_meta``.  Rows are written in row groups of
-  :data:`ROW_GROUP_SESSIONS` sessions and read back batch by batch.
+  whole multiples of :data:`ROW_GROUP_SESSIONS` sessions holding at least
+  :data:`ROW_GROUP_TURNS` turns, and read back :data:`ROW_GROUP_SESSIONS` at a time.
 
-Readers yield sessions one at a time, so a trace never sits whole in memory, and
-check that sessions come sorted by their first ``start_s`` (the order the simulator
+Readers yield sessions one at a time, so a trace never sits whole in memory
+(:class:`TraceSessions` reads a file again for each pass), and check that sessions come sorted by their first ``start_s`` (the order the simulator
 consumes them in).  Writers write to a temporary file beside the target and
 ``os.replace`` it at the end, so an error half-way (a bad row in an importer's
 stream) leaves no output file behind.
@@ -42,6 +43,7 @@ from kvsim.errors import InputError, from_validation_error
 from kvsim.workload.schema import Session, TraceMeta
 
 ROW_GROUP_SESSIONS = 2048
+ROW_GROUP_TURNS = 1 << 16  # NOTE: a row group holds at least this many turns (but the last)
 FORMATS = (".jsonl", ".parquet")
 _META_KEY = b"kvsim.trace_meta"
 
@@ -114,11 +116,17 @@ def count_sessions(path: str | Path, limit: int | None = None) -> int:
         return max(sum(1 for _ in lines) - 1, 0)  # minus the header
 
 
-def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Session]:
+def iter_sessions(path: str | Path, check_order: bool = True,
+                  unique_ids: bool = True) -> Iterator[Session]:
     """Stream the sessions of a trace file; InputError on the first bad record.
 
     With ``check_order`` a session whose first ``start_s`` is earlier than the
-    previous one's is an error (use :func:`sorted_sessions` to sort instead).
+    previous one's is an error (use :func:`sorted_sessions` to sort instead).  With
+    ``unique_ids`` a session id used before is an error.
+
+    NOTE: memory: one record at a time, plus every session id with ``unique_ids`` (the
+    one check that must remember them all; ``trace inspect`` and ``trace sample``,
+    which need no unique ids, read without it, a simulation or replay with it).
     """
     p = _existing(path)
     source = _iter_parquet(p) if trace_format(p, "trace") == ".parquet" else _iter_jsonl(p)
@@ -126,10 +134,12 @@ def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Sessio
     count = 0
     seen: set[str] = set()
     for where, session in source:
-        if session.session_id in seen:
-            raise InputError(f"{where}: session_id", session.session_id,
-                             "already used by an earlier session; session ids must be unique")
-        seen.add(session.session_id)
+        if unique_ids:
+            if session.session_id in seen:
+                raise InputError(f"{where}: session_id", session.session_id,
+                                 "already used by an earlier session; session ids must be "
+                                 "unique")
+            seen.add(session.session_id)
         start = session.turns[0].start_s or 0.0
         if check_order and start < last:
             raise InputError(f"{where}: turns.0.start_s", start,
@@ -142,10 +152,37 @@ def iter_sessions(path: str | Path, check_order: bool = True) -> Iterator[Sessio
         raise InputError(p.name, "", "no sessions in trace")
 
 
-def sorted_sessions(path: str | Path) -> list[Session]:
+def sorted_sessions(path: str | Path, unique_ids: bool = True) -> list[Session]:
     """All sessions of a trace, sorted by first start_s (loads the whole trace)."""
-    return sorted(iter_sessions(path, check_order=False),
+    return sorted(iter_sessions(path, check_order=False, unique_ids=unique_ids),
                   key=lambda s: s.turns[0].start_s or 0.0)
+
+
+class TraceSessions:
+    """A trace file's sessions, read anew on each pass and counted from the file
+    (:func:`count_sessions`) — a :class:`kvsim.workload.sampling.SessionSource` that
+    streams.  With ``sort`` the trace is loaded and sorted once instead.
+
+    NOTE: read without the session-id check (``iter_sessions(unique_ids=False)``).
+    """
+
+    def __init__(self, path: str | Path, sort: bool = False) -> None:
+        self.path = path
+        self._sorted = sorted_sessions(path, unique_ids=False) if sort else None
+
+    def __iter__(self) -> Iterator[Session]:
+        if self._sorted is not None:
+            return iter(self._sorted)
+        return iter_sessions(self.path, unique_ids=False)
+
+    def __len__(self) -> int:
+        if self._sorted is not None:
+            return len(self._sorted)
+        n = count_sessions(self.path)
+        if n == 0:  # NOTE: the reader's own error (no header, no sessions, ...)
+            for _ in iter_sessions(self.path, unique_ids=False):
+                pass
+        return n
 
 
 def read_trace(path: str | Path) -> tuple[TraceMeta, list[Session]]:
@@ -267,16 +304,29 @@ def _write_jsonl(tmp: Path, sessions: Iterable[Session], meta: TraceMeta) -> int
 
 
 def _write_parquet(tmp: Path, sessions: Iterable[Session], meta: TraceMeta) -> int:
+    """Sessions turned into Arrow :data:`ROW_GROUP_SESSIONS` at a time; a row group is
+    written once it holds :data:`ROW_GROUP_TURNS` turns (or at the end).
+
+    NOTE: the writer keeps every row group's metadata until it closes (≈ 20 KB each), so
+    groups of one-turn sessions 2,048 at a time would grow it with the trace.
+    """
     schema = SESSION_SCHEMA.with_metadata({_META_KEY: meta.model_dump_json().encode()})
-    n = 0
+    n = turns = 0
     with pq.ParquetWriter(tmp, schema) as writer:
         buf: list[dict[str, Any]] = []
+        parts: list[pa.Table] = []
         for s in sessions:
             buf.append(s.model_dump(mode="json"))
             n += 1
+            turns += len(s.turns)
             if len(buf) >= ROW_GROUP_SESSIONS:
-                writer.write_table(pa.Table.from_pylist(buf, schema=schema))
+                parts.append(pa.Table.from_pylist(buf, schema=schema))
                 buf = []
+                if turns >= ROW_GROUP_TURNS:
+                    writer.write_table(pa.concat_tables(parts))
+                    parts, turns = [], 0
         if buf:
-            writer.write_table(pa.Table.from_pylist(buf, schema=schema))
+            parts.append(pa.Table.from_pylist(buf, schema=schema))
+        if parts:
+            writer.write_table(pa.concat_tables(parts))
     return n

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.config.files import read_text
+from kvsim.config.units import format_bytes
 from kvsim.errors import InputError
 from kvsim.workload.importers import as_int, as_time, open_text
 from kvsim.workload.schema import Session, TraceMeta, Turn
@@ -51,7 +52,18 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+# NOTE: the importer holds the whole file parsed (a JSON array cannot be read in parts):
+# ≈ 2.3x its size on top of the interpreter (a 76 MB file peaked at 247 MiB); a larger
+# file is refused with a one-line message naming this bound
+SHAREGPT_MAX_BYTES = 256 * 2**20
+
+
 def _load(p: Path) -> list[tuple[str, Any]]:
+    size = p.stat().st_size
+    if size > SHAREGPT_MAX_BYTES:
+        raise InputError(p.name, format_bytes(size), f"at most "
+                         f"{format_bytes(SHAREGPT_MAX_BYTES)} in one ShareGPT import (it "
+                         "holds the file parsed); split it into smaller files")
     text = read_text(p, p.name)
     if not text.strip():
         raise InputError(p.name, "", "empty file — no conversations")
