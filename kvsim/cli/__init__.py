@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as exc:
         click.echo(f"error: {exc.one_line()}", err=True)
         sys.exit(2)
+    except MemoryError:
+        # NOTE: no traceback: building one may itself need the memory that ran out
+        click.echo("error: out of memory: this machine (or the process's limit) cannot "
+                   "hold the run; cut the workload, raise sim.sample_interval_s, or set "
+                   "sim.max_rss_bytes to stop it early with its results", err=True)
+        sys.exit(1)
     except Exception as exc:  # pydantic errors become one line too
         if type(exc).__name__ == "ValidationError" and hasattr(exc, "errors"):
             click.echo(f"error: {from_validation_error(exc).one_line()}", err=True)

@@ -93,3 +93,17 @@ def test_a_well_formed_small_gguf_imports(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["profiles", "import", str(path), "-o", str(tmp_path / "m.yaml")])
     assert exc.value.code in (0, None) and (tmp_path / "m.yaml").is_file()
+
+
+def test_running_out_of_memory_is_one_line_not_a_traceback(capsys, monkeypatch):
+    import kvsim.engines.budget as budget
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(budget, "memory_budget", exhausted)
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("error: out of memory: ") and "sim.max_rss_bytes" in err
