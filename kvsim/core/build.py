@@ -161,7 +161,8 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
             retract_order=traits.retract_order,
             swap_space_bytes=engine.swap_space_bytes, link=make_link(link, host),
             kv_groups=sizing.kv_groups, null_block=traits.null_block(engine),
-            host_tier=wiring.host_tier, policy=wiring.factory)
+            host_tier=wiring.host_tier, policy=wiring.factory,
+            max_tokens_margin=traits.max_tokens_margin)
     unified = traits.unified_pool(engine)
     cells = sizing.kv_pool_tokens
     ram = engine.cache_ram_bytes if wiring.ram_limit_bytes is None else wiring.ram_limit_bytes

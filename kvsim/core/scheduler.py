@@ -27,6 +27,7 @@ from kvsim.latency.base import BatchShape
 
 FAIL_MAX_LEN = "maximum context length exceeded"
 FAIL_NO_ROOM = "needs more KV blocks than the pool holds"
+FAIL_MAX_TOKENS = "prompt + max_tokens exceed the maximum context length"
 
 
 class PagedScheduler:
@@ -38,7 +39,8 @@ class PagedScheduler:
                  retract_order: str = "newest", swap_space_bytes: int = 0,
                  link: Link | None = None, kv_groups: tuple[tuple[str, int], ...] = (),
                  null_block: bool = False, host_tier: HostTier | None = None,
-                 policy: PolicyFactory | None = None) -> None:
+                 policy: PolicyFactory | None = None,
+                 max_tokens_margin: int | None = None) -> None:
         self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching,
                               null_block=null_block)
         # NOTE: a sliding-window group means vLLM's hybrid manager (kvsim.core.kv.hybrid)
@@ -50,6 +52,9 @@ class PagedScheduler:
         self.max_num_seqs = max_num_seqs
         self.budget_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
+        # NOTE: None = the output stops at max_model_len; else prompt + max_tokens above
+        # max_model_len - margin is refused at once (kvsim.engines.base.Engine)
+        self.max_tokens_margin = max_tokens_margin
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.events: list[EngineEvent] = []
@@ -75,16 +80,23 @@ class PagedScheduler:
 
     # -- queue entry ---------------------------------------------------------
     def add_request(self, req: Request, now_s: float) -> bool:
-        """Queue ``req``; a prompt that cannot fit ``max_model_len``, or a request that
-        would need more blocks than hold KV, fails at once."""
+        """Queue ``req``; a prompt that cannot fit ``max_model_len`` (with its max_tokens,
+        where the engine refuses that), or a request that would need more blocks than hold
+        KV, fails at once."""
         self.policy.on_admit(req, now_s)
         # NOTE: vLLM starts when max_model_len fits all its blocks, the null block too
         # (kvsim.core.kv.block_pool): a request needing them all would wait forever
         need = self.manager.least_peak_blocks(min(req.prompt_tokens + req.max_output_tokens,
                                                   self.max_model_len) - 1, req, self.budget_tokens)
+        total = req.prompt_tokens + req.max_output_tokens
         if req.prompt_tokens >= self.max_model_len:
             why = FAIL_MAX_LEN, (f"prompt {req.prompt_tokens} tokens >= max_model_len "
                                  f"{self.max_model_len}")
+        elif self.max_tokens_margin is not None and \
+                total > self.max_model_len - self.max_tokens_margin:
+            why = FAIL_MAX_TOKENS, (f"prompt {req.prompt_tokens} + max_tokens "
+                                    f"{req.max_output_tokens} = {total} tokens, max_model_len "
+                                    f"{self.max_model_len}")
         elif need > self.pool.num_usable:
             why = FAIL_NO_ROOM, f"needs {need} KV blocks, {self.pool.num_usable} hold KV"
         else:

@@ -40,6 +40,7 @@ class EngineTraits:
     ignores_quant_cache_without_flash_attn: bool = False
     shifts_mla_context: bool = True
     hybrid_off_with_kv_connector: bool = False
+    max_tokens_margin: int | None = None
     max_parallel: int = 65536
     max_parallel_why: str = ("kvsim's planning range: the engine sets no limit, and one GPU's "
                              "KV pool holds far fewer sequences")

@@ -92,6 +92,11 @@ class Engine(Protocol):
     shifts_mla_context: bool
     """Context shift works on MLA (DeepSeek2-family) models; False: it is off for them
     whatever the scenario says (Ollama, §4.5)."""
+    max_tokens_margin: int | None
+    """A paged engine refuses (HTTP 400) a request whose prompt + max_tokens exceeds
+    max_model_len minus this: vLLM 0, SGLang 1 (it refuses a total equal to the context
+    too); None: the output stops at the context instead.  kvsim's clients send max_tokens
+    = the turn's output tokens, as ``kvsim replay`` does."""
     max_parallel: int
     """The most sequences served at once (``parallel`` / ``max_num_seqs``); more is refused
     with :attr:`max_parallel_why`."""

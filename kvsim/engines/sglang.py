@@ -94,5 +94,7 @@ ENGINE = Sglang(
     name="sglang", slot_family=False, retract_order="sglang", host_kv_from_pool_ratio=True,
     settings=frozenset({"gpu_util"}), one_cache_type_flag="--kv-cache-dtype",
     one_cache_type_section="§2.1", foreign_knobs=FOREIGN_KNOBS,
-    seqs_flag="--max-running-requests", unset_parallel_words=(
+    # NOTE: sgl-project/sglang srt/managers/tokenizer_manager.py _validate_one_request:
+    # input + max_new_tokens >= context_len is "Requested token count exceeds ..."
+    max_tokens_margin=1, seqs_flag="--max-running-requests", unset_parallel_words=(
         "parallel unset: --max-running-requests from SGLang's pool (kvsim caps it at {n})"))

@@ -76,7 +76,11 @@ ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="-
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
               settings=frozenset({"gpu_util", "hybrid_kv"}),
               one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
-              foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True)
+              foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True,
+              # NOTE: vllm-project/vllm entrypoints/openai serving: "'max_tokens' ... is too
+              # large: M. This model's maximum context length is C tokens and your request
+              # has N input tokens (M > C - N)"
+              max_tokens_margin=0)
 
 
 def read_vllm_log(text: str, name: str = "log") -> dict[str, object]:
