@@ -11,9 +11,14 @@ help on stdout with exit code 0, as ``--help`` does.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 import click
 
@@ -72,13 +77,56 @@ def cli() -> None:
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI, turning user errors into one line and exit code 2."""
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread as KeyboardInterrupt is for Ctrl-C, so what a
+    command holds (files, workers) is closed on the way out."""
+
+
+def _invoke(argv: list[str] | None) -> object:
+    """Run the command line as ``click`` does, minus its own handling of Ctrl-C (an empty
+    line and "Aborted!"): interrupts reach :func:`main`.
+
+    NOTE: a command's click.exceptions.Exit(code) comes back as the return value."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        # NOTE: a command's click.exceptions.Exit(code) comes back as the return value
-        code = cli.main(args=argv, prog_name="kvsim", standalone_mode=False)
+        with cli.make_context("kvsim", args) as ctx:
+            return cli.invoke(ctx)
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    except BrokenPipeError:  # NOTE: `kvsim … | head`: the reader left, nothing to say
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - held until the exit
+        return 1
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while a command runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning user errors into one line and exit code 2, and
+    Ctrl-C / SIGTERM into one line (``interrupted``, exit 130 / ``terminated``, 143)."""
+    try:
+        with _sigterm_raises():
+            code = _invoke(argv)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Terminated:
+        click.echo("terminated", err=True)
+        sys.exit(143)
     except _NO_ARGS_IS_HELP as exc:  # a bare group: its help, like --help
         click.echo(exc.ctx.get_help())
         sys.exit(0)

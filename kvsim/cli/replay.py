@@ -2,7 +2,8 @@
 
 A server that stops answering (a lost connection, not an engine failure) or a request
 past its deadline (``--request-timeout``, wall clock) stops the replay: what was
-measured until then is saved to the output folder, then one error line, exit code 2.  Ctrl-C saves it too, then exits 130 ("aborted").
+measured until then is saved to the output folder, then one error line, exit code 2.
+Ctrl-C saves it too: one line, exit code 130.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
     if isinstance(stop := res.stopped, ReplayInterrupted):
         click.echo(f"interrupted: the {res.summary['requests']} requests answered "
                    f"so far are saved in {path}", err=True)
-        raise click.Abort()
+        raise click.exceptions.Exit(130)
     if stop is not None:  # the server died
         raise InputError(stop.field, stop.value, f"{stop.allowed}; the "
                          f"{res.summary['requests']} requests answered before are "
