@@ -35,7 +35,7 @@ from kvsim.config.catalog import (
     load_link,
     load_model,
 )
-from kvsim.config.files import parse_yaml, read_yaml
+from kvsim.config.files import no_such_file, parse_yaml, read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, FrozenModel, Seconds
 from kvsim.config.workload import WorkloadConfig
@@ -287,7 +287,7 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> Scenario:
     p = Path(path)
     if not p.is_file():
         if str(path).endswith((".yaml", ".yml")):
-            raise InputError("scenario", str(path), "file not found")
+            raise no_such_file("scenario", path, "a scenario .yaml file")
         p = bundled_path("scenarios", str(path))
     raw = read_yaml(p, "scenario")
     return resolve_scenario(apply_overrides(raw, sets or []), base_dir=p.parent)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from kvsim.config.files import read_yaml
+from kvsim.config.files import no_such_file, read_yaml
 from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.errors import InputError, from_validation_error, unknown_name
 
@@ -70,7 +70,7 @@ def _load_raw(kind: str, name: str) -> dict[str, Any]:
     as_path = Path(name)
     if name.endswith((".yaml", ".yml")):
         if not as_path.is_file():
-            raise InputError(field, name, "file not found")
+            raise no_such_file(field, name, "a profile .yaml file")
         return read_yaml(as_path, field)
     candidate = _root() / kind / f"{name.lower()}.yaml"
     if not candidate.is_file():

@@ -49,6 +49,16 @@ class _UniqueKeyLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep=deep)
 
 
+def no_such_file(field: str, path: str | Path, what: str = "a file") -> InputError:
+    """The error for a path that is not a readable file: a folder is named as one (and
+    what to give instead), anything else is "file not found"."""
+    p = Path(path)
+    if p.is_dir():
+        return InputError(field, str(path), f"a folder, not a file: give {what} (a path "
+                          "to the file itself)")
+    return InputError(field, str(path), "file not found")
+
+
 def read_text(path: Path, field: str) -> str:
     """A whole UTF-8 text file; unreadable or non-UTF-8 files are InputErrors."""
     try:

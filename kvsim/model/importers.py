@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kvsim.config.files import no_such_file
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, from_validation_error, short_value
 
@@ -271,7 +272,7 @@ def _gguf_fields(p: Path) -> tuple[dict[str, Any], float, bool | None]:
     """Header key/values, the total parameter count from tensor shapes, and whether the
     head is tied to the embedding (no ``output.weight``; None without tensors)."""
     if not p.is_file():
-        raise InputError("gguf", str(p), "file not found")
+        raise no_such_file("gguf", p, "a .gguf file")
     try:
         from gguf import GGUFReader
         reader = GGUFReader(p, "r")

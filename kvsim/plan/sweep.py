@@ -28,6 +28,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
+from kvsim.config.files import no_such_file
 from kvsim.errors import InputError, from_validation_error
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
@@ -78,7 +79,7 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
     """The sweep and its folder (absolute: the paths it gives are read from there)."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("sweep", str(path), "file not found")
+        raise no_such_file("sweep", path, "a sweep .yaml file")
     raw = read_yaml(p, "sweep")
     try:
         return SweepSpec.model_validate(raw), Path(os.path.abspath(p)).parent

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-
 _DEVICE_LINES = (
     re.compile(r"^\s*Device \d+: ([^,]+),", re.M),          # ggml_cuda_init (CUDA, ROCm)
     re.compile(r"^ggml_vulkan: \d+ = (.+?) \(", re.M),       # ggml_vulkan device list

@@ -33,9 +33,19 @@ from scipy.optimize import least_squares
 
 from kvsim.errors import InputError
 from kvsim.latency.backend import (
-    FORMAT_FAMILIES, BackendConstants, ClassScale, SpeedConstants, arch_class, format_family,
+    FORMAT_FAMILIES,
+    BackendConstants,
+    ClassScale,
+    SpeedConstants,
+    arch_class,
+    board_power_w,
+    format_family,
+    gpu_rates,
+    matrix_rate,
+    memory_kind,
+    vector_rate,
     vendor_class,
-    board_power_w, gpu_rates, matrix_rate, memory_kind, vector_rate)
+)
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvsim.config.catalog import load_gpu, load_host, load_model
+from kvsim.config.files import no_such_file
 from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.errors import InputError
@@ -25,7 +26,7 @@ def model_spec(text: str, flag: str = "--model") -> ModelSpec:
         from kvsim.model.importers import import_model
 
         if not Path(text).is_file():
-            raise InputError(flag, text, "file not found")
+            raise no_such_file(flag, text, "a profile .yaml file")
         return import_model(text)
     if low.endswith((".yaml", ".yml")):
         return load_model(text)

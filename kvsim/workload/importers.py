@@ -42,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kvsim.config.files import text_lines
+from kvsim.config.files import no_such_file, text_lines
 from kvsim.errors import InputError
 from kvsim.workload.schema import Segment, Session, TraceMeta, Turn
 
@@ -91,7 +91,7 @@ def as_time(value: Any, where: str, field: str) -> float:
 def open_text(path: str | Path) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise InputError("file", str(path), "file not found")
+        raise no_such_file("file", path, "the trace file to import")
     if p.stat().st_size == 0:
         raise InputError(p.name, "", "empty file — no requests")
     return p

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from kvsim.config.files import text_lines
+from kvsim.config.files import no_such_file, text_lines
 from kvsim.errors import InputError, from_validation_error
 from kvsim.workload.schema import Session, TraceMeta
 
@@ -192,7 +192,7 @@ def read_trace(path: str | Path) -> tuple[TraceMeta, list[Session]]:
 def _existing(path: str | Path) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise InputError("trace", str(path), "file not found")
+        raise no_such_file("trace", path, "a trace file (.jsonl or .parquet)")
     return p
 
 

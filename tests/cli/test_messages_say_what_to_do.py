@@ -107,3 +107,17 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 1 and len(err.splitlines()) == 1
     assert err.startswith("error: out of memory: ") and "sim.max_rss_bytes" in err
+
+
+@pytest.mark.parametrize("args,what", [
+    (["trace", "inspect", "{d}"], "trace: '{d}' — a folder, not a file: give a trace file "
+                                  "(.jsonl or .parquet)"),
+    (["sweep", "{d}", "-o", "{d}/out"], "sweep: '{d}' — a folder, not a file: give a sweep "
+                                         ".yaml file"),
+    (["trace", "import", "azure", "{d}", "-o", "{d}/t.jsonl"],
+     "file: '{d}' — a folder, not a file: give the trace file to import"),
+])
+def test_a_folder_where_a_file_belongs_is_named_as_one(capsys, tmp_path, args, what):
+    d = str(tmp_path)
+    err = _error(capsys, [a.format(d=d) for a in args])
+    assert err.startswith("error: " + what.format(d=d)), err
