@@ -35,8 +35,7 @@ def report_jitter(sc: Any, res: Any, n: int, out_dir: Path) -> None:
     for col in ("metric", "this run", "range", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     for s in spreads:
-        this = s.range_text().split(" of ")[0] if s.key == "oom" else s.text(s.values[0])
-        table.add_row(s.label, this, s.range_text(),
+        table.add_row(s.label, s.text(s.values[0]), s.range_text(),
                       "moves with timing" if s.moved else "steady")
     Console().print(table)
     with output_errors("--output", out_dir / "jitter.json"):

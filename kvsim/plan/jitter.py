@@ -74,6 +74,8 @@ class MetricSpread:
         """``value`` as this metric is shown (a rate in %, a time in ms or s)."""
         if math.isnan(value):
             return "-"
+        if self.key == "oom":
+            return "yes" if value else "no"
         if self.kind == "rate":
             return f"{100 * value:.1f} %"
         if self.kind == "time":

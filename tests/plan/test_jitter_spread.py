@@ -43,6 +43,8 @@ def test_six_sessions_on_four_slots_reuse_moves_with_timing(tmp_path) -> None:
     assert {r.summary["requests"] for r in runs} == {res.summary["requests"]}
     assert len(set(seeds)) == len(seeds)
     assert not spread["failed_requests"].moved and not spread["oom"].moved
+    assert (spread["oom"].text(spread["oom"].values[0]), spread["oom"].range_text()) == \
+        ("no", "0 of 7")
 
 
 def test_four_sessions_on_four_slots_reuse_the_same_whatever_the_timing(tmp_path) -> None:
