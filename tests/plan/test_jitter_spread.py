@@ -89,3 +89,13 @@ def test_plan_replications_take_the_scenarios_jitter(tmp_path) -> None:
     assert rows["exact"]["ttft_p95_s_low"] == pytest.approx(rows["exact"]["ttft_p95_s_high"])
     width = rows["jittered"]["ttft_p95_s_high"] - rows["jittered"]["ttft_p95_s_low"]
     assert width > 0 and not math.isnan(width)
+
+
+def test_plan_says_its_intervals_include_the_timing_noise(kvsim_cli, tmp_path) -> None:
+    args = ["plan", sessions_scenario(tmp_path, 6), "--slo", "ttft_p95=5s", "--contexts",
+            "8192", "--parallel", "4", "-n", "2", "-j", "1", "--no-progress"]
+    code, err, out = kvsim_cli(*args)
+    assert (code, err) == (0, "")
+    assert "note: timing noise: every run's step times carry latency.jitter_cv 0.1" in out
+    code, err, out = kvsim_cli(*args, "--set", "latency.jitter_cv=0")
+    assert (code, err) == (0, "") and "timing noise" not in out
