@@ -11,14 +11,15 @@ import click
 from kvsim.cli._output import output_errors
 
 
-def report_jitter(sc: Any, res: Any, n: int, out_dir: Path) -> None:
-    """Run ``n`` jittered replications of ``sc`` (whose run gave ``res``), print each
-    metric's range and a warning per metric that moved materially, and write
-    ``out_dir/jitter.json`` (kvsim.plan.jitter)."""
+def report_jitter(sc: Any, res: Any, n: int, out_dir: Path, jobs: int = 1) -> None:
+    """Run ``n`` jittered replications of ``sc`` (whose run gave ``res``) on ``jobs``
+    worker processes, print each metric's range and a warning per metric that moved
+    materially, and write ``out_dir/jitter.json`` (kvsim.plan.jitter)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
 
+    from kvsim.plan.executor import make_executor
     from kvsim.plan.jitter import jitter_replications, spread_doc, timing_reason, timing_spread
     from kvsim.plan.replicate import RunOutput, oom_reason
 
@@ -27,7 +28,12 @@ def report_jitter(sc: Any, res: Any, n: int, out_dir: Path) -> None:
                   MofNCompleteColumn(), console=console, transient=True,
                   disable=not console.is_terminal) as bar:
         task = bar.add_task("jitter", total=n)
-        seeds, runs = jitter_replications(sc, n, progress=lambda k: bar.advance(task, k))
+        executor = make_executor(jobs)
+        try:
+            seeds, runs = jitter_replications(sc, n, executor=executor,
+                                              progress=lambda k: bar.advance(task, k))
+        finally:
+            executor.close()
     main = RunOutput(dict(res.summary), oom_reason(dict(res.summary), res.requests, res.events))
     spreads = timing_spread(main, runs, timing_reason(sc, res.requests))
     table = Table(title=f"timing noise: this run and {n} jittered replications "

@@ -93,8 +93,10 @@ def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
               help="after the run, N runs (1-1000) differing only by their timing noise's "
               "seed (needs latency.jitter_cv > 0): prints how far reuse, TTFT p95 and "
               "failures move, flags those that move materially, writes DIR/jitter.json")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True,
+              help="worker processes for --jitter-replications, 1-1024 (1 = in-process)")
 def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
-             report: bool, jitter_n: int | None) -> None:
+             report: bool, jitter_n: int | None, jobs: int) -> None:
     """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
     (Parquet tables, summary.json, scenario.json, meta.json) and an HTML report in
     DIR. The printed table is a subset of summary.json (the recall proxy, for one, is
@@ -108,6 +110,10 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
     sc = described(load_scenario(scenario, overrides), sets)
+    from kvsim.plan.executor import MAX_JOBS
+
+    if not 1 <= jobs <= MAX_JOBS:
+        raise InputError("--jobs", jobs, f"between 1 and {MAX_JOBS} worker processes")
     if jitter_n is not None:
         from kvsim.plan.jitter import jitter_seeds
 
@@ -151,4 +157,4 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     if jitter_n is not None:
         from kvsim.cli._jitter_output import report_jitter
 
-        report_jitter(sc, res, jitter_n, path)
+        report_jitter(sc, res, jitter_n, path, jobs)

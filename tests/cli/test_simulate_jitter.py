@@ -54,3 +54,16 @@ def test_bad_jitter_replications_is_one_line_before_any_run(kvsim_cli, tmp_path)
     code, err, _ = kvsim_cli("simulate", exact, "-o", tmp_path / "o", "--set",
                              "latency.jitter_cv=0.05", "--jitter-replications", "0")
     assert (code, err) == (2, "error: --jitter-replications: 0 — an integer from 1 to 1000")
+
+
+def test_worker_processes_give_the_same_replications(kvsim_cli, tmp_path) -> None:
+    sc = sessions_scenario(tmp_path, 6)
+    docs = []
+    for jobs in ("1", "2"):
+        code, err, _ = kvsim_cli("simulate", sc, "--no-report", "-o", tmp_path / jobs,
+                                 "--jitter-replications", "3", "-j", jobs)
+        assert (code, err) == (0, "")
+        docs.append((tmp_path / jobs / "jitter.json").read_text())
+    assert docs[0] == docs[1]
+    code, err, _ = kvsim_cli("simulate", sc, "-o", tmp_path / "x", "-j", "0")
+    assert (code, err) == (2, "error: --jobs: 0 — between 1 and 1024 worker processes")
