@@ -78,6 +78,17 @@ def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
             "disk bandwidth); summary.json: weights_exceed_host_ram")
 
 
+def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
+    """``--jitter-replications`` (1-1000, on a scenario with timing noise) and ``--jobs``."""
+    from kvsim.plan.executor import MAX_JOBS
+    from kvsim.plan.jitter import jitter_seeds
+
+    if not 1 <= jobs <= MAX_JOBS:
+        raise InputError("--jobs", jobs, f"between 1 and {MAX_JOBS} worker processes")
+    if jitter_n is not None:
+        jitter_seeds(sc, jitter_n)
+
+
 @click.command()
 @click.argument("scenario")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -110,14 +121,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
     sc = described(load_scenario(scenario, overrides), sets)
-    from kvsim.plan.executor import MAX_JOBS
-
-    if not 1 <= jobs <= MAX_JOBS:
-        raise InputError("--jobs", jobs, f"between 1 and {MAX_JOBS} worker processes")
-    if jitter_n is not None:
-        from kvsim.plan.jitter import jitter_seeds
-
-        jitter_seeds(sc, jitter_n)  # NOTE: checked before the run
+    check_jitter_options(sc, jitter_n, jobs)  # NOTE: before the run
     check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
     console = Console(stderr=True)
