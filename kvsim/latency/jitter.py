@@ -54,17 +54,27 @@ class Noise:
         self._buf: list[float] = []
         self._pos = 0
 
+    def next(self) -> float:
+        """The next factor (one step's)."""
+        if self._pos == len(self._buf):
+            self._refill()
+        self._pos += 1
+        return self._buf[self._pos - 1]
+
     def take(self, n: int) -> list[float]:
         """The next ``n`` factors."""
         out: list[float] = []
         while len(out) < n:
             if self._pos == len(self._buf):
-                self._buf = self._rng.lognormal(self.mu, self.sigma, _BLOCK).tolist()
-                self._pos = 0
+                self._refill()
             k = min(n - len(out), len(self._buf) - self._pos)
             out.extend(self._buf[self._pos:self._pos + k])
             self._pos += k
         return out
+
+    def _refill(self) -> None:
+        self._buf = self._rng.lognormal(self.mu, self.sigma, _BLOCK).tolist()
+        self._pos = 0
 
 
 class JitteredLatency:
@@ -110,7 +120,7 @@ class JitteredLatency:
 
     def step_time_s(self, batch: BatchShape) -> float:
         dt = self.inner.step_time_s(batch)
-        return dt * self.noise.take(1)[0] if dt > 0 else dt
+        return dt * self.noise.next() if dt > 0 else dt
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:
