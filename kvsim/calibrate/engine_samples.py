@@ -7,7 +7,9 @@ rounds taken at different times pool with :meth:`EngineSamples.extend`;
 entry (the median over its samples), the RAM-cache save/restore costs, and the
 measured spreads of decode steps and of times to first token around each point's
 typical value (:func:`decode_spread`, :func:`prefill_spread`), which the predicted
-percentiles carry (:mod:`kvsim.metrics.spread`).
+percentiles carry (:mod:`kvsim.metrics.spread`), and the decode steps' coefficient of
+variation (:func:`step_time_cv`, ``settings.step_time_cv``), which ``latency.jitter_cv``
+replays.
 """
 
 from __future__ import annotations
@@ -144,6 +146,23 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
     measured by answer position), and their share of all gaps is set by the answer
     length — the calibration's ``decode_tokens``, not the workload's.
     """
+    return _quantiles(_ratios(_decode_points(samples, fit)))
+
+
+def step_time_cv(samples: EngineSamples, fit: LatencyFit) -> float | None:
+    """The coefficient of variation of the decode gaps :func:`decode_spread` takes (each
+    over its point's and round's typical step): the timing noise a scenario's
+    ``latency.jitter_cv`` replays (kvsim.latency.jitter); None without two such gaps."""
+    ratios = _ratios(_decode_points(samples, fit))
+    if ratios.size < 2:
+        return None
+    return float(np.std(ratios, ddof=1) / np.mean(ratios))
+
+
+def _decode_points(samples: EngineSamples, fit: LatencyFit
+                   ) -> list[list[tuple[int, np.ndarray]]]:
+    """Per decode grid point, each sample's ``(round, gaps over the fitted step)``
+    after its warm-up gaps (:func:`decode_spread`)."""
     coef = np.array([fit.coefficients_s[n] for n in FEATURES])
     none = np.empty(0)
     points = []
@@ -156,7 +175,7 @@ def decode_spread(samples: EngineSamples, fit: LatencyFit) -> tuple[float, ...]:
                                for x in ctx])
             per_sample.append((v.round, gaps[gaps > 0] / fitted[gaps > 0]))
         points.append(per_sample)
-    return _spread(points)
+    return points
 
 
 def prefill_spread(samples: EngineSamples) -> tuple[float, ...]:
@@ -168,7 +187,12 @@ def prefill_spread(samples: EngineSamples) -> tuple[float, ...]:
 
 def _spread(points: list[list[tuple[int, np.ndarray]]]) -> tuple[float, ...]:
     """``SPREAD_QUANTILES`` quantiles of per-sample ratios ``(round, ratios)``, grouped
-    by grid point.
+    by grid point, normalised as :func:`_ratios` says."""
+    return _quantiles(_ratios(points))
+
+
+def _ratios(points: list[list[tuple[int, np.ndarray]]]) -> np.ndarray:
+    """Every per-sample ratio ``(round, ratios)`` of every grid point, normalised.
 
     Each ratio is divided by the median of its point (over all rounds), which takes
     out the fit's error at that point — the prediction carries it already — and then
@@ -186,11 +210,15 @@ def _spread(points: list[list[tuple[int, np.ndarray]]]) -> tuple[float, ...]:
             by_round.setdefault(rnd, []).append(r / mid)
     ratios = [r / np.median(r) for r in (np.concatenate(v) for v in by_round.values())
               if r.size]
-    if not ratios:
+    return np.concatenate(ratios) if ratios else np.empty(0)
+
+
+def _quantiles(ratios: np.ndarray) -> tuple[float, ...]:
+    """``SPREAD_QUANTILES`` evenly spaced quantiles of ``ratios``; () when there are none."""
+    if not ratios.size:
         return ()
     q = np.linspace(0.0, 1.0, SPREAD_QUANTILES)
-    return tuple(float(v) for v in np.quantile(np.concatenate(ratios), q,
-                                                 method="inverted_cdf"))
+    return tuple(float(v) for v in np.quantile(ratios, q, method="inverted_cdf"))
 
 
 def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArtifact:
@@ -204,6 +232,7 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
         extra = {"ram_cache_save_s_per_token": save, "ram_cache_restore_s_per_token": restore,
                  "ram_cache_fixed_s": fixed, "ram_cache_s_per_token": save + restore}
     model = str(props.get("model_alias") or props.get("model_path") or "server").split("/")[-1]
+    fits = _with_spread(samples, fit_points(points, grid.small_chunk_tokens))
     return CalibrationArtifact(
         source="engine", device=f"llama-server at {props['url']}", model=model,
         software={"server": str(props.get("build_info", "llama-server"))},
@@ -212,9 +241,17 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
               "batch": [b for b in grid.batches if b <= slots],
               "cache_type": [grid.cache_type]},
         settings={"repeats": samples.rounds, "decode_tokens": grid.decode_tokens,
-                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx, **extra},
-        points=tuple(points), fits=_with_spread(samples, fit_points(points,
-                                                                  grid.small_chunk_tokens)))
+                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx,
+                  **extra, **_cv_setting(samples, fits, grid.cache_type)},
+        points=tuple(points), fits=fits)
+
+
+def _cv_setting(samples: EngineSamples, fits: dict[str, LatencyFit], cache_type: str
+                ) -> dict[str, float]:
+    """``{"step_time_cv": CV}`` of the grid's cache type's fit ({} when not measured)."""
+    fit = fits.get(cache_type) or next(iter(fits.values()), None)
+    cv = None if fit is None else step_time_cv(samples, fit)
+    return {} if cv is None else {"step_time_cv": cv}
 
 
 def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:

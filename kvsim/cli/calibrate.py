@@ -225,5 +225,8 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
                       f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch),
                       _p5_p95(f.decode_spread), _p5_p95(f.prefill_spread))
     Console().print(table)
+    if isinstance(cv := art.settings.get("step_time_cv"), float):
+        click.echo(f"step-time CV {cv:.3f}: set latency.jitter_cv: {cv:.3f} to replay this "
+                   "timing noise (docs/scenarios.md, Timing noise)")
     for lim in art.limits_reached:
         click.echo(f"limit reached: {lim.what}: {lim.error}", err=True)

@@ -149,6 +149,13 @@ def p95_note(n: int) -> str:
             "itself, one more draw that may fall outside the CI")
 
 
+def jitter_note(cv: float) -> str:
+    """What a plan's intervals hold when the scenario has timing noise."""
+    return (f"timing noise: every run's step times carry latency.jitter_cv {cv:g}, drawn "
+            "from its own seed, so the intervals include how far the outcomes move when "
+            "timing wobbles")
+
+
 KV_POOL_NOTE = ("the vllm/sglang block pool holds fewer than parallel requests at the "
                 "context (vLLM's 'Maximum concurrency' < parallel): --max-num-seqs would "
                 "admit them, but not give each its full context")
@@ -185,6 +192,8 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     print_runs_table("Pareto front (largest feasible)", res.front.to_dict("records"),
                      [k for k in cols if k not in ("feasible", "binding", "evaluated")])
     click.echo(f"note: {p95_note(opts['replications'])}")
+    if s.latency.jitter_cv > 0:
+        click.echo(f"note: {jitter_note(s.latency.jitter_cv)}")
     if "binding" in res.table and (res.table["binding"] == "kv_pool").any():
         click.echo(f"note: kv_pool: {KV_POOL_NOTE}")
     for note in res.notes:

@@ -78,6 +78,17 @@ def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
             "disk bandwidth); summary.json: weights_exceed_host_ram")
 
 
+def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
+    """``--jitter-replications`` (1-1000, on a scenario with timing noise) and ``--jobs``."""
+    from kvsim.plan.executor import MAX_JOBS
+    from kvsim.plan.jitter import jitter_seeds
+
+    if not 1 <= jobs <= MAX_JOBS:
+        raise InputError("--jobs", jobs, f"between 1 and {MAX_JOBS} worker processes")
+    if jitter_n is not None:
+        jitter_seeds(sc, jitter_n)
+
+
 @click.command()
 @click.argument("scenario")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -89,8 +100,14 @@ def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
               "sets sim.fidelity  [default: the scenario's sim.fidelity, fast unless set]")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="also write DIR/report.html (self-contained, interactive)")
+@click.option("--jitter-replications", "jitter_n", type=int, default=None, metavar="N",
+              help="after the run, N runs (1-1000) differing only by their timing noise's "
+              "seed (needs latency.jitter_cv > 0): prints how far reuse, TTFT p95 and "
+              "failures move, flags those that move materially, writes DIR/jitter.json")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True,
+              help="worker processes for --jitter-replications, 1-1024 (1 = in-process)")
 def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
-             report: bool) -> None:
+             report: bool, jitter_n: int | None, jobs: int) -> None:
     """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
     (Parquet tables, summary.json, scenario.json, meta.json) and an HTML report in
     DIR. The printed table is a subset of summary.json (the recall proxy, for one, is
@@ -104,6 +121,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
     sc = described(load_scenario(scenario, overrides), sets)
+    check_jitter_options(sc, jitter_n, jobs)  # NOTE: before the run
     check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
     console = Console(stderr=True)
@@ -140,3 +158,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         click.echo(f"warning: {note}", err=True)
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)
+    if jitter_n is not None:
+        from kvsim.cli._jitter_output import report_jitter
+
+        report_jitter(sc, res, jitter_n, path, jobs)

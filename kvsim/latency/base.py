@@ -56,8 +56,12 @@ class LatencyModel(Protocol):
     fidelities count the same steps.
     """
 
-    provenance: str  # e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"
     clamped_steps: int | None
+
+    @property
+    def provenance(self) -> str:
+        """e.g. "roofline(rtx-4090)" or "calibrated(path, MAPE 6.1%)"."""
+        ...
 
     @property
     def gpu_bytes_per_s(self) -> float | None:

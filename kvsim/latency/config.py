@@ -6,16 +6,49 @@ holds only that model's knobs.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from kvsim.config.units import FrozenModel, Seconds
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
+JITTER_CV_MAX = 1.0
+"""``jitter_cv`` is below this: at a CV of 1 the noise's median step is 71 % of its mean,
+a server that erratic is not one step time with jitter around it."""
 
-class RooflineConfig(FrozenModel):
+
+JitterCv = Annotated[float, Field(
+    ge=0, lt=JITTER_CV_MAX, description="per-step multiplicative timing noise: its "
+    "coefficient of variation, in [0, 1) (0 = exact step times; `kvsim calibrate engine` "
+    "prints a server's); > 0 runs every step (no fast-forward)")]
+JitterSeed = Annotated[int | None, Field(
+    ge=0, description="seed of the noise's own stream; unset: the scenario's seed (kvsim "
+    "simulate --jitter-replications sets one per replication)")]
+
+
+class JitterKnobs(FrozenModel):
+    """Base of every latency kind, which takes timing noise (``jitter_cv``, ``jitter_seed``,
+    last among its keys): each engine step's time times a lognormal draw of mean 1 and
+    coefficient of variation ``jitter_cv`` (kvsim.latency.jitter).
+
+    NOTE: at the defaults (no jitter) neither key is written out, so a scenario without
+    jitter dumps, hashes and saves exactly as before the knob existed.
+    """
+
+    @model_serializer(mode="wrap")
+    def _drop_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if isinstance(out, dict):
+            if not out.get("jitter_cv"):
+                out.pop("jitter_cv", None)
+            if out.get("jitter_seed") is None:
+                out.pop("jitter_seed", None)
+        return out
+
+
+class RooflineConfig(JitterKnobs):
     """Step times from the card's spec sheet: the backend-aware roofline
     (kvsim.latency.backend; constants fitted on published llama.cpp measurements), or
     with ``rates: peak`` the plain one (peak × the profile's efficiencies)."""
@@ -36,9 +69,11 @@ class RooflineConfig(FrozenModel):
     kv_dequant_factor: float = Field(
         0.25, ge=0, description="quantized KV: dequant time as a fraction of its read time "
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
+    jitter_cv: JitterCv = 0.0
+    jitter_seed: JitterSeed = None
 
 
-class CalibratedConfig(FrozenModel):
+class CalibratedConfig(JitterKnobs):
     """Step times from a calibration artifact (kvsim calibrate: torch kernels, an engine
     or llama-bench output)."""
 
@@ -46,9 +81,11 @@ class CalibratedConfig(FrozenModel):
     kind: Literal["calibrated"]
     path: str
     out_of_range: Literal["clamp", "refuse"] = "clamp"
+    jitter_cv: JitterCv = 0.0
+    jitter_seed: JitterSeed = None
 
 
-class ConstantConfig(FrozenModel):
+class ConstantConfig(JitterKnobs):
     """Fixed costs, for tests and queueing-theory validation."""
 
     model_config = _FROZEN
@@ -56,6 +93,8 @@ class ConstantConfig(FrozenModel):
     step_s: Seconds = Field(0.02, ge=0, description="fixed time of one engine step")
     prefill_token_s: Seconds = Field(0.0, ge=0, description="added per prefilled token")
     decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
+    jitter_cv: JitterCv = 0.0
+    jitter_seed: JitterSeed = None
     # NOTE: no transfer cost here: every KV copy is priced by the PCIe link model
     # (kvsim.core.link, LinkSpec.latency_s + bytes / bandwidth) whatever the latency kind.
 

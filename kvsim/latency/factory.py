@@ -12,6 +12,7 @@ from kvsim.latency.bench_artifact import is_bench_artifact, load_bench_artifact
 from kvsim.latency.calibrated import make_calibrated
 from kvsim.latency.config import RooflineConfig
 from kvsim.latency.constant import ConstantLatency
+from kvsim.latency.jitter import with_jitter
 from kvsim.latency.offload import op_offload_for
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
 
@@ -56,8 +57,17 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     ``budget`` (a :class:`kvsim.engines.memory.MemoryBudget`) gives the layer split for
     partial offload; without it every layer is assumed on the GPU.  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
-    ubatches run their host-resident layers on the GPU.
+    ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` above 0 wraps
+    the model in its timing noise (kvsim.latency.jitter), seeded by ``jitter_seed`` or,
+    unset, the scenario's seed.
     """
+    cfg = scenario.latency
+    seed = scenario.seed if cfg.jitter_seed is None else cfg.jitter_seed
+    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, seed)
+
+
+def _exact_model(scenario: Any, budget: Any | None) -> LatencyModel:
+    """The scenario's latency model without timing noise."""
     cfg = scenario.latency
     if cfg.kind == "constant":
         return ConstantLatency(cfg.step_s, cfg.prefill_token_s, cfg.decode_token_s)

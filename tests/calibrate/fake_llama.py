@@ -1,7 +1,8 @@
 """A minimal stand-in for llama-server's /props and streaming /completion (one slot).
 
-Token events carry cumulative ``predicted_ms`` (2.5 ms per token) when the request
-asks for ``timings_per_token``.  The slot keeps prompt + generated tokens except the last (the last sampled token is
+Token events carry cumulative ``predicted_ms`` (2.5 ms per token; with ``gap_cv``, each
+step 2.5 ms times a seeded lognormal factor of mean 1 and that CV) when the request asks
+for ``timings_per_token``.  The slot keeps prompt + generated tokens except the last (the last sampled token is
 never evaluated), and reuses the longest common prefix with the next prompt — the
 behaviour of docs/reference/engines.md §3.4 for a single slot.
 """
@@ -13,10 +14,16 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
+import numpy as np
+
 
 class FakeLlama:
-    def __init__(self, slot_tokens: int = 200, fail_500_on_turn: int | None = None) -> None:
+    def __init__(self, slot_tokens: int = 200, fail_500_on_turn: int | None = None,
+                 gap_cv: float = 0.0) -> None:
         self.slot_tokens = slot_tokens
+        sigma = float(np.sqrt(np.log1p(gap_cv**2)))
+        self.gap_rng = np.random.default_rng(1234)
+        self.gap_ms = lambda n: 2.5 * self.gap_rng.lognormal(-sigma**2 / 2, sigma, n)
         self.cache: list[int] = []
         self.prompts: list[list[int]] = []
         self.bodies: list[dict] = []
@@ -76,6 +83,7 @@ class FakeLlama:
             n = body["n_predict"]
             out = [1000 + 7 * idx + i for i in range(n)]
             self.cache = prompt + out[:-1]
+            server_ms = np.concatenate([[0.0], np.cumsum(self.gap_ms(n - 1))]).tolist()
         timings = {"cache_n": lcp, "prompt_n": len(prompt) - lcp, "prompt_ms": 1.0 + len(prompt),
                    "predicted_n": n, "predicted_ms": 2.0 * n}
         if not body.get("stream"):
@@ -87,7 +95,7 @@ class FakeLlama:
         for i, tok in enumerate(out):
             event = {"tokens": [tok], "content": " x", "stop": False}
             if body.get("timings_per_token"):
-                event["timings"] = {"predicted_n": i + 1, "predicted_ms": 2.5 * i}
+                event["timings"] = {"predicted_n": i + 1, "predicted_ms": server_ms[i]}
             h.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
             h.wfile.flush()
         final = {"stop": True, "tokens": [], "content": "", "tokens_predicted": n,

@@ -1,0 +1,143 @@
+"""Timing noise: any latency model's step times, each times a lognormal draw of mean 1.
+
+A real server does not take the same time twice for the same step (other threads, clocks,
+caches); where several sessions compete for fewer slots, which slot a returning session
+finds free hinges on those milliseconds (docs/scenarios.md, "Timing noise").  ``latency.jitter_cv``
+(kvsim.latency.config.JitterKnobs) sets the noise's coefficient of variation; `kvsim
+calibrate engine` measures a server's.  :func:`with_jitter` wraps the scenario's model.
+
+NOTE: the draws come from their own stream, a ``SeedSequence`` of the jitter seed and the
+name ``latency-jitter`` (the convention of kvsim.workload.generator.stream), one draw per
+priced step with a nonzero time, in the order steps are priced: the same seed gives the
+same run, and the workload's draws are untouched by the noise.
+NOTE: a jittered step cannot be jumped as part of a closed-form decode stretch (its
+steps' noise would have to be drawn in the same order as per-step runs draw it), so a
+jittered run simulates every step (kvsim.api.simulate: ``sim.fidelity`` is then ``step``).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvsim.latency.base import BatchShape, LatencyModel
+
+JITTER_STREAM = "latency-jitter"
+_BLOCK = 4096  # draws taken from the generator at once (same values as one at a time)
+
+
+def lognormal_params(cv: float) -> tuple[float, float]:
+    """``(mu, sigma)`` of the lognormal with mean 1 and coefficient of variation ``cv``."""
+    sigma2 = math.log1p(cv * cv)
+    return -sigma2 / 2, math.sqrt(sigma2)
+
+
+def jitter_rng(seed: int) -> np.random.Generator:
+    """The noise's generator for ``seed`` (stable across runs and platforms)."""
+    key = (zlib.crc32(JITTER_STREAM.encode("utf-8")),)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+class Noise:
+    """An endless sequence of lognormal factors (mean 1, CV ``cv``), handed out in order.
+
+    NOTE: drawn in blocks of ``_BLOCK``; numpy's lognormal gives the same values in
+    blocks as one by one, so the sequence depends on the seed only.
+    """
+
+    def __init__(self, cv: float, seed: int) -> None:
+        self.mu, self.sigma = lognormal_params(cv)
+        self._rng = jitter_rng(seed)
+        self._buf: list[float] = []
+        self._pos = 0
+
+    def next(self) -> float:
+        """The next factor (one step's)."""
+        if self._pos == len(self._buf):
+            self._refill()
+        self._pos += 1
+        return self._buf[self._pos - 1]
+
+    def take(self, n: int) -> list[float]:
+        """The next ``n`` factors."""
+        out: list[float] = []
+        while len(out) < n:
+            if self._pos == len(self._buf):
+                self._refill()
+            k = min(n - len(out), len(self._buf) - self._pos)
+            out.extend(self._buf[self._pos:self._pos + k])
+            self._pos += k
+        return out
+
+    def _refill(self) -> None:
+        self._buf = self._rng.lognormal(self.mu, self.sigma, _BLOCK).tolist()
+        self._pos = 0
+
+
+class JitteredLatency:
+    """A :class:`~kvsim.latency.base.LatencyModel` whose every step time is the inner
+    model's times the next factor of a :class:`Noise`.
+
+    NOTE: ``clamped_steps`` and the spreads are the inner model's (a calibrated model
+    counts clamps on itself); a step of no time stays 0 and takes no draw.
+    """
+
+    def __init__(self, inner: LatencyModel, cv: float, seed: int) -> None:
+        self.inner = inner
+        self.cv = cv
+        self.noise = Noise(cv, seed)
+
+    @property
+    def provenance(self) -> str:
+        return f"{self.inner.provenance} + jitter CV {self.cv:g}"
+
+    @property
+    def clamped_steps(self) -> int | None:
+        return self.inner.clamped_steps
+
+    @clamped_steps.setter
+    def clamped_steps(self, value: int | None) -> None:
+        self.inner.clamped_steps = value
+
+    @property
+    def gpu_bytes_per_s(self) -> float | None:
+        return self.inner.gpu_bytes_per_s
+
+    @property
+    def kv_read_token_bytes(self) -> int:
+        return self.inner.kv_read_token_bytes
+
+    @property
+    def decode_spread(self) -> tuple[float, ...]:
+        return self.inner.decode_spread
+
+    @property
+    def prefill_spread(self) -> tuple[float, ...]:
+        return self.inner.prefill_spread
+
+    def step_time_s(self, batch: BatchShape) -> float:
+        dt = self.inner.step_time_s(batch)
+        return dt * self.noise.next() if dt > 0 else dt
+
+    def decode_steps_s(self, contexts: np.ndarray, steps: int,
+                       kv_read_saved_bytes: float = 0.0) -> np.ndarray:
+        base = np.asarray(self.inner.decode_steps_s(contexts, steps, kv_read_saved_bytes))
+        return np.array(self._apply(base.tolist()), dtype=np.float64)
+
+    def decode_steps_list(self, contexts: Sequence[int], steps: int,
+                          kv_read_saved_bytes: float = 0.0) -> list[float] | None:
+        base = self.inner.decode_steps_list(contexts, steps, kv_read_saved_bytes)
+        return None if base is None else self._apply(base)
+
+    def _apply(self, base: list[float]) -> list[float]:
+        """``base`` with each positive time times the next factor (in order)."""
+        factors = iter(self.noise.take(sum(1 for d in base if d > 0)))
+        return [d * next(factors) if d > 0 else d for d in base]
+
+
+def with_jitter(model: LatencyModel, cv: float, seed: int) -> LatencyModel:
+    """``model`` itself without jitter (``cv`` 0), else wrapped in :class:`JitteredLatency`."""
+    return JitteredLatency(model, cv, seed) if cv > 0 else model

@@ -1,0 +1,77 @@
+"""`calibrate engine` measures a server's timing noise (settings.step_time_cv) from its
+repeats, and the number it prints is one a scenario takes as ``latency.jitter_cv``."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvsim.calibrate.engine import EngineGrid, calibrate_engine
+from kvsim.calibrate.engine_samples import DecodeSample, EngineSamples, step_time_cv
+from kvsim.calibrate.wire import TokenSpace
+from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
+from kvsim.scenario import load_scenario
+
+from .fake_llama import FakeLlama
+
+COEF = {"step": 1e-3, "prefill_seq": 0.0, "prefill_token": 0.0, "prefill_attn": 0.0,
+        "prefill_attn_small": 0.0, "decode_seq": 2e-4, "decode_kv": 1e-6}
+FIT = LatencyFit(cache_type="f16", coefficients_s=COEF, mape=0.0, max_ape=0.0, points=1,
+                 valid={n: FeatureRange(min=0.0, max=1.0) for n in FEATURES[1:]},
+                 max_context=100, max_batch=2)
+GRID = EngineGrid(prompt_tokens=(8,), contexts=(0, 64), batches=(1,), decode_tokens=30,
+                  idle_s=0.0, repeats=2, space=TokenSpace(low=300, high=900))
+
+
+def _noisy(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:
+    sigma = np.sqrt(np.log1p(cv * cv))
+    return rng.lognormal(-sigma**2 / 2, sigma, n)
+
+
+def test_cv_of_the_gaps_leaves_out_the_fit_error_and_the_rounds_speed() -> None:
+    rng = np.random.default_rng(7)
+    decode = {}
+    for b, c, fit_error in ((1, 10, 1.0), (2, 40, 1.3)):
+        vals = []
+        for rnd, speed in ((0, 1.0), (1, 1.6)):  # the second round ran 60 % slower
+            for _ in range(20):
+                ctx = c + np.arange(104)
+                fitted = 1e-3 + b * 2e-4 + b * 1e-6 * ctx
+                gaps = fitted * fit_error * speed * _noisy(rng, 0.12, len(ctx))
+                vals.append(DecodeSample(0.0, len(ctx), tuple(gaps.tolist()), rnd))
+        decode[(b, c)] = vals
+    cv = step_time_cv(EngineSamples(props={}, decode=decode), FIT)
+    assert cv == pytest.approx(0.12, rel=0.06)
+
+
+def test_no_gaps_past_the_warm_up_measure_no_cv() -> None:
+    short = EngineSamples(props={}, decode={(1, 10): [DecodeSample(0.0, 4, (1e-3,) * 4)]})
+    assert step_time_cv(short, FIT) is None
+
+
+def test_the_artifact_holds_the_servers_cv_measured_over_http() -> None:
+    with FakeLlama(slot_tokens=200, gap_cv=0.2) as srv:
+        art = calibrate_engine(srv.url, GRID)
+    assert art.settings["step_time_cv"] == pytest.approx(0.2, rel=0.25)
+    with FakeLlama(slot_tokens=200) as srv:  # a server without noise: 0
+        assert calibrate_engine(srv.url, GRID).settings["step_time_cv"] == pytest.approx(
+            0.0, abs=1e-9)
+
+
+def test_the_cli_prints_the_cv_a_scenario_takes(tmp_path: Path) -> None:
+    out = tmp_path / "engine.json"
+    with FakeLlama(slot_tokens=200, gap_cv=0.1) as srv:
+        r = subprocess.run([sys.executable, "-m", "kvsim", "calibrate", "engine", "--url",
+                            srv.url, "--prompts", "8", "--contexts", "0,64", "--batches", "1",
+                            "--decode-tokens", "30", "--repeats", "2", "--token-range",
+                            "300:900", "-o", str(out)], capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    cv = json.loads(out.read_text())["settings"]["step_time_cv"]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("step-time CV"))
+    assert line.startswith(f"step-time CV {cv:.3f}: set latency.jitter_cv: {cv:.3f}")
+    sc = load_scenario("quickstart", [f"latency.jitter_cv={cv:.3f}"])
+    assert sc.latency.jitter_cv == pytest.approx(cv, abs=5e-4)

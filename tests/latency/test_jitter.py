@@ -1,0 +1,97 @@
+"""Timing noise (latency.jitter_cv): its distribution, its seed, and that 0 changes nothing."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from kvsim.api import simulate
+from kvsim.errors import InputError
+from kvsim.latency.base import BatchShape
+from kvsim.latency.constant import ConstantLatency
+from kvsim.latency.factory import make_latency_model
+from kvsim.latency.jitter import JitteredLatency, Noise, lognormal_params
+from kvsim.scenario import load_scenario, resolve_scenario, scenario_hash
+
+SMALL = ["workload.max_sessions=6"]
+
+
+@pytest.mark.parametrize("cv", [0.05, 0.2, 0.6])
+def test_noise_has_mean_one_and_the_given_cv(cv: float) -> None:
+    x = np.array(Noise(cv, seed=11).take(200_000))
+    # the mean's standard error is cv / sqrt(n): 5 of them is a tight, seeded bound
+    assert abs(x.mean() - 1.0) < 5 * cv / math.sqrt(len(x))
+    assert x.std(ddof=1) / x.mean() == pytest.approx(cv, rel=0.03)
+    mu, sigma = lognormal_params(cv)
+    assert stats.kstest(x, stats.lognorm(s=sigma, scale=math.exp(mu)).cdf).pvalue > 0.01
+
+
+def test_noise_depends_on_the_seed_only_not_on_how_it_is_taken() -> None:
+    single = Noise(0.2, 3)
+    one_by_one = [single.take(1)[0] for _ in range(3)] + [single.next(), single.next()]
+    a = Noise(0.2, 3)
+    pieces = a.take(1) + a.take(4095) + a.take(5000)
+    assert pieces[:5] == one_by_one
+    assert pieces == Noise(0.2, 3).take(9096)
+    assert pieces != Noise(0.2, 4).take(9096)
+
+
+def test_jittered_step_times_scatter_around_the_exact_ones() -> None:
+    exact = ConstantLatency(0.02, decode_token_s=0.001)
+    lat = JitteredLatency(exact, 0.15, seed=5)
+    batch = BatchShape(decode_context=(100, 200))
+    dts = np.array([lat.step_time_s(batch) for _ in range(50_000)])
+    assert dts.mean() == pytest.approx(exact.step_time_s(batch), rel=0.005)
+    assert dts.std(ddof=1) / dts.mean() == pytest.approx(0.15, rel=0.05)
+    assert lat.step_time_s(BatchShape()) == 0.0  # an empty step stays free
+    steps = lat.decode_steps_s(np.array([5, 6]), 1000)
+    assert len(set(steps.tolist())) == 1000 and steps.mean() == pytest.approx(0.022, rel=0.05)
+    assert lat.provenance == "constant(step 0.02 s) + jitter CV 0.15"
+
+
+def test_jitter_zero_is_the_exact_model_and_the_same_scenario() -> None:
+    sc = load_scenario("quickstart", SMALL)
+    zero = load_scenario("quickstart", SMALL + ["latency.jitter_cv=0"])
+    assert scenario_hash(zero) == scenario_hash(sc)
+    assert zero.model_dump(mode="json") == sc.model_dump(mode="json")
+    assert "jitter" not in json.dumps(sc.model_dump(mode="json"))
+    assert not isinstance(make_latency_model(zero), JitteredLatency)
+    a, b = simulate(sc), simulate(zero)
+    assert a.summary == b.summary and a.requests.equals(b.requests)
+
+
+def test_a_jittered_scenario_round_trips_and_hashes_apart() -> None:
+    sc = load_scenario("quickstart", SMALL + ["latency.jitter_cv=0.1", "latency.jitter_seed=4"])
+    dumped = sc.model_dump(mode="json")
+    assert list(dumped["latency"])[-2:] == ["jitter_cv", "jitter_seed"]
+    again = resolve_scenario(dumped)
+    assert again == sc and scenario_hash(again) == scenario_hash(sc)
+    assert scenario_hash(sc) != scenario_hash(load_scenario("quickstart", SMALL))
+
+
+def test_same_seed_same_run_other_seed_other_timing_same_workload() -> None:
+    jit = ["latency.jitter_cv=0.2"]
+    a = simulate(load_scenario("quickstart", SMALL + jit))
+    b = simulate(load_scenario("quickstart", SMALL + jit))
+    assert a.summary == b.summary and a.requests.equals(b.requests) and a.itl.equals(b.itl)
+    c = simulate(load_scenario("quickstart", SMALL + jit + ["latency.jitter_seed=99"]))
+    assert c.summary["ttft_p95_s"] != a.summary["ttft_p95_s"]
+    same = ["request_id", "prompt_tokens"]
+    assert c.requests[same].equals(a.requests[same])  # the sessions are the seed's own
+
+
+def test_jitter_runs_every_step_whatever_the_fidelity() -> None:
+    """A jittered run cannot jump decode stretches (kvsim.latency.jitter): fast is step."""
+    jit = ["latency.jitter_cv=0.2"]
+    fast = simulate(load_scenario("quickstart", SMALL + jit + ["sim.fidelity=fast"]))
+    step = simulate(load_scenario("quickstart", SMALL + jit + ["sim.fidelity=step"]))
+    assert fast.summary == step.summary and fast.requests.equals(step.requests)
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "2.5"])
+def test_jitter_cv_outside_its_range_is_refused(value: str) -> None:
+    with pytest.raises(InputError) as exc:
+        load_scenario("quickstart", [f"latency.jitter_cv={value}"])
+    assert "jitter_cv" in exc.value.one_line()
