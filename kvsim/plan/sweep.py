@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
-from kvsim.errors import InputError, from_validation_error
+from kvsim.errors import InputError, from_validation_error, short_value
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
 from kvsim.plan.store import ResultStore, results_key, write_table
@@ -56,6 +56,14 @@ class SweepSpec(BaseModel):
     base: str | dict[str, Any]
     factors: dict[str, list[Any]] | None = None
     points: list[dict[str, Any]] | None = None
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base_shape(cls, v: Any) -> Any:
+        if not isinstance(v, str | dict):
+            raise InputError("base", v, "a scenario YAML path, a bundled scenario name or an "
+                             "inline scenario mapping")
+        return v
 
     @model_validator(mode="after")
     def _one_grid(self) -> SweepSpec:
@@ -164,6 +172,7 @@ def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any])
     parts = key.split(".")
     node: Any = raw
     for i, part in enumerate(parts[:-1]):
+        _settable(node, part, key, parts[i - 1])
         child = node[int(part)] if isinstance(node, list) else node.get(part)
         if isinstance(child, str) and i == 0:
             child = _expand(part, child)
@@ -175,10 +184,21 @@ def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any])
             node[part] = child
         node = child
     last = parts[-1]
+    _settable(node, last, key, parts[-2] if len(parts) > 1 else key)
     if isinstance(node, list):
         node[int(last)] = value
     else:
         node[last] = value
+
+
+def _settable(node: Any, part: str, key: str, above: str) -> None:
+    """``part`` can be set in ``node`` (a mapping, or a list it indexes), else InputError:
+    another key of the point set ``above`` to a value with no keys below it."""
+    if isinstance(node, dict) or (isinstance(node, list) and part.isdigit()
+                                  and int(part) < len(node)):
+        return
+    raise InputError("sweep key", key, f"'{above}' is {short_value(node)!r} in this point "
+                     "(another key sets it): a key below it cannot be set")
 
 
 def _expand(top: str, name: str) -> dict[str, Any]:
