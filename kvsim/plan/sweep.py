@@ -365,7 +365,22 @@ def combined_table(points: list[SweepPoint], store: ResultStore,
                      "name": p.scenario.name, "status": status, "reason": reason,
                      "oom": rec.get("oom", False), "oom_reason": rec.get("oom_reason", ""),
                      **rec.get("summary", {})})
-    return pd.DataFrame(rows)
+    return _typed_factor_columns(pd.DataFrame(rows), keys)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _typed_factor_columns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Factor columns Parquet can store: a column whose values mix types (``0`` and
+    ``true``) or hold an integer beyond int64 is written as JSON text (``"0"``, ``"true"``)."""
+    for k in keys:
+        vals = [v for v in df[k] if v is not None]
+        kinds = {type(v) for v in vals}
+        huge = any(type(v) is int and not _INT64[0] <= v <= _INT64[1] for v in vals)
+        if len(kinds) > 1 or huge:
+            df[k] = [None if v is None else json.dumps(v) for v in df[k]]
+    return df
 
 
 def _factor_cells(p: SweepPoint, keys: list[str]) -> dict[str, Any]:

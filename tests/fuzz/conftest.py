@@ -38,7 +38,7 @@ def clean_exit(capsys) -> Callable[[list[str]], tuple[int, str, str]]:
                                  f"{traceback.format_exc()}\nstderr: {err}") from exc
         out, err = capsys.readouterr()
         assert "Traceback" not in out + err, (argv, err)
-        errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+        errors = [ln.strip() for ln in err.splitlines() if ln.startswith("error: ")]
         if code == 0:
             assert not errors, (argv, err)
         else:

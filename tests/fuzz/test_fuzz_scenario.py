@@ -110,6 +110,7 @@ def _yaml_text(v: Any) -> str:
 @given(sets=st.lists(_set_item(), min_size=1, max_size=3))
 @example(sets=["nonexistent.key=1"])
 @example(sets=["engine.parallel=1e9"])
+@example(sets=["engine.supported_cache_types=[]"])  # found: "allowed: " with nothing after
 def test_set_overrides(clean_exit, tmp_path, sets):
     with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         path = Path(d) / "scenario.yaml"

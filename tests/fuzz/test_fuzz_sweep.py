@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -89,3 +90,16 @@ def test_a_key_below_a_value_another_key_sets_is_refused(clean_exit, tmp_path):
     assert code == 2 and err.strip() == (
         "error: sweep key: 'latency.rates' — 'latency' is 1 in this point (another key sets "
         "it): a key below it cannot be set")
+
+
+@pytest.mark.parametrize("factor", ["host_default: [0, true]", "seed: [0, 10000000000000000000000]"])
+def test_factor_values_parquet_cannot_type_are_stored_as_text(clean_exit, tmp_path, factor):
+    # found by the fuzzer: ArrowInvalid (mixed int/bool column), OverflowError (int > int64)
+    import pandas as pd
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / "sweep.yaml").write_text(f"base: base.yaml\nfactors: {{{factor}}}\n")
+    code, _, _ = clean_exit(["sweep", str(tmp_path / "sweep.yaml"), "-o", str(tmp_path / "out"),
+                             "-j", "1", "--no-progress", "--no-report", "--summary-only"])
+    table = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
+    assert code == 0 and list(table["status"]) == ["ok", "ok"]

@@ -134,3 +134,71 @@ def test_parquet_traces_cut_or_flipped(clean_exit, tmp_path, parquet_bytes, cut,
         path.write_bytes(bytes(data))
         for argv in _commands(path, Path(d)):
             clean_exit(argv)
+
+
+RAW_VALUES = st.sampled_from([0, 1, 512, 513, -1, 1e308, math.nan, "", "x", None, True, [],
+                              [0], [0, 1], 2**63, "2024-01-01 00:00:00.0000000"])
+
+
+@st.composite
+def raw_trace(draw: st.DrawFn) -> tuple[str, str, bytes]:
+    """(format, file name, bytes) of a small raw public trace, some cells mutated."""
+    fmt = draw(st.sampled_from(["mooncake", "azure", "burstgpt", "sharegpt"]))
+    n = draw(st.integers(1, 3))
+    if fmt == "mooncake":
+        rows = [{"timestamp": 1000 * i, "input_length": 600, "output_length": 20,
+                 "hash_ids": [0, i + 1]} for i in range(n)]
+        for r in rows:
+            if draw(st.integers(0, 3)) == 3:
+                r[draw(st.sampled_from(sorted(r)))] = draw(RAW_VALUES)
+        return fmt, "t.jsonl", "\n".join(json.dumps(r, allow_nan=True) for r in rows).encode()
+    if fmt == "sharegpt":
+        conv = [{"id": f"c{i}", "conversations": [{"from": "human", "value": "hi " * 5},
+                                                  {"from": "gpt", "value": "yo"}]}
+                for i in range(n)]
+        if draw(st.integers(0, 3)) == 3:
+            conv[0][draw(st.sampled_from(["id", "conversations"]))] = draw(RAW_VALUES)
+        return fmt, "t.json", json.dumps(conv, allow_nan=True).encode()
+    head = "TIMESTAMP,ContextTokens,GeneratedTokens" if fmt == "azure" else \
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
+    cells = [[f"2024-01-01 00:00:0{i}.0000000", "100", "20"] if fmt == "azure" else
+             [str(i), "ChatGPT", "100", "20", "120", "Conversation log"] for i in range(n)]
+    for row in cells:
+        if draw(st.integers(0, 3)) == 3:
+            row[draw(st.integers(0, len(row) - 1))] = str(draw(RAW_VALUES))
+    return fmt, "t.csv", "\n".join([head] + [",".join(r) for r in cells]).encode()
+
+
+@settings(FUZZ, max_examples=60)
+@given(raw=raw_trace())
+def test_raw_public_traces(clean_exit, tmp_path, raw):
+    fmt, name, data = raw
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        path = Path(d) / name
+        path.write_bytes(data)
+        clean_exit(["trace", "import", fmt, str(path), "-o", str(Path(d) / "out.jsonl")])
+        clean_exit(["trace", "inspect", "--format", fmt, str(path)])
+
+
+_HUGE_TIME = "kvsim/workload/inspect.py (trace readers, another helper's part of issue 26): "
+_BURST = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+          "0,ChatGPT,100,20,120,Conversation log\n1e308,ChatGPT,100,20,120,Conversation log\n")
+_MOONCAKE = ('{"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [0, 1]}\n'
+             '{"timestamp": 9223372036854775808, "input_length": 600, "output_length": 20, '
+             '"hash_ids": [0, 2]}\n')
+
+
+@pytest.mark.parametrize("fmt,name,text", [
+    pytest.param("burstgpt", "t.csv", _BURST, marks=pytest.mark.xfail(strict=False, reason=(
+        _HUGE_TIME + "ValueError ''list' argument must have no negative elements' from the "
+        "per-minute bincount of a 1e308 s arrival"))),
+    pytest.param("mooncake", "t.jsonl", _MOONCAKE, marks=pytest.mark.xfail(
+        strict=False, reason=_HUGE_TIME + "a 2**63 ms timestamp: per-minute bincount "
+        "allocates 1.09 PiB (_ArrayMemoryError) or overflows (OverflowError)")),
+], ids=["burstgpt-1e308s", "mooncake-2**63ms"])
+def test_inspect_a_trace_spanning_absurd_times(clean_exit, tmp_path, fmt, name, text):
+    # found by the fuzzer (test_raw_public_traces without derandomize)
+    (tmp_path / name).write_text(text)
+    clean_exit(["trace", "inspect", "--format", fmt, str(tmp_path / name)])
+    clean_exit(["trace", "import", fmt, str(tmp_path / name), "-o", str(tmp_path / "o.jsonl")])
+    clean_exit(["trace", "inspect", str(tmp_path / "o.jsonl")])
