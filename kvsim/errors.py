@@ -9,6 +9,7 @@ traceback.  Programmatic callers can catch it and read the structured fields.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -31,7 +32,17 @@ class InputError(ValueError):
         shown = repr(self.value) if not isinstance(self.value, str) else f"'{self.value}'"
         if len(shown) > 120:
             shown = shown[:117] + "..."
-        return f"{self.field}: {shown} — {self.allowed}".replace("\n", " ")
+        return single_line(f"{self.field}: {shown} — {self.allowed}")
+
+
+_LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def single_line(text: str) -> str:
+    """``text`` with every character that ends a line (``str.splitlines``' set: ``\\n``,
+    ``\\r``, ``\\u2028``...) turned into a space, so a value a user wrote cannot split
+    the one error line."""
+    return _LINE_BREAKS.sub(" ", text)
 
 
 class RunStopped(InputError):

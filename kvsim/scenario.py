@@ -211,9 +211,13 @@ def _resolve_host(data: dict[str, Any], gpu: Any) -> dict[str, Any]:
 
 
 def _validated(value: Any, spec: type[BaseModel], field: str) -> Any:
-    """An inline profile (a mapping) as its spec; a loaded one as it is."""
-    if not isinstance(value, dict):
+    """An inline profile (a mapping) as its spec; a loaded one as it is; anything else
+    (a number, a list) is an InputError."""
+    if isinstance(value, spec):
         return value
+    if not isinstance(value, dict):
+        raise InputError(field, value, f"a {field} profile name (kvsim profiles list "
+                         f"{field}s) or an inline mapping of its keys")
     try:
         return spec.model_validate(value)
     except ValidationError as exc:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import click
 
 from kvsim import __version__
-from kvsim.errors import InputError, from_validation_error
+from kvsim.errors import InputError, from_validation_error, single_line
 
 # command name → "module:attribute" (a click.Command or click.Group)
 COMMANDS: dict[str, str] = {
@@ -136,10 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.UsageError as exc:
         # One line, like every other user error: click's message plus where help is.
         where = exc.ctx.command_path if exc.ctx is not None else "kvsim"
-        click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+        click.echo(f"error: {single_line(exc.format_message())} (see '{where} --help')",
+                   err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"error: {single_line(exc.format_message())}", err=True)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except InputError as exc:
         click.echo(f"error: {exc.one_line()}", err=True)

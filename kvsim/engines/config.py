@@ -76,7 +76,8 @@ class PagedEngineConfig(FrozenModel):
     max_total_tokens: int | None = Field(
         None, gt=0, description="SGLang --max-total-tokens: caps the pool at this many "
         "tokens (§2.1); None = all that mem_fraction_static leaves")
-    supported_cache_types: tuple[str, ...] = ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+    supported_cache_types: tuple[str, ...] = Field(
+        ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"), min_length=1)
     notes: str = ""
 
     @model_validator(mode="after")
@@ -141,8 +142,8 @@ class SlotEngineConfig(FrozenModel):
     gpu_overhead_bytes: Bytes = 0
     minimum_reserve_bytes: Bytes = 0
     compute_buffer_bytes: Bytes | None = Field(None, description="None = estimate from the model")
-    supported_cache_types: tuple[str, ...] = (
-        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+    supported_cache_types: tuple[str, ...] = Field((
+        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"), min_length=1)
     notes: str = ""
 
     ignored_cache_type: str | None = Field(

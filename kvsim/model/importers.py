@@ -31,7 +31,8 @@ from pydantic import ValidationError
 
 from kvsim.config.files import no_such_file
 from kvsim.config.specs import ModelSpec
-from kvsim.errors import InputError, from_validation_error, short_value
+from kvsim.errors import InputError, from_validation_error
+from kvsim.model.import_checks import check_gguf_sizes, check_hf_sizes
 
 NO_POSITION_LIMIT_TOKENS = 1048576   # same planning cap as the shipped Mamba-2 profile
 
@@ -75,33 +76,6 @@ def _build(data: dict[str, Any], where: str) -> ModelSpec:
 # ---------------------------------------------------------------- config.json
 
 
-# config.json sizes the importer reads: each must be a positive integer when present
-# (NOTE: the importer reads ``value or default``, so a 0 would silently become the
-# default, and a string or fraction would crash or be truncated)
-HF_SIZES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "d_model", "n_embd",
-            "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "vocab_size",
-            "max_position_embeddings", "n_positions", "intermediate_size",
-            "moe_intermediate_size")
-
-
-def check_hf_sizes(cfg: dict[str, Any], where: str) -> None:
-    """Refuse a config whose sizes (:data:`HF_SIZES`) are not positive integers, or whose
-    KV heads do not divide the attention heads, before any of them is used.
-
-    ``cfg`` is the config.json object with its ``text_config`` merged in; ``where``
-    names the file in the error (``config.json 'NAME'``).
-    """
-    for key in HF_SIZES:
-        v = cfg.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise InputError(f"{where}.{key}", v, "a positive integer")
-    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
-    kv = cfg.get("num_key_value_heads")
-    if heads and kv and heads % kv:
-        raise InputError(f"{where}.num_key_value_heads", kv, f"a divisor of num_attention_heads "
-                         f"({heads}): each KV head serves a whole group of query heads")
-
-
 def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
     for k in keys:
         if cfg.get(k) is not None:
@@ -109,7 +83,7 @@ def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
     raise InputError(where, keys[0], "missing from config.json (needed for the KV geometry)")
 
 
-def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int) -> int:
+def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int, where: str) -> int:
     if mtype == "mamba2":
         d_state, conv = cfg.get("state_size", 128), cfg.get("conv_kernel", 4)
         d_inner = cfg.get("expand", 2) * hidden
@@ -121,8 +95,9 @@ def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int) -> int:
         return d_inner * (cfg.get("mamba_d_state", cfg.get("state_size", 16))
                           + cfg.get("mamba_d_conv", cfg.get("conv_kernel", 4)))
     if "linear_num_value_heads" in cfg:   # Gated DeltaNet (Qwen3-Next)
-        vh, kh = cfg["linear_num_value_heads"], cfg["linear_num_key_heads"]
-        kd, vd = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+        vh, kh, kd, vd = (_need(cfg, (k,), where) for k in (
+            "linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim",
+            "linear_value_head_dim"))
         return vh * kd * vd + (cfg.get("linear_conv_kernel_dim", 4) - 1) * (2 * kh * kd + vh * vd)
     return 0
 
@@ -200,7 +175,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
     kv = 0 if recurrent_only else int(cfg.get("num_key_value_heads") or heads)
     hd = 0 if recurrent_only else int(cfg.get("head_dim") or hidden // heads)
     kinds, window = _hf_kinds(cfg, mtype, n)
-    state = _hf_state(cfg, mtype, hidden)
+    state = _hf_state(cfg, mtype, hidden, where)
     if "recurrent" in kinds and not state:
         raise InputError(where, "state_size", "recurrent layers need their state dimensions")
     if cfg.get("kv_lora_rank"):
@@ -228,44 +203,6 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
 
 
 # ---------------------------------------------------------------- GGUF header
-
-
-GGUF_SIZES = ("block_count", "embedding_length", "context_length", "vocab_size",
-              "attention.key_length", "attention.value_length", "attention.kv_lora_rank",
-              "rope.dimension_count", "attention.sliding_window")
-GGUF_PER_LAYER = ("attention.head_count", "attention.head_count_kv",
-                  "attention.sliding_window_pattern")
-
-
-def check_gguf_sizes(f: dict[str, Any], arch: str, where: str) -> None:
-    """Refuse a GGUF header whose sizes are not positive integers, or whose per-layer
-    arrays (heads, KV heads, the sliding-window pattern) are not one entry per layer,
-    before any of them is used (the error names the key as ``where.KEY``)."""
-    def bad(v: Any, least: int) -> bool:
-        return isinstance(v, bool) or not isinstance(v, int) or v < least
-
-    for key in GGUF_SIZES:
-        v = f.get(f"{arch}.{key}")
-        if v is not None and bad(v, 1):
-            raise InputError(f"{where}.{arch}.{key}", v, "a positive integer")
-    n = f.get(f"{arch}.block_count")
-    for key in GGUF_PER_LAYER:
-        v = f.get(f"{arch}.{key}")
-        flags = key.endswith("pattern")  # NOTE: per-layer booleans, or one period
-        if not isinstance(v, list):
-            if v is not None and bad(v, 1 if flags else 0):
-                raise InputError(f"{where}.{arch}.{key}", v, "a non-negative integer, or "
-                                 "one per layer")
-            continue
-        ok = (lambda x: isinstance(x, bool)) if flags else (lambda x: not bad(x, 0))
-        if len(v) != n or not all(ok(x) for x in v):
-            kind = "boolean" if flags else "non-negative integer"
-            raise InputError(f"{where}.{arch}.{key}", short_value(v),
-                             f"one {kind} per layer ({n} layers)")
-    heads = f.get(f"{arch}.attention.head_count")
-    if isinstance(heads, list) and not any(heads):
-        raise InputError(f"{where}.{arch}.attention.head_count", short_value(heads),
-                         "at least one layer with attention heads")
 
 
 def _gguf_fields(p: Path) -> tuple[dict[str, Any], float, bool | None]:

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
 from kvsim.config.files import no_such_file
-from kvsim.errors import InputError, from_validation_error
+from kvsim.errors import InputError, from_validation_error, short_value
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
 from kvsim.plan.store import ResultStore, results_key, write_table
@@ -57,6 +57,14 @@ class SweepSpec(BaseModel):
     base: str | dict[str, Any]
     factors: dict[str, list[Any]] | None = None
     points: list[dict[str, Any]] | None = None
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base_shape(cls, v: Any) -> Any:
+        if not isinstance(v, str | dict):
+            raise InputError("base", v, "a scenario YAML path, a bundled scenario name or an "
+                             "inline scenario mapping")
+        return v
 
     @model_validator(mode="after")
     def _one_grid(self) -> SweepSpec:
@@ -165,6 +173,7 @@ def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any])
     parts = key.split(".")
     node: Any = raw
     for i, part in enumerate(parts[:-1]):
+        _settable(node, part, key, parts[i - 1])
         child = node[int(part)] if isinstance(node, list) else node.get(part)
         if isinstance(child, str) and i == 0:
             child = _expand(part, child)
@@ -176,10 +185,21 @@ def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any])
             node[part] = child
         node = child
     last = parts[-1]
+    _settable(node, last, key, parts[-2] if len(parts) > 1 else key)
     if isinstance(node, list):
         node[int(last)] = value
     else:
         node[last] = value
+
+
+def _settable(node: Any, part: str, key: str, above: str) -> None:
+    """``part`` can be set in ``node`` (a mapping, or a list it indexes), else InputError:
+    another key of the point set ``above`` to a value with no keys below it."""
+    if isinstance(node, dict) or (isinstance(node, list) and part.isdigit()
+                                  and int(part) < len(node)):
+        return
+    raise InputError("sweep key", key, f"'{above}' is {short_value(node)!r} in this point "
+                     "(another key sets it): a key below it cannot be set")
 
 
 def _expand(top: str, name: str) -> dict[str, Any]:
@@ -346,7 +366,22 @@ def combined_table(points: list[SweepPoint], store: ResultStore,
                      "name": p.scenario.name, "status": status, "reason": reason,
                      "oom": rec.get("oom", False), "oom_reason": rec.get("oom_reason", ""),
                      **rec.get("summary", {})})
-    return pd.DataFrame(rows)
+    return _typed_factor_columns(pd.DataFrame(rows), keys)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _typed_factor_columns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Factor columns Parquet can store: a column whose values mix types (``0`` and
+    ``true``) or hold an integer beyond int64 is written as JSON text (``"0"``, ``"true"``)."""
+    for k in keys:
+        vals = [v for v in df[k] if v is not None]
+        kinds = {type(v) for v in vals}
+        huge = any(type(v) is int and not _INT64[0] <= v <= _INT64[1] for v in vals)
+        if len(kinds) > 1 or huge:
+            df[k] = [None if v is None else json.dumps(v) for v in df[k]]
+    return df
 
 
 def _factor_cells(p: SweepPoint, keys: list[str]) -> dict[str, Any]:
