@@ -20,6 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kvsim.errors import InputError
+
+MAX_MINUTES = 10 * 366 * 24 * 60  # the longest span trace inspect counts minute by minute
 _START, _END = 1, 0  # NOTE: heap order at one instant does not matter: all apply first
 
 
@@ -40,12 +43,14 @@ class Counts:
         """``mean``, ``p50``, ``p95``, ``max`` (zeros when empty)."""
         if not self.total:
             return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
-        values = np.fromiter(sorted(self._n), dtype=np.int64, count=len(self._n))
-        cum = np.cumsum([self._n[int(v)] for v in values])
+        # NOTE: Python ints, not int64: a value may be beyond 64 bits (the tallies
+        # describe what a trace holds, before anything refuses it)
+        values = sorted(self._n)
+        cum = np.cumsum([self._n[v] for v in values])
         return {"mean": self._sum / self.total, "p50": self._percentile(values, cum, 50),
                 "p95": self._percentile(values, cum, 95), "max": float(values[-1])}
 
-    def _percentile(self, values: np.ndarray, cum: np.ndarray, q: float) -> float:
+    def _percentile(self, values: list[int], cum: np.ndarray, q: float) -> float:
         """``np.percentile(column, q)`` of the column these counts describe."""
         index = (self.total - 1) * (np.float64(q) / 100)  # numpy's 'linear' method
         lo = math.floor(index)
@@ -115,6 +120,10 @@ class PerMinute:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(requests, peak) per minute 0 .. the last one, zeros where none arrived."""
         size = max(self.count) + 1
+        if size > MAX_MINUTES:
+            raise InputError("trace", f"arrivals spanning {size:,} minutes", "at most "
+                             f"{MAX_MINUTES:,} minutes (ten years): the per-minute counts "
+                             "take 16 bytes a minute")
         counts, peaks = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
         counts[list(self.count)] = list(self.count.values())
         peaks[list(self.peak)] = list(self.peak.values())
