@@ -45,6 +45,14 @@ def single_line(text: str) -> str:
     return _LINE_BREAKS.sub(" ", text)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread while a command runs (kvsim.cli.main), as
+    KeyboardInterrupt is for Ctrl-C, so what the command holds is closed on the way out.
+
+    NOTE: a BaseException, so no ``except Exception`` on the way (a sweep point's
+    failure handling) takes it for a failed run."""
+
+
 class RunStopped(InputError):
     """A run stopped early by a user-set bound (a trace too large for one run's results
     memory, a dead server during a replay).

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import click
 
 from kvsim import __version__
-from kvsim.errors import InputError, from_validation_error, single_line
+from kvsim.errors import InputError, Terminated, from_validation_error, single_line
 
 # command name → "module:attribute" (a click.Command or click.Group)
 COMMANDS: dict[str, str] = {
@@ -75,11 +75,6 @@ def cli() -> None:
 # click >= 8.2 raises this for a group called without a subcommand (older clicks print
 # the help and exit 0 themselves); () catches nothing
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread as KeyboardInterrupt is for Ctrl-C, so what a
-    command holds (files, workers) is closed on the way out."""
 
 
 def _invoke(argv: list[str] | None) -> object:

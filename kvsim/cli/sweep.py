@@ -10,10 +10,6 @@ its ``status`` (``ok``, ``cannot_start``, ``failed``) — is written to
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -21,7 +17,7 @@ import pandas as pd
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import load_runner, maybe_report, print_table, progress_bar
-from kvsim.errors import InputError
+from kvsim.errors import InputError, Terminated
 from kvsim.plan.executor import Executor, make_executor
 from kvsim.plan.replicate import Runner, simulate_keep, simulate_run
 from kvsim.plan.store import ResultStore
@@ -64,16 +60,16 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
     points = expand(spec, base_dir)
     run = load_runner(runner, simulate_run if summary_only else simulate_keep)
     check_output("--out", out_dir, folder=True)
-    with _signals_end_in_one_line():
-        executor = make_executor(jobs, dask_address, dask_timeout)
-        try:
-            outcome, paths = _run_and_write(points, out_dir, spec.name, executor, run,
-                                            summary_only, not no_progress)
-        except _Stopped as stop:
-            click.echo(stop.line, err=True)
-            raise click.exceptions.Exit(stop.exit_code) from None
-        finally:
-            executor.close()
+    # NOTE: Ctrl-C or SIGTERM outside the runs is main's one line (kvsim.cli.main)
+    executor = make_executor(jobs, dask_address, dask_timeout)
+    try:
+        outcome, paths = _run_and_write(points, out_dir, spec.name, executor, run,
+                                        summary_only, not no_progress)
+    except _Stopped as stop:
+        click.echo(stop.line, err=True)
+        raise click.exceptions.Exit(stop.exit_code) from None
+    finally:
+        executor.close()
     _print_table(spec.name, points, outcome.table)
     with output_errors("--out", out_dir):
         report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
@@ -84,45 +80,12 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
         raise outcome.error
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised where the main thread is (like KeyboardInterrupt for Ctrl-C).
-
-    NOTE: a BaseException, so no ``except Exception`` on the way (a point's failure
-    handling) takes it for a failed run.
-    """
-
-
 class _Stopped(Exception):
     """A sweep ended by Ctrl-C or SIGTERM, with what is stored: one line, its exit code."""
 
     def __init__(self, line: str, exit_code: int) -> None:
         super().__init__(line)
         self.line, self.exit_code = line, exit_code
-
-
-@contextlib.contextmanager
-def _signals_end_in_one_line() -> Iterator[None]:
-    """SIGTERM raises :class:`_Terminated` while the sweep runs, so the store, the workers
-    and their queues are closed as on Ctrl-C (killed by SIGTERM's default action, the
-    parent left multiprocessing's semaphores to the resource tracker, which warned);
-    Ctrl-C or SIGTERM outside the runs (:func:`_run_and_write` has its own line) is
-    one line too: ``interrupted`` (exit code 130) or ``terminated`` (143)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # NOTE: signal handlers can only be set from the main thread
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise _Terminated()
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    except (KeyboardInterrupt, _Terminated) as exc:
-        ctrl_c = isinstance(exc, KeyboardInterrupt)
-        click.echo("interrupted" if ctrl_c else "terminated", err=True)
-        raise click.exceptions.Exit(130 if ctrl_c else 143) from None
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _run_and_write(points: list[SweepPoint], out_dir: Path, name: str, executor: Executor,
@@ -142,7 +105,7 @@ def _run_and_write(points: list[SweepPoint], out_dir: Path, name: str, executor:
             with progress_bar("simulating", len(todo), progress) as advance:
                 outcome = run_sweep(points, store, executor=executor, runner=run,
                                     progress=advance, summary_only=summary_only)
-        except (KeyboardInterrupt, _Terminated) as exc:
+        except (KeyboardInterrupt, Terminated) as exc:
             runnable = [p for p in points if not p.refused]
             stored = sum(1 for p in runnable if store.has(p.key))
             what, code = (("interrupted", 130) if isinstance(exc, KeyboardInterrupt)
