@@ -38,13 +38,13 @@ import pytest
 
 from kvsim.calibrate.engine import EngineGrid, measure_engine, ram_cache_link
 from kvsim.calibrate.engine_samples import EngineSamples, engine_artifact
-from kvsim.engines.startup_log import read_log_text
 from kvsim.calibrate.replay import ReplayOptions, replay
 from kvsim.calibrate.tiny_gguf import BYTE_IDS, TinyLlama, write_tiny_gguf
 from kvsim.calibrate.validate import compare_requests, compare_results
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.config.catalog import load_gpu
 from kvsim.engines.resolve import resolve_engine
+from kvsim.engines.startup_log import read_log_text
 from kvsim.latency.artifact import load_artifact, save_artifact
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.importers import model_from_gguf

@@ -5,8 +5,17 @@ import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.latency.backend import (
-    MMQ_OPS_PER_UNIT_CLOCK, BackendConstants, ClassScale, SpeedConstants, board_power_w,
-    default_backend, format_family, gpu_rates, matrix_rate, memory_kind)
+    MMQ_OPS_PER_UNIT_CLOCK,
+    BackendConstants,
+    ClassScale,
+    SpeedConstants,
+    board_power_w,
+    default_backend,
+    format_family,
+    gpu_rates,
+    matrix_rate,
+    memory_kind,
+)
 
 ONE = BackendConstants(bw_eff=0.5, kv_eff=0.25, kv_eff_no_fa=0.125, c_vec=0.0, c_mat=1.0,
                        attn_eff=0.5, attn_eff_no_fa=0.25, overhead_s=1e-3,

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pytest
 
 GIB = 2**30
 EVIL = "<script>alert(1)</script>"
