@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
+from pydantic import BaseModel
+
 
 class InputError(ValueError):
     """Bad user input: names the field, the offending value and what is allowed."""
@@ -155,26 +157,30 @@ def _keys_at(model: Any, path: list[str]) -> list[str]:
     cur, rest = model, list(path)
     while True:
         cur = _unwrap(cur)
-        members = [m for m in get_args(cur) if hasattr(m, "model_fields")] \
+        members = [m for m in get_args(cur) if _is_model(m)] \
             if get_origin(cur) in (Union, UnionType) else []
         if members:
             tag = rest.pop(0) if rest else None
-            cur = next((m for m in members if getattr(m.model_fields.get("kind"), "default",
-                                                      None) == tag), None)
+            cur = next((m for m in members if "kind" in m.model_fields
+                        and m.model_fields["kind"].default == tag), None)
             continue
         if get_origin(cur) in (list, tuple) and rest and rest[0].isdigit():
             rest.pop(0)
             cur = get_args(cur)[0]
             continue
-        fields = getattr(cur, "model_fields", None)
-        if fields is None:
+        if not _is_model(cur):
             return []
+        fields = cur.model_fields
         if not rest:
             return list(fields)
         name = rest.pop(0)
         if name not in fields:
             return []
         cur = fields[name].annotation
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
 def _unwrap(tp: Any) -> Any:

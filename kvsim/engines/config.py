@@ -82,10 +82,7 @@ class PagedEngineConfig(FrozenModel):
 
     @model_validator(mode="after")
     def _check(self) -> PagedEngineConfig:
-        engine = engine_for(self.preset)
-        _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
-                           self.preset)
-        _check_one_cache_type(self.cache_type_k, self.cache_type_v, engine)
+        engine = _check_cache(self)
         _check_parallel("max_num_seqs", self.max_num_seqs, engine)
         for knob, unset, instead in engine.foreign_knobs:
             if getattr(self, knob) != unset:
@@ -172,10 +169,7 @@ class SlotEngineConfig(FrozenModel):
 
     @model_validator(mode="after")
     def _check(self) -> SlotEngineConfig:
-        engine = engine_for(self.preset)
-        _check_cache_types(self.cache_type_k, self.cache_type_v, self.supported_cache_types,
-                           self.preset)
-        _check_one_cache_type(self.cache_type_k, self.cache_type_v, engine)
+        engine = _check_cache(self)
         if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
             raise InputError(
                 "cache_type_v", self.cache_type_v, "a quantized V cache requires flash "
@@ -192,10 +186,24 @@ class SlotEngineConfig(FrozenModel):
 EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminator="preset")]
 
 
+def parallel_allowed(engine: Engine) -> str:
+    """What an error says of sessions-at-once above ``engine.max_parallel``."""
+    return f"at most {engine.max_parallel} on {engine.name}: {engine.max_parallel_why}"
+
+
 def _check_parallel(knob: str, n: int, engine: Engine) -> None:
     if n > engine.max_parallel:
-        raise InputError(knob, n, f"at most {engine.max_parallel} on {engine.name}: "
-                         f"{engine.max_parallel_why}")
+        raise InputError(knob, n, parallel_allowed(engine))
+
+
+def _check_cache(cfg: PagedEngineConfig | SlotEngineConfig) -> Engine:
+    """The checks both config families share: cache types the preset supports, one type
+    for K and V where the engine has one flag; returns the engine."""
+    engine = engine_for(cfg.preset)
+    _check_cache_types(cfg.cache_type_k, cfg.cache_type_v, cfg.supported_cache_types,
+                       cfg.preset)
+    _check_one_cache_type(cfg.cache_type_k, cfg.cache_type_v, engine)
+    return engine
 
 
 def _check_one_cache_type(k: str, v: str, engine: Engine) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from kvsim.engines import engine_for
 from kvsim.engines.budget import share_within
-from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig
+from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig, parallel_allowed
 from kvsim.errors import InputError
 from kvsim.scenario import Scenario, resolve_scenario
 
@@ -55,8 +55,7 @@ def check_parallels(parallels: Iterable[int], engine: Any, field: str = "--paral
     over = sorted({int(p) for p in parallels if int(p) > traits.max_parallel})
     if over:
         raise InputError(field, over[0] if len(over) == 1 else over,
-                         f"at most {traits.max_parallel} on {traits.name}: "
-                         f"{traits.max_parallel_why}")
+                         parallel_allowed(traits))
 
 
 def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None

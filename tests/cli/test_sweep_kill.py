@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from interrupts import signal_after_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "base", "gpu": "rtx-4090", "model": "llama-3.1-8b",
@@ -81,11 +82,6 @@ def test_a_killed_parent_takes_its_workers_and_the_lock_with_it(tmp_path, sig):
 
 # NOTE: Ctrl-C's default handler in the child even where this test runs with SIGINT
 # ignored (a background job of a non-interactive shell inherits SIG_IGN)
-_WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
-                "signal.default_int_handler); sys.argv[0] = 'kvsim'; "
-                "runpy.run_module('kvsim', run_name='__main__')")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_sweep_says_so_in_one_line(tmp_path, sig):
     """Issue 26: Ctrl-C printed 60-70 lines of worker KeyboardInterrupt tracebacks;
@@ -95,35 +91,17 @@ def test_an_interrupted_sweep_says_so_in_one_line(tmp_path, sig):
     sweep.write_text(yaml.safe_dump({"name": "k", "base": "base.yaml",
                                      "factors": {"engine.parallel": list(range(1, 9))}}))
     out, log = tmp_path / "out", tmp_path / "runs.log"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'plan'}",
-           "KVSIM_TEST_SLEEP_S": "1", "KVSIM_TEST_RUN_LOG": str(log)}
-    # NOTE: a session of its own: Ctrl-C at a terminal signals the whole process group
-    # (the workers too), SIGTERM from a service manager the parent
-    proc = subprocess.Popen([sys.executable, "-c", _WITH_CTRL_C, "sweep", str(sweep), "-o",
-                             str(out), "--no-report", "--no-progress", "--jobs", "2",
-                             "--runner", "plan_fake_runners:slow_run"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not (log.exists() and len(log.read_text().splitlines()) >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, "no point ran"
-            time.sleep(0.05)
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    code, stderr = signal_after_runs(["sweep", str(sweep), "-o", str(out), "--no-report",
+                                      "--no-progress", "--jobs", "2", "--runner",
+                                      "plan_fake_runners:slow_run"], log, sig)
     stored = len(_stored(out))
-    what, code = ("interrupted", 130) if sig == signal.SIGINT else ("terminated", 143)
+    what, want = ("interrupted", 130) if sig == signal.SIGINT else ("terminated", 143)
     assert 0 < stored < 8
-    assert proc.returncode == code, stderr
+    assert code == want, stderr
     assert stderr.splitlines() == [
         "sweep 'k': 8 points, 8 distinct scenarios, 0 already stored, 8 to run",
         f"{what}; {stored} of 8 points stored; rerun to resume"], stderr
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'plan'}"}
     res = subprocess.run([sys.executable, "-m", "kvsim", "sweep", str(sweep), "-o", str(out),
                           "--no-report", "--no-progress", "--jobs", "1", "--runner",
                           "plan_fake_runners:fake_run"],
