@@ -31,12 +31,14 @@ from kvsim.config.catalog import (
     check_host_matches,
     default_host,
     load_gpu,
+    load_gpu_link,
     load_host,
     load_link,
     load_model,
 )
 from kvsim.config.files import no_such_file, parse_yaml, read_yaml
-from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
+from kvsim.config.gpu_set import check_gpu_link, default_gpu_link, gpu_items
+from kvsim.config.specs import GpuLinkSpec, GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, FrozenModel, Seconds
 from kvsim.config.workload import WorkloadConfig
 from kvsim.engines import engine_for
@@ -70,7 +72,13 @@ class Scenario(FrozenModel):
     name: str = "scenario"
     description: str = ""
     seed: int = Field(0, ge=0)
-    gpu: GpuSpec
+    gpu: GpuSpec = Field(description="the first GPU (CUDA device 0); the only one unless "
+                         "more_gpus names others")
+    more_gpus: tuple[GpuSpec, ...] = Field(
+        (), description="the box's other GPUs in device order (a scenario writes them all "
+        "in 'gpu': a list, 2x NAME or NAME+NAME; kvsim.config.gpu_set)")
+    gpu_link: GpuLinkSpec | None = Field(
+        None, description="the link between the GPUs (gpu_links profile); None with one GPU")
     model: ModelSpec
     weights: str = Field("q4_k_m", description="weight format, e.g. bf16, q8_0, q4_k_m")
     engine: EngineConfig
@@ -98,9 +106,16 @@ class Scenario(FrozenModel):
                              "roofline, calibrated, constant")
         return v
 
+    @property
+    def gpus(self) -> tuple[GpuSpec, ...]:
+        """Every GPU of the box, device 0 first."""
+        return (self.gpu, *self.more_gpus)
+
     @model_validator(mode="after")
     def _check(self) -> Scenario:
-        check_reserves(self.gpu, self.driver_reserve_bytes, self.display_reserve_bytes)
+        for g in self.gpus:
+            check_reserves(g, self.driver_reserve_bytes, self.display_reserve_bytes)
+        _check_gpu_set(self)
         check_host_matches(self.gpu, self.host)
         _check_host_swap(self)
         return self
@@ -116,6 +131,16 @@ def check_reserves(gpu: GpuSpec, driver_reserve_bytes: int, display_reserve_byte
         raise InputError(fields[1], shown,
                          f"plus {fields[0]} ({driver_reserve_bytes}) must be less "
                          f"than the GPU's {gpu.usable_memory_bytes} bytes ({gpu.name})")
+
+
+def _check_gpu_set(s: Scenario) -> None:
+    """The engine's split knobs agree with the GPUs named; the link is one they can have."""
+    engine_for(s.engine.preset).check_gpus(s.engine, len(s.gpus))
+    if s.gpu_link is not None and not s.more_gpus:
+        raise InputError("gpu_link", s.gpu_link.name, "a GPU link needs two or more GPUs "
+                         "(gpu: 2x NAME, NAME+NAME or a list)")
+    if s.gpu_link is not None:
+        check_gpu_link(s.gpus, s.gpu_link)
 
 
 def _check_host_swap(s: Scenario) -> None:
@@ -230,9 +255,9 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     for key in ("gpu", "model"):
         if key not in data:
             raise InputError(key, None, f"a scenario needs '{key}'")
-    data["gpu"] = _resolve_named(data, "gpu", load_gpu)
+    data.update(_resolve_gpus(data))
     data["model"] = _resolve_named(data, "model", load_model)
-    gpu = data["gpu"] = _validated(data["gpu"], GpuSpec, "gpu")
+    gpu = data["gpu"]
     data.update(_resolve_host(data, gpu))
     link_name = data.get("link", getattr(gpu, "default_link", None))
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
@@ -251,6 +276,22 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     except ValidationError as exc:
         raise from_validation_error(exc, model=Scenario) from None
     return _hybrid_manager_rule(scenario)
+
+
+def _resolve_gpus(data: dict[str, Any]) -> dict[str, Any]:
+    """``gpu``, ``more_gpus`` and ``gpu_link`` from the scenario's ``gpu`` (one card or a
+    set, kvsim.config.gpu_set) and ``gpu_link`` (a name, an inline link, or unset: the
+    cards' default link)."""
+    items = gpu_items(data["gpu"]) if not data.get("more_gpus") else \
+        [data["gpu"], *data["more_gpus"]]
+    gpus = tuple(_validated(load_gpu(g) if isinstance(g, str) else g, GpuSpec, "gpu")
+                 for g in items)
+    link = data.get("gpu_link", default_gpu_link(gpus))
+    if isinstance(link, str):
+        link = load_gpu_link(link)
+    elif isinstance(link, dict):
+        link = _validated(link, GpuLinkSpec, "gpu_link")
+    return {"gpu": gpus[0], "more_gpus": gpus[1:], "gpu_link": link}
 
 
 def _beside(section: Any, key: str, base_dir: Path | None) -> Any:
@@ -299,6 +340,9 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> Scenario:
 
 def scenario_hash(s: Scenario) -> str:
     """Stable sha256 (hex, 16 chars) of the resolved scenario without its labels."""
-    doc = s.model_dump(mode="json", exclude={"name", "description", "host_default"})
+    labels = {"name", "description", "host_default"}
+    # NOTE: a one-GPU scenario hashes as it did before several GPUs existed
+    doc = s.model_dump(mode="json", exclude=labels | ({"more_gpus", "gpu_link"}
+                                                      if not s.more_gpus else set()))
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -211,6 +211,7 @@ def gpu_profile(row: dict[str, str], extra: dict[str, str] | None = None) -> dic
         # NOTE: "MB" of L2 cache is binary (MiB) on vendor spec sheets.
         "l2_cache_bytes": int(l2 * 2**20) if l2 else None,
         **fields,
+        "nvlink": "nvlink" in row["interconnect_or_unified"].lower(),
         "source": row["source"],
         "notes": notes,
     }

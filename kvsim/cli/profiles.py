@@ -48,6 +48,11 @@ def _link_row(d: dict[str, Any]) -> list[str]:
             f"{d['latency_s'] * 1e6:g} µs"]
 
 
+def _gpu_link_row(d: dict[str, Any]) -> list[str]:
+    return [d["name"], d["display_name"], f"{d['bytes_per_s'] / 1e9:g} GB/s",
+            f"{d['latency_s'] * 1e6:g} µs"]
+
+
 def _host_row(d: dict[str, Any]) -> list[str]:
     return [d["name"], d["display_name"], format_bytes(d["memory_bytes"]),
             f"{d['memory_bandwidth_bytes_per_s'] / 1e9:g} GB/s", str(d["unified_with_gpu"])]
@@ -88,6 +93,7 @@ _COLUMNS = {
     "models": (["name", "params", "layers", "layer kinds", "KV/token f16", "max ctx"],
                _model_row),
     "links": (["name", "link", "pinned H2D", "latency"], _link_row),
+    "gpu_links": (["name", "GPU-to-GPU link", "per direction", "latency"], _gpu_link_row),
     "hosts": (["name", "host", "memory", "bandwidth", "unified"], _host_row),
     "engines": (["preset", "engine", "allocator", "context (unset)", "parallel / max seqs"],
                 _engine_row),
@@ -99,13 +105,14 @@ CAPTIONS = {"engines": "context (unset): what an unset engine.context_tokens bec
 
 @click.group()
 def profiles() -> None:
-    """Which GPUs, models, links, hosts and engine presets kvsim knows."""
+    """Which GPUs, models, host links, GPU-to-GPU links, hosts and engine presets kvsim
+    knows."""
 
 
 @profiles.command("list")
 @click.argument("kind", required=False)
 def list_cmd(kind: str | None) -> None:
-    """List profiles of KIND (gpus, models, links, hosts, engines), or all."""
+    """List profiles of KIND (gpus, models, links, gpu_links, hosts, engines), or all."""
     if kind is not None and kind not in KINDS:
         raise InputError("kind", kind, "one of " + ", ".join(KINDS))
     console = _console()

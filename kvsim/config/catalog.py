@@ -19,18 +19,19 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kvsim.config.files import no_such_file, read_yaml
-from kvsim.config.specs import GpuSpec, HostSpec, LinkSpec, ModelSpec
+from kvsim.config.specs import GpuLinkSpec, GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.errors import InputError, from_validation_error, unknown_name
 
 DEFAULT_HOST = "desktop-64gb"
 """The host a scenario assumes when it names none and its GPU is a discrete card (a
 unified-memory GPU gets :func:`unified_host`; see :func:`default_host`)."""
-KINDS = ("gpus", "models", "links", "hosts", "engines")
+KINDS = ("gpus", "models", "links", "gpu_links", "hosts", "engines")
 _SPEC_BY_KIND: dict[str, type[BaseModel]] = {
-    "gpus": GpuSpec, "models": ModelSpec, "links": LinkSpec, "hosts": HostSpec,
+    "gpus": GpuSpec, "models": ModelSpec, "links": LinkSpec, "gpu_links": GpuLinkSpec,
+    "hosts": HostSpec,
 }
-_FIELD_BY_KIND = {"gpus": "gpu", "models": "model", "links": "link", "hosts": "host",
-                  "engines": "engine"}
+_FIELD_BY_KIND = {"gpus": "gpu", "models": "model", "links": "link",
+                  "gpu_links": "gpu_link", "hosts": "host", "engines": "engine"}
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -118,6 +119,11 @@ def load_model(name: str) -> ModelSpec:
 @functools.lru_cache(maxsize=64)
 def load_link(name: str) -> LinkSpec:
     return _load("links", name, LinkSpec)
+
+
+@functools.lru_cache(maxsize=64)
+def load_gpu_link(name: str) -> GpuLinkSpec:
+    return _load("gpu_links", name, GpuLinkSpec)
 
 
 @functools.lru_cache(maxsize=64)

@@ -60,6 +60,8 @@ class GpuSpec(FrozenModel):
     boost_clock_hz: float | None = Field(None, gt=0)
     aliases: tuple[str, ...] = Field((), description="names engines and tools print for this "
                                      "device (nvidia-smi, llama-bench gpu_info, Metal)")
+    nvlink: bool = Field(False, description="the card has an NVLink connector (bridge or "
+                         "SXM): an nvlink GPU link is possible between two such cards")
     # Planning efficiencies for the roofline model (sustained / peak).  Documented in
     # docs/reference/hardware-and-models.md §1: sustained bandwidth is typically 80-92 % of peak.
     bandwidth_efficiency: float = Field(0.85, gt=0, le=1)
@@ -96,6 +98,28 @@ class LinkSpec(FrozenModel):
     duplex_factor: float = Field(0.9, gt=0, le=1, description="per-direction rate when both run")
     pageable_factor: float = Field(0.55, gt=0, le=1, description="pageable / pinned rate")
     theoretical_bytes_per_s: BytesPerS | None = None
+    source: str
+    notes: str = ""
+
+
+class GpuLinkSpec(FrozenModel):
+    """The link between the GPUs of one box (PCIe with or without P2P, NVLink).
+
+    NOTE: ``bytes_per_s`` is the rate each direction keeps while both directions run, as
+    a ring all-reduce or a pipeline of activations uses the link; ``latency_s`` is paid
+    per transfer (one hop of a ring step).
+    """
+
+    model_config = _FROZEN
+
+    name: str
+    display_name: str
+    kind: Literal["pcie", "nvlink"]
+    p2p: bool = Field(description="direct GPU-to-GPU copies; false = staged through host RAM")
+    pcie_gen: int | None = Field(None, gt=0, description="PCIe links: the generation needed")
+    pcie_lanes: int | None = Field(None, gt=0, description="PCIe links: lanes per card")
+    bytes_per_s: BytesPerS = Field(gt=0, description="per direction, both directions busy")
+    latency_s: Seconds = Field(ge=0, description="per transfer")
     source: str
     notes: str = ""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from kvsim.engines._gpu_checks import check_parallel_sizes, check_split
 from kvsim.engines.base import BudgetOf, ForeignKnob
 from kvsim.errors import InputError
 
@@ -53,6 +54,12 @@ class EngineTraits:
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return {}
+
+    def check_gpus(self, cfg: Any, n_gpus: int) -> None:
+        if self.slot_family:
+            check_split(cfg, n_gpus)
+        else:
+            check_parallel_sizes(cfg, n_gpus)
 
     def check_release(self, version: str | None) -> None:
         if version is not None:

@@ -112,6 +112,12 @@ class Engine(Protocol):
         a malformed release on Ollama, any release on an engine without one."""
         ...
 
+    def check_gpus(self, cfg: Any, n_gpus: int) -> None:
+        """Refuse knobs that disagree with the box's ``n_gpus`` cards (InputError): vLLM /
+        SGLang tensor x pipeline parallel sizes, llama.cpp's tensor split and main GPU,
+        split knobs Ollama does not take (kvsim.engines._gpu_checks)."""
+        ...
+
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
                      given: set[str]) -> dict[str, Any]:
         """The knobs the engine derives from the GPU and (when known) the model, for

@@ -39,6 +39,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from kvsim.config.gpu_set import MAX_GPUS
 from kvsim.config.units import Bytes, FrozenModel
 from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.base import Engine
@@ -78,6 +79,11 @@ class PagedEngineConfig(FrozenModel):
         "tokens (§2.1); None = all that mem_fraction_static leaves")
     supported_cache_types: tuple[str, ...] = Field(
         ("f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"), min_length=1)
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_GPUS, description=(
+        "--tensor-parallel-size (vLLM) / --tp (SGLang): GPUs each layer is split over"))
+    pipeline_parallel_size: int = Field(1, ge=1, le=MAX_GPUS, description=(
+        "--pipeline-parallel-size (vLLM) / --pp (SGLang): stages the layers are split into; "
+        "tensor x pipeline = the scenario's GPUs"))
     notes: str = ""
 
     @model_validator(mode="after")
@@ -139,6 +145,15 @@ class SlotEngineConfig(FrozenModel):
     gpu_overhead_bytes: Bytes = 0
     minimum_reserve_bytes: Bytes = 0
     compute_buffer_bytes: Bytes | None = Field(None, description="None = estimate from the model")
+    split_mode: Literal["none", "layer", "row"] = Field(
+        "layer", description="--split-mode with several GPUs: layer = whole layers per GPU "
+        "(the default), row = each matrix split by rows, none = main_gpu only")
+    tensor_split: tuple[float, ...] | None = Field(
+        None, description="--tensor-split: each GPU's share, in device order (proportions, "
+        "normalised); None = by each GPU's free memory, as llama.cpp does")
+    main_gpu: int = Field(0, ge=0, lt=MAX_GPUS, description=(
+        "--main-gpu: the GPU of split_mode none, and of the KV and intermediate results with "
+        "split_mode row"))
     supported_cache_types: tuple[str, ...] = Field((
         "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"), min_length=1)
     notes: str = ""
@@ -176,6 +191,10 @@ class SlotEngineConfig(FrozenModel):
                 "attention: the real server refuses it ('V cache quantization requires "
                 "flash_attn'); set flash_attn or use an f16 V cache")
         engine.check_release(self.ollama_version)
+        if self.tensor_split is not None and (any(x < 0 for x in self.tensor_split)
+                                              or sum(self.tensor_split) <= 0):
+            raise InputError("tensor_split", list(self.tensor_split), "one share per GPU, "
+                             "each >= 0, summing to more than 0 (proportions: 3,1 = 75 % / 25 %)")
         if self.allocator == "slots" and self.parallel > self.context_tokens:
             raise InputError("parallel", self.parallel,
                              f"exceeds context_tokens ({self.context_tokens}); must be at most that")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes, parse_bytes
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._gpu_checks import refuse_split_knobs
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
 from kvsim.engines.base import BudgetOf
 from kvsim.engines.llama_cpp import LLAMA_MAX_SEQ, llama_cpp_budget
@@ -35,6 +36,9 @@ OLLAMA_EST_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}   # §4.2 (real: 2 / 1
 @dataclass(frozen=True)
 class Ollama(EngineTraits):
     """``ollama serve``, configured through its environment (§4)."""
+
+    def check_gpus(self, cfg: Any, n_gpus: int) -> None:
+        refuse_split_knobs(cfg, self.name)
 
     def launch_command(self, s: Any) -> str:
         """``OLLAMA_CONTEXT_LENGTH`` is per slot (the runner gets ``num_ctx × parallel``,

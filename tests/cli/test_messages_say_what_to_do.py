@@ -9,9 +9,9 @@ import pytest
 
 from kvsim.cli import main
 
-SCENARIO_KEYS = ("name, description, seed, gpu, model, weights, engine, link, host, "
-                 "host_default, driver_reserve_bytes, display_reserve_bytes, workload, "
-                 "latency, policies, accuracy, sim")
+SCENARIO_KEYS = ("name, description, seed, gpu, more_gpus, gpu_link, model, weights, engine, "
+                 "link, host, host_default, driver_reserve_bytes, display_reserve_bytes, "
+                 "workload, latency, policies, accuracy, sim")
 
 
 def _error(capsys, args: list[str]) -> str:

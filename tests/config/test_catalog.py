@@ -10,6 +10,7 @@ from kvsim.config.catalog import (
     find_any,
     list_names,
     load_gpu,
+    load_gpu_link,
     load_host,
     load_link,
     load_model,
@@ -19,8 +20,8 @@ from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError
 
 REFERENCE = Path(__file__).parents[2] / "docs" / "reference"  # the repository copy
-LOADERS = {"gpus": load_gpu, "models": load_model, "links": load_link, "hosts": load_host,
-           "engines": resolve_engine}
+LOADERS = {"gpus": load_gpu, "models": load_model, "links": load_link,
+           "gpu_links": load_gpu_link, "hosts": load_host, "engines": resolve_engine}
 
 
 @pytest.mark.parametrize("kind", KINDS)
