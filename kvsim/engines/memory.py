@@ -29,7 +29,7 @@ the CPU are reported but never counted against the device.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 MIB = 2**20
 GIB = 2**30
@@ -47,6 +47,42 @@ class OllamaEstimate:
     reserve_bytes: int       # OLLAMA_GPU_OVERHEAD + 457 MiB + graph
     total_bytes: int         # reserve + layers it placed on the GPU
     gpu_layers: int
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """One GPU's part of a several-GPU layout (all sizes in bytes, on that GPU).
+
+    ``layers``: repeating layers whose weights (layer / pipeline split) or whose slice of
+    every matrix (row / tensor split: then ``layers`` is all of them and ``weight_fraction``
+    the slice) this GPU holds; ``kv_bytes``: the KV of the cells it holds.
+    """
+
+    index: int                    # CUDA device index, in the scenario's order
+    gpu: str                      # GPU profile slug
+    device_bytes: int             # the memory the engine may use on it
+    layers: int
+    weight_fraction: float        # share of each of its layers' matrices (1 = whole layers)
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int            # activation / compute buffers
+    overhead_bytes: int           # driver reserve, per-rank engine overhead, CUDA graphs
+    holds_output: bool = False    # the output head (and its logits) is here
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.weights_bytes + self.kv_bytes + self.compute_bytes
+                + self.overhead_bytes)
+
+    @property
+    def fraction(self) -> float:
+        return self.total_bytes / self.device_bytes
+
+
+Split = Literal["single", "layer", "row", "tensor", "pipeline", "tensor+pipeline"]
+"""How the layout spreads over the GPUs: one GPU; llama.cpp / Ollama whole layers per
+GPU (``layer``) or rows of every matrix (``row``); vLLM / SGLang tensor and/or pipeline
+parallel ranks."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +108,10 @@ class MemoryBudget:
     - ``kv_groups`` / ``blocks_per_request``: vLLM's hybrid KV cache manager
       (kvsim.model.hybrid) — ``(kind, window_tokens)`` per KV cache group, and the most
       blocks one ``slot_tokens`` request holds across them; ``()`` / None otherwise.
+    - Several GPUs (``split`` other than ``single``): the pool-sizing fields are the
+      box's (the KV cells every GPU holds its layers' part of; vLLM's blocks per rank);
+      the byte rows are summed over the GPUs, ``device_bytes`` too, and ``devices``
+      holds each GPU's own part — judge the planning line per GPU (the fullest binds).
     """
 
     engine: str
@@ -109,6 +149,10 @@ class MemoryBudget:
     head_on_gpu: bool = True  # the output head's place (llama.cpp --fit: first)
     kv_groups: tuple[tuple[str, int], ...] = ()
     blocks_per_request: int | None = None
+    split: Split = "single"
+    devices: tuple[DeviceShare, ...] = ()   # one per GPU when split != "single"
+    tensor_parallel: int = 1                # ranks each layer is split over (row / tensor)
+    pipeline_parallel: int = 1              # stages the layers run in (layer / pipeline)
 
     @property
     def total_bytes(self) -> int:
