@@ -263,7 +263,8 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     data["link"] = load_link(link_name) if isinstance(link_name, str) else link_name
     model = data["model"] = _validated(data["model"], ModelSpec, "model")
     data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model,
-                                    weights=data.get("weights", "q4_k_m"))
+                                    weights=data.get("weights", "q4_k_m"),
+                                    n_gpus=1 + len(data["more_gpus"]))
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}

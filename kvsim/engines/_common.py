@@ -55,6 +55,13 @@ class EngineTraits:
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return {}
 
+    def split_defaults(self, given: dict[str, Any], n_gpus: int) -> dict[str, Any]:
+        if self.slot_family or n_gpus == 1 or "tensor_parallel_size" in given:
+            return {}
+        pp = given.get("pipeline_parallel_size", 1)
+        ok = isinstance(pp, int) and not isinstance(pp, bool) and pp > 0 and n_gpus % pp == 0
+        return {"tensor_parallel_size": n_gpus // pp} if ok else {}
+
     def check_gpus(self, cfg: Any, n_gpus: int) -> None:
         if self.slot_family:
             check_split(cfg, n_gpus)

@@ -118,6 +118,13 @@ class Engine(Protocol):
         split knobs Ollama does not take (kvsim.engines._gpu_checks)."""
         ...
 
+    def split_defaults(self, given: dict[str, Any], n_gpus: int) -> dict[str, Any]:
+        """The split knobs a config that sets none gets on a box of ``n_gpus`` cards
+        (vLLM / SGLang: one tensor-parallel rank per GPU over the pipeline stages
+        ``given``; {} for one GPU and for the slot engines, whose defaults already
+        spread the layers)."""
+        ...
+
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
                      given: set[str]) -> dict[str, Any]:
         """The knobs the engine derives from the GPU and (when known) the model, for

@@ -28,19 +28,21 @@ from kvsim.errors import InputError, from_validation_error
 
 
 def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
-                   weights: str | None = None) -> EngineConfig:
+                   weights: str | None = None, n_gpus: int = 1) -> EngineConfig:
     """Resolve an engine preset, filling the defaults real engines derive from the GPU
     for keys the caller did not set (``Engine.gpu_defaults``: vLLM's batch budget on
     ≥ 70 GiB non-A100 cards, docs/reference/engines.md §1.4; SGLang's
     ``mem_fraction_static`` / chunked prefill, §2.1) and Ollama's release defaults
     (``Engine.release_defaults``: num_ctx by VRAM, flash attention by architecture;
     ``weights`` only for the releases whose parallel count was automatic); with ``model``,
-    the context the engine takes when none is set (kvsim.engines.config, module NOTE)."""
+    the context the engine takes when none is set (kvsim.engines.config, module NOTE).
+    ``gpu`` is device 0 of a box of ``n_gpus`` cards (``Engine.split_defaults``)."""
     given = _as_mapping(spec)
     unset = {k for k, v in given.items() if v is None}  # NOTE: null = not set (resolve_engine)
     given = {k: v for k, v in given.items() if k not in unset}
     engine = find_engine(given.get("preset"))
-    fill = {} if engine is None else engine.gpu_defaults(gpu, model, set(given))
+    fill = {} if engine is None else {**engine.gpu_defaults(gpu, model, set(given)),
+                                       **engine.split_defaults(given, n_gpus)}
     merged = {**{k: None for k in unset - fill.keys()}, **fill, **given}
     if model is not None and engine is not None:
         _model_context_rule(merged, model, engine)

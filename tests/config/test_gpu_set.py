@@ -82,8 +82,10 @@ def test_scenario_resolves_a_set_and_a_one_gpu_scenario_keeps_its_hash():
     (["gpu=2x rtx-3090", "engine.tensor_split=[0,0]"], "engine.tensor_split",
      "summing to more"),
     (["gpu=2x rtx-3090", "engine.main_gpu=2"], "engine.main_gpu", "from 0 to 1"),
-    (["gpu=2x rtx-3090", "engine=vllm"], "engine.tensor_parallel_size",
-     "must equal the scenario's GPUs (2)"),
+    (["gpu=2x rtx-3090", "engine=vllm", "engine.tensor_parallel_size=1"],
+     "engine.tensor_parallel_size", "must equal the scenario's GPUs (2)"),
+    (["gpu=3x rtx-3090", "engine=vllm", "engine.pipeline_parallel_size=2"],
+     "engine.tensor_parallel_size", "(1 x 2 = 2) must equal the scenario's GPUs (3)"),
     (["gpu=2x rtx-3090", "engine=vllm", "engine.tensor_parallel_size=4"],
      "engine.tensor_parallel_size", "(4 x 1 = 4)"),
     (["gpu=2x rtx-3090", "engine=ollama", "engine.tensor_split=[1,1]"],
@@ -100,3 +102,13 @@ def test_paged_ranks_match_the_gpus():
                                      "engine.tensor_parallel_size=2",
                                      "engine.pipeline_parallel_size=2"])
     assert len(s.gpus) == 4
+
+
+@pytest.mark.parametrize(("sets", "tp", "pp"), [
+    (["gpu=2x rtx-3090", "engine=vllm"], 2, 1),
+    (["gpu=4x rtx-3090", "engine=sglang", "engine.pipeline_parallel_size=2"], 2, 2),
+    (["gpu=rtx-3090", "engine=vllm"], 1, 1),
+])
+def test_unset_tensor_parallel_is_one_rank_per_gpu(sets, tp, pp):
+    e = load_scenario("quickstart", sets).engine
+    assert (e.tensor_parallel_size, e.pipeline_parallel_size) == (tp, pp)
