@@ -38,7 +38,8 @@ GPU_COLUMNS = ["gpu", "usable_gib", "feasible", "best_context_tokens", "best_par
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--gpus", default=None, help="compare these GPU profiles (comma-separated)")
+@click.option("--gpus", default=None, help="compare these GPU profiles (comma-separated; "
+              "a box of several cards as 2x NAME or NAME+NAME, priced as their sum)")
 @constraint_options
 @functools.partial(grid_options, out_help=OUT_HELP)
 def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],

@@ -19,7 +19,9 @@ lanes, so name the link (``gpu_link: pcie4-x8-host``) when the board splits them
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from kvsim.config.specs import GpuLinkSpec, GpuSpec
@@ -62,17 +64,17 @@ def gpu_items(value: Any, field: str = "gpu") -> list[Any]:
     return items
 
 
-def gpu_set_label(gpus: tuple[GpuSpec, ...] | list[GpuSpec]) -> str:
-    """How kvsim writes a set back: ``rtx-3090``, ``2x rtx-3090``, ``rtx-3090+rtx-3060``."""
-    out: list[str] = []
-    i = 0
-    while i < len(gpus):
-        j = i
-        while j < len(gpus) and gpus[j].name == gpus[i].name:
-            j += 1
-        out.append(gpus[i].name if j - i == 1 else f"{j - i}x {gpus[i].name}")
-        i = j
-    return "+".join(out)
+def gpu_set_label(names: Sequence[str]) -> str:
+    """How kvsim writes a set of GPU names back: ``rtx-3090``, ``2x rtx-3090``,
+    ``rtx-3090+rtx-3060`` (runs of one card counted, device order kept)."""
+    return "+".join(name if n == 1 else f"{n}x {name}"
+                    for name, n in ((k, len(list(g))) for k, g in itertools.groupby(names)))
+
+
+def gpu_set_display(gpus: Sequence[GpuSpec]) -> str:
+    """A set's display name: ``GeForce RTX 3090``, ``2 × GeForce RTX 3090``, joined by ' + '."""
+    return " + ".join(g[0].display_name if len(g) == 1 else f"{len(g)} × {g[0].display_name}"
+                      for g in (list(v) for _, v in itertools.groupby(gpus, key=lambda x: x.name)))
 
 
 def default_gpu_link(gpus: tuple[GpuSpec, ...]) -> str | None:

@@ -18,6 +18,12 @@ recommended context.  ``parallel`` means the same on every engine
 SGLang a point is feasible only if the pool holds ``parallel`` requests at
 ``max_model_len``, not merely ``--max-num-seqs parallel``, so the price per session
 is not flattered by sequences the pool would preempt.
+
+A candidate may be a box of several GPUs (``2x rtx-3090``, ``rtx-3090+rtx-3060-12gb``):
+its price is the sum of the cards' launch prices, its memory the sum of theirs, its
+peak device fraction the fullest card's, and its link the cards' default
+(:func:`kvsim.config.gpu_set.default_gpu_link`) unless the scenario names one that all
+candidates can have.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.config.gpu_set import gpu_items, gpu_set_display, gpu_set_label
 from kvsim.errors import InputError
 from kvsim.plan.search import PlanGrid, PlanResult, search
 from kvsim.plan.slo import Constraints
@@ -54,16 +61,21 @@ def with_gpu(scenario: Scenario, gpu: str) -> Scenario:
     from the user's own scenario instead (:func:`on_each_gpu`) to have them follow."""
     doc = scenario.model_dump(mode="json")
     doc["gpu"] = gpu
-    doc.pop("link", None)
+    for key in ("link", "more_gpus", "gpu_link"):
+        doc.pop(key, None)
     return resolve_scenario(doc)
 
 
 def parse_gpus(text: str) -> list[str]:
-    names = [g.strip() for g in text.split(",") if g.strip()]
+    """The candidates of ``--gpus A,B,C``: each one card or a set (``2x rtx-3090``,
+    ``rtx-3090+rtx-3060-12gb``; kvsim.config.gpu_set), written back as kvsim labels it."""
+    names = [gpu_set_label(gpu_items(g.strip(), "--gpus")) for g in text.split(",")
+             if g.strip()]
     if not names:
-        raise InputError("--gpus", text, "a comma-separated list of GPU profile names")
+        raise InputError("--gpus", text, "a comma-separated list of GPU profile names "
+                         "(a box of several: 2x NAME or NAME+NAME)")
     if len(set(names)) != len(names):
-        raise InputError("--gpus", text, "each GPU once")
+        raise InputError("--gpus", text, "each GPU (or set of GPUs) once")
     return names
 
 
@@ -100,13 +112,18 @@ def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
     t = res.table
     feasible = t[t["feasible"].astype(bool)] if len(t) else t
     rec = res.recommendation or {}
-    price = s.gpu.launch_price_usd
+    prices = [g.launch_price_usd for g in s.gpus]
+    price = None if any(p is None for p in prices) else float(sum(p or 0.0 for p in prices))
     max_par = int(feasible["parallel"].max()) if len(feasible) else 0
     peak = float(rec.get("peak_device_fraction", float("nan")))
+    # NOTE: on several GPUs the peak fraction is the fullest card's; its headroom is
+    # counted on the smallest card, the one a mixed box runs out of first
+    smallest = min(g.usable_memory_bytes for g in s.gpus)
     return {
-        "gpu": s.gpu.name, "display_name": s.gpu.display_name,
-        "memory_gib": s.gpu.memory_bytes / 2**30,
-        "usable_gib": s.gpu.usable_memory_bytes / 2**30, "feasible": bool(rec),
+        "gpu": gpu_set_label([g.name for g in s.gpus]), "display_name": gpu_set_display(s.gpus),
+        "memory_gib": sum(g.memory_bytes for g in s.gpus) / 2**30,
+        "usable_gib": sum(g.usable_memory_bytes for g in s.gpus) / 2**30,
+        "feasible": bool(rec),
         "best_context_tokens": int(rec.get("context_tokens", 0)),
         "best_parallel": int(rec.get("parallel", 0)), "kv_dtype": rec.get("kv_dtype", ""),
         "flags": rec.get("flags", ""),
@@ -114,7 +131,7 @@ def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
         "itl_p95_s": rec.get("itl_p95_s", float("nan")),
         "peak_device_fraction": peak,
         "headroom_fraction": c.max_device_fraction - peak,
-        "headroom_bytes": (c.max_device_fraction - peak) * s.gpu.usable_memory_bytes,
+        "headroom_bytes": (c.max_device_fraction - peak) * smallest,
         "oom_risk": rec.get("oom_risk", float("nan")),
         "oom_risk_low": rec.get("oom_risk_low", float("nan")),
         "oom_risk_high": rec.get("oom_risk_high", float("nan")),

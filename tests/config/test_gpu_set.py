@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvsim.config.catalog import list_names, load_gpu, load_gpu_link
-from kvsim.config.gpu_set import default_gpu_link, gpu_items, gpu_set_label
+from kvsim.config.gpu_set import default_gpu_link, gpu_items, gpu_set_display, gpu_set_label
 from kvsim.errors import InputError
 from kvsim.scenario import load_scenario, scenario_hash
 
@@ -36,9 +36,11 @@ def test_bad_sets_name_the_field_and_what_is_allowed(text, allowed):
 
 
 def test_label_round_trips():
-    gpus = [load_gpu(n) for n in gpu_items("2x rtx-3090+rtx-3060-12gb")]
-    assert gpu_set_label(gpus) == "2x rtx-3090+rtx-3060-12gb"
-    assert gpu_items(gpu_set_label(gpus)) == [g.name for g in gpus]
+    names = gpu_items("rtx-3090+rtx-3090+rtx-3060-12gb")
+    assert gpu_set_label(names) == "2x rtx-3090+rtx-3060-12gb"
+    assert gpu_items(gpu_set_label(names)) == names
+    assert gpu_set_display([load_gpu(n) for n in names]) == \
+        "2 × GeForce RTX 3090 + GeForce RTX 3060 12GB"
 
 
 def test_default_link_is_the_slowest_cards_pcie_staged_on_geforce():
