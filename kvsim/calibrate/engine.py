@@ -20,7 +20,8 @@ import asyncio
 import math
 import numbers
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import httpx
 import numpy as np
@@ -219,25 +220,59 @@ async def _measure(url: str, grid: EngineGrid, samples: EngineSamples) -> None:
             samples.rounds += 1
 
 
-def measure_engine(url: str, grid: EngineGrid | None = None) -> EngineSamples:
-    """Check a running llama-server and take ``grid.repeats`` rounds of samples."""
-    grid = grid or EngineGrid()
-    props = check_server(url, "llama.cpp")
-    slot_ctx = int((props.get("default_generation_settings") or {}).get("n_ctx", 0))
+def _slot_tokens(props: dict[str, Any]) -> int:
+    """The server's cells per slot (``/props`` ``n_ctx``; 0 when it does not say)."""
+    return int((props.get("default_generation_settings") or {}).get("n_ctx", 0) or 0)
+
+
+def _check_fits(grid: EngineGrid, slot_ctx: int) -> None:
     need = max(grid.contexts) + max(grid.prompt_tokens) + grid.decode_tokens
     if slot_ctx and need > slot_ctx:
         raise InputError("calibrate engine", f"slot context {slot_ctx}",
                          f"the grid needs {need} tokens per slot; start the server with a "
                          "larger -c or calibrate a smaller grid")
+
+
+def fit_grid(grid: EngineGrid, slot_ctx: int) -> EngineGrid:
+    """``grid`` with its cached contexts shrunk to a slot of ``slot_ctx`` cells: the
+    contexts that fit beside the largest prompt and the decode are kept, and the largest
+    context that fits (a multiple of 256 where one fits) replaces those that do not.
+
+    NOTE: a grid that fits is returned as it is; one whose prompts and decode alone
+    overflow the slot cannot be shrunk here (:func:`measure_engine` refuses it)."""
+    room = slot_ctx - max(grid.prompt_tokens) - grid.decode_tokens
+    if not slot_ctx or room < 0 or max(grid.contexts) <= room:
+        return grid
+    kept = {c for c in grid.contexts if c <= room}
+    kept.add(room // 256 * 256 if room >= 256 else room)
+    return replace(grid, contexts=tuple(sorted(kept)))
+
+
+def measure_engine(url: str, grid: EngineGrid | None = None,
+                   props: dict[str, Any] | None = None) -> EngineSamples:
+    """Check a running llama-server (or take its ``props`` already checked) and take
+    ``grid.repeats`` rounds of samples; a grid larger than one slot is refused."""
+    grid = grid or EngineGrid()
+    props = props if props is not None else check_server(url, "llama.cpp")
+    _check_fits(grid, _slot_tokens(props))
     samples = EngineSamples(props={**props, "url": url})
     asyncio.run(_measure(url, grid, samples))
     return samples
 
 
-def calibrate_engine(url: str, grid: EngineGrid | None = None) -> CalibrationArtifact:
-    """Measure a running llama-server and return the fitted artifact."""
+def calibrate_engine(url: str, grid: EngineGrid | None = None, *,
+                     fit_contexts: bool = False) -> CalibrationArtifact:
+    """Measure a running llama-server and return the fitted artifact.
+
+    ``fit_contexts``: shrink the grid's cached contexts to the server's slot
+    (:func:`fit_grid`) instead of refusing a grid larger than it — what ``kvsim
+    calibrate engine`` does when ``--contexts`` is left at its default; the artifact
+    records the contexts measured."""
     grid = grid or EngineGrid()
-    return engine_artifact(measure_engine(url, grid), grid)
+    props = check_server(url, "llama.cpp")
+    if fit_contexts:
+        grid = fit_grid(grid, _slot_tokens(props))
+    return engine_artifact(measure_engine(url, grid, props), grid)
 
 
 def ram_cache_link(artifact: CalibrationArtifact, kv_bytes_per_token: int) -> LinkSpec:

@@ -89,7 +89,8 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
               help="token ids LOW:HIGH used for synthetic prompts")
 @click.option("--ban-tokens", default="", help="token ids LOW:HIGH to ban via logit_bias")
 @click.option("--prompts", default="32,128,512", show_default=True, help="new prompt tokens")
-@click.option("--contexts", default="0,512,1536", show_default=True, help="cached tokens")
+@click.option("--contexts", default="0,512,1536", show_default=True,
+              help="cached tokens (left at the default, shrunk to fit the server's slot)")
 @click.option("--batches", default="1,2,4", show_default=True, help="parallel decodes")
 @click.option("--decode-tokens", type=int, default=48, show_default=True)
 @click.option("--repeats", type=int, default=3, show_default=True,
@@ -117,7 +118,15 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
                       space=token_space(token_range, ban_tokens),
                       small_chunk_tokens=small_chunk_tokens)
     check_output("--output", output, folder=False)
-    art = calibrate_engine(url, grid)
+    # NOTE: the default contexts follow the server's slot; contexts the user gave do not
+    fit = click.get_current_context().get_parameter_source("contexts") \
+        == click.core.ParameterSource.DEFAULT
+    art = calibrate_engine(url, grid, fit_contexts=fit)
+    measured = tuple(int(c) for c in art.grid.get("context", grid.contexts))
+    if fit and measured != grid.contexts:
+        click.echo("note: cached contexts " + ",".join(map(str, measured)) + " (the "
+                   "default grid's, shrunk to the server's slot; --contexts sets them)",
+                   err=True)
     _save(art, output)
 
 

@@ -8,7 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from kvsim.calibrate.engine import EngineGrid, calibrate_engine, measure_engine, ram_cache_link
+from kvsim.calibrate.engine import (
+    EngineGrid,
+    calibrate_engine,
+    fit_grid,
+    measure_engine,
+    ram_cache_link,
+)
 from kvsim.calibrate.engine_samples import (
     DecodeSample,
     EngineSamples,
@@ -44,6 +50,22 @@ def test_points_use_the_servers_cache_and_prompt_counts() -> None:
 def test_grid_larger_than_the_slot_is_refused() -> None:
     with FakeLlama(slot_tokens=50) as srv, pytest.raises(InputError, match="larger -c"):
         calibrate_engine(srv.url, GRID)
+
+
+def test_default_contexts_shrink_to_the_slot() -> None:
+    # 60 cells: 32-token prompts + 5 decoded leave 23 cached tokens at most
+    with FakeLlama(slot_tokens=60) as srv:
+        art = calibrate_engine(srv.url, GRID, fit_contexts=True)
+    assert art.grid["context"] == [0, 23]
+    pre = sorted({(p.context, p.tokens) for p in art.points if p.kind == "prefill"})
+    assert pre == [(0, 8), (0, 32), (23, 8), (23, 32)]
+
+
+def test_fit_grid_keeps_what_fits_and_rounds_the_largest_to_256() -> None:
+    grid = EngineGrid(prompt_tokens=(32, 128, 512), contexts=(0, 512, 1536))
+    assert fit_grid(grid, 2048).contexts == (0, 512, 1280)   # 2048 - 512 - 48 = 1488
+    assert fit_grid(grid, 4096) is grid                        # it fits as it is
+    assert fit_grid(grid, 500) is grid                         # prompts alone overflow
 
 
 def test_ram_cache_link_from_the_measured_cost() -> None:
@@ -158,3 +180,28 @@ def test_prefill_spread_over_each_points_and_rounds_median() -> None:
     got = prefill_spread(s)
     # point medians 15 and 25 ms: ratios 0.667, 1.333, 1.6, 0.4; round median 1.0
     assert (got[0], got[100]) == pytest.approx((0.4, 1.6))
+
+
+def _cli(srv: FakeLlama, out, *flags: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "kvsim", "calibrate", "engine", "--url",
+                           srv.url, "--prompts", "8,32", "--batches", "1", "--decode-tokens",
+                           "5", "--repeats", "1", "--token-range", "300:900", *flags,
+                           "-o", str(out)], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_the_cli_fits_its_default_contexts_but_not_the_users(tmp_path) -> None:
+    import json
+
+    with FakeLlama(slot_tokens=600) as srv:
+        r = _cli(srv, tmp_path / "e.json")
+        mine = _cli(srv, tmp_path / "mine.json", "--contexts", "0,1536")
+    # 600 - 32 - 5 = 563 cached tokens fit: 0 and 512 kept, 1536 becomes 512 (256s)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "e.json").read_text())["grid"]["context"] == [0, 512]
+    assert "note: cached contexts 0,512 (the default grid's, shrunk" in r.stderr
+    assert mine.returncode == 2 and "larger -c" in mine.stderr
+    assert not (tmp_path / "mine.json").exists()
