@@ -283,14 +283,17 @@ def _resolve_gpus(data: dict[str, Any]) -> dict[str, Any]:
     """``gpu``, ``more_gpus`` and ``gpu_link`` from the scenario's ``gpu`` (one card or a
     set, kvsim.config.gpu_set) and ``gpu_link`` (a name, an inline link, or unset: the
     cards' default link)."""
-    items = gpu_items(data["gpu"]) if not data.get("more_gpus") else \
-        [data["gpu"], *data["more_gpus"]]
+    more = data.get("more_gpus") or []
+    if not isinstance(more, list | tuple):
+        raise InputError("more_gpus", more, "a list of GPU profiles (or name them all in "
+                         "'gpu': 2x NAME, NAME+NAME or a list)")
+    items = gpu_items([*gpu_items(data["gpu"]), *more])
     gpus = tuple(_validated(load_gpu(g) if isinstance(g, str) else g, GpuSpec, "gpu")
                  for g in items)
     link = data.get("gpu_link", default_gpu_link(gpus))
     if isinstance(link, str):
         link = load_gpu_link(link)
-    elif isinstance(link, dict):
+    elif link is not None:
         link = _validated(link, GpuLinkSpec, "gpu_link")
     return {"gpu": gpus[0], "more_gpus": gpus[1:], "gpu_link": link}
 

@@ -24,8 +24,11 @@ _BYTE_UNITS = {
     "": 1, "b": 1, "byte": 1, "bytes": 1,
     "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
 }
+_AMBIGUOUS_BYTE_UNITS = {"k": "K", "m": "M", "g": "G", "t": "T"}
+"""A bare K/M/G/T is refused: llama.cpp, Ollama and nvidia-smi mean binary units by it,
+other tools decimal ones; the user says which."""
 _TIME_UNITS = {
     "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
     "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
@@ -69,6 +72,11 @@ def parse_bytes(value: Any, field: str = "bytes") -> int:
     if not isinstance(value, str):
         raise InputError(field, value, "a byte size such as '24 GiB' or an integer")
     num, unit = _split(value, field, "byte size", "24 GiB")
+    if unit in _AMBIGUOUS_BYTE_UNITS:
+        p = _AMBIGUOUS_BYTE_UNITS[unit]
+        raise InputError(field, value, f"say which unit '{p}' is: {num:g} {p}iB (binary, "
+                         f"what llama.cpp, Ollama and nvidia-smi print) or {num:g} {p}B "
+                         "(decimal)")
     if unit not in _BYTE_UNITS:
         raise InputError(field, value, "unit must be one of B, kB, MB, GB, TB, KiB, MiB, GiB, TiB")
     return round(_finite_nonneg(num * _BYTE_UNITS[unit], field, value, "a byte size"))

@@ -56,3 +56,17 @@ def test_format_bytes_as_engines_print():
 @given(st.integers(0, 2**50))
 def test_bytes_roundtrip_integers(n):
     assert parse_bytes(f"{n} B") == n
+
+
+@pytest.mark.parametrize(("text", "binary", "decimal"), [
+    ("16G", "16 GiB", "16 GB"), ("512 m", "512 MiB", "512 MB"), ("4k", "4 KiB", "4 KB")])
+def test_a_bare_prefix_is_refused_with_both_readings(text, binary, decimal):
+    # llama.cpp, Ollama and nvidia-smi mean GiB by "G"; other tools mean 10^9
+    with pytest.raises(InputError) as e:
+        parse_bytes(text, "engine.cache_ram_bytes")
+    line = e.value.one_line()
+    assert e.value.field == "engine.cache_ram_bytes" and binary in line and decimal in line
+
+
+def test_kubernetes_style_binary_units():
+    assert parse_bytes("16Gi") == 16 * 2**30 and parse_bytes("512 Mi") == 512 * 2**20
