@@ -150,6 +150,25 @@ def _hf_tied(cfg: dict[str, Any]) -> bool | None:
     return True if str(cfg.get("model_type", "")).startswith("gemma") else None
 
 
+_HF_CACHE = re.compile(r"^models--([^/]+?)--(.+)$")
+
+
+def _hf_repo(raw: dict[str, Any], p: Path, cfg: dict[str, Any], params: int
+             ) -> tuple[str, str]:
+    """The model's name and where it came from: ``_name_or_path`` in the file; else the
+    Hugging Face cache folder the file sits in (``models--ORG--NAME/snapshots/…``);
+    else its ``model_type`` and estimated size (``llama-8.0b``) — never a folder name
+    that may say nothing of the model (``snapshots``, a hash, ``path``)."""
+    if raw.get("_name_or_path"):
+        return str(raw["_name_or_path"]), "config.json's _name_or_path"
+    for folder in p.resolve().parents:
+        m = _HF_CACHE.match(folder.name)
+        if m:
+            return f"{m.group(1)}/{m.group(2)}", "the Hugging Face cache folder"
+    kind = str(cfg.get("model_type") or raw.get("model_type") or "model")
+    return f"{kind}-{params / 1e9:.1f}b", "model_type and the estimated size (--name sets it)"
+
+
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from a local HF ``config.json`` (its sizes checked by
     :func:`check_hf_sizes` before any is used)."""
@@ -192,9 +211,11 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         max_pos = NO_POSITION_LIMIT_TOKENS
         notes += f"; no positional limit, {NO_POSITION_LIMIT_TOKENS} is a planning cap"
     params = _hf_params(cfg, n, hidden, heads, kv, hd)
-    slug = name or slugify(str(raw.get("_name_or_path") or p.parent.name or "imported"))
+    repo, named = _hf_repo(raw, p, cfg, params)
+    slug = name or slugify(repo.split("/")[-1] if "/" in repo else repo)
+    notes += f"; name from {named}" if name is None else ""
     return _build({
-        "name": slug, "display_name": slug, "hf_repo": str(raw.get("_name_or_path", "")),
+        "name": slug, "display_name": slug, "hf_repo": repo if "/" in repo else "",
         "params_total": params, "params_active": params, "num_layers": n,
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
         "head_dim": hd, "vocab_size": int(cfg["vocab_size"]), "max_context_tokens": int(max_pos),

@@ -139,3 +139,25 @@ def test_config_json_not_json(tmp_path):
     p.write_text("{ not json")
     with pytest.raises(InputError, match="not valid JSON"):
         import_model(p)
+
+
+def _tiny_config(**extra):
+    return {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4,
+            "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
+            "vocab_size": 32000, "max_position_embeddings": 4096, **extra}
+
+
+def test_a_config_without_a_name_is_not_named_after_its_folder(tmp_path):
+    import json
+
+    folder = tmp_path / "path"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_tiny_config()))
+    spec = import_model(folder / "config.json")
+    assert spec.name.startswith("llama-0.") and spec.name.endswith("b") and "path" not in spec.name
+    assert "name from model_type" in spec.notes
+    cache = tmp_path / "models--meta-llama--Llama-3.2-1B" / "snapshots" / "4e20de36"
+    cache.mkdir(parents=True)
+    (cache / "config.json").write_text(json.dumps(_tiny_config()))
+    spec = import_model(cache / "config.json")
+    assert (spec.name, spec.hf_repo) == ("llama-3.2-1b", "meta-llama/Llama-3.2-1B")
