@@ -177,14 +177,17 @@ def bench(files: tuple[str, ...], model: str | None, gpu: str | None, host: str,
 @calibrate.command("from-log")
 @click.argument("logfile", type=click.Path(dir_okay=False))
 def from_log(logfile: str) -> None:
-    """Read KV capacity facts (tokens, blocks, n_ctx, KV buffer sizes) from a vLLM,
-    llama.cpp or Ollama startup log and print them as JSON on stdout. Nothing is
-    written or applied: copy the numbers you need into your scenario."""
-    from kvsim.engines.startup_log import read_log
+    """Read KV capacity facts (tokens, blocks, n_ctx, KV, weight and compute buffer sizes,
+    batch sizes, flash attention, cache types) from a vLLM, llama.cpp or Ollama startup
+    log and print them as JSON on stdout, with the scenario keys that pin them
+    ("scenario"). Nothing is written or applied: copy the keys you need into your
+    scenario."""
+    from kvsim.engines.startup_log import read_log, scenario_keys
 
     facts = read_log(logfile)
-    click.echo(json.dumps(facts.model_dump(exclude_none=True, exclude_defaults=False),
-                          indent=1))
+    doc = {k: v for k, v in facts.model_dump(exclude_none=True).items() if v != {}}
+    keys = scenario_keys(facts)
+    click.echo(json.dumps({**doc, **({"scenario": keys} if keys else {})}, indent=1))
 
 
 def _save(art, output: str) -> None:  # type: ignore[no-untyped-def]

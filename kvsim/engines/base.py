@@ -164,6 +164,11 @@ class Engine(Protocol):
         its lines; ``name`` names the log in errors)."""
         ...
 
+    def log_scenario_keys(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """The engine knobs (without ``engine.``) that reproduce a startup's layout from
+        the facts :meth:`read_startup_log` read of it ({} where none pins anything)."""
+        ...
+
     def launch_command(self, s: Any) -> str:
         """The command that starts the real engine with scenario ``s``'s settings (what
         ``kvsim plan`` prints)."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines._checkpoint import GGUF_LAYOUT, gguf_file
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._llama_buffers import read_llama_buffers
 from kvsim.engines._log_patterns import FLOAT, mib_bytes
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
 from kvsim.engines.memory import MIB, MemoryBudget
@@ -53,6 +54,20 @@ class LlamaCpp(EngineTraits):
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return read_llama_cpp_log(text, name)
+
+    def log_scenario_keys(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """-c, --parallel, -kvu, -b, -ub, -fa, -ctk/-ctv, -ngl and the compute buffers."""
+        unified = facts.get("kv_unified")
+        on_gpu, total = facts.get("gpu_layers"), facts.get("layers_total")
+        # NOTE: "offloaded N/M layers": M counts the output layer; -ngl N of M-1 repeating
+        ngl = None if on_gpu is None or total is None else min(on_gpu, total - 1)
+        keys = {"context_tokens": facts.get("n_ctx"), "parallel": facts.get("n_seq_max"),
+                "allocator": None if unified is None else "unified" if unified else "slots",
+                "n_batch": facts.get("n_batch"), "n_ubatch": facts.get("n_ubatch"),
+                "flash_attn": facts.get("flash_attn"), "cache_type_k": facts.get("k_type"),
+                "cache_type_v": facts.get("v_type"), "gpu_layers": ngl,
+                "compute_buffer_bytes": facts.get("compute_buffer_bytes")}
+        return {k: v for k, v in keys.items() if v is not None}
 
     def launch_notes(self, s: Any) -> list[str]:
         if weight_format(s.weights).name not in GGUF_LAYOUT:
@@ -192,7 +207,7 @@ def read_llama_cpp_log(text: str, name: str = "log") -> dict[str, object]:
                    v_bytes=mib_bytes(self_size.group(5)))
     if m := re.search(r"SWA KV cache, size\s*=\s*(\d+) cells", text):
         out["swa_cells"] = int(m.group(1))
-    return out
+    return {**out, **read_llama_buffers(text)} if out else out
 
 
 

@@ -59,6 +59,16 @@ class LogFacts(BaseModel):
     k_bytes: int | None = None
     v_bytes: int | None = None
     swa_cells: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    flash_attn_setting: str | None = Field(None, description="-fa as printed (auto, on, …)")
+    flash_attn: bool | None = Field(None, description="whether flash attention ran")
+    gpu_layers: int | None = Field(None, description="'offloaded N/M layers to GPU': N")
+    layers_total: int | None = Field(None, description="… M")
+    model_buffers: dict[str, int] = Field(default_factory=dict, description="weights per device")
+    model_buffer_bytes: int | None = Field(None, description="weights on the GPU(s)")
+    compute_buffers: dict[str, int] = Field(default_factory=dict, description="per device")
+    compute_buffer_bytes: int | None = Field(None, description="compute buffers on the GPU(s)")
     # Ollama
     ollama_memory: dict[str, int] = Field(default_factory=dict, description="memory.* keys")
     layers_offload: int | None = None
@@ -97,6 +107,13 @@ def read_log_text(text: str, name: str = "log") -> LogFacts:
         return LogFacts(engine="vllm", **vllm)
     raise InputError("log", name, "no vLLM ('GPU KV cache size'), llama.cpp ('KV buffer size', "
                      "'n_ctx_seq') or Ollama ('memory.required.kv') startup lines found")
+
+
+def scenario_keys(facts: LogFacts) -> dict[str, object]:
+    """The scenario keys (``engine.KEY``) that make kvsim lay memory out as this startup
+    did, from what it printed (``Engine.log_scenario_keys``; {} where nothing pins)."""
+    return {f"engine.{k}": v for k, v in engine_for(facts.engine).log_scenario_keys(
+        facts.model_dump(exclude_none=True)).items()}
 
 
 def read_log(path: str | Path) -> LogFacts:

@@ -66,6 +66,11 @@ class Vllm(EngineTraits):
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return read_vllm_log(text, name)
 
+    def log_scenario_keys(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """The printed block count pins the pool (--num-gpu-blocks-override)."""
+        blocks = facts.get("gpu_blocks")
+        return {} if blocks is None else {"num_gpu_blocks_override": blocks}
+
     def launch_notes(self, s: Any) -> list[str]:
         return paged_notes(s, gguf_tokenizer=True)
 

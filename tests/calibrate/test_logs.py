@@ -84,3 +84,48 @@ def test_unrecognisable_log_is_an_input_error() -> None:
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read"):
         read_log(tmp_path / "nope.log")
+
+
+def test_llama_cpp_buffers_batches_and_flash_attention() -> None:
+    f = read_log(FIX / "llama_server.log")
+    # load_tensors: CUDA0 model buffer size = 4403.50 MiB; compute buffer 296.00 MiB
+    assert f.model_buffers == {"CUDA0": round(4403.5 * MiB)}
+    assert f.model_buffer_bytes == round(4403.5 * MiB)
+    assert (f.compute_buffers, f.compute_buffer_bytes) == ({"CUDA0": 296 * MiB}, 296 * MiB)
+    assert (f.n_batch, f.n_ubatch, f.gpu_layers, f.layers_total) == (2048, 512, 33, 33)
+    # "flash_attn = auto" says what was asked, not what ran
+    assert (f.flash_attn_setting, f.flash_attn) == ("auto", None)
+
+
+def test_host_buffers_are_not_counted_on_the_gpu_and_the_resolved_flash_attention_is() -> None:
+    text = ("load_tensors: offloaded 20/33 layers to GPU\n"
+            "load_tensors:   CPU_Mapped model buffer size =  1900.00 MiB\n"
+            "load_tensors:        CUDA0 model buffer size =  2500.00 MiB\n"
+            "llama_context: n_ctx         = 8192\n"
+            "llama_context: flash_attn    = auto\n"
+            "llama_context: Flash Attention was auto, set to enabled\n"
+            "llama_kv_cache:      CUDA0 KV buffer size =   640.00 MiB\n"
+            "llama_context:      CUDA0 compute buffer size =   300.00 MiB\n"
+            "llama_context:  CUDA_Host compute buffer size =    24.00 MiB\n"
+            "llama_context:      CUDA0 compute buffer size =    99.00 MiB\n")  # a draft's
+    f = read_log_text(text)
+    assert f.model_buffer_bytes == 2500 * MiB and f.compute_buffer_bytes == 300 * MiB
+    assert f.flash_attn is True
+
+
+def test_scenario_keys_reproduce_the_startups_kv_buffer(kvsim_cli) -> None:
+    import json
+
+    from kvsim.api import scenario_budget
+    from kvsim.scenario import load_scenario
+
+    rc, _, out = kvsim_cli("calibrate", "from-log", FIX / "llama_server.log")
+    doc = json.loads(out)
+    assert rc == 0 and "ollama_memory" not in doc  # no empty Ollama section on llama.cpp
+    keys = doc["scenario"]
+    assert keys["engine.context_tokens"] == 16384 and keys["engine.gpu_layers"] == 32
+    s = load_scenario("quickstart", ["model=llama-3.1-8b", "gpu=rtx-4090", "engine=llama.cpp",
+                                     *(f"{k}={v}" for k, v in keys.items())])
+    b = scenario_budget(s)
+    assert b.kv_reserved_bytes == doc["kv_buffer_bytes"] == 2048 * MiB
+    assert b.activation_bytes == doc["compute_buffer_bytes"]
