@@ -10,7 +10,6 @@ from kvsim.core.build import PoolSizing, check_loads, check_pool, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
-from kvsim.errors import InputError
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.factory import make_latency_model
 from kvsim.metrics import records as records_mod
@@ -25,12 +24,10 @@ def scenario_budget(scenario: Scenario) -> Any:
     """The engine's load-time memory layout for this scenario (InputError if it cannot load)."""
     from kvsim.engines.budget import check_host_memory, memory_budget
 
-    if scenario.more_gpus:  # NOTE: removed when the per-GPU budget lands (issue 23)
-        raise InputError("gpu", len(scenario.gpus), "one GPU for now: the per-GPU memory "
-                         "layout and multi-GPU speed are being built")
     budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
                            driver_reserve_bytes=scenario.driver_reserve_bytes,
-                           display_reserve_bytes=scenario.display_reserve_bytes)
+                           display_reserve_bytes=scenario.display_reserve_bytes,
+                           more_gpus=tuple(scenario.gpus[1:]))
     check_host_memory(budget, scenario.host, scenario.engine.context_tokens)
     check_loads(budget, scenario.gpu.name, scenario.model.name)
     return budget

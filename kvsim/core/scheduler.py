@@ -24,10 +24,7 @@ from kvsim.core.requests import Request, Status
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import Advanced, paged_advance, paged_stretch_limit
 from kvsim.latency.base import BatchShape
-
-FAIL_MAX_LEN = "maximum context length exceeded"
-FAIL_NO_ROOM = "needs more KV blocks than the pool holds"
-FAIL_MAX_TOKENS = "prompt + max_tokens exceed the maximum context length"
+from kvsim.metrics.failures import FAIL_MAX_LEN, FAIL_MAX_TOKENS, FAIL_NO_ROOM
 
 
 class PagedScheduler:

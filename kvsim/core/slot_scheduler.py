@@ -41,10 +41,7 @@ from kvsim.core.requests import (
 )
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import Advanced, slot_advance, slot_stretch_limit
-
-FAIL_PROMPT_TOO_LONG = "exceed_context_size_error"
-FAIL_POOL_EXHAUSTED = "Context size has been exceeded."
-FAIL_QUEUE_FULL = "server busy"  # docs/reference/engines.md §4.1: HTTP 503 past OLLAMA_MAX_QUEUE
+from kvsim.metrics.failures import FAIL_POOL_EXHAUSTED, FAIL_PROMPT_TOO_LONG, FAIL_QUEUE_FULL
 
 
 class SlotScheduler:

@@ -144,10 +144,13 @@ class Engine(Protocol):
         ...
 
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
-                      driver: int, display: int, parallel: int) -> MemoryBudget:
+                      driver: int, display: int, parallel: int,
+                      more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
         """The load-time memory layout of config ``cfg`` (driver and display reserves in
-        bytes; ``parallel``: full-length sequences a paged pool should hold, ignored by
-        slot engines, which take it from ``cfg``)."""
+        bytes, per GPU; ``parallel``: full-length sequences a paged pool should hold,
+        ignored by slot engines, which take it from ``cfg``; ``more_gpus``: the box's
+        other GPUs after ``gpu``, CUDA device 0).  A layout over several GPUs fills
+        ``MemoryBudget.devices``; an engine that cannot lay one out raises InputError."""
         ...
 
     def null_block(self, cfg: Any) -> bool:

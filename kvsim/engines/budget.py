@@ -22,8 +22,10 @@ EngineConfig = PagedEngineConfig | SlotEngineConfig
 
 def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
                   driver_reserve_bytes: int = DEFAULT_DRIVER_RESERVE_BYTES,
-                  display_reserve_bytes: int = 0, parallel: int | None = None) -> MemoryBudget:
-    """The load-time layout of ``engine`` serving ``model`` in ``weights`` on ``gpu``.
+                  display_reserve_bytes: int = 0, parallel: int | None = None,
+                  more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
+    """The load-time layout of ``engine`` serving ``model`` in ``weights`` on ``gpu``
+    (and ``more_gpus``, the box's other GPUs in CUDA order: then ``devices`` holds each).
 
     ``parallel`` only matters for paged engines: how many full-length sequences
     ``kv_needed_bytes`` should hold (default 1).  Slot engines take it from the config.
@@ -33,7 +35,7 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
                          "reserves must be >= 0 bytes")
     return engine_for(engine.preset).memory_budget(
         gpu, model, weights, engine, driver_reserve_bytes, display_reserve_bytes,
-        parallel or 1)
+        parallel or 1, tuple(more_gpus))
 
 
 def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics import gaps, spread
+from kvsim.metrics.failures import FAILURE_KINDS, failure_kind
 from kvsim.metrics.records import (
     ABANDON_EVENT,
     FAILED,
@@ -168,6 +169,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["preemptions"] = int(preemptions)
     out["evictions"] = int(evictions)
     out["failed_requests"] = int(requests["failed"].sum())
+    out.update(failed_by_kind(requests))
     out["truncated_requests"] = int(requests["truncated"].sum())
     out["truncated_prompt_tokens"] = int(requests["truncated_prompt_tokens"].sum())
     out["requests"] = len(requests)
@@ -175,6 +177,16 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["steps"] = int(steps["steps"].sum()) if len(steps) else 0
     out["sim_time_s"] = float(sim_time_s)
     return out
+
+
+def failed_by_kind(requests: pd.DataFrame) -> dict[str, int]:
+    """``failed_<kind>_requests`` for each kind of :mod:`kvsim.metrics.failures`:
+    too long for the context, refused busy, out of KV memory (the OOM-class ones)."""
+    counts = dict.fromkeys(FAILURE_KINDS, 0)
+    if "failure_reason" in requests.columns and "failed" in requests.columns:
+        for reason in requests.loc[requests["failed"].astype(bool), "failure_reason"]:
+            counts[failure_kind(str(reason))] += 1
+    return {f"failed_{k}_requests": n for k, n in counts.items()}
 
 
 def session_outcomes(events: pd.DataFrame) -> dict[str, int]:

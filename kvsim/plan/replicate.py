@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.metrics.failures import FAILURE_KINDS, failure_kind
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.stats import Interval, mean_interval, wilson_interval
 from kvsim.scenario import Scenario, scenario_hash
@@ -39,7 +40,8 @@ from kvsim.scenario import Scenario, scenario_hash
 OOM_EVENT_KINDS = frozenset({"oom", "fail", "failed", "alloc_fail", "allocation_failure",
                              "load_fail", "load_failure"})
 # Summary counters that, when positive, mean an OOM-class event happened.
-OOM_SUMMARY_KEYS = ("failed_requests", "oom_events", "allocation_failures", "load_failures")
+OOM_SUMMARY_KEYS = ("failed_memory_requests", "oom_events", "allocation_failures",
+                    "load_failures")
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,25 @@ class RunOutput:
 
 def oom_reason(summary: dict[str, Any], requests: pd.DataFrame | None = None,
                events: pd.DataFrame | None = None) -> str:
-    """The first OOM-class event of a run in the engine's own words, or ``""``."""
+    """The first OOM-class event of a run in the engine's own words, or ``""``.
+
+    NOTE: a request refused because it is longer than the context, or because the queue
+    was full, is not OOM-class (kvsim.metrics.failures): more memory at the same
+    settings would not have served it."""
+    excused: set[str] = set()  # requests that failed for another reason than memory
     if requests is not None and "failed" in requests and bool(requests["failed"].any()):
-        reasons = requests.loc[requests["failed"].astype(bool), "failure_reason"]
-        top = Counter(str(r) for r in reasons if str(r)).most_common(1)
-        return top[0][0] if top else "failed request"
+        failed = requests.loc[requests["failed"].astype(bool)]
+        kinds = [failure_kind(str(r)) for r in failed["failure_reason"]]
+        memory = [str(r) for r, k in zip(failed["failure_reason"], kinds, strict=True)
+                  if k == "memory"]
+        if memory:
+            top = Counter(r for r in memory if r).most_common(1)
+            return top[0][0] if top else "failed request"
+        excused = set(failed["request_id"].astype(str)) if "request_id" in failed else set()
     if events is not None and "kind" in events and len(events):
         hit = events[events["kind"].astype(str).str.lower().isin(OOM_EVENT_KINDS)]
+        if excused and "request_id" in hit:
+            hit = hit[~hit["request_id"].astype(str).isin(excused)]
         if len(hit):
             row = hit.iloc[0]
             detail = str(row.get("detail", "") or "")
@@ -122,6 +136,15 @@ class ReplicationSet:
 
     def oom_risk(self, confidence: float = 0.95) -> Interval:
         k = sum(1 for r in self.runs if r.oom_reason)
+        return wilson_interval(k, self.n, confidence)
+
+    def failure_risk(self, kind: str, confidence: float = 0.95) -> Interval:
+        """Share of runs with at least one request failed for ``kind`` (``too_long``,
+        ``busy`` or ``memory``, kvsim.metrics.failures), with its Wilson interval."""
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"failure kind {kind!r}: one of {', '.join(FAILURE_KINDS)}")
+        key = f"failed_{kind}_requests"
+        k = sum(1 for r in self.runs if _as_float(r.summary.get(key)) > 0)
         return wilson_interval(k, self.n, confidence)
 
     def metric(self, key: str, confidence: float = 0.95) -> Interval:

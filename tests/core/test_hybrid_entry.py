@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsim.core.engine import Engine
-from kvsim.core.scheduler import FAIL_NO_ROOM, PagedScheduler
+from kvsim.core.scheduler import PagedScheduler
 from kvsim.latency.constant import ConstantLatency
+from kvsim.metrics.failures import FAIL_NO_ROOM
 from kvsim.metrics.records import REQUEST_COLUMNS
 from kvsim.workload.schema import Session, Turn
 

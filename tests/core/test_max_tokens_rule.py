@@ -9,8 +9,8 @@ from core_helpers import req, run_until_idle
 
 from kvsim.core.build import PoolSizing, make_scheduler
 from kvsim.core.requests import Status
-from kvsim.core.scheduler import FAIL_MAX_TOKENS
 from kvsim.engines.resolve import resolve_engine
+from kvsim.metrics.failures import FAIL_MAX_TOKENS
 
 SIZING = PoolSizing(kv_pool_tokens=4096, slot_tokens=100, kv_reserved_bytes=4096 * 16,
                     num_gpu_blocks=256, block_tokens=16)

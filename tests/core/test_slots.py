@@ -5,7 +5,8 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from kvsim.core.slot_scheduler import FAIL_POOL_EXHAUSTED, FAIL_PROMPT_TOO_LONG, SlotScheduler
+from kvsim.core.slot_scheduler import SlotScheduler
+from kvsim.metrics.failures import FAIL_POOL_EXHAUSTED, FAIL_PROMPT_TOO_LONG
 
 
 def _slots(**kw) -> SlotScheduler:
@@ -335,8 +336,8 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
 def test_ollama_rejects_requests_past_its_queue_limit() -> None:
     # docs/reference/engines.md §4.1: OLLAMA_MAX_QUEUE (default 512) pending requests, then HTTP 503
     # "server busy"; llama-server defers without a limit (§3.4)
-    from kvsim.core.slot_scheduler import FAIL_QUEUE_FULL
     from kvsim.engines.resolve import resolve_engine
+    from kvsim.metrics.failures import FAIL_QUEUE_FULL
 
     assert (resolve_engine("ollama").max_queue, resolve_engine("llama.cpp").max_queue) == (
         512, None)
