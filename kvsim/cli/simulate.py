@@ -63,6 +63,23 @@ def stop_note(summary: dict[str, Any], when: bool = True) -> str:
             f"{total - n:,} that ended only")
 
 
+_KIND_WORDS = (("too_long", "too long for the context (a larger context_tokens serves them; "
+                "more memory at these settings does not)"),
+               ("busy", "refused busy (queue full)"),
+               ("memory", "out of KV memory (counted in the OOM risk)"))
+
+
+def failure_note(summary: dict[str, Any]) -> str:
+    """Why requests failed, by kind (kvsim.metrics.failures); ``""`` when none did."""
+    n = int(summary.get("failed_requests") or 0)
+    if not n:
+        return ""
+    parts = [f"{k:,} {words}" for kind, words in _KIND_WORDS
+             if (k := int(summary.get(f"failed_{kind}_requests") or 0))]
+    return f"{n:,} request(s) failed: " + "; ".join(parts) + \
+        " (reasons per request in requests.parquet, failure_reason)"
+
+
 def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
     """One line for a run whose weights do not fit host RAM (``""`` when they do)."""
     from kvsim.config.units import format_bytes
@@ -158,6 +175,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         click.echo(f"warning: {note}", err=True)
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)
+    if note := failure_note(res.summary):
+        click.echo(f"note: {note}", err=True)
     if jitter_n is not None:
         from kvsim.cli._jitter_output import report_jitter
 

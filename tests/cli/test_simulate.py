@@ -97,6 +97,12 @@ def test_prompt_longer_than_model_context_and_zero_output(tmp_path, capsys) -> N
     req = Results.load(tmp_path / "o1").requests
     assert list(req.failure_reason) == ["exceed_context_size_error"]
     assert list(req.prompt_tokens) == [200_000]
+    # the user reads why: too long for the context, not out of memory
+    assert "1 request(s) failed: 1 too long for the context" in err
+    assert "out of KV memory" not in err
+    summary = json.loads((tmp_path / "o1" / "summary.json").read_text())
+    assert (summary["failed_too_long_requests"], summary["failed_memory_requests"],
+            summary["failed_busy_requests"]) == (1, 0, 0)
     zero = _trace(tmp_path, output_tokens=0)
     code, _, err = _run_main(["simulate", str(_scenario(tmp_path, zero)), "-o",
                               str(tmp_path / "o2")], capsys)
