@@ -63,8 +63,8 @@ def stop_note(summary: dict[str, Any], when: bool = True) -> str:
             f"{total - n:,} that ended only")
 
 
-_KIND_WORDS = (("too_long", "too long for the context (a larger context_tokens serves them; "
-                "more memory at these settings does not)"),
+_KIND_WORDS = (("too_long", ("too long for the context (a larger context_tokens serves "
+                             "them; more memory at these settings does not)")),
                ("busy", "refused busy (queue full)"),
                ("memory", "out of KV memory (counted in the OOM risk)"))
 
