@@ -86,7 +86,8 @@ HEADERS = {"kv_dtype": "kv", "context_tokens": "context", "best_context_tokens":
            "best_parallel": "parallel", "best_kv_dtype": "kv", "peak_device_fraction": "peak dev",
            "ttft_p95_s": "TTFT p95 s", "itl_p95_s": "ITL p95 s", "oom_risk": "OOM risk",
            "memory_gib": "GiB", "usable_gib": "device GiB", "price_usd": "USD", "usd_per_session": "USD/session",
-           "max_parallel": "max par", "evaluated": "how"}
+           "max_parallel": "max par", "evaluated": "how", "failed_requests": "failed",
+           "failed_too_long_requests": "too long", "failed_memory_requests": "out of KV"}
 MIN_PIPE_WIDTH = 160  # NOTE: piped output (not a terminal) would otherwise wrap at 80
 
 

@@ -135,6 +135,8 @@ def _print_table(name: str, points: list[SweepPoint], table: pd.DataFrame) -> No
     cols = list(dict.fromkeys(k for p in points for k in p.params))
     if (table["status"] != "ok").any():
         cols.append("status")
+    # NOTE: failures by kind beside the OOM column: only memory failures make a row OOM
     cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
-                         "oom") if c in table.columns]
+                         "failed_too_long_requests", "failed_memory_requests", "oom")
+             if c in table.columns]
     print_table(f"sweep {name}", table.to_dict("records"), ["point", *cols])

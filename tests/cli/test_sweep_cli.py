@@ -95,3 +95,26 @@ def test_sweep_writes_a_report_by_default(tmp_path):
     assert res.returncode == 0, res.stderr
     html = (out / "report.html").read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html") and "<script src=\"http" not in html
+
+
+def test_sweep_rows_say_too_long_apart_from_out_of_memory(tmp_path):
+    # 4 slots of 1024 cells (-c 4096): family-4's conversations outgrow their slot;
+    # llama-server refuses those turns as too long, which is no OOM (kvsim.metrics.failures)
+    base = {**BASE, "engine": {**BASE["engine"], "context_tokens": 4096, "parallel": 4},
+            "workload": {"preset": "family-4", "days": 1, "max_sessions": 4}}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base), encoding="utf-8")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "t", "base": "base.yaml",
+                                     "factors": {"engine.allocator": ["slots"]}}),
+                     encoding="utf-8")
+    res = subprocess.run([*_cmd(sweep, tmp_path / "out"), "--jobs", "1"],
+                         env={**os.environ, "COLUMNS": "200"}, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    header = next(line for line in res.stdout.splitlines() if "too long" in line)
+    row = next(line for line in res.stdout.splitlines() if "slots" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    names = [c.strip() for c in header.strip("┃ ").split("┃")]
+    got = dict(zip(names, cells, strict=True))
+    assert int(got["failed"]) > 0 and got["too long"] == got["failed"]
+    assert got["out of KV"] == "0" and got["oom"] == "no"
