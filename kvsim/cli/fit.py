@@ -207,8 +207,8 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               help="llama.cpp, ollama, vllm or sglang")
 @click.option("--context", default=None,
               help="context tokens in the engine's own meaning (llama.cpp -c for all slots, "
-              "ollama num_ctx per slot, vllm/sglang max_model_len); '32Ki' = 32768, "
-              "'32k' = 32000; unset, the engine's own default: the model's maximum for "
+              "ollama num_ctx per slot, vllm/sglang max_model_len); '32k' = '32Ki' "
+              "= 32768; unset, the engine's own default: the model's maximum for "
               "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama its "
               "release's num_ctx (0.33.0: 4096 below 23 GiB of VRAM, 32768 below 47 GiB, "
               "else 262144; at most the model's). Range: at most the model's maximum per "

@@ -36,7 +36,9 @@ _TIME_UNITS = {
     "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }
-_COUNT_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2**10, "mi": 2**20}
+# NOTE: counts are tokens and slots, and "32k" of context is 32,768 to every engine's
+# users (llama.cpp, Ollama, vLLM docs): k/M mean 1024/1024², as Ki/Mi do
+_COUNT_UNITS = {"": 1, "k": 2**10, "m": 2**20, "ki": 2**10, "mi": 2**20}
 _NUM = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)"
 _PATTERN = re.compile(rf"^\s*{_NUM}\s*([A-Za-zµ/]*)\s*$")
 
@@ -112,7 +114,8 @@ def parse_duration(value: Any, field: str = "duration") -> float:
 
 
 def parse_count(value: Any, field: str = "count") -> int:
-    """'32k' → 32000; '32Ki' → 32768; 4096 → 4096.  Token counts, slots, etc."""
+    """'32k' → 32768 (token counts in k mean 1024, as engines use them); '32Ki' → 32768;
+    '1M' → 1048576; 4096 → 4096.  Token counts, slots, etc."""
     if isinstance(value, bool):
         raise InputError(field, value, "an integer count such as 4096 or '32Ki'")
     if isinstance(value, int):

@@ -33,7 +33,7 @@ def test_parse_duration(text, value):
     assert parse_duration(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text,value", [("32k", 32000), ("32Ki", 32768), (4096, 4096)])
+@pytest.mark.parametrize("text,value", [("32k", 32768), ("32Ki", 32768), ("1M", 2**20), ("8k", 8192), (4096, 4096)])
 def test_parse_count(text, value):
     assert parse_count(text) == value
 
