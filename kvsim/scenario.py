@@ -255,6 +255,10 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     for key in ("gpu", "model"):
         if key not in data:
             raise InputError(key, None, f"a scenario needs '{key}'")
+    for key in ("gpu", "model", "host", "link", "gpu_link"):
+        data[key] = _profile_beside(data.get(key), base_dir) if key in data else None
+        if data[key] is None:
+            del data[key]
     data.update(_resolve_gpus(data))
     data["model"] = _resolve_named(data, "model", load_model)
     gpu = data["gpu"]
@@ -309,6 +313,15 @@ def _beside(section: Any, key: str, base_dir: Path | None) -> Any:
     if p.is_absolute() or not (base_dir / p).exists():
         return section
     return {**section, key: str(base_dir / p)}
+
+
+def _profile_beside(value: Any, base_dir: Path | None) -> Any:
+    """A profile named by a relative ``.yaml`` path (``model: my-model.yaml``) read beside
+    the scenario file when it is there, as a trace is; else as given."""
+    if not isinstance(value, str) or not value.endswith((".yaml", ".yml")) or \
+            base_dir is None or Path(value).is_absolute() or not (base_dir / value).is_file():
+        return value
+    return str(base_dir / value)
 
 
 def _hybrid_manager_rule(s: Scenario) -> Scenario:

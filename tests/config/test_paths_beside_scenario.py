@@ -33,3 +33,18 @@ def test_a_path_not_beside_the_file_stays_as_given(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = load_scenario(path, ["latency.path=elsewhere.json"])
     assert s.latency.path == "elsewhere.json"
+
+
+def test_a_model_profile_yaml_is_read_beside_the_scenario_file(tmp_path, monkeypatch):
+    from kvsim.config.catalog import load_raw
+
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    own = load_raw("models", "llama-3.2-1b")
+    (folder / "my-model.yaml").write_text(yaml.safe_dump({**own, "name": "my-model"}))
+    (folder / "s.yaml").write_text(yaml.safe_dump(
+        {"gpu": "rtx-4090", "model": "my-model.yaml", "workload": "family-4"}))
+    monkeypatch.chdir(tmp_path)  # my-model.yaml is not in the current folder
+    s = load_scenario(folder / "s.yaml")
+    assert s.model.name == "my-model"
+    assert s.model.num_layers == own["num_layers"]
