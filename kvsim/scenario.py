@@ -172,6 +172,8 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             # NOTE: the section a scenario without one has (Scenario.latency's default), so
             # that latency.KEY=… merges into it, keeping its kind, as engine.KEY=… does
             out["latency"] = {"kind": RooflineConfig().kind}
+        if parts[0] == "workload" and len(parts) > 1 and isinstance(out.get("workload"), str):
+            out["workload"] = _workload_section(out["workload"])
         node: Any = out
         for p, below in itertools.pairwise(parts):
             node = _descend(node, p, below, key)
@@ -179,7 +181,22 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             node[_list_index(node, parts[-1], key)] = value
         else:
             node[parts[-1]] = value
+            _replace_workload_source(node, parts)
     return out
+
+
+# NOTE: a workload is a household preset or a trace: setting one replaces the other
+_OTHER_SOURCE = {"trace": "preset", "preset": "trace"}
+
+
+def _workload_section(name: str) -> dict[str, Any]:
+    """``workload: NAME`` as its section: a trace file or a household preset."""
+    return {"trace": name} if name.endswith((".jsonl", ".parquet")) else {"preset": name}
+
+
+def _replace_workload_source(node: dict[str, Any], parts: list[str]) -> None:
+    if len(parts) == 2 and parts[0] == "workload" and parts[1] in _OTHER_SOURCE:
+        node.pop(_OTHER_SOURCE[parts[1]], None)
 
 
 LIST_KEYS = ("policies",)  # scenario keys whose value is a list
@@ -271,7 +288,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
                                     n_gpus=1 + len(data["more_gpus"]))
     wl = data.get("workload")
     if isinstance(wl, str):
-        wl = {"preset": wl} if not wl.endswith((".jsonl", ".parquet")) else {"trace": wl}
+        wl = _workload_section(wl)
     data["workload"] = _beside(wl, "trace", base_dir)
     if "latency" in data:
         data["latency"] = _beside(data["latency"], "path", base_dir)

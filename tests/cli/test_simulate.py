@@ -185,3 +185,15 @@ def test_a_run_past_its_memory_limit_stops_with_its_results(tmp_path, capsys) ->
     # llama-server gives it its slot on arrival; its prompt's step had not run yet
     assert last.first_scheduled_s == 4990.0 and last.output_tokens == 0
     assert math.isnan(last.ttft_s) and math.isnan(last.e2e_s)
+
+
+def test_set_workload_trace_on_a_bundled_scenario_replaces_its_preset(tmp_path, capsys):
+    # quickstart names the family-4 preset; --set workload.trace=… means "run this trace
+    # instead", not "give either preset or trace, not both"
+    trace = _trace(tmp_path, input_tokens=40, output_tokens=5)
+    code, _, err = _run_main(["simulate", "quickstart", "--set", f"workload.trace={trace}",
+                              "-o", str(tmp_path / "o"), "--no-report"], capsys)
+    assert code == 0, err
+    from kvsim.metrics.results import Results
+    req = Results.load(tmp_path / "o").requests
+    assert len(req) == 1 and list(req.prompt_tokens) == [40]
