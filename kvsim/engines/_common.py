@@ -20,6 +20,7 @@ class EngineTraits:
 
     name: str
     slot_family: bool
+    lays_out_gpus: bool = False
     retract_order: str = "newest"
     truncates_prompt: bool = False
     caps_slot_at_training_context: bool = False

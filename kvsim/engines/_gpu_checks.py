@@ -44,9 +44,3 @@ def refuse_split_knobs(cfg: SlotEngineConfig, engine: str) -> None:
             raise InputError(f"engine.{knob}", value, f"not a knob of the {engine} preset: "
                              "it places layers over the GPUs by their free memory itself")
 
-
-def one_gpu_only(engine: str, more_gpus: tuple[object, ...]) -> None:
-    """Refuse a several-GPU layout an engine's memory model does not lay out yet."""
-    if more_gpus:
-        raise InputError("gpu", 1 + len(more_gpus), f"one GPU for now with {engine}: its "
-                         "per-GPU memory layout is not built yet")

@@ -40,6 +40,9 @@ class Engine(Protocol):
     """The preset name (``engine: {preset: ...}``)."""
     slot_family: bool
     """True: per-slot contexts allocated at load (llama.cpp, Ollama); False: a paged pool."""
+    lays_out_gpus: bool
+    """Its ``memory_budget`` lays out a box of several GPUs (``more_gpus``); False: the
+    dispatcher (kvsim.engines.budget.memory_budget) refuses a box for it."""
     retract_order: str
     """The paged scheduler's victim order on preemption (kvsim.core.scheduler)."""
     truncates_prompt: bool

@@ -33,7 +33,11 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
     if driver_reserve_bytes < 0 or display_reserve_bytes < 0:
         raise InputError("reserve", min(driver_reserve_bytes, display_reserve_bytes),
                          "reserves must be >= 0 bytes")
-    return engine_for(engine.preset).memory_budget(
+    traits = engine_for(engine.preset)
+    if more_gpus and not traits.lays_out_gpus:
+        raise InputError("gpu", 1 + len(more_gpus), f"one GPU for now with {traits.name}: "
+                         "its per-GPU memory layout is not built yet")
+    return traits.memory_budget(
         gpu, model, weights, engine, driver_reserve_bytes, display_reserve_bytes,
         parallel or 1, tuple(more_gpus))
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines._checkpoint import GGUF_LAYOUT, gguf_file
 from kvsim.engines._common import EngineTraits
-from kvsim.engines._gpu_checks import one_gpu_only
 from kvsim.engines._llama_buffers import read_llama_buffers
 from kvsim.engines._log_patterns import FLOAT, mib_bytes
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
@@ -80,7 +79,6 @@ class LlamaCpp(EngineTraits):
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
                       more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
-        one_gpu_only(self.name, more_gpus)
         return llama_cpp_budget(gpu, model, weights, cfg, driver, display)
 
 

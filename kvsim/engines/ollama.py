@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes, parse_bytes
 from kvsim.engines._common import EngineTraits
-from kvsim.engines._gpu_checks import one_gpu_only, refuse_split_knobs
+from kvsim.engines._gpu_checks import refuse_split_knobs
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
 from kvsim.engines.base import BudgetOf
 from kvsim.engines.llama_cpp import LLAMA_MAX_SEQ, llama_cpp_budget
@@ -73,7 +73,6 @@ class Ollama(EngineTraits):
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
                       more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
-        one_gpu_only(self.name, more_gpus)
         return ollama_budget(gpu, model, weights, cfg, driver, display)
 
 

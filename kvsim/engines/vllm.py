@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from kvsim.config.units import parse_bytes
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
-from kvsim.engines._gpu_checks import one_gpu_only
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_layout import paged_budget
 from kvsim.engines.base import ForeignKnob
@@ -46,7 +45,6 @@ class Vllm(EngineTraits):
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
                       more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
-        one_gpu_only(self.name, more_gpus)
         return paged_budget(gpu, model, weights, cfg, driver, display, parallel,
                             profiled_share=True)
 

@@ -182,11 +182,12 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
 def failed_by_kind(requests: pd.DataFrame) -> dict[str, int]:
     """``failed_<kind>_requests`` for each kind of :mod:`kvsim.metrics.failures`:
     too long for the context, refused busy, out of KV memory (the OOM-class ones)."""
-    counts = dict.fromkeys(FAILURE_KINDS, 0)
+    kinds = pd.Series(dtype=object)
     if "failure_reason" in requests.columns and "failed" in requests.columns:
-        for reason in requests.loc[requests["failed"].astype(bool), "failure_reason"]:
-            counts[failure_kind(str(reason))] += 1
-    return {f"failed_{k}_requests": n for k, n in counts.items()}
+        reasons = requests.loc[requests["failed"].astype(bool), "failure_reason"]
+        kinds = reasons.astype(str).map(failure_kind)
+    counts = kinds.value_counts()
+    return {f"failed_{k}_requests": int(counts.get(k, 0)) for k in FAILURE_KINDS}
 
 
 def session_outcomes(events: pd.DataFrame) -> dict[str, int]:
