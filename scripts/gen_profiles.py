@@ -230,6 +230,14 @@ def gpu_profiles(reference_rows: list[dict[str, str]], data: Path) -> list[dict[
         raise SystemExit(f"gpu-extra-fields.csv lacks {', '.join(missing)}")
     out = [gpu_profile(r, extra[GPU_SLUGS[r["name"]]]) for r in reference_rows]
     out += [gpu_profile(r) for r in _read_csv(data / "gpus-added.csv")]
+    totals = {r["slug"]: r for r in _read_csv(data / "gpu-cuda-totals.csv")}
+    for g in out:  # the driver-reported totals start-up logs printed (kvsim.config.device_memory)
+        if g["name"] in totals:
+            t = totals.pop(g["name"])
+            g["cuda_total_bytes"] = int(float(t["cuda_total_mib"]) * 2**20)
+            g["cuda_total_source"] = t["source"]
+    if totals:
+        raise SystemExit(f"gpu-cuda-totals.csv names unknown GPUs: {', '.join(totals)}")
     slugs = [g["name"] for g in out]
     twice = sorted({s for s in slugs if slugs.count(s) > 1})
     if twice:

@@ -85,11 +85,13 @@ ENGINE_ONLY_FLAGS: dict[str, tuple[str, str]] = {
     "gpu_util": ("--gpu-util", "a memory fraction (gpu_memory_utilization / mem_fraction_static)"),
     "hybrid_kv": ("--hybrid-kv", "a hybrid KV cache manager"),
     "ollama_version": ("--ollama-version", "releases with their own defaults"),
+    "vllm_version": ("--vllm-version", "releases with their own start-up arithmetic"),
 }
 
 
 FIELD_FLAGS = {"engine.context_tokens": "--context", "engine.parallel": "--parallel",
                "engine.max_num_seqs": "--parallel", "engine.ollama_version": "--ollama-version",
+               "engine.version": "--vllm-version",
                "engine.gpu_memory_utilization": "--gpu-util",
                "engine.gpu_layers": "--gpu-layers", "engine.cache_type_k": "--kv-k",
                "engine.cache_type_v": "--kv-v"}
@@ -126,17 +128,20 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
                  kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
                  gpu_layers: int | None, gpu_util: float | None,
                  hybrid_kv: bool | None = None,
-                 ollama_version: str | None = None) -> dict[str, Any]:
+                 ollama_version: str | None = None,
+                 vllm_version: str | None = None) -> dict[str, Any]:
     from kvsim.engines.resolve import engine_names, resolve_engine
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                                    "kv_unified": kv_unified, "gpu_util": gpu_util,
-                                   "hybrid_kv": hybrid_kv, "ollama_version": ollama_version})
+                                   "hybrid_kv": hybrid_kv, "ollama_version": ollama_version,
+                                   "vllm_version": vllm_version})
     traits = engine_for(engine)
     spec: dict[str, Any] = {"preset": engine}
     optional = {"context_tokens": context, "flash_attn": flash_attn, "gpu_layers": gpu_layers,
                 "gpu_memory_utilization": gpu_util, "ollama_version": ollama_version,
+                "version": vllm_version,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
     spec.update({k: v for k, v in optional.items() if v is not None})
     if parallel is not None:  # NOTE: vllm/sglang: --max-num-seqs as plan's flags set it
@@ -246,6 +251,10 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 @click.option("--ollama-version", default=None,
               help="ollama: the release whose defaults apply (num_ctx by VRAM, flash "
               "attention per model, who places the layers); default the newest known")
+@click.option("--vllm-version", default=None,
+              help="vllm: the release whose start-up arithmetic applies (V0 before 0.8.0: "
+              "a whole max_model_len profiled unless above 32768; from 0.21.0 CUDA graphs "
+              "inside the share and gpu_memory_utilization 0.92); default the newest known")
 @click.option("--display-reserve", default="0", show_default=True,
               help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
 @click.option("--driver-reserve", default="400 MiB", show_default=True,
@@ -259,7 +268,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
         gpu_util: float | None, hybrid_kv: bool | None, ollama_version: str | None,
-        display_reserve: str, driver_reserve: str, host_name: str | None,
+        vllm_version: str | None, display_reserve: str, driver_reserve: str, host_name: str | None,
         as_json: bool) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.engines.budget import check_host_memory, memory_budget
@@ -285,7 +294,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
-                               flash_attn, ngl, gpu_util, hybrid_kv, ollama_version)
+                               flash_attn, ngl, gpu_util, hybrid_kv, ollama_version,
+                               vllm_version)
     with _as_flags():
         eng = engine_for_gpu(spec, g, m, weights=weights)
     if ctx is not None:

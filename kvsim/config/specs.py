@@ -62,6 +62,11 @@ class GpuSpec(FrozenModel):
                                      "device (nvidia-smi, llama-bench gpu_info, Metal)")
     nvlink: bool = Field(False, description="the card has an NVLink connector (bridge or "
                          "SXM): an nvlink GPU link is possible between two such cards")
+    cuda_total_bytes: Bytes | None = Field(
+        None, gt=0, description="the total the driver reports (cudaMemGetInfo, as vLLM's "
+        "total_gpu_memory and llama.cpp's memory breakdown print it), where a start-up log "
+        "shows it; None = kvsim.config.device_memory's rule")
+    cuda_total_source: str = ""
     # Planning efficiencies for the roofline model (sustained / peak).  Documented in
     # docs/reference/hardware-and-models.md §1: sustained bandwidth is typically 80-92 % of peak.
     bandwidth_efficiency: float = Field(0.85, gt=0, le=1)
@@ -83,6 +88,14 @@ class GpuSpec(FrozenModel):
         """The memory an engine may allocate on this device: all of it on a discrete card,
         the default GPU limit on a unified-memory machine."""
         return self.gpu_memory_limit_bytes or self.memory_bytes
+
+    @property
+    def reported_memory_bytes(self) -> int:
+        """The memory the driver reports as the device's total (vLLM / SGLang size their
+        share of it): the measured ``cuda_total_bytes`` or the documented rule
+        (:func:`kvsim.config.device_memory.reported_total_bytes`)."""
+        from kvsim.config.device_memory import reported_total_bytes
+        return reported_total_bytes(self)
 
 
 class LinkSpec(FrozenModel):

@@ -3,11 +3,18 @@ holds weights and the KV block pool.
 
 Shared by :mod:`kvsim.engines.vllm` and :mod:`kvsim.engines.sglang` (references are to
 ``docs/reference/engines.md``); the resulting fields are
-:class:`kvsim.engines.memory.MemoryBudget`'s.  The peak activation is the one row no
-reference pins exactly: ESTIMATE ≈ ``25 × hidden`` bytes per batched token + f32 logits of
-``max_num_seqs`` sampled tokens; 25 × hidden reproduces the 2.07 GiB peak of vLLM issue
-#10517 (Llama-3.1-8B, 20,480 batched tokens; §1.1) to within 0.3 %, and
-``activation_bytes`` pins it.
+:class:`kvsim.engines.memory.MemoryBudget`'s.
+
+The share is of the total the driver reports (``GpuSpec.reported_memory_bytes``: vLLM's
+``total_gpu_memory``), not the marketed size.  The profiled peak activation
+(:func:`paged_activation_bytes`) is the profiling pass's largest live tensors: per batched
+token, the MLP's gate/up output, its activated product and the residual stream in 16-bit,
+``2 × (3 × I + k × H)`` bytes (``I`` the MLP width a token runs through, all its experts' for
+a MoE model; ``k`` = 3 hidden-sized tensors, a MoE layer's per-expert outputs instead: its
+active experts), or, when larger, the sampler's f32 logits and probabilities of
+``max_num_seqs`` rows beside the hidden states.  It reproduces vLLM issue #10517 (V0,
+RTX 3090, Llama-3.1-8B: 2.07 GiB at max_model_len 20000 and 2.99 GiB at 29000, §1.1) to
+within 0.6 %; ``activation_bytes`` pins it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import TYPE_CHECKING
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.engines.memory import MemoryBudget
+from kvsim.engines.vllm_releases import vllm_release
 from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.hybrid import (
     hybrid_notes,
@@ -26,18 +34,41 @@ from kvsim.model.hybrid import (
     too_long_refusal,
     vllm_kv_groups,
 )
-from kvsim.model.weights import model_weights
+from kvsim.model.weights import model_weights, tied_embeddings
 
 if TYPE_CHECKING:
     from kvsim.engines.config import PagedEngineConfig
 
 
+ACTIVATION_BYTES = 2
+"""The profiling pass runs in the model's 16-bit dtype, whatever the weights' format."""
+SAMPLER_BYTES_PER_LOGIT = 8
+"""ESTIMATE: f32 logits and f32 probabilities of each sampled row."""
+
+
+def mlp_width(model: ModelSpec) -> int:
+    """The MLP width one token runs through (a MoE model: its active experts' together),
+    from the active parameters less the embeddings and attention projections (Llama-3.1-8B
+    gives 14336, Qwen2.5-7B 18939 of 18944); at least ``hidden_size``."""
+    h, heads = model.hidden_size, model.num_attention_heads or 1
+    hd = model.head_dim or h // heads
+    embed = model.vocab_size * h * (1 if tied_embeddings(model) else 2)
+    attn = 2 * h * heads * hd + 2 * h * model.num_kv_heads * hd
+    per_layer = (model.params_active - embed) / model.num_layers - attn
+    return max(h, int(per_layer / (3 * h)))
+
+
 def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
-    """ESTIMATE of the profiled peak activation (see module docstring)."""
+    """ESTIMATE of the profiled peak activation over ``max_num_batched_tokens`` dummy
+    tokens and ``max_num_seqs`` sampled rows (see module docstring)."""
     if engine.activation_bytes is not None:
         return engine.activation_bytes
-    sampled = min(engine.max_num_seqs, engine.max_num_batched_tokens)
-    return engine.max_num_batched_tokens * 25 * model.hidden_size + sampled * model.vocab_size * 4
+    tokens, h = engine.max_num_batched_tokens, model.hidden_size
+    k = model.num_experts_active or 3
+    forward = tokens * ACTIVATION_BYTES * (3 * mlp_width(model) + k * h)
+    rows = min(engine.max_num_seqs, tokens)
+    sampler = tokens * ACTIVATION_BYTES * h + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    return max(forward, sampler)
 
 
 def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: int,
@@ -46,7 +77,7 @@ def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: i
     requested share (vLLM), no room for KV blocks, or a max seq len over the pool."""
     if short:
         return (f"Free memory on device ({format_bytes(free)}/"
-                f"{format_bytes(gpu.usable_memory_bytes)}) on startup is less than desired "
+                f"{format_bytes(gpu.reported_memory_bytes)}) on startup is less than desired "
                 f"GPU memory utilization ({engine.gpu_memory_utilization}, "
                 f"{format_bytes(share)})")
     if pool <= 0 or blocks <= 0:
@@ -82,6 +113,31 @@ def _paged_kv_bytes(geo: KvGeometry, blocks: int, per_block: int, blocks_per_sta
     return blocks // max(1, blocks_per_state) * geo.recurrent_bytes_per_seq
 
 
+def _vllm_profile_lines(engine: PagedEngineConfig, total: int, weights: int, act: int,
+                        pool: int, blocks: int) -> list[str]:
+    """What vLLM prints of its profiling pass (§1.1, docs/reference/engines.md §1.9): the
+    budget and its parts, and V0's block count or V1's KV memory."""
+    gib = 2**30
+    graphs = (f"; CUDA graph memory {engine.cuda_graph_bytes / gib:.2f}GiB"
+              if engine.cuda_graphs_in_budget else "")
+    lines = [f"vLLM {engine.version}: total_gpu_memory ({total / gib:.2f}GiB) x "
+             f"gpu_memory_utilization ({engine.gpu_memory_utilization:.2f}) = "
+             f"{engine.gpu_memory_utilization * total / gib:.2f}GiB; model weights take "
+             f"{weights / gib:.2f}GiB; non_torch_memory takes {engine.non_torch_bytes / gib:.2f}"
+             f"GiB; PyTorch activation peak memory takes {act / gib:.2f}GiB{graphs}"]
+    if vllm_release(engine.version).engine == "V0":
+        return [*lines, f"# GPU blocks: {blocks}"]
+    return [*lines, f"Available KV cache memory: {pool / gib:.2f} GiB"]
+
+
+def _hybrid_off(engine: PagedEngineConfig) -> str | None:
+    """Why vLLM's hybrid KV cache manager is off (None: on): the settings'
+    (kvsim.model.hybrid.hybrid_off_reason) or the release's — V0 has none."""
+    if vllm_release(engine.version).engine == "V0":
+        return f"vLLM {engine.version} is the V0 engine, which has no hybrid KV cache manager"
+    return hybrid_off_reason(engine)
+
+
 def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngineConfig,
                  driver: int, display: int, parallel: int, profiled_share: bool
                  ) -> MemoryBudget:
@@ -95,13 +151,16 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     ws = model_weights(model, weights)
     act = paged_activation_bytes(model, engine)
-    share = int(engine.gpu_memory_utilization * gpu.usable_memory_bytes)
+    total = gpu.reported_memory_bytes
+    share = int(engine.gpu_memory_utilization * total)
     vllm = profiled_share
-    inside = ws.total_bytes + (act + engine.non_torch_bytes if vllm else 0)
+    graphs_in = vllm and engine.cuda_graphs_in_budget
+    inside = ws.total_bytes + (act + engine.non_torch_bytes if vllm else 0) \
+        + (engine.cuda_graph_bytes if graphs_in else 0)
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
         else share - inside
     block = engine.block_tokens
-    groups, off = vllm_kv_groups(model, geo, block, hybrid_off_reason(engine)) if vllm \
+    groups, off = vllm_kv_groups(model, geo, block, _hybrid_off(engine)) if vllm \
         else (None, None)
     per_block = groups.block_bytes if groups else block * geo.kv_bytes_per_token
     L, ctx = model.num_layers, engine.context_tokens
@@ -109,20 +168,23 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     per_req, tokens, kv_needed, conc, fit_len = pool_shape(
         geo, groups, blocks, block, ctx, parallel, engine.max_num_batched_tokens)
     reserved = _paged_kv_bytes(geo, blocks, per_block, -(-ctx // block))
-    overhead = engine.non_torch_bytes + engine.cuda_graph_bytes
-    free = gpu.usable_memory_bytes - driver - display
+    # NOTE: vLLM's non-torch memory includes the CUDA context, which the driver row holds
+    overhead = max(0, engine.non_torch_bytes - driver) + engine.cuda_graph_bytes
+    free = total - driver - display
     failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
                              and free < share, free, share, pool, blocks,
                              too_long_refusal(ctx, tokens, groups, per_req, blocks, fit_len))
     logs = [f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
-    if not vllm:
+    if vllm:
+        logs[:0] = _vllm_profile_lines(engine, total, ws.total_bytes, act, pool, blocks)
+    else:
         logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
                        f"max_total_tokens={tokens}, page_size={block}")
     notes = hybrid_notes(geo, groups, off, per_req, vllm)
     rates = geo.rates(windows_capped=groups is not None)
     b = MemoryBudget(
-        engine=engine.preset, allocator="paged", device_bytes=gpu.usable_memory_bytes,
+        engine=engine.preset, allocator="paged", device_bytes=total,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
         weights_total_bytes=ws.total_bytes, weights_gpu_bytes=ws.total_bytes,
         weights_cpu_bytes=0, gpu_layers=L, num_layers=L, activation_bytes=act,
@@ -135,7 +197,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
                                    "max_model_len_fit": fit_len, "kv_pool_bytes": pool,
                                    **rates},
         kv_groups=groups.kinds if groups else (), blocks_per_request=per_req or None)
-    if failure is None and b.total_bytes > gpu.usable_memory_bytes:
+    if failure is None and b.total_bytes > total:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "
-                   f"{format_bytes(gpu.usable_memory_bytes)}")
+                   f"{format_bytes(total)}")
     return replace(b, fits=failure is None, failure=failure)

@@ -68,8 +68,8 @@ class Engine(Protocol):
     max_num_seqs ('' on slot engines)."""
     settings: frozenset[str]
     """The optional settings this engine has, of ``flash_attn``, ``gpu_layers``,
-    ``kv_unified``, ``gpu_util``, ``hybrid_kv``, ``ollama_version`` (kvsim fit refuses
-    the others' flags)."""
+    ``kv_unified``, ``gpu_util``, ``hybrid_kv``, ``ollama_version``, ``vllm_version``
+    (kvsim fit refuses the others' flags)."""
     one_cache_type_flag: str
     """The one flag that sets the KV cache type of both K and V ('' where K and V have
     their own, llama.cpp ``-ctk``/``-ctv``)."""

@@ -129,7 +129,7 @@ def share_within(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     # by less than one block; what lies outside the share is the rest of the total
     outside = (b.total_bytes - b.kv_reserved_bytes + b.extra["kv_pool_bytes"]
                - b.extra["share_bytes"])
-    util = math.floor((room - outside) / gpu.usable_memory_bytes * 1000) / 1000
+    util = math.floor((room - outside) / gpu.reported_memory_bytes * 1000) / 1000
     return util if util > 0 else None
 
 

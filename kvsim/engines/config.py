@@ -84,6 +84,12 @@ class PagedEngineConfig(FrozenModel):
     pipeline_parallel_size: int = Field(1, ge=1, le=MAX_GPUS, description=(
         "--pipeline-parallel-size (vLLM) / --pp (SGLang): stages the layers are split into; "
         "tensor x pipeline = the scenario's GPUs"))
+    version: str | None = Field(
+        None, description="vLLM: the release whose start-up arithmetic and defaults apply "
+        "(kvsim.engines.vllm_releases), e.g. '0.6.4'; None = the newest described")
+    cuda_graphs_in_budget: bool = Field(
+        False, description="vLLM: CUDA-graph memory is estimated while profiling and taken "
+        "out of the gpu_memory_utilization share (0.21.0 on), else it comes on top")
     notes: str = ""
 
     @model_validator(mode="after")
@@ -94,6 +100,7 @@ class PagedEngineConfig(FrozenModel):
             if getattr(self, knob) != unset:
                 raise InputError(knob, getattr(self, knob),
                                  f"not a knob of the {self.preset} preset: {instead}")
+        engine.check_release(self.version)
         if self.preemption_mode == "swap" and self.disable_hybrid_kv_cache_manager is False:
             raise InputError("disable_hybrid_kv_cache_manager", False, "true or unset: "
                              "preemption_mode swap is vLLM V0, which has no hybrid manager")

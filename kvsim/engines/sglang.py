@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 # The paged knobs SGLang lacks (vLLM's): any value but the unused one is refused
 _SGLANG_CAP = "--max-total-tokens (max_total_tokens, §2.1)"
 FOREIGN_KNOBS = (
+    ForeignKnob("version", None, (
+        "kvsim follows one SGLang release (late-2025 server_args.py, "
+        "docs/reference/engines.md §2.1); engine.version names a vLLM release")),
+    ForeignKnob("cuda_graphs_in_budget", False, (
+        "SGLang keeps CUDA graphs outside mem_fraction_static (§2.1)")),
     ForeignKnob("preemption_mode", "recompute", (
         "SGLang retracts requests and recomputes them (docs/reference/engines.md §2.3); swap "
         "preemption "

@@ -11,14 +11,13 @@ from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_layout import paged_budget
-from kvsim.engines.base import ForeignKnob
+from kvsim.engines.base import BudgetOf, ForeignKnob
+from kvsim.engines.vllm_releases import VLLM_LATEST, parse_vllm_version, vllm_defaults, vllm_release
 
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
     from kvsim.engines.memory import MemoryBudget
 
-LARGE_GPU_BYTES = 70 * 2**30
-"""§1.4: from this much memory (A100s aside) vLLM's default batch budget is larger."""
 FOREIGN_KNOBS = (ForeignKnob("max_total_tokens", None, (
     "SGLang's --max-total-tokens (docs/reference/engines.md §2.1); vLLM has "
     "num_gpu_blocks_override "
@@ -28,19 +27,24 @@ FOREIGN_KNOBS = (ForeignKnob("max_total_tokens", None, (
 
 @dataclass(frozen=True)
 class Vllm(EngineTraits):
-    """vLLM v1 reserves block 0; V0 (the swap preemption mode) does not."""
+    """vLLM, by release (kvsim.engines.vllm_releases): V1 reserves block 0, V0 (and the
+    swap preemption mode, V0's) does not."""
 
     def null_block(self, cfg: Any) -> bool:
-        return cfg.preemption_mode != "swap"
+        return cfg.preemption_mode != "swap" and vllm_release(cfg.version).engine == "V1"
 
-    def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
-                     given: set[str]) -> dict[str, Any]:
-        """§1.4: ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on ≥ 70 GiB
-        cards other than the A100; the context as every engine (EngineTraits)."""
-        fill: dict[str, Any] = {}
-        if gpu.memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name:
-            fill = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
-        return {**fill, **super().gpu_defaults(gpu, model, given)}
+    def check_release(self, version: str | None) -> None:
+        if version is not None:
+            parse_vllm_version(version)
+
+    def release_defaults(self, merged: dict[str, Any], given: set[str],
+                         gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
+                         budget_of: BudgetOf) -> dict[str, Any]:
+        """The release ``version`` (default :data:`VLLM_LATEST`) and what it derives for
+        the knobs not ``given``: the memory share, the batch budget and sequence cap (§1.4,
+        by the card), whether CUDA graphs come out of the share."""
+        version = merged.get("version") or VLLM_LATEST
+        return {"version": version, **vllm_defaults({**merged, "version": version}, given, gpu)}
 
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
@@ -80,7 +84,7 @@ class Vllm(EngineTraits):
 # §5)
 ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
-              settings=frozenset({"gpu_util", "hybrid_kv"}),
+              settings=frozenset({"gpu_util", "hybrid_kv", "vllm_version"}),
               one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
               foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True,
               # NOTE: vllm-project/vllm entrypoints/openai serving: "'max_tokens' ... is too

@@ -92,19 +92,20 @@ def test_fit_names_the_allocator_it_assumed():
 
 
 def test_vllm_parallel_is_max_num_seqs_and_the_pool_must_hold_it(capsys):
-    # 24 GiB card at 0.806 (tests/plan/test_parallel_meaning.py derives the pool):
-    # share int(0.806 x 25,769,803,776) = 20,770,461,843; AWQ weights 5,727,324,704
+    # 24 GiB card (24080 MiB reported) at 0.806, vLLM's newest release: share
+    # int(0.806 x 25,249,710,080) = 20,351,266,324; AWQ weights 5,727,324,704
     # (kvsim.model.weights: 32 layers x 113,311,825 + embedding and head bf16
-    # 2 x 525,336,576 x 2 B); activation (4 seqs) 2048 x 25 x 4096 + 4 x 128,256 x 4 =
-    # 211,767,296; pool 20,770,461,843 - 5,727,324,704 - 211,767,296 - 375,809,638 =
-    # 14,455,560,205 // 2,097,152 = 6,892 blocks = 110,272 tokens; // 65,536 = 1 held
+    # 2 x 525,336,576 x 2 B); activation 2048 x 2 x (3 x 14,336 + 3 x 4,096) = 226,492,416;
+    # pool 20,351,266,324 - 5,727,324,704 - 226,492,416 - non-torch 375,809,638 - CUDA graphs
+    # 697,932,186 = 13,323,707,380 // 2,097,152 = 6,353 blocks = 101,648 tokens; // 65,536
+    # = 1 held
     code, out, _ = run(capsys, "--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--weights",
                        "awq", "--engine", "vllm", "--context", "65536", "--parallel", "4",
                        "--gpu-util", "0.806", "--json")
     d = json.loads(out)
     assert code == 0 and d["fits"] is True
-    assert (d["max_num_seqs"], d["kv_pool_tokens"], d["full_length_held"]) == (4, 110_272, 1)
+    assert (d["max_num_seqs"], d["kv_pool_tokens"], d["full_length_held"]) == (4, 101_648, 1)
     assert d["max_parallel_at_85"] == 1 and d["gpu_memory_utilization_at_max_parallel"] == 0.806
     assert d["allocator_note"] == (
-        "allocator: paged — one block pool of 110,272 tokens; vllm admits up to 4 sequences "
+        "allocator: paged — one block pool of 101,648 tokens; vllm admits up to 4 sequences "
         "(--max-num-seqs 4) and the pool holds 1 at 65,536 tokens")

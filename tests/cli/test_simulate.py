@@ -76,7 +76,7 @@ def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
     # max_model_len unset = the model's 131,072 (docs/reference/engines.md §1.1): vLLM refuses to
     # start
     (["--set", "engine=vllm"], "set engine.context_tokens (max_model_len; unset, it is the "
-     "model's maximum) to at most 75424"),
+     "model's maximum) to at most 70784"),
 ])
 def test_bad_scenarios_exit_2_without_output(tmp_path, capsys, args, needle) -> None:
     out = tmp_path / "res"

@@ -14,9 +14,11 @@ def test_preset_defaults_from_reference():
     ol = resolve_engine("ollama")
     assert (ol.allocator, ol.parallel, ol.context_tokens, ol.context_shift, ol.n_keep,
             ol.minimum_reserve_bytes) == ("slots", 1, 4096, True, 4, 457 * 2**20)
-    vl = resolve_engine("vllm")
-    assert (vl.block_tokens, vl.gpu_memory_utilization, vl.max_num_batched_tokens,
-            vl.max_num_seqs) == (16, 0.9, 2048, 256)
+    vl = resolve_engine("vllm")  # the newest release: 0.92 with CUDA graphs in the share
+    assert (vl.version, vl.block_tokens, vl.gpu_memory_utilization, vl.max_num_batched_tokens,
+            vl.max_num_seqs, vl.cuda_graphs_in_budget) == ("0.24.0", 16, 0.92, 2048, 256, True)
+    v1 = resolve_engine({"preset": "vllm", "version": "0.10.1"})
+    assert (v1.gpu_memory_utilization, v1.cuda_graphs_in_budget) == (0.9, False)
     sg = resolve_engine("sglang")
     assert sg.block_tokens == 1
 

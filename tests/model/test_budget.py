@@ -69,23 +69,26 @@ def test_vllm_fails_when_one_request_does_not_fit():
     assert not b.fits and "max seq len (131072)" in b.failure
 
 
-# vLLM on an RTX 4090 (24 GiB = 25,769,803,776 B, docs/reference/gpus.csv), Llama-3.1-8B bf16,
-# profiled activation pinned to 1 GiB; docs/reference/engines.md §1.1 /
-# hardware_profiles/engines/vllm.yaml:   share      int(0.9 x 25,769,803,776)
-# = 23,192,823,398   non-torch  0.35 GiB = 375,809,638.4 -> 375,809,638 (issue #10517 example)
-#   CUDA graph 0.65 GiB = 697,932,185.6 -> 697,932,186, outside the share
+# vLLM (the newest release, 0.24.0: util 0.92, CUDA graphs inside the share) on an RTX 4090
+# (driver-reported total 24080 MiB = 25,249,710,080 B, llamacpp-004 in
+# ../shared/measurements/engine-memory-logs.csv; kvsim.config.device_memory), Llama-3.1-8B
+# bf16, profiled activation pinned to 1 GiB; docs/reference/engines.md §1.1 /
+# hardware_profiles/engines/vllm.yaml:
+#   share      int(0.92 x 25,249,710,080)                                  = 23,229,733,273
+#   non-torch  0.35 GiB = 375,809,638.4 -> 375,809,638 (issue #10517 example)
+#   CUDA graph 0.65 GiB = 697,932,185.6 -> 697,932,186, inside the share from 0.21.0
 #   weights    docs/reference/models.csv 8.03e9 params x 2 B                   = 16,060,000,000
-#   pool       23,192,823,398 - 16,060,000,000 - 1,073,741,824 - 375,809,638
-#                                                                =  5,683,271,936
+#   pool       23,229,733,273 - 16,060,000,000 - 1,073,741,824 - 375,809,638 - 697,932,186
+#                                                                =  5,022,249,625
 #   blocks     16 tokens x 131,072 B (docs/reference/models.csv f16 KV) = 2,097,152 B per block
-#              floor(5,683,271,936 / 2,097,152) = floor(2709.995) = 2709 -> 43,344 tokens
+#              floor(5,022,249,625 / 2,097,152) = floor(2394.8) = 2394 -> 38,304 tokens
 #   KV         whole blocks (vLLM allocates num_gpu_blocks pages, docs/reference/engines.md §1.1):
-#              2709 x 2,097,152 = 5,681,184,768; the pool's last 2,087,168 B stay free
-#   total      400 MiB driver 419,430,400 + weights 16,060,000,000 + activation
-#              1,073,741,824 + non-torch 375,809,638 + CUDA graph 697,932,186 + KV
-#              5,681,184,768 = 24,308,098,816 (= 24,310,185,984 - 2,087,168)
-VLLM_4090_POOL = 5_683_271_936
-VLLM_4090_KV = 5_681_184_768
+#              2394 x 2,097,152 = 5,020,581,888; the pool's last 1,667,737 B stay free
+#   total      400 MiB driver 419,430,400 (the CUDA context, inside vLLM's non-torch 0.35 GiB,
+#              so no non-torch row beyond it) + weights 16,060,000,000 + activation
+#              1,073,741,824 + CUDA graph 697,932,186 + KV 5,020,581,888 = 23,271,686,298
+VLLM_4090_POOL = 5_022_249_625
+VLLM_4090_KV = 5_020_581_888
 
 
 def _vllm_4090_bf16():
@@ -96,14 +99,14 @@ def _vllm_4090_bf16():
 
 def test_vllm_pool_is_utilization_share_minus_the_rest():
     b = _vllm_4090_bf16()
-    assert b.extra["share_bytes"] == 23_192_823_398
+    assert b.extra["share_bytes"] == 23_229_733_273
     assert b.activation_bytes == GIB
-    assert b.num_gpu_blocks == 2709 and b.kv_pool_tokens == 2709 * 16 == 43_344
-    # the pool holds 2709 blocks and less than one more (the hand pool above); the KV
+    assert b.num_gpu_blocks == 2394 and b.kv_pool_tokens == 2394 * 16 == 38_304
+    # the pool holds 2394 blocks and less than one more (the hand pool above); the KV
     # reserved is those whole blocks
     assert b.extra["kv_pool_bytes"] == VLLM_4090_POOL
-    assert b.kv_reserved_bytes == 2709 * 2_097_152 == VLLM_4090_KV
-    assert b.total_bytes == 24_308_098_816
+    assert b.kv_reserved_bytes == 2394 * 2_097_152 == VLLM_4090_KV
+    assert b.total_bytes == 23_271_686_298
     assert b.fits
 
 

@@ -1,22 +1,21 @@
 """One meaning of *parallel* for plan, compare and fit (kvsim.plan.parallel), the
 vLLM/SGLang checkpoint in plan's flags, and what plan's p95 figure is.
 
-The vLLM layout by hand (Llama-3.1-8B AWQ on an RTX 4090, 24 GiB = 25,769,803,776 B;
-vllm.yaml: block 16 tokens, 2048 batched tokens, non-torch 0.35 GiB = 375,809,638 B,
-CUDA graphs 0.65 GiB = 697,932,185 B, outside the share; 400 MiB driver reserve):
+The vLLM layout by hand (Llama-3.1-8B AWQ on an RTX 4090, whose driver reports 24080 MiB =
+25,249,710,080 B; vLLM's newest release: block 16 tokens, 2048 batched tokens, non-torch
+0.35 GiB = 375,809,638 B and CUDA graphs 0.65 GiB = 697,932,186 B both inside the share;
+400 MiB driver reserve, the CUDA context that the non-torch memory already counts):
 
-  fraction  floor((0.85 x 25,769,803,776 - 419,430,400 - 697,932,185)
-                  / 25,769,803,776 x 1000) / 1000 = floor(806.64) / 1000   = 0.806
-  share     int(0.806 x 25,769,803,776)                           = 20,770,461,843 B
-  activation (max_num_seqs s) 2048 x 25 x 4096 + s x 128,256 x 4
-            = 209,715,200 + 513,024 s: s=1 210,228,224, s=2 210,741,248,
-              s=4 211,767,296, s=256 341,049,344
+  fraction  floor((0.85 x 25,249,710,080 - (419,430,400 - 375,809,638))
+                  / 25,249,710,080 x 1000) / 1000 = floor(848.27) / 1000   = 0.848
+  share     int(0.848 x 25,249,710,080)                           = 21,411,754,147 B
+  activation (max_num_seqs s <= 128) the MLP's 2048 x 2 x (3 x 14,336 + 3 x 4,096)
+            = 226,492,416 (the sampler's 2048 x 4096 x 2 + s x 128,256 x 8 is smaller)
   block     16 x 131,072 B (f16 KV per token, docs/reference/engines.md §0)      =  2,097,152 B
-  pool      (share - W - activation - 375,809,638) // 2,097,152 blocks x 16 tokens,
-            W = the AWQ weights (4,171,835,936 B, kvsim.model.weights):
-              s=1, 2: 16,012,588,045 / 16,012,075,021 -> 7,635 blocks = 122,160 tokens
-              s=4:    16,011,048,973                  -> 7,634 blocks = 122,144 tokens
-            held at 32768: 122,160 // 32,768 = 3 (s=4 too); at 65536: 1
+  pool      (share - W - activation - 375,809,638 - 697,932,186) // 2,097,152 blocks x 16
+            tokens, W = the AWQ weights (5,727,324,704 B, kvsim.model.weights: embedding
+            and head at 16 bits): 14,384,195,203 -> 6,858 blocks = 109,728 tokens
+            held at 32768: 109,728 // 32,768 = 3 (concurrency 3.35x); at 65536: 1
 So (32768, 1), (32768, 2) and (65536, 1) hold their sessions; (65536, 2), (32768, 4)
 and (65536, 4) do not — the audit's recommendation 65536 x 4 was one of them.
 """
@@ -52,7 +51,7 @@ def test_vllm_points_whose_pool_does_not_hold_parallel_are_infeasible():
     assert {k: t.loc[k, "binding"] for k in t.index if not t.loc[k, "feasible"]} == {
         (65536, 2): "kv_pool", (32768, 4): "kv_pool", (65536, 4): "kv_pool"}
     assert t.loc[(32768, 4), "notes"] == (
-        "the KV pool holds 3 of the 4 requests at 32,768 tokens (concurrency 3.37x): vllm "
+        "the KV pool holds 3 of the 4 requests at 32,768 tokens (concurrency 3.35x): vllm "
         "admits 4 (--max-num-seqs 4) but preempts and recomputes them when they outgrow "
         "the pool")
     # tie at 65,536 session-tokens: 65536 x 1 has the lower TTFT (plan_run: 0.2 s x par)
@@ -60,7 +59,7 @@ def test_vllm_points_whose_pool_does_not_hold_parallel_are_infeasible():
     assert (rec["context_tokens"], rec["parallel"]) == (65536, 1)
     assert rec["flags"] == ("vllm serve <AWQ checkpoint of meta-llama/Llama-3.1-8B> "
                             "--max-model-len 65536 --max-num-seqs 1 "
-                            "--gpu-memory-utilization 0.806 --kv-cache-dtype auto")
+                            "--gpu-memory-utilization 0.848 --kv-cache-dtype auto")
 
 
 def test_compare_prices_sessions_the_pool_holds():
@@ -79,19 +78,19 @@ def test_fit_with_plans_flags_agrees(capsys):
 
     for ctx, par, held in ((32768, 2, 3), (65536, 4, 1)):
         s = configure(awq_vllm(), ctx, par, None, None, 0.85)
-        assert f"--max-num-seqs {par} --gpu-memory-utilization 0.806" in engine_flags(s)
+        assert f"--max-num-seqs {par} --gpu-memory-utilization 0.848" in engine_flags(s)
         b = memory_budget(s.gpu, s.model, s.weights, s.engine, parallel=par)
         with pytest.raises(SystemExit):
             main(["fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--weights", "awq",
                   "--engine", "vllm", "--context", str(ctx), "--parallel", str(par),
-                  "--gpu-util", "0.806", "--json"])
+                  "--gpu-util", "0.848", "--json"])
         d = json.loads(capsys.readouterr().out)
         assert (d["kv_pool_tokens"], d["activation_bytes"]) == (b.kv_pool_tokens,
                                                                 b.activation_bytes)
         assert d["max_num_seqs"] == par and d["full_length_held"] == held
         assert d["max_parallel_at_85"] == (3 if ctx == 32768 else 1)
-    # AWQ: embedding + head at 16 bits, W = 5,727,324,704 B; 6,892 blocks x 16 = 110,272
-    assert d["kv_pool_tokens"] == 110_272 and d["activation_bytes"] == 211_767_296
+    # AWQ: embedding + head at 16 bits, W = 5,727,324,704 B; 6,858 blocks x 16 = 109,728
+    assert d["kv_pool_tokens"] == 109_728 and d["activation_bytes"] == 226_492_416
     assert d["verdict"].startswith("LOADS, BUT NOT PARALLEL 4 AT FULL LENGTH — the KV pool "
                                    "holds 1 of the 4 requests at 65,536 tokens")
 
@@ -157,5 +156,5 @@ def test_plan_output_heads_the_p95_columns_as_means_and_explains_them():
     assert "note: kv_pool: the vllm/sglang block pool holds fewer than parallel" in flat
     assert ("recommended: context 65536 × parallel 1 (kv f16, policy scenario) vllm serve "
             "<AWQ checkpoint of meta-llama/Llama-3.1-8B> --max-model-len 65536 "
-            "--max-num-seqs 1 --gpu-memory-utilization 0.806 --kv-cache-dtype auto "
+            "--max-num-seqs 1 --gpu-memory-utilization 0.848 --kv-cache-dtype auto "
             "note: replace <AWQ checkpoint") in flat

@@ -106,7 +106,8 @@ def test_a_model_that_does_not_load_is_a_row(tmp_path):
     pts = expand(spec, tmp_path)
     assert pts[0].refused == ""
     assert pts[1].refused.startswith("cannot load on rtx-4090: needs ")
-    assert ", the card has 8.00 GiB (" in pts[1].refused
+    # vLLM's share is of the total the driver reports: 2 % below 8 GiB on GDDR6X
+    assert ", the card has 7.84 GiB (" in pts[1].refused
 
 
 def test_a_bad_value_stays_an_up_front_error_naming_the_swept_key(tmp_path, base_yaml):

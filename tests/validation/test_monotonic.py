@@ -29,7 +29,7 @@ def _vllm(gpu: str, context: int = 16384, **engine):
 
 # KV pools of Llama-3.1-8B q4_k_m under vLLM on the four cards, in 16-token blocks (the
 # memory budget, tests/model/test_budget.py); everything below is reasoned from these.
-BLOCKS = {"rtx-3060-12gb": 2871, "rtx-4060-ti-16gb": 4714, "rtx-4090": 8400, "rtx-5090": 12087}
+BLOCKS = {"rtx-3060-12gb": 2577, "rtx-4060-ti-16gb": 4424, "rtx-4090": 8115, "rtx-5090": 11810}
 
 
 def test_more_memory_never_more_preemptions_or_failures() -> None:
@@ -45,10 +45,11 @@ def test_more_memory_never_more_preemptions_or_failures() -> None:
     per r with r·500 > B, stopping at the first r with r·500 ≤ B, and the victims
     (r ≤ that many, 500 blocks each) then run together without another:
 
-    - 3060, B = 2871: r = 10, 9, 8, 7, 6 overflow (6·500 = 3000 > 2871; 5·500 = 2500
+    - 3060, B = 2577: r = 10, 9, 8, 7, 6 overflow (6·500 = 3000 > 2577; 5·500 = 2500
       fits): 5 preemptions, of s9, s8, s7, s6, s5 (5 victims ≤ 5 that fit);
-    - 4060 Ti, B = 4714: 10·500 = 5000 > 4714, 9·500 = 4500 fits: 1 preemption (s9);
-    - 4090 / 5090: 10·500 = 5000 ≤ 8400 ≤ 12087: none.
+    - 4060 Ti, B = 4424: 10·500 = 5000 and 9·500 = 4500 > 4424, 8·500 = 4000 fits:
+      2 preemptions (s9, s8);
+    - 4090 / 5090: 10·500 = 5000 ≤ 8115 ≤ 11810: none.
 
     No request fails: 8,000 tokens < the 8,192-token context, and vLLM preempts rather
     than failing on memory.
@@ -66,9 +67,9 @@ def test_more_memory_never_more_preemptions_or_failures() -> None:
         assert (rq["preemptions"] <= 1).all()
         assert not rq["failed"].any() and (rq["output_tokens"] == 7840).all()
         assert (rq.loc[victims[g], "recomputed_tokens"] > 0).all()
-    assert pre == {"rtx-3060-12gb": 5, "rtx-4060-ti-16gb": 1, "rtx-4090": 0, "rtx-5090": 0}
+    assert pre == {"rtx-3060-12gb": 5, "rtx-4060-ti-16gb": 2, "rtx-4090": 0, "rtx-5090": 0}
     assert victims == {"rtx-3060-12gb": ["s5#0", "s6#0", "s7#0", "s8#0", "s9#0"],
-                       "rtx-4060-ti-16gb": ["s9#0"], "rtx-4090": [], "rtx-5090": []}
+                       "rtx-4060-ti-16gb": ["s8#0", "s9#0"], "rtx-4090": [], "rtx-5090": []}
     assert fail == dict.fromkeys(CARDS, 0)
     # the monotone relation: more memory, never more preemptions
     counts = [pre[g] for g in CARDS]

@@ -1,0 +1,116 @@
+"""vLLM releases (docs/reference/engines.md §1.9): the start-up arithmetic one release has.
+
+What decides vLLM's KV pool changed between releases; the ``vllm`` preset follows one,
+``engine.version`` (default :data:`VLLM_LATEST`), and :func:`vllm_defaults` fills every
+knob a scenario leaves unset the way that release does:
+
+- **V0** (releases before 0.8.0, the default engine until then): chunked prefill only for
+  a ``max_model_len`` above 32768, with a 512-token budget; otherwise no chunking and a
+  batch budget of ``max(max_model_len, 2048)`` — so the profiling pass runs a whole
+  ``max_model_len`` of dummy tokens and its activations grow with the context (issue
+  #10517: 2.07 GiB at 20000, 2.99 GiB at 29000 on Llama-3.1-8B).  No reserved null block.
+- **V1** (0.8.0 on): chunked prefill always, a batch budget of 2048 tokens and 256
+  sequences below 70 GiB of memory or on an A100, 8192 / 1024 above (§1.4); block 0 is the
+  null block.
+- **0.21.0 on**: CUDA-graph memory is estimated in the profiling pass and taken out of the
+  budget (the start-up log says "CUDA graph profiling default since v0.21.0", vllm-013 in
+  ../shared/measurements/engine-memory-logs.csv) and ``gpu_memory_utilization`` defaults to
+  0.92 (the current docs, §1.1; UNCERTAIN which release raised it from 0.9: kvsim takes the
+  release that moved the graphs inside the budget, which the 0.92 compensates).
+
+NOTE: a release is ``MAJOR.MINOR[.PATCH]`` with any suffix (``0.10.1.dev101+gbda9d0535``);
+a release newer than :data:`VLLM_LATEST` is taken to behave as it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from kvsim.errors import InputError
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import GpuSpec
+
+Version = tuple[int, int, int]
+VLLM_LATEST = "0.24.0"
+"""The newest release a published start-up log names (vllm-011 in
+../shared/measurements/engine-memory-logs.csv); the default ``engine.version``."""
+LARGE_GPU_BYTES = 70 * 2**30
+"""§1.4: from this much memory (A100s aside) V1's default batch budget is larger."""
+V0_LONG_CONTEXT_TOKENS = 32768
+"""V0 turned chunked prefill on by default only above this max_model_len (EngineArgs)."""
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-]?[0-9A-Za-z.+\-]*)?")
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    """The start-up rules of the releases from ``since`` on (until the next entry)."""
+
+    since: Version
+    engine: Literal["V0", "V1"]
+    gpu_memory_utilization: float
+    chunked_budget_tokens: int        # V0: the batch budget when chunked prefill is on
+    cuda_graphs_in_budget: bool       # CUDA-graph memory estimated and taken from the share
+    source: str
+
+
+RELEASES: tuple[VllmRelease, ...] = (
+    VllmRelease((0, 0, 0), "V0", 0.9, 512, False,
+                "V0 EngineArgs: chunked prefill above 32K max_model_len with "
+                "max_num_batched_tokens=512; SchedulerConfig: max(max_model_len, 2048)"),
+    VllmRelease((0, 8, 0), "V1", 0.9, 2048, False,
+                "V1 default engine (§1.4 batch budget; §1.1 graphs outside the budget)"),
+    VllmRelease((0, 21, 0), "V1", 0.92, 2048, True,
+                "CUDA graph profiling default since v0.21.0 (vllm-013); util 0.92 (§1.1)"),
+)
+
+
+def parse_vllm_version(text: Any, field: str = "engine.version") -> Version:
+    """'0.6.4' / 'v0.10.1.dev101+gbda9d0535' / '0.19' → ``(major, minor, patch)``."""
+    m = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise InputError(field, text, "a vLLM release as MAJOR.MINOR[.PATCH] in quotes, e.g. "
+                         f"'0.6.4' or '0.10.1' (newest described: {VLLM_LATEST})")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+def vllm_release(version: str | None) -> VllmRelease:
+    """The rules release ``version`` follows (None: :data:`VLLM_LATEST`)."""
+    v = parse_vllm_version(VLLM_LATEST if version is None else version)
+    return next(r for r in reversed(RELEASES) if v >= r.since)
+
+
+def batch_budget(release: VllmRelease, context_tokens: int, gpu: GpuSpec | None
+                 ) -> tuple[int, int]:
+    """The default ``(max_num_batched_tokens, max_num_seqs)`` of ``release`` for this
+    max_model_len on ``gpu`` (None: a card below 70 GiB)."""
+    if release.engine == "V0":
+        if context_tokens > V0_LONG_CONTEXT_TOKENS:
+            return release.chunked_budget_tokens, 256
+        return max(context_tokens, 2048), 256
+    large = gpu is not None and gpu.memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name
+    return (8192, 1024) if large else (2048, 256)
+
+
+def vllm_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None
+                  ) -> dict[str, Any]:
+    """The knobs release ``merged['version']`` derives for those not in ``given``: the
+    memory share, the batch budget and sequence cap, and whether CUDA graphs come out of
+    the share.  NOTE: the batch budget needs the context, so it follows ``context_tokens``
+    as merged (the model's maximum when unset, kvsim.engines.resolve.engine_for_gpu)."""
+    release = vllm_release(merged.get("version"))
+    fill: dict[str, Any] = {}
+    if "gpu_memory_utilization" not in given:
+        fill["gpu_memory_utilization"] = release.gpu_memory_utilization
+    if "cuda_graphs_in_budget" not in given:
+        fill["cuda_graphs_in_budget"] = release.cuda_graphs_in_budget
+    ctx = merged.get("context_tokens")
+    if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0:
+        tokens, seqs = batch_budget(release, ctx, gpu)
+        if "max_num_batched_tokens" not in given:
+            fill["max_num_batched_tokens"] = tokens
+        if "max_num_seqs" not in given:
+            fill["max_num_seqs"] = seqs
+    return fill

@@ -1,0 +1,113 @@
+"""vLLM's start-up arithmetic by release, against published start-up logs.
+
+The figures are those of ../shared/measurements/engine-memory-logs.csv rows vllm-001 and
+vllm-002 (vllm-project/vllm issue #10517, an RTX 3090 with Llama-3.1-8B in bf16 at
+gpu_memory_utilization 0.90, a V0 release): total_gpu_memory 23.58 GiB, weights 14.9888
+GiB, peak torch memory 17.06 GiB at max_model_len 20000 and 17.98 GiB at 29000,
+non-torch 0.35 GiB; 1952 GPU blocks (start-up OK) and 1478 (start-up FAILED: 29000 >
+23648 tokens).
+"""
+
+import pytest
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.config.device_memory import reported_total_bytes
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.resolve import engine_for_gpu, resolve_engine
+from kvsim.engines.vllm_releases import batch_budget, parse_vllm_version, vllm_release
+from kvsim.errors import InputError
+
+GIB = 2**30
+
+
+def _budget(gpu: str, model: str, weights: str, **knobs):
+    g, m = load_gpu(gpu), load_model(model)
+    e = engine_for_gpu({"preset": "vllm", **knobs}, g, m, weights)
+    return e, memory_budget(g, m, weights, e)
+
+
+def test_v0_profiles_a_whole_max_model_len_so_activations_grow_with_it():
+    e20, b20 = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.6.4",
+                       context_tokens=20000, gpu_memory_utilization=0.9)
+    e29, b29 = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.6.4",
+                       context_tokens=29000, gpu_memory_utilization=0.9)
+    assert (e20.max_num_batched_tokens, e29.max_num_batched_tokens) == (20000, 29000)
+    # measured peak torch less weights: 17.06 - 14.9888 and 17.98 - 14.9888 GiB
+    assert b20.activation_bytes / GIB == pytest.approx(17.06 - 14.9888, rel=0.01)
+    assert b29.activation_bytes / GIB == pytest.approx(17.98 - 14.9888, rel=0.01)
+    assert b20.num_gpu_blocks == pytest.approx(1952, rel=0.015) and b20.fits
+    assert b29.num_gpu_blocks == pytest.approx(1478, rel=0.015)
+    assert not b29.fits and "max seq len (29000) is larger" in b29.failure
+
+
+def test_the_share_is_of_the_total_the_driver_reports():
+    g = load_gpu("rtx-3090")
+    assert reported_total_bytes(g) / GIB == pytest.approx(23.58, abs=0.005)
+    _, b = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.6.4",
+                   context_tokens=20000, gpu_memory_utilization=0.9)
+    assert b.extra["share_bytes"] == int(0.9 * g.cuda_total_bytes)
+    assert b.device_bytes == g.cuda_total_bytes
+
+
+def test_rule_for_cards_without_a_measured_total():
+    # GDDR6X/GDDR6/GDDR7: 2 % kept (RTX 4090 measured 24080 of 24576 MiB = 2.0 %)
+    assert reported_total_bytes(load_gpu("rtx-5090")) == int(32 * GIB * 0.98)
+    # HBM: 1 % (an 80 GB card printed 79.22 GiB)
+    assert reported_total_bytes(load_gpu("h100-sxm5-80gb")) / GIB == pytest.approx(79.2)
+    # unified memory: the GPU's default limit, unchanged
+    mac = load_gpu("apple-m3-max")
+    assert reported_total_bytes(mac) == mac.usable_memory_bytes
+
+
+def test_v1_budget_is_the_chunked_prefill_budget_whatever_the_context():
+    e, b = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.10.1",
+                   context_tokens=20000, gpu_memory_utilization=0.9)
+    assert (e.max_num_batched_tokens, e.max_num_seqs) == (2048, 256)
+    e29, b29 = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.10.1",
+                       context_tokens=29000, gpu_memory_utilization=0.9)
+    assert b.activation_bytes == b29.activation_bytes < 0.3 * GIB
+    assert b.num_gpu_blocks > 2400  # V1 keeps ~1 GiB more for KV than V0 did at 20000
+
+
+def test_graphs_come_out_of_the_share_from_0_21():
+    _, old = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.20.0",
+                     context_tokens=8192, gpu_memory_utilization=0.9)
+    _, new = _budget("rtx-3090", "llama-3.1-8b", "bf16", version="0.21.0",
+                     context_tokens=8192, gpu_memory_utilization=0.9)
+    graphs = resolve_engine("vllm").cuda_graph_bytes
+    assert old.extra["kv_pool_bytes"] - new.extra["kv_pool_bytes"] == graphs
+    assert new.total_bytes == old.total_bytes - (old.kv_reserved_bytes - new.kv_reserved_bytes)
+
+
+def test_v0_long_context_turns_chunked_prefill_on_and_v0_has_no_null_block():
+    v0 = vllm_release("0.7.3")
+    assert batch_budget(v0, 32768, None) == (32768, 256)
+    assert batch_budget(v0, 32769, None) == (512, 256)
+    assert batch_budget(vllm_release("0.8.0"), 32769, load_gpu("h100-sxm5-80gb")) == (8192, 1024)
+    assert batch_budget(vllm_release("0.8.0"), 32769, load_gpu("a100-80gb-sxm4")) == (2048, 256)
+    from kvsim.engines import engine_for
+    vllm = engine_for("vllm")
+    assert not vllm.null_block(resolve_engine({"preset": "vllm", "version": "0.7.3"}))
+    assert vllm.null_block(resolve_engine({"preset": "vllm", "version": "0.8.0"}))
+
+
+def test_an_explicit_knob_wins_over_the_release():
+    e = resolve_engine({"preset": "vllm", "version": "0.6.4", "context_tokens": 20000,
+                        "max_num_batched_tokens": 4096, "gpu_memory_utilization": 0.8})
+    assert (e.max_num_batched_tokens, e.gpu_memory_utilization) == (4096, 0.8)
+
+
+@pytest.mark.parametrize("text,want", [("0.6.4", (0, 6, 4)), ("v0.10.1.dev101+gbda9d0535",
+                                       (0, 10, 1)), ("0.19", (0, 19, 0))])
+def test_release_names(text, want):
+    assert parse_vllm_version(text) == want
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"preset": "vllm", "version": "V1"}, "engine.version.*MAJOR.MINOR"),
+    ({"preset": "vllm", "version": 0.6}, "engine.version"),
+    ({"preset": "sglang", "version": "0.4.6"}, "version.*one SGLang release"),
+])
+def test_bad_releases(spec, match):
+    with pytest.raises(InputError, match=match):
+        resolve_engine(spec)
