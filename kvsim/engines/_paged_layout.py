@@ -120,11 +120,13 @@ def _vllm_profile_lines(engine: PagedEngineConfig, total: int, weights: int, act
     gib = 2**30
     graphs = (f"; CUDA graph memory {engine.cuda_graph_bytes / gib:.2f}GiB"
               if engine.cuda_graphs_in_budget else "")
-    lines = [f"vLLM {engine.version}: total_gpu_memory ({total / gib:.2f}GiB) x "
-             f"gpu_memory_utilization ({engine.gpu_memory_utilization:.2f}) = "
-             f"{engine.gpu_memory_utilization * total / gib:.2f}GiB; model weights take "
-             f"{weights / gib:.2f}GiB; non_torch_memory takes {engine.non_torch_bytes / gib:.2f}"
-             f"GiB; PyTorch activation peak memory takes {act / gib:.2f}GiB{graphs}"]
+    budget = (f"vLLM {engine.version}: total_gpu_memory ({total / gib:.2f}GiB) x "
+              f"gpu_memory_utilization ({engine.gpu_memory_utilization:.2f}) = "
+              f"{engine.gpu_memory_utilization * total / gib:.2f}GiB; model weights take "
+              f"{weights / gib:.2f}GiB; non_torch_memory takes "
+              f"{engine.non_torch_bytes / gib:.2f}GiB; PyTorch activation peak memory takes "
+              f"{act / gib:.2f}GiB{graphs}")
+    lines = [budget]
     if vllm_release(engine.version).engine == "V0":
         return [*lines, f"# GPU blocks: {blocks}"]
     return [*lines, f"Available KV cache memory: {pool / gib:.2f} GiB"]
