@@ -112,8 +112,9 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
 
 
 def _devices(m: MemoryMeasurement, gpu: GpuSpec | None) -> tuple[GpuSpec, ...] | None:
-    """The GPUs the engine ran on: the box, or its first tensor × pipeline ranks."""
-    box = tuple(load_gpu(s) for s in m.gpus) if gpu is None else (gpu,) * max(1, len(m.gpus))
+    """The GPUs the engine ran on: the box (``gpu`` × the devices the row names, when
+    given), or its first tensor × pipeline ranks."""
+    box = tuple(load_gpu(s) for s in m.gpus) if gpu is None else (gpu,) * max(1, m.gpu_count)
     if not box:
         return None
     ranks = 1

@@ -66,6 +66,7 @@ class MemoryMeasurement:
     gpu_as_printed: str
     gpus: tuple[str, ...]           # one catalogue slug per device; () when not resolved
     gpu_reason: str                 # why ``gpus`` is empty ("" when resolved)
+    gpu_count: int                  # devices the GPU text names, resolved or not (0: none)
     model_as_printed: str
     model: str | None               # catalogue slug
     model_reason: str
@@ -106,16 +107,17 @@ def _figures(text: str, rid: str, engine: str, settings: dict[str, object]
                         ollama_layers=traits is not None and "ollama_version" in traits.settings)
 
 
-def gpus_named(text: str) -> tuple[tuple[str, ...], str]:
-    """(one slug per device, "") or ((), why): "2x NVIDIA GeForce RTX 3090" → two rtx-3090."""
+def gpus_named(text: str) -> tuple[tuple[str, ...], str, int]:
+    """(one slug per device, "", count) or ((), why, count): "2x NVIDIA GeForce RTX 3090"
+    → two rtx-3090; ``count``: the devices the text names, even when unresolved."""
     if _NOT_SHOWN.match(text or ""):
-        return (), "GPU not named in the log"
+        return (), "GPU not named in the log", 0
     g = resolve_gpu(text)
     if g.slug is not None:
-        return (g.slug,) * max(1, g.count), ""
+        return (g.slug,) * max(1, g.count), "", max(1, g.count)
     if g.count == 0 or "no device model named" in g.reason:
-        return (), f"GPU not named ({text!r} names no device model)"
-    return (), g.reason
+        return (), f"GPU not named ({text!r} names no device model)", g.count
+    return (), g.reason, g.count
 
 
 def _short_name(text: str) -> str:
@@ -175,7 +177,7 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
     engine = engine_name(row.get("engine", ""))
     settings, remarks = read_settings(row.get("settings", ""), rid)
     figures, unread = _figures(row.get("printed_figures", ""), rid, engine, settings)
-    gpus, gpu_reason = gpus_named(row.get("gpu", ""))
+    gpus, gpu_reason, gpu_count = gpus_named(row.get("gpu", ""))
     model, fmt, model_reason = model_named(row.get("model", ""))
     weights, weights_reason = weights_named(row.get("weight_format", ""), fmt)
     notes = row.get("notes", "") or ""
@@ -184,7 +186,7 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
     return MemoryMeasurement(
         id=rid, engine=engine, engine_as_printed=row.get("engine", ""), stock=stock,
         engine_version=row.get("engine_version", ""), gpu_as_printed=row.get("gpu", ""),
-        gpus=gpus, gpu_reason=gpu_reason, model_as_printed=row.get("model", ""),
+        gpus=gpus, gpu_reason=gpu_reason, gpu_count=gpu_count, model_as_printed=row.get("model", ""),
         model=model, model_reason=model_reason, weights=weights,
         weights_reason=weights_reason, figures=figures,
         startup=startup_outcome(notes, row.get("printed_figures", "")), remarks=remarks,

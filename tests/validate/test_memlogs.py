@@ -240,3 +240,12 @@ def test_bad_printed_figure_and_empty_file(tmp_path, kvsim_cli):
     empty.write_text(HEADER, encoding="utf-8")
     code, _, _ = kvsim_cli("validate", empty)
     assert code == 2 and "at least one row" in kvsim_cli.stderr
+
+
+def test_gpu_and_model_flags_stand_in_for_unnamed_ones(kvsim_cli):
+    code, err, out = kvsim_cli("validate", SAMPLE, "--gpu", "rtx-3090", "--model",
+                               "llama-3.1-8b", "--json")
+    assert (code, err) == (0, "")
+    why = {s["id"]: s["reason"] for s in json.loads(out)["skipped"]}
+    assert why["vllm-022"] == "weights format not shown in the log"  # GPU and model given
+    assert why["llamacpp-008"].startswith("kvsim cannot lay this start-up out: gpu: 2")
