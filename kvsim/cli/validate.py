@@ -1,11 +1,12 @@
 """``kvsim validate FILE...``: kvsim's speed predictions beside published or your own
-measurements (kvsim.validate.run).
+measurements, and its load-time memory layout beside engines' start-up memory logs
+(kvsim.validate.run).
 
-Prints one row per prediction, the summary per (kind, backend, metric) and every row
-it could not predict with the reason; ``--json`` prints all three as one JSON object;
-``--report`` writes an HTML page with predicted vs measured (log-log, one colour per
-backend).  Problems reading a file are one line each on stderr; the exit code is 2
-only when nothing could be read.
+Prints one row per prediction (a table for speeds, one for memory figures), the summary
+per (kind, backend, metric) and every row it could not predict with the reason;
+``--json`` prints all three as one JSON object; ``--report`` writes an HTML page with
+predicted vs measured speeds (log-log, one colour per backend).  Problems reading a file
+are one line each on stderr; the exit code is 2 only when nothing could be read.
 """
 
 from __future__ import annotations
@@ -24,17 +25,21 @@ if TYPE_CHECKING:
     from kvsim.validate.run import Validation
 
 HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (llamabench-scoreboard, "
-              "speed-vs-load, engine-memory-logs), llama-bench output (-o json, jsonl, csv or "
+              "speed-vs-load, engine-memory-logs: vLLM, SGLang, llama.cpp and Ollama "
+              "start-up memory figures), llama-bench output (-o json, jsonl, csv or "
               "its markdown table, with the 'Device 0: ...' start-up lines if pasted) or "
               "llama-batched-bench's table")
 
 
-@click.command(help="Print kvsim's predicted tokens/s beside measured ones, the median and "
-               "p90 |error| per kind, backend and metric, and every row it could not "
-               "predict with the reason.\n\nFILE: " + HELP_FILES)
+@click.command(help="Print kvsim's predicted tokens/s beside measured ones and its load-time "
+               "memory layout (KV tokens and bytes, weights, compute buffers, Ollama's "
+               "estimate, whether the engine starts) beside engines' printed start-up "
+               "figures, the median and p90 |error| per kind, backend and metric, and "
+               "every row it could not predict with the reason.\n\nFILE: " + HELP_FILES)
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--gpu", help="the device every row ran on (a profile name or a printed name): "
-              "for output that names none, or an Apple chip without its GPU-core count")
+              "for output that names none, or an Apple chip without its GPU-core count "
+              "(a memory log keeps its number of GPUs)")
 @click.option("--model", help="the model every row ran (a profile name or a GGUF file name)")
 @click.option("--constants", type=click.Path(path_type=Path), help="speed constants YAML "
               "(default: the fitted ones shipped with kvsim; `kvsim calibrate bench` writes "
@@ -52,7 +57,7 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
              constants: Path | None, calibration: Path | None, host: str, as_json: bool,
              rows: bool, report: Path | None) -> None:
     from kvsim.validate.names import device_spec, model_spec
-    from kvsim.validate.run import read_files
+    from kvsim.validate.run import read_inputs
     from kvsim.validate.run import validate as run_validate
 
     if report is not None:
@@ -67,7 +72,7 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
             raise InputError("--calibration", str(calibration), "file not found")
         art = load_bench_artifact(calibration)
         gpu_spec, consts = art.device, art.constants
-    meas, skipped, problems = read_files(list(files))
+    meas, skipped, problems = read_inputs(list(files))
     for p in problems:
         click.echo(f"warning: {p}", err=True)
     if not meas and not skipped:
@@ -100,16 +105,19 @@ def _print(v: Validation, rows: bool) -> None:
     from rich.table import Table
 
     con = Console(width=160)
-    if rows and v.rows:
+    speed = [r for r in v.rows if r["kind"] != "memory"]
+    if rows and speed:
         t = Table(title="predicted vs measured (tokens/s)", title_justify="left")
         for c in ("id", "gpu", "backend", "model", "weights", "test", "measured", "predicted",
                   "error"):
             t.add_column(c, justify="right" if c in ("measured", "predicted", "error") else "left")
-        for r in v.rows:
+        for r in speed:
             t.add_row(str(r["id"]), str(r["gpu"]), str(r["backend"]), str(r["model"]),
                       str(r["weights"]), _test(r), f"{r['measured_tps']:.2f}",
                       f"{r['predicted_tps']:.2f}", f"{100 * r['rel_err']:+.1f} %")
         con.print(t)
+    if rows and len(speed) < len(v.rows):
+        con.print(_memory_table(v, Table))
     s = Table(title="summary per kind, backend and metric", title_justify="left")
     for c in ("kind", "backend", "metric", "n", "median |err|", "p90 |err|", "median err"):
         s.add_column(c)
@@ -118,6 +126,11 @@ def _print(v: Validation, rows: bool) -> None:
                   f"{100 * r['median_abs_rel_err']:.1f} %", f"{100 * r['p90_abs_rel_err']:.1f} %",
                   f"{100 * r['median_rel_err']:+.1f} %")
     con.print(s)
+    starts = [r for r in v.rows if r["metric"] == "startup"]
+    if starts:
+        missed = sum(1 for r in starts if r["rel_err"])
+        con.print(f"start-up outcome (error 0 = kvsim agrees, 1 = it does not): {missed} of "
+                  f"{len(starts)} predicted wrongly")
     if v.skipped:
         k = Table(title=f"not predicted ({len(v.skipped)} rows)", title_justify="left")
         k.add_column("id")
@@ -125,6 +138,34 @@ def _print(v: Validation, rows: bool) -> None:
         for sk in v.skipped:
             k.add_row(sk.id, sk.reason)
         con.print(k)
+
+
+def _memory_table(v: Validation, table: Any) -> Any:
+    """Memory-log rows: measured and predicted in the figure's unit, and the error."""
+    t = table(title="predicted vs measured (start-up memory)", title_justify="left")
+    for c in ("id", "engine", "gpu", "model", "weights", "figure", "measured", "predicted",
+              "error"):
+        t.add_column(c, justify="right" if c in ("measured", "predicted", "error") else "left")
+    for r in v.rows:
+        if r["kind"] != "memory":
+            continue
+        figure = str(r["metric"]) + (f" ({r['device']})" if r["device"] else "")
+        error = ("agrees" if not r["rel_err"] else "MISS") if r["metric"] == "startup" \
+            else f"{100 * r['rel_err']:+.1f} %"
+        t.add_row(str(r["id"]), str(r["backend"]), str(r["gpu"]), str(r["model"]),
+                  str(r["weights"]), figure, _amount(r["measured"], r["unit"]),
+                  _amount(r["predicted"], r["unit"]), error)
+    return t
+
+
+def _amount(value: Any, unit: Any) -> str:
+    from kvsim.config.units import format_bytes
+
+    if unit == "bytes":
+        return format_bytes(float(value))
+    if unit in ("tokens", "layers"):
+        return f"{float(value):,.0f}"
+    return str(value)
 
 
 def _test(r: dict[str, Any]) -> str:
@@ -139,4 +180,5 @@ def _test(r: dict[str, Any]) -> str:
 def _write_report(v: Validation, path: Path) -> None:
     from kvsim.report.page import write_report
 
-    write_report(path, extra={"validation": v.rows, "title": "kvsim validate"})
+    speed = [r for r in v.rows if r["kind"] != "memory"]  # NOTE: the figure plots tokens/s
+    write_report(path, extra={"validation": speed, "title": "kvsim validate"})

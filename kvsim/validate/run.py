@@ -1,15 +1,20 @@
 """``kvsim validate``: read measurement files, predict every row, summarise the errors.
 
-:func:`read_files` reads each file in whatever layout it is (the three of
+:func:`read_inputs` reads each file in whatever layout it is (the three of
 ``docs/reference/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
 table); a file that cannot be read is a problem line, not the end of the run.
-:func:`validate` predicts each measurement (:mod:`kvsim.validate.predict`) and returns a
+:func:`validate` predicts each speed measurement (:mod:`kvsim.validate.predict`) and each
+start-up memory log (:mod:`kvsim.validate.memlog_predict`) and returns a
 :class:`Validation`: one row per prediction, one per skipped measurement with the
-reason, and the summary per (kind, backend, metric).
+reason, and the summary per (kind, backend, metric) — kind ``memory`` for the memory
+logs, backend the engine, metric ``kv_tokens``, ``kv_bytes``, … or ``startup``.
 
 NOTE: relative error = (predicted − measured) / measured; the summary's ``median`` and
 ``p90`` are of its absolute value, ``median_rel_err`` keeps the sign (negative: kvsim
-predicts too slow).
+predicts too slow, or too little memory).  A ``startup`` row's error is 0 (kvsim agrees
+whether the engine started) or 1 (it does not).
+NOTE: :func:`read_files` (``kvsim calibrate bench``, ``scripts/fit_speed.py``) keeps the
+speed measurements only and lists memory-log rows as skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import SpeedConstants
 from kvsim.validate.llamabench import read_bench
+from kvsim.validate.memlog_predict import memory_rows
+from kvsim.validate.memlogs import MemoryMeasurement
 from kvsim.validate.predict import Setup, predicted_tps, setup_for
 from kvsim.validate.records import Measurement, Skipped
 from kvsim.validate.shared import read_shared_csv
@@ -57,18 +64,24 @@ class Validation:
                 "problems": self.problems}
 
 
-def read_file(path: Path) -> tuple[list[Measurement], list[Skipped]]:
+def read_file(path: Path) -> tuple[list[Measurement | MemoryMeasurement], list[Skipped]]:
     """The measurements in one file (InputError when it is in no known layout)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError("FILE", str(path), f"a readable text file ({exc.__class__.__name__})")
     got = read_shared_csv(text, path.name)
-    return got if got is not None else read_bench(text, origin=path.name)
+    if got is not None:
+        return got
+    meas, skipped = read_bench(text, origin=path.name)
+    return list(meas), skipped
 
 
-def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], list[str]]:
-    meas: list[Measurement] = []
+def read_inputs(paths: list[Path]) -> tuple[list[Measurement | MemoryMeasurement],
+                                            list[Skipped], list[str]]:
+    """Every measurement of every file, skipped rows, and one problem line per file that
+    could not be read."""
+    meas: list[Measurement | MemoryMeasurement] = []
     skipped: list[Skipped] = []
     problems: list[str] = []
     for p in paths:
@@ -82,6 +95,16 @@ def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], lis
     return meas, skipped, problems
 
 
+def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], list[str]]:
+    """The speed measurements of :func:`read_inputs` (module NOTE)."""
+    got, skipped, problems = read_inputs(paths)
+    speed = [m for m in got if isinstance(m, Measurement)]
+    skipped += [Skipped(m.id, "start-up memory figures, not speeds: `kvsim validate` "
+                        "compares them with kvsim's load-time memory layout")
+                for m in got if isinstance(m, MemoryMeasurement)]
+    return speed, skipped, problems
+
+
 def prediction_row(m: Measurement, s: Setup, pred: float) -> dict[str, object]:
     return {"id": m.id, "kind": m.kind, "backend": m.backend, "metric": m.metric,
             "gpu": s.gpu.name, "model": s.model.name, "weights": s.weight_format,
@@ -90,13 +113,18 @@ def prediction_row(m: Measurement, s: Setup, pred: float) -> dict[str, object]:
             "rel_err": (pred - m.value) / m.value}
 
 
-def validate(measurements: list[Measurement], *, gpu: GpuSpec | None = None,
-             model: ModelSpec | None = None,
+def validate(measurements: list[Measurement | MemoryMeasurement], *,
+             gpu: GpuSpec | None = None, model: ModelSpec | None = None,
              constants: SpeedConstants | None = None) -> Validation:
     """Predict every measurement (``gpu``/``model`` replace the names the rows carry;
     ``constants`` the shipped speed constants)."""
     v = Validation()
     for m in measurements:
+        if isinstance(m, MemoryMeasurement):
+            rows, skipped = memory_rows(m, gpu=gpu, model=model)
+            v.rows += rows
+            v.skipped += skipped
+            continue
         s = setup_for(m, gpu=gpu, model=model)
         if isinstance(s, Skipped):
             v.skipped.append(s)

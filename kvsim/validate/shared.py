@@ -6,13 +6,16 @@
   versus KV depth, llama-batched-bench aggregates versus parallel sequences, and
   single-stream prompt-eval / generation speeds; link-bandwidth rows are not speeds
   of a model and are listed as skipped;
-- ``engine-memory-logs.csv``: start-up memory figures: kvsim validate predicts speed,
-  so each row is listed as skipped, pointing at ``kvsim fit``.
+- ``engine-memory-logs.csv``: start-up memory figures, one
+  :class:`~kvsim.validate.memlogs.MemoryMeasurement` per row (read by
+  :mod:`kvsim.validate.memlogs`, compared with kvsim's load-time memory layout by
+  :mod:`kvsim.validate.memlog_predict`).
 
 A caller must know: values "as printed" may carry "(rounded)" or "(inferred)"
 qualifiers; the number is read and the qualifier kept in ``extra``.
 
-NOTE: every row ends up as a Measurement or a Skipped with the row id and the reason.
+NOTE: every row ends up as a Measurement (a MemoryMeasurement) or a Skipped with the row
+id and the reason.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import io
 import re
 
 from kvsim.errors import InputError
+from kvsim.validate.memlogs import MemoryMeasurement, read_memory_rows
 from kvsim.validate.records import Measurement, Skipped
 
 SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
@@ -158,14 +162,13 @@ def read_speed_vs_load(rows: list[dict[str, str]], origin: str) -> tuple[list[Me
     return meas, skipped
 
 
-def read_memory_logs(rows: list[dict[str, str]], origin: str) -> tuple[list[Measurement],
-                                                                       list[Skipped]]:
-    return [], [Skipped(r.get("id") or origin, "start-up memory figures, not speeds: compare "
-                        "them with `kvsim fit` (the engine's printed KV and buffer lines)")
-                for r in rows]
+def read_memory_logs(rows: list[dict[str, str]], origin: str
+                     ) -> tuple[list[MemoryMeasurement], list[Skipped]]:
+    return read_memory_rows(rows, origin), []
 
 
-def read_shared_csv(text: str, origin: str) -> tuple[list[Measurement], list[Skipped]] | None:
+def read_shared_csv(text: str, origin: str
+                    ) -> tuple[list[Measurement | MemoryMeasurement], list[Skipped]] | None:
     """Measurements of a file in one of the three layouts; None when it is none of them."""
     reader = csv.DictReader(io.StringIO(text))
     kind = layout(list(reader.fieldnames or []))
@@ -176,8 +179,8 @@ def read_shared_csv(text: str, origin: str) -> tuple[list[Measurement], list[Ski
         raise InputError(origin, "no rows", f"a {kind} CSV with at least one row")
     fn = {"scoreboard": read_scoreboard, "speed-vs-load": read_speed_vs_load,
           "memory-logs": read_memory_logs}[kind]
-    meas, skipped = fn(rows, origin)
+    meas, skipped = fn(rows, origin)  # type: ignore[operator]
     unknown = [c for c in reader.fieldnames or [] if c not in KNOWN[kind]]
     skipped += [Skipped(f"{origin}:column {c}", f"unknown column {c!r} of a {kind} CSV, not "
                         f"read (known: {', '.join(sorted(KNOWN[kind]))})") for c in unknown]
-    return meas, skipped
+    return list(meas), skipped

@@ -1,0 +1,254 @@
+"""kvsim's load-time memory layout beside what an engine printed at start-up.
+
+:func:`memory_rows` builds the engine config the row ran as ``kvsim fit`` builds one (a
+preset with the row's knobs, resolved on its GPU and model by
+:func:`kvsim.engines.resolve.engine_for_gpu`), asks
+:func:`kvsim.engines.budget.memory_budget` for the layout (the box's other GPUs as
+``more_gpus``) and returns one row per printed figure (the metrics of
+:mod:`kvsim.validate.memlogs`) and one for the start-up outcome, or the reasons it cannot.
+
+NOTE: relative error = (predicted − measured) / measured, as for speeds.  A ``startup`` row
+has measured and predicted "ok" / "failed" and ``rel_err`` 0 when they agree, 1 when they
+do not (a start-up the engine refused that kvsim lays out is a miss, and so is the
+reverse), so its summary's median and p90 are 0 or 1 and the mean is the miss rate.
+NOTE: several GPUs are not refused here: whatever kvsim refuses (an engine that does not
+lay out several GPUs yet, knobs that disagree with the box) is the skipped row's reason,
+in kvsim's own words, so rows start to run as the engines learn to.  vLLM and SGLang
+print their byte figures for rank 0: with ``devices`` filled they are compared with the
+first GPU's part; llama.cpp's breakdown names each device.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.engines import engine_for, registered_engines
+from kvsim.engines.budget import engine_with, memory_budget
+from kvsim.engines.memory import MemoryBudget
+from kvsim.engines.resolve import engine_for_gpu
+from kvsim.errors import InputError
+from kvsim.validate.memlog_text import Figure
+from kvsim.validate.memlogs import MemoryMeasurement
+from kvsim.validate.records import Skipped
+
+_PAGED = {  # the row's knob -> kvsim's PagedEngineConfig key
+    "max_model_len": "context_tokens", "context_length": "context_tokens",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "mem_fraction_static": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "chunked_prefill_size": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
+    "max_running_requests": "max_num_seqs", "max_total_tokens": "max_total_tokens",
+    "block_size": "block_tokens", "page_size": "block_tokens",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "kv_cache_memory": "kv_cache_memory_bytes",
+}
+_SLOT = {  # the same for llama.cpp / Ollama's SlotEngineConfig
+    "ctx_size": "context_tokens", "context": "context_tokens", "num_ctx": "context_tokens",
+    "parallel": "parallel", "cache_type_k": "cache_type_k", "cache_type_v": "cache_type_v",
+    "n_gpu_layers": "gpu_layers", "num_gpu": "gpu_layers", "split_mode": "split_mode",
+    "batch_size": "n_batch", "ubatch_size": "n_ubatch", "flash_attn": "flash_attn",
+}
+_READ_ONLY = {"fit", "enable_chunked_prefill", "kv_unified", "layers_requested", "n_ctx_seq"}
+"""Knobs read into other keys (or that change nothing kvsim lays out)."""
+_BYTES = re.compile(r"_bytes$")
+
+
+def _slot_runner_spec(s: dict[str, Any], knobs: dict[str, object]) -> None:
+    """An engine counting one slot's context (Ollama) starts its runner with ``ctx-size``
+    = num_ctx × parallel, and ``n-gpu-layers`` is the placement it chose (compared as
+    ``ollama_layers_offload``), not a knob; ``layers.requested`` is the user's."""
+    s.pop("gpu_layers", None)
+    if "ctx_size" in knobs and "num_ctx" not in knobs and "context" not in knobs:
+        s["context_tokens"] = int(str(knobs["ctx_size"])) // int(str(knobs.get("parallel") or 1))
+    requested = knobs.get("layers_requested")
+    if isinstance(requested, int) and requested >= 0:
+        s["gpu_layers"] = requested
+
+
+def _pool_spec(s: dict[str, Any], knobs: dict[str, object]) -> None:
+    """An engine whose ``-c`` is all slots' cells (llama-server): ``n_ctx_seq`` is the pool
+    when no ``-c`` is shown (one unified pool), and an explicit ``-np`` without ``-kvu``
+    gives per-slot streams (docs/reference/engines.md §3.1)."""
+    if "context_tokens" not in s and knobs.get("n_ctx_seq"):
+        s["context_tokens"] = knobs["n_ctx_seq"]
+    if (unified := knobs.get("kv_unified")) is not None:
+        s["allocator"] = "unified" if unified else "slots"
+    elif "parallel" in s:
+        s["allocator"] = "slots"
+
+
+def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
+    """The preset and knobs the row ran with (as ``kvsim fit`` passes them), and notes on
+    what kvsim does not take from it."""
+    traits = engine_for(m.engine)
+    paged = not traits.slot_family
+    table = _PAGED if paged else _SLOT
+    s: dict[str, Any] = {"preset": m.engine}
+    unmodelled = [k for k in m.settings if k not in table and k not in _READ_ONLY
+                  and k not in ("kv_cache_dtype", "enforce_eager")]
+    s.update({table[k]: v for k, v in m.settings.items() if k in table and v is not None})
+    if (dtype := m.settings.get("kv_cache_dtype")) and dtype != "auto":
+        s["cache_type_k"] = s["cache_type_v"] = dtype
+    if paged and m.settings.get("enforce_eager"):
+        s["cuda_graph_bytes"] = 0  # --enforce-eager captures no CUDA graphs
+    notes = [f"settings kvsim does not model: {', '.join(unmodelled)}"] if unmodelled else []
+    if traits.context_scope == "pool":
+        _pool_spec(s, m.settings)
+    if traits.context_scope == "slot":
+        _slot_runner_spec(s, m.settings)
+    if "ollama_version" in traits.settings:
+        if v := re.search(r"\b(\d+\.\d+\.\d+)\b", m.engine_version or ""):
+            s["ollama_version"] = v.group(1)
+        else:
+            notes.append("release not shown: kvsim follows the newest release it knows")
+    if re.search(r"\bV0\b", m.engine_version):  # only vLLM had a V0 engine
+        notes.append("a vLLM V0 log: kvsim lays vLLM out as V1 does")
+    return s, notes
+
+
+def _devices(m: MemoryMeasurement, gpu: GpuSpec | None) -> tuple[GpuSpec, ...] | None:
+    """The GPUs the engine ran on: the box (``gpu`` × the devices the row names, when
+    given), or its first tensor × pipeline ranks."""
+    box = tuple(load_gpu(s) for s in m.gpus) if gpu is None else (gpu,) * max(1, m.gpu_count)
+    if not box:
+        return None
+    ranks = 1
+    for knob in ("tensor_parallel_size", "pipeline_parallel_size"):
+        ranks *= int(m.settings.get(knob) or 1)
+    paged = not engine_for(m.engine).slot_family
+    return box[:ranks] if paged and 1 < ranks < len(box) else box
+
+
+def _why_not(m: MemoryMeasurement, gpu: GpuSpec | None, model: ModelSpec | None) -> str:
+    if not m.engine:
+        return (f"engine {m.engine_as_printed!r}: kvsim lays out "
+                f"{', '.join(registered_engines())}")
+    why = [w for w, given in ((m.model_reason, model), (m.gpu_reason, gpu)) if w and given is None]
+    unshown = model is None and m.model_reason == "model not shown in the log"
+    if m.weights is None and not (unshown and m.weights_reason.endswith("not shown in the log")):
+        why.append(m.weights_reason or "weights format not shown in the log")
+    return "; ".join(why)
+
+
+def layout_of(m: MemoryMeasurement, gpu: GpuSpec | None = None,
+              model: ModelSpec | None = None
+              ) -> tuple[MemoryBudget, tuple[GpuSpec, ...], ModelSpec, list[str]] | Skipped:
+    """kvsim's layout of the row's start-up (``gpu`` / ``model`` replace its names), with
+    the devices, the model and notes; or why it cannot be predicted."""
+    if why := _why_not(m, gpu, model):
+        return Skipped(m.id, why)
+    gpus = _devices(m, gpu)
+    assert gpus is not None and m.weights is not None
+    mod = model if model is not None else load_model(str(m.model))
+    spec, notes = engine_spec(m)
+    try:
+        cfg = engine_for_gpu(spec, gpus[0], mod, weights=m.weights, n_gpus=len(gpus))
+        engine_for(cfg.preset).check_gpus(cfg, len(gpus))
+        b = memory_budget(gpus[0], mod, m.weights, cfg, more_gpus=gpus[1:])
+    except InputError as exc:
+        return Skipped(m.id, f"kvsim cannot lay this start-up out: {exc.one_line()}")
+    return b, gpus, mod, notes
+
+
+def _full_estimate(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], mod: ModelSpec) -> Any:
+    """Ollama's estimate with every layer on the GPU (its memory.required.full / .kv)."""
+    spec, _ = engine_spec(m)
+    cfg = engine_for_gpu(spec, gpus[0], mod, weights=m.weights, n_gpus=len(gpus))
+    full = engine_with(cfg, gpu_layers=mod.num_layers)
+    return None if full is None else memory_budget(gpus[0], mod, str(m.weights), full).estimate
+
+
+def _device_part(f: Figure, b: MemoryBudget, paged: bool) -> tuple[Any, str]:
+    """(the GPU's DeviceShare or None for the whole layout, why not comparable)."""
+    index = int(re.sub(r"\D", "", f.device) or 0) if f.device else None
+    if b.devices:
+        if index is None and paged and _BYTES.search(f.metric):
+            index = 0  # NOTE: module docstring (rank 0's figures)
+        if index is not None and index >= len(b.devices):
+            return None, f"device {f.device}: kvsim laid out {len(b.devices)} GPUs"
+        return (b.devices[index] if index is not None else None), ""
+    if index:
+        return None, f"device {f.device}: kvsim laid out one GPU"
+    return None, ""
+
+
+def predicted(f: Figure, b: MemoryBudget, full_est: Any, paged: bool
+              ) -> tuple[float | None, str]:
+    """kvsim's value of figure ``f`` (None, why: it has none to compare)."""
+    part, why = _device_part(f, b, paged)
+    if why:
+        return None, why
+    est, L = b.estimate, b.num_layers
+    if f.metric.startswith("ollama_"):
+        if est is None:
+            return None, (f"{f.metric}: kvsim's Ollama release places layers with llama-server "
+                          "--fit (no memory.required estimate)")
+        value = {"ollama_required_partial_bytes": est.total_bytes,
+                 "ollama_layers_offload": est.gpu_layers + (est.gpu_layers == L),
+                 "ollama_required_full_bytes": full_est and full_est.total_bytes,
+                 "ollama_required_kv_bytes": full_est and full_est.kv_bytes}[f.metric]
+        return (None, f"{f.metric}: no full-offload estimate") if value is None \
+            else (float(value), "")
+    whole = {"kv_tokens": b.kv_pool_tokens, "kv_bytes": b.kv_reserved_bytes,
+             "kv_needed_bytes": b.kv_needed_bytes, "weights_bytes": b.weights_gpu_bytes,
+             "max_model_len_fit": b.extra.get("max_model_len_fit"),
+             "compute_bytes": b.activation_bytes, "device_bytes": b.device_bytes,
+             "used_bytes": b.total_bytes}
+    if part is not None and f.metric in ("kv_bytes", "weights_bytes", "compute_bytes",
+                                         "device_bytes", "used_bytes"):
+        whole = {"kv_bytes": part.kv_bytes, "weights_bytes": part.weights_bytes,
+                 "compute_bytes": part.compute_bytes, "device_bytes": part.device_bytes,
+                 "used_bytes": part.total_bytes}
+    value = whole.get(f.metric)
+    return (None, f"{f.metric}: kvsim's layout has no such figure") if value is None \
+        else (float(value), "")
+
+
+def _row(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], mod: ModelSpec, metric: str,
+         device: str, measured: Any, pred: Any, rel: float, notes: list[str],
+         **extra: Any) -> dict[str, object]:
+    names = [g.name for g in gpus]
+    label = names[0] if len(names) == 1 else f"{len(names)}x {names[0]}" \
+        if len(set(names)) == 1 else "+".join(names)
+    unit = "outcome" if metric == "startup" else "bytes" if _BYTES.search(metric) else \
+        "layers" if metric == "ollama_layers_offload" else "tokens"
+    return {"id": m.id, "kind": "memory", "backend": m.backend, "metric": metric,
+            "device": device, "gpu": label, "model": mod.name, "weights": m.weights,
+            "engine_version": m.engine_version, "measured": measured, "predicted": pred,
+            "unit": unit, "rel_err": rel, "notes": notes, **extra}
+
+
+def memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None = None,
+                model: ModelSpec | None = None) -> tuple[list[dict[str, object]],
+                                                         list[Skipped]]:
+    """One row per printed figure and the start-up outcome, and the figures (or the whole
+    row) kvsim cannot compare, each with the reason."""
+    got = layout_of(m, gpu, model)
+    if isinstance(got, Skipped):
+        return [], [got]
+    b, gpus, mod, notes = got
+    paged = not engine_for(m.engine).slot_family
+    full = _full_estimate(m, gpus, mod) if b.estimate is not None else None
+    rows: list[dict[str, object]] = []
+    skipped = [Skipped(f"{m.id}:printed_figures", why) for why in m.unread]
+    for f in m.figures:
+        key = f"{m.id}:{f.metric}" + (f"@{f.device}" if f.device else "")
+        pred, why = predicted(f, b, full, paged)
+        if pred is None or not f.value:
+            skipped.append(Skipped(key, why or f"{f.metric}: printed 0, no relative error"))
+            continue
+        rows.append(_row(m, gpus, mod, f.metric, f.device, f.value, pred,
+                         (pred - f.value) / f.value, notes, as_printed=f.as_printed))
+    if m.startup is not None:
+        said = "ok" if b.fits else "failed"
+        rows.append(_row(m, gpus, mod, "startup", "", m.startup, said,
+                         0.0 if said == m.startup else 1.0, notes, failure=b.failure))
+    if not rows and not skipped:
+        skipped.append(Skipped(m.id, "no figure kvsim compares was printed "
+                               "and the start-up outcome is not stated"))
+    return rows, skipped

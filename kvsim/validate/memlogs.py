@@ -1,0 +1,200 @@
+"""Start-up memory logs (``engine-memory-logs.csv``) as values kvsim's load-time memory
+model can be compared with.
+
+:func:`read_memory_rows` turns each row into a :class:`MemoryMeasurement`: the engine
+(one of kvsim's presets, and whether the build is stock), the devices and model resolved
+against the catalogue (:mod:`kvsim.config.gpu_names`, :mod:`kvsim.model.names`) or the
+reason they are not, the weights format, the engine knobs of ``settings`` and the printed
+figures (:mod:`kvsim.validate.memlog_text`, whose docstring says how units are read), and
+the start-up outcome the notes state.  :mod:`kvsim.validate.memlog_predict` predicts it.
+
+Metrics (what the engine printed → what kvsim's :class:`~kvsim.engines.memory.MemoryBudget`
+says):
+
+- ``kv_tokens``: vLLM "GPU KV cache size" / "maximum number of tokens that can be stored
+  in KV cache" / "GPU blocks" × block size, SGLang ``max_total_num_tokens`` / ``#tokens``
+  → ``kv_pool_tokens``;
+- ``kv_bytes``: vLLM ``kv_cache_size`` / "Available KV cache memory", SGLang K + V size,
+  llama.cpp's breakdown ``context`` → ``kv_reserved_bytes``; ``kv_needed_bytes``: vLLM
+  "KV cache needed" (one max_model_len request); ``max_model_len_fit``: vLLM "estimated
+  maximum model length";
+- ``weights_bytes``, ``compute_bytes`` (vLLM's peak activation, llama.cpp's compute
+  buffers), ``device_bytes`` (vLLM ``total_gpu_memory``, llama.cpp ``total``), ``used_bytes``
+  (device memory in use after loading, as a user read it) → ``weights_gpu_bytes``,
+  ``activation_bytes``, ``device_bytes``, ``total_bytes``;
+- ``ollama_required_full_bytes`` / ``_partial_bytes`` / ``_kv_bytes``, ``ollama_layers_offload``
+  → Ollama's estimate (``MemoryBudget.estimate``);
+- ``startup``: "Startup OK" / "Startup FAILED" in the notes (or ``status=OK``) →
+  ``MemoryBudget.fits``.
+
+NOTE: a row is never dropped: what cannot be resolved is kept as a reason
+(``gpu_reason``, ``model_reason``, ``weights_reason``) and the prediction turns it into a
+:class:`~kvsim.validate.records.Skipped`; names given on the command line (``--gpu``,
+``--model``) replace unresolved ones there.
+NOTE: an unstated weights format "ollama default quant" is Q4_K_M (the Ollama library's
+default tag for its models), "unquantized 16-bit" is bf16 (vLLM's ``dtype auto`` on the
+bf16 checkpoints these rows serve; f16 has the same bytes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kvsim.config.catalog import list_names
+from kvsim.config.gpu_names import resolve_gpu
+from kvsim.engines import engine_for, registered_engines
+from kvsim.engines.resolve import resolve_engine
+from kvsim.errors import InputError, closest_names
+from kvsim.model.names import resolve_model
+from kvsim.validate.memlog_text import Figure, read_figures, read_settings
+
+_NOT_SHOWN = re.compile(r"^\s*(?:not (?:shown|seen|stated|printed)|n/?a\b|unknown\b)",
+                        re.IGNORECASE)
+_NOT_STOCK = re.compile(r"fork|branch|omni|patch|lm studio", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MemoryMeasurement:
+    """One engine start-up as a user posted it (module docstring)."""
+
+    id: str
+    engine: str                     # a kvsim engine preset, "" when it is none of them
+    engine_as_printed: str
+    stock: bool                     # False: a fork, a PR branch, a patched stack, LM Studio
+    engine_version: str
+    gpu_as_printed: str
+    gpus: tuple[str, ...]           # one catalogue slug per device; () when not resolved
+    gpu_reason: str                 # why ``gpus`` is empty ("" when resolved)
+    gpu_count: int                  # devices the GPU text names, resolved or not (0: none)
+    model_as_printed: str
+    model: str | None               # catalogue slug
+    model_reason: str
+    weights: str | None             # kvsim weight format (kvsim.model.weights)
+    weights_reason: str
+    figures: tuple[Figure, ...]
+    startup: str | None = None      # "ok" / "failed" as the notes say; None: not stated
+    remarks: tuple[str, ...] = ()   # settings that set no knob kvsim reads
+    unread: tuple[str, ...] = ()    # printed figures that could not be taken as numbers
+    source: str = ""
+    notes: str = ""
+    settings: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def backend(self) -> str:
+        """The summary's grouping: the engine, set apart when its build is not stock."""
+        return self.engine if self.stock else f"{self.engine or self.engine_as_printed} " \
+            "(fork/patched)"
+
+
+def engine_name(text: str) -> str:
+    """kvsim's preset for an engine as the CSV names it ("llama.cpp (llama-server)",
+    "sglang-omni (SGLang-based)"); "" when it is none of kvsim's engines."""
+    low = (text or "").strip().lower()
+    return next((e for e in registered_engines() if low.startswith(e)), "")
+
+
+def _figures(text: str, rid: str, engine: str, settings: dict[str, object]
+             ) -> tuple[tuple[Figure, ...], tuple[str, ...]]:
+    """The printed figures as the engine prints them: a paged engine (vLLM, SGLang) writes
+    GB for GiB and counts blocks of its preset's size (or the row's ``block_size``); an
+    engine following Ollama's releases prints its placement as "offloaded N/M layers"."""
+    traits = engine_for(engine) if engine else None
+    paged = traits is not None and not traits.slot_family
+    block = settings.get("block_size") or settings.get("page_size") or \
+        (resolve_engine(engine).block_tokens if paged else 1)  # type: ignore[union-attr]
+    return read_figures(text, rid, gb_is_gib=paged, block=int(str(block)),
+                        ollama_layers=traits is not None and "ollama_version" in traits.settings)
+
+
+def gpus_named(text: str) -> tuple[tuple[str, ...], str, int]:
+    """(one slug per device, "", count) or ((), why, count): "2x NVIDIA GeForce RTX 3090"
+    → two rtx-3090; ``count``: the devices the text names, even when unresolved."""
+    if _NOT_SHOWN.match(text or ""):
+        return (), "GPU not named in the log", 0
+    g = resolve_gpu(text)
+    if g.slug is not None:
+        return (g.slug,) * max(1, g.count), "", max(1, g.count)
+    if g.count == 0 or "no device model named" in g.reason:
+        return (), f"GPU not named ({text!r} names no device model)", g.count
+    return (), g.reason, g.count
+
+
+def _short_name(text: str) -> str:
+    """The part of a model cell most like a catalogue name: its GGUF file, else its
+    last word with a digit ("unsloth/gemma-4-31B-it-GGUF gemma-4-31B-it-IQ4_XS.gguf +
+    BF16 mmproj" → "gemma-4-31b-it-iq4_xs")."""
+    words = re.sub(r"\(.*?\)", " ", text).split() or [text]
+    word = next((w for w in words if w.lower().endswith(".gguf")), None) or \
+        next((w for w in reversed(words) if re.search(r"\d", w)), words[-1])
+    return re.sub(r"\.gguf$", "", word.rsplit("/", 1)[-1], flags=re.IGNORECASE).lower()
+
+
+def model_named(text: str) -> tuple[str | None, str | None, str]:
+    """(catalogue slug, the weight format the name states, why not: "" when resolved)."""
+    if _NOT_SHOWN.match(text or ""):
+        return None, None, "model not shown in the log"
+    m = resolve_model(text)
+    if m.slug is not None:
+        return m.slug, m.weight_format, ""
+    if m.reason.startswith("unknown"):
+        close = ", ".join(closest_names(_short_name(text), list_names("models")))
+        return None, m.weight_format, f"model {text!r} not in the catalogue (closest: {close})"
+    return None, m.weight_format, m.reason
+
+
+def weights_named(text: str, from_model: str | None) -> tuple[str | None, str]:
+    """(kvsim weight format, why not) of the ``weight_format`` cell (module NOTE), else
+    the one the model's name states."""
+    low = (text or "").lower()
+    if "ollama default quant" in low:
+        return "q4_k_m", ""
+    stated = resolve_model(text or "")
+    said = re.search(r"names format '([^']+)'", stated.reason)
+    if stated.weight_format:
+        return stated.weight_format, ""
+    if said:
+        return None, f"weights format {text!r}: {said.group(1)}, which kvsim does not model"
+    if re.search(r"unquantized|16-bit|\bbf16\b|bfloat16", low):
+        return "bf16", ""
+    if from_model:
+        return from_model, ""
+    if not low or _NOT_SHOWN.match(low):
+        return None, "weights format not shown in the log"
+    return None, f"weights format {text!r}: not one kvsim models"
+
+
+def startup_outcome(notes: str, printed: str) -> str | None:
+    """"ok" / "failed" where the notes say "Startup OK|FAILED" (or a figure status=OK)."""
+    m = re.search(r"\bstartup\s+(ok|failed)\b", notes or "", re.IGNORECASE) or \
+        re.search(r"\bstatus\s*=\s*(ok|failed)\b", printed or "", re.IGNORECASE)
+    return m.group(1).lower() if m else None
+
+
+def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
+    """One CSV row (InputError naming ``<id>.<column>.<key>`` for a bad number)."""
+    rid = (row.get("id") or "").strip() or origin
+    engine = engine_name(row.get("engine", ""))
+    settings, remarks = read_settings(row.get("settings", ""), rid)
+    figures, unread = _figures(row.get("printed_figures", ""), rid, engine, settings)
+    gpus, gpu_reason, gpu_count = gpus_named(row.get("gpu", ""))
+    model, fmt, model_reason = model_named(row.get("model", ""))
+    weights, weights_reason = weights_named(row.get("weight_format", ""), fmt)
+    notes = row.get("notes", "") or ""
+    stock = not (_NOT_STOCK.search(row.get("engine", "")) or
+                 re.search(r"out-of-tree patch|\bfork\b", notes, re.IGNORECASE))
+    return MemoryMeasurement(
+        id=rid, engine=engine, engine_as_printed=row.get("engine", ""), stock=stock,
+        engine_version=row.get("engine_version", ""), gpu_as_printed=row.get("gpu", ""),
+        gpus=gpus, gpu_reason=gpu_reason, gpu_count=gpu_count, model_as_printed=row.get("model", ""),
+        model=model, model_reason=model_reason, weights=weights,
+        weights_reason=weights_reason, figures=figures,
+        startup=startup_outcome(notes, row.get("printed_figures", "")), remarks=remarks,
+        unread=unread, source=row.get("source", ""), notes=notes, settings=settings)
+
+
+def read_memory_rows(rows: list[dict[str, str]], origin: str) -> list[MemoryMeasurement]:
+    """Every row of an engine-memory-logs CSV (InputError for none, or a bad number)."""
+    if not rows:
+        raise InputError(origin, "no rows", "an engine-memory-logs CSV with at least one row")
+    return [read_memory_row(r, origin) for r in rows]
