@@ -37,6 +37,9 @@ Version = tuple[int, int, int]
 VLLM_LATEST = "0.24.0"
 """The newest release a published start-up log names (vllm-011 in
 ../shared/measurements/engine-memory-logs.csv); the default ``engine.version``."""
+VLLM_LAST_V0 = "0.7.3"
+"""The last release whose default engine was V0 (V1 became the default in 0.8.0): what a
+log in V0's format, release not shown, is laid out as."""
 LARGE_GPU_BYTES = 70 * 2**30
 """§1.4: from this much memory (A100s aside) V1's default batch budget is larger."""
 V0_LONG_CONTEXT_TOKENS = 32768

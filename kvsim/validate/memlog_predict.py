@@ -29,6 +29,7 @@ from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.budget import engine_with, memory_budget
 from kvsim.engines.memory import MemoryBudget
 from kvsim.engines.resolve import engine_for_gpu
+from kvsim.engines.vllm_releases import VLLM_LAST_V0
 from kvsim.errors import InputError
 from kvsim.validate.memlog_text import Figure
 from kvsim.validate.memlogs import MemoryMeasurement
@@ -106,9 +107,23 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
             s["ollama_version"] = v.group(1)
         else:
             notes.append("release not shown: kvsim follows the newest release it knows")
-    if re.search(r"\bV0\b", m.engine_version):  # only vLLM had a V0 engine
-        notes.append("a vLLM V0 log: kvsim lays vLLM out as V1 does")
+    if "vllm_version" in traits.settings:
+        _vllm_release(s, m.engine_version, notes)
     return s, notes
+
+
+def _vllm_release(s: dict[str, Any], text: str, notes: list[str]) -> None:
+    """The vLLM release a row names (``0.19.x`` → 0.19.0), or the last release of the
+    engine generation its log format shows (``V0-era`` → :data:`VLLM_LAST_V0`); neither,
+    the newest (kvsim.engines.vllm_releases)."""
+    if v := re.search(r"\b(\d+\.\d+(?:\.\d+)?)", text or ""):
+        s["version"] = v.group(1)
+    elif re.search(r"\bV0\b", text or ""):
+        s["version"] = VLLM_LAST_V0
+        notes.append(f"a V0 log: laid out as vLLM {VLLM_LAST_V0}, the last release whose "
+                     "default engine was V0")
+    else:
+        notes.append("release not shown: kvsim follows the newest release it knows")
 
 
 def _devices(m: MemoryMeasurement, gpu: GpuSpec | None) -> tuple[GpuSpec, ...] | None:

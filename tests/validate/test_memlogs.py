@@ -59,15 +59,18 @@ def test_vllm_001_blocks_times_block_size_beside_kvsims_pool():
     rows, skipped = memory_rows(m)
     assert skipped == []
     by = {r["metric"]: r for r in rows}
-    # kvsim's prediction: the layout `kvsim fit` gives for the same knobs
+    # kvsim's prediction: the layout `kvsim fit --vllm-version 0.7.3` gives for the same
+    # knobs (a V0-format log, release not shown: the last release whose default was V0)
     g, mod = load_gpu("rtx-3090"), load_model("llama-3.1-8b")
-    cfg = engine_for_gpu({"preset": "vllm", "context_tokens": 20000,
+    cfg = engine_for_gpu({"preset": "vllm", "context_tokens": 20000, "version": "0.7.3",
                           "gpu_memory_utilization": 0.9}, g, mod, weights="bf16")
     b = memory_budget(g, mod, "bf16", cfg)
     kv = by["kv_tokens"]
     assert (kv["measured"], kv["predicted"], kv["kind"], kv["backend"]) == (
         31232, b.kv_pool_tokens, "memory", "vllm")
     assert kv["rel_err"] == pytest.approx((b.kv_pool_tokens - 31232) / 31232)
+    # V0 profiles one whole max_model_len: within 2 % of the 1,952 blocks it printed
+    assert b.kv_pool_tokens == 31568 and abs(kv["rel_err"]) < 0.02
     assert by["kv_bytes"]["predicted"] == b.kv_reserved_bytes
     assert by["weights_bytes"]["predicted"] == b.weights_gpu_bytes
     assert by["startup"]["measured"] == "ok"
