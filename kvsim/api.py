@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kvsim.config.gpu_set import gpu_set_label
 from kvsim.core.build import PoolSizing, check_loads, check_pool, make_scheduler
 from kvsim.core.engine import Engine
 from kvsim.core.step import Scheduler, StepHook
@@ -15,7 +16,7 @@ from kvsim.latency.factory import make_latency_model
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
 from kvsim.metrics.results import Results, references_frame, tables_from
-from kvsim.metrics.summary import session_outcomes, summarize
+from kvsim.metrics.summary import device_peaks, session_outcomes, summarize
 from kvsim.scenario import Scenario, scenario_hash
 from kvsim.workload.schema import Session
 
@@ -29,7 +30,7 @@ def scenario_budget(scenario: Scenario) -> Any:
                            display_reserve_bytes=scenario.display_reserve_bytes,
                            more_gpus=tuple(scenario.gpus[1:]))
     check_host_memory(budget, scenario.host, scenario.engine.context_tokens)
-    check_loads(budget, scenario.gpu.name, scenario.model.name)
+    check_loads(budget, gpu_set_label([g.name for g in scenario.gpus]), scenario.model.name)
     return budget
 
 
@@ -135,6 +136,7 @@ def _summary(tables: dict[str, Any], sizing: PoolSizing, scheduler: Scheduler,
                         evictions=scheduler.evictions, sim_time_s=end_s,
                         decode_spread=latency.decode_spread,
                         prefill_spread=latency.prefill_spread)
+    summary.update(device_peaks(summary["peak_kv_reserved_bytes"], sizing.devices))
     summary["latency_model"] = latency.provenance
     summary.update(session_outcomes(tables["events"]))
     mem = tables["memory"]

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.cli._fit_box import device_rows
 from kvsim.config.units import format_bytes
 
 
@@ -128,6 +129,8 @@ def as_json(b: Any, z: Sizes, verdict: str, notes: list[str]) -> str:
         "blocks_per_request": b.blocks_per_request,
         "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
         "estimate": None if b.estimate is None else dict(b.estimate.__dict__),
+        "split": b.split, "tensor_parallel": b.tensor_parallel,
+        "pipeline_parallel": b.pipeline_parallel, "devices": device_rows(b),
     }
     return json.dumps(doc, indent=2)
 
@@ -153,6 +156,8 @@ def print_table(b: Any, title: str, z: Sizes, verdict: str, notes: list[str]) ->
                       format_bytes(b.weights_cpu_bytes))
         table.add_row("KV on CPU (host RAM)", str(b.kv_cpu_bytes), format_bytes(b.kv_cpu_bytes))
     console.print(table)
+    if b.devices:
+        console.print(_device_table(b))
     console.print(f"KV bytes per token: {_kv_rate_words(b)}  ·  pool {b.kv_pool_tokens} "
                   f"tokens  ·  per sequence {b.slot_tokens} tokens", highlight=False)
     console.print(z.allocator, highlight=False)
@@ -168,6 +173,25 @@ def print_table(b: Any, title: str, z: Sizes, verdict: str, notes: list[str]) ->
         console.print(f"  note: {n}", highlight=False)
     console.print(f"[bold]{verdict}[/bold]", highlight=False)
     _print_sizes(console, b, z)
+
+
+def _device_table(b: Any) -> Any:
+    """Each GPU's part of a several-GPU layout (the planning line holds per GPU)."""
+    from rich.table import Table
+    table = Table(title="per GPU (the fullest one binds the 85% line)", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("GPU", no_wrap=True)
+    for col in ("layers", "weights", "KV", "compute", "overhead", "total", "of device"):
+        table.add_column(col, justify="right")
+    mark = not all(d.holds_output for d in b.devices)   # NOTE: tensor ranks all hold it
+    for d in b.devices:
+        share = "" if d.weight_fraction == 1 else f" x {d.weight_fraction:.2g}"
+        table.add_row(str(d.index), d.gpu + (" +head" if mark and d.holds_output else ""),
+                      f"{d.layers}{share}", format_bytes(d.weights_bytes),
+                      format_bytes(d.kv_bytes), format_bytes(d.compute_bytes),
+                      format_bytes(d.overhead_bytes), format_bytes(d.total_bytes),
+                      f"{d.fraction:.1%}")
+    return table
 
 
 def _print_sizes(console: Any, b: Any, z: Sizes) -> None:

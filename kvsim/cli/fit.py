@@ -27,17 +27,18 @@ from typing import Any
 
 import click
 
+from kvsim.cli._fit_box import BOX_FLAGS, GPU_HELP, box_knobs, box_options, load_box
 from kvsim.cli._fit_output import as_json as _as_json
 from kvsim.cli._fit_output import print_table as _print_table
 from kvsim.cli._fit_output import sizes as _sizes
 from kvsim.cli._fit_output import verdict as _verdict
 from kvsim.config.catalog import (
     check_host_matches,
-    load_gpu,
     load_host,
     load_model,
     unified_host,
 )
+from kvsim.config.gpu_set import gpu_set_display
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.engines import engine_for, registered_engines
 from kvsim.errors import InputError, unknown_name
@@ -86,6 +87,7 @@ ENGINE_ONLY_FLAGS: dict[str, tuple[str, str]] = {
     "hybrid_kv": ("--hybrid-kv", "a hybrid KV cache manager"),
     "ollama_version": ("--ollama-version", "releases with their own defaults"),
     "vllm_version": ("--vllm-version", "releases with their own start-up arithmetic"),
+    **BOX_FLAGS,
 }
 
 
@@ -94,7 +96,8 @@ FIELD_FLAGS = {"engine.context_tokens": "--context", "engine.parallel": "--paral
                "engine.version": "--vllm-version",
                "engine.gpu_memory_utilization": "--gpu-util",
                "engine.gpu_layers": "--gpu-layers", "engine.cache_type_k": "--kv-k",
-               "engine.cache_type_v": "--kv-v"}
+               "engine.cache_type_v": "--kv-v",
+               **{f"engine.{k}": flag for k, (flag, _) in BOX_FLAGS.items()}}
 """Engine fields a scenario error names → the fit flag that set them."""
 
 
@@ -177,6 +180,16 @@ def _check_kv_types(engine: str, *flag_types: tuple[str, str | None]) -> None:
                              + ", ".join(supported))
 
 
+def _split_words(b: Any) -> str:
+    """`` (tensor parallel 2)``-style words for a several-GPU layout; "" for one GPU."""
+    if not b.devices:
+        return ""
+    words = {"tensor": f"tensor parallel {b.tensor_parallel}",
+             "pipeline": f"pipeline parallel {b.pipeline_parallel}",
+             "tensor+pipeline": f"tensor {b.tensor_parallel} x pipeline {b.pipeline_parallel}"}
+    return f" ({words.get(b.split, f'split mode {b.split}')})"
+
+
 def _fit_host(gpu: Any, host_name: str | None) -> tuple[Any, list[str]]:
     """The host whose RAM is checked, and a note when it was not named: ``--host`` as
     named (refused when its memory kind contradicts the GPU's); unset, the GPU's own
@@ -203,7 +216,7 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 
 
 @click.command()
-@click.option("--gpu", required=True, help="GPU profile slug, e.g. rtx-4090")
+@click.option("--gpu", required=True, help=GPU_HELP)
 @click.option("--model", "model_name", required=True,
               help="model profile slug (llama-3.1-8b) or path to a model YAML")
 @click.option("--weights", default="q4_k_m", show_default=True,
@@ -263,13 +276,14 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               help="host profile (kvsim profiles list hosts) whose RAM must hold the KV "
               "left on the CPU; unset, the GPU's own memory on a unified-memory GPU, "
               "else not checked")
+@box_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
         parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
         gpu_util: float | None, hybrid_kv: bool | None, ollama_version: str | None,
         vllm_version: str | None, display_reserve: str, driver_reserve: str, host_name: str | None,
-        as_json: bool) -> None:
+        as_json: bool, **split: Any) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.engines.budget import check_host_memory, memory_budget
     from kvsim.engines.resolve import engine_for_gpu
@@ -286,8 +300,10 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         raise InputError("--gpu-util", gpu_util, "a fraction in (0, 1]")
     reserves = {"driver_reserve_bytes": parse_bytes(driver_reserve, "--driver-reserve"),
                 "display_reserve_bytes": parse_bytes(display_reserve, "--display-reserve")}
-    g = load_gpu(gpu)
-    _check_reserves(g, reserves, display_reserve)
+    gpus = load_box(gpu)
+    g = gpus[0]
+    for card in gpus:
+        _check_reserves(card, reserves, display_reserve)
     host, host_notes = _fit_host(g, host_name)
     m = load_model(model_name)
     check_weights_for(m, weights, "--weights")
@@ -296,11 +312,18 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     spec = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
                                flash_attn, ngl, gpu_util, hybrid_kv, ollama_version,
                                vllm_version)
+    knobs = box_knobs(split, len(gpus))
+    _refuse_foreign_flags(engine, {k: True for k in knobs})
+    spec.update(knobs)
     with _as_flags():
-        eng = engine_for_gpu(spec, g, m, weights=weights)
+        eng = engine_for_gpu(spec, g, m, weights=weights, n_gpus=len(gpus))
+        engine_for(eng.preset).check_gpus(eng, len(gpus))
     if ctx is not None:
         _check_session_context(ctx, eng, m)
-    b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
+    if len(gpus) > 1:
+        reserves["more_gpus"] = gpus[1:]  # NOTE: every budget and search lays out the box
+    with _as_flags():
+        b = memory_budget(g, m, weights, eng, parallel=par, **reserves)
     notes = list(host_notes)
     traits = engine_for(eng.preset)
     if ctx is not None and traits.context_above_model == "clamp" and ctx > eng.context_tokens:
@@ -316,7 +339,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     context = (f"context {b.kv_pool_tokens} ({traits.context_knob} unset: --fit)"
                if traits.fit_shrinks_context and eng.fit_context
                else f"context {eng.context_tokens}")
-    title = (f"{m.display_name} ({b.weights_format}) on {g.display_name} — {eng.preset}, "
+    title = (f"{m.display_name} ({b.weights_format}) on {gpu_set_display(gpus)} — "
+             f"{eng.preset}{_split_words(b)}, "
              f"{context}, {parallel_words(b, par, z.max_num_seqs)}, "
              f"KV {b.cache_type_k}/{b.cache_type_v}")
     _print_table(b, title, z, verdict, notes)

@@ -41,6 +41,7 @@ class PoolSizing:
     device_bytes: int = 1
     kv_cpu_bytes: int = 0  # KV of layers left on the CPU (partial offload)
     kv_groups: tuple[tuple[str, int], ...] = ()  # vLLM hybrid manager (kvsim.model.hybrid)
+    devices: tuple[DevicePart, ...] = ()  # several GPUs: each one's part (summary, report)
 
     @classmethod
     def from_budget(cls, b: MemoryBudget) -> PoolSizing:
@@ -49,7 +50,22 @@ class PoolSizing:
                    block_tokens=b.block_tokens,
                    static_device_bytes=b.total_bytes - b.kv_reserved_bytes,
                    device_bytes=b.device_bytes, kv_cpu_bytes=b.kv_cpu_bytes,
-                   kv_groups=b.kv_groups)
+                   kv_groups=b.kv_groups, devices=tuple(
+                       DevicePart(d.index, d.gpu, d.total_bytes - d.kv_bytes,
+                                  d.kv_bytes, d.device_bytes) for d in b.devices))
+
+
+@dataclass(frozen=True)
+class DevicePart:
+    """One GPU of a several-GPU box, for the per-GPU peaks: the bytes that do not change,
+    its part of the KV pool (the pool's use is spread over the GPUs in these parts) and
+    its memory.  NOTE: the parts' ``kv_bytes`` sum to the pool's reserved bytes."""
+
+    index: int
+    gpu: str
+    static_bytes: int
+    kv_bytes: int
+    device_bytes: int
 
 
 def check_loads(budget: MemoryBudget, gpu_name: str, model_name: str) -> None:

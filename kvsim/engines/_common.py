@@ -78,7 +78,7 @@ class EngineTraits:
                              f"{self.name} preset (only ollama has a release to follow)")
 
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
-                     given: set[str]) -> dict[str, Any]:
+                     given: set[str], ranks: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         """The context an unset ``context_tokens`` takes with a known model: the model's
         maximum per request (vLLM / SGLang ``max_model_len``, docs/reference/engines.md
         §1.1), llama-server's ``-c 0`` = the training context that --fit shrinks (§3.1,

@@ -132,7 +132,7 @@ def _vllm_profile_lines(engine: PagedEngineConfig, total: int, weights: int, act
     return [*lines, f"Available KV cache memory: {pool / gib:.2f} GiB"]
 
 
-def _hybrid_off(engine: PagedEngineConfig) -> str | None:
+def hybrid_off(engine: PagedEngineConfig) -> str | None:
     """Why vLLM's hybrid KV cache manager is off (None: on): the settings'
     (kvsim.model.hybrid.hybrid_off_reason) or the release's — V0 has none."""
     if vllm_release(engine.version).engine == "V0":
@@ -162,7 +162,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
         else share - inside
     block = engine.block_tokens
-    groups, off = vllm_kv_groups(model, geo, block, _hybrid_off(engine)) if vllm \
+    groups, off = vllm_kv_groups(model, geo, block, hybrid_off(engine)) if vllm \
         else (None, None)
     per_block = groups.block_bytes if groups else block * geo.kv_bytes_per_token
     L, ctx = model.num_layers, engine.context_tokens

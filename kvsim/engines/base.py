@@ -129,9 +129,11 @@ class Engine(Protocol):
         ...
 
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
-                     given: set[str]) -> dict[str, Any]:
+                     given: set[str], ranks: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         """The knobs the engine derives from the GPU and (when known) the model, for
         resolving a preset on ``gpu``; the caller's ``given`` knobs win over them.
+        ``ranks``: a paged engine's (tensor, pipeline) parallel sizes on the box (SGLang
+        reserves more per rank).
 
         NOTE: includes the context the engine takes when none is ``given`` and the model
         is known (its maximum per request; llama-server's training context for --fit)."""

@@ -122,15 +122,28 @@ def share_within(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     top, and the total grows by the share alone, so the share left is linear.
     """
     b = memory_budget(gpu, model, weights, engine, **reserves)
-    room = limit * b.device_bytes
-    if b.total_bytes <= room:
+    if b.device_fraction <= limit:
         return engine.gpu_memory_utilization
-    # NOTE: the pool is whole blocks, so the KV reserved falls short of the pool's bytes
-    # by less than one block; what lies outside the share is the rest of the total
-    outside = (b.total_bytes - b.kv_reserved_bytes + b.extra["kv_pool_bytes"]
-               - b.extra["share_bytes"])
-    util = math.floor((room - outside) / gpu.reported_memory_bytes * 1000) / 1000
+    if b.devices:  # NOTE: per GPU; a rank whose pool the smallest one caps counts in full
+        utils = [_share_at(limit * d.device_bytes, d.total_bytes, d.kv_bytes, pool, share,
+                           d.device_bytes) for d, pool, share in
+                 zip(b.devices, b.extra["kv_pool_bytes"], b.extra["share_bytes"], strict=True)]
+        util = min(utils)
+    else:
+        util = _share_at(limit * b.device_bytes, b.total_bytes, b.kv_reserved_bytes,
+                         b.extra["kv_pool_bytes"], b.extra["share_bytes"],
+                         gpu.reported_memory_bytes)
     return util if util > 0 else None
+
+
+def _share_at(room: float, total: int, kv: int, pool: int, share: int, reported: int
+              ) -> float:
+    """The share (3 decimals, rounded down) that puts ``total`` at ``room``.
+
+    NOTE: the pool is whole blocks, so the KV reserved falls short of the pool's bytes
+    by less than one block; what lies outside the share is the rest of the total."""
+    outside = total - kv + pool - share
+    return math.floor((room - outside) / reported * 1000) / 1000
 
 
 def _at_limit(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,

@@ -87,7 +87,8 @@ ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, max_parallel=LLAMA_MAX_SEQ
                   max_parallel_why="llama.cpp's LLAMA_MAX_SEQ: llama-server refuses more "
                   "slots ('n_seq_max must be <= 256')", caps_slot_at_training_context=True,
                   op_offload=True, context_scope="pool", context_knob="-c",
-                  settings=frozenset({"flash_attn", "gpu_layers", "kv_unified"}),
+                  settings=frozenset({"flash_attn", "gpu_layers", "kv_unified", "split_mode",
+                                     "tensor_split", "main_gpu"}),
                   quant_v_needs_flash_attn=True, context_above_model="allow",
                   fit_shrinks_context=True)
 

@@ -161,11 +161,19 @@ class MemoryBudget:
 
     @property
     def device_fraction(self) -> float:
+        """The share of device memory used; with several GPUs, the fullest one's (the
+        planning line holds per GPU)."""
+        if self.devices:
+            return max(d.fraction for d in self.devices)
         return self.total_bytes / self.device_bytes
 
     @property
     def headroom_to_85_bytes(self) -> int:
-        """Bytes left below the 85 % planning line (negative: over it)."""
+        """Bytes left below the 85 % planning line (negative: over it); with several
+        GPUs, on the GPU with the least left."""
+        if self.devices:
+            return min(int(PLANNING_LIMIT * d.device_bytes) - d.total_bytes
+                       for d in self.devices)
         return int(PLANNING_LIMIT * self.device_bytes) - self.total_bytes
 
     @property
@@ -175,6 +183,13 @@ class MemoryBudget:
 
     @property
     def needed_fraction(self) -> float:
+        """:attr:`needed_bytes` as a share of the device; with several GPUs, the fullest
+        one's, each GPU's KV scaled to what the sequences need."""
+        if self.devices:
+            ratio = self.kv_needed_bytes / self.kv_reserved_bytes if self.kv_reserved_bytes \
+                else 1.0
+            return max((d.total_bytes - d.kv_bytes + d.kv_bytes * ratio) / d.device_bytes
+                       for d in self.devices)
         return self.needed_bytes / self.device_bytes
 
     @property

@@ -41,14 +41,24 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
     unset = {k for k, v in given.items() if v is None}  # NOTE: null = not set (resolve_engine)
     given = {k: v for k, v in given.items() if k not in unset}
     engine = find_engine(given.get("preset"))
-    fill = {} if engine is None else {**engine.gpu_defaults(gpu, model, set(given)),
-                                       **engine.split_defaults(given, n_gpus)}
+    split = {} if engine is None else engine.split_defaults(given, n_gpus)
+    fill = {} if engine is None else {
+        **engine.gpu_defaults(gpu, model, set(given), _ranks({**split, **given})), **split}
     merged = {**{k: None for k in unset - fill.keys()}, **fill, **given}
     if model is not None and engine is not None:
         _model_context_rule(merged, model, engine)
         if not engine.shifts_mla_context and any(g.kind == "mla" for g in model.layer_groups):
             merged["context_shift"] = False  # §4.5: DeepSeek2-family models cannot shift
     return resolve_engine(merged, gpu=gpu, model=model, weights=weights)
+
+
+def _ranks(knobs: dict[str, Any]) -> tuple[int, int]:
+    """(tensor, pipeline) parallel sizes the knobs give (1 where unset or not a count:
+    the engine config refuses those)."""
+    sizes = [knobs.get(k, 1) for k in ("tensor_parallel_size", "pipeline_parallel_size")]
+    tp, pp = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+              for v in sizes)
+    return tp, pp
 
 
 def _model_context_rule(merged: dict[str, Any], model: Any, engine: Engine) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
-from kvsim.engines._paged_layout import paged_budget
+from kvsim.engines._paged_ranks import box_budget
 from kvsim.engines.base import ForeignKnob
 
 if TYPE_CHECKING:
@@ -48,14 +48,19 @@ FOREIGN_KNOBS = (
 )
 
 
-def sglang_gpu_defaults(gpu_memory_bytes: int) -> tuple[float, int]:
-    """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for one GPU
-    with TP = PP = 1 (docs/reference/engines.md §2.1; 24 GiB → 0.847)."""
+def sglang_gpu_defaults(gpu_memory_bytes: int, tp: int = 1,
+                        pp: int = 1) -> tuple[float, int]:
+    """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for a GPU of a
+    box of ``tp`` x ``pp`` ranks (docs/reference/engines.md §2.1: 1024 MiB x TP x PP
+    / 8 more reserved, CUDA graphs to batch 80 below 35 GiB from TP 4; 24 GiB, TP 1 →
+    0.847)."""
     gpu_mib = gpu_memory_bytes / 2**20
     gib = gpu_memory_bytes / 2**30
     tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
     chunk, graph_bs = next(((c, b) for lim, c, b in tiers if gib < lim), (16384, 512))
-    reserved_mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * 1 * 1 / 8
+    if tp >= 4:
+        graph_bs = {8: 8, 24: 80, 32: 160, 256: 512}.get(graph_bs, graph_bs)
+    reserved_mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * tp * pp / 8
     if gib > 60:
         reserved_mib = max(reserved_mib, 10 * 1024)
     return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
@@ -78,18 +83,19 @@ class Sglang(EngineTraits):
         return paged_notes(s, gguf_tokenizer=False)
 
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
-                     given: set[str]) -> dict[str, Any]:
+                     given: set[str], ranks: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         """§2.1: ``mem_fraction_static`` and the chunked prefill size by the GPU's memory
-        (:func:`sglang_gpu_defaults`); the context as every engine (EngineTraits)."""
-        frac, chunk = sglang_gpu_defaults(gpu.memory_bytes)
+        and the box's ranks (:func:`sglang_gpu_defaults`); the context as every engine
+        (EngineTraits)."""
+        frac, chunk = sglang_gpu_defaults(gpu.memory_bytes, *ranks)
         return {"gpu_memory_utilization": frac, "max_num_batched_tokens": chunk,
                 **super().gpu_defaults(gpu, model, given)}
 
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
                       more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
-        return paged_budget(gpu, model, weights, cfg, driver, display, parallel,
-                            profiled_share=False)
+        return box_budget((gpu, *more_gpus), model, weights, cfg, driver, display, parallel,
+                          profiled_share=False)
 
 
 # NOTE: SGLang retracts the decode request with the fewest outputs (§2.3); HiCache sizes
@@ -97,8 +103,8 @@ class Sglang(EngineTraits):
 # NOTE: sglang.yaml: SGLang derives its running requests from the pool; the preset's 4096
 # is kvsim's cap
 ENGINE = Sglang(
-    name="sglang", slot_family=False, retract_order="sglang", host_kv_from_pool_ratio=True,
-    settings=frozenset({"gpu_util"}), one_cache_type_flag="--kv-cache-dtype",
+    name="sglang", slot_family=False, lays_out_gpus=True, retract_order="sglang", host_kv_from_pool_ratio=True,
+    settings=frozenset({"gpu_util", "tensor_parallel_size", "pipeline_parallel_size"}), one_cache_type_flag="--kv-cache-dtype",
     one_cache_type_section="§2.1", foreign_knobs=FOREIGN_KNOBS,
     # NOTE: sgl-project/sglang srt/managers/tokenizer_manager.py _validate_one_request:
     # input + max_new_tokens >= context_len is "Requested token count exceeds ..."

@@ -10,7 +10,7 @@ from kvsim.config.units import parse_bytes
 from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
-from kvsim.engines._paged_layout import paged_budget
+from kvsim.engines._paged_ranks import box_budget
 from kvsim.engines.base import BudgetOf, ForeignKnob
 from kvsim.engines.vllm_releases import VLLM_LATEST, parse_vllm_version, vllm_defaults, vllm_release
 
@@ -49,8 +49,8 @@ class Vllm(EngineTraits):
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
                       more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
-        return paged_budget(gpu, model, weights, cfg, driver, display, parallel,
-                            profiled_share=True)
+        return box_budget((gpu, *more_gpus), model, weights, cfg, driver, display, parallel,
+                          profiled_share=True)
 
     def launch_command(self, s: Any) -> str:
         """``vllm serve``: ``--max-model-len`` per request (§1.1); a GGUF file is served
@@ -82,9 +82,10 @@ class Vllm(EngineTraits):
 
 # NOTE: with LMCache, save_unfull_chunk=false, save_decode_cache=false (docs/reference/engines.md
 # §5)
-ENGINE = Vllm(name="vllm", slot_family=False, host_kv_chunked=True, seqs_flag="--max-num-seqs",
+ENGINE = Vllm(name="vllm", slot_family=False, lays_out_gpus=True, host_kv_chunked=True, seqs_flag="--max-num-seqs",
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
-              settings=frozenset({"gpu_util", "hybrid_kv", "vllm_version"}),
+              settings=frozenset({"gpu_util", "hybrid_kv", "vllm_version",
+                                  "tensor_parallel_size", "pipeline_parallel_size"}),
               one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
               foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True,
               # NOTE: vllm-project/vllm entrypoints/openai serving: "'max_tokens' ... is too

@@ -197,3 +197,25 @@ def session_outcomes(events: pd.DataFrame) -> dict[str, int]:
     kinds = events["kind"] if len(events) else pd.Series([], dtype=object)
     return {"new_chats": int((kinds == NEW_CHAT_EVENT).sum()),
             "abandoned_turns": int((kinds == ABANDON_EVENT).sum())}
+
+
+def device_peaks(peak_kv_reserved_bytes: int, devices: Any) -> dict[str, Any]:
+    """Several GPUs: each GPU's peak (its fixed bytes plus its part of the pool's peak
+    reserved KV) and the fullest one's fraction, which is the box's
+    ``peak_device_fraction`` (the planning line holds per GPU).
+
+    ``devices``: :class:`kvsim.core.build.DevicePart` rows whose ``kv_bytes`` sum to the
+    pool's reserved bytes.  {} for one GPU."""
+    if not devices:
+        return {}
+    total_kv = sum(d.kv_bytes for d in devices)
+    rows = []
+    for d in devices:
+        kv = peak_kv_reserved_bytes * d.kv_bytes // total_kv if total_kv else 0
+        peak = d.static_bytes + kv
+        rows.append({"index": d.index, "gpu": d.gpu, "static_bytes": d.static_bytes,
+                     "kv_bytes": d.kv_bytes, "peak_device_bytes": peak,
+                     "device_bytes": d.device_bytes,
+                     "peak_device_fraction": peak / d.device_bytes})
+    return {"peak_device_fraction": max(r["peak_device_fraction"] for r in rows),
+            "gpus": rows}

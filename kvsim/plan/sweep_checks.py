@@ -14,6 +14,7 @@ import json
 from collections import deque
 from typing import Any
 
+from kvsim.config.gpu_set import gpu_set_label
 from kvsim.errors import InputError
 from kvsim.scenario import Scenario
 
@@ -116,7 +117,7 @@ def start_refusal(scen: Scenario) -> str:
                       display_reserve_bytes=scen.display_reserve_bytes)
     try:
         check_host_memory(b, scen.host, scen.engine.context_tokens)
-        check_loads(b, scen.gpu.name, scen.model.name)
+        check_loads(b, gpu_set_label([g.name for g in scen.gpus]), scen.model.name)
     except InputError as exc:  # "cannot start on …" / "cannot load on …" say it all
         return exc.allowed if exc.field in ("engine", "model") else exc.one_line()
     try:

@@ -75,6 +75,23 @@ def memory_figure(data: dict, title: str) -> go.Figure:
     return fig
 
 
+def gpu_memory_figure(data: dict, title: str) -> go.Figure:
+    """Each GPU's share of its own memory over time, with the 85% planning line (which
+    holds per GPU: the fullest one binds)."""
+    t = np.asarray(data["time_s"], float)
+    div, xlabel = time_scale(float(t[-1] - t[0]) if len(t) else 0.0)
+    fig = go.Figure()
+    for label, frac, peak in data["gpus"]:
+        fig.add_trace(go.Scatter(x=t / div, y=np.asarray(frac) * 100,
+                                 name=f"{label} (peak {peak:.1%})", mode="lines",
+                                 line=dict(width=1.5, shape="hv"), hovertemplate="%{y:.1f}%"))
+    fig.add_hline(y=100 * PLAN_LINE, line=dict(color="orange", dash="dash"),
+                  annotation_text="85% planning line", annotation_position="bottom right")
+    fig.update_layout(title=title_dict(title), xaxis_title=xlabel,
+                      yaxis_title="share of the GPU's memory (%)", **LAYOUT)
+    return fig
+
+
 def sessions_figure(phases: pd.DataFrame, markers: pd.DataFrame | None, title: str,
                     order: Sequence[str] | None = None, max_sessions: int = 300) -> go.Figure:
     """Gantt-style timeline: one row per session, bars per phase, turn/failure/preempt marks."""

@@ -31,6 +31,7 @@ from kvsim.report import data_run as dr
 from kvsim.report import figures_plan as fp
 from kvsim.report import figures_run as fr
 from kvsim.report.card import card_data, card_html
+from kvsim.report.data_gpus import gpu_memory
 from kvsim.report.labels import run_labels
 
 MAX_DETAILED_RUNS = 4   # per-run figures (memory, sessions, ...) for the first runs only
@@ -85,6 +86,9 @@ def _run_sections(page: _Page, res: Any, label: str) -> None:
     _maybe(page, dr.memory_stack(tbl("memory"), tbl("summary"), tbl("scenario")),
            lambda d: fr.memory_figure(d, f"Device memory — {label}"),
            f"{label}: no memory samples (measured run?); memory timeline omitted.")
+    gpus = gpu_memory(tbl("memory"), tbl("summary"))
+    if gpus is not None:
+        page.figure(fr.gpu_memory_figure(gpus, f"Memory per GPU — {label}"))
     phases = dr.session_phases(tbl("requests"))
     _maybe(page, phases, lambda d: fr.sessions_figure(
         d, dr.session_markers(tbl("requests"), tbl("events")), f"Sessions — {label}",
