@@ -23,12 +23,10 @@ from kvsim.workload.schema import Session
 
 def scenario_budget(scenario: Scenario) -> Any:
     """The engine's load-time memory layout for this scenario (InputError if it cannot load)."""
-    from kvsim.engines.budget import check_host_memory, memory_budget
+    from kvsim.engines.budget import box_reserves, check_host_memory, memory_budget
 
     budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
-                           driver_reserve_bytes=scenario.driver_reserve_bytes,
-                           display_reserve_bytes=scenario.display_reserve_bytes,
-                           more_gpus=tuple(scenario.gpus[1:]))
+                           **box_reserves(scenario))
     check_host_memory(budget, scenario.host, scenario.engine.context_tokens)
     check_loads(budget, gpu_set_label([g.name for g in scenario.gpus]), scenario.model.name)
     return budget

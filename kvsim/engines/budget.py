@@ -42,6 +42,14 @@ def memory_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineCo
         parallel or 1, tuple(more_gpus))
 
 
+def box_reserves(scenario: Any) -> dict[str, Any]:
+    """A scenario's reserves and the box's other GPUs, as keyword arguments of
+    :func:`memory_budget` and the searches over it (which pass them on)."""
+    return {"driver_reserve_bytes": scenario.driver_reserve_bytes,
+            "display_reserve_bytes": scenario.display_reserve_bytes,
+            "more_gpus": tuple(scenario.gpus[1:])}
+
+
 def check_host_memory(b: MemoryBudget, host: HostSpec, context_tokens: int,
                       field: str = "engine.context_tokens") -> None:
     """Refuse a layout whose KV left on the CPU exceeds the host's RAM: the engine

@@ -74,6 +74,8 @@ class Sglang(EngineTraits):
         e = s.engine
         model, extra = checkpoint(s, gguf_tokenizer=False)
         cap = "" if e.max_total_tokens is None else f" --max-total-tokens {e.max_total_tokens}"
+        cap += f" --tp-size {e.tensor_parallel_size}" if e.tensor_parallel_size > 1 else ""
+        cap += f" --pp-size {e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
         return (f"python -m sglang.launch_server --model-path {model}{extra} "
                 f"--context-length {e.context_tokens} --max-running-requests {e.max_num_seqs} "
                 f"--mem-fraction-static {e.gpu_memory_utilization:g} "

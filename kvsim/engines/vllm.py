@@ -62,7 +62,11 @@ class Vllm(EngineTraits):
                 f" --num-gpu-blocks-override {e.num_gpu_blocks_override}"
                 if e.num_gpu_blocks_override is not None else "",
                 " --disable-hybrid-kv-cache-manager" if e.disable_hybrid_kv_cache_manager is True
-                else ""]
+                else "",
+                f" --tensor-parallel-size {e.tensor_parallel_size}"
+                if e.tensor_parallel_size > 1 else "",
+                f" --pipeline-parallel-size {e.pipeline_parallel_size}"
+                if e.pipeline_parallel_size > 1 else ""]
         return (f"vllm serve {model}{extra} --max-model-len {e.context_tokens} "
                 f"--max-num-seqs {e.max_num_seqs} "
                 f"--gpu-memory-utilization {e.gpu_memory_utilization:g} "

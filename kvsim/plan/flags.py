@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kvsim.engines import engine_for
-from kvsim.engines.budget import share_within
+from kvsim.engines.budget import box_reserves, share_within
 from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig, parallel_allowed
 from kvsim.errors import InputError
 from kvsim.scenario import Scenario, resolve_scenario
@@ -92,8 +92,7 @@ def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
     out = resolve_scenario(doc)
     if isinstance(out.engine, PagedEngineConfig):
         util = share_within(out.gpu, out.model, out.weights, out.engine, max_device_fraction,
-                            driver_reserve_bytes=out.driver_reserve_bytes,
-                            display_reserve_bytes=out.display_reserve_bytes)
+                            **box_reserves(out))
         if util is not None and util != out.engine.gpu_memory_utilization:
             # NOTE: lowered, in (0, 1): nothing to re-validate
             out = out.model_copy(update={"engine": out.engine.model_copy(

@@ -118,12 +118,11 @@ def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
     """(loads, every layer on the GPU, device fraction, the pool verdict) of the
     load-time layout; the pool verdict is None unless a paged pool holds fewer than
     ``parallel`` full-length requests."""
-    from kvsim.engines.budget import memory_budget
+    from kvsim.engines.budget import box_reserves, memory_budget
 
     par = point_parallel(scenario)
     b = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
-                      driver_reserve_bytes=scenario.driver_reserve_bytes,
-                      display_reserve_bytes=scenario.display_reserve_bytes, parallel=par)
+                      parallel=par, **box_reserves(scenario))
     held, why = full_length_held(b), short_pool_note(b, par)
     pool = None if held is None or why is None else Verdict(
         False, "kv_pool", (Check("kv_pool", float(held), float(par), False,

@@ -110,11 +110,9 @@ def start_refusal(scen: Scenario) -> str:
     ``max_model_len`` request (``make_scheduler``).  A layout that cannot be computed,
     or another scheduler setting it rejects, stays an InputError (bad input)."""
     from kvsim.core.build import PoolSizing, check_loads, make_scheduler
-    from kvsim.engines.budget import check_host_memory, memory_budget
+    from kvsim.engines.budget import box_reserves, check_host_memory, memory_budget
 
-    b = memory_budget(scen.gpu, scen.model, scen.weights, scen.engine,
-                      driver_reserve_bytes=scen.driver_reserve_bytes,
-                      display_reserve_bytes=scen.display_reserve_bytes)
+    b = memory_budget(scen.gpu, scen.model, scen.weights, scen.engine, **box_reserves(scen))
     try:
         check_host_memory(b, scen.host, scen.engine.context_tokens)
         check_loads(b, gpu_set_label([g.name for g in scen.gpus]), scen.model.name)

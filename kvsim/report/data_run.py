@@ -109,14 +109,12 @@ def _finite(value: Any) -> bool:
 
 
 def _budget_parts(config: dict) -> list[tuple[str, int]]:
-    from kvsim.engines.budget import memory_budget
+    from kvsim.engines.budget import box_reserves, memory_budget
     from kvsim.scenario import Scenario
 
     try:
         sc = Scenario.model_validate(config)
-        b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine,
-                          driver_reserve_bytes=sc.driver_reserve_bytes,
-                          display_reserve_bytes=sc.display_reserve_bytes)
+        b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine, **box_reserves(sc))
     except Exception:
         return []
     return [("driver reserve", b.driver_reserve_bytes),

@@ -137,3 +137,19 @@ def test_parallel_sizes_must_cover_the_gpus():
                          weights="bf16", n_gpus=2)
     with pytest.raises(InputError, match="tensor_parallel_size x pipeline_parallel_size"):
         memory_budget(R3090, LLAMA, "bf16", cfg, more_gpus=(R3090, R3090))
+
+
+@pytest.mark.parametrize("preset,knobs,flags", [
+    ("vllm", {}, " --tensor-parallel-size 4"),
+    ("vllm", {"pipeline_parallel_size": 2},
+     " --tensor-parallel-size 2 --pipeline-parallel-size 2"),
+    ("sglang", {"pipeline_parallel_size": 4}, " --pp-size 4"),
+])
+def test_the_launch_command_names_the_ranks(preset, knobs, flags):
+    from kvsim.plan.flags import engine_flags
+    from kvsim.scenario import resolve_scenario
+
+    s = resolve_scenario({"gpu": "4x rtx-3090", "model": "llama-3.1-8b", "weights": "bf16",
+                          "engine": {"preset": preset, "context_tokens": 8192, **knobs},
+                          "workload": {"preset": "family-4", "days": 0.1}})
+    assert engine_flags(s).endswith(flags)
