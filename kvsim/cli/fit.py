@@ -8,8 +8,11 @@ or under 85 %.  vLLM and SGLang preallocate their share of the device whatever t
 context: for them those sizes hold once the memory fraction (printed) is lowered to
 keep the whole device under the line.
 
-NOTE: ``--context`` means what the engine's own flag means: llama.cpp ``-c`` (all
-slots together), Ollama ``num_ctx`` (per slot), vLLM/SGLang ``max_model_len``.
+NOTE: ``--context`` is what one session may hold, on every engine (as in ``kvsim plan``):
+kvsim derives the engine's own flag and prints it — llama.cpp ``-c`` = context x its
+slots (``--parallel``, else the preset's), Ollama ``num_ctx``, vLLM/SGLang
+``max_model_len``.  ``--ctx-size`` sets llama.cpp's ``-c`` itself, for users who think in
+flags.
 ``--parallel`` means what it means in ``kvsim plan`` (:mod:`kvsim.plan.parallel`):
 sessions each guaranteed its full context — on vLLM/SGLang ``--max-num-seqs`` set to
 it and a pool that holds that many ``max_model_len`` requests.  On llama.cpp the
@@ -52,19 +55,44 @@ WEIGHT_FORMATS = sorted(weight_format_names(), key=lambda n: -weight_format(n).b
 INT32_MAX = 2**31 - 1
 
 
-def _check_session_context(ctx: int, eng: Any, model: Any) -> None:
-    """Refuse a ``--context`` whose per-session share is above the model's maximum, as
-    ``kvsim plan`` does (kvsim.plan.flags.check_contexts): llama-server caps each slot at
-    it, so the cells above are ones no session can use; vLLM/SGLang refuse such a
-    max_model_len (already, in the engine's resolution) and Ollama clamps num_ctx to it."""
-    traits = engine_for(eng.preset)
-    if traits.context_scope != "pool":
+def _check_session_context(ctx: int | None, ctx_size: int | None, eng: Any,
+                           model: Any) -> None:
+    """Refuse a per-session context above the model's maximum, as ``kvsim plan`` does
+    (kvsim.plan.flags.check_contexts): llama-server caps each slot at it, so the cells
+    above are ones no session can use; vLLM/SGLang refuse such a max_model_len (already,
+    in the engine's resolution) and Ollama clamps num_ctx to it."""
+    if engine_for(eng.preset).context_scope != "pool":
         return
     most, slots = model.max_context_tokens, eng.parallel
-    if ctx > most * slots:
-        raise InputError("--context", ctx, f"at most {most * slots:,} for {slots} slot{'s' * (slots != 1)} "
-                         f"(-c is all slots' cells): {model.name}'s maximum is {most:,} "
-                         "tokens per session and llama-server caps each slot at it")
+    if ctx is not None and ctx > most:
+        raise InputError("--context", ctx, f"at most {most:,} tokens per session: "
+                         f"{model.name}'s maximum, at which llama-server caps each slot")
+    if ctx_size is not None and ctx_size > most * slots:
+        raise InputError("--ctx-size", ctx_size, f"at most {most * slots:,} for {slots} "
+                         f"slot{'s' * (slots != 1)} (-c is all slots' cells): "
+                         f"{model.name}'s maximum is {most:,} tokens per session and "
+                         "llama-server caps each slot at it")
+
+
+def _engine_context(engine: str, ctx: int | None, ctx_size: int | None,
+                    par: int | None) -> int | None:
+    """The engine's own context knob from ``--context`` (per session): llama.cpp's ``-c``
+    is all its slots' cells, so context x slots (``--parallel``, else the preset's);
+    ``--ctx-size`` is that ``-c`` as typed."""
+    from kvsim.engines.resolve import resolve_engine
+
+    pool = engine_for(engine).context_scope == "pool"
+    if ctx_size is not None:
+        if ctx is not None:
+            raise InputError("--ctx-size", ctx_size, "either --context (per session) or "
+                             "--ctx-size (llama.cpp's -c, all slots together), not both")
+        if not pool:
+            raise InputError("--ctx-size", ctx_size, f"{engine} has no -c for all slots; "
+                             "--context is its per-session context")
+        return ctx_size
+    if ctx is None or not pool:
+        return ctx
+    return ctx * (par or resolve_engine(engine).parallel)
 
 
 def _positive(value: str | None, flag: str) -> int | None:
@@ -224,13 +252,16 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 @click.option("--engine", default="llama.cpp", show_default=True,
               help="llama.cpp, ollama, vllm or sglang")
 @click.option("--context", default=None,
-              help="context tokens in the engine's own meaning (llama.cpp -c for all slots, "
-              "ollama num_ctx per slot, vllm/sglang max_model_len); '32k' = '32Ki' "
-              "= 32768; unset, the engine's own default: the model's maximum for "
-              "vllm/sglang, llama.cpp's training context shrunk by --fit, ollama its "
-              "release's num_ctx (0.33.0: 4096 below 23 GiB of VRAM, 32768 below 47 GiB, "
-              "else 262144; at most the model's). Range: at most the model's maximum per "
-              "session (llama.cpp: x its slots)")
+              help="context tokens one session may hold, on every engine (as in kvsim "
+              "plan); kvsim derives the engine's flag: llama.cpp -c = context x slots "
+              "(--parallel, else the preset's 4), ollama num_ctx, vllm/sglang "
+              "max_model_len; '32k' = '32Ki' = 32768; unset, the engine's own default: "
+              "the model's maximum for vllm/sglang, llama.cpp's training context shrunk "
+              "by --fit, ollama its release's num_ctx (0.33.0: 4096 below 23 GiB of VRAM, "
+              "32768 below 47 GiB, else 262144; at most the model's). Range: at most the "
+              "model's maximum")
+@click.option("--ctx-size", "ctx_size", default=None,
+              help="llama.cpp: -c itself, all slots' cells together (instead of --context)")
 @click.option("--parallel", default=None,
               help="sessions served at once, as in kvsim plan: llama.cpp --parallel "
               "slots (in the preset's unified pool unless --no-kv-unified, as in a "
@@ -279,7 +310,7 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 @box_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | None,
-        parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
+        ctx_size: str | None, parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
         gpu_util: float | None, hybrid_kv: bool | None, ollama_version: str | None,
         vllm_version: str | None, display_reserve: str, driver_reserve: str, host_name: str | None,
@@ -289,6 +320,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     from kvsim.engines.resolve import engine_for_gpu
     from kvsim.plan.parallel import parallel_words
     ctx = _positive(context, "--context")
+    size = _positive(ctx_size, "--ctx-size")
     par = _positive(parallel, "--parallel")
     if ctx is not None and par is not None and par > ctx:
         raise InputError("--parallel", par, f"must not exceed --context ({ctx})")
@@ -309,17 +341,16 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     check_weights_for(m, weights, "--weights")
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
-    spec = _engine_spec(engine, ctx, par, kv_k or kv, kv_v or kv, kv_unified,
-                               flash_attn, ngl, gpu_util, hybrid_kv, ollama_version,
-                               vllm_version)
+    spec = _engine_spec(engine, _engine_context(engine, ctx, size, par), par, kv_k or kv,
+                        kv_v or kv, kv_unified, flash_attn, ngl, gpu_util, hybrid_kv,
+                        ollama_version, vllm_version)
     knobs = box_knobs(split, len(gpus))
     _refuse_foreign_flags(engine, {k: True for k in knobs})
     spec.update(knobs)
     with _as_flags():
         eng = engine_for_gpu(spec, g, m, weights=weights, n_gpus=len(gpus))
         engine_for(eng.preset).check_gpus(eng, len(gpus))
-    if ctx is not None:
-        _check_session_context(ctx, eng, m)
+    _check_session_context(ctx, size, eng, m)
     if len(gpus) > 1:
         reserves["more_gpus"] = gpus[1:]  # NOTE: every budget and search lays out the box
     with _as_flags():
@@ -330,7 +361,8 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         notes.append(f"Ollama clamps num_ctx {ctx:,} to {m.name}'s training length "
                      f"{eng.context_tokens:,} (docs/reference/engines.md §4.1)")
     if host is not None:
-        check_host_memory(b, host, eng.context_tokens, "--context")
+        typed = ("--ctx-size", size) if size is not None else ("--context", ctx)
+        check_host_memory(b, host, typed[1] or eng.context_tokens, typed[0])
     z = _sizes(g, m, weights, eng, b, par, reserves)
     verdict = _verdict(b)
     if as_json:
@@ -339,6 +371,9 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     context = (f"context {b.kv_pool_tokens} ({traits.context_knob} unset: --fit)"
                if traits.fit_shrinks_context and eng.fit_context
                else f"context {eng.context_tokens}")
+    if traits.context_scope == "pool" and ctx is not None:
+        context = (f"context {ctx} per session (-c {eng.context_tokens} = {ctx} x "
+                   f"{eng.parallel} slots)")
     title = (f"{m.display_name} ({b.weights_format}) on {gpu_set_display(gpus)} — "
              f"{eng.preset}{_split_words(b)}, "
              f"{context}, {parallel_words(b, par, z.max_num_seqs)}, "

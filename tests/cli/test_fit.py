@@ -32,7 +32,7 @@ def tiny(tmp_path):
 @pytest.mark.parametrize("kv,mib", [("f16", "32.00"), ("q8_0", "17.00"), ("q4_0", "9.00")])
 def test_reproduces_llama_server_kv_buffer(capsys, tiny, kv, mib):
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", tiny, "--weights", "f16",
-                       "--engine", "llama.cpp", "--context", "8192", "--kv", kv, "--json")
+                       "--engine", "llama.cpp", "--ctx-size", "8192", "--kv", kv, "--json")
     doc = json.loads(out)
     assert code == 0
     assert doc["kv_reserved_bytes"] == float(mib) * 2**20
@@ -40,7 +40,7 @@ def test_reproduces_llama_server_kv_buffer(capsys, tiny, kv, mib):
 
 
 def test_json_fields(capsys):
-    # Llama-3.1-8B q4_k_m on an RTX 4090 (24 GiB = 25,769,803,776 B), -c 32768 -np 4, q8_0 KV:
+    # Llama-3.1-8B q4_k_m on an RTX 4090 (24 GiB = 25,769,803,776 B), --context 8192 --parallel 4 (-c 32768), q8_0 KV:
     #   KV     2 x 32 x 8 x 128 x 34/32 = 69,632 B/token (docs/reference/engines.md §0: 68 KiB)
     #   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params x 0.605 B (4.84 bpw)
     #          = 131,952,898 B; head 525,336,576 x 0.605 = 317,828,628 B
@@ -60,7 +60,7 @@ def test_json_fields(capsys):
     #          (21,904,333,209.6 - 5,264,363,092) / 570,425,344 = 29.17 -> 29
     # (per-slot streams: --no-kv-unified, as a scenario's engine.allocator: slots)
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
-                       "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "32768",
+                       "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "8192",
                        "--parallel", "4", "--no-kv-unified", "--kv", "q8_0", "--json")
     d = json.loads(out)
     assert code == 0

@@ -48,7 +48,7 @@ def test_reserve_boundary_is_the_scenarios(capsys, display, refused):
 
 def _fit_json(capsys, *extra):
     code, out, _ = run(capsys, "--gpu", "rtx-4060-ti-16gb", "--model", "llama-3.1-8b",
-                       "--context", "16384", "--parallel", "4", "--json", *extra)
+                       "--ctx-size", "16384", "--parallel", "4", "--json", *extra)
     assert code == 0
     return json.loads(out)
 
@@ -75,7 +75,7 @@ def test_parallel_gives_the_scenarios_allocator(capsys, extra, sets, slot):
 
 def test_fit_names_the_allocator_it_assumed():
     res = CliRunner().invoke(cli, ["fit", "--gpu", "rtx-4060-ti-16gb", "--model",
-                                   "llama-3.1-8b", "--context", "16384", "--parallel", "4"])
+                                   "llama-3.1-8b", "--ctx-size", "16384", "--parallel", "4"])
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
     assert ("allocator: unified (-kvu) — one pool of 16,384 cells for 4 slots; one session "
@@ -83,7 +83,7 @@ def test_fit_names_the_allocator_it_assumed():
             "default; --no-kv-unified: -c split into per-slot streams, what llama-server "
             "does for an explicit -np without -kvu)") in flat
     res = CliRunner().invoke(cli, ["fit", "--gpu", "rtx-4060-ti-16gb", "--model",
-                                   "llama-3.1-8b", "--context", "16384", "--parallel", "4",
+                                   "llama-3.1-8b", "--ctx-size", "16384", "--parallel", "4",
                                    "--no-kv-unified"])
     flat = " ".join(res.output.split())
     assert ("allocator: slots (per-slot streams) — 4 streams of 4,096 cells, a hard limit "

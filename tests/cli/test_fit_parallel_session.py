@@ -64,12 +64,11 @@ LLAMA_8B = ("--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--engine", "llama.c
     ((), 28, 21_462_765_140, 22_041_579_092),
 ])
 def test_llama_cpp_largest_parallel_keeps_each_sessions_context(alloc, best, at_best, over):
-    d = fit_json(*LLAMA_8B, "--context", "32768", "--parallel", "4", *alloc)
+    d = fit_json(*LLAMA_8B, "--context", "8192", "--parallel", "4", *alloc)
     assert d["session_tokens"] == 8192 and d["max_parallel_at_85"] == best
     # the answer is the layout plan would print: -c = 8,192 x parallel
-    at = fit_json(*LLAMA_8B, "--context", str(8192 * best), "--parallel", str(best), *alloc)
-    nxt = fit_json(*LLAMA_8B, "--context", str(8192 * (best + 1)), "--parallel",
-                   str(best + 1), *alloc)
+    at = fit_json(*LLAMA_8B, "--context", "8192", "--parallel", str(best), *alloc)
+    nxt = fit_json(*LLAMA_8B, "--context", "8192", "--parallel", str(best + 1), *alloc)
     assert (at["total_bytes"], nxt["total_bytes"]) == (at_best, over)
     assert at_best <= LINE_4090 < over
     assert at["max_parallel_at_85"] == best  # the same answer from the answer's layout
@@ -77,12 +76,12 @@ def test_llama_cpp_largest_parallel_keeps_each_sessions_context(alloc, best, at_
 
 def test_the_findings_example_prints_sessions_of_full_context():
     flat = fit_text("--gpu", "apple-m4-max", "--model", "llama-3.1-70b", "--context",
-                    "32768", "--parallel", "2")
+                    "16384", "--parallel", "2")
     assert ("largest parallel at 85% (context 16,384 per session, -c = 16,384 x "
             "parallel): 7") in flat
     assert "bounded by -c" not in flat and "(context as given)" not in flat
     d = fit_json("--gpu", "apple-m4-max", "--model", "llama-3.1-70b", "--context",
-                 str(16384 * 7), "--parallel", "7")
+                 "16384", "--parallel", "7")
     assert d["total_bytes"] == 42_826_550_249 + 7 * 5_385_486_336 == 80_524_954_601
     assert d["total_bytes"] <= 0.85 * d["device_bytes"] < 42_826_550_249 + 8 * 5_385_486_336
 

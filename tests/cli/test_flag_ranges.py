@@ -10,14 +10,22 @@ PLAN = ["plan", "quickstart", "--no-progress", "--no-report"]
 
 
 @pytest.mark.parametrize("args,line", [
-    # llama.cpp: -c is all slots' cells; 4 slots (the preset's) of at most 131,072 each
+    # llama.cpp: --context is one session's (its slot's) share, at most the model's 131,072;
+    # --ctx-size is -c, all slots' cells: 4 slots (the preset's) of at most 131,072 each
     (FIT + ["--context", "1e99"], "error: --context: 99999999999999996733616880411669127384"),
     (FIT + ["--context", "10000000"],
-     "error: --context: 10000000 — at most 524,288 for 4 slots (-c is all slots' cells): "
+     "error: --context: 10000000 — at most 131,072 tokens per session: llama-3.1-8b's "
+     "maximum, at which llama-server caps each slot"),
+    (FIT + ["--ctx-size", "10000000"],
+     "error: --ctx-size: 10000000 — at most 524,288 for 4 slots (-c is all slots' cells): "
      "llama-3.1-8b's maximum is 131,072 tokens per session and llama-server caps each slot "
      "at it"),
-    (FIT + ["--context", "131073", "--parallel", "1"],
-     "error: --context: 131073 — at most 131,072 for 1 slot (-c is all slots' cells)"),
+    (FIT + ["--ctx-size", "131073", "--parallel", "1"],
+     "error: --ctx-size: 131073 — at most 131,072 for 1 slot (-c is all slots' cells)"),
+    (FIT + ["--context", "8192", "--ctx-size", "32768"],
+     "error: --ctx-size: 32768 — either --context (per session) or --ctx-size"),
+    (FIT + ["--engine", "vllm", "--ctx-size", "32768"],
+     "error: --ctx-size: 32768 — vllm has no -c for all slots"),
     (FIT + ["--parallel", "257"],
      "error: --parallel: 257 — at most 256 on llama.cpp: llama.cpp's LLAMA_MAX_SEQ: "
      "llama-server refuses more slots ('n_seq_max must be <= 256')"),
@@ -46,8 +54,9 @@ def test_out_of_range_is_one_line_and_exit_2(capsys, args, line):
 
 
 @pytest.mark.parametrize("args", [
-    FIT + ["--context", "524288"],                      # 4 slots x 131,072: the edge
-    FIT + ["--parallel", "256", "--context", "262144"],
+    FIT + ["--ctx-size", "524288"],                     # 4 slots x 131,072: the edge
+    FIT + ["--context", "131072"],
+    FIT + ["--parallel", "256", "--ctx-size", "262144"],
     FIT + ["--engine", "vllm", "--parallel", "65536"],
     FIT + ["--gpu-layers", "999"],
 ])

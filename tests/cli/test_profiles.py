@@ -68,7 +68,7 @@ def test_import_gguf_to_file_then_fit(capsys, tmp_path):
     m = load_model(str(out_yaml))
     assert (m.num_layers, m.num_kv_heads, m.head_dim) == (8, 2, 64)
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", str(out_yaml),
-                       "--weights", "f16", "--context", "8192", "--kv", "q8_0", "--json")
+                       "--weights", "f16", "--ctx-size", "8192", "--kv", "q8_0", "--json")
     assert code == 0 and json.loads(out)["kv_reserved_bytes"] == 17 * 2**20
 
 

@@ -116,9 +116,9 @@ def test_llama_cpp_context_past_host_ram(capsys):  # C19
     # 32 slots of the model's whole 131,072-token context: 4,194,304 cells x 131,072 B
     # (Llama-3.1-8B f16 KV per token) = 512 GiB, all of it past the GPU
     err = _cli_error(capsys, ["fit", "--gpu", "rtx-4060-ti-16gb", "--model", "llama-3.1-8b",
-                              "--context", "4194304", "--parallel", "32",
+                              "--context", "131072", "--parallel", "32",
                               "--host", "desktop-64gb"])
-    assert err.startswith("error: --context: 4194304 — this layout puts 512.00 GiB of KV")
+    assert err.startswith("error: --context: 131072 — this layout puts 512.00 GiB of KV")
     assert "more than the host's 64.00 GiB (desktop-64gb)" in err
 
 
