@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,12 +18,12 @@ _WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
                 "runpy.run_module('kvsim', run_name='__main__')")
 
 
-def signal_after_runs(args: list[str], log: Path, sig: int, runs: int = 2
-                      ) -> tuple[int, str]:
+def signal_after_runs(args: list[str], log: Path, sig: int, runs: int = 2,
+                      ready: Callable[[], bool] = lambda: True) -> tuple[int, str]:
     """Start ``kvsim args`` with tests/plan's slow fake runner (1 s a run, each logged to
-    ``log``), send ``sig`` once ``runs`` have started — SIGINT to the process group, as
-    Ctrl-C at a terminal reaches the workers too; SIGTERM to the parent, as a service
-    manager does — and return (exit code, stderr)."""
+    ``log``), send ``sig`` once ``runs`` have started and ``ready()`` holds — SIGINT to the
+    process group, as Ctrl-C at a terminal reaches the workers too; SIGTERM to the parent,
+    as a service manager does — and return (exit code, stderr)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'plan'}",
            "KVSIM_TEST_SLEEP_S": "1", "KVSIM_TEST_RUN_LOG": str(log)}
     proc = subprocess.Popen([sys.executable, "-c", _WITH_CTRL_C, *args], env=env,
@@ -30,7 +31,7 @@ def signal_after_runs(args: list[str], log: Path, sig: int, runs: int = 2
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 90
-        while not (log.exists() and len(log.read_text().splitlines()) >= runs):
+        while not (log.exists() and len(log.read_text().splitlines()) >= runs and ready()):
             assert proc.poll() is None and time.monotonic() < deadline, "no run started"
             time.sleep(0.05)
         if sig == signal.SIGINT:
