@@ -137,9 +137,10 @@ def continued_runs(open_run: tuple[float, float, float, int], first_s: float,
     return one.closed + [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]], runs4[-1]
 
 
-def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
+def emit_tokens(reqs: list, times: list[float], dts: list[float], compute: bool = False) -> None:
     """Every request of a stretch samples one token at each of ``times[1:]``, step
-    ``j`` taking ``dts[j]`` (``times[j + 1] = times[j] + dts[j]``).
+    ``j`` taking ``dts[j]`` (``times[j + 1] = times[j] + dts[j]``); with ``compute``
+    each also computes one token a step (``Request.record_compute``, in the same pass).
 
     Each request's gaps are its first one (from its own last token,
     :func:`token_gap`) and then the step durations ``dts[1:]``, continuing its open
@@ -149,10 +150,12 @@ def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
     """
     steps = len(times) - 1
     t1, d0, last = times[1], dts[0], times[-1]
+    u = _ulp(t1)
     groups: dict[tuple, list] = {}
     for r in reqs:
         it = r.itl
-        key = (token_gap(t1, r.last_token_s, d0), it.g0, it.lo, it.hi, it.n)
+        g = t1 - r.last_token_s  # NOTE: token_gap inlined (one unit in the last place)
+        key = (d0 if -u <= g - d0 <= u else g, it.g0, it.lo, it.hi, it.n)
         same = groups.get(key)
         if same is None:
             groups[key] = [r]
@@ -160,11 +163,17 @@ def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
             same.append(r)
     gaps = dts[1:steps]
     for (g, *open_run), rs in groups.items():
-        closed, state = continued_runs(tuple(open_run), g, gaps)
+        closed, (g0, lo, hi, n) = continued_runs(tuple(open_run), g, gaps)
         for r in rs:
             it = r.itl
             if closed:
                 it.closed.extend(closed)
-            it.g0, it.lo, it.hi, it.n = state
+            it.g0, it.lo, it.hi, it.n = g0, lo, hi, n
             r.last_token_s = last
             r.num_output += steps
+            if compute:  # NOTE: Request.record_compute's decode path, inlined
+                a = r.num_computed_tokens
+                if a >= r.high_water and a >= r.prompt_tokens:
+                    r.num_computed_tokens = r.high_water = a + steps
+                else:
+                    r.record_compute(steps)
