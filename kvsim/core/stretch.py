@@ -268,17 +268,17 @@ def slot_advance(sched: SlotScheduler, plan: StepPlan, times: list[float], dts: 
                  finish: bool = False) -> Advanced:
     steps = len(times) - 1
     reqs = [i.req for i in plan.items]
-    emit_tokens(reqs, times, dts)
-    for item in plan.items:
-        req = item.req
-        slot = sched.pool.slots[req.slot_id]
-        append_computed(slot, req, steps)
+    slots = sched.pool.slots
+    for req in reqs:
+        slot = slots[req.slot_id]
+        append_computed(slot, req, steps)  # NOTE: from the tokens computed before
         slot.n_tokens += steps
-        req.record_compute(steps)
+    emit_tokens(reqs, times, dts, compute=True)
     mem = sched.memory()
     per_step = sched.bytes_per_token * len(plan.items)
     end = mem.kv_allocated_bytes - per_step * steps
-    alloc = [end + per_step * j for j in range(steps)]
+    # NOTE: end + per_step * j for j = 0..steps-1, built in C
+    alloc = list(range(end, end + per_step * steps, per_step)) if per_step else [end] * steps
     cache = [mem.kv_cached_bytes] * steps
     return alloc, cache, mem, slot_finish(sched, reqs, times[-1]) if finish else []
 
