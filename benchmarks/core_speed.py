@@ -3,14 +3,16 @@
 Cases (each a fresh process per run, so one case's heap cannot slow the next):
 
 - ``chat``: the 1,000-request open-loop chat trace of ``open_loop_chat.py`` on vLLM
-  (RTX 4090) — and the whole ``kvsim simulate --no-report`` process on it;
+  (RTX 4090);
 - ``house``: the household-week, ``quickstart`` (family-4 on llama.cpp) for 7 days;
 - ``mooncake``: the Mooncake (FAST'25) synthetic trace (3,320 requests after the
   prompts over the model's context are skipped) on vLLM (H100), as ``mooncake.py``.
 
-For each case and run it prints the engine seconds (``Engine.run``, wall and CPU),
-the whole ``kvsim.api.simulate`` seconds, simulated seconds and requests per wall
-second of the engine, and the run's peak RSS; then min and median over the runs.
+For each case it prints the engine seconds (``Engine.run``, wall and CPU), the whole
+``kvsim.api.simulate`` seconds, simulated seconds and requests per wall second of the
+engine, the run's peak RSS, and the seconds of a whole ``kvsim simulate --no-report``
+process on the same sessions (written as a kvsim trace first; imports, reading and
+saving included): min and median over the runs.
 With ``--reference DIR`` (a checkout or ``git archive`` of the previous core: the
 folder holding its ``kvsim`` package) every run is repeated with that code,
 interleaved (new, reference, new, …), and the median speed-up is printed: both are
@@ -44,6 +46,8 @@ HERE = Path(__file__).resolve().parent
 MOONCAKE = "/work/shared/traces/mooncake-fast25/synthetic_trace.jsonl"
 MOON_CONTEXT = 131072
 CASES = ("chat", "house", "mooncake")
+MOON_SCENARIO = {"name": "mooncake", "gpu": "h100-sxm5-80gb", "model": "llama-3.1-8b",
+                 "weights": "bf16", "engine": {"preset": "vllm", "context_tokens": MOON_CONTEXT}}
 
 
 # -- one run (a child process) ---------------------------------------------------------
@@ -67,9 +71,7 @@ def _case(name: str, trace: str):
         return load_scenario("quickstart", ["workload.days=7"]), lambda: None
     from kvsim.workload.importers import import_trace
 
-    sc = resolve_scenario({"gpu": "h100-sxm5-80gb", "model": "llama-3.1-8b", "weights": "bf16",
-                           "engine": {"preset": "vllm", "context_tokens": MOON_CONTEXT},
-                           "workload": {}})
+    sc = resolve_scenario({**MOON_SCENARIO, "workload": {}})
     _, it = import_trace("mooncake", trace)
     ss = [s for s in it if sum(t.input_tokens + t.output_tokens + t.tool_tokens
                                + sum(p.tokens for p in t.prefix) for t in s.turns)
@@ -106,19 +108,24 @@ def child(name: str, root: str | None, trace: str) -> None:
     print("RESULT " + json.dumps(timed))
 
 
-def whole_process(root: str | None, trace_path: str) -> float:
-    """Seconds of a whole ``kvsim simulate --no-report`` process on the chat trace."""
+def whole_process(root: str | None, case: str, files: dict[str, Path]) -> float:
+    """Seconds of a whole ``kvsim simulate --no-report`` process on ``case`` (its sessions
+    written as a kvsim trace beforehand, so the process reads them as a user's would)."""
     env = dict(os.environ)
     if root:
         env["PYTHONPATH"] = root
+    scenario, sets = {"chat": ("family-4-vllm", ["workload.preset=null",
+                                                  f"workload.trace={files.get('chat')}"]),
+                      "house": ("quickstart", ["workload.days=7"]),
+                      "mooncake": (str(files.get("mooncake.yaml")), [])}[case]
     with tempfile.TemporaryDirectory() as out:
         code = ("import sys\n" + (f"sys.meta_path[:] = [f for f in sys.meta_path if "
                                    f"'editable' not in repr(f)]\nsys.path.insert(0, {root!r})\n"
                                    if root else "")
                 + "from kvsim.cli import main\nsys.argv = ['kvsim'] + sys.argv[1:]\nmain()")
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code, "simulate", "family-4-vllm", "--set",
-                        f"workload.trace={trace_path}", "-o", out, "--no-report"],
+        subprocess.run([sys.executable, "-c", code, "simulate", scenario,
+                        *(x for s in sets for x in ("--set", s)), "-o", out, "--no-report"],
                        check=True, capture_output=True, env=env)
         return time.perf_counter() - t
 
@@ -133,14 +140,29 @@ def _spawn(name: str, root: str | None, trace: str) -> dict[str, float]:
     return json.loads(line[-1].removeprefix("RESULT "))
 
 
-def _chat_trace(path: Path) -> None:
+def _traces(tmp: Path, cases: list[str], trace: str) -> dict[str, Path]:
+    """The chat sessions and the kept Mooncake sessions as kvsim traces (with the
+    Mooncake scenario as a YAML file), for the whole-process runs."""
+    import yaml
+
     sys.path.insert(0, str(HERE))
     from open_loop_chat import chat_sessions
 
     from kvsim.workload.io import write_trace
     from kvsim.workload.schema import TraceMeta
 
-    write_trace(path, chat_sessions(0), TraceMeta(source="benchmarks/open_loop_chat.py"))
+    files: dict[str, Path] = {}
+    if "chat" in cases:
+        files["chat"] = tmp / "chat.jsonl"
+        write_trace(files["chat"], chat_sessions(0), TraceMeta(source="open_loop_chat.py"))
+    if "mooncake" in cases:
+        _, sessions = _case("mooncake", trace)
+        files["mooncake"] = tmp / "mooncake.jsonl"
+        write_trace(files["mooncake"], sessions(), TraceMeta(source="mooncake.py"))
+        files["mooncake.yaml"] = tmp / "mooncake.yaml"
+        files["mooncake.yaml"].write_text(yaml.safe_dump(
+            {**MOON_SCENARIO, "workload": {"trace": str(files["mooncake"])}}))
+    return files
 
 
 def _line(label: str, runs: list[dict[str, float]]) -> str:
@@ -174,25 +196,21 @@ def main() -> None:
     label = {None: "this core", **({roots[-1]: "reference"} if a.reference else {})}
     load0 = os.getloadavg()[0]
     got: dict[tuple[str, str | None], list[dict[str, float]]] = {}
-    whole: dict[str | None, list[float]] = {r: [] for r in roots}
+    whole: dict[tuple[str, str | None], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        chat_trace = Path(tmp) / "chat.jsonl"
-        if "chat" in cases:
-            _chat_trace(chat_trace)
+        files = _traces(Path(tmp), cases, a.trace)
         for _, case, root in itertools.product(range(a.runs), cases, roots):  # interleaved
             got.setdefault((case, root), []).append(_spawn(case, root, a.trace))
-            if case == "chat":
-                whole[root].append(whole_process(root, str(chat_trace)))
+            whole.setdefault((case, root), []).append(whole_process(root, case, files))
     print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
           f"(2 cores, shared): figures are min / median of {a.runs} interleaved runs")
     for case in cases:
         print(f"== {case}")
         for root in roots:
             print(_line(label[root], got[(case, root)]))
-            if case == "chat":
-                w = whole[root]
-                print(f"   {'':10s} whole `kvsim simulate --no-report`: {min(w):.3f} / "
-                      f"{statistics.median(w):.3f} s")
+            w = whole[(case, root)]
+            print(f"   {'':10s} whole `kvsim simulate --no-report` process: {min(w):.3f} / "
+                  f"{statistics.median(w):.3f} s (min / median)")
         if a.reference:
             new = statistics.median(r["engine_s"] for r in got[(case, None)])
             old = statistics.median(r["engine_s"] for r in got[(case, roots[1])])
