@@ -126,15 +126,35 @@ def continued_runs(open_run: tuple[float, float, float, int], first_s: float,
                                                tuple[float, float, float, int]]:
     """What a :class:`GapRuns` with ``open_run`` does on ``add(first_s)`` and then
     ``add(g)`` for each of ``gaps``: ``(runs it closes, its new open run)``."""
-    one = GapRuns()
-    one.g0, one.lo, one.hi, one.n = open_run
-    one.add(first_s)
+    closed: list[tuple[float, float, int]] = []
     if len(gaps) <= SMALL_STRETCH:  # NOTE: numpy's per-call cost exceeds the work
-        for g in gaps:
-            one.add(g)
-        return one.closed, (one.g0, one.lo, one.hi, one.n)
-    runs4 = stretch_runs(np.asarray(gaps, dtype=np.float64), (one.g0, one.lo, one.hi, one.n))
-    return one.closed + [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]], runs4[-1]
+        return closed, _add_all(open_run, (first_s, *gaps), closed)
+    state = _add_all(open_run, (first_s,), closed)
+    runs4 = stretch_runs(np.asarray(gaps, dtype=np.float64), state)
+    return closed + [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]], runs4[-1]
+
+
+def _add_all(state: tuple[float, float, float, int], gaps: tuple[float, ...],
+             closed: list[tuple[float, float, int]]) -> tuple[float, float, float, int]:
+    """:meth:`GapRuns.add` of each of ``gaps`` from the open run ``state``, in local
+    variables: the same operations in the same order (the same floats); the runs it
+    closes are appended to ``closed``; returns the new open run."""
+    g0, lo_c, hi_c, k = state
+    for g in gaps:
+        if k:
+            tol = TOL_REL * g if g > 0.0 else -TOL_REL * g
+            lo = (g - tol - g0) / k
+            hi = (g + tol - g0) / k
+            if lo < lo_c:  # noqa: PLR1730 (as GapRuns.add)
+                lo = lo_c
+            if hi > hi_c:  # noqa: PLR1730
+                hi = hi_c
+            if lo <= hi:
+                lo_c, hi_c, k = lo, hi, k + 1
+                continue
+            closed.append((g0, _slope(lo_c, hi_c), k))
+        g0, k, lo_c, hi_c = g, 1, -_INF, _INF
+    return g0, lo_c, hi_c, k
 
 
 def emit_tokens(reqs: list, times: list[float], dts: list[float], compute: bool = False) -> None:
