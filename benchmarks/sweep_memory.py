@@ -4,7 +4,9 @@ Writes a sweep of ``--points`` seeds of the ``quickstart`` scenario (family-4 on
 llama.cpp) for ``--days`` days, runs ``kvsim sweep -j J --no-report`` on it in a
 subprocess and samples the parent process's resident memory (psutil, every 50 ms) and
 its workers' while it runs; prints the wall time, the time a point, the parent's peak
-RSS and its RSS after the first tenth and at the end of the points (growth a point).
+RSS, its own CPU seconds (it stores every point's Results: with 2 workers it can be the
+bottleneck) and its RSS after the first tenth and at the end of the points (growth a
+point).
 
     python benchmarks/sweep_memory.py                       # 1,000 points, 2 workers
     python benchmarks/sweep_memory.py --points 100          # a quicker look
@@ -22,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 import psutil
 
@@ -34,6 +37,7 @@ class RssWatch:
         self.every_s = every_s
         self.parent: list[tuple[float, int]] = []
         self.workers_peak = 0
+        self.parent_cpu_s = 0.0  # the parent's own CPU seconds (last sample)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -43,6 +47,8 @@ class RssWatch:
             try:
                 rss = self.proc.memory_info().rss
                 kids = sum(c.memory_info().rss for c in self.proc.children(recursive=True))
+                cpu = self.proc.cpu_times()
+                self.parent_cpu_s = cpu.user + cpu.system
             except psutil.Error:
                 break
             if rss:  # NOTE: 0 once the process is a zombie
@@ -50,7 +56,7 @@ class RssWatch:
             self.workers_peak = max(self.workers_peak, kids)
             time.sleep(self.every_s)
 
-    def __enter__(self) -> RssWatch:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -102,6 +108,9 @@ def main() -> None:
     print(f"   wall {wall:.1f} s ({wall / max(n, 1) * 1000:.0f} ms a point, {n} stored), "
           f"parent peak RSS {peak / mb:.0f} MB, workers' peak RSS {watch.workers_peak / mb:.0f} "
           f"MB together")
+    cpu = watch.parent_cpu_s
+    print(f"   the parent's own CPU: {cpu:.1f} s ({cpu / max(n, 1) * 1000:.0f} ms a point: "
+          "imports, resolving the points, storing each point's Results)")
     tenth = [r for k, r in marks if k >= max(n // 10, 1)]
     if tenth and n > 10:
         growth = (marks[-1][1] - tenth[0]) / max(marks[-1][0] - max(n // 10, 1), 1)
