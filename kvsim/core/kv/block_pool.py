@@ -33,7 +33,7 @@ _COMPACT_AT = 1 << 16  # NOTE: the queue list drops its consumed head past this 
 class FreeBlockQueue:
     """The free blocks in eviction order: a list read from a head index.
 
-    NOTE: a prefix hit takes a block out of the middle (``remove``) by leaving its
+    NOTE: a prefix hit takes a block out of the middle (``BlockPool.touch``) by leaving its
     entry in place, *stale*: ``stale[b]`` counts the stale entries of block ``b`` still
     in the queue, and since a block's entries are met in queue order, the first entry
     of ``b`` a pop meets is stale exactly when ``stale[b] > 0``.  Without stale entries
@@ -46,16 +46,8 @@ class FreeBlockQueue:
         self.stale = [0] * num_blocks
         self.num_stale = 0
         self.num_free = len(self._q)
-
-    def append_many(self, blocks: list[int]) -> None:
-        self._q.extend(blocks)
-        self.num_free += len(blocks)
-
-    def remove(self, block: int) -> None:
-        """Take a free block out of the queue (its entry turns stale)."""
-        self.stale[block] += 1
-        self.num_stale += 1
-        self.num_free -= 1
+        # NOTE: BlockPool appends to ``_q`` (a release) and marks stale entries (a prefix
+        # hit: ``stale[b] += 1``, ``num_stale``, ``num_free``) itself, on its hot paths
 
     def pop_many(self, n: int) -> list[int]:
         """The ``n`` blocks at the head, removed (``n ≤ num_free``)."""
@@ -146,12 +138,18 @@ class BlockPool:
     def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on prefix-hit blocks (removing free ones from the queue)."""
         rc, bh, q = self.ref_cnt, self.block_hash, self.free_queue
+        stale = q.stale
+        removed = cached = 0
         for b in blocks:
-            if not rc[b]:
-                q.remove(b)
+            if not rc[b]:  # NOTE: FreeBlockQueue.remove, inlined: its entry turns stale
+                stale[b] += 1
+                removed += 1
                 if bh[b] is not None:
-                    self._cached_free -= 1
+                    cached += 1
             rc[b] += 1
+        q.num_stale += removed
+        q.num_free -= removed
+        self._cached_free -= cached
 
     def get_new_blocks(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the head of the free queue, evicting their hashes."""

@@ -78,8 +78,10 @@ class KVCacheManager:
         have = len(self.req_blocks.get(req.request_id, ())) + len(hit.blocks)
         total = req.num_computed_tokens + hit.num_tokens + num_new_tokens
         need = max(0, -(-total // self.block_tokens) - have)
+        if not hit.blocks:
+            return need
         rc = self.pool.ref_cnt
-        return need + sum(1 for b in hit.blocks if not rc[b])
+        return need + [rc[b] for b in hit.blocks].count(0)  # NOTE: the free hit blocks
 
     def can_allocate(self, req: Request, num_new_tokens: int, hit: PrefixHit = PrefixHit()) -> bool:
         return self.blocks_needed(req, num_new_tokens, hit) <= self.pool.num_free
