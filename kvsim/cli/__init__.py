@@ -80,7 +80,7 @@ class LazyGroup(click.Group):
                     continue
                 rows.append((name, cmd.get_short_help_str(limit)))
             else:
-                rows.append((name, click.utils.make_default_short_help(text, limit).strip()))
+                rows.append((name, click.Command(name, help=text).get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -92,7 +92,7 @@ def _spec_available(target: str) -> bool:
 def source_help(target: str) -> str | None:
     """The help click gives command ``target`` ("module:function"), read from the
     function's docstring in the module's source; None when it is not plainly there
-    (no docstring, or help set in the decorator)."""
+    (no docstring, or help or a deprecation set in the decorator)."""
     module_name, attr = target.split(":")
     spec = importlib.util.find_spec(module_name)
     if spec is None or spec.origin is None:
@@ -111,7 +111,8 @@ def source_help(target: str) -> str | None:
         top -= 1
     decorators = "\n".join(lines[top:at])
     command = decorators.split("@click.option")[0].split("@click.argument")[0]
-    if not command.startswith(("@click.command(", "@click.group(")) or "help=" in command:
+    if not command.startswith(("@click.command(", "@click.group(")) or "help=" in command \
+            or "deprecated" in command:
         return None
     end = at  # the signature's last line
     while end < len(lines) and not lines[end].rstrip().endswith(":"):
