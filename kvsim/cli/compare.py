@@ -20,10 +20,17 @@ from click.core import ParameterSource
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
-from kvsim.cli.plan import build_grid, grid_options, p95_note, print_runs_table, run_search
+from kvsim.cli.plan import (
+    build_grid,
+    grid_options,
+    p95_note,
+    plan_constraints,
+    pooled,
+    print_runs_table,
+    run_search,
+)
 from kvsim.errors import InputError
 from kvsim.plan.compare import compare_gpus, on_each_gpu, parse_gpus
-from kvsim.plan.slo import build_constraints
 from kvsim.plan.store import write_table
 from kvsim.scenario import load_scenario
 
@@ -34,6 +41,8 @@ OUT_HELP = ("write results here. --gpus: compare.csv, compare.parquet, plan.parq
 GPU_COLUMNS = ["gpu", "usable_gib", "feasible", "best_context_tokens", "best_parallel",
                "kv_dtype", "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
                "max_parallel", "price_usd", "usd_per_session"]
+DEFAULT_SLO_NOTE = ("the SLOs of every card: --slo, else the scenario's slo section, else "
+                    "kvsim's defaults (ttft_p95=2s, itl_p95=150ms)")
 
 
 @click.command()
@@ -71,9 +80,8 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
 
 
 def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str, Any]) -> None:
-    c = build_constraints(opts["slos"], max_device_fraction=opts["max_device_fraction"],
-                          max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
     s = load_scenario(scenario, list(sets))
+    c, source = plan_constraints(s, opts)
     grid = build_grid(s, opts["contexts"], opts["parallel"], opts["kv"], opts["policies"])
 
     def one(sg: Any, cons: Any, gr: Any) -> Any:
@@ -81,8 +89,15 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
 
     res = compare_gpus(s, names, c, grid, search_fn=one,
                        scenarios=on_each_gpu(scenario, list(sets), names))
-    print_runs_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS)
-    click.echo(f"note: {p95_note(opts['replications'])}")
+    for _, row in res.table.iterrows():
+        click.echo(f"verdict {row['gpu']}: {row['verdict']}")
+    click.echo(f"  targets ({source}): " + "; ".join(c.describe()))
+    was_pooled = any(pooled(plan.table) for plan in res.plans.values())
+    print_runs_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS, was_pooled)
+    for _, row in res.table.iterrows():
+        if row["grid_notes"]:
+            click.echo(f"note: {row['gpu']}: {row['grid_notes']}")
+    click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
     click.echo("note: max par = the largest parallel of any feasible point, each session "
                "guaranteed its full context (on vllm/sglang the KV pool holds that many "
                "max_model_len requests); USD/session = price / max par; device GiB = "
@@ -94,7 +109,8 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             for note in flag_notes_of(res, row["gpu"]):
                 click.echo(f"  note: {note}")
         else:
-            click.echo(f"{row['gpu']}: nothing on the grid meets " + "; ".join(c.describe()))
+            click.echo(f"{row['gpu']}: nothing on the grid meets every target (its verdict "
+                       "above names the nearest miss)")
     if opts["out_dir"] is not None:
         out = opts["out_dir"]
         slo = {b.key: b.limit_s for b in c.latency}
@@ -103,7 +119,9 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             write_table(res.table, out / "compare.parquet")
             write_table(_plans_table(res), out / "plan.parquet")
             path = maybe_report("compare", out, not opts["no_report"], compare=res.table,
-                                slo=slo)
+                                slo=slo, verdicts=[{"headline": f"verdict {r.gpu}: {r.verdict}",
+                                                    "details": []}
+                                                   for r in res.table.itertuples()])
         click.echo(f"wrote {out}" + (f" and {path}" if path else ""))
 
 

@@ -63,6 +63,7 @@ def point_row(p: Any, v: Verdict, how: str, reps: ReplicationSet | None,
         "notes": "; ".join(v.notes)}
     slack = {k.name: k.slack for k in v.checks}
     row["binding_slack"] = slack.get(v.binding, math.nan)
+    row["session_tokens"] = getattr(p, "session_tokens", 0) or math.nan
     if reps is None:
         return row
     row["replications"] = reps.n

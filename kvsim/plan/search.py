@@ -49,7 +49,7 @@ from kvsim.plan.point_row import point_row
 from kvsim.plan.replicate import Runner, replicate, simulate_run
 from kvsim.plan.slo import Check, Constraints, Verdict, judge
 from kvsim.plan.stats import wilson_interval
-from kvsim.scenario import Scenario
+from kvsim.scenario import Scenario, scenario_hash
 
 MEMORY_BINDINGS = ("load", "offload", "device_fraction", "kv_pool")
 
@@ -94,6 +94,7 @@ class _Point:
     scenario: Scenario | None = None
     row: dict[str, Any] = field(default_factory=dict)
     error: InputError | None = None  # why this point's configuration is invalid
+    session_tokens: int = 0  # what one session may hold in its layout (0: unknown)
 
 
 
@@ -117,10 +118,10 @@ def _refuse_invalid_groups(pts: list[_Point]) -> None:
             raise members[0].error  # type: ignore[misc]
 
 
-def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
-    """(loads, every layer on the GPU, device fraction, the pool verdict) of the
-    load-time layout; the pool verdict is None unless a paged pool holds fewer than
-    ``parallel`` full-length requests."""
+def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None, int]:
+    """(loads, every layer on the GPU, device fraction, the pool verdict, the tokens one
+    session may hold) of the load-time layout; the pool verdict is None unless a paged
+    pool holds fewer than ``parallel`` full-length requests."""
     from kvsim.engines.budget import box_reserves, memory_budget
 
     par = point_parallel(scenario)
@@ -130,7 +131,8 @@ def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
     pool = None if held is None or why is None else Verdict(
         False, "kv_pool", (Check("kv_pool", float(held), float(par), False,
                                  (held - par) / par),), (why,))
-    return bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction), pool
+    return (bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction), pool,
+            int(b.slot_tokens))
 
 
 def _memory_verdict(fraction: float, limit: float) -> Verdict:
@@ -141,14 +143,16 @@ def _memory_verdict(fraction: float, limit: float) -> Verdict:
 
 class _Evaluator:
     def __init__(self, c: Constraints, n: int, executor: Executor | None, runner: Runner,
-                 conservative: bool, progress: Callable[[int], None] | None) -> None:
+                 conservative: bool, progress: Callable[[int], None] | None,
+                 known: dict[str, dict[str, Any]] | None = None) -> None:
         self.c, self.n, self.executor, self.runner = c, n, executor, runner
         self.conservative, self.progress = conservative, progress
+        self.known = known or {}  # scenario hash → a row judged before (a widened grid)
 
     def static_verdict(self, p: _Point) -> tuple[Verdict | None, float]:
         """Memory verdict at load; None when the point must be simulated."""
         assert p.scenario is not None
-        loads, on_gpu, frac, pool = _static(p.scenario)
+        loads, on_gpu, frac, pool, p.session_tokens = _static(p.scenario)
         if not loads:
             return judge(self.c, {}, loads=False), frac
         if not on_gpu:
@@ -164,9 +168,13 @@ class _Evaluator:
 
     def evaluate(self, p: _Point, replications: int | None = None,
                  force_sim: bool = False) -> dict[str, Any]:
-        """Static verdict first; simulate when it passes (or when ``force_sim``)."""
+        """Static verdict first; simulate when it passes (or when ``force_sim``); a row
+        judged before under the same constraints is reused."""
         if p.scenario is None:
             return p.row
+        row = self.known.get(scenario_hash(p.scenario))
+        if row is not None and (not force_sim or row.get("replications")):
+            return dict(row)
         verdict, frac = self.static_verdict(p)
         if verdict is not None and not force_sim:
             return point_row(p, verdict, "static", None, frac)
@@ -207,8 +215,12 @@ def _dominates(a: _Point, b: _Point) -> bool:
 def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
            replications: int = 8, executor: Executor | None = None,
            runner: Runner = simulate_run, conservative: bool = False,
-           progress: Callable[[int], None] | None = None) -> PlanResult:
-    """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult."""
+           progress: Callable[[int], None] | None = None,
+           known: pd.DataFrame | None = None) -> PlanResult:
+    """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult.
+
+    ``known``: the table of an earlier search with the same constraints and runs (a
+    grid being widened, :mod:`kvsim.plan.widen`): its points are not judged again."""
     if not 1 <= replications <= MAX_REPLICATIONS:
         raise InputError("--replications", replications, f"between 1 and {MAX_REPLICATIONS:,} "
                          "(each is one whole run of the scenario per grid point)")
@@ -218,7 +230,9 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
                              "one run gives no confidence interval to bound")
         _check_reachable(constraints.max_oom_risk, replications)
     check_contexts(grid.contexts, scenario.model)
-    ev = _Evaluator(constraints, replications, executor, runner, conservative, progress)
+    rows = {} if known is None or "scenario_hash" not in known else {
+        str(r["scenario_hash"]): r for r in known.to_dict("records") if r["scenario_hash"]}
+    ev = _Evaluator(constraints, replications, executor, runner, conservative, progress, rows)
     pts = _points(scenario, grid, constraints)
     _refuse_invalid_groups(pts)
     walls: list[_Point] = []

@@ -1,0 +1,130 @@
+"""A grid that caps the answer is widened, up to what memory allows.
+
+When the recommended point — or the feasible point with the most sessions, which
+``compare``'s price per session counts — sits at the grid's largest ``parallel`` (or
+the recommendation at its largest context), the answer is the grid's, not the card's: "max par 8" on every card of a ``compare`` is the
+top of the default grid.  :func:`search_widening` then adds larger values and searches
+again (points already judged are reused, :func:`kvsim.plan.search.search`'s ``known``),
+until the recommendation leaves the edge:
+
+- **parallel**: doubled toward the largest ``parallel`` the recommended point's layout
+  holds under the memory line (:func:`kvsim.plan.parallel.slot_max_parallel` /
+  :func:`~kvsim.plan.parallel.paged_max_parallel`: each session keeps its context), and
+  that largest value itself; at most the engine's own limit;
+- **context**: doubled, up to the model's maximum (the search's exact load-time check
+  stops it where memory does).
+
+NOTE: the notes say what was added and why, or — when nothing could be — that the
+answer is capped by memory or by the engine / model, not by the grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from kvsim.engines import engine_for
+from kvsim.engines.budget import box_reserves
+from kvsim.engines.config import SlotEngineConfig
+from kvsim.errors import InputError
+from kvsim.plan.flags import configure
+from kvsim.plan.parallel import paged_max_parallel, session_tokens, slot_max_parallel
+from kvsim.plan.search import PlanGrid, PlanResult, search
+from kvsim.plan.slo import Constraints
+from kvsim.scenario import Scenario
+
+MAX_ROUNDS = 6
+
+
+def memory_parallel(s: Scenario, limit: float) -> int:
+    """The largest ``parallel`` at which the recommended point's scenario ``s`` keeps each
+    session's context and stays acceptable under ``limit`` (0: none)."""
+    from kvsim.engines.budget import memory_budget
+
+    e, cap = s.engine, engine_for(s.engine.preset).max_parallel
+    reserves = box_reserves(s)
+    if isinstance(e, SlotEngineConfig):
+        b = memory_budget(s.gpu, s.model, s.weights, e, **reserves)
+        return slot_max_parallel(s.gpu, s.model, s.weights, e, session_tokens(b), limit,
+                                 cap=cap, **reserves)
+    return paged_max_parallel(s.gpu, s.model, s.weights, e, limit, cap=cap, **reserves)[0]
+
+
+def _most_parallel(s: Scenario, c: Constraints, grid: PlanGrid, res: PlanResult
+                   ) -> tuple[int, int, Scenario | None]:
+    """(parallel, context, scenario) of the feasible point with the most sessions (the
+    largest context among them): what ``compare``'s price per session counts."""
+    t = res.table
+    feas = t[t["feasible"].astype(bool)] if len(t) else t
+    if feas.empty:
+        return 0, 0, None
+    row = feas.sort_values(["parallel", "context_tokens"]).iloc[-1]
+    kv = row["kv_dtype"] if grid.kv_dtypes != (None,) else None
+    policies = dict(grid.policies).get(row["policy"])
+    try:
+        point = configure(s, int(row["context_tokens"]), int(row["parallel"]), kv, policies,
+                          c.max_device_fraction)
+    except InputError:
+        point = None
+    return int(row["parallel"]), int(row["context_tokens"]), point
+
+
+def _wider(s: Scenario, c: Constraints, grid: PlanGrid, res: PlanResult
+           ) -> tuple[tuple[int, ...], tuple[int, ...], list[str]]:
+    """(parallels to add, contexts to add, what caps the answer where nothing is)."""
+    rec = res.recommendation or {}
+    add_p: set[int] = set()
+    add_c: tuple[int, ...] = ()
+    capped: list[str] = []
+    par, ctx = int(rec["parallel"]), int(rec["context_tokens"])
+    for p_, ctx_, point in ((par, ctx, rec.get("scenario")), _most_parallel(s, c, grid, res)):
+        if p_ < max(grid.parallels) or point is None:
+            continue
+        most = memory_parallel(point, c.max_device_fraction)
+        if most > p_:
+            add_p |= {min(2 * p_, most), most}
+        else:
+            capped.append(f"parallel {p_} is the most the layout holds under the "
+                          f"{c.max_device_fraction:.0%} line at context {ctx_:,}")
+    top = s.model.max_context_tokens
+    if ctx >= max(grid.contexts):
+        if ctx < top:
+            add_c = (min(2 * ctx, top),)
+        else:
+            capped.append(f"context {ctx:,} is {s.model.name}'s maximum")
+    return tuple(sorted(add_p)), add_c, list(dict.fromkeys(capped))
+
+
+def search_widening(scenario: Scenario, c: Constraints, grid: PlanGrid, *,
+                    search_fn: Callable[..., PlanResult] = search,
+                    **search_kw: Any) -> PlanResult:
+    """:func:`~kvsim.plan.search.search`, widened while its answer sits on the grid's
+    edge (module doc); the notes say how."""
+    res = search_fn(scenario, c, grid, **search_kw)
+    added_p: list[int] = []
+    added_c: list[int] = []
+    capped: list[str] = []
+    for _ in range(MAX_ROUNDS):
+        rec = res.recommendation
+        if rec is None:
+            break
+        add_p, add_c, capped = _wider(scenario, c, grid, res)
+        add_p = tuple(p for p in add_p if p not in grid.parallels)
+        add_c = tuple(x for x in add_c if x not in grid.contexts)
+        if not add_p and not add_c:
+            break
+        added_p += add_p
+        added_c += add_c
+        grid = replace(grid, parallels=grid.parallels + add_p, contexts=grid.contexts + add_c)
+        res = search_fn(scenario, c, grid, known=res.table, **search_kw)
+    notes = list(res.notes)
+    if added_p or added_c:
+        what = [f"parallel {', '.join(map(str, sorted(added_p)))}" if added_p else "",
+                f"context {', '.join(f'{x:,}' for x in sorted(added_c))}" if added_c else ""]
+        notes.append("the answer sat on the grid's edge, so the grid was widened: "
+                     + " and ".join(w for w in what if w) + " added (up to what memory allows)")
+    if res.recommendation is not None and capped:
+        notes.append("the answer is capped by memory or the model, not the grid: "
+                     + "; ".join(capped))
+    return PlanResult(res.table, res.front, res.recommendation, notes)
