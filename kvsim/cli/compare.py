@@ -62,7 +62,7 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
       --contexts, --parallel, --kv, --policy) and --no-progress apply to
       this mode only.
     MEASURED PREDICTED: two Results folders (kvsim replay, kvsim simulate);
-      prints the error per metric. Only -o and --no-report apply.
+      prints the error per metric. Only -o, --no-report and --plotlyjs apply.
     """
     if gpus is not None and len(inputs) != 1:
         raise InputError("compare", " ".join(inputs), "--gpus takes exactly one SCENARIO")
@@ -119,9 +119,10 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             write_table(res.table, out / "compare.parquet")
             write_table(_plans_table(res), out / "plan.parquet")
             path = maybe_report("compare", out, not opts["no_report"], compare=res.table,
-                                slo=slo, verdicts=[{"headline": f"verdict {r.gpu}: {r.verdict}",
-                                                    "details": []}
-                                                   for r in res.table.itertuples()])
+                                slo=slo, plotlyjs=opts["plotlyjs"],
+                                verdicts=[{"name": r.gpu, "headline": f"verdict: {r.verdict}",
+                                           "meets": bool(r.feasible)}
+                                          for r in res.table.itertuples()])
         click.echo(f"wrote {out}" + (f" and {path}" if path else ""))
 
 
@@ -134,7 +135,7 @@ def _plans_table(res: Any) -> pd.DataFrame:
     return pd.concat([p.table.assign(gpu=g) for g, p in res.plans.items()], ignore_index=True)
 
 
-PREDICTION_OPTIONS = ("inputs", "out_dir", "no_report")
+PREDICTION_OPTIONS = ("inputs", "out_dir", "no_report", "plotlyjs")
 
 
 def _refuse_gpus_options(ctx: click.Context) -> None:
@@ -150,7 +151,8 @@ def _refuse_gpus_options(ctx: click.Context) -> None:
         value = ctx.params.get(param.name or "")
         shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
         raise InputError(flag, shown, "applies to 'compare --gpus A,B SCENARIO' only; "
-                         "'compare MEASURED PREDICTED' takes only -o and --no-report")
+                         "'compare MEASURED PREDICTED' takes only -o, --no-report and "
+                         "--plotlyjs")
 
 
 def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
@@ -171,5 +173,6 @@ def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
             if not opts["no_report"]:
                 from kvsim.report import write_report
 
-                path = write_report(out / "report.html", [m, p], kind="compare")
+                path = write_report(out / "report.html", [m, p], kind="compare",
+                                    plotlyjs=opts["plotlyjs"])
         click.echo(f"wrote {out / 'errors.csv'}" + (f" and {path}" if path else ""))

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from kvsim.cli._output import check_output, output_errors
+from kvsim.cli._output import PLOTLYJS_HELP, check_output, output_errors
 from kvsim.cli._plan_common import (
     ERR,
     constraint_options,
@@ -114,6 +114,8 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
         click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
                      help=out_help),
         click.option("--no-report", is_flag=True, help="do not write report.html"),
+        click.option("--plotlyjs", type=click.Choice(["inline", "dir", "cdn"]),
+                     default="inline", show_default=True, help=PLOTLYJS_HELP),
         click.option("--no-progress", is_flag=True, help="no progress bar"),
     ]):
         fn = opt(fn)
@@ -122,8 +124,8 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
 
 def run_search(s: Scenario, c: Constraints, grid: PlanGrid, opts: dict[str, Any],
                label: str = "plan") -> PlanResult:
-    """The search over ``grid``, widened while its answer sits on the grid's edge
-    (kvsim.plan.widen)."""
+    """The search over ``grid``, widened while its answer sits on the edge of an axis the
+    user left to its default (kvsim.plan.widen)."""
     runner = load_runner(opts["runner"], simulate_run)
     executor = make_executor(opts["jobs"])
     total = len(grid.contexts) * len(grid.parallels) * len(grid.kv_dtypes) * len(grid.policies)
@@ -132,7 +134,8 @@ def run_search(s: Scenario, c: Constraints, grid: PlanGrid, opts: dict[str, Any]
                           not opts["no_progress"]) as advance:
             return search_widening(s, c, grid, replications=opts["replications"],
                                    executor=executor, runner=runner,
-                                   conservative=opts["conservative"], progress=advance)
+                                   conservative=opts["conservative"], progress=advance,
+                                   widen=(opts["parallel"] is None, opts["contexts"] is None))
     finally:
         executor.close()
 
@@ -236,7 +239,7 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     print_runs_table("Pareto front (largest feasible)", res.front.to_dict("records"),
                      [k for k in cols if k not in ("feasible", "binding", "evaluated")],
                      was_pooled)
-    for line in identical_rows(res.table):
+    for line in [*res.grid_notes, *identical_rows(res.table)]:
         click.echo(f"note: {line}")
     click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
     if s.latency.jitter_cv > 0:
@@ -258,21 +261,24 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     if opts["out_dir"] is not None:
         with output_errors("--out", opts["out_dir"]):
             write_plan(opts["out_dir"], res, rec, c, not opts["no_report"],
-                       opts["replications"], verdict)
+                       opts["replications"], verdict, opts["plotlyjs"])
 
 
 def write_plan(out: Path, res: PlanResult, rec: dict[str, Any] | None, c: Constraints,
-               report: bool, replications: int, verdict: list[str]) -> None:
+               report: bool, replications: int, verdict: list[str],
+               plotlyjs: str = "inline") -> None:
     write_table(res.table, out / "plan.parquet")
     write_table(res.table, out / "plan.csv")
     write_table(res.front, out / "front.csv")
     tmp = out / ".recommendation.json.tmp"
     tmp.write_text(json.dumps({"verdict": verdict, "recommendation": rec,
-                               "constraints": c.describe(), "notes": res.notes,
+                               "constraints": c.describe(),
+                               "notes": res.notes + res.grid_notes,
                                "p95_note": p95_note(replications, pooled(res.table))},
                               indent=1, default=str), encoding="utf-8")
     tmp.replace(out / "recommendation.json")
     slo = {b.key: b.limit_s for b in c.latency}
     path = maybe_report("plan", out, report, plan=res.table, recommendation=rec, slo=slo,
-                        verdicts=[{"headline": verdict[0], "details": verdict[1:]}])
+                        verdicts=[{"headline": verdict[0], "details": verdict[1:],
+                                   "meets": rec is not None}], plotlyjs=plotlyjs)
     click.echo(f"wrote {out}" + (f" and {path}" if path else ""))

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kvsim.cli._output import check_output, output_errors
+from kvsim.cli._output import check_output, output_errors, plotlyjs_option
 from kvsim.cli._run_output import print_summary, print_verdict
 from kvsim.errors import InputError
 
@@ -115,9 +115,10 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
 @click.option("--advice/--no-advice", default=True, show_default=True,
               help="when the run misses, lay out the one change that would help most and "
               "re-simulate it (same seed) to say how it comes out")
+@plotlyjs_option
 def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
              report: bool, jitter_n: int | None, jobs: int, slos: tuple[str, ...],
-             advice: bool) -> None:
+             advice: bool, plotlyjs: str) -> None:
     """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
     (Parquet tables, summary.json, scenario.json, meta.json) and an HTML report in
     DIR. Prints a verdict first (the SLOs met or not, memory, OOM risk, why requests
@@ -157,7 +158,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         with output_errors("--output", path / "report.html"):
             html = write_report(path / "report.html", [res], kind="simulate",
                                 slo={b.key: b.limit_s for b in constraints.latency},
-                                verdicts=[verdict])
+                                verdicts=[verdict], plotlyjs=plotlyjs)
         click.echo(f"report: {html}")
     if (stop := res.stopped) is not None:  # NOTE: saved what ran, now report the stop
         note = stop_note(res.summary, when=False)

@@ -83,6 +83,7 @@ class PlanResult:
     front: pd.DataFrame          # the Pareto front (feasible, non-dominated rows)
     recommendation: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    grid_notes: list[str] = field(default_factory=list)  # the grid's edge (kvsim.plan.widen)
 
 
 @dataclass

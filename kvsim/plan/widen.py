@@ -2,10 +2,12 @@
 
 When the recommended point — or the feasible point with the most sessions, which
 ``compare``'s price per session counts — sits at the grid's largest ``parallel`` (or
-the recommendation at its largest context), the answer is the grid's, not the card's: "max par 8" on every card of a ``compare`` is the
-top of the default grid.  :func:`search_widening` then adds larger values and searches
-again (points already judged are reused, :func:`kvsim.plan.search.search`'s ``known``),
-until the recommendation leaves the edge:
+the recommendation at its largest context), the answer is the grid's, not the card's:
+"max par 8" on every card of a ``compare`` is the top of the default grid.
+:func:`search_widening` then adds larger values to an axis the user left to its default
+and searches again (points already judged are reused,
+:func:`kvsim.plan.search.search`'s ``known``), until the answer leaves the edge; on an
+axis the user gave (``--parallel 1,2``) it says how far memory would go instead:
 
 - **parallel**: doubled toward the largest ``parallel`` the recommended point's layout
   holds under the memory line (:func:`kvsim.plan.parallel.slot_max_parallel` /
@@ -14,8 +16,9 @@ until the recommendation leaves the edge:
 - **context**: doubled, up to the model's maximum (the search's exact load-time check
   stops it where memory does).
 
-NOTE: the notes say what was added and why, or — when nothing could be — that the
-answer is capped by memory or by the engine / model, not by the grid.
+NOTE: the notes (``PlanResult.grid_notes``) say what was added and why, that the answer
+is capped by memory or the model rather than the grid, or that it is capped by a grid
+the user gave.
 """
 
 from __future__ import annotations
@@ -98,33 +101,42 @@ def _wider(s: Scenario, c: Constraints, grid: PlanGrid, res: PlanResult
 
 def search_widening(scenario: Scenario, c: Constraints, grid: PlanGrid, *,
                     search_fn: Callable[..., PlanResult] = search,
+                    widen: tuple[bool, bool] = (True, True),
                     **search_kw: Any) -> PlanResult:
     """:func:`~kvsim.plan.search.search`, widened while its answer sits on the grid's
-    edge (module doc); the notes say how."""
+    edge (module doc); ``widen``: (parallel, context) may be widened — False for an axis
+    the user gave.  ``grid_notes`` say how."""
     res = search_fn(scenario, c, grid, **search_kw)
     added_p: list[int] = []
     added_c: list[int] = []
     capped: list[str] = []
+    held: list[str] = []
     for _ in range(MAX_ROUNDS):
-        rec = res.recommendation
-        if rec is None:
+        if res.recommendation is None:
             break
         add_p, add_c, capped = _wider(scenario, c, grid, res)
         add_p = tuple(p for p in add_p if p not in grid.parallels)
         add_c = tuple(x for x in add_c if x not in grid.contexts)
+        held = ([f"memory allows parallel {max(add_p)} (add it to --parallel)"]
+                if add_p and not widen[0] else []) + \
+            ([f"context {max(add_c):,} is untried (add it to --contexts)"]
+             if add_c and not widen[1] else [])
+        add_p, add_c = add_p if widen[0] else (), add_c if widen[1] else ()
         if not add_p and not add_c:
             break
         added_p += add_p
         added_c += add_c
         grid = replace(grid, parallels=grid.parallels + add_p, contexts=grid.contexts + add_c)
         res = search_fn(scenario, c, grid, known=res.table, **search_kw)
-    notes = list(res.notes)
+    notes = []
     if added_p or added_c:
         what = [f"parallel {', '.join(map(str, sorted(added_p)))}" if added_p else "",
                 f"context {', '.join(f'{x:,}' for x in sorted(added_c))}" if added_c else ""]
         notes.append("the answer sat on the grid's edge, so the grid was widened: "
                      + " and ".join(w for w in what if w) + " added (up to what memory allows)")
+    if res.recommendation is not None and held:
+        notes.append("the answer is capped by the grid you gave: " + "; ".join(held))
     if res.recommendation is not None and capped:
         notes.append("the answer is capped by memory or the model, not the grid: "
                      + "; ".join(capped))
-    return PlanResult(res.table, res.front, res.recommendation, notes)
+    return replace(res, grid_notes=notes)

@@ -37,18 +37,16 @@ def test_plan_writes_tables_and_recommends_flags(tmp_path):
     assert "llama-server -m llama-3.1-8b-q4_k_m.gguf -c 98304 --parallel 1 -ctk f16 " \
            "-ctv f16 -fa on" in r.stdout
     table = pd.read_parquet(out / "plan.parquet")
-    # the answer sat on the grid's edge (98304 its largest context; 16384 × 4, the most
-    # sessions, its largest parallel), so the grid is widened: context 131072 (the model's
-    # maximum) and parallel 7 — the most 16384-token sessions that lay out under 85 % of
-    # the 4090 (16384 × 7 at 0.79; 8 would pass the line) — 4 contexts × 3 parallels
-    assert sorted(set(table.context_tokens)) == [8192, 16384, 98304, 131072]
-    assert sorted(set(table.parallel)) == [1, 4, 7] and len(table) == 12
-    assert ("the answer sat on the grid's edge, so the grid was widened: parallel 7 and "
-            "context 131,072 added") in " ".join(r.stderr.split())
+    assert len(table) == 6
     rec = json.loads((out / "recommendation.json").read_text())["recommendation"]
-    # plan_run's TTFT p95 is 0.2 s × parallel: 7 slots miss the 0.9 s SLO, so the
-    # recommendation stays
     assert (rec["context_tokens"], rec["parallel"]) == (98304, 1)
+    # the answer sits on the edges of the grid the user gave (98304 its largest context;
+    # 16384 × 4, the most sessions, its largest parallel): not widened, but said — 7 is
+    # the most 16384-token sessions that lay out under 85 % of the 4090 (16384 × 7 at
+    # 0.79, 8 would pass the line), 131072 the model's maximum
+    assert ("note: the answer is capped by the grid you gave: memory allows parallel 7 (add "
+            "it to --parallel); context 131,072 is untried (add it to --contexts)"
+            ) in " ".join(r.stdout.split())
 
 
 def test_compare_gpus_table(tmp_path):
