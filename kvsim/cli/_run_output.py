@@ -60,8 +60,8 @@ def run_table(summary: dict[str, Any], title: str) -> Table:
             ("longest request (prompt + output)",
              f"{int(summary.get('longest_request_tokens') or 0):,} tokens"),
             ("peak KV reserved", format_bytes(summary.get("peak_kv_reserved_bytes") or 0)),
-            ("peak device memory", f"{format_bytes(summary.get('peak_device_bytes') or 0)} "
-             f"({float(summary.get('peak_device_fraction') or 0):.1%})"),
+            ("peak device memory", (f"{format_bytes(summary.get('peak_device_bytes') or 0)} "
+                                    f"({float(summary.get('peak_device_fraction') or 0):.1%})")),
             ("simulated time", humanize_duration(float(summary.get("sim_time_s") or 0)))]
     for label, value in rows:
         t.add_row(label, value)

@@ -25,19 +25,18 @@ from kvsim.cli._plan_common import (
     progress_bar,
 )
 from kvsim.config.files import load_yaml, parse_yaml
-from kvsim.config.units import parse_count
+from kvsim.config.units import format_latency, parse_count
 from kvsim.errors import InputError
+from kvsim.plan.advice import constraints_for
 from kvsim.plan.executor import make_executor
+from kvsim.plan.explain import identical_rows, plan_verdict
 from kvsim.plan.flags import check_contexts, check_parallels
 from kvsim.plan.parallel import PARALLEL_HELP
 from kvsim.plan.replicate import simulate_run
-from kvsim.config.units import format_latency
-from kvsim.plan.advice import constraints_for
-from kvsim.plan.explain import identical_rows, plan_verdict
 from kvsim.plan.search import PlanGrid, PlanResult
 from kvsim.plan.slo import Constraints
-from kvsim.plan.widen import search_widening
 from kvsim.plan.store import write_table
+from kvsim.plan.widen import search_widening
 from kvsim.policies.registry import kinds_help
 from kvsim.scenario import Scenario, load_scenario
 

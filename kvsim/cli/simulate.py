@@ -11,7 +11,6 @@ from kvsim.cli._output import check_output, output_errors, plotlyjs_option
 from kvsim.cli._run_output import print_summary, print_verdict
 from kvsim.errors import InputError
 
-
 # --set keys that leave a scenario's own description true (with their sub-keys)
 UNDESCRIBED = ("name", "description", "seed", "sim.sample_interval_s", "sim.fidelity",
                "sim.max_rss_bytes", "accuracy", "latency")

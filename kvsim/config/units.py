@@ -154,7 +154,7 @@ def format_duration(s: float) -> str:
 def format_latency(s: float) -> str:
     """A latency as people read it (benchmark_serving, GuideLLM): milliseconds below 10 s
     ('38.9 ms', '1,980 ms'), seconds above ('14.0 s'); '-' when unknown."""
-    if s != s:  # NaN
+    if math.isnan(s):
         return "-"
     if s < 10:
         ms = s * 1e3
@@ -165,11 +165,11 @@ def format_latency(s: float) -> str:
 def humanize_duration(s: float) -> str:
     """A span of time in the two largest units: '12.3 s', '4 min 3 s', '23 h 26 min',
     '3 d 4 h'."""
-    if s != s:
+    if math.isnan(s):
         return "-"
     if s < 60:
         return f"{s:.1f} s"
-    whole = int(round(s))
+    whole = round(s)
     for big, size, small, sub in (("d", 86400, "h", 3600), ("h", 3600, "min", 60),
                                   ("min", 60, "s", 1)):
         if whole >= size:

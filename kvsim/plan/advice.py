@@ -20,6 +20,7 @@ commands (``-c 32768``, ``OLLAMA_CONTEXT_LENGTH=32768``) and by the scenario key
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -89,7 +90,7 @@ def latency_words(c: Constraints, summary: dict[str, Any]) -> str:
     for b in c.latency:
         v = float(summary.get(b.key, float("nan")))
         metric, pct = b.name.split("_")
-        if v != v:
+        if math.isnan(v):
             out.append(f"{metric.upper()} {pct} - (no request ended)")
             continue
         mark = "≤" if v <= b.limit_s else ">"
@@ -313,5 +314,6 @@ def advise(s: Scenario, summary: dict[str, Any], c: Constraints, binding: str, *
             break
     if best is not None:
         return best[1], ""
-    return None, f"no single engine setting for {binding} lays out under the " \
-        f"{c.max_device_fraction:.0%} line on this card (kvsim compare --gpus …: a larger one)"
+    return None, (f"no single engine setting for {binding} lays out under the "
+                  f"{c.max_device_fraction:.0%} line on this card (kvsim compare --gpus …: a "
+                  "larger one)")

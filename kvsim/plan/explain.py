@@ -29,18 +29,24 @@ SIMULATED = ("simulated", "pruned+simulated")
 MEMORY = ("load", "offload", "device_fraction", "kv_pool")
 
 
+def _f(v: Any) -> float:
+    """A cell as a float (NaN for None, NA or text)."""
+    return float(v) if isinstance(v, int | float | np.number) and not isinstance(v, bool) \
+        else math.nan
+
+
 def _point(r: Any) -> str:
     return f"context {int(r['context_tokens']):,} × parallel {int(r['parallel'])}" + (
         f" (kv {r['kv_dtype']})" if r.get("kv_dtype") else "")
 
 
 def _latency(r: Any, key: str) -> str:
-    v = r.get(key, math.nan)
-    if v is None or v != v:
+    v = _f(r.get(key))
+    if math.isnan(v):
         return "-"
-    lo, hi = r.get(f"{key}_low", math.nan), r.get(f"{key}_high", math.nan)
-    ci = f" (95 % CI {format_latency(lo)}–{format_latency(hi)})" if lo == lo and hi == hi \
-        else ""
+    lo, hi = _f(r.get(f"{key}_low")), _f(r.get(f"{key}_high"))
+    both = not (math.isnan(lo) or math.isnan(hi))
+    ci = f" (95 % CI {format_latency(lo)}–{format_latency(hi)})" if both else ""
     return format_latency(v) + ci
 
 
@@ -48,18 +54,18 @@ def _targets(r: Any, c: Constraints) -> str:
     parts = []
     for b in c.latency:
         metric, pct = b.name.split("_")
-        v = r.get(b.key, math.nan)
-        mark = "≤" if v == v and v <= b.limit_s else ">"
+        v = _f(r.get(b.key))
+        mark = "≤" if not math.isnan(v) and v <= b.limit_s else ">"
         parts.append(f"{metric.upper()} {pct} {_latency(r, b.key)} {mark} "
                      f"{format_limit(b.limit_s)}")
-    n = r.get("latency_requests")
+    n = _f(r.get("latency_requests"))
     pooled = r.get("p95_pooled")
-    if isinstance(pooled, bool | np.bool_) and pooled and n == n and n:
+    if isinstance(pooled, bool | np.bool_) and pooled and not math.isnan(n) and n:
         parts.append(f"pooled over {int(n):,} requests of {int(r['replications'])} runs")
-    frac = r.get("peak_device_fraction", math.nan)
+    frac = _f(r.get("peak_device_fraction"))
     parts.append(f"peak {frac:.0%} of device memory (line {c.max_device_fraction:.0%})")
-    risk, lo, hi = (r.get(k, math.nan) for k in ("oom_risk", "oom_risk_low", "oom_risk_high"))
-    if risk == risk:
+    risk, lo, hi = (_f(r.get(k)) for k in ("oom_risk", "oom_risk_low", "oom_risk_high"))
+    if not math.isnan(risk):
         parts.append(f"OOM risk {risk:.2g} (95 % CI {lo:.0%}–{hi:.0%})")
     return "; ".join(parts)
 
@@ -122,8 +128,8 @@ def plan_verdict(table: pd.DataFrame, rec: dict[str, Any] | None, c: Constraints
     if rec is not None:
         f = _failures(rec)
         but = ", but some requests failed" if f else ""
-        lines = [f"verdict: {_point(rec)} meets every target{but} — {_targets(rec, c)}; "
-                 f"tightest: {rec.get('tightest', '')}"]
+        lines = [(f"verdict: {_point(rec)} meets every target{but} — {_targets(rec, c)}; "
+                  f"tightest: {rec.get('tightest', '')}")]
         if f:
             lines.append(f)
         return lines
@@ -132,10 +138,10 @@ def plan_verdict(table: pd.DataFrame, rec: dict[str, Any] | None, c: Constraints
         return ["verdict: nothing on the grid meets every target ("
                 + "; ".join(c.describe()) + ") and no point could be judged"]
     b = str(miss.get("binding", ""))
-    slack = float(miss.get("binding_slack", math.nan))
-    over = f" ({-slack:.1%} over)" if slack == slack and slack > -math.inf else ""
-    lines = [f"verdict: nothing on the grid meets every target; nearest miss: {_point(miss)}"
-             f" — binding {b} ({binding_words(b)}){over}: {_targets(miss, c)}",
+    slack = _f(miss.get("binding_slack"))
+    over = f" ({-slack:.1%} over)" if not math.isnan(slack) and slack > -math.inf else ""
+    lines = [(f"verdict: nothing on the grid meets every target; nearest miss: {_point(miss)}"
+              f" — binding {b} ({binding_words(b)}){over}: {_targets(miss, c)}"),
              f"what would help: {_help(miss, table)}"]
     if f := _failures(miss):
         lines.insert(1, f)
@@ -168,12 +174,12 @@ def identical_rows(table: pd.DataFrame) -> list[str]:
 def _why_same(g: pd.DataFrame) -> str:
     why = []
     conc = g["peak_concurrent_requests"].max() if "peak_concurrent_requests" in g else math.nan
-    if conc == conc and g["parallel"].min() >= conc:
+    if not math.isnan(conc) and g["parallel"].min() >= conc:
         why.append(f"the workload never had more than {int(conc)} requests at once, and "
                    f"each of these serves at least {int(g['parallel'].min())}")
     longest = g["longest_request_tokens"].max() if "longest_request_tokens" in g else math.nan
     held = g["session_tokens"].min() if "session_tokens" in g else math.nan
-    if longest == longest and held == held and held > longest:
+    if not math.isnan(longest) and not math.isnan(held) and held > longest:
         why.append(f"no request needed more than {int(longest):,} tokens, and each lets one "
                    f"session hold at least {int(held):,}")
     return "; ".join(why) or "their requests ran the same way (the same steps, no failure " \

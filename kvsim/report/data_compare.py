@@ -69,7 +69,7 @@ def _value(summary: dict[str, Any], key: str) -> float:
 
 
 def _text(v: float, kind: str) -> str:
-    if v != v:
+    if math.isnan(v):
         return "-"
     if kind == "gib":
         return f"{v / 2**30:.2f} GiB"
@@ -85,7 +85,7 @@ def _text(v: float, kind: str) -> str:
 
 
 def _delta(v: float, first: float, kind: str) -> str:
-    if v != v or first != first:
+    if math.isnan(v) or math.isnan(first):
         return "-"
     d = v - first
     if kind == "share":
@@ -117,7 +117,7 @@ def comparison(runs: Sequence[Any], labels: Sequence[str]) -> pd.DataFrame | Non
     rows = []
     for key, label, kind in metrics:
         values = [_value(s, key) for s in summaries]
-        if all(v != v for v in values):
+        if all(math.isnan(v) for v in values):
             continue
         row: dict[str, Any] = {"metric": label, "key": key}
         for i, (name, v) in enumerate(zip(labels, values)):
@@ -127,6 +127,15 @@ def comparison(runs: Sequence[Any], labels: Sequence[str]) -> pd.DataFrame | Non
                 row[f"Δ {name}"] = _delta(v, values[0], kind)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _getter(r: dict[str, Any]) -> Any:
+    """``num(key)``: the row's cell as a float (NaN when absent or not a number)."""
+    def num(key: str) -> float:
+        v = r.get(key)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+
+    return num
 
 
 CARD_COLUMNS = (("gpu", "card"), ("verdict", "verdict"), ("context", "context × parallel"),
@@ -142,14 +151,11 @@ def card_rows(compare: pd.DataFrame | None) -> list[dict[str, str]]:
         return []
     out = []
     for r in compare.to_dict("records"):
-        def num(key: str) -> float:
-            v = r.get(key)
-            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) \
-                else math.nan
-
+        num = _getter(r)
         feasible = bool(r.get("feasible"))
         lo, hi = num("ttft_p95_s_low"), num("ttft_p95_s_high")
-        ci = f" (CI {format_latency(lo)}–{format_latency(hi)})" if lo == lo and hi == hi else ""
+        both = not (math.isnan(lo) or math.isnan(hi))
+        ci = f" (CI {format_latency(lo)}–{format_latency(hi)})" if both else ""
         risk = num("oom_risk")
         out.append({
             "gpu": str(r.get("gpu", "")),
@@ -161,10 +167,10 @@ def card_rows(compare: pd.DataFrame | None) -> list[dict[str, str]]:
             "itl": format_latency(num("itl_p95_s")) if feasible else "-",
             "memory": f"{num('peak_device_fraction'):.0%}" if feasible else "-",
             "risk": (f"{risk:.2g} ({num('oom_risk_low'):.0%}–{num('oom_risk_high'):.0%})"
-                     if risk == risk else "-"),
-            "sessions": f"{int(num('max_parallel'))}" if num("max_parallel") == num(
-                "max_parallel") else "-",
-            "price": f"{num('usd_per_session'):,.0f}" if num("usd_per_session") == num(
-                "usd_per_session") else "-",
+                     if not math.isnan(risk) else "-"),
+            "sessions": "-" if math.isnan(num("max_parallel"))
+            else f"{int(num('max_parallel'))}",
+            "price": "-" if math.isnan(num("usd_per_session"))
+            else f"{num('usd_per_session'):,.0f}",
             "flags": str(r.get("flags") or "-")})
     return out

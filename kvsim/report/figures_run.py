@@ -156,12 +156,14 @@ def cdf_figure(curves: Sequence[tuple[str, dict]], title: str, xlabel: str,
         else:
             fig.add_annotation(x=1, xref="paper", y=int(pct[1:]) / 100, yref="y",
                                xanchor="right", yanchor="bottom", showarrow=False,
-                               font=dict(color="crimson"),
+                               font={"color": "crimson"},
                                text=f"{pct} SLO {limit_s:.3g} s → (beyond the data)")
-    axis = dict(title=xlabel + (" — log scale" if log else ""), type="log" if log else "linear",
-                range=[np.log10(lo), np.log10(hi)] if log else [lo, hi])
+    axis = {"title": xlabel + (" — log scale" if log else ""),
+            "type": "log" if log else "linear",
+            "range": [np.log10(lo), np.log10(hi)] if log else [lo, hi]}
     if log:
-        axis.update(dtick=1, exponentformat="power", minor=dict(ticks="outside", showgrid=True))
+        axis.update(dtick=1, exponentformat="power",
+                    minor={"ticks": "outside", "showgrid": True})
     fig.update_layout(title=title_dict(title), xaxis=axis, yaxis_title="share ≤ x",
                       yaxis_range=[0, 1.02], showlegend=True, **LAYOUT)
     return fig
