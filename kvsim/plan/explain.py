@@ -21,7 +21,7 @@ import pandas as pd
 
 from kvsim.config.units import format_latency
 from kvsim.metrics.failures import CODE_KIND, CODE_WORDS
-from kvsim.plan.advice import binding_words, format_limit
+from kvsim.plan.advice import MIN_REQUESTS, binding_words, format_limit
 from kvsim.plan.point_row import FAILURE_COLUMNS
 from kvsim.plan.slo import Constraints
 
@@ -132,7 +132,7 @@ def plan_verdict(table: pd.DataFrame, rec: dict[str, Any] | None, c: Constraints
                   f"tightest: {rec.get('tightest', '')}")]
         if f:
             lines.append(f)
-        return lines
+        return lines + _few(rec)
     miss = nearest_miss(table)
     if miss is None:
         return ["verdict: nothing on the grid meets every target ("
@@ -145,7 +145,16 @@ def plan_verdict(table: pd.DataFrame, rec: dict[str, Any] | None, c: Constraints
              f"what would help: {_help(miss, table)}"]
     if f := _failures(miss):
         lines.insert(1, f)
-    return lines
+    return lines + _few(miss)
+
+
+def _few(r: Any) -> list[str]:
+    """A warning when the pooled p95 rests on fewer than :data:`MIN_REQUESTS` requests."""
+    n = _f(r.get("latency_requests"))
+    if math.isnan(n) or n >= MIN_REQUESTS:
+        return []
+    return [f"the pooled p95 rests on {int(n)} requests (fewer than {MIN_REQUESTS}: it is one "
+            "of the largest few); raise --replications or workload.days"]
 
 
 def identical_rows(table: pd.DataFrame) -> list[str]:
