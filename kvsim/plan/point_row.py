@@ -71,7 +71,7 @@ def point_row(p: Any, v: Verdict, how: str, reps: ReplicationSet | None,
     for key in dict.fromkeys((*LATENCY_KEYS, *slo_keys)):
         iv = reps.latency(key, interval=key in slo_keys or "_p95" in key)
         row[key], row[f"{key}_low"], row[f"{key}_high"] = iv.estimate, iv.low, iv.high
-        if key == "ttft_p95_s":
+        if key == "ttft_p95_s" and reps.pooled:
             row["latency_requests"] = iv.n
     peak = reps.peak("peak_device_fraction")
     row["peak_device_fraction"] = static_fraction if math.isnan(peak) else peak

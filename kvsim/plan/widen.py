@@ -9,8 +9,8 @@ and searches again (points already judged are reused,
 :func:`kvsim.plan.search.search`'s ``known``), until the answer leaves the edge; on an
 axis the user gave (``--parallel 1,2``) it says how far memory would go instead:
 
-- **parallel**: doubled toward the largest ``parallel`` the recommended point's layout
-  holds under the memory line (:func:`kvsim.plan.parallel.slot_max_parallel` /
+- **parallel**: 1.25×, 1.5× and 2× the edge's value, toward the largest ``parallel``
+  the edge point's layout holds under the memory line (:func:`kvsim.plan.parallel.slot_max_parallel` /
   :func:`~kvsim.plan.parallel.paged_max_parallel`: each session keeps its context), and
   that largest value itself; at most the engine's own limit;
 - **context**: doubled, up to the model's maximum (the search's exact load-time check
@@ -86,7 +86,8 @@ def _wider(s: Scenario, c: Constraints, grid: PlanGrid, res: PlanResult
             continue
         most = memory_parallel(point, c.max_device_fraction)
         if most > p_:
-            add_p |= {min(2 * p_, most), most}
+            add_p |= {v for v in (-(-5 * p_ // 4), -(-3 * p_ // 2), 2 * p_, most)
+                      if p_ < v <= most}
         else:
             capped.append(f"parallel {p_} is the most the layout holds under the "
                           f"{c.max_device_fraction:.0%} line at context {ctx_:,}")
