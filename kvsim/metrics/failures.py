@@ -32,6 +32,7 @@ Preemption is no failure: vLLM and SGLang recompute a preempted request
 
 NOTE: only ``memory`` kinds are OOM-class (kvsim.plan.replicate.oom_reason); the summary
 counts each code and each kind (kvsim.metrics.summary).
+Design: docs/design/answers.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ NOTE: the interval is a percentile bootstrap of a cluster resample; its ITL stat
 represents each gap run by at most :data:`CI_RUN_POINTS` evenly spaced gaps (and the
 spread by at most :data:`CI_SPREAD_POINTS` quantiles), so its ends are within that
 resolution of the exact pooled value, which the estimate always is.
+Design: docs/design/answers.md.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ with the same seed (unless ``check=False``) and the outcome said as it came out.
 
 NOTE: the change is named by the engine flags that differ between the two launch
 commands (``-c 32768``, ``OLLAMA_CONTEXT_LENGTH=32768``) and by the scenario keys it sets.
+Design: docs/design/answers.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@
   ``parallel`` among them, and no request needed more tokens than the smallest session
   among them may hold (the rows' ``peak_concurrent_requests``,
   ``longest_request_tokens`` and ``session_tokens``, :mod:`kvsim.plan.point_row`).
+Design: docs/design/answers.md.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ axis the user gave (``--parallel 1,2``) it says how far memory would go instead:
 NOTE: the notes (``PlanResult.grid_notes``) say what was added and why, that the answer
 is capped by memory or the model rather than the grid, or that it is capped by a grid
 the user gave.
+Design: docs/design/answers.md.
 """
 
 from __future__ import annotations
