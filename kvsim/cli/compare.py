@@ -56,7 +56,9 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
     """GPU what-if (--gpus A,B,C SCENARIO) or prediction error (MEASURED PREDICTED).
 
     \b
-    --gpus A,B,C SCENARIO: the plan search per card. The SLO and constraint
+    --gpus A,B,C SCENARIO: the plan search per card, each card's verdict first
+      (without --slo: the scenario's slo section, else ttft_p95=2s and
+      itl_p95=150ms). The SLO and constraint
       options (--slo, --max-device-fraction, --max-oom-risk, --min-recall,
       --replications, --jobs, --conservative), the grid options (--set,
       --contexts, --parallel, --kv, --policy) and --no-progress apply to

@@ -220,8 +220,9 @@ def recommendation_doc(res: PlanResult) -> dict[str, Any] | None:
 def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     """Search context × parallel (× KV types, policies) for the largest feasible setting.
     Prints a verdict first (the recommendation and why it meets every target, or the
-    nearest miss and what would help), widens the grid while the answer sits on its edge,
-    and says why rows come out identical. Without --slo the targets are the scenario's
+    nearest miss and what would help), widens an axis left to its default while the answer
+    sits on its edge (on one you gave, says what memory would allow), and says why rows
+    come out identical. Without --slo the targets are the scenario's
     slo section, else ttft_p95=2s and itl_p95=150ms."""
     s = load_scenario(scenario, list(sets))
     c, source = plan_constraints(s, opts)
