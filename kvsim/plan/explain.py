@@ -154,8 +154,8 @@ def _few(r: Any) -> list[str]:
     n = _f(r.get("latency_requests"))
     if math.isnan(n) or n >= MIN_REQUESTS:
         return []
-    return [f"the pooled p95 rests on {int(n)} requests (fewer than {MIN_REQUESTS}: it is one "
-            "of the largest few); raise --replications or workload.days"]
+    return [(f"the pooled p95 rests on {int(n)} requests (fewer than {MIN_REQUESTS}: it is "
+             "one of the largest few); raise --replications or workload.days")]
 
 
 def identical_rows(table: pd.DataFrame) -> list[str]:
