@@ -62,7 +62,8 @@ def _targets(r: Any, c: Constraints) -> str:
     n = _f(r.get("latency_requests"))
     pooled = r.get("p95_pooled")
     if isinstance(pooled, bool | np.bool_) and pooled and not math.isnan(n) and n:
-        parts.append(f"pooled over {int(n):,} requests of {int(r['replications'])} runs")
+        runs = int(r["replications"])
+        parts.append(f"pooled over {int(n):,} requests of {runs} run{'s' if runs != 1 else ''}")
     frac = _f(r.get("peak_device_fraction"))
     parts.append(f"peak {frac:.0%} of device memory (line {c.max_device_fraction:.0%})")
     risk, lo, hi = (_f(r.get(k)) for k in ("oom_risk", "oom_risk_low", "oom_risk_high"))

@@ -191,3 +191,23 @@ def test_report_of_several_runs_compares_them_first(tmp_path) -> None:
     a, b = (json.loads((p / "summary.json").read_text()) for p in runs)
     delta = (b["peak_device_bytes"] - a["peak_device_bytes"]) / 2**30
     assert f"+{delta:.2f} GiB" in html
+
+
+def test_a_p95_on_fewer_than_100_requests_is_warned_about(tmp_path) -> None:
+    out = tmp_path / "s"
+    r = kvsim("simulate", "quickstart", "--set", "workload.max_sessions=4", "--no-report",
+              "--no-advice", "-o", out)
+    assert r.returncode == 0, r.stderr
+    n = json.loads((out / "summary.json").read_text())["latency_requests"]
+    assert 0 < n < 100
+    assert (f"  the latency percentiles rest on {n} requests (fewer than 100: a p95 over them "
+            "is one of its largest few)") in r.stdout
+    r = kvsim("plan", "quickstart", "--set", "workload.max_sessions=4", "--contexts", "16Ki",
+              "--parallel", "4", "-n", "1", "-j", "1", "--no-progress", "--no-report", "-o",
+              tmp_path / "p")
+    assert r.returncode == 0, r.stderr
+    # one replication (its own seed, split from the scenario's): its requests only
+    n = int(pd.read_csv(tmp_path / "p" / "plan.csv")["latency_requests"].iloc[0])
+    assert 0 < n < 100 and f"pooled over {n} requests of 1 run;" in r.stdout
+    assert (f"  the pooled p95 rests on {n} requests (fewer than 100: it is one of the "
+            "largest few); raise --replications or workload.days") in r.stdout
