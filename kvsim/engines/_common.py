@@ -53,6 +53,11 @@ class EngineTraits:
     def unified_pool(self, cfg: Any) -> bool:
         return False
 
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """ggml-cuda captures one-token steps only (kvsim.latency.backend.cuda_graphs):
+        llama.cpp and Ollama's runners."""
+        return 1
+
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return {}
 

@@ -166,6 +166,12 @@ class Engine(Protocol):
         """All slots share one pool (llama.cpp ``-kvu``)."""
         ...
 
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """The largest step (in tokens) the engine replays as a captured CUDA graph
+        instead of launching its kernels one by one (the latency model's per-step
+        overhead, kvsim.latency.roofline)."""
+        ...
+
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         """The capacity facts this engine printed in one startup's log ``text``, as
         :class:`kvsim.engines.startup_log.LogFacts` fields ({} where it printed none of

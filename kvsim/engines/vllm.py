@@ -33,6 +33,11 @@ class Vllm(EngineTraits):
     def null_block(self, cfg: Any) -> bool:
         return cfg.preemption_mode != "swap" and vllm_release(cfg.version).engine == "V1"
 
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """V1 captures piecewise CUDA graphs for steps of up to 512 tokens, decode and
+        mixed alike (its default ``max_capture_size``)."""
+        return 512
+
     def check_release(self, version: str | None) -> None:
         if version is not None:
             parse_vllm_version(version)

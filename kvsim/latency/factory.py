@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kvsim.engines import engine_for
 from kvsim.engines.config import EngineConfig, SlotEngineConfig
 from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.base import LatencyModel
@@ -36,7 +37,8 @@ def backend_rates(scenario: Any) -> GpuRates | None:
     r = gpu_rates(scenario.gpu, scenario.model, scenario.weights, backend=backend,
                   flash_attn=_flash_attn(scenario.engine),
                   constants=load_constants(cfg.constants) if cfg.constants else None)
-    return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s)
+    return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s,
+                                                          overhead_batch_s=None)
 
 
 def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
@@ -99,4 +101,5 @@ def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
         else DEFAULT_DEQUANT_FACTOR,
         kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
         cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers,
-        op_offload=op_offload_for(scenario))
+        op_offload=op_offload_for(scenario),
+        graph_max_tokens=engine_for(eng.preset).graph_max_tokens(eng, scenario.gpu))
