@@ -27,7 +27,7 @@ def test_two_3090s_tensor_parallel_json_is_the_box_layout(capsys):
     doc = json.loads(out)
     g, m = load_gpu("rtx-3090"), load_model("llama-3.1-8b")
     cfg = engine_for_gpu({"preset": "vllm", "context_tokens": 32768}, g, m, weights="bf16",
-                         n_gpus=2)
+                         more_gpus=(g,))
     b = memory_budget(g, m, "bf16", cfg, more_gpus=(g,))
     assert (doc["split"], doc["tensor_parallel"], doc["pipeline_parallel"]) == ("tensor", 2, 1)
     assert doc["kv_pool_tokens"] == b.kv_pool_tokens
