@@ -40,7 +40,8 @@ class LlamaCpp(EngineTraits):
 
     def launch_command(self, s: Any) -> str:
         """``llama-server``: ``-c`` is the whole pool over all slots (§3.1); ``-kvu`` for
-        the unified allocator."""
+        the unified allocator; on several GPUs the split flags that differ from the
+        defaults (``-sm``, ``-ts``, ``-mg``, §3.8)."""
         e = s.engine
         parts = [f"llama-server -m {gguf_file(s)}", f"-c {e.context_tokens}",
                  f"--parallel {e.parallel}", f"-ctk {e.cache_type_k}", f"-ctv {e.cache_type_v}",
@@ -52,6 +53,11 @@ class LlamaCpp(EngineTraits):
             parts.append(f"--cache-ram {ram}")
         if not e.cache_idle_slots:
             parts.append("--no-cache-idle-slots")
+        if len(s.gpus) > 1:
+            parts += [f"-sm {e.split_mode}"] if e.split_mode != "layer" else []
+            parts += [f"-ts {','.join(f'{x:g}' for x in e.tensor_split)}"] \
+                if e.tensor_split is not None else []
+            parts += [f"-mg {e.main_gpu}"] if e.main_gpu else []
         return " ".join(parts)
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
