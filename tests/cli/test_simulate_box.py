@@ -21,6 +21,7 @@ def test_every_engine_runs_a_two_gpu_box(tmp_path, kvsim_cli, engine, weights, s
     path.write_text(yaml.safe_dump(doc))
     code, err, out = kvsim_cli("simulate", path, "--output", tmp_path / "out")
     assert (code, err) == (0, "")
+    assert f"over 2x rtx-3090 ({split}" in " ".join(out.split())  # the table's title
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     s = load_scenario(str(path))
     b = memory_budget(s.gpu, s.model, s.weights, s.engine, **box_reserves(s))
