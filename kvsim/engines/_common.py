@@ -98,5 +98,6 @@ class EngineTraits:
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         return {}

@@ -44,7 +44,8 @@ class Vllm(EngineTraits):
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         """The release ``version`` (default :data:`VLLM_LATEST`) and what it derives for
         the knobs not ``given``: the memory share, the batch budget and sequence cap (§1.4,
         by the card), whether CUDA graphs come out of the share."""
