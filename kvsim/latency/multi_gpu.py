@@ -102,13 +102,26 @@ class MultiGpuLatency:
         self.gpu_bytes_per_s = min(s.rates.kv_bytes_per_s for st in stages for s in st)
         self.kv_read_token_bytes = base.kv_read_token_bytes
         self.overhead_s = max(s.rates.overhead_s for st in stages for s in st)
+        self.overhead_batch_s = max(s.rates.overhead_s if s.rates.overhead_batch_s is None
+                                    else s.rates.overhead_batch_s for st in stages for s in st)
+        self.graph_max_tokens, self.adds = base.graph_max_tokens, base.decode_adds
         w = weights
         self.dense_bytes = w.num_layers * (w.per_layer_bytes - w.expert_bytes_per_layer)
         self.expert_bytes = w.num_layers * w.expert_bytes_per_layer
 
     # -- one GPU's (or the host's) part ---------------------------------------------
+    def _overhead(self, tokens: float) -> float:
+        """The slowest GPU's fixed step time: a captured graph up to the engine's
+        ``graph_max_tokens``, launched kernels above (RooflineLatency.overhead)."""
+        return self.overhead_s if tokens <= self.graph_max_tokens else self.overhead_batch_s
+
+    def _join(self, compute: Any, memory: Any, decode: bool) -> Any:
+        """A part's time: compute + memory for a decode-only step where the rates say
+        so (GpuRates.decode_adds), else the larger."""
+        return compute + memory if decode and self.adds else np.maximum(compute, memory)
+
     def _part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
-              used: float, host: bool = False) -> Any:
+              used: float, host: bool = False, decode: bool = False) -> Any:
         b = self.base
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
@@ -120,20 +133,23 @@ class MultiGpuLatency:
         kv_t = kvb / r.kv_bytes_per_s
         flops = (lin + att) / r.linear_flops_per_s if host else \
             lin / r.linear_flops_per_s + att / r.attention_flops_per_s
-        return np.maximum(flops, wts / r.weight_bytes_per_s + kv_t) + b.dequant * kv_t
+        mem = wts / r.weight_bytes_per_s + kv_t
+        return (np.maximum(flops, mem) if host else self._join(flops, mem, decode)) \
+            + b.dequant * kv_t
 
     def _row_part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
-                  used: float) -> tuple[Any, Any]:
+                  used: float, decode: bool = False) -> tuple[Any, Any]:
         """(matrix products on this GPU's rows, attention and experts on its home layers)."""
         b, r = self.base, s.rates
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
-        mat = np.maximum(lin / r.linear_flops_per_s,
+        mat = self._join(lin / r.linear_flops_per_s,
                          (s.layer * self.dense_bytes + s.head * self.weights.head_bytes)
-                         / r.weight_bytes_per_s)
+                         / r.weight_bytes_per_s, decode)
         kv_t = s.kv * kv / r.kv_bytes_per_s
-        home = np.maximum(s.attn * pairs * b.pair_flops / r.attention_flops_per_s,
-                          s.expert * used * self.expert_bytes / r.weight_bytes_per_s + kv_t)
+        home = self._join(s.attn * pairs * b.pair_flops / r.attention_flops_per_s,
+                          s.expert * used * self.expert_bytes / r.weight_bytes_per_s + kv_t,
+                          decode)
         return mat, home + b.dequant * kv_t
 
     # -- what crosses the link -------------------------------------------------------
@@ -155,11 +171,13 @@ class MultiGpuLatency:
         return t
 
     # -- a whole step ------------------------------------------------------------------
-    def _graph_s(self, tokens: float, outputs: float, pairs: Any, kv: Any) -> Any:
-        """One graph (one ubatch) through the box, without the fixed overhead."""
+    def _graph_s(self, tokens: float, outputs: float, pairs: Any, kv: Any,
+                 decode: bool = False) -> Any:
+        """One graph (one ubatch) through the box, without the fixed overhead
+        (``decode``: a decode-only step)."""
         used = experts_used_fraction(int(tokens), self.base.expert_pick)
         if self.mode == "row":
-            parts = [self._row_part(s, tokens, outputs, pairs, kv, used)
+            parts = [self._row_part(s, tokens, outputs, pairs, kv, used, decode)
                      for s in self.stages[0]]
             t = parts[0][0]
             for mat, _ in parts[1:]:
@@ -169,10 +187,10 @@ class MultiGpuLatency:
         else:
             t = 0.0
             for st in self.stages:
-                slowest = self._part(st[0], tokens, outputs, pairs, kv, used)
+                slowest = self._part(st[0], tokens, outputs, pairs, kv, used, decode=decode)
                 for s in st[1:]:
                     slowest = np.maximum(slowest, self._part(s, tokens, outputs, pairs, kv,
-                                                             used))
+                                                             used, decode=decode))
                 t = t + slowest
         if self.cpu is not None:
             t = t + self._part(self.cpu, tokens, outputs, pairs, kv, used, host=True)
@@ -202,8 +220,9 @@ class MultiGpuLatency:
             return 0.0
         tokens, outputs, pairs, kv = self.base._shape(batch)
         if self.ubatch and tokens > self.ubatch:
-            return self.overhead_s + self._pipelined_s(tokens, outputs, pairs, kv)
-        return float(self.overhead_s + self._graph_s(tokens, outputs, pairs, kv))
+            return self._overhead(tokens) + self._pipelined_s(tokens, outputs, pairs, kv)
+        return float(self._overhead(tokens) + self._graph_s(tokens, outputs, pairs, kv,
+                                                            decode=tokens == outputs))
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:
@@ -213,7 +232,7 @@ class MultiGpuLatency:
                 int(c) + j for c in contexts), kv_read_saved_bytes=kv_read_saved_bytes))
                 for j in range(steps)], dtype=np.float64)
         pairs, kv = decode_terms(self.base, contexts, steps, kv_read_saved_bytes)
-        return self.overhead_s + self._graph_s(float(n), float(n), pairs, kv)
+        return self._overhead(n) + self._graph_s(float(n), float(n), pairs, kv, decode=True)
 
     def decode_steps_list(self, contexts: Sequence[int], steps: int,
                           kv_read_saved_bytes: float = 0.0) -> list[float] | None:
