@@ -293,7 +293,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     model = data["model"] = _validated(data["model"], ModelSpec, "model")
     data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model,
                                     weights=data.get("weights", "q4_k_m"),
-                                    n_gpus=1 + len(data["more_gpus"]))
+                                    more_gpus=tuple(data["more_gpus"]))
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = _workload_section(wl)

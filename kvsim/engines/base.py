@@ -141,11 +141,13 @@ class Engine(Protocol):
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         """The knobs the engine's release derives for those not in ``given`` ({} for an
         engine without releases; Ollama's, kvsim.engines.ollama_releases).  ``merged`` is
         the preset with the overrides; ``budget_of`` gives the load-time budget of a knob
-        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known)."""
+        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known) and the
+        box's ``more_gpus``."""
         ...
 
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
@@ -164,6 +166,12 @@ class Engine(Protocol):
 
     def unified_pool(self, cfg: Any) -> bool:
         """All slots share one pool (llama.cpp ``-kvu``)."""
+        ...
+
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """The largest step (in tokens) the engine replays as a captured CUDA graph
+        instead of launching its kernels one by one (the latency model's per-step
+        overhead, kvsim.latency.roofline)."""
         ...
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
