@@ -19,7 +19,8 @@ knob a scenario leaves unset the way that release does:
   release that moved the graphs inside the budget, which the 0.92 compensates).
 
 NOTE: a release is ``MAJOR.MINOR[.PATCH]`` with any suffix (``0.10.1.dev101+gbda9d0535``);
-a release newer than :data:`VLLM_LATEST` is taken to behave as it.
+one newer than :data:`VLLM_LATEST` is refused (:func:`known_vllm_release`): kvsim does not
+describe its start-up arithmetic, and taking it for the newest would hide that.
 """
 
 from __future__ import annotations
@@ -79,9 +80,33 @@ def parse_vllm_version(text: Any, field: str = "engine.version") -> Version:
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
+def _shown(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+def known_releases() -> str:
+    """The releases kvsim describes, in words (what an unknown release's error lists)."""
+    eras = [f"{r.engine} from {_shown(r.since)}" + (" (CUDA graphs in the budget)"
+                                                     if r.cuda_graphs_in_budget else "")
+            for r in RELEASES[1:]]
+    return f"V0 up to {VLLM_LAST_V0}, {', '.join(eras)}, up to {VLLM_LATEST}"
+
+
+def known_vllm_release(text: Any, field: str = "engine.version") -> Version:
+    """:func:`parse_vllm_version`, and refused (InputError) when newer than
+    :data:`VLLM_LATEST`: a release kvsim does not know."""
+    v = parse_vllm_version(text, field)
+    if v > parse_vllm_version(VLLM_LATEST):
+        raise InputError(field, text, f"a vLLM release kvsim describes: {known_releases()} "
+                         "(docs/reference/engines.md §1.9); a newer release's start-up "
+                         "arithmetic is not described")
+    return v
+
+
 def vllm_release(version: str | None) -> VllmRelease:
-    """The rules release ``version`` follows (None: :data:`VLLM_LATEST`)."""
-    v = parse_vllm_version(VLLM_LATEST if version is None else version)
+    """The rules release ``version`` follows (None: :data:`VLLM_LATEST`; a newer one
+    than that is an InputError)."""
+    v = known_vllm_release(VLLM_LATEST if version is None else version)
     return next(r for r in reversed(RELEASES) if v >= r.since)
 
 
