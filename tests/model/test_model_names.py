@@ -49,7 +49,7 @@ RESOLVED = [
     ("Qwen2.5-0.5B-Instruct-BF16", "qwen2.5-0.5b", "bf16"),
     ("openai/gpt-oss-20b MXFP4", "gpt-oss-20b", "mxfp4"),
     # a fine-tune carries its base model's geometry
-    ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s", "qwen2-72b", None),
+    ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s", "qwen2-72b", "q4_k_s"),
     ("Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)",
      "qwen3-30b-a3b", None),
     # llama-bench model_type strings with one catalogue model of that type
@@ -80,14 +80,17 @@ def test_the_hedge_is_kept_in_the_reason():
     ("Kimi-Linear-48B-A3B-Instruct-AWQ-4bit", "awq"),
     # the model file's format comes first, not the projector's
     ("unsloth/gemma-4-31B-it-GGUF gemma-4-31B-it-IQ4_XS.gguf + BF16 mmproj", "iq4_xs"),
+    # formats engine-memory-logs.csv rows use (kvsim.model.weights: their bpw and sources)
+    ("dolphin-qwen2:72b-v2.9.2-q4_k_s", "q4_k_s"), ("Q4_K - Small", "q4_k_s"),
+    ("nvidia/Gemma-4-31B-IT-NVFP4", "nvfp4"), ("Qwen3.6-35B-A3B-UD-IQ4_NL.gguf", "iq4_nl"),
 ])
 def test_weight_format_named_in_the_text(text, fmt):
     assert resolve_model(text).weight_format == fmt
 
 
 @pytest.mark.parametrize("text, named", [
-    ("dolphin-qwen2:72b-v2.9.2-q4_k_s", "Q4_K_S"), ("nvidia/Gemma-4-31B-IT-NVFP4", "NVFP4"),
-    ("Qwen3.6-35B-A3B-UD-IQ4_NL.gguf", "IQ4_NL"),
+    ("dolphin-qwen2:72b-v2.9.2-q3_k_l", "Q3_K_L"), ("Qwen3-8B-IQ2_XXS.gguf", "IQ2_XXS"),
+    ("some-model-int8", "INT8"),
 ])
 def test_formats_kvsim_does_not_model_are_named_not_guessed(text, named):
     m = resolve_model(text)
