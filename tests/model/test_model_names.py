@@ -133,7 +133,7 @@ def test_llama_bench_model_size_picks_the_model():
     "qwen2.5vl:7b",                             # a VL model is not qwen2.5-7b
     "Qwen2.5-Math-7B", "Qwen3-235B-A22B-FP8", "DeepSeek-R1-Distill-Llama-8B",
     "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-26B-A4B",
-    "unsloth Nemotron-3-Nano-30B-A3B-Q6_K.gguf",
+    "Nemotron-3-Super-120B-A12B", "Qwen3.5-27B",   # neither Nano nor Qwen3.6/3.8
 ])
 def test_models_outside_the_catalogue_are_unknown(text):
     m = resolve_model(text)
@@ -188,6 +188,13 @@ MEASURED = {
     "Qwen3-32B-Q6_K": "qwen3-32b",
     "Qwen2.5-Coder-7B (qwen2 7B, 7.54 GiB)": "qwen2.5-coder-7b",   # never qwen2.5-7b
     "Qwen2.5-Coder-7B (qwen2 7B)": "qwen2.5-coder-7b",
+    # models added from their config.json for engine-memory-logs.csv (scripts/gen_models_added.py)
+    "unsloth Nemotron-3-Nano-30B-A3B-Q6_K.gguf": "nemotron-3-nano-30b-a3b",
+    "qwen3.6-35b-a3b-nvfp4 (local path)": "qwen3.6-35b-a3b",
+    "unsloth/Qwen3.6-35B-A3B-MTP-GGUF Qwen3.6-35B-A3B-UD-IQ4_NL.gguf": "qwen3.6-35b-a3b",
+    "GianniDPC Qwen3.6-27B-MTP-IQ4_XS-PURE.gguf (13.5 GiB)": "qwen3.6-27b",
+    "Qwen3.8-27B-FP8 (hybrid: 16 of 64 layers full attention per PR text)": "qwen3.8-27b",
+    "Qwen/Qwen1.5-7B-Chat-GPTQ-Int4": "qwen1.5-7b",
 }
 
 
@@ -206,4 +213,6 @@ def test_measurement_model_columns():
         ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s (inferred: the pasted log's "
          "partial=23.7 GiB matches the value the user gives for this model; llama3:70b gave "
          "partial=23.9 GiB)"),
-        "Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)"}, others
+        "Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)",
+        # the name resolves, but kvsim.validate.memlogs reads "not shown ..." as no model
+        "not shown in excerpt (club-3090 Qwen3.6-27B stack; inferred)"}, others
