@@ -41,6 +41,11 @@ VLLM_LATEST = "0.24.0"
 VLLM_LAST_V0 = "0.7.3"
 """The last release whose default engine was V0 (V1 became the default in 0.8.0): what a
 log in V0's format, release not shown, is laid out as."""
+VLLM_V1_DEFAULT_DATE = "2025-03-18"
+"""When 0.8.0, the first release whose default engine is V1, came out ("We have now enabled
+V1 engine by default (vllm-project/vllm#13726)" in its release notes, as quoted in
+vllm-project/vllm-ascend PR #557; "vllm 0.8.0 is posted", verl-project/verl PR #650,
+2025-03-19): a log dated before it, release not shown, is V0's."""
 LARGE_GPU_BYTES = 70 * 2**30
 """§1.4: from this much memory (A100s aside) V1's default batch budget is larger."""
 V0_LONG_CONTEXT_TOKENS = 32768

@@ -78,6 +78,7 @@ class MemoryMeasurement:
     unread: tuple[str, ...] = ()    # printed figures that could not be taken as numbers
     source: str = ""
     notes: str = ""
+    date: str = ""                  # the row's date as written (ISO, perhaps only YYYY-MM)
     settings: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -190,7 +191,8 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
         model=model, model_reason=model_reason, weights=weights,
         weights_reason=weights_reason, figures=figures,
         startup=startup_outcome(notes, row.get("printed_figures", "")), remarks=remarks,
-        unread=unread, source=row.get("source", ""), notes=notes, settings=settings)
+        unread=unread, source=row.get("source", ""), notes=notes,
+        date=(row.get("date") or "").strip(), settings=settings)
 
 
 def read_memory_rows(rows: list[dict[str, str]], origin: str) -> list[MemoryMeasurement]:
