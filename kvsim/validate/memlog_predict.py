@@ -100,6 +100,7 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
     if paged and m.settings.get("enforce_eager"):
         s["cuda_graph_bytes"] = 0  # --enforce-eager captures no CUDA graphs
     notes = [f"settings kvsim does not model: {', '.join(unmodelled)}"] if unmodelled else []
+    notes += m.stated
     if traits.context_scope == "pool":
         _pool_spec(s, m.settings)
     if traits.context_scope == "slot":
