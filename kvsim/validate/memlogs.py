@@ -187,13 +187,15 @@ _FA_FAILED = re.compile(r"\b(?:FA|flash[ -]?attn|flash[ -]attention)\b[^.;]*?\bf
                         re.IGNORECASE)
 
 
+_FA_OFF = "flash attention off: the notes say it failed"
+
+
 def _stated_settings(settings: dict[str, object], notes: str
                      ) -> tuple[dict[str, object], tuple[str, ...]]:
     """The settings with what the notes state of the run (module NOTE), and what was
     read so."""
     if "flash_attn" not in settings and _FA_FAILED.search(notes):
-        return {**settings, "flash_attn": False}, ("flash attention off: the notes say it "
-                                                   "failed",)
+        return {**settings, "flash_attn": False}, (_FA_OFF,)
     return settings, ()
 
 
