@@ -83,9 +83,34 @@ PUBLISHED_PARAMS: dict[str, Published] = {
                             "Parameters: 3.09B'"),
     "qwen2-7b": Published(7.6e9, None, "HF model card Qwen/Qwen2-7B performance table: "
                           "'# Params 7.6B' (github ZHUI/paddlenlp_model_readme copy)"),
+    # counted from a checkpoint's tensor list or its config's shapes (a card's "27B" / "30B"
+    # only repeats the name): the language model alone, without vision tower or MTP head
+    "qwen3.6-27b": Published(26_895_998_464, None, "COUNTED: the checkpoint's 27,781,427,952 "
+                             "parameters less its vision tower (460,730,096) and MTP head "
+                             "(424,699,392), from the tensor list of the report the config.json "
+                             "copy cites"),
+    "qwen1.5-7b": Published(7_721_324_544, None, "COUNTED: the bf16 checkpoint's "
+                            "model.safetensors.index.json total_size 15,442,649,088 B / 2 "
+                            "(the config copy's folder)"),
+    "qwen3.8-27b": Published(26_895_998_464, None, "COUNTED as Qwen3.6-27B's language model: the "
+                             "identical architecture and tensor list (see its config copy)"),
+    "qwen3.6-35b-a3b": Published(34_660_610_688, 3e9, "COUNTED total: the BF16 text checkpoint's "
+                                 "69,321,221,376 weight bytes / 2 (public capacity report from the "
+                                 "safetensors headers at revision 995ad96e, code-index file id "
+                                 "69395936378); active: model card / SGLang docs '35B total "
+                                 "parameters, 3B activated'"),
+    "nemotron-3-nano-30b-a3b": Published(31_577_937_344, 3_580_073_408, "COUNTED from the "
+                                         "config.json shapes (23 Mamba-2 mixers, 23 MoE blocks of "
+                                         "128 + 1 shared relu^2 experts, 6 GQA blocks, untied "
+                                         "embeddings: a public per-module accounting, code-index "
+                                         "file id 55720381435); NVIDIA: '30B total, 3.5B active'"),
 }
 """Publisher-stated parameter counts (config.json states none)."""
 
+_GDN = "hybrid Gated DeltaNet (linear attention, a fixed state per sequence) 3 : 1 full attention:"
+_QWEN35_EXTRAS = ("vision-language checkpoint (Qwen3_5*ForConditionalGeneration): kvsim sizes "
+                  "the language model; the vision tower and the one-layer MTP head are not "
+                  "counted; DeltaNet state kept in f32 (mamba_ssm_dtype)")
 _NO_WINDOW_LLAMA_CPP = ("llama.cpp ignores this window (it keeps and attends over the full "
                         "context), so under llama.cpp the cache grows like full attention")
 MODELS: tuple[Added, ...] = (
@@ -144,8 +169,30 @@ MODELS: tuple[Added, ...] = (
           "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
           "Qwen2 geometry (from Qwen2.5-Math-7B); sliding_window 4096 set but "
           "use_sliding_window false: full attention"),
+    Added("qwen1.5-7b", "Qwen1.5-7B", "Qwen/Qwen1.5-7B(-Chat)",
+          "MHA (32 KV heads, no GQA); sliding_window 32768 set but use_sliding_window false: "
+          "full attention; 32k context"),
+    Added("qwen3.6-27b", "Qwen3.6-27B", "Qwen/Qwen3.6-27B",
+          f"{_GDN} 48 Gated DeltaNet + 16 gated full-attention layers (GQA 24/4, head_dim 256); "
+          f"{_QWEN35_EXTRAS}"),
+    Added("qwen3.8-27b", "Qwen3.8-27B", "Qwen/Qwen3.8-27B",
+          f"{_GDN} 48 Gated DeltaNet + 16 gated full-attention layers (GQA 24/4, head_dim 256), "
+          f"as Qwen3.6-27B; {_QWEN35_EXTRAS}"),
+    Added("qwen3.6-35b-a3b", "Qwen3.6-35B-A3B", "Qwen/Qwen3.6-35B-A3B",
+          f"{_GDN} 30 Gated DeltaNet + 10 gated full-attention layers (GQA 16/2, head_dim 256); "
+          "MoE: 256 experts, 8 routed + 1 shared per token; " + _QWEN35_EXTRAS),
+    Added("nemotron-3-nano-30b-a3b", "Nemotron-3-Nano-30B-A3B",
+          "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-(BF16|FP8)",
+          "hybrid Mamba-2 + MoE (hybrid_override_pattern): 23 Mamba-2 layers (64 heads x 64, "
+          "8 groups, state 128: a fixed state per sequence), 6 GQA layers (32/2, head_dim 128: "
+          "the only KV, 6 KiB per token at f16) and 23 MoE-only layers (128 experts, 6 routed + "
+          "1 shared; no cache); the card's 1M context is the config's 262144 positions here"),
 )
 """The added models, in catalogue order (each has ``CONFIGS/<slug>.json``)."""
+
+
+def _experts(cfg: dict[str, Any]) -> int | None:
+    return cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
 
 
 def _attention_kind(cfg: dict[str, Any], groups: list[dict[str, Any]]) -> str:
@@ -157,7 +204,11 @@ def _attention_kind(cfg: dict[str, Any], groups: list[dict[str, Any]]) -> str:
         kind += f" + sliding window {groups[0]['window_tokens']}"
     elif "sliding" in kinds:
         kind += " + local/global alternating"
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    if "recurrent" in kinds:
+        rec = next(g for g in groups if g["kind"] == "recurrent")["layers"]
+        mixer = "Mamba-2" if cfg.get("model_type") == "nemotron_h" else "Gated DeltaNet"
+        kind = f"hybrid: {rec} {mixer} layers beside {kind} attention"
+    experts = _experts(cfg)
     if experts:
         kind += f"; MoE {experts} experts, {cfg['num_experts_per_tok']} active"
     return kind
@@ -171,8 +222,9 @@ def _params(slug: str, estimate: float) -> tuple[float, float, str, str]:
                 f"({estimate / 1e9:.3f}B; no publisher count recorded in PUBLISHED_PARAMS)")
         return float(round(estimate)), float(round(estimate)), "", note
     active = pub.active if pub.active is not None else pub.total
+    how = "counted (see source)" if pub.source.startswith("COUNTED") else "from the publisher"
     return (float(round(pub.total)), float(round(active)), pub.source,
-            f"params from the publisher (importer estimate {estimate / 1e9:.3f}B)")
+            f"params {how} (importer estimate {estimate / 1e9:.3f}B)")
 
 
 def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
@@ -180,12 +232,13 @@ def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
     from kvsim.config.specs import ModelSpec
     from kvsim.model.importers import model_from_hf_config
     path = config_dir / f"{entry.slug}.json"
-    cfg = json.loads(path.read_text(encoding="utf-8"))
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    cfg = {**raw, **raw.get("text_config", {})}   # the language model of a VL checkpoint
     spec = model_from_hf_config(path, name=entry.slug)
     data = spec.model_dump(mode="json")
     groups = [g.model_dump(mode="json", exclude_defaults=True) for g in spec.layer_groups]
     total, active, params_src, params_note = _params(entry.slug, spec.params_total)
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    experts = _experts(cfg)
     source = f"config.json: {cfg['_source']}"
     if params_src:
         source += f"; parameters: {params_src}"
@@ -198,6 +251,8 @@ def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
         "num_experts": experts or None,
         "num_experts_active": cfg.get("num_experts_per_tok") if experts else None,
         "attention_kind": _attention_kind(cfg, groups), "source": source, "notes": notes})
+    if data.get("ssm_state_dtype") is None:   # unset: the field's default, not written
+        data.pop("ssm_state_dtype", None)
     ModelSpec.model_validate(data)
     return data
 

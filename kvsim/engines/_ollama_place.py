@@ -168,6 +168,8 @@ def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str) -> in
     per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
     ctx, total = engine.context_tokens * engine.parallel, 0
     for g in model.layer_groups:
+        if g.kind == "ffn":
+            continue
         if g.kind == "recurrent":
             total += g.state_elements * 4 * engine.parallel * g.layers
         elif g.kind == "mla":

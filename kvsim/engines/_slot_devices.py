@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.config.specs import ATTENTION_KINDS, GpuSpec, ModelSpec
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import KvGeometry
 
@@ -100,7 +100,7 @@ def group_kv(model: ModelSpec, geo: KvGeometry, n_ctx: int, swa_cells: Sequence[
     SWA cells (``swa_cells``, in ``geo.windowed`` order), recurrent ones an f32 state per
     sequence (kvsim.engines._slot_layout sums the same)."""
     out: list[GroupKv] = []
-    attention = [g for g in model.layer_groups if g.kind != "recurrent"]
+    attention = [g for g in model.layer_groups if g.kind in ATTENTION_KINDS]
     swa = iter(swa_cells)
     for gb, lg in zip(geo.groups, attention, strict=True):
         cells = n_ctx if gb.window_tokens is None else next(swa)

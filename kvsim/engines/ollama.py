@@ -22,10 +22,10 @@ from kvsim.engines.memory import MemoryBudget, OllamaEstimate
 from kvsim.engines.ollama_releases import (
     OLLAMA_LATEST,
     OLLAMA_NUM_CTX_TIERS,
+    known_ollama_release,
     ollama_defaults,
     ollama_llama_server,
     ollama_memory_mode,
-    parse_ollama_version,
 )
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.weights import model_weights
@@ -56,7 +56,7 @@ class Ollama(EngineTraits):
         return []
 
     def check_release(self, version: str | None) -> None:
-        parse_ollama_version(version, "ollama_version")
+        known_ollama_release(version, "ollama_version")
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,

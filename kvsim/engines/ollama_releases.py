@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 Version = tuple[int, int, int]
 OLLAMA_LATEST = "0.33.0"
 """The newest release docs/reference/engines.md §4 describes (Ollama's history read up to
-v0.33.0-rc2); the preset's ``ollama_version``.  Later releases are taken to behave as it."""
+v0.33.0-rc2); the preset's ``ollama_version``.  A later release is refused
+(:func:`known_ollama_release`): kvsim does not describe it."""
 OLLAMA_ERA_B, OLLAMA_ERA_C, OLLAMA_ERA_D = (0, 11, 5), (0, 12, 11), (0, 30, 0)  # §4 table
 OLLAMA_NUM_CTX_4096, OLLAMA_NUM_CTX_BY_VRAM = (0, 6, 7), (0, 15, 5)             # §4.1
 OLLAMA_NUM_CTX_TIERS = ((47 * 2**30, 262_144), (23 * 2**30, 32_768))            # §4.1
@@ -65,6 +66,24 @@ def parse_ollama_version(text: Any, field: str = "engine.ollama_version") -> Ver
         raise InputError(field, text, "an Ollama release as MAJOR.MINOR[.PATCH] in quotes, "
                          f"e.g. '0.15.5' or 'v0.12.4' (newest described: {OLLAMA_LATEST})")
     return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+def _shown(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+def known_ollama_release(text: Any, field: str = "engine.ollama_version") -> Version:
+    """:func:`parse_ollama_version`, and refused (InputError) when newer than
+    :data:`OLLAMA_LATEST`: a release kvsim does not know."""
+    v = parse_ollama_version(text, field)
+    if v > parse_ollama_version(OLLAMA_LATEST):
+        eras = (f"the estimator up to v0.11.4, measured placement from "
+                f"v{_shown(OLLAMA_ERA_B)} (all models from v{_shown(OLLAMA_ERA_C)}), "
+                f"llama-server from v{_shown(OLLAMA_ERA_D)}")
+        raise InputError(field, text, f"an Ollama release kvsim describes: up to "
+                         f"{OLLAMA_LATEST} ({eras}; docs/reference/engines.md §4); a newer "
+                         "release's defaults and memory layout are not described")
+    return v
 
 
 def ollama_arch(model: ModelSpec | None) -> str:
@@ -107,7 +126,7 @@ def ollama_memory_mode(cfg: SlotEngineConfig, model: Any
     """How the release places layers (§4 table): the era-A estimator (§4.2), measured
     sizes (§4.3: era B on the Go engine's architectures, era C all) or llama-server's
     ``--fit`` (era D, §4.4)."""
-    v = parse_ollama_version(cfg.ollama_version)
+    v = known_ollama_release(cfg.ollama_version)
     if v >= OLLAMA_ERA_D:
         return "llama-server"
     if v >= OLLAMA_ERA_C or (v >= OLLAMA_ERA_B and ollama_arch(model) in OLLAMA_ENGINE_ARCHS):
@@ -133,7 +152,7 @@ def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None
     (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells.  ``budget_of``
     sizes a candidate parallel count where the release chose it itself (on the whole box:
     ``gpu`` and ``more_gpus``)."""
-    v = parse_ollama_version(merged.get("ollama_version"))
+    v = known_ollama_release(merged.get("ollama_version"))
     fill: dict[str, Any] = {}
     if "context_tokens" not in given:
         overhead = parse_bytes(merged.get("gpu_overhead_bytes") or 0,

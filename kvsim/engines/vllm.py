@@ -12,7 +12,12 @@ from kvsim.engines._common import EngineTraits
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_ranks import box_budget
 from kvsim.engines.base import BudgetOf, ForeignKnob
-from kvsim.engines.vllm_releases import VLLM_LATEST, parse_vllm_version, vllm_defaults, vllm_release
+from kvsim.engines.vllm_releases import (
+    VLLM_LATEST,
+    known_vllm_release,
+    vllm_defaults,
+    vllm_release,
+)
 
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
@@ -40,7 +45,7 @@ class Vllm(EngineTraits):
 
     def check_release(self, version: str | None) -> None:
         if version is not None:
-            parse_vllm_version(version)
+            known_vllm_release(version)
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,

@@ -14,7 +14,7 @@ docs/reference/engines.md §8 item 7).
 
 from __future__ import annotations
 
-from kvsim.config.specs import ModelSpec
+from kvsim.config.specs import ATTENTION_KINDS, ModelSpec
 
 F16_MASK_BYTES = 2      # flash attention: the mask is F16
 F32_BYTES = 4           # without: the mask and the KQ scores are F32
@@ -32,7 +32,7 @@ def kq_mask_bytes(model: ModelSpec, n_ubatch: int, full_cells: int, swa_cells: i
 
 def kq_scores_bytes(model: ModelSpec, n_ubatch: int, n_kv: int, flash_attn: bool) -> int:
     """Without flash attention, one layer's F32 ``n_head × n_ubatch × n_kv`` scores."""
-    if flash_attn or all(g.kind == "recurrent" for g in model.layer_groups):
+    if flash_attn or not any(g.kind in ATTENTION_KINDS for g in model.layer_groups):
         return 0
     return model.num_attention_heads * n_ubatch * n_kv * F32_BYTES
 

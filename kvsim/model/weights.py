@@ -53,8 +53,13 @@ _FORMATS = {f.name: f for f in (
     WeightFormat("q6_k", 6.5625, "ggml block_q6_K 210 B / 256 values"),
     WeightFormat("q5_k_m", 5.68, "llama.cpp tools/quantize README (Llama-2-7B)"),
     WeightFormat("q4_k_m", 4.84, "llama.cpp tools/quantize README (Llama-2-7B)"),
+    WeightFormat("q4_k_s", 4.58, "llama.cpp tools/quantize README (Llama-2-7B)"),
     WeightFormat("q4_0", 4.5, "ggml block 18 B / 32 values"),
+    WeightFormat("iq4_nl", 4.5, "ggml block_iq4_nl 18 B / 32 values (ggml-common.h)"),
     WeightFormat("iq4_xs", 4.25, "ggml block_iq4_xs 136 B / 256 values"),
+    WeightFormat("nvfp4", 4.5, "NVFP4 (ModelOpt): E2M1 4-bit values with one E4M3 scale per "
+                 "16 = 9 B / 16 values (+ an FP32 scale per tensor); embedding and head "
+                 "bf16", embed_bits_per_weight=16.0),
     WeightFormat("mxfp4", 4.25, "17 B / 32 values on the MoE experts; the rest bf16 (the "
                  "released gpt-oss checkpoints, docs/reference/models.csv notes)",
                  other_bits_per_weight=16.0),
@@ -68,7 +73,7 @@ _FORMATS = {f.name: f for f in (
 )}
 _ALIASES = {"fp32": "f32", "float32": "f32", "fp16": "f16", "float16": "f16", "bfloat16": "bf16", "int4_awq": "awq",
             "awq_int4": "awq", "int4_gptq": "gptq", "gptq_int4": "gptq", "int4": "awq",
-            "fp8_e4m3": "fp8"}
+            "fp8_e4m3": "fp8", "modelopt_fp4": "nvfp4"}
 
 
 def weight_format_names() -> list[str]:

@@ -29,7 +29,7 @@ from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.budget import memory_budget
 from kvsim.engines.memory import MemoryBudget
 from kvsim.engines.resolve import engine_for_gpu
-from kvsim.engines.vllm_releases import VLLM_LAST_V0
+from kvsim.engines.vllm_releases import VLLM_LAST_V0, VLLM_V1_DEFAULT_DATE
 from kvsim.errors import InputError
 from kvsim.validate.memlog_text import Figure
 from kvsim.validate.memlogs import MemoryMeasurement
@@ -54,8 +54,10 @@ _SLOT = {  # the same for llama.cpp / Ollama's SlotEngineConfig
     "n_gpu_layers": "gpu_layers", "num_gpu": "gpu_layers", "split_mode": "split_mode",
     "batch_size": "n_batch", "ubatch_size": "n_ubatch", "flash_attn": "flash_attn",
 }
-_READ_ONLY = {"fit", "enable_chunked_prefill", "kv_unified", "layers_requested", "n_ctx_seq"}
-"""Knobs read into other keys (or that change nothing kvsim lays out)."""
+_READ_ONLY = {"fit", "enable_chunked_prefill", "kv_unified", "layers_requested", "n_ctx_seq",
+              "quantization", "dtype"}
+"""Knobs read into other keys (or that change nothing kvsim lays out); ``quantization`` /
+``dtype`` are the weights, read from the row's weight_format column."""
 _BYTES = re.compile(r"_bytes$")
 
 
@@ -98,6 +100,7 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
     if paged and m.settings.get("enforce_eager"):
         s["cuda_graph_bytes"] = 0  # --enforce-eager captures no CUDA graphs
     notes = [f"settings kvsim does not model: {', '.join(unmodelled)}"] if unmodelled else []
+    notes += m.stated
     if traits.context_scope == "pool":
         _pool_spec(s, m.settings)
     if traits.context_scope == "slot":
@@ -108,19 +111,23 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
         else:
             notes.append("release not shown: kvsim follows the newest release it knows")
     if "vllm_version" in traits.settings:
-        _vllm_release(s, m.engine_version, notes)
+        _vllm_release(s, m.engine_version, notes, m.date)
     return s, notes
 
 
-def _vllm_release(s: dict[str, Any], text: str, notes: list[str]) -> None:
+def _vllm_release(s: dict[str, Any], text: str, notes: list[str], date: str = "") -> None:
     """The vLLM release a row names (``0.19.x`` → 0.19.0), or the last release of the
-    engine generation its log format shows (``V0-era`` → :data:`VLLM_LAST_V0`); neither,
-    the newest (kvsim.engines.vllm_releases)."""
+    engine generation its log format shows (``V0-era`` → :data:`VLLM_LAST_V0`) or its date
+    (before :data:`VLLM_V1_DEFAULT_DATE`: V0); none of these, the newest
+    (kvsim.engines.vllm_releases)."""
     if v := re.search(r"\b(\d+\.\d+(?:\.\d+)?)", text or ""):
         s["version"] = v.group(1)
-    elif re.search(r"\bV0\b", text or ""):
+    elif re.search(r"\bV0\b", text or "") or (
+            re.match(r"\d{4}-\d{2}", date or "") and date < VLLM_V1_DEFAULT_DATE):
         s["version"] = VLLM_LAST_V0
-        notes.append(f"a V0 log: laid out as vLLM {VLLM_LAST_V0}, the last release whose "
+        why = "a V0 log" if re.search(r"\bV0\b", text or "") else \
+            f"a log dated {date}, before vLLM 0.8.0 made V1 the default"
+        notes.append(f"{why}: laid out as vLLM {VLLM_LAST_V0}, the last release whose "
                      "default engine was V0")
     else:
         notes.append("release not shown: kvsim follows the newest release it knows")

@@ -58,6 +58,25 @@ def test_a_malformed_version_from_the_command_line():
         load_scenario("quickstart", ["engine.ollama_version=0.12.3"])
 
 
+@pytest.mark.parametrize("newer", ["0.33.1", "0.34.0", "1.0"])
+def test_a_release_newer_than_kvsim_describes_is_refused(newer, capsys):
+    # not silently taken as the newest (0.33.0): kvsim does not know what it changed
+    with pytest.raises(InputError) as exc:
+        resolve_engine({"preset": "ollama", "ollama_version": newer})
+    line = str(exc.value)
+    assert line.startswith(f"engine.ollama_version: '{newer}' — an Ollama release kvsim "
+                           "describes: up to 0.33.0 (") and "\n" not in line
+    assert "llama-server from v0.30.0" in line
+    assert resolve_engine({"preset": "ollama", "ollama_version": "0.33.0"}).ollama_version \
+        == "0.33.0"
+    with pytest.raises(SystemExit) as code:
+        main(["fit", "--gpu", "rtx-4090", "--model", "qwen3-8b", "--engine", "ollama",
+              "--ollama-version", newer])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code.value.code == 2 and len(err) == 1
+    assert err[0].startswith(f"error: --ollama-version: '{newer}' — an Ollama release kvsim")
+
+
 def test_the_preset_follows_the_newest_release_described():
     e = resolve_engine("ollama")
     assert e.ollama_version == OLLAMA_LATEST == "0.33.0"
