@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.engines._gpu_checks import check_parallel_sizes, check_split
-from kvsim.engines.base import BudgetOf, ForeignKnob
+from kvsim.engines.base import BudgetOf, ForeignKnob, UbatchSplit
 from kvsim.errors import InputError
 
 if TYPE_CHECKING:
@@ -52,6 +52,9 @@ class EngineTraits:
 
     def unified_pool(self, cfg: Any) -> bool:
         return False
+
+    def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
+        return None
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return {}

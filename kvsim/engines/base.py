@@ -10,13 +10,18 @@ knob take that config.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
     from kvsim.engines.memory import MemoryBudget
 
+
+UbatchSplit = Callable[[Sequence[tuple[int, int]]], list[list[tuple[int, int]]]]
+"""How an engine runs one step's batch as graphs, one after another (:meth:`Engine.
+ubatch_split`): the batch as ``(slot, tokens)`` in the order the server adds them →
+each graph as ``(index into the batch, tokens of that entry)``, in order."""
 
 BudgetOf = Callable[[dict[str, Any]], "MemoryBudget"]
 """The load-time budget of the engine a knob mapping resolves to
@@ -164,6 +169,11 @@ class Engine(Protocol):
 
     def unified_pool(self, cfg: Any) -> bool:
         """All slots share one pool (llama.cpp ``-kvu``)."""
+        ...
+
+    def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
+        """How a slot engine with config ``cfg`` splits one step's batch into graphs run
+        one after another (llama.cpp's ubatches), or None: every step is one graph."""
         ...
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:

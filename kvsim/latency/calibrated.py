@@ -4,6 +4,9 @@ The artifact (:mod:`kvsim.latency.artifact`) holds, per KV cache dtype, non-nega
 coefficients of a linear step-time model over seven step features (a constant, prefill
 chunks, prefill tokens, prefill attention pairs of long and of short chunks, decoding
 sequences, KV tokens read by decode) and the range of each feature that was actually measured.
+A step the engine runs as several graphs (``BatchShape.ubatches``: llama.cpp's ubatches)
+pays the constant once per graph: it was measured on one-graph steps, where it is the
+graph's fixed cost (set-up, launch, synchronisation).
 
 Outside that range the model never extrapolates silently.  With
 ``out_of_range="clamp"`` (default) each sequence's context is clamped to the largest
@@ -110,7 +113,9 @@ class CalibratedLatencyModel:
         if over.any() or clamped:
             self._out_of_range(x, over, batch)
             x = np.minimum(x, self._max)
-        return float(x @ self._coef)
+        # NOTE: the features add over a step's graphs; the step constant is per graph
+        graphs = max(len(batch.ubatches), 1)
+        return float(x @ self._coef) + (graphs - 1) * float(self._coef[0])
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:
