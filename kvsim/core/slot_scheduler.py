@@ -62,9 +62,11 @@ class SlotScheduler:
                  restore_time_s: Callable[[int], float] = lambda b: 0.0,
                  state_bytes_per_token: int | None = None,
                  max_queue: int | None = None, policy: PolicyFactory | None = None,
-                 ubatch_split: UbatchSplit | None = None) -> None:
+                 ubatch_split: UbatchSplit | None = None,
+                 fresh_slots_from_last: bool = False) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
-                             unified=unified, similarity=similarity)
+                             unified=unified, similarity=similarity,
+                             fresh_from_last=fresh_slots_from_last)
         # NOTE: bytes_per_token is the GPU's KV (its offloaded layers); the RAM cache
         # serializes a slot's whole state, every layer's KV (docs/reference/engines.md §3.4)
         self.ram = PromptCache(cache_ram_bytes, state_bytes_per_token or bytes_per_token,

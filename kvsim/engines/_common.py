@@ -25,6 +25,7 @@ class EngineTraits:
     truncates_prompt: bool = False
     caps_slot_at_training_context: bool = False
     op_offload: bool = False
+    fresh_slots_from_last: bool = False
     host_kv_from_pool_ratio: bool = False
     host_kv_chunked: bool = False
     context_scope: Literal["pool", "slot", "request"] = "request"

@@ -56,6 +56,10 @@ class Engine(Protocol):
     """The server caps each slot at the model's training context (llama-server)."""
     op_offload: bool
     """Host-weight ops of a large ubatch may run on the GPU (kvsim.latency.offload)."""
+    fresh_slots_from_last: bool
+    """Of the slots never used, a task that finds no similar slot takes the last one
+    (llama-server's least-recently-used scan keeps the last of equal times); False: the
+    first (Ollama)."""
     host_kv_from_pool_ratio: bool
     """A host KV tier left unsized is a ratio of the device pool (SGLang HiCache), not
     LMCache's fixed default."""

@@ -151,7 +151,8 @@ def _split_simple(tokens: list[int], n_ubatch: int) -> list[list[tuple[int, int]
 ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, max_parallel=LLAMA_MAX_SEQ,
                   max_parallel_why="llama.cpp's LLAMA_MAX_SEQ: llama-server refuses more "
                   "slots ('n_seq_max must be <= 256')", caps_slot_at_training_context=True,
-                  op_offload=True, context_scope="pool", context_knob="-c",
+                  op_offload=True, fresh_slots_from_last=True, context_scope="pool",
+                  context_knob="-c",
                   settings=frozenset({"flash_attn", "gpu_layers", "kv_unified", "split_mode",
                                      "tensor_split", "main_gpu"}),
                   quant_v_needs_flash_attn=True, context_above_model="allow",
