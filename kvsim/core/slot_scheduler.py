@@ -84,6 +84,7 @@ class SlotScheduler:
         self.truncate_prompt = truncate_prompt
         self.max_queue = max_queue  # Ollama: OLLAMA_MAX_QUEUE, then HTTP 503 (§4.1)
         self.ubatch_split = ubatch_split
+        self._since_prompt = -1  # decode-only steps run since the last prompt step (-1: none)
         self.waiting: deque[Request] = deque()
         self.events: list[EngineEvent] = []
         self.preemptions = 0  # slots never preempt; kept for a uniform interface
@@ -247,6 +248,8 @@ class SlotScheduler:
         plan = make_plan(items, stall)
         if self.ubatch_split is not None:
             plan = self._graphs(plan)
+        if plan.is_decode_only and self._since_prompt >= 0:
+            plan = replace(plan, batch=replace(plan.batch, after_prompt=self._since_prompt))
         needed = sum(i.num_new_tokens for i in items)
         if self.pool.unified and not self._make_room(needed, now_s):
             self.events.append(EngineEvent(
@@ -286,6 +289,7 @@ class SlotScheduler:
             slot.clear()
 
     def complete(self, plan: StepPlan, now_s: float, dt_s: float = math.nan) -> list[Request]:
+        self._since_prompt = self._since_prompt + 1 if plan.is_decode_only else 0
         if self._exhausted is plan:
             self._exhausted = None
             return self._fail_all(now_s)
@@ -369,4 +373,5 @@ class SlotScheduler:
         return slot_stretch_limit(self, plan)
 
     def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False) -> Advanced:
+        self._since_prompt += len(times) - 1  # NOTE: only grows: stretches start settled
         return slot_advance(self, plan, times, dts, finish)

@@ -42,6 +42,11 @@ class BatchShape:
     NOTE: a model prices each graph's fixed cost (a calibrated step constant, a
     roofline's overhead and weight read) once per graph; the sampled outputs and
     per-sequence costs stay the step's.
+
+    ``after_prompt``: a decode-only step's place after the engine's last step that
+    computed prompt tokens (0 = the first decode step after it; -1 = not counted, or
+    not a decode-only step).  A model may price the first few such steps above steady
+    state (:attr:`LatencyModel.settle_steps`).
     """
 
     prefill_tokens: tuple[int, ...] = ()
@@ -49,6 +54,7 @@ class BatchShape:
     decode_context: tuple[int, ...] = ()
     kv_read_saved_bytes: float = 0.0
     ubatches: tuple[BatchShape, ...] = ()
+    after_prompt: int = -1
 
     @property
     def num_tokens(self) -> int:
@@ -66,6 +72,13 @@ class LatencyModel(Protocol):
     """
 
     clamped_steps: int | None
+
+    @property
+    def settle_steps(self) -> int:
+        """Decode-only steps after a prompt step (``BatchShape.after_prompt`` below it)
+        that the model prices above steady state; fast-forward starts no stretch before
+        them (0: none)."""
+        ...
 
     @property
     def provenance(self) -> str:
