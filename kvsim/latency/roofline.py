@@ -58,6 +58,7 @@ class RooflineLatency:
     """Step times of one model on one card (+ host for offloaded layers)."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+    settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
     prefill_spread: tuple[float, ...] = ()
 
