@@ -12,13 +12,21 @@ server's own clock, and what is left to compare is kvsim's slot and prompt-cache
 
 The server's sampling times are read on the replay's clock: each token's server-side time
 (``timings.predicted_ms``, cumulative from the request's first token) plus one offset per
-request, the median of its tokens' client arrival time minus that server time (robust to
-the few events a busy client reads late).
+request, the least of its tokens' client arrival time minus that server time (the token
+that reached the client fastest; a busy client reads others late).  Decode tokens of one
+step then line up within tens of microseconds across requests, first tokens within a few
+milliseconds.
+
+Arrivals are the send times, corrected where the server's own output shows it took a
+request otherwise (:func:`server_arrivals`): requests sent within a few milliseconds of
+each other reach it in either order, and one sent just before a step ended may reach it
+after.
 """
 
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from typing import Any
 
 from kvsim.calibrate.replay import Replayer
@@ -26,18 +34,18 @@ from kvsim.workload.schema import Session, Turn
 
 
 def token_times(player: Replayer) -> dict[str, list[float]]:
-    """Each request's sampled tokens on the replay clock, by request id."""
+    """Each request's sampled tokens on the replay clock, by request id (module doc)."""
     out = {}
     for row in player.rows:
         res = row.res
         assert len(res.server_ms) == len(res.token_times_s), "no per-token server timings"
         server = [ms / 1000.0 for ms in res.server_ms]
-        offset = statistics.median(c - s for c, s in zip(res.token_times_s, server,
+        offset = min(c - s for c, s in zip(res.token_times_s, server,
                                                          strict=True))
         times: list[float] = []
         for t, n in zip(server, res.token_counts, strict=True):
             times.extend([offset + t] * n)
-        out[f"{row.session.session_id}#{row.turn}"] = times
+        out[rid(row)] = times
     return out
 
 
@@ -49,7 +57,36 @@ SAME_STEP_S = 0.0005
 """First tokens closer than this came out of one step."""
 
 
-def server_arrivals(player: Replayer) -> dict[tuple[str, int], float]:
+MIN_PROMPT_STEP_S = 0.005
+"""A step that computes a prompt takes longer than this here (40+ tokens on the test's
+tiny model take 20 ms or more): a token within it before a first token is of that step."""
+
+
+def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
+    """Each request's arrival as the server took it, by request id.
+
+    Requests sent together are ordered as the server took them (:func:`_ties`).  Then a
+    request whose prompt step started at a step end ``E`` (the server was busy) reached
+    the server after the end ``E'`` before that one — else it would have joined the step
+    from ``E'`` — so it arrives no earlier than just after ``E'``: a request sent a few
+    ms before a step ended may reach the server after it, its HTTP thread reading and
+    tokenizing it meanwhile (seen: 11 ms on a busy machine).  A request that waited for
+    a slot is moved within its wait, which changes nothing."""
+    sent = _ties(player, times)
+    ends: list[float] = []
+    for t in sorted(t for ts in times.values() for t in ts):
+        if not ends or t - ends[-1] >= SAME_STEP_S:
+            ends.append(t)
+    out = dict(sent)
+    for k, r in enumerate(sorted(sent, key=sent.get)):
+        first = times[r][0]
+        i = bisect_left(ends, first - MIN_PROMPT_STEP_S)  # ends[i - 1]: the step before
+        if i >= 2 and sent[r] <= ends[i - 2] < ends[i - 1]:
+            out[r] = ends[i - 2] + 1e-7 * (k + 1)  # NOTE: keeps the order they were sent in
+    return out
+
+
+def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
     """Each request's send time, reordered as the server took them: among requests sent
     within :data:`TIE_S` of each other, the one whose prompt step ended first came first,
     and those whose prompts ran in one step came together (the earliest time)."""
@@ -60,31 +97,30 @@ def server_arrivals(player: Replayer) -> dict[tuple[str, int], float]:
             groups[-1].append(r)
         else:
             groups.append([r])
-    out = {}
+    out: dict[str, float] = {}
     for g in groups:
-        times = sorted(r.arrival_s for r in g)
-        by_first = sorted(g, key=lambda r: r.res.token_times_s[0])
+        sent = sorted(r.arrival_s for r in g)
+        by_first = sorted(g, key=lambda r: times[rid(r)][0])
         prev = None
-        for r, t in zip(by_first, times, strict=True):
-            same = prev is not None and (r.res.token_times_s[0] - prev.res.token_times_s[0]
-                                         < SAME_STEP_S)
-            out[(r.session.session_id, r.turn)] = out[key(prev)] if same else t
+        for r, t in zip(by_first, sent, strict=True):
+            same = prev is not None and times[rid(r)][0] - times[rid(prev)][0] < SAME_STEP_S
+            out[rid(r)] = out[rid(prev)] if same else t
             prev = r
     return out
 
 
-def key(row) -> tuple[str, int]:
-    return row.session.session_id, row.turn
+def rid(row) -> str:
+    return f"{row.session.session_id}#{row.turn}"
 
 
 def open_loop(player: Replayer) -> list[Session]:
     """The replayed sessions with every turn arriving when the server took it
     (:func:`server_arrivals`)."""
-    sent = server_arrivals(player)
+    sent = server_arrivals(player, token_times(player))
     sessions = {r.session.session_id: r.session for r in player.rows}
     out = []
     for sid, s in sessions.items():
-        turns = tuple(Turn(start_s=sent[(sid, i)], prefix=t.prefix, tool_tokens=t.tool_tokens,
+        turns = tuple(Turn(start_s=sent[f"{sid}#{i}"], prefix=t.prefix, tool_tokens=t.tool_tokens,
                            input_tokens=t.input_tokens, output_tokens=t.output_tokens)
                       for i, t in enumerate(s.turns))
         out.append(s.model_copy(update={"turns": turns}))
