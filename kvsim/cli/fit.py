@@ -348,7 +348,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     _refuse_foreign_flags(engine, {k: True for k in knobs})
     spec.update(knobs)
     with _as_flags():
-        eng = engine_for_gpu(spec, g, m, weights=weights, n_gpus=len(gpus))
+        eng = engine_for_gpu(spec, g, m, weights=weights, more_gpus=tuple(gpus[1:]))
         engine_for(eng.preset).check_gpus(eng, len(gpus))
     _check_session_context(ctx, size, eng, m)
     if len(gpus) > 1:

@@ -57,6 +57,11 @@ class EngineTraits:
     def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
         return None
 
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """ggml-cuda captures one-token steps only (kvsim.latency.backend.cuda_graphs):
+        llama.cpp and Ollama's runners."""
+        return 1
+
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return {}
 
@@ -97,5 +102,6 @@ class EngineTraits:
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         return {}

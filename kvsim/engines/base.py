@@ -150,11 +150,13 @@ class Engine(Protocol):
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         """The knobs the engine's release derives for those not in ``given`` ({} for an
         engine without releases; Ollama's, kvsim.engines.ollama_releases).  ``merged`` is
         the preset with the overrides; ``budget_of`` gives the load-time budget of a knob
-        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known)."""
+        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known) and the
+        box's ``more_gpus``."""
         ...
 
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
@@ -178,6 +180,12 @@ class Engine(Protocol):
     def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
         """How a slot engine with config ``cfg`` splits one step's batch into graphs run
         one after another (llama.cpp's ubatches), or None: every step is one graph."""
+        ...
+
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """The largest step (in tokens) the engine replays as a captured CUDA graph
+        instead of launching its kernels one by one (the latency model's per-step
+        overhead, kvsim.latency.roofline)."""
         ...
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:

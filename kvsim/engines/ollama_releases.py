@@ -79,15 +79,16 @@ def ollama_arch(model: ModelSpec | None) -> str:
 
 
 def ollama_default_num_ctx(version: Version, gpu: GpuSpec | None = None,
-                           gpu_overhead_bytes: int = 0) -> int:
+                           gpu_overhead_bytes: int = 0,
+                           more_gpus: tuple[GpuSpec, ...] = ()) -> int:
     """num_ctx when none is set (§4.1): 2048 up to v0.6.6, 4096 to v0.15.4, then by the
-    GPU's memory (a unified-memory GPU: its default share) less OLLAMA_GPU_OVERHEAD; no GPU
-    known counts as none found (0 bytes: 4096)."""
+    GPUs' memory (a unified-memory GPU: its default share) each less OLLAMA_GPU_OVERHEAD,
+    summed over the box; no GPU known counts as none found (0 bytes: 4096)."""
     if version < OLLAMA_NUM_CTX_4096:
         return 2048
     if version < OLLAMA_NUM_CTX_BY_VRAM or gpu is None:
         return 4096
-    vram = gpu.usable_memory_bytes - gpu_overhead_bytes
+    vram = sum(g.usable_memory_bytes - gpu_overhead_bytes for g in (gpu, *more_gpus))
     return next((n for floor, n in OLLAMA_NUM_CTX_TIERS if vram >= floor), 4096)
 
 
@@ -123,19 +124,21 @@ def ollama_llama_server(cfg: SlotEngineConfig) -> SlotEngineConfig:
 
 
 def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None,
-                    model: Any, weights: str | None, budget_of: BudgetOf) -> dict[str, Any]:
+                    model: Any, weights: str | None, budget_of: BudgetOf,
+                    more_gpus: tuple[GpuSpec, ...] = ()) -> dict[str, Any]:
     """The defaults Ollama ``merged['ollama_version']`` derives for the knobs not in
     ``given`` (docs/reference/engines.md §4.1, §4.4): num_ctx (clamped to the model's training
     length), flash attention, OLLAMA_NUM_PARALLEL and, in era D, llama-server's slot and
     prompt-cache defaults.  The tiered num_ctx is per slot: it is not divided by the parallel count
     (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells.  ``budget_of``
-    sizes a candidate parallel count where the release chose it itself."""
+    sizes a candidate parallel count where the release chose it itself (on the whole box:
+    ``gpu`` and ``more_gpus``)."""
     v = parse_ollama_version(merged.get("ollama_version"))
     fill: dict[str, Any] = {}
     if "context_tokens" not in given:
         overhead = parse_bytes(merged.get("gpu_overhead_bytes") or 0,
                                "engine.gpu_overhead_bytes")
-        ctx = ollama_default_num_ctx(v, gpu, overhead)
+        ctx = ollama_default_num_ctx(v, gpu, overhead, more_gpus)
         fill["context_tokens"] = ctx if model is None else min(ctx, model.max_context_tokens)
     if "flash_attn" not in given:
         fill["flash_attn"] = ollama_default_flash_attn(v, model)

@@ -37,11 +37,17 @@ def kq_scores_bytes(model: ModelSpec, n_ubatch: int, n_kv: int, flash_attn: bool
     return model.num_attention_heads * n_ubatch * n_kv * F32_BYTES
 
 
+def llama_cpp_logits_bytes(model: ModelSpec, n_ubatch: int) -> int:
+    """The f32 logits of one micro-batch: the part of the compute buffer only the GPU
+    holding the output layer has (several GPUs, kvsim.engines._slot_box).  ESTIMATE."""
+    return n_ubatch * model.vocab_size * F32_BYTES
+
+
 def llama_cpp_compute_bytes(model: ModelSpec, n_ubatch: int, n_kv: int, flash_attn: bool,
                             swa_cells: int = 0) -> int:
     """llama.cpp's GPU compute buffer (module docstring): ``n_kv`` full-attention cells
     of one stream, ``swa_cells`` SWA cells of one stream (iSWA models)."""
-    logits = n_ubatch * model.vocab_size * F32_BYTES           # ESTIMATE
+    logits = llama_cpp_logits_bytes(model, n_ubatch)
     hidden = n_ubatch * model.hidden_size * 4 * F32_BYTES       # ESTIMATE
     mask = kq_mask_bytes(model, n_ubatch, n_kv, swa_cells, flash_attn)
     return logits + hidden + mask + kq_scores_bytes(model, n_ubatch, n_kv, flash_attn)

@@ -17,7 +17,7 @@ Design: docs/design/memory-layout.md (the bpw table and its sources).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, unknown_name
@@ -99,6 +99,18 @@ class WeightSplit:
     num_layers: int
     expert_bytes_per_layer: int = 0  # MoE: one layer's routed experts (part of per_layer)
     tied: bool = False            # the output head is the token embedding's tensor
+
+    def scaled_to(self, total_bytes: int) -> WeightSplit:
+        """The same split with every part scaled so the checkpoint is ``total_bytes``: a
+        file whose size is known (llama-bench prints it) keeps kvsim's proportions.
+        NOTE: the parts' sum keeps its identity with ``total_bytes`` to within rounding."""
+        f = total_bytes / self.total_bytes
+        return replace(self, total_bytes=int(total_bytes),
+                       bits_per_weight=self.bits_per_weight * f,
+                       per_layer_bytes=round(self.per_layer_bytes * f),
+                       non_repeating_bytes=round(self.non_repeating_bytes * f),
+                       embedding_bytes=round(self.embedding_bytes * f),
+                       expert_bytes_per_layer=round(self.expert_bytes_per_layer * f))
 
     def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
                   head_first: bool = False) -> int:

@@ -102,19 +102,20 @@ def test_unshown_model_and_gpu_are_the_reason():
     assert skipped[0].reason == "model not shown in the log"
 
 
-def test_several_gpus_report_the_engines_own_refusal():
+def test_several_gpus_are_laid_out_as_the_engine_splits_them():
     m = _read()["llamacpp-008"]
     assert m.gpus == ("rtx-3090", "rtx-3090") and m.model == "qwen3-32b"
     assert m.settings == {"ctx_size": 32768, "n_gpu_layers": 99, "split_mode": "layer"}
     g, mod = load_gpu("rtx-3090"), load_model("qwen3-32b")
-    cfg = engine_for_gpu(engine_spec(m)[0], g, mod, weights="q5_k_m", n_gpus=2)
+    cfg = engine_for_gpu(engine_spec(m)[0], g, mod, weights="q5_k_m", more_gpus=(g,))
+    b = memory_budget(g, mod, "q5_k_m", cfg, more_gpus=(g,))
     rows, skipped = memory_rows(m)
-    try:
-        memory_budget(g, mod, "q5_k_m", cfg, more_gpus=(g,))
-    except InputError as exc:  # today: no engine lays out two cards yet
-        assert rows == [] and skipped[0].reason.endswith(exc.one_line())
-    else:  # once llama.cpp lays out several GPUs, the row runs
-        assert rows and {r["metric"] for r in rows} >= {"used_bytes", "startup"}
+    by = {r["metric"]: r for r in rows}
+    assert skipped == [] and set(by) == {"used_bytes", "startup"}
+    # the user's nvidia-smi reading (~40.5 GB) beside both GPUs' whole layout
+    assert by["used_bytes"]["predicted"] == b.total_bytes == sum(d.total_bytes
+                                                                for d in b.devices)
+    assert [d.layers for d in b.devices] == [33, 31]
 
 
 def test_every_published_row_is_a_prediction_or_skipped():
@@ -146,7 +147,11 @@ def test_cli_json_rows_summary_and_skipped(kvsim_cli):
     assert kv["measured"] == 31232 and kv["unit"] == "tokens"
     summ = {(s["kind"], s["backend"], s["metric"]) for s in doc["summary"]}
     assert {("memory", "vllm", "kv_tokens"), ("memory", "vllm", "startup")} <= summ
-    assert {s["id"] for s in doc["skipped"]} >= {"vllm-017", "vllm-022", "llamacpp-008"}
+    assert {s["id"] for s in doc["skipped"]} >= {"vllm-017", "vllm-022"}
+    # two RTX 3090s, llama.cpp's layer split: the whole box's memory beside the user's
+    # reading, and the start-up outcome
+    two = {r["metric"]: r for r in doc["rows"] if r["id"] == "llamacpp-008"}
+    assert set(two) == {"used_bytes", "startup"} and two["used_bytes"]["gpu"] == "2x rtx-3090"
     code, err, out = kvsim_cli("validate", SAMPLE)
     assert code == 0 and "start-up memory" in out and "31,232" in out
     assert "predicted wrongly" in out
@@ -251,4 +256,5 @@ def test_gpu_and_model_flags_stand_in_for_unnamed_ones(kvsim_cli):
     assert (code, err) == (0, "")
     why = {s["id"]: s["reason"] for s in json.loads(out)["skipped"]}
     assert why["vllm-022"] == "weights format not shown in the log"  # GPU and model given
-    assert why["llamacpp-008"].startswith("kvsim cannot lay this start-up out: gpu: 2")
+    rows = json.loads(out)["rows"]   # the 2 GPUs the text names stay 2 x the --gpu given
+    assert {r["gpu"] for r in rows if r["id"] == "llamacpp-008"} == {"2x rtx-3090"}
