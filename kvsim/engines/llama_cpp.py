@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kvsim.config.specs import GpuSpec, ModelSpec
@@ -15,6 +17,7 @@ from kvsim.engines._llama_buffers import read_llama_buffers
 from kvsim.engines._log_patterns import FLOAT, mib_bytes
 from kvsim.engines._slot_box import box_budget, box_of, fit_box, main_gpu_budget
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
+from kvsim.engines.base import UbatchSplit
 from kvsim.engines.memory import MIB, MemoryBudget
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.weights import model_weights, weight_format
@@ -37,6 +40,11 @@ class LlamaCpp(EngineTraits):
 
     def unified_pool(self, cfg: Any) -> bool:
         return cfg.allocator == "unified"
+
+    def ubatch_split(self, cfg: Any) -> UbatchSplit:
+        """llama_decode's split of a step's batch into ubatches (:func:`llama_ubatches`)."""
+        return partial(llama_ubatches, n_ubatch=cfg.n_ubatch,
+                       unified=cfg.allocator == "unified")
 
     def launch_command(self, s: Any) -> str:
         """``llama-server``: ``-c`` is the whole pool over all slots (§3.1); ``-kvu`` for
@@ -93,12 +101,70 @@ class LlamaCpp(EngineTraits):
         return llama_cpp_budget(gpu, model, weights, cfg, driver, display)
 
 
+def llama_ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int, unified: bool
+                   ) -> list[list[tuple[int, int]]]:
+    """The ubatches llama_decode runs one step's batch as, one graph each (§3.5).
+
+    ``batch``: ``(slot, tokens)`` as llama-server adds them — each generating slot's
+    token, by slot, then each prompt chunk, by slot (a slot appears once; its slot is its
+    sequence id).  Returns each ubatch as ``(index into batch, tokens)``.
+
+    - one stream (``-kvu``): ``split_simple`` — the next ``n_ubatch`` tokens in batch order;
+    - per-slot streams: ``split_equal(n_ubatch, sequential=true)`` (llama-kv-cache.cpp
+      ``init_batch``, llama-batch.cpp): a ubatch takes the sequences of consecutive ids,
+      from the first with tokens left, and the same number of tokens of each — the fewest
+      any of them has left, at most ``n_ubatch`` in all (at least one each).  Decoding
+      slots 0 and 2 run as two graphs; a decode beside a prompt takes one token of the
+      prompt into its graph, the prompt's rest runs in graphs of its own.
+    """
+    total = sum(n for _, n in batch)
+    if unified:
+        if total <= n_ubatch:
+            return [[(i, n) for i, (_, n) in enumerate(batch)]]
+        return _split_simple([n for _, n in batch], n_ubatch)
+    slots = [s for s, _ in batch]
+    if total <= n_ubatch and all(n == batch[0][1] for _, n in batch) \
+            and slots == list(range(slots[0], slots[0] + len(slots))):
+        return [[(i, n) for i, (_, n) in enumerate(batch)]]  # NOTE: the common decode step
+    left = [n for _, n in batch]
+    out: list[list[tuple[int, int]]] = []
+    while any(left):
+        chosen: list[int] = []
+        for i, slot in enumerate(slots):
+            if left[i] and (not chosen or slot == slots[chosen[-1]] + 1):
+                chosen.append(i)
+                if len(chosen) > n_ubatch:
+                    break
+        each = min(min(left[i] for i in chosen), max(1, n_ubatch // len(chosen)))
+        out.append([(i, each) for i in chosen])
+        for i in chosen:
+            left[i] -= each
+    return out
+
+
+def _split_simple(tokens: list[int], n_ubatch: int) -> list[list[tuple[int, int]]]:
+    """``split_simple``: the batch's tokens in order, ``n_ubatch`` to a ubatch."""
+    out: list[list[tuple[int, int]]] = [[]]
+    room = n_ubatch
+    for i, n in enumerate(tokens):
+        while n:
+            if not room:
+                out.append([])
+                room = n_ubatch
+            take = min(n, room)
+            out[-1].append((i, take))
+            n -= take
+            room -= take
+    return out
+
+
 # NOTE: llama-server allows -c above the training context (a warning only, §3.1)
 ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, lays_out_gpus=True,
                   max_parallel=LLAMA_MAX_SEQ,
                   max_parallel_why="llama.cpp's LLAMA_MAX_SEQ: llama-server refuses more "
                   "slots ('n_seq_max must be <= 256')", caps_slot_at_training_context=True,
-                  op_offload=True, context_scope="pool", context_knob="-c",
+                  op_offload=True, fresh_slots_from_last=True, context_scope="pool",
+                  context_knob="-c",
                   settings=frozenset({"flash_attn", "gpu_layers", "kv_unified", "split_mode",
                                      "tensor_split", "main_gpu"}),
                   quant_v_needs_flash_attn=True, context_above_model="allow",

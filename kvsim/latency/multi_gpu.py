@@ -82,6 +82,7 @@ class MultiGpuLatency:
     """Step times of one model over several GPUs (module docstring)."""
 
     clamped_steps: int | None = None
+    settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
     decode_spread: tuple[float, ...] = ()
     prefill_spread: tuple[float, ...] = ()
 

@@ -6,7 +6,9 @@ once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers
 compute and memory time, CPU-offloaded layers the same on the host, plus a per-step overhead.
 Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
 quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
-host weights to the GPU first (kvsim.latency.offload).
+host weights to the GPU first (kvsim.latency.offload).  A step the engine runs as several
+graphs (``BatchShape.ubatches``, llama.cpp's ubatches) is the sum of each graph's roofline:
+every graph pays the overhead and reads the weights.
 
 NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar, :meth:`_time1`)
 evaluate the same formulas in the same order, so fast-forward and per-step fidelity agree to
@@ -16,6 +18,7 @@ Design: docs/design/speed-model.md (after docs/design/DESIGN.md §3.5).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,6 +65,7 @@ class RooflineLatency:
     """Step times of one model on one card (+ host for offloaded layers)."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+    settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
     prefill_spread: tuple[float, ...] = ()
 
@@ -219,7 +223,28 @@ class RooflineLatency:
     def step_time_s(self, batch: BatchShape) -> float:
         if not batch.num_tokens:
             return 0.0
+        if batch.ubatches:
+            return self._graphs_s(batch)
         return self._time1(*self._shape(batch))
+
+    def _graphs_s(self, batch: BatchShape) -> float:
+        """A step run as several graphs (``BatchShape.ubatches``): the sum of their
+        rooflines, each with its overhead, weight read, tokens' FLOPs and sequences' KV;
+        a graph samples its decodes and the prompt pieces that end a prompt of the step;
+        ``kv_read_saved_bytes`` is shared in proportion to the graphs' KV read."""
+        ends = Counter(c + p for p, c in zip(batch.prefill_tokens, batch.prefill_context,
+                                             strict=True))
+        shapes = []
+        for u in batch.ubatches:
+            tokens, _, pairs, kv = self._shape(u)
+            outputs = len(u.decode_context)
+            for p, c in zip(u.prefill_tokens, u.prefill_context, strict=True):
+                outputs += ends[c + p] > 0
+                ends[c + p] -= ends[c + p] > 0
+            shapes.append((tokens, float(outputs), pairs, kv))
+        kv_all, saved = sum(s[3] for s in shapes), batch.kv_read_saved_bytes
+        return sum(self._time1(t, o, p, kv - (saved * kv / kv_all if saved else 0.0))
+                   for t, o, p, kv in shapes)
 
     def gpu_parts(self, batch: BatchShape) -> tuple[float, float, float, float]:
         """What one all-on-GPU step costs before any rate is applied: (linear-layer and

@@ -157,6 +157,39 @@ def test_moe_experts_in_ram_are_read_and_computed_on_the_cpu() -> None:
     assert moe.decode_steps_s(np.array([4000]), 3)[0] == moe.step_time_s(step)
 
 
+def test_a_step_of_several_graphs_pays_each_graphs_overhead_and_weights() -> None:
+    """llama.cpp runs decoding slots 0 and 2 on per-slot streams as two ubatches
+    (kvsim.engines.llama_cpp.llama_ubatches): each reads every weight.  One decode at 999
+    tokens is 9.4521398 ms (test above); as one graph two of them read the weights once:
+    0.004 + (4,540,321,364 + 2 x 131,072,000) / 856.8e9 = 9.6051 ms; as two graphs
+    2 x 9.4521398 = 18.9043 ms."""
+    r = _roofline(step_overhead_s=0.004)
+    one = BatchShape(decode_context=(999, 999))
+    two = BatchShape(decode_context=(999, 999), ubatches=(BatchShape(decode_context=(999,)),
+                                                          BatchShape(decode_context=(999,))))
+    assert r.step_time_s(one) == pytest.approx(0.004 + 4_802_465_364 / GPU_BPS, rel=1e-12)
+    assert r.step_time_s(two) == pytest.approx(2 * 0.0094521398, rel=1e-8)
+
+
+def test_a_prompt_split_over_graphs_samples_once_at_its_end() -> None:
+    """A decode beside a 2048-token prompt on per-slot streams: graph 1 is the decode and
+    the prompt's first token, graph 2 the prompt's other 2047 tokens, which end the prompt
+    and sample its first answer token (the output head runs there, not in graph 1).
+      graph 1, memory-bound: 0.004 + (4,540,321,364 + 1000 x 131,072 + 1 x 131,072) B
+               / 856.8e9 = 9.4522928 ms
+      graph 2, compute-bound: layers 2047 x 13,958,653,696 = 28,573,364,115,712, head
+               1,050,673,152, attention 524,288 x (2047 x 1 + 2047 x 2048 / 2)
+               = 524,288 x 2,098,175 = 1,100,047,974,400: 29,674,462,763,264 / 82.6e12
+               = 359.255 ms; + 4 ms overhead"""
+    r = _roofline(step_overhead_s=0.004)
+    step = BatchShape((2048,), (0,), (999,), ubatches=(BatchShape((1,), (0,), (999,)),
+                                                       BatchShape((2047,), (1,))))
+    g1 = 0.004 + (4_540_321_364 + 1000 * 131_072 + 131_072) / GPU_BPS
+    flops = 28_573_364_115_712 + 1_050_673_152 + 1_100_047_974_400
+    assert flops == 29_674_462_763_264
+    assert r.step_time_s(step) == pytest.approx(g1 + 0.004 + flops / GPU_FLOPS, rel=1e-12)
+
+
 def test_the_step_overhead_follows_the_engines_graph_capture() -> None:
     """llama.cpp replays only one-token steps as CUDA graphs; vLLM captures up to 512
     tokens: a two-sequence decode step pays the launched overhead on the first only,
