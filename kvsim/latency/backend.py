@@ -80,6 +80,9 @@ class BackendConstants(FrozenModel):
                             "no term)")
     attn_eff: float = Field(gt=0, description="attention FLOPs with flash attention")
     attn_eff_no_fa: float = Field(gt=0, description="attention FLOPs without it")
+    attn_eff_rows: float = Field(0.3, gt=0, description="attention FLOPs of a step its "
+                                 "per-row kernel runs (decode; ggml-cpu: fewer than 64 "
+                                 "rows, ROW_KERNEL_ROWS), with or without flash attention")
     overhead_s: float = Field(ge=0)
     overhead_per_layer_s: float = Field(ge=0)
     launch_per_layer_s: float = Field(0.0, ge=0, description="CUDA: the extra per-layer "
@@ -155,6 +158,16 @@ graphs when an ADD node's batch dimension exceeds 1; ggml/src/ggml-cuda/ggml-cud
 ``check_node_graph_compatibility``; graphs since llama.cpp PR #6766, 2024-05), and only
 on the architectures from ``since`` on: Volta and newer today, Ampere and newer in
 builds before PR #25749 (2026-07); never Pascal and older."""
+
+
+ROW_KERNEL_ROWS = {"CPU": 64}
+"""Steps of fewer tokens than this run attention one query row at a time, as a decode
+does on every backend: ggml-cpu's flash attention takes its tiled path
+(``ggml_compute_forward_flash_attn_ext_tiled``, 64-cell KV tiles, a GEMM per tile) only
+for micro-batches of 64 rows or more, and ``flash_attn_ext_f16_one_chunk`` (a dot
+product, an ``expf`` and a V update per query-key pair) below; measured here on the tiny
+GGUF (-t 1, d 1024): 32 rows 2.4 ms a token, 256 rows 0.92.  Elsewhere 1: only
+decode-only steps (FA vec kernels)."""
 
 
 def mmq_ops_per_unit_clock(gpu: GpuSpec) -> float:
@@ -243,6 +256,7 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
         c, vec, matrix_rate(gpu, backend, quantized), power)
     att16 = 1.0 / compute_seconds_per_flop(c, vec, gpu.fp16_tensor_flops, power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)
+    rows = att16 * c.attn_eff_rows
     bw = gpu.memory_bandwidth_bytes_per_s * k.memory_bw.get(memory_kind(gpu), 1.0)
     w_bw = bw * c.bw_eff * scale.bw_scale * f_bw
     kv_bw = bw * (c.kv_eff if flash_attn else c.kv_eff_no_fa)
@@ -252,4 +266,6 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     graphs = cuda_graphs(gpu, backend) if graphs is None else graphs
     return GpuRates(lin, att, w_bw, kv_bw, overhead if graphs else launched,
                     label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)",
-                    overhead_batch_s=launched, decode_adds=True)
+                    overhead_batch_s=launched, decode_adds=True,
+                    attention_rows_flops_per_s=rows,
+                    rows_below=ROW_KERNEL_ROWS.get(backend, 1))

@@ -20,41 +20,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
+from kvsim.latency.rates import GpuRates
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
 DEFAULT_DEQUANT_FACTOR = 0.25
-
-
-@dataclass(frozen=True)
-class GpuRates:
-    """The sustained rates one step runs at on the GPU: linear-layer FLOP/s, attention
-    FLOP/s, weight-streaming and KV-reading bytes/s, and the fixed per-step time.
-
-    The plain roofline uses one FLOP rate and one bandwidth (the card's peaks times its
-    planning efficiencies); :mod:`kvsim.latency.backend` derives all five from the
-    spec sheet, the backend and the weight format, with fitted constants."""
-
-    linear_flops_per_s: float
-    attention_flops_per_s: float
-    weight_bytes_per_s: float
-    kv_bytes_per_s: float
-    overhead_s: float
-    label: str = ""
-    overhead_batch_s: float | None = None
-    """The fixed time of a step of more tokens than the engine replays as one captured
-    graph (``RooflineLatency``'s ``graph_max_tokens``); None: ``overhead_s``."""
-    decode_adds: bool = False
-    """A decode-only step's GPU compute and memory time add instead of overlapping (the
-    backend model: matrix-vector kernels near their ridge point, docs/design/
-    speed-model.md); prefill and mixed steps take the larger either way."""
 
 
 def _keys1(a: float, w: float) -> float:
@@ -114,6 +90,9 @@ class RooflineLatency:
             else rates.overhead_batch_s
         self.graph_max_tokens = graph_max_tokens
         self.decode_adds = rates.decode_adds
+        self.attn_rows_flops_per_s = rates.attention_flops_per_s \
+            if rates.attention_rows_flops_per_s is None else rates.attention_rows_flops_per_s
+        self.rows_below = rates.rows_below
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
         # bytes per token when a sequence's KV is linear in its length (no window,
         # residual or recurrent state): decode sums then need no per-sequence loop
@@ -202,7 +181,8 @@ class RooflineLatency:
         f, moe = self.gpu_fraction, nf * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        compute = (f * lin - moe) / self.gpu_flops_per_s + f * att / self.attn_flops_per_s
+        compute = (f * lin - moe) / self.gpu_flops_per_s \
+            + f * att / self.attn_rows_flops_per_s
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         t_gpu = compute + memory if self.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
@@ -212,6 +192,12 @@ class RooflineLatency:
                                w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
         return self.overhead(n) + t_gpu + self.dequant * kv_time_gpu + t_cpu
+
+    def _attn_rate(self, tokens: float, decode: bool) -> float:
+        """Attention FLOP/s: the per-row kernel's for a decode-only step or one of fewer
+        than ``rows_below`` tokens, the tiled kernel's otherwise."""
+        return self.attn_rows_flops_per_s if decode or tokens < self.rows_below \
+            else self.attn_flops_per_s
 
     def overhead(self, tokens: float) -> float:
         """The fixed time of a step of ``tokens`` tokens: replayed as a captured graph up
@@ -318,7 +304,7 @@ class RooflineLatency:
         copy_w = self.host_dense_bytes + self.host_expert_bytes * used
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
-        t = max(lin / self.gpu_flops_per_s + att / self.attn_flops_per_s,
+        t = max(lin / self.gpu_flops_per_s + att / self._attn_rate(tokens, False),
                 (self.weight_bytes(tokens)[0] + copy_w) / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
@@ -331,7 +317,8 @@ class RooflineLatency:
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        compute = (f * lin - moe) / self.gpu_flops_per_s + f * att / self.attn_flops_per_s
+        compute = (f * lin - moe) / self.gpu_flops_per_s \
+            + f * att / self._attn_rate(tokens, decode)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         t = base_s + (compute + memory if decode and self.decode_adds
                       else max(compute, memory))
@@ -362,7 +349,7 @@ class RooflineLatency:
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
         gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
-        aflops, kvbw = self.attn_flops_per_s, self.kv_bytes_per_s
+        aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
         over, adds = self.overhead(n), self.decode_adds

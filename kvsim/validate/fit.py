@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 from kvsim.errors import InputError
 from kvsim.latency.backend import (
     FORMAT_FAMILIES,
+    ROW_KERNEL_ROWS,
     BackendConstants,
     ClassScale,
     SpeedConstants,
@@ -52,13 +53,15 @@ from kvsim.validate.records import Measurement
 
 PRIOR = {"bw_eff": 0.8, "kv_eff": 0.7, "kv_eff_no_fa": 0.5, "c_vec": 1.0, "c_mat": 1.0,
          "c_pow_pj": 1.0, "attn_eff": 0.6, "attn_eff_no_fa": 0.4, "overhead_s": 5e-4,
-         "overhead_per_layer_s": 2e-5, "moe_eff": 0.5, "launch_per_layer_s": 5e-5}
+         "overhead_per_layer_s": 2e-5, "moe_eff": 0.5, "launch_per_layer_s": 5e-5,
+         "attn_eff_rows": 0.3}
 """Physical defaults the fit starts from and leans towards (weakly, :data:`PRIOR_WEIGHT`):
 weights stream at ~80 % of peak bandwidth, flash-attention kernels reach ~60 % of the
 matmul rate and read KV at ~70 % (less without flash attention), each FLOP costs ~1 pJ
 at the power limit, a step ~0.5 ms plus ~20 µs per layer of launches (~50 µs more per
 layer on CUDA where a step is not a captured graph: some 20 kernels a layer at a few µs
-of launch each), MoE matmuls half the dense rate."""
+of launch each), MoE matmuls half the dense rate, and a per-row attention kernel (decode)
+half the flash-attention rate."""
 PRIOR_WEIGHT = 0.05
 DEVIATION_WEIGHT = 0.5   # a class's or a backend's format departure from the shared value
 LOSS_SCALE = 0.15        # soft_l1: errors beyond ~15 % count less than squared
@@ -101,7 +104,10 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     g = gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend, flash_attn=s.flash_attn,
                   constants=k, graphs=s.cuda_graphs)
     p = r.parts
-    compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / g.attention_flops_per_s
+    rows = g.attention_flops_per_s if g.attention_rows_flops_per_s is None \
+        else g.attention_rows_flops_per_s
+    att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
+    compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
     batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
     over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
@@ -263,6 +269,7 @@ class _Rows:
         self.layers = np.array([r.setup.model.num_layers for r in rows], dtype=float)
         self.cuda = np.array([b == "CUDA" for b in be])
         self.graphs = np.array([r.setup.cuda_graphs for r in rows])
+        self.rows_below = np.array([ROW_KERNEL_ROWS.get(b, 1) for b in be], dtype=float)
         self.moe = np.array([bool(r.setup.model.num_experts) for r in rows])
         self.fa = np.array([r.setup.flash_attn for r in rows])
         self.b = np.array([space.backends.index(x) for x in be])
@@ -297,8 +304,9 @@ class _Rows:
         scale_pp = self.fixed_pp * ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]]
         lin = scale_pp * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
             c["c_vec"] / self.vec + c["c_mat"] / self.mat + pw)
-        att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) / (
-            c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)
+        att16 = 1.0 / (c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)
+        att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) * att16
+        att_rows = c["attn_eff_rows"] * att16
         bw = self.bw * ext[self.mem] * self.fixed_mem
         w_bw = bw * c["bw_eff"] * ext[self.cls["bw_scale"]] * ext[self.vcls["bw_scale"]] \
             * f_bw * self.fixed_bw
@@ -307,7 +315,8 @@ class _Rows:
         launched = over + np.where(self.cuda, c["launch_per_layer_s"], 0.0) * self.layers
         o, p = self.owner, self.parts
         one = np.where(self.graphs, over, launched)  # a one-token step: a graph or not
-        compute = p[:, 0] / lin[o] + p[:, 1] / att[o]
+        per_row = (p[:, 5] > 0) | (p[:, 4] < self.rows_below[o])
+        compute = p[:, 0] / lin[o] + p[:, 1] / np.where(per_row, att_rows[o], att[o])
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
         body = np.where(p[:, 5] > 0, compute + memory, np.maximum(compute, memory))
         step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body
