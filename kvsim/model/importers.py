@@ -8,6 +8,8 @@ read.  Layer layouts follow ``docs/reference/hardware-and-models.md`` §2:
   (global iff ``(i+1) % sliding_window_pattern == 0``), gpt-oss (even layers local),
   otherwise every layer when a window is set and not disabled;
 - Llama 4 chunked attention (``attention_chunk_size``, ``no_rope_layers``);
+- Gemma 4's full-attention layers: ``global_head_dim``, and ``num_global_key_value_heads``
+  where ``attention_k_eq_v`` (as HF Gemma4; K and V both cached), else the sliding layers';
 - MLA latent = ``kv_lora_rank + qk_rope_head_dim``;
 - recurrent state per layer, the SSM state plus the convolution window of ``d_conv - 1``
   columns (llama.cpp ``n_embd_s`` / ``n_embd_r``; vLLM's conv state has ``conv_kernel - 1``
@@ -58,9 +60,11 @@ def _attn(kind: str, idx: list[int], kv: int, hk: int, hv: int, window: int | No
 
 
 def _split(kinds: list[str], kv: int, hk: int, hv: int, window: int | None,
-           state: tuple[int, int] = (0, 0)) -> list[dict[str, Any]]:
+           state: tuple[int, int] = (0, 0), full: tuple[int, int] | None = None
+           ) -> list[dict[str, Any]]:
     """Layer groups from a per-layer kind list (full/sliding/chunked/recurrent/ffn);
-    ``state``: a recurrent layer's (state elements, of which the convolution window's)."""
+    ``state``: a recurrent layer's (state elements, of which the convolution window's);
+    ``full``: the full-attention layers' own (KV heads, head_dim) where they differ."""
     groups: list[dict[str, Any]] = []
     for kind in ("full", "sliding", "chunked", "recurrent", "ffn"):
         idx = [i for i, k in enumerate(kinds) if k == kind]
@@ -71,6 +75,8 @@ def _split(kinds: list[str], kv: int, hk: int, hv: int, window: int | None,
                            "state_elements": state[0], "conv_state_elements": state[1]})
         elif kind == "ffn":
             groups.append({"kind": kind, "layers": len(idx), "layer_indices": idx})
+        elif kind == "full" and full:
+            groups.append(_attn(kind, idx, full[0], full[1], full[1]))
         else:
             groups.append(_attn(kind, idx, kv, hk, hv, window if kind != "full" else None))
     return groups
@@ -123,6 +129,14 @@ def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int, where: str) -> tuple
         window = (cfg.get("linear_conv_kernel_dim", 4) - 1) * (2 * kh * kd + vh * vd)
         return vh * kd * vd + window, window
     return 0, 0
+
+
+def _global_attn(cfg: dict[str, Any], kv: int) -> tuple[int, int] | None:
+    """Gemma 4's full-attention layers' own (KV heads, head_dim) (module docstring)."""
+    if not cfg.get("global_head_dim"):
+        return None
+    heads = cfg.get("num_global_key_value_heads") if cfg.get("attention_k_eq_v") else None
+    return int(heads or kv), int(cfg["global_head_dim"])
 
 
 _SSM_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -233,7 +247,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         groups: list[dict[str, Any]] = [{"kind": "mla", "layers": n, "latent_dim": latent}]
         kv, hd = 1, latent
     else:
-        groups = _split(kinds, kv, hd, hd, window, state)
+        groups = _split(kinds, kv, hd, hd, window, state, _global_attn(cfg, kv))
     max_pos = cfg.get("max_position_embeddings") or cfg.get("n_positions")
     notes = "imported from config.json; params_total ESTIMATED from layer shapes"
     if not max_pos:

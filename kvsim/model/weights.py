@@ -47,8 +47,9 @@ _FORMATS = {f.name: f for f in (
     WeightFormat("f32", 32.0, "4 bytes per weight"),
     WeightFormat("bf16", 16.0, "2 bytes per weight"),
     WeightFormat("f16", 16.0, "2 bytes per weight"),
-    WeightFormat("fp8", 8.0, "1 byte per weight; embedding and head bf16",
-                 embed_bits_per_weight=16.0),
+    WeightFormat("fp8", 8.0, "1 byte per weight; embedding and head bf16; fp32 scales per "
+                 "tensor, channel or 128 x 128 block (vLLM fp8.py weight_scale_inv) not counted: "
+                 "at most 4 B per row of weights", embed_bits_per_weight=16.0),
     WeightFormat("q8_0", 8.5, "ggml block 34 B / 32 values"),
     WeightFormat("q6_k", 6.5625, "ggml block_q6_K 210 B / 256 values"),
     WeightFormat("q5_k_m", 5.68, "llama.cpp tools/quantize README (Llama-2-7B)"),

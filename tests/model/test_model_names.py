@@ -130,10 +130,12 @@ def test_llama_bench_model_size_picks_the_model():
 
 @pytest.mark.parametrize("text", [
     "Qwen2.5-Coder-14B-Instruct",               # neither qwen2.5-coder-7b nor qwen2.5-14b
-    "qwen2.5vl:7b",                             # a VL model is not qwen2.5-7b
-    "Qwen2.5-Math-7B", "Qwen3-235B-A22B-FP8", "DeepSeek-R1-Distill-Llama-8B",
-    "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-26B-A4B",
+    "qwen2.5vl:3b",                             # a VL model is not qwen2.5-3b, nor the 7B VL
+    "Qwen2.5-Math-7B", "Qwen3-VL-235B-A22B-Instruct", "DeepSeek-R1-Distill-Llama-8B",
+    "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-E4B-it",
     "Nemotron-3-Super-120B-A12B", "Qwen3.5-27B",   # neither Nano nor Qwen3.6/3.8
+    "mistralai/Voxtral-Mini-4B-Realtime-2602", "Kimi-Linear-48B-A3B-Instruct",
+    "DeepSeek-V4-Flash-FP8",
 ])
 def test_models_outside_the_catalogue_are_unknown(text):
     m = resolve_model(text)
@@ -195,6 +197,13 @@ MEASURED = {
     "GianniDPC Qwen3.6-27B-MTP-IQ4_XS-PURE.gguf (13.5 GiB)": "qwen3.6-27b",
     "Qwen3.8-27B-FP8 (hybrid: 16 of 64 layers full attention per PR text)": "qwen3.8-27b",
     "Qwen/Qwen1.5-7B-Chat-GPTQ-Int4": "qwen1.5-7b",
+    "Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "Qwen3-Coder-480B-A35B-Instruct-FP8": "qwen3-coder-480b-a35b",
+    "google/gemma-4-26B-A4B": "gemma-4-26b-a4b",
+    "nvidia/Gemma-4-31B-IT-NVFP4": "gemma-4-31b",
+    "unsloth/gemma-4-31B-it-GGUF gemma-4-31B-it-IQ4_XS.gguf + BF16 mmproj": "gemma-4-31b",
+    "qwen2.5vl:7b": "qwen2.5-vl-7b",            # Ollama's tag for Qwen2.5-VL-7B-Instruct
+    "Voxtral TTS 4B (mistralai/Voxtral-4B-TTS-2603)": "voxtral-tts-4b",
 }
 
 
