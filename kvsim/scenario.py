@@ -12,7 +12,8 @@ section the simulator reads is :mod:`kvsim.config.workload`.
 NOTE: the hash covers the resolved configuration, not the file it came from —
 two YAML files that resolve to the same scenario share a hash; ``name`` and
 ``description`` are labels and do not enter it, nor does ``host_default`` (whether the
-host was named; the host it resolved to does).
+host was named; the host it resolved to does), nor ``slo`` (targets the verdicts judge
+the run against, not an input of it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from kvsim.config.catalog import (
 )
 from kvsim.config.files import no_such_file, parse_yaml, read_yaml
 from kvsim.config.gpu_set import check_gpu_link, default_gpu_link, gpu_items
+from kvsim.config.slo import slo_section
 from kvsim.config.specs import GpuLinkSpec, GpuSpec, HostSpec, LinkSpec, ModelSpec
 from kvsim.config.units import Bytes, FrozenModel, Seconds
 from kvsim.config.workload import WorkloadConfig
@@ -97,6 +99,12 @@ class Scenario(FrozenModel):
     accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig,
                                      description="recall-proxy multipliers (kv-policies §6.4)")
     sim: SimOptions = Field(default_factory=SimOptions)
+    slo: dict[str, str] = Field(
+        default_factory=dict, description="latency targets the verdicts judge, e.g. "
+        "{ttft_p95: 2s, itl_p95: 150ms} (as --slo); a judgment, not an input of the run: "
+        "not in the hash")
+
+    _slo = field_validator("slo", mode="before")(slo_section)
 
     @field_validator("latency", mode="before")
     @classmethod
@@ -285,7 +293,7 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
     model = data["model"] = _validated(data["model"], ModelSpec, "model")
     data["engine"] = engine_for_gpu(data.get("engine", "llama.cpp"), gpu, model,
                                     weights=data.get("weights", "q4_k_m"),
-                                    n_gpus=1 + len(data["more_gpus"]))
+                                    more_gpus=tuple(data["more_gpus"]))
     wl = data.get("workload")
     if isinstance(wl, str):
         wl = _workload_section(wl)
@@ -374,7 +382,7 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> Scenario:
 
 def scenario_hash(s: Scenario) -> str:
     """Stable sha256 (hex, 16 chars) of the resolved scenario without its labels."""
-    labels = {"name", "description", "host_default"}
+    labels = {"name", "description", "host_default", "slo"}
     # NOTE: a one-GPU scenario hashes as it did before several GPUs existed
     doc = s.model_dump(mode="json", exclude=labels | ({"more_gpus", "gpu_link"}
                                                       if not s.more_gpus else set()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from pathlib import Path
 
@@ -53,6 +54,8 @@ def main() -> None:
     ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
                     / "constants.yaml")
     ap.add_argument("--no-lodo", action="store_true", help="skip leave-one-device-out")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                    help="processes for the leave-one-device-out folds (default: every CPU)")
     ap.add_argument("--rows", type=Path, help="write every row's in-sample and LODO "
                     "relative error here (CSV)")
     args = ap.parse_args()
@@ -77,7 +80,7 @@ def main() -> None:
     out = full.model_dump()
     if not args.no_lodo:
         t0 = time.perf_counter()
-        lodo = leave_one_device_out(rows, full)
+        lodo = leave_one_device_out(rows, full, jobs=args.jobs)
         print(f"\nleave-one-device-out: {time.perf_counter() - t0:.1f} s")
         summ = summary_of(rows, lodo)
         show("leave-one-device-out (each device predicted by a fit without it)", summ)

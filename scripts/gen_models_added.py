@@ -83,11 +83,79 @@ PUBLISHED_PARAMS: dict[str, Published] = {
                             "Parameters: 3.09B'"),
     "qwen2-7b": Published(7.6e9, None, "HF model card Qwen/Qwen2-7B performance table: "
                           "'# Params 7.6B' (github ZHUI/paddlenlp_model_readme copy)"),
+    # counted from a checkpoint's tensor list or its config's shapes (a card's "27B" / "30B"
+    # only repeats the name): the language model alone, without vision tower or MTP head
+    "qwen3.6-27b": Published(26_895_998_464, None, "COUNTED: the checkpoint's 27,781,427,952 "
+                             "parameters less its vision tower (460,730,096) and MTP head "
+                             "(424,699,392), from the tensor list of the report the config.json "
+                             "copy cites"),
+    "qwen1.5-7b": Published(7_721_324_544, None, "COUNTED: the bf16 checkpoint's "
+                            "model.safetensors.index.json total_size 15,442,649,088 B / 2 "
+                            "(the config copy's folder)"),
+    "qwen3.8-27b": Published(26_895_998_464, None, "COUNTED as Qwen3.6-27B's language model: the "
+                             "identical architecture and tensor list (see its config copy)"),
+    "qwen3.6-35b-a3b": Published(34_660_610_688, 3e9, "COUNTED total: the BF16 text checkpoint's "
+                                 "69,321,221,376 weight bytes / 2 (public capacity report from the "
+                                 "safetensors headers at revision 995ad96e, code-index file id "
+                                 "69395936378); active: model card / SGLang docs '35B total "
+                                 "parameters, 3B activated'"),
+    "nemotron-3-nano-30b-a3b": Published(31_577_937_344, 3_580_073_408, "COUNTED from the "
+                                         "config.json shapes (23 Mamba-2 mixers, 23 MoE blocks of "
+                                         "128 + 1 shared relu^2 experts, 6 GQA blocks, untied "
+                                         "embeddings: a public per-module accounting, code-index "
+                                         "file id 55720381435); NVIDIA: '30B total, 3.5B active'"),
+    # counted from the config copy's shapes: every weight matrix and the embedding / head,
+    # norm and scale vectors left out (< 0.01 %); MoE active = attention + router + the k
+    # routed experts (+ dense MLP) per layer, embedding and head
+    "qwen3-235b-a22b": Published(235_092_836_352, 22_189_965_312, "COUNTED from the config.json "
+                                 "shapes: 94 x (attention 4096 x (64+4+4) x 128 + 8192 x 4096 + "
+                                 "128 experts x 3 x 4096 x 1536 + router 128 x 4096) + 2 x 151936 x "
+                                 "4096 untied; active with 8 experts; the FP8 model card: '235B in "
+                                 "total and 22B activated', '(Non-Embedding): 234B'"),
+    "qwen3-coder-480b-a35b": Published(480_154_091_520, 35_473_981_440, "COUNTED from the "
+                                       "config.json shapes: 62 x (attention 6144 x (96+8+8) x 128 "
+                                       "+ 12288 x 6144 + 160 experts x 3 x 6144 x 2560 + router "
+                                       "160 x 6144) + 2 x 151936 x 6144 untied; active with 8 "
+                                       "experts (the name's 480B / A35B)"),
+    "qwen2.5-vl-7b": Published(7_615_412_224, None, "COUNTED from the config.json shapes, the "
+                               "language model only: 28 x (Q/K/V 3584 x (28+4+4) x 128 + their "
+                               "biases + O 3584 x 3584 + MLP 3 x 3584 x 18944) + 2 x 152064 x 3584 "
+                               "untied; the 32-block vision tower is not counted"),
+    "voxtral-tts-4b": Published(3_428_843_520, None, "COUNTED from the params.json shapes, "
+                                     "the text decoder only: 26 x (3072 x (32+8+8) x 128 + 4096 x "
+                                     "3072 + 3 x 3072 x 9216) + 131072 x 3072 tied; the "
+                                     "flow-matching acoustic transformer, the audio codebook "
+                                     "embeddings and the codec decoder are not counted (the "
+                                     "checkpoint's consolidated.safetensors is 8 GB on the HF file "
+                                     "list, 6.86 GB of it this decoder at bf16)"),
+    "gemma-4-26b-a4b": Published(25_232_441_344, 3_821_830_144, "COUNTED from the config.json "
+                                 "shapes, the language model only: 25 sliding layers (Q/O 2816 x "
+                                 "16 x 256, K/V 2816 x 8 x 256) + 5 global (Q/O 2816 x 16 x 512, K "
+                                 "2816 x 2 x 512, no V: K=V) each + dense MLP 3 x 2816 x 2112 + 128 "
+                                 "experts x 3 x 2816 x 704 + router 128 x 2816, + 262144 x 2816 "
+                                 "tied; active with 8 experts; Google's card: 25.2B total, 3.8B "
+                                 "active; the vision tower is not counted"),
+    "gemma-4-31b": Published(30_696_013_824, None, "COUNTED from the config.json shapes, the "
+                             "language model only: 50 sliding layers (Q/O 5376 x 32 x 256, K/V "
+                             "5376 x 16 x 256) + 10 global (Q/O 5376 x 32 x 512, K 5376 x 4 x 512, "
+                             "no V: K=V) each + MLP 3 x 5376 x 21504, + 262144 x 5376 tied "
+                             "(30.7B as Google's card); the vision tower is not counted"),
 }
 """Publisher-stated parameter counts (config.json states none)."""
 
+_GDN = "hybrid Gated DeltaNet (linear attention, a fixed state per sequence) 3 : 1 full attention:"
+_QWEN35_EXTRAS = ("vision-language checkpoint (Qwen3_5*ForConditionalGeneration): kvsim sizes "
+                  "the language model; the vision tower and the one-layer MTP head are not "
+                  "counted; DeltaNet state kept in f32 (mamba_ssm_dtype)")
 _NO_WINDOW_LLAMA_CPP = ("llama.cpp ignores this window (it keeps and attends over the full "
                         "context), so under llama.cpp the cache grows like full attention")
+_FP8_BLOCK = ("block-wise FP8 (quantization_config fp8 e4m3, weight_block_size [128, 128]): "
+              "1 B per weight plus one fp32 scale per 128 x 128 block (4 B / 16384 weights, "
+              "0.002 bits), embedding and head bf16 - kvsim's fp8 format")
+_GEMMA4 = ("local/global attention, 5 : 1 (sliding window 1024), the last layer global; the "
+           "global layers have their own KV heads and head_dim 512 (global_head_dim) with K=V "
+           "(one projection; K and V are both cached); vision-language checkpoint: kvsim sizes "
+           "the language model;")
 MODELS: tuple[Added, ...] = (
     Added("llama-2-7b", "Llama-2-7B", "meta-llama/Llama-2-7b(-chat)-hf",
           "MHA (32 KV heads, no GQA); 4k context"),
@@ -144,8 +212,58 @@ MODELS: tuple[Added, ...] = (
           "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
           "Qwen2 geometry (from Qwen2.5-Math-7B); sliding_window 4096 set but "
           "use_sliding_window false: full attention"),
+    Added("qwen1.5-7b", "Qwen1.5-7B", "Qwen/Qwen1.5-7B(-Chat)",
+          "MHA (32 KV heads, no GQA); sliding_window 32768 set but use_sliding_window false: "
+          "full attention; 32k context"),
+    Added("qwen3.6-27b", "Qwen3.6-27B", "Qwen/Qwen3.6-27B",
+          f"{_GDN} 48 Gated DeltaNet + 16 gated full-attention layers (GQA 24/4, head_dim 256); "
+          f"{_QWEN35_EXTRAS}"),
+    Added("qwen3.8-27b", "Qwen3.8-27B", "Qwen/Qwen3.8-27B",
+          f"{_GDN} 48 Gated DeltaNet + 16 gated full-attention layers (GQA 24/4, head_dim 256), "
+          f"as Qwen3.6-27B; {_QWEN35_EXTRAS}"),
+    Added("qwen3.6-35b-a3b", "Qwen3.6-35B-A3B", "Qwen/Qwen3.6-35B-A3B",
+          f"{_GDN} 30 Gated DeltaNet + 10 gated full-attention layers (GQA 16/2, head_dim 256); "
+          "MoE: 256 experts, 8 routed + 1 shared per token; " + _QWEN35_EXTRAS),
+    Added("nemotron-3-nano-30b-a3b", "Nemotron-3-Nano-30B-A3B",
+          "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-(BF16|FP8)",
+          "hybrid Mamba-2 + MoE (hybrid_override_pattern): 23 Mamba-2 layers (64 heads x 64, "
+          "8 groups, state 128: a fixed state per sequence), 6 GQA layers (32/2, head_dim 128: "
+          "the only KV, 6 KiB per token at f16) and 23 MoE-only layers (128 experts, 6 routed + "
+          "1 shared; no cache); the card's 1M context is the config's 262144 positions here"),
+    Added("qwen3-235b-a22b", "Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B(-FP8)",
+          "MoE: 128 experts per layer, 8 routed per token, no shared expert; 40960 positions "
+          "in config.json (32768 native + 8192 for prompts, the card; 131072 with YaRN); the "
+          f"-FP8 checkpoint: {_FP8_BLOCK}"),
+    Added("qwen3-coder-480b-a35b", "Qwen3-Coder-480B-A35B",
+          "Qwen/Qwen3-Coder-480B-A35B-Instruct(-FP8)",
+          "MoE: 160 experts per layer, 8 routed per token, no shared expert; 262144 native "
+          f"context; the -FP8 checkpoint: {_FP8_BLOCK}"),
+    Added("qwen2.5-vl-7b", "Qwen2.5-VL-7B", "Qwen/Qwen2.5-VL-7B(-Instruct); qwen2.5vl:7b",
+          "Qwen2 text geometry (GQA 28/4, Q/K/V biases) of a vision-language checkpoint: kvsim "
+          "sizes the language model, the 32-block vision tower is not counted; "
+          "use_sliding_window false; Ollama's tag qwen2.5vl:7b is this model (Ollama's "
+          "converter convert/convert_qwen25vl.go reads Qwen2_5_VLForConditionalGeneration)"),
+    Added("voxtral-tts-4b", "Voxtral-4B-TTS-2603", "mistralai/Voxtral-4B-TTS-2603",
+          "text-to-speech: a Ministral-3B-shaped decoder (26 layers, GQA 32/8, head_dim 128) "
+          "emits one hidden state per 80 ms audio frame; only this decoder holds a KV cache "
+          "(the 3-layer acoustic transformer attends over 3 positions, no cache); weights "
+          "counted for the decoder only (see source)"),
+    Added("gemma-4-26b-a4b", "Gemma-4-26B-A4B", "google/gemma-4-26B-A4B(-it)",
+          f"{_GEMMA4} 25 sliding (GQA 16/8, head_dim 256) + 5 global (2 KV heads x 512); MoE: "
+          "128 experts, 8 routed per token, beside a dense MLP in every layer"),
+    Added("gemma-4-31b", "Gemma-4-31B", "google/gemma-4-31B(-it)",
+          f"{_GEMMA4} 50 sliding (GQA 32/16, head_dim 256) + 10 global (4 KV heads x 512)"),
 )
 """The added models, in catalogue order (each has ``CONFIGS/<slug>.json``)."""
+
+
+def _experts(cfg: dict[str, Any]) -> int | None:
+    return cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+
+
+def _experts_active(cfg: dict[str, Any]) -> int | None:
+    """Routed experts per token: ``num_experts_per_tok``, Gemma 4's ``top_k_experts``."""
+    return cfg.get("num_experts_per_tok") or cfg.get("top_k_experts")
 
 
 def _attention_kind(cfg: dict[str, Any], groups: list[dict[str, Any]]) -> str:
@@ -157,9 +275,13 @@ def _attention_kind(cfg: dict[str, Any], groups: list[dict[str, Any]]) -> str:
         kind += f" + sliding window {groups[0]['window_tokens']}"
     elif "sliding" in kinds:
         kind += " + local/global alternating"
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    if "recurrent" in kinds:
+        rec = next(g for g in groups if g["kind"] == "recurrent")["layers"]
+        mixer = "Mamba-2" if cfg.get("model_type") == "nemotron_h" else "Gated DeltaNet"
+        kind = f"hybrid: {rec} {mixer} layers beside {kind} attention"
+    experts = _experts(cfg)
     if experts:
-        kind += f"; MoE {experts} experts, {cfg['num_experts_per_tok']} active"
+        kind += f"; MoE {experts} experts, {_experts_active(cfg)} active"
     return kind
 
 
@@ -171,8 +293,9 @@ def _params(slug: str, estimate: float) -> tuple[float, float, str, str]:
                 f"({estimate / 1e9:.3f}B; no publisher count recorded in PUBLISHED_PARAMS)")
         return float(round(estimate)), float(round(estimate)), "", note
     active = pub.active if pub.active is not None else pub.total
+    how = "counted (see source)" if pub.source.startswith("COUNTED") else "from the publisher"
     return (float(round(pub.total)), float(round(active)), pub.source,
-            f"params from the publisher (importer estimate {estimate / 1e9:.3f}B)")
+            f"params {how} (importer estimate {estimate / 1e9:.3f}B)")
 
 
 def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
@@ -180,12 +303,13 @@ def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
     from kvsim.config.specs import ModelSpec
     from kvsim.model.importers import model_from_hf_config
     path = config_dir / f"{entry.slug}.json"
-    cfg = json.loads(path.read_text(encoding="utf-8"))
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    cfg = {**raw, **raw.get("text_config", {})}   # the language model of a VL checkpoint
     spec = model_from_hf_config(path, name=entry.slug)
     data = spec.model_dump(mode="json")
     groups = [g.model_dump(mode="json", exclude_defaults=True) for g in spec.layer_groups]
     total, active, params_src, params_note = _params(entry.slug, spec.params_total)
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    experts = _experts(cfg)
     source = f"config.json: {cfg['_source']}"
     if params_src:
         source += f"; parameters: {params_src}"
@@ -196,8 +320,10 @@ def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
         "name": entry.slug, "display_name": entry.display_name, "hf_repo": entry.hf_repo,
         "params_total": total, "params_active": active, "layer_groups": groups,
         "num_experts": experts or None,
-        "num_experts_active": cfg.get("num_experts_per_tok") if experts else None,
+        "num_experts_active": _experts_active(cfg) if experts else None,
         "attention_kind": _attention_kind(cfg, groups), "source": source, "notes": notes})
+    if data.get("ssm_state_dtype") is None:   # unset: the field's default, not written
+        data.pop("ssm_state_dtype", None)
     ModelSpec.model_validate(data)
     return data
 

@@ -98,14 +98,18 @@ MODEL_SLUGS = {
     "Mamba-2-2.7B (pure SSM reference)": "mamba-2-2.7b",
 }
 
-# Recurrent state elements per layer, from the kv_formula column of models.csv.
+# Recurrent state elements per layer: (SSM state, convolution window), from the kv_formula
+# column of models.csv with the window at d_conv - 1 columns, as llama.cpp allocates it
+# (llama_hparams::n_embd_r: "(ssm_d_conv - 1) * (ssm_d_inner + 2*ssm_n_group*ssm_d_state)";
+# the first column is shifted out, so it is not kept) and vLLM's conv state
+# (conv_kernel - 1 rows).  models.csv writes the Mamba windows with d_conv columns.
 RECURRENT_STATE = {
     # Gated DeltaNet: v_heads*k_dim*v_dim + (kernel-1)*(2*k_heads*k_dim + v_heads*v_dim)
-    "Qwen3-Next-80B-A3B": 32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128),
-    # Mamba-1: d_inner*d_state + d_inner*d_conv, d_inner = 2*4096
-    "Jamba-v0.1 (52B; same geometry as Jamba-1.5-Mini)": 8192 * 16 + 8192 * 4,
-    # Mamba-2: nheads*headdim*d_state + (d_inner + 2*ngroups*d_state)*d_conv
-    "Mamba-2-2.7B (pure SSM reference)": 80 * 64 * 128 + (5120 + 2 * 1 * 128) * 4,
+    "Qwen3-Next-80B-A3B": (32 * 128 * 128, 3 * (2 * 16 * 128 + 32 * 128)),
+    # Mamba-1: d_inner*d_state + (d_conv-1)*d_inner, d_inner = 2*4096
+    "Jamba-v0.1 (52B; same geometry as Jamba-1.5-Mini)": (8192 * 16, 3 * 8192),
+    # Mamba-2: nheads*headdim*d_state + (d_conv-1)*(d_inner + 2*ngroups*d_state)
+    "Mamba-2-2.7B (pure SSM reference)": (80 * 64 * 128, 3 * (5120 + 2 * 1 * 128)),
 }
 MLA_LATENT = {"DeepSeek-V2-Lite": 512 + 64, "DeepSeek-V3": 512 + 64}  # kv_lora_rank + qk_rope
 # Mamba-2 has no positional limit; models.csv says "n/a (recurrent)".
@@ -261,7 +265,7 @@ def layer_groups(row: dict[str, str]) -> list[dict[str, Any]]:
     if name in MLA_LATENT:
         return [{"kind": "mla", "layers": n, "latent_dim": MLA_LATENT[name]}]
     if name in RECURRENT_STATE:
-        state = RECURRENT_STATE[name]
+        ssm, window = RECURRENT_STATE[name]
         kv, hd = _int(row["num_kv_heads"]) or 0, _int(row["head_dim"]) or 0
         if name.startswith("Qwen3-Next"):
             attn = [i for i in every if (i + 1) % 4 == 0]        # full_attention_interval 4
@@ -272,7 +276,7 @@ def layer_groups(row: dict[str, str]) -> list[dict[str, Any]]:
         rec = [i for i in every if i not in attn]
         groups = [_attn_group("full", attn, kv, hd)] if attn else []
         groups.append({"kind": "recurrent", "layers": len(rec), "layer_indices": rec,
-                       "state_elements": state})
+                       "state_elements": ssm + window, "conv_state_elements": window})
         return groups
     kv, hd = int(row["num_kv_heads"]), int(row["head_dim"])
     window = _int(row["sliding_window"])
@@ -304,6 +308,9 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
                   f"{NO_POSITION_LIMIT_TOKENS} is a kvsim planning cap")
     if mla:
         notes += " | num_kv_heads/head_dim describe the one shared MLA latent per layer"
+    if name in RECURRENT_STATE:
+        notes += (" | state_elements: the SSM state + a convolution window of d_conv - 1 "
+                  "columns, as llama.cpp (n_embd_r) and vLLM allocate it")
     experts = _experts(f"{row['attention_kind']} {row['notes']}")
     total, active = float(row["params_total_b"]), float(row["params_active_b"])
     text = re.search(r"text-only ([0-9.]+)\s*B", row["notes"])

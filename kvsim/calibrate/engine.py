@@ -147,10 +147,15 @@ class _Prober:
 
     async def decode(self, batch: int, ctx: int) -> list[DecodeSample]:
         """One sample per sequence of ``batch`` requests decoding in lockstep,
-        server-timed."""
+        server-timed.
+
+        NOTE: a batch is sent to slots 0 … batch−1: on per-slot streams llama-server runs
+        sequences of consecutive ids as one graph (docs/reference/engines.md §3.5), so
+        each step measured is one graph of ``batch`` sequences, as the fit reads it."""
         res = await asyncio.gather(*(self.complete(self.fresh(max(ctx, 1)),
-                                                   self.grid.decode_tokens)
-                                     for _ in range(batch)))
+                                                   self.grid.decode_tokens,
+                                                   slot=i if batch > 1 else None)
+                                     for i in range(batch)))
         out = []
         for _, r in res:
             t = r.final["timings"]

@@ -178,6 +178,30 @@ def _decode_points(samples: EngineSamples, fit: LatencyFit
     return points
 
 
+def after_prompt_excess(samples: EngineSamples) -> tuple[float, ...]:
+    """Seconds each of the first ``WARM_UP_GAPS`` decode steps after a prompt step takes
+    above a steady one (``LatencyFit.after_prompt_s``): over the one-sequence decode
+    samples, the median of gap ``k`` minus its sample's median gap after the warm-up —
+    0 where that is not positive — without trailing zeros.
+
+    NOTE: the slowdown follows the prompt step, not the sequence: another slot's
+    decode slows down alike after it (measured on llama-server, docs/design/
+    calibration.md); batch samples are left out, their first gaps hold the other
+    requests' prompts."""
+    per_k: list[list[float]] = [[] for _ in range(WARM_UP_GAPS)]
+    for (b, _), vals in samples.decode.items():
+        for v in vals if b == 1 else ():
+            gaps = np.asarray(v.gaps_s)
+            if gaps.size > WARM_UP_GAPS:
+                steady = float(np.median(gaps[WARM_UP_GAPS:]))
+                for k in range(WARM_UP_GAPS):
+                    per_k[k].append(float(gaps[k]) - steady)
+    excess = [max(0.0, float(np.median(x))) if x else 0.0 for x in per_k]
+    while excess and excess[-1] == 0.0:
+        excess.pop()
+    return tuple(excess)
+
+
 def prefill_spread(samples: EngineSamples) -> tuple[float, ...]:
     """Quantiles of the measured times to first token over their point's typical one
     (normalised as :func:`_spread` says): the spread TTFT percentiles show."""
@@ -255,7 +279,7 @@ def _cv_setting(samples: EngineSamples, fits: dict[str, LatencyFit], cache_type:
 
 
 def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:
-    ttft = prefill_spread(samples)
+    ttft, after = prefill_spread(samples), after_prompt_excess(samples)
     return {k: f.model_copy(update={"decode_spread": decode_spread(samples, f),
-                                    "prefill_spread": ttft})
+                                    "prefill_spread": ttft, "after_prompt_s": after})
             for k, f in fits.items()}

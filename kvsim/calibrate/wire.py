@@ -114,11 +114,13 @@ def openai_body(model: str, messages: list[dict[str, str]], max_tokens: int, see
 def chat_messages(s: Session, i: int, segs: list[Segment], space: TokenSpace,
                   generated_text: dict[str, str]) -> list[dict[str, str]]:
     """Turn ``i``'s prompt as OpenAI chat messages: earlier outputs as assistant turns
-    (the text the server generated, when known), a leading system segment as the system
-    message, the rest as user text."""
+    (the text the server generated, when known), the leading system segments (a
+    session's shared prefix and system prompt) as the system message, the rest as user
+    text."""
     msgs: list[dict[str, str]] = []
     outs = {output_segment(s, j).id for j in range(i)}
     user: list[str] = []
+    system: list[str] = []  # the leading sys/ segments: one system message
     for seg in segs:
         if seg.id in outs:
             msgs.append({"role": "user", "content": "".join(user)})
@@ -126,9 +128,9 @@ def chat_messages(s: Session, i: int, segs: list[Segment], space: TokenSpace,
             text = generated_text.get(seg.id)
             msgs.append({"role": "assistant", "content": text if text is not None
                          else segment_text(space.segment_ids(seg.id, seg.tokens))})
-        elif seg.id.startswith("sys/") and not msgs and not user:
-            msgs.append({"role": "system",
-                         "content": segment_text(space.segment_ids(seg.id, seg.tokens))})
+        elif seg.id.startswith("sys/") and not user and len(msgs) == int(bool(system)):
+            system.append(segment_text(space.segment_ids(seg.id, seg.tokens)))
+            msgs[:] = [{"role": "system", "content": "".join(system)}]
         else:
             user.append(segment_text(space.segment_ids(seg.id, seg.tokens)))
     msgs.append({"role": "user", "content": "".join(user)})

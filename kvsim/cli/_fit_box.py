@@ -44,7 +44,7 @@ def box_options(f: Any) -> Any:
                      help="llama.cpp -ts: one share per GPU, e.g. '3,1' (default: by free "
                      "memory)"),
         click.option("--main-gpu", "main_gpu", type=int, default=None,
-                     help="llama.cpp -mg: the GPU of split mode none, and of the KV with row"),
+                     help="llama.cpp -mg: the one GPU used with --split-mode none"),
     ]
     for opt in reversed(options):
         f = opt(f)

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kvsim.errors import InputError
 
@@ -83,3 +84,17 @@ def output_errors(flag: str, path: str | os.PathLike[str]) -> Iterator[None]:
         if where and str(where) != str(path):
             reason = f"{reason} ({where})"
         raise _cannot(flag, path, reason) from None
+
+
+PLOTLYJS_HELP = ("where the report's plotly.js comes from: inline (in the page, offline; "
+                 "~5 MB a report), dir (plotly.min.js written once beside the report and "
+                 "shared by every report in that folder, offline) or cdn (loaded from "
+                 "cdn.plot.ly: small, needs the network)")
+
+
+def plotlyjs_option(fn: Any) -> Any:
+    """``--plotlyjs inline|dir|cdn`` (kvsim.report.page), offline by default."""
+    import click
+
+    return click.option("--plotlyjs", type=click.Choice(["inline", "dir", "cdn"]),
+                        default="inline", show_default=True, help=PLOTLYJS_HELP)(fn)

@@ -28,7 +28,9 @@ def constraint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The SLO / constraint flags of plan and compare."""
     opts = [
         click.option("--slo", "slos", multiple=True, metavar="METRIC_PCT=DURATION",
-                     help="latency SLO, e.g. ttft_p95=2s or itl_p95=150ms (repeatable)"),
+                     help="latency SLO, e.g. ttft_p95=2s or itl_p95=150ms, judged on the p95 "
+                     "over every request of all replications (repeatable; default: the "
+                     "scenario's slo section, else ttft_p95=2s and itl_p95=150ms)"),
         click.option("--max-device-fraction", type=float, default=0.85, show_default=True,
                      help="peak device memory / capacity"),
         click.option("--max-oom-risk", type=float, default=0.01, show_default=True,
@@ -40,7 +42,8 @@ def constraint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--jobs", "-j", type=int, default=None,
                      help="worker processes, 1-1024 (default: all cores; 1 = in-process)"),
         click.option("--conservative", is_flag=True,
-                     help="judge upper CI bounds (Wilson for OOM risk) instead of estimates; "
+                     help="judge upper CI bounds (the pooled p95's session bootstrap, Wilson's "
+                     "for OOM risk) instead of estimates; "
                      "with no OOM in n runs the bound is about 3.84/(n+3.84), so "
                      "--max-oom-risk must be above it (0.01 needs n >= 381)"),
         click.option("--runner", default=None, hidden=True,

@@ -20,10 +20,17 @@ from click.core import ParameterSource
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
-from kvsim.cli.plan import build_grid, grid_options, p95_note, print_runs_table, run_search
+from kvsim.cli.plan import (
+    build_grid,
+    grid_options,
+    p95_note,
+    plan_constraints,
+    pooled,
+    print_runs_table,
+    run_search,
+)
 from kvsim.errors import InputError
 from kvsim.plan.compare import compare_gpus, on_each_gpu, parse_gpus
-from kvsim.plan.slo import build_constraints
 from kvsim.plan.store import write_table
 from kvsim.scenario import load_scenario
 
@@ -34,6 +41,8 @@ OUT_HELP = ("write results here. --gpus: compare.csv, compare.parquet, plan.parq
 GPU_COLUMNS = ["gpu", "usable_gib", "feasible", "best_context_tokens", "best_parallel",
                "kv_dtype", "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk",
                "max_parallel", "price_usd", "usd_per_session"]
+DEFAULT_SLO_NOTE = ("the SLOs of every card: --slo, else the scenario's slo section, else "
+                    "kvsim's defaults (ttft_p95=2s, itl_p95=150ms)")
 
 
 @click.command()
@@ -47,13 +56,15 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
     """GPU what-if (--gpus A,B,C SCENARIO) or prediction error (MEASURED PREDICTED).
 
     \b
-    --gpus A,B,C SCENARIO: the plan search per card. The SLO and constraint
+    --gpus A,B,C SCENARIO: the plan search per card, each card's verdict first
+      (without --slo: the scenario's slo section, else ttft_p95=2s and
+      itl_p95=150ms). The SLO and constraint
       options (--slo, --max-device-fraction, --max-oom-risk, --min-recall,
       --replications, --jobs, --conservative), the grid options (--set,
       --contexts, --parallel, --kv, --policy) and --no-progress apply to
       this mode only.
     MEASURED PREDICTED: two Results folders (kvsim replay, kvsim simulate);
-      prints the error per metric. Only -o and --no-report apply.
+      prints the error per metric. Only -o, --no-report and --plotlyjs apply.
     """
     if gpus is not None and len(inputs) != 1:
         raise InputError("compare", " ".join(inputs), "--gpus takes exactly one SCENARIO")
@@ -71,9 +82,8 @@ def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],
 
 
 def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str, Any]) -> None:
-    c = build_constraints(opts["slos"], max_device_fraction=opts["max_device_fraction"],
-                          max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
     s = load_scenario(scenario, list(sets))
+    c, source = plan_constraints(s, opts)
     grid = build_grid(s, opts["contexts"], opts["parallel"], opts["kv"], opts["policies"])
 
     def one(sg: Any, cons: Any, gr: Any) -> Any:
@@ -81,8 +91,15 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
 
     res = compare_gpus(s, names, c, grid, search_fn=one,
                        scenarios=on_each_gpu(scenario, list(sets), names))
-    print_runs_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS)
-    click.echo(f"note: {p95_note(opts['replications'])}")
+    for _, row in res.table.iterrows():
+        click.echo(f"verdict {row['gpu']}: {row['verdict']}")
+    click.echo(f"  targets ({source}): " + "; ".join(c.describe()))
+    was_pooled = any(pooled(plan.table) for plan in res.plans.values())
+    print_runs_table("GPU comparison", res.table.to_dict("records"), GPU_COLUMNS, was_pooled)
+    for _, row in res.table.iterrows():
+        if row["grid_notes"]:
+            click.echo(f"note: {row['gpu']}: {row['grid_notes']}")
+    click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
     click.echo("note: max par = the largest parallel of any feasible point, each session "
                "guaranteed its full context (on vllm/sglang the KV pool holds that many "
                "max_model_len requests); USD/session = price / max par; device GiB = "
@@ -94,7 +111,8 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             for note in flag_notes_of(res, row["gpu"]):
                 click.echo(f"  note: {note}")
         else:
-            click.echo(f"{row['gpu']}: nothing on the grid meets " + "; ".join(c.describe()))
+            click.echo(f"{row['gpu']}: nothing on the grid meets every target (its verdict "
+                       "above names the nearest miss)")
     if opts["out_dir"] is not None:
         out = opts["out_dir"]
         slo = {b.key: b.limit_s for b in c.latency}
@@ -103,7 +121,10 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
             write_table(res.table, out / "compare.parquet")
             write_table(_plans_table(res), out / "plan.parquet")
             path = maybe_report("compare", out, not opts["no_report"], compare=res.table,
-                                slo=slo)
+                                slo=slo, plotlyjs=opts["plotlyjs"],
+                                verdicts=[{"name": r.gpu, "headline": f"verdict: {r.verdict}",
+                                           "meets": bool(r.feasible)}
+                                          for r in res.table.itertuples()])
         click.echo(f"wrote {out}" + (f" and {path}" if path else ""))
 
 
@@ -116,7 +137,7 @@ def _plans_table(res: Any) -> pd.DataFrame:
     return pd.concat([p.table.assign(gpu=g) for g, p in res.plans.items()], ignore_index=True)
 
 
-PREDICTION_OPTIONS = ("inputs", "out_dir", "no_report")
+PREDICTION_OPTIONS = ("inputs", "out_dir", "no_report", "plotlyjs")
 
 
 def _refuse_gpus_options(ctx: click.Context) -> None:
@@ -132,7 +153,8 @@ def _refuse_gpus_options(ctx: click.Context) -> None:
         value = ctx.params.get(param.name or "")
         shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
         raise InputError(flag, shown, "applies to 'compare --gpus A,B SCENARIO' only; "
-                         "'compare MEASURED PREDICTED' takes only -o and --no-report")
+                         "'compare MEASURED PREDICTED' takes only -o, --no-report and "
+                         "--plotlyjs")
 
 
 def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
@@ -153,5 +175,6 @@ def _prediction(measured: Path, predicted: Path, opts: dict[str, Any]) -> None:
             if not opts["no_report"]:
                 from kvsim.report import write_report
 
-                path = write_report(out / "report.html", [m, p], kind="compare")
+                path = write_report(out / "report.html", [m, p], kind="compare",
+                                    plotlyjs=opts["plotlyjs"])
         click.echo(f"wrote {out / 'errors.csv'}" + (f" and {path}" if path else ""))

@@ -294,11 +294,13 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               "at full length)")
 @click.option("--ollama-version", default=None,
               help="ollama: the release whose defaults apply (num_ctx by VRAM, flash "
-              "attention per model, who places the layers); default the newest known")
+              "attention per model, who places the layers); default the newest known; a newer one "
+              "is refused")
 @click.option("--vllm-version", default=None,
               help="vllm: the release whose start-up arithmetic applies (V0 before 0.8.0: "
               "a whole max_model_len profiled unless above 32768; from 0.21.0 CUDA graphs "
-              "inside the share and gpu_memory_utilization 0.92); default the newest known")
+              "inside the share and gpu_memory_utilization 0.92); default the newest known; a "
+              "newer one is refused")
 @click.option("--display-reserve", default="0", show_default=True,
               help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
 @click.option("--driver-reserve", default="400 MiB", show_default=True,
@@ -348,7 +350,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     _refuse_foreign_flags(engine, {k: True for k in knobs})
     spec.update(knobs)
     with _as_flags():
-        eng = engine_for_gpu(spec, g, m, weights=weights, n_gpus=len(gpus))
+        eng = engine_for_gpu(spec, g, m, weights=weights, more_gpus=tuple(gpus[1:]))
         engine_for(eng.preset).check_gpus(eng, len(gpus))
     _check_session_context(ctx, size, eng, m)
     if len(gpus) > 1:

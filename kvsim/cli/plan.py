@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from kvsim.cli._output import check_output, output_errors
+from kvsim.cli._output import PLOTLYJS_HELP, check_output, output_errors
 from kvsim.cli._plan_common import (
     ERR,
     constraint_options,
@@ -25,22 +25,26 @@ from kvsim.cli._plan_common import (
     progress_bar,
 )
 from kvsim.config.files import load_yaml, parse_yaml
-from kvsim.config.units import parse_count
+from kvsim.config.units import format_latency, parse_count
 from kvsim.errors import InputError
+from kvsim.plan.advice import constraints_for
 from kvsim.plan.executor import make_executor
+from kvsim.plan.explain import identical_rows, plan_verdict
 from kvsim.plan.flags import check_contexts, check_parallels
 from kvsim.plan.parallel import PARALLEL_HELP
 from kvsim.plan.replicate import simulate_run
-from kvsim.plan.search import PlanGrid, PlanResult, search
-from kvsim.plan.slo import Constraints, build_constraints
+from kvsim.plan.search import PlanGrid, PlanResult
+from kvsim.plan.slo import Constraints
 from kvsim.plan.store import write_table
+from kvsim.plan.widen import search_widening
 from kvsim.policies.registry import kinds_help
 from kvsim.scenario import Scenario, load_scenario
 
 DEFAULT_CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
 DEFAULT_PARALLEL = (1, 2, 3, 4, 6, 8)
 POINT_COLUMNS = ["kv_dtype", "policy", "context_tokens", "parallel", "feasible", "binding",
-                 "ttft_p95_s", "itl_p95_s", "peak_device_fraction", "oom_risk", "evaluated"]
+                 "ttft_p95_s", "itl_p95_s", "failed_requests", "peak_device_fraction",
+                 "oom_risk", "evaluated"]
 
 
 def parse_list(text: str | None, field: str, example: str) -> tuple[int, ...] | None:
@@ -109,6 +113,8 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
         click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
                      help=out_help),
         click.option("--no-report", is_flag=True, help="do not write report.html"),
+        click.option("--plotlyjs", type=click.Choice(["inline", "dir", "cdn"]),
+                     default="inline", show_default=True, help=PLOTLYJS_HELP),
         click.option("--no-progress", is_flag=True, help="no progress bar"),
     ]):
         fn = opt(fn)
@@ -117,16 +123,28 @@ def grid_options(fn: Any, out_help: str = PLAN_OUT_HELP) -> Any:
 
 def run_search(s: Scenario, c: Constraints, grid: PlanGrid, opts: dict[str, Any],
                label: str = "plan") -> PlanResult:
+    """The search over ``grid``, widened while its answer sits on the edge of an axis the
+    user left to its default (kvsim.plan.widen)."""
     runner = load_runner(opts["runner"], simulate_run)
     executor = make_executor(opts["jobs"])
     total = len(grid.contexts) * len(grid.parallels) * len(grid.kv_dtypes) * len(grid.policies)
     try:
         with progress_bar(f"{label}: runs", total * opts["replications"],
                           not opts["no_progress"]) as advance:
-            return search(s, c, grid, replications=opts["replications"], executor=executor,
-                          runner=runner, conservative=opts["conservative"], progress=advance)
+            return search_widening(s, c, grid, replications=opts["replications"],
+                                   executor=executor, runner=runner,
+                                   conservative=opts["conservative"], progress=advance,
+                                   widen=(opts["parallel"] is None, opts["contexts"] is None))
     finally:
         executor.close()
+
+
+def plan_constraints(s: Scenario, opts: dict[str, Any]) -> tuple[Constraints, str]:
+    """The targets of plan and compare: --slo, else the scenario's slo section, else
+    kvsim's defaults (kvsim.plan.advice.DEFAULT_SLOS)."""
+    return constraints_for(s, tuple(opts["slos"]),
+                           max_device_fraction=opts["max_device_fraction"],
+                           max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
 
 
 def shown_columns(table: Any) -> list[str]:
@@ -135,18 +153,29 @@ def shown_columns(table: Any) -> list[str]:
     return [k for k in cols if k not in ("kv_dtype", "policy") or table[k].nunique() > 1]
 
 
-# The p95 columns are each run's own p95, averaged over the replications: say so.
-MEAN_OF_RUNS = {"ttft_p95_s": "mean TTFT p95 s", "itl_p95_s": "mean ITL p95 s"}
+# Latency cells as people read them; the headers say what they are
+SHOWN_AS = {"ttft_p95_s": "TTFT p95", "itl_p95_s": "ITL p95", "failed_requests": "failed/run"}
 
 
-def p95_note(n: int) -> str:
+def pooled(table: Any) -> bool:
+    """Did the search pool its latency percentiles (runs that hand their values back)?"""
+    return "p95_pooled" in table and bool(table["p95_pooled"].fillna(False).astype(bool).any())
+
+
+def p95_note(n: int, pooled: bool = True) -> str:
     """What the plan's p95 figures are, and how they relate to ``kvsim simulate``."""
-    return (f"mean TTFT/ITL p95: each of the {n} seeded runs' own p95, averaged (95 % "
-            "Student-t CI of that mean, none from one run: *_low/*_high in plan.csv; the "
-            "SLOs judge the mean, or the CI's upper end with --conservative). The runs' "
-            "seeds are split from "
-            "the scenario's seed and do not include it: 'kvsim simulate' runs that seed "
-            "itself, one more draw that may fall outside the CI")
+    if not pooled:  # a runner that gives summaries only (--runner)
+        return (f"mean TTFT/ITL p95: each of the {n} seeded runs' own p95, averaged (95 % "
+                "Student-t CI of that mean, none from one run: *_low/*_high in plan.csv; the "
+                "SLOs judge the mean, or the CI's upper end with --conservative). The runs' "
+                "seeds are split from the scenario's seed and do not include it: 'kvsim "
+                "simulate' runs that seed itself, one more draw that may fall outside the CI")
+    return (f"TTFT/ITL p95: over every request (every gap) of the {n} seeded runs pooled, "
+            "as GuideLLM and benchmark_serving mean it; 95 % CI from a bootstrap over "
+            "sessions (scipy.stats.bootstrap): *_low/*_high in plan.csv, latency_requests "
+            "the requests each rests on. The SLOs judge the pooled p95, or the CI's upper "
+            "end with --conservative. The runs' seeds are split from the scenario's seed "
+            "and do not include it: 'kvsim simulate' runs that seed itself, one more draw")
 
 
 def jitter_note(cv: float) -> str:
@@ -161,10 +190,20 @@ KV_POOL_NOTE = ("the vllm/sglang block pool holds fewer than parallel requests a
                 "admit them, but not give each its full context")
 
 
-def print_runs_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """:func:`print_table` with the p95 columns headed as the means they are."""
-    print_table(title, [{MEAN_OF_RUNS.get(k, k): v for k, v in r.items()} for r in rows],
-                [MEAN_OF_RUNS.get(c, c) for c in columns])
+def print_runs_table(title: str, rows: list[dict[str, Any]], columns: list[str],
+                     pooled: bool = True) -> None:
+    """:func:`print_table` with the latencies in ms below 10 s (s above), headed as the
+    means of the runs' own p95 when they were not pooled."""
+    names = SHOWN_AS if pooled else {**SHOWN_AS, "ttft_p95_s": "mean TTFT p95",
+                                     "itl_p95_s": "mean ITL p95"}
+
+    def cell(k: str, v: Any) -> Any:
+        if k in ("ttft_p95_s", "itl_p95_s") and isinstance(v, float):
+            return format_latency(v)
+        return v
+
+    print_table(title, [{names.get(k, k): cell(k, v) for k, v in r.items()} for r in rows],
+                [names.get(c, c) for c in columns])
 
 
 def recommendation_doc(res: PlanResult) -> dict[str, Any] | None:
@@ -179,19 +218,30 @@ def recommendation_doc(res: PlanResult) -> dict[str, Any] | None:
 @constraint_options
 @grid_options
 def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
-    """Search context × parallel (× KV types, policies) for the largest feasible setting."""
-    c = build_constraints(opts["slos"], max_device_fraction=opts["max_device_fraction"],
-                          max_oom_risk=opts["max_oom_risk"], min_recall=opts["min_recall"])
+    """Search context × parallel (× KV types, policies) for the largest feasible setting.
+    Prints a verdict first (the recommendation and why it meets every target, or the
+    nearest miss and what would help), widens an axis left to its default while the answer
+    sits on its edge (on one you gave, says what memory would allow), and says why rows
+    come out identical. Without --slo the targets are the scenario's
+    slo section, else ttft_p95=2s and itl_p95=150ms."""
     s = load_scenario(scenario, list(sets))
+    c, source = plan_constraints(s, opts)
     grid = build_grid(s, opts["contexts"], opts["parallel"], opts["kv"], opts["policies"])
     if opts["out_dir"] is not None:
         check_output("--out", opts["out_dir"], folder=True)
     res = run_search(s, c, grid, opts)
-    cols = shown_columns(res.table)
-    print_runs_table("points tried", res.table.to_dict("records"), cols)
+    verdict = [*plan_verdict(res.table, res.recommendation, c),
+               f"targets ({source}): " + "; ".join(c.describe())]
+    for line in verdict:
+        click.echo(line if line.startswith("verdict:") else f"  {line}")
+    cols, was_pooled = shown_columns(res.table), pooled(res.table)
+    print_runs_table("points tried", res.table.to_dict("records"), cols, was_pooled)
     print_runs_table("Pareto front (largest feasible)", res.front.to_dict("records"),
-                     [k for k in cols if k not in ("feasible", "binding", "evaluated")])
-    click.echo(f"note: {p95_note(opts['replications'])}")
+                     [k for k in cols if k not in ("feasible", "binding", "evaluated")],
+                     was_pooled)
+    for line in [*res.grid_notes, *identical_rows(res.table)]:
+        click.echo(f"note: {line}")
+    click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
     if s.latency.jitter_cv > 0:
         click.echo(f"note: {jitter_note(s.latency.jitter_cv)}")
     if "binding" in res.table and (res.table["binding"] == "kv_pool").any():
@@ -200,7 +250,8 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
         ERR.print(f"note: {note}")
     rec = recommendation_doc(res)
     if rec is None:
-        click.echo("no feasible configuration on this grid: " + "; ".join(c.describe()))
+        click.echo("no feasible configuration on this grid (the verdict above names the "
+                   "nearest miss)")
     else:
         click.echo(f"recommended: context {rec['context_tokens']} × parallel {rec['parallel']}"
                    f" (kv {rec['kv_dtype']}, policy {rec['policy']})")
@@ -210,19 +261,24 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     if opts["out_dir"] is not None:
         with output_errors("--out", opts["out_dir"]):
             write_plan(opts["out_dir"], res, rec, c, not opts["no_report"],
-                       opts["replications"])
+                       opts["replications"], verdict, opts["plotlyjs"])
 
 
 def write_plan(out: Path, res: PlanResult, rec: dict[str, Any] | None, c: Constraints,
-               report: bool, replications: int) -> None:
+               report: bool, replications: int, verdict: list[str],
+               plotlyjs: str = "inline") -> None:
     write_table(res.table, out / "plan.parquet")
     write_table(res.table, out / "plan.csv")
     write_table(res.front, out / "front.csv")
     tmp = out / ".recommendation.json.tmp"
-    tmp.write_text(json.dumps({"recommendation": rec, "constraints": c.describe(),
-                               "notes": res.notes, "p95_note": p95_note(replications)},
+    tmp.write_text(json.dumps({"verdict": verdict, "recommendation": rec,
+                               "constraints": c.describe(),
+                               "notes": res.notes + res.grid_notes,
+                               "p95_note": p95_note(replications, pooled(res.table))},
                               indent=1, default=str), encoding="utf-8")
     tmp.replace(out / "recommendation.json")
     slo = {b.key: b.limit_s for b in c.latency}
-    path = maybe_report("plan", out, report, plan=res.table, recommendation=rec, slo=slo)
+    path = maybe_report("plan", out, report, plan=res.table, recommendation=rec, slo=slo,
+                        verdicts=[{"headline": verdict[0], "details": verdict[1:],
+                                   "meets": rec is not None}], plotlyjs=plotlyjs)
     click.echo(f"wrote {out}" + (f" and {path}" if path else ""))

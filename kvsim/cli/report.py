@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from kvsim import __version__
-from kvsim.cli._output import check_output, output_errors
+from kvsim.cli._output import check_output, output_errors, plotlyjs_option
 from kvsim.errors import InputError
 
 
@@ -47,12 +47,17 @@ def load_for_report(path: str | Path) -> Any:
 @click.option("--slo", "slos", multiple=True, metavar="METRIC_PCT=DURATION",
               help="SLO line on the METRIC's CDF, METRIC in ttft/itl/e2e and PCT in "
               "p50/p95/p99, with a duration (2s, 150ms; a bare number is seconds), e.g. "
-              "--slo ttft_p95=2s --slo e2e_p99=30s (repeatable; as kvsim plan's --slo)")
+              "--slo ttft_p95=2s --slo e2e_p99=30s (repeatable; as kvsim plan's --slo); the "
+              "verdicts judge these (default: each run's scenario slo section, else "
+              "ttft_p95=2s and itl_p95=150ms)")
+@plotlyjs_option
 def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
-           slos: tuple[str, ...]) -> None:
-    """Write one self-contained HTML report for RESULTS_DIR... (Results folders written
-    by kvsim simulate or kvsim replay). The plan heatmap and GPU comparison are in the
-    report.html that plan -o / compare --gpus -o write."""
+           slos: tuple[str, ...], plotlyjs: str) -> None:
+    """Write one HTML report for RESULTS_DIR... (Results folders written by kvsim
+    simulate or kvsim replay): a verdict per run first and, with several, the runs side
+    by side with their differences from the first, then the overlaid figures. The plan
+    heatmap and GPU comparison are in the report.html that plan -o / compare --gpus -o
+    write."""
     from kvsim.plan.slo import build_constraints
     from kvsim.report import write_report
 
@@ -60,7 +65,7 @@ def report(results_dirs: tuple[Path, ...], output: Path, title: str | None,
     slo = {bound.key: bound.limit_s for bound in build_constraints(slos).latency}
     check_output("--output", output, folder=False)
     runs = [load_for_report(d) for d in results_dirs]
-    extra = {"slo": slo} | ({"title": title} if title else {})
+    extra = {"slo": slo, "plotlyjs": plotlyjs} | ({"title": title} if title else {})
     with output_errors("--output", output):
         path = write_report(output, runs, extra)
     size_mib = path.stat().st_size / 2**20

@@ -7,29 +7,9 @@ from typing import Any
 
 import click
 
-from kvsim.cli._output import check_output, output_errors
+from kvsim.cli._output import check_output, output_errors, plotlyjs_option
+from kvsim.cli._run_output import print_summary, print_verdict
 from kvsim.errors import InputError
-
-
-def _fmt(key: str, value: object) -> str:
-    if isinstance(value, float):
-        if key.endswith("_bytes"):
-            return f"{value / 2**30:.2f} GiB"
-        if key.endswith("_s") and not key.endswith("_per_s"):
-            return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.1f} s"
-        return f"{value:.3f}"
-    if isinstance(value, int) and key.endswith("_bytes"):
-        return f"{value / 2**30:.2f} GiB"
-    return str(value)
-
-
-SHOWN = ("requests", "unfinished_requests", "failed_requests", "truncated_requests",
-         "new_chats", "abandoned_turns",
-         "preemptions", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
-         "itl_p50_s", "itl_p95_s", "itl_p99_s", "e2e_p95_s", "tokens_per_s", "prefix_hit_rate",
-         "peak_kv_reserved_bytes", "peak_kv_allocated_bytes", "peak_device_bytes",
-         "peak_device_fraction", "sim_time_s")
-
 
 # --set keys that leave a scenario's own description true (with their sub-keys)
 UNDESCRIBED = ("name", "description", "seed", "sim.sample_interval_s", "sim.fidelity",
@@ -63,23 +43,6 @@ def stop_note(summary: dict[str, Any], when: bool = True) -> str:
             f"{total - n:,} that ended only")
 
 
-_KIND_WORDS = (("too_long", ("too long for the context (a larger context_tokens serves "
-                             "them; more memory at these settings does not)")),
-               ("busy", "refused busy (queue full)"),
-               ("memory", "out of KV memory (counted in the OOM risk)"))
-
-
-def failure_note(summary: dict[str, Any]) -> str:
-    """Why requests failed, by kind (kvsim.metrics.failures); ``""`` when none did."""
-    n = int(summary.get("failed_requests") or 0)
-    if not n:
-        return ""
-    parts = [f"{k:,} {words}" for kind, words in _KIND_WORDS
-             if (k := int(summary.get(f"failed_{kind}_requests") or 0))]
-    return f"{n:,} request(s) failed: " + "; ".join(parts) + \
-        " (reasons per request in requests.parquet, failure_reason)"
-
-
 def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
     """One line for a run whose weights do not fit host RAM (``""`` when they do)."""
     from kvsim.config.units import format_bytes
@@ -93,6 +56,28 @@ def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
             f"{format_bytes(short)}: the predicted speed assumes them resident (read at RAM "
             "bandwidth), but that part is read from disk as used, far slower (kvsim has no "
             "disk bandwidth); summary.json: weights_exceed_host_ram")
+
+
+def show_verdict(sc: Any, res: Any, constraints: Any, source: str, advice: bool) -> Any:
+    """Print the run's verdict (kvsim.plan.advice) and, with ``advice``, the change that
+    would help most, re-simulated; returns the verdict with the change's words."""
+    from kvsim.api import scenario_budget
+    from kvsim.api import simulate as run
+    from kvsim.plan.advice import advise, run_verdict
+
+    try:
+        session = int(scenario_budget(sc).slot_tokens)
+    except InputError:
+        session = None
+    v = run_verdict(res.summary, constraints, res.requests, session, source)
+    change, why_none = None, ""
+    if advice and v.binding:
+        change, why_none = advise(sc, res.summary, constraints, v.binding,
+                                  simulate=lambda alt: dict(run(alt).summary))
+    lines = [*v.details, *([f"change that helps most — {change.text()}"] if change else []),
+             *([f"no change found: {why_none}"] if why_none and change is None else [])]
+    print_verdict(v.headline, lines)
+    return {"headline": v.headline, "details": lines, "meets": v.meets}
 
 
 def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
@@ -124,21 +109,31 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
               "failures move, flags those that move materially, writes DIR/jitter.json")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
               help="worker processes for --jitter-replications, 1-1024 (1 = in-process)")
+@click.option("--slo", "slos", multiple=True, metavar="METRIC_PCT=DURATION",
+              help="latency SLO the verdict judges, e.g. ttft_p95=2s (repeatable; default: "
+              "the scenario's slo section, else ttft_p95=2s and itl_p95=150ms)")
+@click.option("--advice/--no-advice", default=True, show_default=True,
+              help="when the run misses, lay out the one change that would help most and "
+              "re-simulate it (same seed) to say how it comes out")
+@plotlyjs_option
 def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
-             report: bool, jitter_n: int | None, jobs: int) -> None:
+             report: bool, jitter_n: int | None, jobs: int, slos: tuple[str, ...],
+             advice: bool, plotlyjs: str) -> None:
     """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
     (Parquet tables, summary.json, scenario.json, meta.json) and an HTML report in
-    DIR. The printed table is a subset of summary.json (the recall proxy, for one, is
-    only in summary.json and the report)."""
+    DIR. Prints a verdict first (the SLOs met or not, memory, OOM risk, why requests
+    failed and the one change that would help most, laid out and re-simulated), then
+    the latencies (p50/p90/p95/p99/mean) and the run; every figure is in summary.json."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from kvsim.api import simulate as run
+    from kvsim.plan.advice import constraints_for
     from kvsim.scenario import load_scenario
 
     overrides = list(sets) + ([f"sim.fidelity={fidelity}"] if fidelity else [])
     sc = described(load_scenario(scenario, overrides), sets)
+    constraints, source = constraints_for(sc, slos)
     check_jitter_options(sc, jitter_n, jobs)  # NOTE: before the run
     check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
@@ -154,18 +149,16 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         res = run(sc, progress=progress)
     with output_errors("--output", out_dir):
         path = res.save(out_dir)
-    table = Table(title=f"{sc.name} — {res.summary['latency_model']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in SHOWN:
-        table.add_row(key, _fmt(key, res.summary.get(key)))
-    Console().print(table)
+    verdict = show_verdict(sc, res, constraints, source, advice and res.stopped is None)
+    print_summary(res.summary, f"{sc.name} — {res.summary['latency_model']}")
     click.echo(f"results: {path}")
     if report:
         from kvsim.report import write_report
 
         with output_errors("--output", path / "report.html"):
-            html = write_report(path / "report.html", [res], kind="simulate")
+            html = write_report(path / "report.html", [res], kind="simulate",
+                                slo={b.key: b.limit_s for b in constraints.latency},
+                                verdicts=[verdict], plotlyjs=plotlyjs)
         click.echo(f"report: {html}")
     if (stop := res.stopped) is not None:  # NOTE: saved what ran, now report the stop
         note = stop_note(res.summary, when=False)
@@ -176,8 +169,6 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         click.echo(f"warning: {note}", err=True)
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)
-    if note := failure_note(res.summary):
-        click.echo(f"note: {note}", err=True)
     if jitter_n is not None:
         from kvsim.cli._jitter_output import report_jitter
 

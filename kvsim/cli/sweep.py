@@ -18,6 +18,7 @@ import pandas as pd
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import load_runner, maybe_report, print_table, progress_bar
 from kvsim.errors import InputError, Terminated
+from kvsim.metrics.failures import FAILURE_CODES
 from kvsim.plan.executor import Executor, make_executor
 from kvsim.plan.replicate import Runner, simulate_keep, simulate_run
 from kvsim.plan.store import ResultStore
@@ -135,8 +136,11 @@ def _print_table(name: str, points: list[SweepPoint], table: pd.DataFrame) -> No
     cols = list(dict.fromkeys(k for p in points for k in p.params))
     if (table["status"] != "ok").any():
         cols.append("status")
-    # NOTE: failures by kind beside the OOM column: only memory failures make a row OOM
+    # NOTE: failures by kind beside the OOM column (only memory failures make a row OOM),
+    # then by code where any row has some (kvsim.metrics.failures)
+    codes = [f"failed_{c}_requests" for c in FAILURE_CODES]
     cols += [c for c in ("ttft_p95_s", "itl_p95_s", "peak_device_fraction", "failed_requests",
-                         "failed_too_long_requests", "failed_memory_requests", "oom")
-             if c in table.columns]
+                         "failed_too_long_requests", "failed_memory_requests",
+                         *[k for k in codes if k in table and (table[k].fillna(0) > 0).any()],
+                         "oom") if c in table.columns]
     print_table(f"sweep {name}", table.to_dict("records"), ["point", *cols])

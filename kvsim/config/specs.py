@@ -152,7 +152,10 @@ class HostSpec(FrozenModel):
     notes: str = ""
 
 
-LayerKind = Literal["full", "sliding", "chunked", "mla", "recurrent"]
+LayerKind = Literal["full", "sliding", "chunked", "mla", "recurrent", "ffn"]
+ATTENTION_KINDS = frozenset({"full", "sliding", "chunked", "mla"})
+"""Layer kinds that hold a KV cache growing with the tokens (a ``recurrent`` layer holds a
+fixed state, an ``ffn`` layer nothing)."""
 
 
 class LayerGroup(FrozenModel):
@@ -162,7 +165,11 @@ class LayerGroup(FrozenModel):
     - ``sliding``: as full, but only the most recent ``window_tokens`` are needed.
     - ``chunked``: as full, but attention stays within fixed ``window_tokens`` chunks.
     - ``mla``: one latent of ``latent_dim`` values per token per layer (K and V share it).
-    - ``recurrent``: a fixed state of ``state_elements`` values per sequence per layer.
+    - ``recurrent``: a fixed state of ``state_elements`` values per sequence per layer, of
+      which ``conv_state_elements`` are the convolution window (an engine may keep the two
+      parts in different dtypes: vLLM holds the window in the model's 16-bit dtype).
+    - ``ffn``: an MLP / MoE-only layer (Nemotron-H's ``E`` and ``-`` blocks): a layer of
+      weights that holds no cache at all.
     """
 
     model_config = _FROZEN
@@ -176,6 +183,8 @@ class LayerGroup(FrozenModel):
     window_tokens: int | None = Field(None, gt=0)
     latent_dim: int = Field(0, ge=0)
     state_elements: int = Field(0, ge=0, description="recurrent state elements per layer")
+    conv_state_elements: int = Field(0, ge=0, description="of state_elements, the "
+                                     "convolution window's (0: not told apart)")
 
     @model_validator(mode="after")
     def _check(self) -> LayerGroup:
@@ -190,6 +199,10 @@ class LayerGroup(FrozenModel):
                              "qk_rope_head_dim)")
         if self.kind == "recurrent" and not self.state_elements:
             raise InputError("state_elements", 0, "recurrent layers need state_elements > 0")
+        if self.conv_state_elements > self.state_elements:
+            raise InputError("conv_state_elements", self.conv_state_elements,
+                             f"at most state_elements ({self.state_elements}): the convolution "
+                             "window is part of the recurrent state")
         if self.layer_indices is not None and len(self.layer_indices) != self.layers:
             raise InputError("layer_indices", f"{len(self.layer_indices)} indices",
                              f"must list exactly `layers` ({self.layers}) indices")
@@ -218,6 +231,10 @@ class ModelSpec(FrozenModel):
     num_experts_active: int | None = Field(None, gt=0, description="MoE: routed experts "
                                            "each token uses")
     attention_kind: str = ""
+    ssm_state_dtype: str | None = Field(
+        None, description="the dtype the config asks recurrent (SSM / linear-attention) "
+        "state to be kept in (HF mamba_ssm_dtype: f32, bf16, f16); None: the model's 16-bit "
+        "dtype. llama.cpp keeps it in f32 whatever this says")
     tied_embeddings: bool | None = Field(
         None, description="the output head shares the token embedding's weights (HF config "
         "tie_word_embeddings); None: not stated, read from the notes ('tied embeddings')")
@@ -234,7 +251,7 @@ class ModelSpec(FrozenModel):
             raise InputError("params_active", self.params_active,
                              f"at most params_total ({self.params_total:g}): a token cannot "
                              "read more parameters than the model has")
-        if any(g.kind != "recurrent" for g in self.layer_groups):
+        if any(g.kind in ATTENTION_KINDS for g in self.layer_groups):
             for key in ("num_attention_heads", "num_kv_heads", "head_dim"):
                 if getattr(self, key) <= 0:
                     raise InputError(key, getattr(self, key), "> 0: a model with attention "

@@ -151,6 +151,32 @@ def format_duration(s: float) -> str:
     return f"{s * 1e6:.1f} µs"
 
 
+def format_latency(s: float) -> str:
+    """A latency as people read it (benchmark_serving, GuideLLM): milliseconds below 10 s
+    ('38.9 ms', '1,980 ms'), seconds above ('14.0 s'); '-' when unknown."""
+    if math.isnan(s):
+        return "-"
+    if s < 10:
+        ms = s * 1e3
+        return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.1f} ms" if ms >= 10 else f"{ms:.2f} ms"
+    return f"{s:.1f} s" if s < 100 else f"{s:,.0f} s"
+
+
+def humanize_duration(s: float) -> str:
+    """A span of time in the two largest units: '12.3 s', '4 min 3 s', '23 h 26 min',
+    '3 d 4 h'."""
+    if math.isnan(s):
+        return "-"
+    if s < 60:
+        return f"{s:.1f} s"
+    whole = round(s)
+    for big, size, small, sub in (("d", 86400, "h", 3600), ("h", 3600, "min", 60),
+                                  ("min", 60, "s", 1)):
+        if whole >= size:
+            return f"{whole // size} {big} {(whole % size) // sub} {small}"
+    return f"{s:.1f} s"
+
+
 # Pydantic field types that accept unit strings and store SI numbers.
 Bytes = Annotated[int, BeforeValidator(lambda v: parse_bytes(v, "bytes"))]
 BytesPerS = Annotated[float, BeforeValidator(lambda v: parse_bandwidth(v, "bandwidth"))]

@@ -193,4 +193,6 @@ def make_scheduler(engine: PagedEngineConfig | SlotEngineConfig, sizing: PoolSiz
         truncate_prompt=traits.truncates_prompt,
         restore_time_s=restore_time_fn(link, host) if (link or host) else (lambda n: 0.0),
         state_bytes_per_token=(sizing.kv_reserved_bytes + sizing.kv_cpu_bytes) // cells,
-        max_queue=engine.max_queue, policy=wiring.factory)
+        max_queue=engine.max_queue, policy=wiring.factory,
+        ubatch_split=traits.ubatch_split(engine),
+        fresh_slots_from_last=traits.fresh_slots_from_last)

@@ -221,7 +221,11 @@ class FastForward:
 
     def _steady(self, plan: StepPlan) -> bool:
         """Is ``plan``'s extra the same for every decode step of its batch (none, or the
-        scheduler policy's ``steady_extra_s``), so a stretch may add it to each step?"""
+        scheduler policy's ``steady_extra_s``), so a stretch may add it to each step, and
+        is it past the decode steps the latency model prices above steady state after a
+        prompt step (``settle_steps``)?"""
+        if 0 <= plan.batch.after_prompt < self.latency.settle_steps:
+            return False
         if not plan.extra_s:
             return True
         return self.scheduler.policy.steady_extra_s(plan) == plan.extra_s

@@ -27,18 +27,13 @@ from kvsim.workload.schema import (
     Session,
     output_segment,
     prompt_segments,
+    system_segments,
     turn_segments,
 )
 
 
 def _seq(segs: Iterable[Segment]) -> TokenSeq:
     return seq_from_segments([(g.id, g.tokens) for g in segs])
-
-
-def system_segments(session: Session) -> list[Segment]:
-    """The system prompt as a segment list (empty when the session has none)."""
-    n_sys = 0 if session.system_prompt_id is None else 1
-    return prompt_segments(session, 0)[:n_sys]
 
 
 def chat_segments(session: Session, i: int, start: int = 0) -> list[Segment]:

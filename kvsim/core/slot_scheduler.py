@@ -3,7 +3,10 @@
 Each iteration: deferred tasks take idle slots (FCFS, slot choice and prompt-cache
 reuse in :mod:`kvsim.core.kv.slots`); every generating slot contributes its next
 token, then pending prompts are packed until ``n_batch`` tokens (continuous
-batching).  There is no preemption: a task waits for a free slot.
+batching).  There is no preemption: a task waits for a free slot.  The engine's
+``ubatch_split`` (llama.cpp's ubatches, kvsim.engines.llama_cpp.llama_ubatches) says which
+graphs that batch runs as; a step of several carries them (``BatchShape.ubatches``), and
+its decode steps are not fast-forwarded (a stretch prices one graph a step).
 
 Failures, worded as the real server reports them, and cuts of the context (each marks
 the request ``truncated``, as llama-server's response flag does: a truncated prompt, a
@@ -28,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from kvsim.core.kv.slots import SAVE_BELOW_KEEP, PromptCache, Slot, SlotPool, append_computed
 from kvsim.core.policy import NullPolicy, PolicyFactory, SchedulerPolicy
@@ -41,6 +45,8 @@ from kvsim.core.requests import (
 )
 from kvsim.core.step import EngineEvent, MemoryState, ScheduledItem, StepPlan, make_plan
 from kvsim.core.stretch import Advanced, slot_advance, slot_stretch_limit
+from kvsim.engines.base import UbatchSplit
+from kvsim.latency.base import BatchShape
 from kvsim.metrics.failures import FAIL_POOL_EXHAUSTED, FAIL_PROMPT_TOO_LONG, FAIL_QUEUE_FULL
 
 
@@ -55,9 +61,12 @@ class SlotScheduler:
                  n_keep: int = 0, truncate_prompt: bool = False, n_discard: int = 0,
                  restore_time_s: Callable[[int], float] = lambda b: 0.0,
                  state_bytes_per_token: int | None = None,
-                 max_queue: int | None = None, policy: PolicyFactory | None = None) -> None:
+                 max_queue: int | None = None, policy: PolicyFactory | None = None,
+                 ubatch_split: UbatchSplit | None = None,
+                 fresh_slots_from_last: bool = False) -> None:
         self.pool = SlotPool(parallel=parallel, slot_tokens=slot_tokens, pool_cells=pool_cells,
-                             unified=unified, similarity=similarity)
+                             unified=unified, similarity=similarity,
+                             fresh_from_last=fresh_slots_from_last)
         # NOTE: bytes_per_token is the GPU's KV (its offloaded layers); the RAM cache
         # serializes a slot's whole state, every layer's KV (docs/reference/engines.md §3.4)
         self.ram = PromptCache(cache_ram_bytes, state_bytes_per_token or bytes_per_token,
@@ -74,6 +83,8 @@ class SlotScheduler:
         # shift on (docs/reference/engines.md §3.4, current builds); Ollama truncates it (§4.5)
         self.truncate_prompt = truncate_prompt
         self.max_queue = max_queue  # Ollama: OLLAMA_MAX_QUEUE, then HTTP 503 (§4.1)
+        self.ubatch_split = ubatch_split
+        self._since_prompt = -1  # decode-only steps run since the last prompt step (-1: none)
         self.waiting: deque[Request] = deque()
         self.events: list[EngineEvent] = []
         self.preemptions = 0  # slots never preempt; kept for a uniform interface
@@ -238,6 +249,10 @@ class SlotScheduler:
         if not items:
             return None
         plan = make_plan(items, stall)
+        if self.ubatch_split is not None:
+            plan = self._graphs(plan)
+        if plan.is_decode_only and self._since_prompt >= 0:
+            plan = replace(plan, batch=replace(plan.batch, after_prompt=self._since_prompt))
         needed = sum(i.num_new_tokens for i in items)
         if self.pool.unified and not self._make_room(needed, now_s):
             self.events.append(EngineEvent(
@@ -245,6 +260,29 @@ class SlotScheduler:
                 f"batch of {needed} tokens, {self.pool.free_cells} free cells"))
             self._exhausted = plan
         return plan
+
+    def _graphs(self, plan: StepPlan) -> StepPlan:
+        """``plan`` with the graphs its batch runs as, when the split gives several."""
+        items = plan.items
+        parts = self.ubatch_split([(i.req.slot_id, i.num_new_tokens) for i in items])
+        if len(parts) < 2:
+            return plan
+        done = [0] * len(items)
+        shapes = []
+        for part in parts:
+            pre_n: list[int] = []
+            pre_c: list[int] = []
+            dec: list[int] = []
+            for k, n in part:
+                item = items[k]
+                if item.is_decode:
+                    dec.append(item.context_tokens)
+                else:
+                    pre_n.append(n)
+                    pre_c.append(item.context_tokens + done[k])
+                done[k] += n
+            shapes.append(BatchShape(tuple(pre_n), tuple(pre_c), tuple(dec)))
+        return replace(plan, batch=replace(plan.batch, ubatches=tuple(shapes)))
 
     # -- postprocess -------------------------------------------------------------
     def _release(self, slot: Slot, now_s: float) -> None:
@@ -254,6 +292,7 @@ class SlotScheduler:
             slot.clear()
 
     def complete(self, plan: StepPlan, now_s: float, dt_s: float = math.nan) -> list[Request]:
+        self._since_prompt = self._since_prompt + 1 if plan.is_decode_only else 0
         if self._exhausted is plan:
             self._exhausted = None
             return self._fail_all(now_s)
@@ -332,7 +371,10 @@ class SlotScheduler:
 
     # -- fast-forward (kvsim.core.stretch) -------------------------------------------
     def decode_stretch_limit(self, plan: StepPlan) -> int:
+        if plan.batch.ubatches:
+            return 0  # NOTE: a stretch prices one graph a step (module doc)
         return slot_stretch_limit(self, plan)
 
     def advance_decode(self, plan: StepPlan, times, dts, finish: bool = False) -> Advanced:
+        self._since_prompt += len(times) - 1  # NOTE: only grows: stretches start settled
         return slot_advance(self, plan, times, dts, finish)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.engines._gpu_checks import check_parallel_sizes, check_split
-from kvsim.engines.base import BudgetOf, ForeignKnob
+from kvsim.engines.base import BudgetOf, ForeignKnob, UbatchSplit
 from kvsim.errors import InputError
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ class EngineTraits:
     truncates_prompt: bool = False
     caps_slot_at_training_context: bool = False
     op_offload: bool = False
+    fresh_slots_from_last: bool = False
     host_kv_from_pool_ratio: bool = False
     host_kv_chunked: bool = False
     context_scope: Literal["pool", "slot", "request"] = "request"
@@ -52,6 +53,14 @@ class EngineTraits:
 
     def unified_pool(self, cfg: Any) -> bool:
         return False
+
+    def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
+        return None
+
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """ggml-cuda captures one-token steps only (kvsim.latency.backend.cuda_graphs):
+        llama.cpp and Ollama's runners."""
+        return 1
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return {}
@@ -93,5 +102,6 @@ class EngineTraits:
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         return {}

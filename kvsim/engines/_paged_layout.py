@@ -28,8 +28,10 @@ from kvsim.engines.memory import MemoryBudget
 from kvsim.engines.vllm_releases import vllm_release
 from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.hybrid import (
+    KVCacheGroups,
     hybrid_notes,
     hybrid_off_reason,
+    mamba_blocks_per_group,
     pool_shape,
     too_long_refusal,
     vllm_kv_groups,
@@ -132,6 +134,21 @@ def _vllm_profile_lines(engine: PagedEngineConfig, total: int, weights: int, act
     return [*lines, f"Available KV cache memory: {pool / gib:.2f} GiB"]
 
 
+def kv_groups_of(model: ModelSpec, geo: KvGeometry, engine: PagedEngineConfig
+                 ) -> tuple[KVCacheGroups | None, str | None]:
+    """vLLM's KV cache groups for this engine's release and settings
+    (kvsim.model.hybrid.vllm_kv_groups)."""
+    return vllm_kv_groups(model, geo, engine.block_tokens, hybrid_off(engine),
+                          mamba_blocks_per_group(engine.enable_prefix_caching))
+
+
+def sim_groups(groups: KVCacheGroups | None) -> tuple[tuple[str, int], ...]:
+    """The groups the simulator's hybrid manager takes: a sliding-window model's.  NOTE:
+    a Mamba hybrid's pool is simulated as blocks of its raised block size, without the
+    per-request Mamba blocks (kvsim.core knows no Mamba group)."""
+    return groups.kinds if groups and not groups.mamba else ()
+
+
 def hybrid_off(engine: PagedEngineConfig) -> str | None:
     """Why vLLM's hybrid KV cache manager is off (None: on): the settings'
     (kvsim.model.hybrid.hybrid_off_reason) or the release's — V0 has none."""
@@ -161,9 +178,8 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         + (engine.cuda_graph_bytes if graphs_in else 0)
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
         else share - inside
-    block = engine.block_tokens
-    groups, off = vllm_kv_groups(model, geo, block, hybrid_off(engine)) if vllm \
-        else (None, None)
+    groups, off = kv_groups_of(model, geo, engine) if vllm else (None, None)
+    block = groups.block_tokens if groups else engine.block_tokens
     per_block = groups.block_bytes if groups else block * geo.kv_bytes_per_token
     L, ctx = model.num_layers, engine.context_tokens
     blocks = _paged_blocks(geo, engine, pool, per_block)
@@ -198,7 +214,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share,
                                    "max_model_len_fit": fit_len, "kv_pool_bytes": pool,
                                    **rates},
-        kv_groups=groups.kinds if groups else (), blocks_per_request=per_req or None)
+        kv_groups=sim_groups(groups), blocks_per_request=per_req or None)
     if failure is None and b.total_bytes > total:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "
                    f"{format_bytes(total)}")

@@ -35,19 +35,20 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from kvsim.config.specs import ATTENTION_KINDS
 from kvsim.config.units import format_bytes
 from kvsim.engines._gpu_checks import check_parallel_sizes
 from kvsim.engines._paged_layout import (
     ACTIVATION_BYTES,
     SAMPLER_BYTES_PER_LOGIT,
-    hybrid_off,
+    kv_groups_of,
     mlp_width,
     paged_budget,
 )
 from kvsim.engines.memory import DeviceShare, MemoryBudget, Split
 from kvsim.errors import InputError
 from kvsim.model.geometry import kv_geometry
-from kvsim.model.hybrid import pool_shape, too_long_refusal, vllm_kv_groups
+from kvsim.model.hybrid import pool_shape, too_long_refusal
 from kvsim.model.weights import WeightSplit, model_weights
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def kv_head_fraction(model: ModelSpec, tp: int) -> Fraction:
     whole; weighted by the groups' bytes per token."""
     geo = kv_geometry(model)
     total, held = 0, Fraction(0)
-    attention = [g for g in model.layer_groups if g.kind != "recurrent"]
+    attention = [g for g in model.layer_groups if g.kind in ATTENTION_KINDS]
     for gb, lg in zip(geo.groups, attention, strict=True):
         n_kv = lg.n_kv_heads or model.num_kv_heads
         frac = Fraction(1) if gb.kind == "mla" or n_kv == 0 else \
@@ -224,8 +225,7 @@ def box_budget(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
                             profiled_share)
     check_parallel_sizes(engine, len(gpus))
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
-    groups = vllm_kv_groups(model, geo, engine.block_tokens, hybrid_off(engine))[0] \
-        if profiled_share else None
+    groups = kv_groups_of(model, geo, engine)[0] if profiled_share else None
     per_block = groups.block_bytes if groups else engine.block_tokens * geo.kv_bytes_per_token
     if not per_block:
         raise InputError("engine.tensor_parallel_size", engine.tensor_parallel_size,
@@ -239,7 +239,8 @@ def box_budget(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
                        display, parallel, profiled_share)
     ctx = engine.context_tokens
     per_req, tokens, _, _, fit_len = pool_shape(geo, groups, max(0, blocks),
-                                                engine.block_tokens, ctx, parallel,
+                                                groups.block_tokens if groups
+                                                else engine.block_tokens, ctx, parallel,
                                                 engine.max_num_batched_tokens)
     too_long = too_long_refusal(ctx, tokens, groups, per_req, max(0, blocks), fit_len)
     return _assemble(one, pools, blocks, engine, driver, display, profiled_share, too_long)

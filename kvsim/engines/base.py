@@ -10,13 +10,18 @@ knob take that config.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
     from kvsim.engines.memory import MemoryBudget
 
+
+UbatchSplit = Callable[[Sequence[tuple[int, int]]], list[list[tuple[int, int]]]]
+"""How an engine runs one step's batch as graphs, one after another (:meth:`Engine.
+ubatch_split`): the batch as ``(slot, tokens)`` in the order the server adds them →
+each graph as ``(index into the batch, tokens of that entry)``, in order."""
 
 BudgetOf = Callable[[dict[str, Any]], "MemoryBudget"]
 """The load-time budget of the engine a knob mapping resolves to
@@ -51,6 +56,10 @@ class Engine(Protocol):
     """The server caps each slot at the model's training context (llama-server)."""
     op_offload: bool
     """Host-weight ops of a large ubatch may run on the GPU (kvsim.latency.offload)."""
+    fresh_slots_from_last: bool
+    """Of the slots never used, a task that finds no similar slot takes the last one
+    (llama-server's least-recently-used scan keeps the last of equal times); False: the
+    first (Ollama)."""
     host_kv_from_pool_ratio: bool
     """A host KV tier left unsized is a ratio of the device pool (SGLang HiCache), not
     LMCache's fixed default."""
@@ -141,11 +150,13 @@ class Engine(Protocol):
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         """The knobs the engine's release derives for those not in ``given`` ({} for an
         engine without releases; Ollama's, kvsim.engines.ollama_releases).  ``merged`` is
         the preset with the overrides; ``budget_of`` gives the load-time budget of a knob
-        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known)."""
+        mapping on ``gpu`` / ``model`` / ``weights`` (only where all three are known) and the
+        box's ``more_gpus``."""
         ...
 
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
@@ -164,6 +175,17 @@ class Engine(Protocol):
 
     def unified_pool(self, cfg: Any) -> bool:
         """All slots share one pool (llama.cpp ``-kvu``)."""
+        ...
+
+    def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
+        """How a slot engine with config ``cfg`` splits one step's batch into graphs run
+        one after another (llama.cpp's ubatches), or None: every step is one graph."""
+        ...
+
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """The largest step (in tokens) the engine replays as a captured CUDA graph
+        instead of launching its kernels one by one (the latency model's per-step
+        overhead, kvsim.latency.roofline)."""
         ...
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:

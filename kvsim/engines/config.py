@@ -159,8 +159,8 @@ class SlotEngineConfig(FrozenModel):
         None, description="--tensor-split: each GPU's share, in device order (proportions, "
         "normalised); None = by each GPU's free memory, as llama.cpp does")
     main_gpu: int = Field(0, ge=0, lt=MAX_GPUS, description=(
-        "--main-gpu: the GPU of split_mode none, and of the KV and intermediate results with "
-        "split_mode row"))
+        "--main-gpu: the GPU of split_mode none (current llama.cpp keeps each layer's KV "
+        "and results on its own GPU with row too, docs/reference/engines.md §3.8)"))
     supported_cache_types: tuple[str, ...] = Field((
         "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"), min_length=1)
     notes: str = ""

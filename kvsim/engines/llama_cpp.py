@@ -4,15 +4,20 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines._checkpoint import GGUF_LAYOUT, gguf_file
 from kvsim.engines._common import EngineTraits
+from kvsim.engines._gpu_checks import check_split
 from kvsim.engines._llama_buffers import read_llama_buffers
 from kvsim.engines._log_patterns import FLOAT, mib_bytes
+from kvsim.engines._slot_box import box_budget, box_of, fit_box, main_gpu_budget
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
+from kvsim.engines.base import UbatchSplit
 from kvsim.engines.memory import MIB, MemoryBudget
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.weights import model_weights, weight_format
@@ -36,9 +41,15 @@ class LlamaCpp(EngineTraits):
     def unified_pool(self, cfg: Any) -> bool:
         return cfg.allocator == "unified"
 
+    def ubatch_split(self, cfg: Any) -> UbatchSplit:
+        """llama_decode's split of a step's batch into ubatches (:func:`llama_ubatches`)."""
+        return partial(llama_ubatches, n_ubatch=cfg.n_ubatch,
+                       unified=cfg.allocator == "unified")
+
     def launch_command(self, s: Any) -> str:
         """``llama-server``: ``-c`` is the whole pool over all slots (§3.1); ``-kvu`` for
-        the unified allocator."""
+        the unified allocator; on several GPUs the split flags that differ from the
+        defaults (``-sm``, ``-ts``, ``-mg``, §3.8)."""
         e = s.engine
         parts = [f"llama-server -m {gguf_file(s)}", f"-c {e.context_tokens}",
                  f"--parallel {e.parallel}", f"-ctk {e.cache_type_k}", f"-ctv {e.cache_type_v}",
@@ -50,6 +61,11 @@ class LlamaCpp(EngineTraits):
             parts.append(f"--cache-ram {ram}")
         if not e.cache_idle_slots:
             parts.append("--no-cache-idle-slots")
+        if len(s.gpus) > 1:
+            parts += [f"-sm {e.split_mode}"] if e.split_mode != "layer" else []
+            parts += [f"-ts {','.join(f'{x:g}' for x in e.tensor_split)}"] \
+                if e.tensor_split is not None else []
+            parts += [f"-mg {e.main_gpu}"] if e.main_gpu else []
         return " ".join(parts)
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
@@ -79,14 +95,76 @@ class LlamaCpp(EngineTraits):
     def memory_budget(self, gpu: GpuSpec, model: ModelSpec, weights: str, cfg: Any,
                       driver: int, display: int, parallel: int,
                       more_gpus: tuple[GpuSpec, ...] = ()) -> MemoryBudget:
+        if more_gpus:
+            return llama_cpp_box_budget((gpu, *more_gpus), model, weights, cfg, driver,
+                                        display)
         return llama_cpp_budget(gpu, model, weights, cfg, driver, display)
 
 
+def llama_ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int, unified: bool
+                   ) -> list[list[tuple[int, int]]]:
+    """The ubatches llama_decode runs one step's batch as, one graph each (§3.5).
+
+    ``batch``: ``(slot, tokens)`` as llama-server adds them — each generating slot's
+    token, by slot, then each prompt chunk, by slot (a slot appears once; its slot is its
+    sequence id).  Returns each ubatch as ``(index into batch, tokens)``.
+
+    - one stream (``-kvu``): ``split_simple`` — the next ``n_ubatch`` tokens in batch order;
+    - per-slot streams: ``split_equal(n_ubatch, sequential=true)`` (llama-kv-cache.cpp
+      ``init_batch``, llama-batch.cpp): a ubatch takes the sequences of consecutive ids,
+      from the first with tokens left, and the same number of tokens of each — the fewest
+      any of them has left, at most ``n_ubatch`` in all (at least one each).  Decoding
+      slots 0 and 2 run as two graphs; a decode beside a prompt takes one token of the
+      prompt into its graph, the prompt's rest runs in graphs of its own.
+    """
+    total = sum(n for _, n in batch)
+    if unified:
+        if total <= n_ubatch:
+            return [[(i, n) for i, (_, n) in enumerate(batch)]]
+        return _split_simple([n for _, n in batch], n_ubatch)
+    slots = [s for s, _ in batch]
+    if total <= n_ubatch and all(n == batch[0][1] for _, n in batch) \
+            and slots == list(range(slots[0], slots[0] + len(slots))):
+        return [[(i, n) for i, (_, n) in enumerate(batch)]]  # NOTE: the common decode step
+    left = [n for _, n in batch]
+    out: list[list[tuple[int, int]]] = []
+    while any(left):
+        chosen: list[int] = []
+        for i, slot in enumerate(slots):
+            if left[i] and (not chosen or slot == slots[chosen[-1]] + 1):
+                chosen.append(i)
+                if len(chosen) > n_ubatch:
+                    break
+        each = min(min(left[i] for i in chosen), max(1, n_ubatch // len(chosen)))
+        out.append([(i, each) for i in chosen])
+        for i in chosen:
+            left[i] -= each
+    return out
+
+
+def _split_simple(tokens: list[int], n_ubatch: int) -> list[list[tuple[int, int]]]:
+    """``split_simple``: the batch's tokens in order, ``n_ubatch`` to a ubatch."""
+    out: list[list[tuple[int, int]]] = [[]]
+    room = n_ubatch
+    for i, n in enumerate(tokens):
+        while n:
+            if not room:
+                out.append([])
+                room = n_ubatch
+            take = min(n, room)
+            out[-1].append((i, take))
+            n -= take
+            room -= take
+    return out
+
+
 # NOTE: llama-server allows -c above the training context (a warning only, §3.1)
-ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, max_parallel=LLAMA_MAX_SEQ,
+ENGINE = LlamaCpp(name="llama.cpp", slot_family=True, lays_out_gpus=True,
+                  max_parallel=LLAMA_MAX_SEQ,
                   max_parallel_why="llama.cpp's LLAMA_MAX_SEQ: llama-server refuses more "
                   "slots ('n_seq_max must be <= 256')", caps_slot_at_training_context=True,
-                  op_offload=True, context_scope="pool", context_knob="-c",
+                  op_offload=True, fresh_slots_from_last=True, context_scope="pool",
+                  context_knob="-c",
                   settings=frozenset({"flash_attn", "gpu_layers", "kv_unified", "split_mode",
                                      "tensor_split", "main_gpu"}),
                   quant_v_needs_flash_attn=True, context_above_model="allow",
@@ -177,6 +255,29 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
         notes.append(f"recurrent state f32: {mib(geo.recurrent_bytes_per_seq)} per sequence")
     return slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
                         driver, display, logs, notes, cpu_expert_layers=moe)
+
+
+def llama_cpp_box_budget(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
+                        engine: SlotEngineConfig, driver: int, display: int) -> MemoryBudget:
+    """llama-server over several GPUs (§3.8, kvsim.engines._slot_box): ``--split-mode
+    layer`` / ``row`` by the tensor split or free memory, ``--fit`` over the devices;
+    ``none``: the main GPU alone."""
+    check_split(engine, len(gpus))
+    if engine.split_mode == "none":
+        return main_gpu_budget(gpus, engine.main_gpu, driver, display, lambda g, disp:
+                               llama_cpp_budget(g, model, weights, engine, driver, disp))
+    geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
+    check_quant_k(model, geo)
+    ws = model_weights(model, weights)
+    box, p, notes = fit_box(lambda ctx: box_of(gpus, model, ws, geo, engine, driver, display,
+                                               ctx), engine)
+    logs = [(f"llama_context: n_seq_max = {engine.parallel}, n_ctx = {box.n_ctx}, n_ctx_seq = "
+             f"{box.n_ctx_seq}, n_batch = {engine.n_batch}, n_ubatch = {engine.n_ubatch}, "
+             f"flash_attn = {int(engine.flash_attn)}, kv_unified = "
+             f"{str(engine.allocator == 'unified').lower()}"),
+            (f"load_tensors: offloaded {p.gpu_layers + (p.output >= 0)}/"
+             f"{model.num_layers + 1} layers to GPU")]
+    return box_budget(box, p, logs, notes)
 
 
 def read_llama_cpp_log(text: str, name: str = "log") -> dict[str, object]:

@@ -40,13 +40,17 @@ DEFAULT_DRIVER_RESERVE_BYTES = 400 * MIB  # docs/reference/hardware-and-models.m
 
 @dataclass(frozen=True)
 class OllamaEstimate:
-    """What Ollama's era-A estimator (docs/reference/engines.md §4.2) believes it needs."""
+    """What Ollama believes it needs (docs/reference/engines.md §4.2-§4.3): its
+    ``memory.required.*`` figures and where it placed the layers."""
 
-    kv_bytes: int            # ctx*parallel*(hd_k+hd_v)*n_kv*{2, 1, 0.5} over GPU layers
-    graph_bytes: int         # (n_heads / n_kv_heads) * kv_total / 6
-    reserve_bytes: int       # OLLAMA_GPU_OVERHEAD + 457 MiB + graph
-    total_bytes: int         # reserve + layers it placed on the GPU
-    gpu_layers: int
+    kv_bytes: int            # memory.required.kv: the whole model's KV, ctx*parallel*...
+    graph_bytes: int         # per GPU: (n_heads / n_kv_heads) * kv_total / 6, or measured
+    reserve_bytes: int       # per GPU: OLLAMA_GPU_OVERHEAD + 457 MiB + graph
+    total_bytes: int         # memory.required.partial: what the GPUs were charged
+    gpu_layers: int          # repeating layers placed on the GPUs
+    full_bytes: int = 0      # memory.required.full: partial + what overflowed
+    allocations: tuple[int, ...] = ()   # memory.required.allocations, per GPU
+    split: tuple[int, ...] = ()         # layers.split: layers per GPU (output included)
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,10 @@ class DeviceShare:
         return self.total_bytes / self.device_bytes
 
 
-Split = Literal["single", "layer", "row", "tensor", "pipeline", "tensor+pipeline"]
-"""How the layout spreads over the GPUs: one GPU; llama.cpp / Ollama whole layers per
-GPU (``layer``) or rows of every matrix (``row``); vLLM / SGLang tensor and/or pipeline
-parallel ranks."""
+Split = Literal["single", "none", "layer", "row", "tensor", "pipeline", "tensor+pipeline"]
+"""How the layout spreads over the GPUs: one GPU; llama.cpp ``--split-mode none`` (one GPU
+of a box, ``--main-gpu``); llama.cpp / Ollama whole layers per GPU (``layer``) or rows of
+every matrix (``row``); vLLM / SGLang tensor and/or pipeline parallel ranks."""
 
 
 @dataclass(frozen=True)

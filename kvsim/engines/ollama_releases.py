@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 Version = tuple[int, int, int]
 OLLAMA_LATEST = "0.33.0"
 """The newest release docs/reference/engines.md §4 describes (Ollama's history read up to
-v0.33.0-rc2); the preset's ``ollama_version``.  Later releases are taken to behave as it."""
+v0.33.0-rc2); the preset's ``ollama_version``.  A later release is refused
+(:func:`known_ollama_release`): kvsim does not describe it."""
 OLLAMA_ERA_B, OLLAMA_ERA_C, OLLAMA_ERA_D = (0, 11, 5), (0, 12, 11), (0, 30, 0)  # §4 table
 OLLAMA_NUM_CTX_4096, OLLAMA_NUM_CTX_BY_VRAM = (0, 6, 7), (0, 15, 5)             # §4.1
 OLLAMA_NUM_CTX_TIERS = ((47 * 2**30, 262_144), (23 * 2**30, 32_768))            # §4.1
@@ -67,6 +68,24 @@ def parse_ollama_version(text: Any, field: str = "engine.ollama_version") -> Ver
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
+def _shown(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+def known_ollama_release(text: Any, field: str = "engine.ollama_version") -> Version:
+    """:func:`parse_ollama_version`, and refused (InputError) when newer than
+    :data:`OLLAMA_LATEST`: a release kvsim does not know."""
+    v = parse_ollama_version(text, field)
+    if v > parse_ollama_version(OLLAMA_LATEST):
+        eras = (f"the estimator up to v0.11.4, measured placement from "
+                f"v{_shown(OLLAMA_ERA_B)} (all models from v{_shown(OLLAMA_ERA_C)}), "
+                f"llama-server from v{_shown(OLLAMA_ERA_D)}")
+        raise InputError(field, text, f"an Ollama release kvsim describes: up to "
+                         f"{OLLAMA_LATEST} ({eras}; docs/reference/engines.md §4); a newer "
+                         "release's defaults and memory layout are not described")
+    return v
+
+
 def ollama_arch(model: ModelSpec | None) -> str:
     """The GGUF ``general.architecture`` Ollama keys its per-model rules on, from the
     profile's name or HF repo ('' when kvsim cannot tell, or no model is known: no
@@ -79,15 +98,16 @@ def ollama_arch(model: ModelSpec | None) -> str:
 
 
 def ollama_default_num_ctx(version: Version, gpu: GpuSpec | None = None,
-                           gpu_overhead_bytes: int = 0) -> int:
+                           gpu_overhead_bytes: int = 0,
+                           more_gpus: tuple[GpuSpec, ...] = ()) -> int:
     """num_ctx when none is set (§4.1): 2048 up to v0.6.6, 4096 to v0.15.4, then by the
-    GPU's memory (a unified-memory GPU: its default share) less OLLAMA_GPU_OVERHEAD; no GPU
-    known counts as none found (0 bytes: 4096)."""
+    GPUs' memory (a unified-memory GPU: its default share) each less OLLAMA_GPU_OVERHEAD,
+    summed over the box; no GPU known counts as none found (0 bytes: 4096)."""
     if version < OLLAMA_NUM_CTX_4096:
         return 2048
     if version < OLLAMA_NUM_CTX_BY_VRAM or gpu is None:
         return 4096
-    vram = gpu.usable_memory_bytes - gpu_overhead_bytes
+    vram = sum(g.usable_memory_bytes - gpu_overhead_bytes for g in (gpu, *more_gpus))
     return next((n for floor, n in OLLAMA_NUM_CTX_TIERS if vram >= floor), 4096)
 
 
@@ -106,7 +126,7 @@ def ollama_memory_mode(cfg: SlotEngineConfig, model: Any
     """How the release places layers (§4 table): the era-A estimator (§4.2), measured
     sizes (§4.3: era B on the Go engine's architectures, era C all) or llama-server's
     ``--fit`` (era D, §4.4)."""
-    v = parse_ollama_version(cfg.ollama_version)
+    v = known_ollama_release(cfg.ollama_version)
     if v >= OLLAMA_ERA_D:
         return "llama-server"
     if v >= OLLAMA_ERA_C or (v >= OLLAMA_ERA_B and ollama_arch(model) in OLLAMA_ENGINE_ARCHS):
@@ -123,19 +143,21 @@ def ollama_llama_server(cfg: SlotEngineConfig) -> SlotEngineConfig:
 
 
 def ollama_defaults(merged: dict[str, Any], given: set[str], gpu: GpuSpec | None,
-                    model: Any, weights: str | None, budget_of: BudgetOf) -> dict[str, Any]:
+                    model: Any, weights: str | None, budget_of: BudgetOf,
+                    more_gpus: tuple[GpuSpec, ...] = ()) -> dict[str, Any]:
     """The defaults Ollama ``merged['ollama_version']`` derives for the knobs not in
     ``given`` (docs/reference/engines.md §4.1, §4.4): num_ctx (clamped to the model's training
     length), flash attention, OLLAMA_NUM_PARALLEL and, in era D, llama-server's slot and
     prompt-cache defaults.  The tiered num_ctx is per slot: it is not divided by the parallel count
     (ollama #14116), so 4 slots on a 24 GiB card hold 4 × 32768 cells.  ``budget_of``
-    sizes a candidate parallel count where the release chose it itself."""
-    v = parse_ollama_version(merged.get("ollama_version"))
+    sizes a candidate parallel count where the release chose it itself (on the whole box:
+    ``gpu`` and ``more_gpus``)."""
+    v = known_ollama_release(merged.get("ollama_version"))
     fill: dict[str, Any] = {}
     if "context_tokens" not in given:
         overhead = parse_bytes(merged.get("gpu_overhead_bytes") or 0,
                                "engine.gpu_overhead_bytes")
-        ctx = ollama_default_num_ctx(v, gpu, overhead)
+        ctx = ollama_default_num_ctx(v, gpu, overhead, more_gpus)
         fill["context_tokens"] = ctx if model is None else min(ctx, model.max_context_tokens)
     if "flash_attn" not in given:
         fill["flash_attn"] = ollama_default_flash_attn(v, model)

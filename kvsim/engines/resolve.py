@@ -28,7 +28,8 @@ from kvsim.errors import InputError, from_validation_error
 
 
 def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
-                   weights: str | None = None, n_gpus: int = 1) -> EngineConfig:
+                   weights: str | None = None, more_gpus: tuple[GpuSpec, ...] = ()
+                   ) -> EngineConfig:
     """Resolve an engine preset, filling the defaults real engines derive from the GPU
     for keys the caller did not set (``Engine.gpu_defaults``: vLLM's batch budget on
     ≥ 70 GiB non-A100 cards, docs/reference/engines.md §1.4; SGLang's
@@ -36,12 +37,13 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
     (``Engine.release_defaults``: num_ctx by VRAM, flash attention by architecture;
     ``weights`` only for the releases whose parallel count was automatic); with ``model``,
     the context the engine takes when none is set (kvsim.engines.config, module NOTE).
-    ``gpu`` is device 0 of a box of ``n_gpus`` cards (``Engine.split_defaults``)."""
+    ``gpu`` is device 0 of a box whose other cards are ``more_gpus``
+    (``Engine.split_defaults``; Ollama's defaults weigh the whole box)."""
     given = _as_mapping(spec)
     unset = {k for k, v in given.items() if v is None}  # NOTE: null = not set (resolve_engine)
     given = {k: v for k, v in given.items() if k not in unset}
     engine = find_engine(given.get("preset"))
-    split = {} if engine is None else engine.split_defaults(given, n_gpus)
+    split = {} if engine is None else engine.split_defaults(given, 1 + len(more_gpus))
     fill = {} if engine is None else {
         **engine.gpu_defaults(gpu, model, set(given), _ranks({**split, **given})), **split}
     merged = {**{k: None for k in unset - fill.keys()}, **fill, **given}
@@ -49,7 +51,8 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
         _model_context_rule(merged, model, engine)
         if not engine.shifts_mla_context and any(g.kind == "mla" for g in model.layer_groups):
             merged["context_shift"] = False  # §4.5: DeepSeek2-family models cannot shift
-    return resolve_engine(merged, gpu=gpu, model=model, weights=weights)
+    return resolve_engine(merged, gpu=gpu, model=model, weights=weights,
+                          more_gpus=tuple(more_gpus))
 
 
 def _ranks(knobs: dict[str, Any]) -> tuple[int, int]:
@@ -93,7 +96,8 @@ def engine_names() -> list[str]:
 
 
 def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
-                   model: Any = None, weights: str | None = None
+                   model: Any = None, weights: str | None = None,
+                   more_gpus: tuple[GpuSpec, ...] = ()
                    ) -> PagedEngineConfig | SlotEngineConfig:
     """Preset defaults (YAML) + overrides → a validated engine config.
 
@@ -121,7 +125,8 @@ def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
     _refuse_unknown_knobs(overrides, cls, merged["preset"], engine)
     if engine is not None:
         merged.update(engine.release_defaults(merged, set(given), gpu, model, weights,
-                                              _budget_of(gpu, model, weights)))
+                                              _budget_of(gpu, model, weights, more_gpus),
+                                              more_gpus))
     try:
         return cls.model_validate(merged)
     except ValidationError as exc:
@@ -147,11 +152,12 @@ def _refuse_unknown_knobs(overrides: dict[str, Any],
                      f"not a knob of the {preset} preset; its knobs: {knobs}{hint}")
 
 
-def _budget_of(gpu: GpuSpec | None, model: Any, weights: str | None) -> BudgetOf:
-    """The load-time budget of the engine a knob mapping resolves to, on ``gpu`` with
-    ``model`` in ``weights`` (what a release's defaults may try, e.g. Ollama's automatic
-    parallel count); called only where all three are known."""
+def _budget_of(gpu: GpuSpec | None, model: Any, weights: str | None,
+               more_gpus: tuple[GpuSpec, ...] = ()) -> BudgetOf:
+    """The load-time budget of the engine a knob mapping resolves to, on ``gpu`` (and the
+    box's ``more_gpus``) with ``model`` in ``weights`` (what a release's defaults may try,
+    e.g. Ollama's automatic parallel count); called only where all three are known."""
     def budget_of(knobs: dict[str, Any]) -> MemoryBudget:
         assert gpu is not None and model is not None and weights is not None
-        return memory_budget(gpu, model, weights, resolve_engine(knobs))
+        return memory_budget(gpu, model, weights, resolve_engine(knobs), more_gpus=more_gpus)
     return budget_of

@@ -48,6 +48,17 @@ FOREIGN_KNOBS = (
 )
 
 
+def _gpu_tier(gpu_memory_bytes: int, tp: int) -> tuple[int, int]:
+    """SGLang's ``(chunked_prefill_size, cuda_graph_max_bs)`` for a GPU's memory and the
+    box's tensor-parallel size (docs/reference/engines.md §2.1)."""
+    gib = gpu_memory_bytes / 2**30
+    tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
+    chunk, graph_bs = next(((c, b) for lim, c, b in tiers if gib < lim), (16384, 512))
+    if tp >= 4:
+        graph_bs = {8: 8, 24: 80, 32: 160, 256: 512}.get(graph_bs, graph_bs)
+    return chunk, graph_bs
+
+
 def sglang_gpu_defaults(gpu_memory_bytes: int, tp: int = 1,
                         pp: int = 1) -> tuple[float, int]:
     """SGLang's default ``(mem_fraction_static, chunked_prefill_size)`` for a GPU of a
@@ -56,10 +67,7 @@ def sglang_gpu_defaults(gpu_memory_bytes: int, tp: int = 1,
     0.847)."""
     gpu_mib = gpu_memory_bytes / 2**20
     gib = gpu_memory_bytes / 2**30
-    tiers = ((20, 2048, 8), (35, 2048, 24), (60, 4096, 32), (90, 8192, 256), (160, 8192, 256))
-    chunk, graph_bs = next(((c, b) for lim, c, b in tiers if gib < lim), (16384, 512))
-    if tp >= 4:
-        graph_bs = {8: 8, 24: 80, 32: 160, 256: 512}.get(graph_bs, graph_bs)
+    chunk, graph_bs = _gpu_tier(gpu_memory_bytes, tp)
     reserved_mib = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * tp * pp / 8
     if gib > 60:
         reserved_mib = max(reserved_mib, 10 * 1024)
@@ -69,6 +77,10 @@ def sglang_gpu_defaults(gpu_memory_bytes: int, tp: int = 1,
 @dataclass(frozen=True)
 class Sglang(EngineTraits):
     """``sglang.launch_server``: ``--context-length`` per request (§2.1)."""
+
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """Decode batches up to its default ``cuda_graph_max_bs`` run as CUDA graphs."""
+        return _gpu_tier(gpu.memory_bytes, cfg.tensor_parallel_size)[1]
 
     def launch_command(self, s: Any) -> str:
         e = s.engine

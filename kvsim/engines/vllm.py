@@ -12,7 +12,12 @@ from kvsim.engines._common import EngineTraits
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_ranks import box_budget
 from kvsim.engines.base import BudgetOf, ForeignKnob
-from kvsim.engines.vllm_releases import VLLM_LATEST, parse_vllm_version, vllm_defaults, vllm_release
+from kvsim.engines.vllm_releases import (
+    VLLM_LATEST,
+    known_vllm_release,
+    vllm_defaults,
+    vllm_release,
+)
 
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
@@ -33,13 +38,19 @@ class Vllm(EngineTraits):
     def null_block(self, cfg: Any) -> bool:
         return cfg.preemption_mode != "swap" and vllm_release(cfg.version).engine == "V1"
 
+    def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
+        """V1 captures piecewise CUDA graphs for steps of up to 512 tokens, decode and
+        mixed alike (its default ``max_capture_size``)."""
+        return 512
+
     def check_release(self, version: str | None) -> None:
         if version is not None:
-            parse_vllm_version(version)
+            known_vllm_release(version)
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,
-                         budget_of: BudgetOf) -> dict[str, Any]:
+                         budget_of: BudgetOf, more_gpus: tuple[GpuSpec, ...] = ()
+                         ) -> dict[str, Any]:
         """The release ``version`` (default :data:`VLLM_LATEST`) and what it derives for
         the knobs not ``given``: the memory share, the batch budget and sequence cap (§1.4,
         by the card), whether CUDA graphs come out of the share."""

@@ -19,7 +19,8 @@ knob a scenario leaves unset the way that release does:
   release that moved the graphs inside the budget, which the 0.92 compensates).
 
 NOTE: a release is ``MAJOR.MINOR[.PATCH]`` with any suffix (``0.10.1.dev101+gbda9d0535``);
-a release newer than :data:`VLLM_LATEST` is taken to behave as it.
+one newer than :data:`VLLM_LATEST` is refused (:func:`known_vllm_release`): kvsim does not
+describe its start-up arithmetic, and taking it for the newest would hide that.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ VLLM_LATEST = "0.24.0"
 VLLM_LAST_V0 = "0.7.3"
 """The last release whose default engine was V0 (V1 became the default in 0.8.0): what a
 log in V0's format, release not shown, is laid out as."""
+VLLM_V1_DEFAULT_DATE = "2025-03-18"
+"""When 0.8.0, the first release whose default engine is V1, came out ("We have now enabled
+V1 engine by default (vllm-project/vllm#13726)" in its release notes, as quoted in
+vllm-project/vllm-ascend PR #557; "vllm 0.8.0 is posted", verl-project/verl PR #650,
+2025-03-19): a log dated before it, release not shown, is V0's."""
 LARGE_GPU_BYTES = 70 * 2**30
 """§1.4: from this much memory (A100s aside) V1's default batch budget is larger."""
 V0_LONG_CONTEXT_TOKENS = 32768
@@ -79,9 +85,33 @@ def parse_vllm_version(text: Any, field: str = "engine.version") -> Version:
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
+def _shown(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+def known_releases() -> str:
+    """The releases kvsim describes, in words (what an unknown release's error lists)."""
+    eras = [f"{r.engine} from {_shown(r.since)}" + (" (CUDA graphs in the budget)"
+                                                     if r.cuda_graphs_in_budget else "")
+            for r in RELEASES[1:]]
+    return f"V0 up to {VLLM_LAST_V0}, {', '.join(eras)}, up to {VLLM_LATEST}"
+
+
+def known_vllm_release(text: Any, field: str = "engine.version") -> Version:
+    """:func:`parse_vllm_version`, and refused (InputError) when newer than
+    :data:`VLLM_LATEST`: a release kvsim does not know."""
+    v = parse_vllm_version(text, field)
+    if v > parse_vllm_version(VLLM_LATEST):
+        raise InputError(field, text, f"a vLLM release kvsim describes: {known_releases()} "
+                         "(docs/reference/engines.md §1.9); a newer release's start-up "
+                         "arithmetic is not described")
+    return v
+
+
 def vllm_release(version: str | None) -> VllmRelease:
-    """The rules release ``version`` follows (None: :data:`VLLM_LATEST`)."""
-    v = parse_vllm_version(VLLM_LATEST if version is None else version)
+    """The rules release ``version`` follows (None: :data:`VLLM_LATEST`; a newer one
+    than that is an InputError)."""
+    v = known_vllm_release(VLLM_LATEST if version is None else version)
     return next(r for r in reversed(RELEASES) if v >= r.since)
 
 

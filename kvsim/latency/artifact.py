@@ -79,6 +79,9 @@ class LatencyFit(BaseModel):
     prefill_spread: tuple[float, ...] = Field(
         (), description="quantiles (as decode_spread) of each measured time to first token "
         "over its point's typical one; () = none measured")
+    after_prompt_s: tuple[float, ...] = Field(
+        (), description="seconds the k-th decode step after a step that computed prompt "
+        "tokens takes above a steady one (k = 0, 1, …); () = none measured")
 
     @model_validator(mode="before")
     @classmethod

@@ -80,8 +80,15 @@ class BackendConstants(FrozenModel):
                             "no term)")
     attn_eff: float = Field(gt=0, description="attention FLOPs with flash attention")
     attn_eff_no_fa: float = Field(gt=0, description="attention FLOPs without it")
+    attn_eff_rows: float = Field(0.3, gt=0, description="attention FLOPs of a step its "
+                                 "per-row kernel runs (decode; ggml-cpu: fewer than 64 "
+                                 "rows, ROW_KERNEL_ROWS), with or without flash attention")
     overhead_s: float = Field(ge=0)
     overhead_per_layer_s: float = Field(ge=0)
+    launch_per_layer_s: float = Field(0.0, ge=0, description="CUDA: the extra per-layer "
+                                      "time of a step launched kernel by kernel instead of "
+                                      "replayed as a CUDA graph (cuda_graphs); ignored on "
+                                      "other backends")
     moe_eff: float = Field(1.0, gt=0, description="linear layers of MoE models: share of "
                            "the dense rate (experts are many small matmuls)")
 
@@ -137,10 +144,46 @@ def load_constants(path: str | None = None) -> SpeedConstants:
 
 
 MMQ_OPS_PER_UNIT_CLOCK = 2048.0
-"""int8 ops per SM per clock of the ``mma.sync`` path llama.cpp's MMQ kernels use (the
-dense int8 rate of a GA10x/AD10x SM).  Datacenter SMs (GA100, GH100) have wider
-tensor cores, but MMQ issues the same instructions there, so the units × clock of the
-spec sheet, not its int8 peak, is what scales it."""
+"""int8 ops per SM per clock of the ``mma.sync`` path llama.cpp's MMQ kernels use on a
+GeForce or workstation part (the dense int8 rate of a TU10x/GA10x/AD10x/GB20x SM)."""
+MMQ_OPS_PER_UNIT_CLOCK_MAX = 4096.0
+"""The most ``mma.sync`` reaches per SM per clock: GA100's tensor cores (A100, A30, Orin)
+run it at twice the GeForce rate, as their spec sheet's int8 rate says; Hopper's and
+datacenter Blackwell's further doubling needs ``wgmma``/``tcgen05`` instructions, which
+MMQ does not issue, so their spec rate above this is not used."""
+_BEFORE_GRAPHS = {"volta": frozenset({"pascal", "maxwell", "kepler"}),
+                  "ampere": frozenset({"pascal", "maxwell", "kepler", "volta", "turing"})}
+"""ggml-cuda replays a step as a CUDA graph only for a one-token step (it disables
+graphs when an ADD node's batch dimension exceeds 1; ggml/src/ggml-cuda/ggml-cuda.cu,
+``check_node_graph_compatibility``; graphs since llama.cpp PR #6766, 2024-05), and only
+on the architectures from ``since`` on: Volta and newer today, Ampere and newer in
+builds before PR #25749 (2026-07); never Pascal and older."""
+
+
+ROW_KERNEL_ROWS = {"CPU": 64}
+"""Steps of fewer tokens than this run attention one query row at a time, as a decode
+does on every backend: ggml-cpu's flash attention takes its tiled path
+(``ggml_compute_forward_flash_attn_ext_tiled``, 64-cell KV tiles, a GEMM per tile) only
+for micro-batches of 64 rows or more, and ``flash_attn_ext_f16_one_chunk`` (a dot
+product, an ``expf`` and a V update per query-key pair) below; measured here on the tiny
+GGUF (-t 1, d 1024): 32 rows 2.4 ms a token, 256 rows 0.92.  Elsewhere 1: only
+decode-only steps (FA vec kernels)."""
+
+
+def mmq_ops_per_unit_clock(gpu: GpuSpec) -> float:
+    """int8 ``mma.sync`` ops per SM per clock: the spec sheet's dense int8 rate over
+    SMs × boost clock, between :data:`MMQ_OPS_PER_UNIT_CLOCK` and
+    :data:`MMQ_OPS_PER_UNIT_CLOCK_MAX` (the GeForce rate where the sheet gives none)."""
+    if not (gpu.int8_tensor_ops and gpu.compute_units and gpu.boost_clock_hz):
+        return MMQ_OPS_PER_UNIT_CLOCK
+    spec = gpu.int8_tensor_ops / (gpu.compute_units * gpu.boost_clock_hz)
+    return min(max(spec, MMQ_OPS_PER_UNIT_CLOCK), MMQ_OPS_PER_UNIT_CLOCK_MAX)
+
+
+def cuda_graphs(gpu: GpuSpec, backend: str, since: str = "volta") -> bool:
+    """Whether one-token steps replay as CUDA graphs on a build that captures them from
+    the ``since`` architecture on (:data:`_BEFORE_GRAPHS`)."""
+    return backend == "CUDA" and gpu.architecture not in _BEFORE_GRAPHS[since]
 
 
 def matrix_rate(gpu: GpuSpec, backend: str, quantized: bool) -> float:
@@ -148,16 +191,27 @@ def matrix_rate(gpu: GpuSpec, backend: str, quantized: bool) -> float:
     int8 = gpu.int8_tensor_ops
     if backend == "CUDA" and quantized and gpu.architecture not in _NO_INT8_MMA \
             and gpu.compute_units and gpu.boost_clock_hz:
-        return gpu.compute_units * gpu.boost_clock_hz * MMQ_OPS_PER_UNIT_CLOCK
+        return gpu.compute_units * gpu.boost_clock_hz * mmq_ops_per_unit_clock(gpu)
     if backend in ("CUDA", "ROCm") and quantized and int8 \
             and gpu.architecture not in _NO_INT8_MMA:
         return int8
     return gpu.fp16_tensor_flops
 
 
+SM_ISSUE_FLOPS_PER_CLOCK = 256.0
+"""An NVIDIA SM's vector issue limit: four warp schedulers × 32 lanes, each lane's FMA
+two FLOPs.  The dequantisation and activation work of a quantized matmul is integer and
+FP32 instructions mixed, which every SM since Turing issues at this rate whether its
+spec sheet counts 64 FP32 lanes (Turing, GA100: the other 64 are INT32) or 128 (GA10x,
+Ada, Hopper, Blackwell: dual FP32 datapaths)."""
+
+
 def vector_rate(gpu: GpuSpec) -> float:
-    """Vector FP32 FLOP/s; a profile without it is taken as a part without matrix units
-    (its FP16 rate is its vector rate)."""
+    """Vector FLOP/s: on NVIDIA parts the SM issue rate (:data:`SM_ISSUE_FLOPS_PER_CLOCK`
+    × SMs × boost clock), elsewhere the spec sheet's FP32 rate; a profile with neither
+    is taken as a part without matrix units (its FP16 rate is its vector rate)."""
+    if gpu.vendor.lower() == "nvidia" and gpu.compute_units and gpu.boost_clock_hz:
+        return gpu.compute_units * gpu.boost_clock_hz * SM_ISSUE_FLOPS_PER_CLOCK
     return gpu.fp32_flops or gpu.fp16_tensor_flops
 
 
@@ -184,8 +238,11 @@ def compute_seconds_per_flop(c: BackendConstants, vec: float, mat: float,
 
 
 def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: str,
-              flash_attn: bool = True, constants: SpeedConstants | None = None) -> GpuRates:
-    """The five sustained rates of ``model`` in ``weight_format`` on ``gpu`` (docstring)."""
+              flash_attn: bool = True, constants: SpeedConstants | None = None,
+              graphs: bool | None = None) -> GpuRates:
+    """The five sustained rates of ``model`` in ``weight_format`` on ``gpu`` (docstring);
+    ``graphs``: whether one-token steps replay as CUDA graphs (None: today's llama.cpp,
+    :func:`cuda_graphs`)."""
     k = constants or load_constants()
     c = k.backend(backend)
     scale = class_scale(k, gpu, backend)
@@ -199,9 +256,16 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
         c, vec, matrix_rate(gpu, backend, quantized), power)
     att16 = 1.0 / compute_seconds_per_flop(c, vec, gpu.fp16_tensor_flops, power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)
+    rows = att16 * c.attn_eff_rows
     bw = gpu.memory_bandwidth_bytes_per_s * k.memory_bw.get(memory_kind(gpu), 1.0)
     w_bw = bw * c.bw_eff * scale.bw_scale * f_bw
     kv_bw = bw * (c.kv_eff if flash_attn else c.kv_eff_no_fa)
     overhead = c.overhead_s + c.overhead_per_layer_s * model.num_layers
-    return GpuRates(lin, att, w_bw, kv_bw, overhead,
-                    label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)")
+    launched = overhead + c.launch_per_layer_s * model.num_layers if backend == "CUDA" \
+        else overhead
+    graphs = cuda_graphs(gpu, backend) if graphs is None else graphs
+    return GpuRates(lin, att, w_bw, kv_bw, overhead if graphs else launched,
+                    label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)",
+                    overhead_batch_s=launched, decode_adds=True,
+                    attention_rows_flops_per_s=rows,
+                    rows_below=ROW_KERNEL_ROWS.get(backend, 1))

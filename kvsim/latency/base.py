@@ -34,12 +34,27 @@ class BatchShape:
     type's, because a policy demoted some of its sequences' tokens to fewer bytes
     (KIVI, ``recoverable_eviction``: kvsim.policies.runtime); a roofline reads the
     rest.  Constant through a decode stretch (no token changes precision inside one).
+
+    ``ubatches``: the graphs the engine runs this step as, one after another, when it
+    splits the step (llama.cpp's ubatches, kvsim.engines.llama_cpp.llama_ubatches): each
+    a BatchShape of the tokens it computes; together they are this step's tokens, a
+    prompt chunk split over several of them at its growing context.  () = one graph.
+    NOTE: a model prices each graph's fixed cost (a calibrated step constant, a
+    roofline's overhead and weight read) once per graph; the sampled outputs and
+    per-sequence costs stay the step's.
+
+    ``after_prompt``: a decode-only step's place after the engine's last step that
+    computed prompt tokens (0 = the first decode step after it; -1 = not counted, or
+    not a decode-only step).  A model may price the first few such steps above steady
+    state (:attr:`LatencyModel.settle_steps`).
     """
 
     prefill_tokens: tuple[int, ...] = ()
     prefill_context: tuple[int, ...] = ()
     decode_context: tuple[int, ...] = ()
     kv_read_saved_bytes: float = 0.0
+    ubatches: tuple[BatchShape, ...] = ()
+    after_prompt: int = -1
 
     @property
     def num_tokens(self) -> int:
@@ -57,6 +72,13 @@ class LatencyModel(Protocol):
     """
 
     clamped_steps: int | None
+
+    @property
+    def settle_steps(self) -> int:
+        """Decode-only steps after a prompt step (``BatchShape.after_prompt`` below it)
+        that the model prices above steady state; fast-forward starts no stretch before
+        them (0: none)."""
+        ...
 
     @property
     def provenance(self) -> str:

@@ -4,6 +4,12 @@ The artifact (:mod:`kvsim.latency.artifact`) holds, per KV cache dtype, non-nega
 coefficients of a linear step-time model over seven step features (a constant, prefill
 chunks, prefill tokens, prefill attention pairs of long and of short chunks, decoding
 sequences, KV tokens read by decode) and the range of each feature that was actually measured.
+A step the engine runs as several graphs (``BatchShape.ubatches``: llama.cpp's ubatches)
+pays the constant once per graph: it was measured on one-graph steps, where it is the
+graph's fixed cost (set-up, launch, synchronisation).  The first decode steps after a
+step that computed prompt tokens (``BatchShape.after_prompt`` k below
+:attr:`~CalibratedLatencyModel.settle_steps`) add the measured ``after_prompt_s[k]``;
+decode stretches start after them, so ``decode_steps_s`` prices steady steps only.
 
 Outside that range the model never extrapolates silently.  With
 ``out_of_range="clamp"`` (default) each sequence's context is clamped to the largest
@@ -58,6 +64,13 @@ class CalibratedLatencyModel:
     def __post_init__(self) -> None:
         self._coef = np.array([self.fit.coefficients_s[n] for n in FEATURES])
         self._max = np.array([np.inf] + [self.fit.valid[n].max for n in FEATURES[1:]])
+        self._after_prompt = self.fit.after_prompt_s
+
+    @property
+    def settle_steps(self) -> int:
+        """The decode steps after a prompt step that the fit prices above steady state
+        (``LatencyFit.after_prompt_s``)."""
+        return len(self._after_prompt)
 
     @property
     def provenance(self) -> str:
@@ -110,7 +123,11 @@ class CalibratedLatencyModel:
         if over.any() or clamped:
             self._out_of_range(x, over, batch)
             x = np.minimum(x, self._max)
-        return float(x @ self._coef)
+        # NOTE: the features add over a step's graphs; the step constant is per graph
+        graphs = max(len(batch.ubatches), 1)
+        t = float(x @ self._coef) + (graphs - 1) * float(self._coef[0])
+        k = batch.after_prompt
+        return t + self._after_prompt[k] if 0 <= k < len(self._after_prompt) else t
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:

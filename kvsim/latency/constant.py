@@ -17,6 +17,7 @@ class ConstantLatency:
     """``step_s + prefill_token_s · prefill tokens + decode_token_s · decode tokens``."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+    settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
     gpu_bytes_per_s = None  # NOTE: no bandwidth term (LatencyModel)
     kv_read_token_bytes = 0  # NOTE: nor a per-byte KV read (LatencyModel)
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement

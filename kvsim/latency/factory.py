@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kvsim.engines import engine_for
 from kvsim.engines.config import EngineConfig, SlotEngineConfig
 from kvsim.latency.backend import default_backend, gpu_rates, load_constants
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.bench_artifact import is_bench_artifact, load_bench_artifact
+from kvsim.latency.box import box_latency
 from kvsim.latency.calibrated import make_calibrated
 from kvsim.latency.config import RooflineConfig
 from kvsim.latency.constant import ConstantLatency
@@ -26,17 +28,31 @@ def _flash_attn(engine: EngineConfig) -> bool:
     return engine.flash_attn if isinstance(engine, SlotEngineConfig) else True
 
 
-def backend_rates(scenario: Any) -> GpuRates | None:
-    """The backend-aware rates of a scenario's card, model and weights (None for
-    ``rates: peak``); a set ``step_overhead_s`` replaces the fitted overhead."""
-    cfg = scenario.latency
+def backend_rates(scenario: Any, gpu: Any = None) -> GpuRates | None:
+    """The backend-aware rates of a scenario's card (or ``gpu``, another card of its box),
+    model and weights (None for ``rates: peak``); a set ``step_overhead_s`` replaces the
+    fitted overhead."""
+    cfg, gpu = scenario.latency, gpu or scenario.gpu
     if cfg.rates == "peak":
         return None
-    backend = default_backend(scenario.gpu) if cfg.backend == "auto" else cfg.backend
-    r = gpu_rates(scenario.gpu, scenario.model, scenario.weights, backend=backend,
+    backend = default_backend(gpu) if cfg.backend == "auto" else cfg.backend
+    r = gpu_rates(gpu, scenario.model, scenario.weights, backend=backend,
                   flash_attn=_flash_attn(scenario.engine),
                   constants=load_constants(cfg.constants) if cfg.constants else None)
-    return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s)
+    return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s,
+                                                          overhead_batch_s=None)
+
+
+def _device_rates(scenario: Any, gpu: Any) -> GpuRates:
+    """One card's rates in a box: backend-aware, or (``rates: peak``) the plain roofline's
+    peak times the card's planning efficiencies."""
+    r = backend_rates(scenario, gpu)
+    if r is not None:
+        return r
+    flops = gpu.fp16_fp32acc_tensor_flops * gpu.compute_efficiency
+    bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
+    step = scenario.latency.step_overhead_s
+    return GpuRates(flops, flops, bw, bw, PEAK_OVERHEAD_S if step is None else step)
 
 
 def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:
@@ -55,7 +71,9 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     """The latency model a scenario asks for.
 
     ``budget`` (a :class:`kvsim.engines.memory.MemoryBudget`) gives the layer split for
-    partial offload; without it every layer is assumed on the GPU.  llama.cpp and
+    partial offload; without it every layer is assumed on the GPU.  A budget over several
+    GPUs (``devices``) makes the roofline a box's (kvsim.latency.box: each GPU's share at
+    its own rates, the link between them).  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
     ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` above 0 wraps
     the model in its timing noise (kvsim.latency.jitter), seeded by ``jitter_seed`` or,
@@ -75,8 +93,11 @@ def _exact_model(scenario: Any, budget: Any | None) -> LatencyModel:
         if is_bench_artifact(cfg.path):  # a card's constants fitted from llama-bench output
             return bench_latency(scenario, budget)
         return make_calibrated(scenario, budget)
-    return _roofline(scenario, budget, backend_rates(scenario),
+    base = _roofline(scenario, budget, backend_rates(scenario),
                      PEAK_OVERHEAD_S if cfg.step_overhead_s is None else cfg.step_overhead_s)
+    if budget is not None and budget.devices:
+        return box_latency(scenario, budget, base, lambda g: _device_rates(scenario, g))
+    return base
 
 
 def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
@@ -99,4 +120,5 @@ def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
         else DEFAULT_DEQUANT_FACTOR,
         kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
         cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers,
-        op_offload=op_offload_for(scenario))
+        op_offload=op_offload_for(scenario),
+        graph_max_tokens=engine_for(eng.preset).graph_max_tokens(eng, scenario.gpu))

@@ -103,6 +103,10 @@ class JitteredLatency:
         self.inner.clamped_steps = value
 
     @property
+    def settle_steps(self) -> int:
+        return self.inner.settle_steps
+
+    @property
     def gpu_bytes_per_s(self) -> float | None:
         return self.inner.gpu_bytes_per_s
 

@@ -6,7 +6,9 @@ once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers
 compute and memory time, CPU-offloaded layers the same on the host, plus a per-step overhead.
 Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
 quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
-host weights to the GPU first (kvsim.latency.offload).
+host weights to the GPU first (kvsim.latency.offload).  A step the engine runs as several
+graphs (``BatchShape.ubatches``, llama.cpp's ubatches) is the sum of each graph's roofline:
+every graph pays the overhead and reads the weights.
 
 NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar, :meth:`_time1`)
 evaluate the same formulas in the same order, so fast-forward and per-step fidelity agree to
@@ -16,35 +18,19 @@ Design: docs/design/speed-model.md (after docs/design/DESIGN.md §3.5).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
+from kvsim.latency.rates import GpuRates
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
 DEFAULT_DEQUANT_FACTOR = 0.25
-
-
-@dataclass(frozen=True)
-class GpuRates:
-    """The sustained rates one step runs at on the GPU: linear-layer FLOP/s, attention
-    FLOP/s, weight-streaming and KV-reading bytes/s, and the fixed per-step time.
-
-    The plain roofline uses one FLOP rate and one bandwidth (the card's peaks times its
-    planning efficiencies); :mod:`kvsim.latency.backend` derives all five from the
-    spec sheet, the backend and the weight format, with fitted constants."""
-
-    linear_flops_per_s: float
-    attention_flops_per_s: float
-    weight_bytes_per_s: float
-    kv_bytes_per_s: float
-    overhead_s: float
-    label: str = ""
 
 
 def _keys1(a: float, w: float) -> float:
@@ -55,6 +41,7 @@ class RooflineLatency:
     """Step times of one model on one card (+ host for offloaded layers)."""
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
+    settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
     prefill_spread: tuple[float, ...] = ()
 
@@ -63,7 +50,7 @@ class RooflineLatency:
                  step_overhead_s: float = 0.004, kv_dequant_factor: float = DEFAULT_DEQUANT_FACTOR,
                  kv_quantized: bool = False, head_on_gpu: bool | None = None,
                  cpu_expert_layers: int = 0, op_offload: OpOffload | None = None,
-                 rates: GpuRates | None = None) -> None:
+                 rates: GpuRates | None = None, graph_max_tokens: int = 1) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
         # the output head: where the budget put it (llama.cpp --fit places it first),
@@ -99,6 +86,13 @@ class RooflineLatency:
         self.cpu_flops_per_s = host.cpu_flops
         self.cpu_bytes_per_s = host.memory_bandwidth_bytes_per_s
         self.overhead_s = rates.overhead_s
+        self.overhead_batch_s = rates.overhead_s if rates.overhead_batch_s is None \
+            else rates.overhead_batch_s
+        self.graph_max_tokens = graph_max_tokens
+        self.decode_adds = rates.decode_adds
+        self.attn_rows_flops_per_s = rates.attention_flops_per_s \
+            if rates.attention_rows_flops_per_s is None else rates.attention_rows_flops_per_s
+        self.rows_below = rates.rows_below
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
         # bytes per token when a sequence's KV is linear in its length (no window,
         # residual or recurrent state): decode sums then need no per-sequence loop
@@ -187,22 +181,56 @@ class RooflineLatency:
         f, moe = self.gpu_fraction, nf * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        t_gpu = np.maximum((f * lin - moe) / self.gpu_flops_per_s
-                           + f * att / self.attn_flops_per_s,
-                           w_gpu / self.gpu_bytes_per_s + kv_time_gpu)
+        compute = (f * lin - moe) / self.gpu_flops_per_s \
+            + f * att / self.attn_rows_flops_per_s
+        memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
+        t_gpu = compute + memory if self.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
             t_cpu = np.maximum(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                                w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
-        return self.overhead_s + t_gpu + self.dequant * kv_time_gpu + t_cpu
+        return self.overhead(n) + t_gpu + self.dequant * kv_time_gpu + t_cpu
+
+    def _attn_rate(self, tokens: float, decode: bool) -> float:
+        """Attention FLOP/s: the per-row kernel's for a decode-only step or one of fewer
+        than ``rows_below`` tokens, the tiled kernel's otherwise."""
+        return self.attn_rows_flops_per_s if decode or tokens < self.rows_below \
+            else self.attn_flops_per_s
+
+    def overhead(self, tokens: float) -> float:
+        """The fixed time of a step of ``tokens`` tokens: replayed as a captured graph up
+        to ``graph_max_tokens`` (llama.cpp's CUDA backend: one token), launched kernel by
+        kernel above."""
+        return self.overhead_s if tokens <= self.graph_max_tokens else self.overhead_batch_s
 
     # -- LatencyModel ------------------------------------------------------------
     def step_time_s(self, batch: BatchShape) -> float:
         if not batch.num_tokens:
             return 0.0
+        if batch.ubatches:
+            return self._graphs_s(batch)
         return self._time1(*self._shape(batch))
+
+    def _graphs_s(self, batch: BatchShape) -> float:
+        """A step run as several graphs (``BatchShape.ubatches``): the sum of their
+        rooflines, each with its overhead, weight read, tokens' FLOPs and sequences' KV;
+        a graph samples its decodes and the prompt pieces that end a prompt of the step;
+        ``kv_read_saved_bytes`` is shared in proportion to the graphs' KV read."""
+        ends = Counter(c + p for p, c in zip(batch.prefill_tokens, batch.prefill_context,
+                                             strict=True))
+        shapes = []
+        for u in batch.ubatches:
+            tokens, _, pairs, kv = self._shape(u)
+            outputs = len(u.decode_context)
+            for p, c in zip(u.prefill_tokens, u.prefill_context, strict=True):
+                outputs += ends[c + p] > 0
+                ends[c + p] -= ends[c + p] > 0
+            shapes.append((tokens, float(outputs), pairs, kv))
+        kv_all, saved = sum(s[3] for s in shapes), batch.kv_read_saved_bytes
+        return sum(self._time1(t, o, p, kv - (saved * kv / kv_all if saved else 0.0))
+                   for t, o, p, kv in shapes)
 
     def gpu_parts(self, batch: BatchShape) -> tuple[float, float, float, float]:
         """What one all-on-GPU step costs before any rate is applied: (linear-layer and
@@ -248,18 +276,20 @@ class RooflineLatency:
         lin = tokens * self.linear_flops_per_token + outputs * self.head_flops_per_output
         att = pairs * self.pair_flops
         off = self.op_offload
+        decode = tokens == outputs   # every sequence one token: a decode-only step
         if off is None or not self._offloads(tokens):
-            return self._split_s(tokens, lin, att, kv_read, self.overhead_s)
+            return self._split_s(tokens, lin, att, kv_read, self.overhead(tokens), decode)
         # ubatches of n_ubatch tokens, each a graph of its own: FLOPs by share of tokens,
         # weights and the step's KV read by every one (kvsim.latency.offload)
-        t, on_cpu = self.overhead_s, False
+        t, on_cpu = self.overhead(tokens), False
         for size, count in ubatch_split(int(tokens), off.ubatch_tokens):
             share = size / tokens
             if off.offloads(size):
                 t += count * self._offloaded_s(size, lin * share, att * share, kv_read,
                                                off.link_bytes_per_s)
             else:  # a short last ubatch: host layers (and head) on the CPU
-                t += count * self._split_s(float(size), lin * share, att * share, kv_read, 0.0)
+                t += count * self._split_s(float(size), lin * share, att * share, kv_read,
+                                           0.0, decode)
                 on_cpu = True
         # an output head in host memory runs on the CPU for the few tokens needing
         # logits (a batch below the minimum): one read of it per step
@@ -274,21 +304,24 @@ class RooflineLatency:
         copy_w = self.host_dense_bytes + self.host_expert_bytes * used
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
-        t = max(lin / self.gpu_flops_per_s + att / self.attn_flops_per_s,
+        t = max(lin / self.gpu_flops_per_s + att / self._attn_rate(tokens, False),
                 (self.weight_bytes(tokens)[0] + copy_w) / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
 
     def _split_s(self, tokens: float, lin: float, att: float, kv_read: float,
-                 base_s: float) -> float:
+                 base_s: float, decode: bool = False) -> float:
         """``base_s`` plus the GPU layers' roofline time plus the host layers' CPU time
-        (``lin``: linear-layer and head FLOPs, ``att``: attention FLOPs)."""
+        (``lin``: linear-layer and head FLOPs, ``att``: attention FLOPs; ``decode``: a
+        decode-only step, whose GPU times add where ``decode_adds``)."""
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        t = base_s + max((f * lin - moe) / self.gpu_flops_per_s
-                         + f * att / self.attn_flops_per_s,
-                         w_gpu / self.gpu_bytes_per_s + kv_time_gpu)
+        compute = (f * lin - moe) / self.gpu_flops_per_s \
+            + f * att / self._attn_rate(tokens, decode)
+        memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
+        t = base_s + (compute + memory if decode and self.decode_adds
+                      else max(compute, memory))
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
@@ -316,9 +349,10 @@ class RooflineLatency:
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
         gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
-        aflops, kvbw = self.attn_flops_per_s, self.kv_bytes_per_s
+        aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
+        over, adds = self.overhead(n), self.decode_adds
         out = []
         moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
             self.cpu_linear_flops_per_token
@@ -326,14 +360,16 @@ class RooflineLatency:
             kv = float(lkv * tok) - saved
             att = float(full * tok) * pf
             kv_time_gpu = f * kv / kvbw
-            t_gpu = max((f * lin - moe) / gflops + f * att / aflops, w_gpu + kv_time_gpu)
+            compute = (f * lin - moe) / gflops + f * att / aflops
+            t_gpu = compute + (w_gpu + kv_time_gpu) if adds else \
+                max(compute, w_gpu + kv_time_gpu)
             t_cpu = 0.0
             if cpu_side:
                 kv_time_cpu = (1 - f) * kv / self.cpu_bytes_per_s
                 t_cpu = max(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                             w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
                 t_cpu = t_cpu + dq * kv_time_cpu
-            out.append(self.overhead_s + t_gpu + dq * kv_time_gpu + t_cpu)
+            out.append(over + t_gpu + dq * kv_time_gpu + t_cpu)
         return out
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,

@@ -8,7 +8,10 @@ tables, source).
 ``requests`` carries a ``status`` column (finished, failed, or unfinished at the
 run's stop: :data:`kvsim.metrics.records.STATUSES`); a folder written before it
 existed, and a measured replay, get it from ``failed`` (no run of theirs was cut
-short with requests kept).
+short with requests kept).  It carries a ``failure_code`` column too (one of
+:data:`kvsim.metrics.failures.FAILURE_CODES` for a failed request, ``""`` otherwise,
+beside the engine's own ``failure_reason``); a folder without it gets it from
+``failure_reason``.
 
 ``references`` holds one row per scored reference event of the accuracy proxy
 (docs/design/DESIGN.md §3.6; :mod:`kvsim.metrics.accuracy`): ``time_s, session_id, request_id,
@@ -36,6 +39,7 @@ import pandas as pd
 
 from kvsim import __version__
 from kvsim.errors import InputError, RunStopped
+from kvsim.metrics.failures import FAILURE_CODE
 from kvsim.metrics.records import (
     EVENT_COLUMNS,
     ITL_DELTA,
@@ -48,7 +52,7 @@ from kvsim.metrics.records import (
     Recorder,
 )
 from kvsim.metrics.rows import ReferenceRow
-from kvsim.metrics.summary import request_status
+from kvsim.metrics.summary import failure_codes, request_status
 
 FORMAT_VERSION = 1
 TABLES = ("requests", "itl", "steps", "memory", "events")  # required in every folder
@@ -127,6 +131,17 @@ def with_status(requests: pd.DataFrame) -> pd.DataFrame:
                                                 index=requests.index)})
 
 
+def with_failure_code(requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` with its ``failure_code`` column (module doc): as saved, or derived
+    from ``failure_reason`` (``""`` for a request that did not fail)."""
+    if FAILURE_CODE in requests.columns or "failed" not in requests.columns:
+        return requests
+    failed = failure_codes(requests)
+    codes = dict(zip(failed.index, failed))
+    return requests.assign(**{FAILURE_CODE: pd.Series(
+        [codes.get(i, "") for i in requests.index], index=requests.index)})
+
+
 def references_frame(scored: Iterable[Any]) -> pd.DataFrame:
     """The ``references`` table from :class:`kvsim.metrics.accuracy.ScoredEvent` rows."""
     rows = [ReferenceRow(time_s=e.time_s, session_id=e.session_id, request_id=e.request_id,
@@ -186,7 +201,7 @@ class Results:
     stopped: RunStopped | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        self.requests = with_status(self.requests)
+        self.requests = with_failure_code(with_status(self.requests))
         if self.references is None:
             self.references = references_from_events(self.events, self.requests)
 

@@ -2,8 +2,10 @@
 
 Percentiles use one definition everywhere — the smallest observed value with at
 least q of the samples at or below it (numpy ``inverted_cdf``) — so TTFT/E2E
-percentiles and the inter-token percentiles agree, and every reported value is
-one that actually occurred.  Inter-token gaps come as affine runs (``itl`` table,
+percentiles and the inter-token percentiles agree, every reported value is one that
+actually occurred, and a plan's percentile pooled over its runs is this one over their
+union (:mod:`kvsim.metrics.pooled`).  Each latency has p50, p90, p95, p99 and its mean,
+as benchmark_serving and GuideLLM report them.  Inter-token gaps come as affine runs (``itl`` table,
 :mod:`kvsim.metrics.records`); their percentiles are exact over the expanded gaps
 (:mod:`kvsim.metrics.gaps`) without expanding them; with a calibrated step-time
 spread they are those of the gaps times that spread (:mod:`kvsim.metrics.spread`).
@@ -25,7 +27,13 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics import gaps, spread
-from kvsim.metrics.failures import FAILURE_KINDS, failure_kind
+from kvsim.metrics.failures import (
+    CODE_KIND,
+    FAILURE_CODE,
+    FAILURE_CODES,
+    FAILURE_KINDS,
+    failure_code,
+)
 from kvsim.metrics.records import (
     ABANDON_EVENT,
     FAILED,
@@ -36,16 +44,21 @@ from kvsim.metrics.records import (
     UNFINISHED,
 )
 
-QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
+PERCENTILE_METHOD = "inverted_cdf"  # NOTE: the one definition (module doc)
 
 
-def percentiles(name: str, values: pd.Series) -> dict[str, float]:
-    """``{name}_p50_s``, ``_p95_s``, ``_p99_s`` of the non-NaN ``values`` (``inverted_cdf``)."""
-    v = values.dropna().to_numpy(dtype=float)
+def percentiles(name: str, values: pd.Series | np.ndarray) -> dict[str, float]:
+    """``{name}_p50_s``, ``_p90_s``, ``_p95_s``, ``_p99_s`` and ``_mean_s`` of the finite
+    ``values`` (``inverted_cdf``)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
     if not len(v):
-        return {f"{name}_{k}_s": math.nan for k, _ in QUANTILES}
-    return {f"{name}_{k}_s": float(np.percentile(v, q * 100, method="inverted_cdf"))
-            for k, q in QUANTILES}
+        return {f"{name}_{k}_s": math.nan for k in (*(k for k, _ in QUANTILES), "mean")}
+    out = {f"{name}_{k}_s": float(np.percentile(v, q * 100, method=PERCENTILE_METHOD))
+           for k, q in QUANTILES}
+    out[f"{name}_mean_s"] = float(v.mean())
+    return out
 
 
 def itl_runs(itl: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,8 +144,8 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     """
     out: dict[str, Any] = {}
     done, done_itl = ended(requests, itl)
-    out.update(percentiles("ttft", pd.Series(spread.with_spread(done["ttft_s"],
-                                                          prefill_spread))))
+    out.update(percentiles("ttft", spread.with_spread(done["ttft_s"], prefill_spread)))
+    out["latency_requests"] = int(np.isfinite(done["ttft_s"].to_numpy(dtype=float)).sum())
     out.update(percentiles("queue", done["queue_s"]))
     out.update(percentiles("e2e", done["e2e_s"]))
     runs = itl_runs(done_itl)
@@ -151,6 +164,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     span = (end - requests["arrival_s"].min()) if len(requests) else 0.0
     out["output_tokens"] = output_tokens
     out["tokens_per_s"] = float(output_tokens / span) if span and not math.isnan(span) else 0.0
+    out.update(busy(requests, end if unfinished else math.nan))
     peak_res = int(memory["kv_reserved_bytes"].max()) if len(memory) else 0
     peak_alloc = int(memory["kv_allocated_bytes"].max()) if len(memory) else 0
     out["peak_kv_reserved_bytes"] = peak_res
@@ -169,7 +183,7 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     out["preemptions"] = int(preemptions)
     out["evictions"] = int(evictions)
     out["failed_requests"] = int(requests["failed"].sum())
-    out.update(failed_by_kind(requests))
+    out.update(failed_by_reason(requests))
     out["truncated_requests"] = int(requests["truncated"].sum())
     out["truncated_prompt_tokens"] = int(requests["truncated_prompt_tokens"].sum())
     out["requests"] = len(requests)
@@ -179,15 +193,64 @@ def summarize(requests: pd.DataFrame, itl: pd.DataFrame, memory: pd.DataFrame,
     return out
 
 
-def failed_by_kind(requests: pd.DataFrame) -> dict[str, int]:
-    """``failed_<kind>_requests`` for each kind of :mod:`kvsim.metrics.failures`:
-    too long for the context, refused busy, out of KV memory (the OOM-class ones)."""
-    kinds = pd.Series(dtype=object)
-    if "failure_reason" in requests.columns and "failed" in requests.columns:
-        reasons = requests.loc[requests["failed"].astype(bool), "failure_reason"]
-        kinds = reasons.astype(str).map(failure_kind)
-    counts = kinds.value_counts()
-    return {f"failed_{k}_requests": int(counts.get(k, 0)) for k in FAILURE_KINDS}
+def failure_codes(requests: pd.DataFrame) -> pd.Series:
+    """Each failed request's code (:mod:`kvsim.metrics.failures`): its ``failure_code``
+    column, or (older folders, measured replays) the code of its ``failure_reason``."""
+    if "failed" not in requests.columns:
+        return pd.Series(dtype=object)
+    failed = requests[requests["failed"].fillna(False).astype(bool)]
+    if FAILURE_CODE in failed.columns:
+        return failed[FAILURE_CODE].astype(str)
+    if "failure_reason" not in failed.columns:
+        return pd.Series(["engine_error"] * len(failed), index=failed.index, dtype=object)
+    return failed["failure_reason"].fillna("").astype(str).map(failure_code)
+
+
+def failed_by_reason(requests: pd.DataFrame) -> dict[str, int]:
+    """``failed_<code>_requests`` for each code and ``failed_<kind>_requests`` for each
+    kind of :mod:`kvsim.metrics.failures` (too long, busy, memory: the OOM-class ones)."""
+    counts = failure_codes(requests).value_counts()
+    out = {f"failed_{c}_requests": int(counts.get(c, 0)) for c in FAILURE_CODES}
+    for kind in FAILURE_KINDS:
+        out[f"failed_{kind}_requests"] = sum(out[f"failed_{c}_requests"]
+                                             for c, k in CODE_KIND.items() if k == kind)
+    return out
+
+
+def busy(requests: pd.DataFrame, stop_s: float = math.nan) -> dict[str, Any]:
+    """How busy the server was: ``busy_s`` (the time at least one request was in it,
+    arrival to end — the union of those intervals), ``output_tokens_per_busy_s`` (output
+    tokens over that time: what it delivered while in use, not a whole-day average),
+    ``peak_concurrent_requests`` (the most requests in it at once) and
+    ``longest_request_tokens`` (the largest prompt + output of one request: the context
+    one session needed).  A request without an end (failed at entry, unfinished at a
+    stop) ends at its last known time, or ``stop_s`` when unfinished."""
+    if not len(requests):
+        return {"busy_s": 0.0, "output_tokens_per_busy_s": 0.0, "peak_concurrent_requests": 0,
+                "longest_request_tokens": 0}
+    start = requests["arrival_s"].to_numpy(dtype=float)
+    end = requests["finish_s"].to_numpy(dtype=float)
+    for col in ("first_token_s", "first_scheduled_s"):
+        if col in requests.columns:
+            end = np.where(np.isnan(end), requests[col].to_numpy(dtype=float), end)
+    if not math.isnan(stop_s):
+        end = np.where(unfinished_mask(requests), stop_s, end)
+    end = np.where(np.isnan(end), start, np.maximum(end, start))
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum.accumulate(end[order])
+    # NOTE: a new busy interval starts where an arrival comes after every earlier end
+    new = np.r_[True, s[1:] > e[:-1]]
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]
+    busy_s = float((e[last] - s[new]).sum())
+    ev = np.r_[start, end]
+    step = np.r_[np.ones(len(start)), -np.ones(len(end))]
+    by = np.lexsort((step, ev))  # NOTE: at a tie an end comes before an arrival
+    tokens = int(requests["output_tokens"].sum())
+    need = (requests["prompt_tokens"] + requests["output_tokens"]).max()
+    return {"busy_s": busy_s,
+            "output_tokens_per_busy_s": tokens / busy_s if busy_s > 0 else 0.0,
+            "peak_concurrent_requests": int(np.cumsum(step[by]).max()),
+            "longest_request_tokens": int(need)}
 
 
 def session_outcomes(events: pd.DataFrame) -> dict[str, int]:

@@ -14,7 +14,7 @@ docs/reference/engines.md §8 item 7).
 
 from __future__ import annotations
 
-from kvsim.config.specs import ModelSpec
+from kvsim.config.specs import ATTENTION_KINDS, ModelSpec
 
 F16_MASK_BYTES = 2      # flash attention: the mask is F16
 F32_BYTES = 4           # without: the mask and the KQ scores are F32
@@ -32,16 +32,22 @@ def kq_mask_bytes(model: ModelSpec, n_ubatch: int, full_cells: int, swa_cells: i
 
 def kq_scores_bytes(model: ModelSpec, n_ubatch: int, n_kv: int, flash_attn: bool) -> int:
     """Without flash attention, one layer's F32 ``n_head × n_ubatch × n_kv`` scores."""
-    if flash_attn or all(g.kind == "recurrent" for g in model.layer_groups):
+    if flash_attn or not any(g.kind in ATTENTION_KINDS for g in model.layer_groups):
         return 0
     return model.num_attention_heads * n_ubatch * n_kv * F32_BYTES
+
+
+def llama_cpp_logits_bytes(model: ModelSpec, n_ubatch: int) -> int:
+    """The f32 logits of one micro-batch: the part of the compute buffer only the GPU
+    holding the output layer has (several GPUs, kvsim.engines._slot_box).  ESTIMATE."""
+    return n_ubatch * model.vocab_size * F32_BYTES
 
 
 def llama_cpp_compute_bytes(model: ModelSpec, n_ubatch: int, n_kv: int, flash_attn: bool,
                             swa_cells: int = 0) -> int:
     """llama.cpp's GPU compute buffer (module docstring): ``n_kv`` full-attention cells
     of one stream, ``swa_cells`` SWA cells of one stream (iSWA models)."""
-    logits = n_ubatch * model.vocab_size * F32_BYTES           # ESTIMATE
+    logits = llama_cpp_logits_bytes(model, n_ubatch)
     hidden = n_ubatch * model.hidden_size * 4 * F32_BYTES       # ESTIMATE
     mask = kq_mask_bytes(model, n_ubatch, n_kv, swa_cells, flash_attn)
     return logits + hidden + mask + kq_scores_bytes(model, n_ubatch, n_kv, flash_attn)

@@ -9,7 +9,8 @@ arithmetic this module implements exactly:
   needs more than ``window_tokens`` of them (chunked: at most one chunk);
 - **mla** layers store one latent of ``latent_dim`` values per token (K type), no V;
 - **recurrent** layers hold a fixed state of ``state_elements`` values per sequence,
-  independent of context (f32 in llama.cpp; the caller picks ``state_dtype``).
+  independent of context (f32 in llama.cpp; the caller picks ``state_dtype``);
+- **ffn** layers (MLP / MoE only) hold nothing.
 
 For ``T`` tokens of one sequence (:meth:`KvGeometry.bytes_for_tokens`)::
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvsim.config.specs import LayerGroup, ModelSpec
+from kvsim.config.specs import ATTENTION_KINDS, LayerGroup, ModelSpec
 from kvsim.model.dtypes import CacheType, cache_type
 
 
@@ -165,13 +166,14 @@ def kv_geometry(model: ModelSpec, cache_type_k: str = "f16", cache_type_v: str =
     k = cache_type(cache_type_k, "cache_type_k", role="k")
     v = cache_type(cache_type_v, "cache_type_v", role="v")
     state = cache_type(state_dtype, "state_dtype")
-    groups = tuple(_group_bytes(g, k, v) for g in model.layer_groups if g.kind != "recurrent")
+    groups = tuple(_group_bytes(g, k, v) for g in model.layer_groups
+                   if g.kind in ATTENTION_KINDS)
     rec = [g for g in model.layer_groups if g.kind == "recurrent"]
     rec_layers = sum(g.layers for g in rec)
     rec_elems = sum(g.state_elements * g.layers for g in rec)
     rec_bytes = sum(state.row_bytes(g.state_elements) * g.layers for g in rec)
-    n_tensor_layers = sum(g.layers for g in model.layer_groups if g.kind != "recurrent")
-    n_v = sum(g.layers for g in model.layer_groups if g.kind not in ("recurrent", "mla"))
+    n_tensor_layers = sum(g.layers for g in model.layer_groups if g.kind in ATTENTION_KINDS)
+    n_v = sum(g.layers for g in model.layer_groups if g.kind in ATTENTION_KINDS - {"mla"})
     fixed = k.tensor_scale_bytes * n_tensor_layers + v.tensor_scale_bytes * n_v
     return KvGeometry(
         model_name=model.name, cache_type_k=k.name, cache_type_v=v.name,

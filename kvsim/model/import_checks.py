@@ -19,7 +19,8 @@ HF_SIZES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "d_mode
             "state_size", "conv_kernel", "expand", "num_heads", "n_groups", "mamba_expand",
             "mamba_d_state", "mamba_d_conv", "linear_num_value_heads", "linear_num_key_heads",
             "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-            "kv_lora_rank", "qk_rope_head_dim")
+            "kv_lora_rank", "qk_rope_head_dim", "global_head_dim",
+            "num_global_key_value_heads")
 """config.json sizes the importer reads: each must be a positive integer when present.
 
 NOTE: the importer reads ``value or default``, so a 0 would silently become the default,
@@ -47,6 +48,9 @@ def check_hf_sizes(cfg: dict[str, Any], where: str) -> None:
     if heads and kv and heads % kv:
         raise InputError(f"{where}.num_key_value_heads", kv, f"a divisor of num_attention_heads "
                          f"({heads}): each KV head serves a whole group of query heads")
+    if cfg.get("num_kv_shared_layers"):   # Gemma 4 E2B/E4B: later layers reuse earlier KV
+        raise InputError(f"{where}.num_kv_shared_layers", cfg["num_kv_shared_layers"],
+                         "0: layers that reuse another layer's KV are not modelled")
 
 
 

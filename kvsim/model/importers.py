@@ -8,10 +8,19 @@ read.  Layer layouts follow ``docs/reference/hardware-and-models.md`` §2:
   (global iff ``(i+1) % sliding_window_pattern == 0``), gpt-oss (even layers local),
   otherwise every layer when a window is set and not disabled;
 - Llama 4 chunked attention (``attention_chunk_size``, ``no_rope_layers``);
+- Gemma 4's full-attention layers: ``global_head_dim``, and ``num_global_key_value_heads``
+  where ``attention_k_eq_v`` (as HF Gemma4; K and V both cached), else the sliding layers';
 - MLA latent = ``kv_lora_rank + qk_rope_head_dim``;
-- recurrent state per layer: Mamba-1/Jamba ``d_inner*(d_state + d_conv)``, Mamba-2
-  ``nheads*headdim*d_state + (d_inner + 2*ngroups*d_state)*d_conv``, Gated DeltaNet
-  ``v_heads*k_dim*v_dim + (kernel-1)*(2*k_heads*k_dim + v_heads*v_dim)``.
+- recurrent state per layer, the SSM state plus the convolution window of ``d_conv - 1``
+  columns (llama.cpp ``n_embd_s`` / ``n_embd_r``; vLLM's conv state has ``conv_kernel - 1``
+  rows): Mamba-1/Jamba ``d_inner*d_state + (d_conv-1)*d_inner``, Mamba-2 and Nemotron-H
+  ``nheads*headdim*d_state + (d_conv-1)*(d_inner + 2*ngroups*d_state)`` (Nemotron-H's
+  ``d_inner = mamba_num_heads*mamba_head_dim``), Gated DeltaNet
+  ``v_heads*k_dim*v_dim + (kernel-1)*(2*k_heads*k_dim + v_heads*v_dim)``; the window's
+  part is kept as ``conv_state_elements``;
+- Nemotron-H's ``hybrid_override_pattern``: ``M`` Mamba-2, ``*`` attention, ``E`` / ``-``
+  MoE / MLP-only layers (``ffn``: no cache); a GGUF's per-layer KV heads and FFN widths
+  tell the same apart (no KV heads and no FFN: recurrent).
 
 ``params_total`` comes from the GGUF tensor shapes; config.json has no parameter
 count, so it is estimated from the dense/MoE shapes and marked in ``notes``.
@@ -51,16 +60,23 @@ def _attn(kind: str, idx: list[int], kv: int, hk: int, hv: int, window: int | No
 
 
 def _split(kinds: list[str], kv: int, hk: int, hv: int, window: int | None,
-           state: int = 0) -> list[dict[str, Any]]:
-    """Layer groups from a per-layer kind list (full/sliding/chunked/recurrent)."""
-    groups = []
-    for kind in ("full", "sliding", "chunked", "recurrent"):
+           state: tuple[int, int] = (0, 0), full: tuple[int, int] | None = None
+           ) -> list[dict[str, Any]]:
+    """Layer groups from a per-layer kind list (full/sliding/chunked/recurrent/ffn);
+    ``state``: a recurrent layer's (state elements, of which the convolution window's);
+    ``full``: the full-attention layers' own (KV heads, head_dim) where they differ."""
+    groups: list[dict[str, Any]] = []
+    for kind in ("full", "sliding", "chunked", "recurrent", "ffn"):
         idx = [i for i, k in enumerate(kinds) if k == kind]
         if not idx:
             continue
         if kind == "recurrent":
             groups.append({"kind": kind, "layers": len(idx), "layer_indices": idx,
-                           "state_elements": state})
+                           "state_elements": state[0], "conv_state_elements": state[1]})
+        elif kind == "ffn":
+            groups.append({"kind": kind, "layers": len(idx), "layer_indices": idx})
+        elif kind == "full" and full:
+            groups.append(_attn(kind, idx, full[0], full[1], full[1]))
         else:
             groups.append(_attn(kind, idx, kv, hk, hv, window if kind != "full" else None))
     return groups
@@ -83,29 +99,58 @@ def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
     raise InputError(where, keys[0], "missing from config.json (needed for the KV geometry)")
 
 
-def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int, where: str) -> int:
+def _mamba2_state(nheads: int, hd: int, d_state: int, groups: int, conv: int
+                  ) -> tuple[int, int]:
+    """(state, window) of a Mamba-2 mixer: heads x head_dim x d_state, and ``conv - 1``
+    columns of d_inner + 2 x groups x d_state."""
+    window = (conv - 1) * (nheads * hd + 2 * groups * d_state)
+    return nheads * hd * d_state + window, window
+
+
+def _hf_state(cfg: dict[str, Any], mtype: str, hidden: int, where: str) -> tuple[int, int]:
+    """(state elements per recurrent layer, of which the convolution window's)."""
+    if mtype == "nemotron_h":
+        heads, hd, d_state, groups = (int(_need(cfg, (k,), where)) for k in (
+            "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups"))
+        return _mamba2_state(heads, hd, d_state, groups, int(cfg.get("conv_kernel", 4)))
     if mtype == "mamba2":
-        d_state, conv = cfg.get("state_size", 128), cfg.get("conv_kernel", 4)
-        d_inner = cfg.get("expand", 2) * hidden
-        hd = cfg.get("head_dim", 64)
-        nheads = cfg.get("num_heads", d_inner // hd)
-        return nheads * hd * d_state + (d_inner + 2 * cfg.get("n_groups", 1) * d_state) * conv
+        d_inner, hd = cfg.get("expand", 2) * hidden, cfg.get("head_dim", 64)
+        return _mamba2_state(cfg.get("num_heads", d_inner // hd), hd,
+                             cfg.get("state_size", 128), cfg.get("n_groups", 1),
+                             cfg.get("conv_kernel", 4))
     if mtype in ("mamba", "jamba"):
         d_inner = cfg.get("mamba_expand", cfg.get("expand", 2)) * hidden
-        return d_inner * (cfg.get("mamba_d_state", cfg.get("state_size", 16))
-                          + cfg.get("mamba_d_conv", cfg.get("conv_kernel", 4)))
-    if "linear_num_value_heads" in cfg:   # Gated DeltaNet (Qwen3-Next)
+        window = d_inner * (cfg.get("mamba_d_conv", cfg.get("conv_kernel", 4)) - 1)
+        return d_inner * cfg.get("mamba_d_state", cfg.get("state_size", 16)) + window, window
+    if "linear_num_value_heads" in cfg:   # Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6)
         vh, kh, kd, vd = (_need(cfg, (k,), where) for k in (
             "linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim",
             "linear_value_head_dim"))
-        return vh * kd * vd + (cfg.get("linear_conv_kernel_dim", 4) - 1) * (2 * kh * kd + vh * vd)
-    return 0
+        window = (cfg.get("linear_conv_kernel_dim", 4) - 1) * (2 * kh * kd + vh * vd)
+        return vh * kd * vd + window, window
+    return 0, 0
+
+
+def _global_attn(cfg: dict[str, Any], kv: int) -> tuple[int, int] | None:
+    """Gemma 4's full-attention layers' own (KV heads, head_dim) (module docstring)."""
+    if not cfg.get("global_head_dim"):
+        return None
+    heads = cfg.get("num_global_key_value_heads") if cfg.get("attention_k_eq_v") else None
+    return int(heads or kv), int(cfg["global_head_dim"])
+
+
+_SSM_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_NEMOTRON_H = {"M": "recurrent", "*": "full", "E": "ffn", "-": "ffn"}
 
 
 def _hf_kinds(cfg: dict[str, Any], mtype: str, n: int) -> tuple[list[str], int | None]:
     window = cfg.get("sliding_window")
     if mtype in ("mamba", "mamba2"):
         return ["recurrent"] * n, None
+    if mtype == "nemotron_h" and isinstance(cfg.get("hybrid_override_pattern"), str):
+        pattern = cfg["hybrid_override_pattern"]
+        if len(pattern) == n and set(pattern) <= set(_NEMOTRON_H):
+            return [_NEMOTRON_H[c] for c in pattern], None
     if mtype == "jamba":
         per, off = cfg.get("attn_layer_period", 8), cfg.get("attn_layer_offset", 4)
         return ["full" if i % per == off else "recurrent" for i in range(n)], None
@@ -195,14 +240,14 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
     hd = 0 if recurrent_only else int(cfg.get("head_dim") or hidden // heads)
     kinds, window = _hf_kinds(cfg, mtype, n)
     state = _hf_state(cfg, mtype, hidden, where)
-    if "recurrent" in kinds and not state:
+    if "recurrent" in kinds and not state[0]:
         raise InputError(where, "state_size", "recurrent layers need their state dimensions")
     if cfg.get("kv_lora_rank"):
         latent = int(cfg["kv_lora_rank"]) + int(_need(cfg, ("qk_rope_head_dim",), where))
         groups: list[dict[str, Any]] = [{"kind": "mla", "layers": n, "latent_dim": latent}]
         kv, hd = 1, latent
     else:
-        groups = _split(kinds, kv, hd, hd, window, state)
+        groups = _split(kinds, kv, hd, hd, window, state, _global_attn(cfg, kv))
     max_pos = cfg.get("max_position_embeddings") or cfg.get("n_positions")
     notes = "imported from config.json; params_total ESTIMATED from layer shapes"
     if not max_pos:
@@ -220,7 +265,8 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
         "head_dim": hd, "vocab_size": int(cfg["vocab_size"]), "max_context_tokens": int(max_pos),
         "layer_groups": groups, "attention_kind": mtype, "source": f"config.json {p}",
-        "tied_embeddings": _hf_tied(cfg), "notes": notes}, where)
+        "tied_embeddings": _hf_tied(cfg), "notes": notes,
+        "ssm_state_dtype": _SSM_DTYPES.get(str(cfg.get("mamba_ssm_dtype", "")))}, where)
 
 
 # ---------------------------------------------------------------- GGUF header
@@ -252,8 +298,10 @@ def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
                 ) -> tuple[list[str], int | None]:
     if arch in ("mamba", "mamba2"):
         return ["recurrent"] * n, None
-    if kv_arr is not None:
-        base = ["full" if kv_arr[i] else "recurrent" for i in range(n)]
+    ff = f.get(f"{arch}.feed_forward_length")
+    if kv_arr is not None:  # a layer with no KV heads: an FFN-only one where it has an FFN
+        ffn = [bool(ff[i]) if isinstance(ff, list) else False for i in range(n)]
+        base = ["full" if kv_arr[i] else "ffn" if ffn[i] else "recurrent" for i in range(n)]
     else:
         base = ["full"] * n
     window = f.get(f"{arch}.attention.sliding_window")
@@ -270,14 +318,13 @@ def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
     return ["sliding"] * n, window
 
 
-def _gguf_state(f: dict[str, Any], arch: str) -> int:
+def _gguf_state(f: dict[str, Any], arch: str) -> tuple[int, int]:
+    """llama.cpp's ``n_embd_s`` + ``n_embd_r`` (module docstring), and the latter."""
     inner, d_state = f.get(f"{arch}.ssm.inner_size", 0), f.get(f"{arch}.ssm.state_size", 0)
     conv = f.get(f"{arch}.ssm.conv_kernel", 0)
     groups = f.get(f"{arch}.ssm.group_count", 0)
-    if groups:   # Mamba-2: nheads = time_step_rank
-        nheads = f.get(f"{arch}.ssm.time_step_rank", 1)
-        return nheads * (inner // nheads) * d_state + (inner + 2 * groups * d_state) * conv
-    return inner * (d_state + conv)
+    window = max(0, conv - 1) * (inner + 2 * groups * d_state)
+    return inner * d_state + window, window
 
 
 def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -310,8 +357,8 @@ def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
     if not vocab:
         raise InputError(where, f"{arch}.vocab_size", "missing (and no tokenizer.ggml.tokens)")
     kinds, window = _gguf_kinds(f, arch, n, kv_arr)
-    state = _gguf_state(f, arch) if "recurrent" in kinds else 0
-    if "recurrent" in kinds and not state:
+    state = _gguf_state(f, arch) if "recurrent" in kinds else (0, 0)
+    if "recurrent" in kinds and not state[0]:
         raise InputError(where, f"{arch}.ssm.state_size", "missing for recurrent layers")
     lora = f.get(f"{arch}.attention.kv_lora_rank")
     if lora:

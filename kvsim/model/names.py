@@ -48,14 +48,15 @@ SIZE_TOLERANCE = 0.04
 # "Q4_K - Medium" for Q4_K_M and "MXFP4 MoE" for its MXFP4_MOE file type
 _FORMATS = (
     ("mxfp4_moe", r"mxfp4[ _-]?moe"), ("mxfp4", r"mxfp4"),
-    ("q4_k_m", r"q4_k(?:_m| - medium)"), ("q5_k_m", r"q5_k(?:_m| - medium)"),
-    ("q6_k", r"q6_k"), ("q8_0", r"q8_0"), ("q4_0", r"q4_0"), ("iq4_xs", r"iq4_xs"),
+    ("q4_k_m", r"q4_k(?:_m| - medium)"), ("q4_k_s", r"q4_k(?:_s| - small)"),
+    ("q5_k_m", r"q5_k(?:_m| - medium)"), ("q6_k", r"q6_k"), ("q8_0", r"q8_0"),
+    ("q4_0", r"q4_0"), ("iq4_xs", r"iq4_xs"), ("iq4_nl", r"iq4_nl"), ("nvfp4", r"nvfp4"),
     ("bf16", r"bf16|bfloat16"), ("f16", r"f16|fp16|float16"), ("fp8", r"fp8"),
     ("awq", r"awq"), ("gptq", r"gptq"),
 )
 _EDGE_L, _EDGE_R = r"(?<![a-z0-9])", r"(?![a-z0-9]|_[a-z0-9])"
 _OTHER_FORMAT = re.compile(_EDGE_L + r"(i?q\d_[a-z0-9]+(?:_[a-z0-9]+)?"
-                           r"(?: - (?:small|medium|large))?|nvfp4|int[48])" + _EDGE_R)
+                           r"(?: - (?:small|medium|large))?|int[48])" + _EDGE_R)
 _NOISE = frozenset({"instruct", "chat", "it", "hf", "base", "qat"})
 _HF_CLASS = re.compile(r"\b\w+for(?:causallm|conditionalgeneration)\b")
 _SIZE = r"\d+(?:\.\d+)?(?:x\d+(?:\.\d+)?)?[bm](?:\.a\d+(?:\.\d+)?b)?"

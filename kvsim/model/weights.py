@@ -17,7 +17,7 @@ Design: docs/design/memory-layout.md (the bpw table and its sources).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, unknown_name
@@ -47,14 +47,20 @@ _FORMATS = {f.name: f for f in (
     WeightFormat("f32", 32.0, "4 bytes per weight"),
     WeightFormat("bf16", 16.0, "2 bytes per weight"),
     WeightFormat("f16", 16.0, "2 bytes per weight"),
-    WeightFormat("fp8", 8.0, "1 byte per weight; embedding and head bf16",
-                 embed_bits_per_weight=16.0),
+    WeightFormat("fp8", 8.0, "1 byte per weight; embedding and head bf16; fp32 scales per "
+                 "tensor, channel or 128 x 128 block (vLLM fp8.py weight_scale_inv) not counted: "
+                 "at most 4 B per row of weights", embed_bits_per_weight=16.0),
     WeightFormat("q8_0", 8.5, "ggml block 34 B / 32 values"),
     WeightFormat("q6_k", 6.5625, "ggml block_q6_K 210 B / 256 values"),
     WeightFormat("q5_k_m", 5.68, "llama.cpp tools/quantize README (Llama-2-7B)"),
     WeightFormat("q4_k_m", 4.84, "llama.cpp tools/quantize README (Llama-2-7B)"),
+    WeightFormat("q4_k_s", 4.58, "llama.cpp tools/quantize README (Llama-2-7B)"),
     WeightFormat("q4_0", 4.5, "ggml block 18 B / 32 values"),
+    WeightFormat("iq4_nl", 4.5, "ggml block_iq4_nl 18 B / 32 values (ggml-common.h)"),
     WeightFormat("iq4_xs", 4.25, "ggml block_iq4_xs 136 B / 256 values"),
+    WeightFormat("nvfp4", 4.5, "NVFP4 (ModelOpt): E2M1 4-bit values with one E4M3 scale per "
+                 "16 = 9 B / 16 values (+ an FP32 scale per tensor); embedding and head "
+                 "bf16", embed_bits_per_weight=16.0),
     WeightFormat("mxfp4", 4.25, "17 B / 32 values on the MoE experts; the rest bf16 (the "
                  "released gpt-oss checkpoints, docs/reference/models.csv notes)",
                  other_bits_per_weight=16.0),
@@ -68,7 +74,7 @@ _FORMATS = {f.name: f for f in (
 )}
 _ALIASES = {"fp32": "f32", "float32": "f32", "fp16": "f16", "float16": "f16", "bfloat16": "bf16", "int4_awq": "awq",
             "awq_int4": "awq", "int4_gptq": "gptq", "gptq_int4": "gptq", "int4": "awq",
-            "fp8_e4m3": "fp8"}
+            "fp8_e4m3": "fp8", "modelopt_fp4": "nvfp4"}
 
 
 def weight_format_names() -> list[str]:
@@ -99,6 +105,18 @@ class WeightSplit:
     num_layers: int
     expert_bytes_per_layer: int = 0  # MoE: one layer's routed experts (part of per_layer)
     tied: bool = False            # the output head is the token embedding's tensor
+
+    def scaled_to(self, total_bytes: int) -> WeightSplit:
+        """The same split with every part scaled so the checkpoint is ``total_bytes``: a
+        file whose size is known (llama-bench prints it) keeps kvsim's proportions.
+        NOTE: the parts' sum keeps its identity with ``total_bytes`` to within rounding."""
+        f = total_bytes / self.total_bytes
+        return replace(self, total_bytes=int(total_bytes),
+                       bits_per_weight=self.bits_per_weight * f,
+                       per_layer_bytes=round(self.per_layer_bytes * f),
+                       non_repeating_bytes=round(self.non_repeating_bytes * f),
+                       embedding_bytes=round(self.embedding_bytes * f),
+                       expert_bytes_per_layer=round(self.expert_bytes_per_layer * f))
 
     def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
                   head_first: bool = False) -> int:

@@ -44,7 +44,9 @@ COMPARE_COLUMNS = (
     "gpu", "display_name", "memory_gib", "usable_gib", "feasible", "best_context_tokens", "best_parallel",
     "kv_dtype", "flags", "ttft_p95_s", "itl_p95_s", "peak_device_fraction",
     "headroom_fraction", "headroom_bytes", "oom_risk", "oom_risk_low", "oom_risk_high",
-    "max_parallel", "price_usd", "usd_per_session", "points_feasible", "points_tried")
+    "max_parallel", "price_usd", "usd_per_session", "points_feasible", "points_tried",
+    "ttft_p95_s_low", "ttft_p95_s_high", "latency_requests", "failed_requests", "verdict",
+    "grid_notes")
 
 
 @dataclass
@@ -110,8 +112,11 @@ def compare_gpus(scenario: Scenario, gpus: list[str], constraints: Constraints,
 
 def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
     t = res.table
+    from kvsim.plan.explain import plan_verdict
+
     feasible = t[t["feasible"].astype(bool)] if len(t) else t
     rec = res.recommendation or {}
+    verdict = plan_verdict(t, res.recommendation, c)
     prices = [g.launch_price_usd for g in s.gpus]
     price = None if any(p is None for p in prices) else float(sum(p or 0.0 for p in prices))
     max_par = int(feasible["parallel"].max()) if len(feasible) else 0
@@ -138,4 +143,10 @@ def _row(s: Scenario, res: PlanResult, c: Constraints) -> dict[str, Any]:
         "max_parallel": max_par, "price_usd": price,
         "usd_per_session": price / max_par if price is not None and max_par else float("nan"),
         "points_feasible": len(feasible), "points_tried": len(t),
+        "ttft_p95_s_low": rec.get("ttft_p95_s_low", float("nan")),
+        "ttft_p95_s_high": rec.get("ttft_p95_s_high", float("nan")),
+        "latency_requests": rec.get("latency_requests", float("nan")),
+        "failed_requests": rec.get("failed_requests", float("nan")),
+        "verdict": "; ".join(verdict).removeprefix("verdict: "),
+        "grid_notes": "; ".join(res.grid_notes),
     }

@@ -5,7 +5,10 @@ are); one simulation is one draw.  :func:`replicate` runs the same scenario unde
 N seeds split from the scenario's seed (``numpy.random.SeedSequence``, named
 stream), in parallel, and summarises:
 
-- each summary metric as the mean over replications with a Student-t interval
+- each latency percentile **pooled** over every request of every replication (the
+  percentile users mean), with a bootstrap interval over sessions
+  (:mod:`kvsim.metrics.pooled`, :meth:`ReplicationSet.latency`);
+- each other summary metric as the mean over replications with a Student-t interval
   (none from a single run: :func:`kvsim.plan.stats.mean_interval`);
 - **OOM risk** = share of replications with an OOM-class event — a failed
   request, an allocation failure or a load failure, as the engine would surface
@@ -29,7 +32,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim.metrics.failures import FAILURE_KINDS, failure_kind
+from kvsim.metrics.failures import FAILURE_CODES, FAILURE_KINDS, failure_kind
+from kvsim.metrics.pooled import (
+    LatencySample,
+    latency_sample,
+    pooled_count,
+    pooled_interval,
+    pooled_quantile,
+)
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.stats import Interval, mean_interval, wilson_interval
 from kvsim.scenario import Scenario, scenario_hash
@@ -46,11 +56,13 @@ OOM_SUMMARY_KEYS = ("failed_memory_requests", "oom_events", "allocation_failures
 
 @dataclass(frozen=True)
 class RunOutput:
-    """What one run hands back: its flat summary and its OOM-class verdict."""
+    """What one run hands back: its flat summary, its OOM-class verdict and (simulated
+    runs) its latency values for pooling."""
 
     summary: dict[str, Any]
     oom_reason: str = ""  # "" = no OOM-class event
     results: Any = None  # the full Results, only when asked for
+    samples: LatencySample | None = None  # None: a runner that gives summaries only
 
 
 def oom_reason(summary: dict[str, Any], requests: pd.DataFrame | None = None,
@@ -94,7 +106,8 @@ def simulate_run(scenario: Scenario, keep_results: bool = False) -> RunOutput:
         raise res.stopped
     reason = oom_reason(dict(res.summary), getattr(res, "requests", None),
                         getattr(res, "events", None))
-    return RunOutput(dict(res.summary), reason, res if keep_results else None)
+    return RunOutput(dict(res.summary), reason, res if keep_results else None,
+                     latency_sample(res))
 
 
 def simulate_keep(scenario: Scenario) -> RunOutput:
@@ -129,6 +142,7 @@ class ReplicationSet:
     seeds: tuple[int, ...]
     runs: tuple[RunOutput, ...]
     notes: tuple[str, ...] = field(default=())
+    shared_sessions: bool = False  # a trace: the same sessions in every run (kvsim.metrics.pooled)
 
     @property
     def n(self) -> int:
@@ -147,6 +161,36 @@ class ReplicationSet:
         k = sum(1 for r in self.runs if _as_float(r.summary.get(key)) > 0)
         return wilson_interval(k, self.n, confidence)
 
+    @property
+    def pooled(self) -> bool:
+        """Can latency percentiles be pooled (every run handed its values back)?"""
+        return self.n > 0 and all(r.samples is not None for r in self.runs)
+
+    def latency(self, key: str, confidence: float = 0.95, interval: bool = True) -> Interval:
+        """A latency percentile (``ttft_p95_s`` …): pooled over every run's requests with
+        its session-bootstrap interval (``n`` = the requests, or gaps, it rests on; NaN
+        ends unless ``interval``); the mean of the runs' own (:meth:`metric`) when a
+        runner gave summaries only."""
+        metric, pct = _latency_key(key)
+        if not self.pooled or metric is None:
+            return self.metric(key, confidence)
+        samples = [r.samples for r in self.runs if r.samples is not None]
+        q = pct / 100
+        low, high = pooled_interval(samples, metric, q, confidence,
+                                    seed=self.seeds[0] if self.seeds else 0,
+                                    shared_sessions=self.shared_sessions) \
+            if interval else (math.nan, math.nan)
+        return Interval(pooled_quantile(samples, metric, q), low, high,
+                        pooled_count(samples, metric), confidence)
+
+    def failures(self) -> dict[str, float]:
+        """Per failure code (kvsim.metrics.failures), the failed requests per run (mean)."""
+        def count(r: RunOutput, c: str) -> float:
+            v = _as_float(r.summary.get(f"failed_{c}_requests"))
+            return 0.0 if math.isnan(v) else v
+
+        return {c: sum(count(r, c) for r in self.runs) / max(self.n, 1) for c in FAILURE_CODES}
+
     def metric(self, key: str, confidence: float = 0.95) -> Interval:
         values = [_as_float(r.summary.get(key)) for r in self.runs]
         return mean_interval(values, confidence)
@@ -164,6 +208,15 @@ class ReplicationSet:
         return pd.DataFrame(rows)
 
 
+def _latency_key(key: str) -> tuple[str | None, int]:
+    """``ttft_p95_s`` → ("ttft", 95); (None, 0) for a key that is no latency percentile."""
+    parts = key.removesuffix("_s").split("_")
+    if len(parts) == 2 and parts[0] in ("ttft", "itl", "e2e") and parts[1][:1] == "p" \
+            and parts[1][1:].isdigit():
+        return parts[0], int(parts[1][1:])
+    return None, 0
+
+
 def _as_float(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
 
@@ -175,7 +228,8 @@ def replicate(scenario: Scenario, n: int, *, executor: Executor | None = None,
     seeds = replication_seeds(scenario.seed, n, stream)
     variants = [scenario.model_copy(update={"seed": s}) for s in seeds]
     runs = run_all(variants, executor=executor, runner=runner, progress=progress)
-    return ReplicationSet(scenario_hash(scenario), tuple(seeds), tuple(runs))
+    return ReplicationSet(scenario_hash(scenario), tuple(seeds), tuple(runs),
+                          shared_sessions=scenario.workload.trace is not None)
 
 
 def run_all(scenarios: Sequence[Scenario], *, executor: Executor | None = None,

@@ -15,7 +15,8 @@ judged against :class:`~kvsim.plan.slo.Constraints`:
    simulation; one that turns out feasible voids the assumption for its group,
    and every pruned point of that group is evaluated after all.
 3. **simulated**: N seeded replications (:mod:`kvsim.plan.replicate`) give p95
-   latencies with CIs, peak device fraction and OOM risk with a Wilson interval.
+   latencies pooled over all their requests with a bootstrap CI over sessions, peak
+   device fraction and OOM risk with a Wilson interval (:mod:`kvsim.plan.point_row`).
 
 The Pareto front is the feasible points not dominated in (context, parallel) by
 another feasible point; the recommendation maximises context × parallel (the
@@ -43,8 +44,10 @@ from kvsim.plan.flags import (
     point_parallel,
 )
 from kvsim.plan.parallel import full_length_held, short_pool_note
-from kvsim.plan.replicate import ReplicationSet, Runner, replicate, simulate_run
-from kvsim.plan.slo import Check, Constraints, Verdict, judge, measured_recall
+from kvsim.plan.point_row import estimates as _estimates
+from kvsim.plan.point_row import point_row
+from kvsim.plan.replicate import Runner, replicate, simulate_run
+from kvsim.plan.slo import Check, Constraints, Verdict, judge
 from kvsim.plan.stats import wilson_interval
 from kvsim.scenario import Scenario, scenario_hash
 
@@ -80,6 +83,7 @@ class PlanResult:
     front: pd.DataFrame          # the Pareto front (feasible, non-dominated rows)
     recommendation: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    grid_notes: list[str] = field(default_factory=list)  # the grid's edge (kvsim.plan.widen)
 
 
 @dataclass
@@ -91,6 +95,7 @@ class _Point:
     scenario: Scenario | None = None
     row: dict[str, Any] = field(default_factory=dict)
     error: InputError | None = None  # why this point's configuration is invalid
+    session_tokens: int = 0  # what one session may hold in its layout (0: unknown)
 
 
 
@@ -114,10 +119,10 @@ def _refuse_invalid_groups(pts: list[_Point]) -> None:
             raise members[0].error  # type: ignore[misc]
 
 
-def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
-    """(loads, every layer on the GPU, device fraction, the pool verdict) of the
-    load-time layout; the pool verdict is None unless a paged pool holds fewer than
-    ``parallel`` full-length requests."""
+def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None, int]:
+    """(loads, every layer on the GPU, device fraction, the pool verdict, the tokens one
+    session may hold) of the load-time layout; the pool verdict is None unless a paged
+    pool holds fewer than ``parallel`` full-length requests."""
     from kvsim.engines.budget import box_reserves, memory_budget
 
     par = point_parallel(scenario)
@@ -127,7 +132,8 @@ def _static(scenario: Scenario) -> tuple[bool, bool, float, Verdict | None]:
     pool = None if held is None or why is None else Verdict(
         False, "kv_pool", (Check("kv_pool", float(held), float(par), False,
                                  (held - par) / par),), (why,))
-    return bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction), pool
+    return (bool(b.fits), bool(b.all_layers_on_gpu), float(b.device_fraction), pool,
+            int(b.slot_tokens))
 
 
 def _memory_verdict(fraction: float, limit: float) -> Verdict:
@@ -136,60 +142,18 @@ def _memory_verdict(fraction: float, limit: float) -> Verdict:
                    (Check("device_fraction", fraction, limit, False, slack),))
 
 
-def _estimates(reps: ReplicationSet, c: Constraints, conservative: bool,
-               static_fraction: float) -> dict[str, Any]:
-    est: dict[str, Any] = {}
-    for b in c.latency:
-        iv = reps.metric(b.key)
-        est[b.key] = iv.high if conservative else iv.estimate
-    peak = reps.peak("peak_device_fraction")
-    est["device_fraction"] = static_fraction if math.isnan(peak) else peak
-    risk = reps.oom_risk()
-    est["oom_risk"] = risk.high if conservative else risk.estimate
-    if any(measured_recall(r.summary) for r in reps.runs):
-        iv = reps.metric("recall_mean")
-        est["recall"] = iv.low if conservative else iv.estimate
-    return est
-
-
-def _row(p: _Point, v: Verdict, how: str, reps: ReplicationSet | None,
-         static_fraction: float) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "kv_dtype": p.kv or (p.scenario.engine.cache_type_k if p.scenario else ""),
-        "policy": p.policy, "context_tokens": p.context, "parallel": p.parallel,
-        "feasible": v.feasible, "binding": "" if v.feasible else v.binding,
-        "tightest": v.binding, "evaluated": how, "verified": pd.NA,
-        "static_device_fraction": static_fraction, "peak_device_fraction": static_fraction,
-        "replications": 0, "scenario_hash": scenario_hash(p.scenario) if p.scenario else "",
-        "notes": "; ".join(v.notes)}
-    if reps is not None:
-        row["replications"] = reps.n
-        for key in ("ttft_p95_s", "itl_p95_s", "e2e_p95_s", "ttft_p50_s", "itl_p50_s"):
-            iv = reps.metric(key)
-            row[key], row[f"{key}_low"], row[f"{key}_high"] = iv.estimate, iv.low, iv.high
-        peak = reps.peak("peak_device_fraction")
-        row["peak_device_fraction"] = static_fraction if math.isnan(peak) else peak
-        risk = reps.oom_risk()
-        row.update(oom_risk=risk.estimate, oom_risk_low=risk.low, oom_risk_high=risk.high,
-                   oom_count=sum(1 for r in reps.runs if r.oom_reason))
-        reasons = sorted({r.oom_reason for r in reps.runs if r.oom_reason})
-        row["oom_reasons"] = "; ".join(reasons)
-        if any(measured_recall(r.summary) for r in reps.runs):
-            row["accuracy_mean"] = reps.metric("recall_mean").estimate
-        row["flags"] = engine_flags(p.scenario) if p.scenario else ""
-    return row
-
-
 class _Evaluator:
     def __init__(self, c: Constraints, n: int, executor: Executor | None, runner: Runner,
-                 conservative: bool, progress: Callable[[int], None] | None) -> None:
+                 conservative: bool, progress: Callable[[int], None] | None,
+                 known: dict[str, dict[str, Any]] | None = None) -> None:
         self.c, self.n, self.executor, self.runner = c, n, executor, runner
         self.conservative, self.progress = conservative, progress
+        self.known = known or {}  # scenario hash → a row judged before (a widened grid)
 
     def static_verdict(self, p: _Point) -> tuple[Verdict | None, float]:
         """Memory verdict at load; None when the point must be simulated."""
         assert p.scenario is not None
-        loads, on_gpu, frac, pool = _static(p.scenario)
+        loads, on_gpu, frac, pool, p.session_tokens = _static(p.scenario)
         if not loads:
             return judge(self.c, {}, loads=False), frac
         if not on_gpu:
@@ -205,21 +169,27 @@ class _Evaluator:
 
     def evaluate(self, p: _Point, replications: int | None = None,
                  force_sim: bool = False) -> dict[str, Any]:
-        """Static verdict first; simulate when it passes (or when ``force_sim``)."""
+        """Static verdict first; simulate when it passes (or when ``force_sim``); a row
+        judged before under the same constraints is reused."""
         if p.scenario is None:
             return p.row
+        row = self.known.get(scenario_hash(p.scenario))
+        if row is not None and (not force_sim or row.get("replications")):
+            return dict(row)
         verdict, frac = self.static_verdict(p)
         if verdict is not None and not force_sim:
-            return _row(p, verdict, "static", None, frac)
+            return point_row(p, verdict, "static", None, frac)
         try:
             reps = replicate(p.scenario, replications or self.n, executor=self.executor,
                              runner=self.runner, progress=self.progress)
         except InputError as exc:  # the simulator refused this configuration
             if verdict is None:  # e.g. a policy window larger than this point's context
                 return _invalid_row(p, exc)
-            return {**_row(p, verdict, "static", None, frac), "notes": exc.one_line()}
+            return {**point_row(p, verdict, "static", None, frac), "notes": exc.one_line()}
         sim = judge(self.c, _estimates(reps, self.c, self.conservative, frac))
-        return _row(p, verdict or sim, "simulated", reps, frac) | {"sim_feasible": sim.feasible}
+        keys = tuple(b.key for b in self.c.latency)
+        return point_row(p, verdict or sim, "simulated", reps, frac, keys) | {
+            "sim_feasible": sim.feasible}
 
 
 def _points(scenario: Scenario, grid: PlanGrid, c: Constraints) -> list[_Point]:
@@ -246,8 +216,12 @@ def _dominates(a: _Point, b: _Point) -> bool:
 def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
            replications: int = 8, executor: Executor | None = None,
            runner: Runner = simulate_run, conservative: bool = False,
-           progress: Callable[[int], None] | None = None) -> PlanResult:
-    """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult."""
+           progress: Callable[[int], None] | None = None,
+           known: pd.DataFrame | None = None) -> PlanResult:
+    """Judge every grid point (pruning memory-dominated ones, verified) → PlanResult.
+
+    ``known``: the table of an earlier search with the same constraints and runs (a
+    grid being widened, :mod:`kvsim.plan.widen`): its points are not judged again."""
     if not 1 <= replications <= MAX_REPLICATIONS:
         raise InputError("--replications", replications, f"between 1 and {MAX_REPLICATIONS:,} "
                          "(each is one whole run of the scenario per grid point)")
@@ -257,7 +231,9 @@ def search(scenario: Scenario, constraints: Constraints, grid: PlanGrid, *,
                              "one run gives no confidence interval to bound")
         _check_reachable(constraints.max_oom_risk, replications)
     check_contexts(grid.contexts, scenario.model)
-    ev = _Evaluator(constraints, replications, executor, runner, conservative, progress)
+    rows = {} if known is None or "scenario_hash" not in known else {
+        str(r["scenario_hash"]): r for r in known.to_dict("records") if r["scenario_hash"]}
+    ev = _Evaluator(constraints, replications, executor, runner, conservative, progress, rows)
     pts = _points(scenario, grid, constraints)
     _refuse_invalid_groups(pts)
     walls: list[_Point] = []
@@ -326,10 +302,10 @@ def _verify(ev: _Evaluator, pruned: list[_Point]) -> list[str]:
             continue
         verdict, frac = ev.static_verdict(p)
         if verdict is not None:
-            p.row = {**_row(p, verdict, "pruned", None, frac), "verified": True}
+            p.row = {**point_row(p, verdict, "pruned", None, frac), "verified": True}
         else:
             v = _memory_verdict(float("inf"), ev.c.max_device_fraction)  # assumed, by dominance
-            p.row = {**_row(p, v, "pruned", None, frac), "verified": pd.NA,
+            p.row = {**point_row(p, v, "pruned", None, frac), "verified": pd.NA,
                      "notes": "inferred from a dominated point's simulated peak memory"}
     for p in pruned:
         if (p.kv, p.policy) in broken and p.scenario is not None:

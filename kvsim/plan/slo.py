@@ -19,37 +19,26 @@ note saying so.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
-from kvsim.config.units import parse_duration
+from kvsim.config.slo import (  # noqa: F401 - part of this module's API
+    LATENCY_METRICS,
+    MAX_SLO_S,
+    PERCENTILES,
+    LatencyBound,
+    parse_slo,
+)
 from kvsim.errors import InputError
 from kvsim.metrics.accuracy import recall_measured
 
-LATENCY_METRICS = ("ttft", "itl", "e2e")
-PERCENTILES = ("p50", "p95", "p99")
-_SLO = re.compile(r"^\s*([a-z0-9]+)_(p\d+)\s*(<=|=)\s*(.+?)\s*$")
 RECALL_KEY = "recall_mean"
 MEMORY_CONSTRAINTS = ("load", "device_fraction")
-MAX_SLO_S = 86_400.0  # one day: a larger latency bound is a typo, not a target
 
 
 def measured_recall(summary: dict) -> bool:
     """Does ``summary`` hold a measured ``recall_mean``
     (:func:`kvsim.metrics.accuracy.recall_measured`)?"""
     return recall_measured(summary, RECALL_KEY)
-
-
-@dataclass(frozen=True)
-class LatencyBound:
-    """``summary[key] <= limit_s`` (e.g. ``ttft_p95_s <= 2.0``)."""
-
-    key: str
-    limit_s: float
-
-    @property
-    def name(self) -> str:
-        return self.key.removesuffix("_s")
 
 
 @dataclass(frozen=True)
@@ -85,20 +74,6 @@ class Verdict:
     binding: str
     checks: tuple[Check, ...]
     notes: tuple[str, ...] = field(default=())
-
-
-def parse_slo(text: str) -> LatencyBound:
-    """``'ttft_p95=2s'`` → ``LatencyBound('ttft_p95_s', 2.0)``."""
-    m = _SLO.match(text.lower())
-    allowed = ("METRIC_PCT=DURATION with METRIC in " + "/".join(LATENCY_METRICS)
-               + " and PCT in " + "/".join(PERCENTILES) + ", e.g. ttft_p95=2s")
-    if not m or m.group(1) not in LATENCY_METRICS or m.group(2) not in PERCENTILES:
-        raise InputError("--slo", text, allowed)
-    limit = parse_duration(m.group(4), field=f"--slo {m.group(1)}_{m.group(2)}")
-    if not 0 < limit <= MAX_SLO_S:  # NaN fails too
-        raise InputError("--slo", text, f"a latency bound in (0, {MAX_SLO_S:g}] s (no run "
-                         "can meet 0; a bound over a day bounds nothing)")
-    return LatencyBound(f"{m.group(1)}_{m.group(2)}_s", limit)
 
 
 def build_constraints(slos: list[str] | tuple[str, ...] = (), *,

@@ -45,9 +45,8 @@ from kvsim.scenario import Scenario, resolve_scenario, scenario_hash
 
 OPEN_MAPPINGS = ("workload.params",)
 _PROFILE_KIND = {"gpu": "gpus", "model": "models", "link": "links", "host": "hosts"}
-_YAML = (".yaml", ".yml")
-_TRACE = (".jsonl", ".parquet")
-CANNOT_START = "cannot_start"
+_YAML, _TRACE = (".yaml", ".yml"), (".jsonl", ".parquet")
+CANNOT_START, LOAD_FAILED = "cannot_start", {"failure_code": "oom_at_load"}
 
 
 class SweepSpec(BaseModel):
@@ -352,11 +351,12 @@ def combined_table(points: list[SweepPoint], store: ResultStore,
     status (``ok``, ``cannot_start``, ``failed``), reason, oom, oom_reason, then the
     summary keys.  ``failures`` maps store keys of points that failed to their error."""
     keys = list(dict.fromkeys(k for p in points for k in p.params))
-    rows = []
-    rec: dict[str, Any]
+    rows: list[dict[str, Any]] = []
     for p in points:
+        rec: dict[str, Any]
         if p.refused:
-            status, reason, rec = CANNOT_START, p.refused, {"oom": True, "oom_reason": p.refused}
+            status, reason = CANNOT_START, p.refused
+            rec = {"oom": True, "oom_reason": p.refused, "summary": LOAD_FAILED}
         elif store.has(p.key):
             status, reason, rec = "ok", "", store.get(p.key)
         else:

@@ -148,10 +148,16 @@ def locate(seq: TokenSeq, sid: str, lo: int, hi: int) -> list[tuple[int, int, in
 
 
 def pinned_len(seq: TokenSeq, sink_tokens: int, pin_system_prompt: bool) -> int:
-    """Leading tokens that are pinned: the sinks, and the system prompt when pinned."""
+    """Leading tokens that are pinned: the sinks, and the system prompt when pinned (every
+    leading ``sys/`` piece: a session's shared prefix and its system prompt)."""
     n = sink_tokens
-    if pin_system_prompt and seq and seq[0][0].startswith("sys/"):
-        n = max(n, seq[0][2] - seq[0][1])
+    if pin_system_prompt:
+        head = 0
+        for sid, a, b in seq:
+            if not sid.startswith("sys/"):
+                break
+            head += b - a
+        n = max(n, head)
     return n
 
 

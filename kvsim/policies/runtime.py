@@ -49,7 +49,6 @@ from kvsim.core.requests import seq_len
 from kvsim.core.scheduler import PagedScheduler
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.core.step import EngineEvent, MemoryState, StepPlan
-from kvsim.latency.base import BatchShape
 from kvsim.metrics.accuracy import AccuracyConfig, recall_summary
 from kvsim.policies.base import EvictionPolicy
 from kvsim.policies.blocks import QUANT, QUANT_BACKED, Ledger, seq_remove
@@ -189,8 +188,7 @@ class PolicyRuntime:
         extra = max(0.0, recall_end - (now_s + plan.extra_s)) + dequant
         saved = self._read_saved(q) if q else 0.0
         if saved:
-            b = plan.batch
-            batch = BatchShape(b.prefill_tokens, b.prefill_context, b.decode_context, saved)
+            batch = dataclasses.replace(plan.batch, kv_read_saved_bytes=saved)
             return StepPlan(plan.items, batch, plan.extra_s + extra)
         return dataclasses.replace(plan, extra_s=plan.extra_s + extra) if extra > 0 else plan
 

@@ -78,7 +78,7 @@ class SlotEvictor:
             if slot.req is None:
                 continue
             n = slot.n_tokens
-            pin = pinned_len(tuple(slot.cache[:1]), pol.sink_tokens, pol.pin_system_prompt)
+            pin = pinned_len(slot.cache, pol.sink_tokens, pol.pin_system_prompt)
             wm = max(self.rt.wm.get(slot.slot_id, 0), pin)
             steps = pol.quiet_steps(n, pin, wm)
             quiet = min(quiet, max(steps, 0))

@@ -21,18 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from kvsim import __version__
+from kvsim.config.units import format_latency
 from kvsim.metrics.accuracy import recall_measured
 from kvsim.report.data_run import run_config
 
 HEADLINE = (  # (summary key, label, format)
     ("requests", "requests", "{:,.0f}"), ("failed_requests", "failed requests", "{:,.0f}"),
     ("unfinished_requests", "unfinished at the stop", "{:,.0f}"),
-    ("ttft_p50_s", "TTFT p50", "{:.3g} s"), ("ttft_p95_s", "TTFT p95", "{:.3g} s"),
-    ("itl_p50_s", "ITL p50", "{:.3g} s"), ("itl_p95_s", "ITL p95", "{:.3g} s"),
+    ("ttft_p50_s", "TTFT p50", "latency"), ("ttft_p95_s", "TTFT p95", "latency"),
+    ("itl_p50_s", "ITL p50", "latency"), ("itl_p95_s", "ITL p95", "latency"),
     ("peak_device_fraction", "peak device use", "{:.1%}"),
     ("peak_kv_allocated_bytes", "peak KV allocated", "gib"),
     ("prefix_hit_rate", "prefix hit rate", "{:.1%}"), ("preemptions", "preemptions", "{:,.0f}"),
-    ("tokens_per_s", "tokens/s", "sig3"), ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
+    ("output_tokens_per_busy_s", "output tokens/s while busy", "sig3"),
+    ("tokens_per_s", "output tokens/s (whole run)", "sig3"),
+    ("accuracy_mean", "recall proxy (mean)", "{:.3f}"),
     ("recall_mean", "recall proxy (mean)", "{:.3f}"),
     ("recall_worst", "recall proxy (worst reference)", "{:.3f}"),
     ("recall_share_below_0_5", "references recalled below 0.5", "{:.1%}"),
@@ -115,8 +118,10 @@ def headline(summary: dict[str, Any]) -> list[tuple[str, str]]:
         value = float(summary[key])
         if key in IF_POSITIVE and not value > 0:
             continue
-        text = f"{value / 2**30:.2f} GiB" if fmt == "gib" else \
-            significant(value) if fmt == "sig3" else fmt.format(value)
+        if key == "tokens_per_s" and "output_tokens_per_busy_s" in summary:
+            continue  # NOTE: a whole-day average reads like a broken server; older folders
+        text = f"{value / 2**30:.2f} GiB" if fmt == "gib" else format_latency(value) \
+            if fmt == "latency" else significant(value) if fmt == "sig3" else fmt.format(value)
         out.append((label, text))
     return out
 

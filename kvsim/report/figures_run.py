@@ -134,7 +134,11 @@ def cdf_figure(curves: Sequence[tuple[str, dict]], title: str, xlabel: str,
                slos: Sequence[tuple[str, float]] = ()) -> go.Figure:
     """CDFs (one per run) with the p95 level and the SLO lines ``(percentile, limit_s)``,
     e.g. ``("p99", 2.0)``: a vertical line at the limit and the percentile's level (a
-    run meets it where its curve passes the level at or left of the line)."""
+    run meets it where its curve passes the level at or left of the line).
+
+    NOTE: the x axis is fitted to the data (:func:`cdf_range`); an SLO beyond it is said
+    at the axis' edge instead of stretching the axis to it.  A log axis (long tails)
+    labels its decades only, minor ticks unlabelled."""
     fig = go.Figure()
     for label, data in curves:
         fig.add_trace(go.Scatter(
@@ -144,17 +148,41 @@ def cdf_figure(curves: Sequence[tuple[str, dict]], title: str, xlabel: str,
     for pct in sorted(levels):
         fig.add_hline(y=int(pct[1:]) / 100, line=dict(color="grey", dash="dot"),
                       annotation_text=pct, annotation_position="bottom left")
+    lo, hi, log = cdf_range([d["x_s"] for _, d in curves])
     for pct, limit_s in slos:
-        fig.add_vline(x=limit_s, line=dict(color="crimson", dash="dash"),
-                      annotation_text=f"{pct} SLO {limit_s:.3g} s")
-    lo = min(float(np.min(d["x_s"])) for _, d in curves)
-    hi = max(float(np.max(d["x_s"])) for _, d in curves)
-    log = lo > 0 and hi / lo > 20  # long tails: a log axis keeps the body readable
-    fig.update_layout(title=title_dict(title), xaxis=dict(title=xlabel + (" — log scale" if log
-                                                                      else ""),
-                                                      type="log" if log else "linear"),
-                      yaxis_title="share ≤ x", yaxis_range=[0, 1.02], showlegend=True, **LAYOUT)
+        if limit_s <= hi:
+            fig.add_vline(x=limit_s, line=dict(color="crimson", dash="dash"),
+                          annotation_text=f"{pct} SLO {limit_s:.3g} s")
+        else:
+            fig.add_annotation(x=1, xref="paper", y=int(pct[1:]) / 100, yref="y",
+                               xanchor="right", yanchor="bottom", showarrow=False,
+                               font={"color": "crimson"},
+                               text=f"{pct} SLO {limit_s:.3g} s → (beyond the data)")
+    axis = {"title": xlabel + (" — log scale" if log else ""),
+            "type": "log" if log else "linear",
+            "range": [np.log10(lo), np.log10(hi)] if log else [lo, hi]}
+    if log:
+        axis.update(dtick=1, exponentformat="power",
+                    minor={"ticks": "outside", "showgrid": True})
+    fig.update_layout(title=title_dict(title), xaxis=axis, yaxis_title="share ≤ x",
+                      yaxis_range=[0, 1.02], showlegend=True, **LAYOUT)
     return fig
+
+
+def cdf_range(xs: Sequence[Any], pad: float = 0.04) -> tuple[float, float, bool]:
+    """(low, high, log) of an x axis that fits the data ``xs`` (arrays of values): a log
+    axis for long tails (max / min over 20), padded by ``pad`` of the span (of the
+    decades on a log axis) on each side, never below 0 on a linear one."""
+    vals = [np.asarray(x, dtype=float) for x in xs]
+    vals = [v[np.isfinite(v)] for v in vals]
+    lo = min((float(v.min()) for v in vals if len(v)), default=0.0)
+    hi = max((float(v.max()) for v in vals if len(v)), default=1.0)
+    if lo > 0 and hi / lo > 20:
+        a, b = np.log10(lo), np.log10(hi)
+        d = (b - a) * pad
+        return float(10 ** (a - d)), float(10 ** (b + d)), True
+    d = (hi - lo) * pad or abs(hi) * pad or 1.0
+    return max(0.0, lo - d) if lo >= 0 else lo - d, hi + d, False
 
 
 def concurrency_figure(data: dict, title: str) -> go.Figure:

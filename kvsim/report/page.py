@@ -1,10 +1,18 @@
 """One self-contained HTML report for simulate, plan, compare and sweep.
 
-The page carries plotly.js inline exactly once (in ``<head>``), so it opens
-offline; every figure is a ``<div>`` plus a small script calling ``Plotly.newPlot``
-with JSON that Plotly escapes (``<``, ``>`` and ``/`` become ``\\u003c``… so a
-string can never close the script tag).  Figures whose data is absent are replaced
-by a one-line note rather than drawn empty.
+The first screen answers: a **verdict** per run (or the plan's, or each card's) — the
+SLOs met or not, memory, OOM risk, the binding constraint, the change that would help
+(``id='verdict'``) — then, with several runs, a **comparison table** with each run's
+difference from the first (:mod:`kvsim.report.data_compare`), or the cards of a GPU
+comparison with latency, memory, flags and verdict; the run cards and figures follow.
+
+The page carries plotly.js once: inline in ``<head>`` (the default, so it opens
+offline), or — ``plotlyjs="dir"`` — as ``plotly.min.js`` written beside the page, shared
+by every report in that folder (still offline), or from the plotly CDN
+(``plotlyjs="cdn"``, a small file that needs the network).  Every figure is a ``<div>``
+plus a small script calling ``Plotly.newPlot`` with JSON that Plotly escapes (``<``,
+``>`` and ``/`` become ``\\u003c``… so a string can never close the script tag).  Figures
+whose data is absent are replaced by a one-line note rather than drawn empty.
 
 NOTE: output is deterministic — figure div ids are numbered, never random — so the
 same results give byte-identical reports.
@@ -21,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from kvsim import __version__
 from kvsim.metrics.summary import ended
+from kvsim.report import data_compare as dcmp
 from kvsim.report import data_plan as dp
 from kvsim.report import data_recall as dc
 from kvsim.report import data_run as dr
@@ -49,7 +58,14 @@ border-radius:6px} .kpi span{display:block;font-size:.8em;color:#555}
 caption{text-align:left;font-weight:600}
 pre{white-space:pre-wrap;font-size:.8em;background:#f8f8f8;padding:.8em}
 .figure{margin:1.5em 0} code{background:#f4f6fa;padding:.2em .4em}
+.verdict{border-left:6px solid #b2182b;background:#fbf3f3;padding:.4em 1.2em;margin:1em 0}
+.verdict.meets{border-color:#1b7837;background:#f2f8f3} .verdict p{margin:.3em 0}
+table.cmp{border-collapse:collapse;margin:1em 0;font-size:.9em}
+table.cmp th,table.cmp td{border-bottom:1px solid #ddd;padding:.3em .7em;text-align:right}
+table.cmp th:first-child,table.cmp td:first-child{text-align:left}
 """
+PLOTLYJS = ("inline", "dir", "cdn")
+PLOTLYJS_FILE = "plotly.min.js"
 
 
 class _Page:
@@ -162,6 +178,48 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _verdict_section(page: _Page, verdicts: Sequence[dict[str, Any]]) -> None:
+    """The verdicts first (module doc): one block per run, plan or card."""
+    e = html.escape
+    blocks = []
+    for v in verdicts:
+        cls = "verdict meets" if v.get("meets") else "verdict"
+        name = f"<b>{e(str(v['name']))}</b>: " if v.get("name") else ""
+        lines = "".join(f"<p>{e(str(d))}</p>" for d in v.get("details") or ())
+        blocks.append(f"<div class='{cls}'><p>{name}{e(str(v['headline']))}</p>{lines}</div>")
+    page.raw("<section id='verdict'><h2>Verdict</h2>" + "".join(blocks) + "</section>")
+
+
+def _table(caption: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return (f"<table class='cmp'><caption>{e(caption)}</caption><tr>{head}</tr>{body}"
+            "</table>")
+
+
+def _comparison_section(page: _Page, runs: Sequence[Any], labels: Sequence[str]) -> None:
+    """Several runs: the metrics side by side, each difference from the first."""
+    df = dcmp.comparison(runs, labels)
+    if df is None or df.empty:
+        return
+    cols = [labels[0]] + [c for name in labels[1:] for c in (name, f"Δ {name}")]
+    page.raw("<section id='comparison'>" + _table(
+        f"Runs side by side (Δ: the difference from {labels[0]})", ["metric", *cols],
+        [[r["metric"], *[r.get(c, "") for c in cols]] for r in df.to_dict("records")])
+        + "</section>")
+
+
+def _cards_section(page: _Page, compare: Any) -> None:
+    rows = dcmp.card_rows(compare)
+    if rows:
+        page.raw("<section id='cards'>" + _table(
+            "Per card: the best configuration that meets every target",
+            [h for _, h in dcmp.CARD_COLUMNS],
+            [[r[k] for k, _ in dcmp.CARD_COLUMNS] for r in rows]) + "</section>")
+
+
 def _plan_sections(page: _Page, extra: dict[str, Any]) -> None:
     rec = extra.get("recommendation") or None
     if rec:
@@ -177,6 +235,7 @@ def _plan_sections(page: _Page, extra: dict[str, Any]) -> None:
         for grid in grids:
             page.figure(fp.plan_figure(grid, rec))
     if "compare" in extra:
+        _cards_section(page, extra["compare"])
         _maybe(page, dp.gpu_comparison(extra["compare"]), fp.gpu_figure,
                "The GPU comparison is empty; figure omitted.")
     if "sweep" in extra:
@@ -198,6 +257,12 @@ def build_report(results_list: Sequence[Any], extra: dict[str, Any] | None = Non
     runs = list(results_list)
     page = _Page()
     labels = run_labels(runs)
+    verdicts = extra.get("verdicts")
+    if verdicts is None and runs:
+        verdicts = dcmp.run_verdicts(runs, labels, extra.get("slo"))
+    if verdicts:
+        _verdict_section(page, verdicts)
+    _comparison_section(page, runs, labels)
     for label, res in zip(labels[:MAX_DETAILED_RUNS], runs):
         page.raw(card_html({**card_data(res), "name": label}))
     _plan_sections(page, extra)
@@ -221,19 +286,49 @@ def build_report(results_list: Sequence[Any], extra: dict[str, Any] | None = Non
                   f"the first {MAX_DETAILED_RUNS} only.")
     first = str(dr.run_config(runs[0])[0].get("name") or "run") if runs else "kvsim report"
     title = str(extra.get("title") or first)
-    return _document(title, page)
+    return _document(title, page, str(extra.get("plotlyjs") or "inline"))
 
 
-def _document(title: str, page: _Page) -> str:
+def _plotly_tag(mode: str) -> tuple[str, str]:
+    """(the plotly.js script tag, what it means for the reader) of a --plotlyjs mode."""
+    if mode == "dir":
+        return (f"<script type='text/javascript' src='{PLOTLYJS_FILE}'></script>",
+                f"works offline with {PLOTLYJS_FILE} beside it")
+    if mode == "cdn":
+        src = f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+        return (f"<script type='text/javascript' src='{src}' charset='utf-8'></script>",
+                "loads plotly.js from the network")
+    return f"<script type='text/javascript'>{get_plotlyjs()}</script>", "works offline"
+
+
+def _document(title: str, page: _Page, plotlyjs: str = "inline") -> str:
     t = html.escape(title)
+    tag, reads = _plotly_tag(plotlyjs)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<meta name='generator' content='kvsim {__version__}'><title>{t} — kvsim</title>"
-        f"<style>{CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script>"
+        f"<style>{CSS}</style>{tag}"
         f"</head><body data-figures='{page.figures}'><h1>{t}</h1>"
         f"<p class='note'>kvsim {__version__} report · {page.figures} figures · "
-        "works offline</p>" + "\n".join(page.parts) + "</body></html>\n")
+        f"{reads}</p>" + "\n".join(page.parts) + "</body></html>\n")
+
+
+def _write_plotlyjs(path: Path) -> None:
+    """plotly.js beside the reports, written atomically unless already there as is."""
+    js = get_plotlyjs()
+    if path.is_file() and path.stat().st_size == len(js.encode()) and \
+            path.read_text(encoding="utf-8") == js:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(js)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_report(path: str | os.PathLike[str], results_list: Sequence[Any] = (),
@@ -244,14 +339,20 @@ def write_report(path: str | os.PathLike[str], results_list: Sequence[Any] = (),
 
     ``kind`` ("simulate", "plan", "compare", "sweep") only sets the default title;
     keyword ``tables`` (``plan=``, ``compare=``, ``sweep=``, ``policies=``,
-    ``recommendation=``, ``slo=``, ``title=``) are merged into ``extra``.
+    ``recommendation=``, ``slo=``, ``title=``, ``verdicts=``, ``plotlyjs=``) are merged
+    into ``extra``.  ``plotlyjs="dir"`` also writes ``plotly.min.js`` beside the page
+    (once: an identical file there is kept).
     """
     target = Path(path)
     merged = {**(extra or {}), **tables}
     if kind and "title" not in merged and not results_list:
         merged["title"] = f"kvsim {kind}"
+    if merged.get("plotlyjs", "inline") not in PLOTLYJS:
+        raise ValueError(f"plotlyjs: one of {', '.join(PLOTLYJS)}")
     text = build_report(results_list, merged)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if merged.get("plotlyjs") == "dir":
+        _write_plotlyjs(target.parent / PLOTLYJS_FILE)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 from kvsim.errors import InputError
 from kvsim.latency.backend import (
     FORMAT_FAMILIES,
+    ROW_KERNEL_ROWS,
     BackendConstants,
     ClassScale,
     SpeedConstants,
@@ -52,12 +53,15 @@ from kvsim.validate.records import Measurement
 
 PRIOR = {"bw_eff": 0.8, "kv_eff": 0.7, "kv_eff_no_fa": 0.5, "c_vec": 1.0, "c_mat": 1.0,
          "c_pow_pj": 1.0, "attn_eff": 0.6, "attn_eff_no_fa": 0.4, "overhead_s": 5e-4,
-         "overhead_per_layer_s": 2e-5, "moe_eff": 0.5}
+         "overhead_per_layer_s": 2e-5, "moe_eff": 0.5, "launch_per_layer_s": 5e-5,
+         "attn_eff_rows": 0.3}
 """Physical defaults the fit starts from and leans towards (weakly, :data:`PRIOR_WEIGHT`):
 weights stream at ~80 % of peak bandwidth, flash-attention kernels reach ~60 % of the
 matmul rate and read KV at ~70 % (less without flash attention), each FLOP costs ~1 pJ
-at the power limit, a step ~0.5 ms plus ~20 µs per layer of launches, MoE matmuls
-half the dense rate."""
+at the power limit, a step ~0.5 ms plus ~20 µs per layer of launches (~50 µs more per
+layer on CUDA where a step is not a captured graph: some 20 kernels a layer at a few µs
+of launch each), MoE matmuls half the dense rate, and a per-row attention kernel (decode)
+half the flash-attention rate."""
 PRIOR_WEIGHT = 0.05
 DEVIATION_WEIGHT = 0.5   # a class's or a backend's format departure from the shared value
 LOSS_SCALE = 0.15        # soft_l1: errors beyond ~15 % count less than squared
@@ -74,7 +78,8 @@ class Row:
 
     m: Measurement
     setup: Setup
-    parts: np.ndarray   # (steps, 4): linear FLOPs, attention FLOPs, weight bytes, KV bytes
+    parts: np.ndarray   # (steps, 6): linear FLOPs, attention FLOPs, weight bytes, KV bytes,
+    #                     tokens in the step, 1 for a decode-only step
     tokens: int
 
     @property
@@ -88,7 +93,8 @@ class Row:
 
 def make_row(m: Measurement, s: Setup) -> Row:
     unit = latency_for(s, rates=GpuRates(1.0, 1.0, 1.0, 1.0, 0.0))
-    parts = np.array([unit.gpu_parts(b) for b in step_batches(m)], dtype=np.float64)
+    parts = np.array([(*unit.gpu_parts(b), b.num_tokens, not b.prefill_tokens)
+                      for b in step_batches(m)], dtype=np.float64)
     return Row(m, s, parts, tokens_measured(m))
 
 
@@ -96,11 +102,18 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     """The measured test's predicted time under constants ``k`` (through gpu_rates)."""
     s = r.setup
     g = gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend, flash_attn=s.flash_attn,
-                  constants=k)
+                  constants=k, graphs=s.cuda_graphs)
     p = r.parts
-    compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / g.attention_flops_per_s
+    rows = g.attention_flops_per_s if g.attention_rows_flops_per_s is None \
+        else g.attention_rows_flops_per_s
+    att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
+    compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
-    return float(np.sum(g.overhead_s + np.maximum(compute, memory)))
+    batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
+    over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
+    body = np.where((p[:, 5] > 0) & g.decode_adds, compute + memory,
+                    np.maximum(compute, memory))
+    return float(np.sum(over + body))
 
 
 def log_errors(rows: Sequence[Row], k: SpeedConstants) -> np.ndarray:
@@ -156,14 +169,18 @@ class _Space:
                 x[i] = math.log(getattr(scale, attr))
             elif head in self.backends:
                 has = k is not None and (head in k.backends or "default" in k.backends)
-                x[i] = math.log(getattr(k.backend(head), key) if has else PRIOR[key])
+                value = getattr(k.backend(head), key) if has else PRIOR[key]
+                x[i] = math.log(value if value > 0 else PRIOR[key])
         return np.clip(x, LOW, HIGH)
 
     def constants(self, x: np.ndarray, fitted_on: str = "") -> SpeedConstants:
         v = dict(zip(self.names, np.exp(x)))
         base = self.prior
         backends = dict(base.backends) if base else {}
-        backends.update({b: BackendConstants(**{k: float(v[f"{b}.{k}"]) for k in KEYS})
+        # NOTE: the launch overhead exists on CUDA only (cuda_graphs): 0 elsewhere
+        backends.update({b: BackendConstants(**{k: float(v[f"{b}.{k}"]) if b == "CUDA" or
+                                                k != "launch_per_layer_s" else 0.0
+                                                for k in KEYS})
                          for b in self.backends})
         for alias, src in SHARED_FALLBACK.items():
             if alias not in backends and src in backends:
@@ -250,6 +267,9 @@ class _Rows:
         self.mem = self._idx(space, [f"mem.{memory_kind(x)}" for x in g])
         self.inv_power = np.array([1.0 / (board_power_w(x) or math.inf) for x in g])
         self.layers = np.array([r.setup.model.num_layers for r in rows], dtype=float)
+        self.cuda = np.array([b == "CUDA" for b in be])
+        self.graphs = np.array([r.setup.cuda_graphs for r in rows])
+        self.rows_below = np.array([ROW_KERNEL_ROWS.get(b, 1) for b in be], dtype=float)
         self.moe = np.array([bool(r.setup.model.num_experts) for r in rows])
         self.fa = np.array([r.setup.flash_attn for r in rows])
         self.b = np.array([space.backends.index(x) for x in be])
@@ -284,16 +304,22 @@ class _Rows:
         scale_pp = self.fixed_pp * ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]]
         lin = scale_pp * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
             c["c_vec"] / self.vec + c["c_mat"] / self.mat + pw)
-        att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) / (
-            c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)
+        att16 = 1.0 / (c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)
+        att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) * att16
+        att_rows = c["attn_eff_rows"] * att16
         bw = self.bw * ext[self.mem] * self.fixed_mem
         w_bw = bw * c["bw_eff"] * ext[self.cls["bw_scale"]] * ext[self.vcls["bw_scale"]] \
             * f_bw * self.fixed_bw
         kv_bw = bw * np.where(self.fa, c["kv_eff"], c["kv_eff_no_fa"])
         over = c["overhead_s"] + c["overhead_per_layer_s"] * self.layers
+        launched = over + np.where(self.cuda, c["launch_per_layer_s"], 0.0) * self.layers
         o, p = self.owner, self.parts
-        step = over[o] + np.maximum(p[:, 0] / lin[o] + p[:, 1] / att[o],
-                                    p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o])
+        one = np.where(self.graphs, over, launched)  # a one-token step: a graph or not
+        per_row = (p[:, 5] > 0) | (p[:, 4] < self.rows_below[o])
+        compute = p[:, 0] / lin[o] + p[:, 1] / np.where(per_row, att_rows[o], att[o])
+        memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
+        body = np.where(p[:, 5] > 0, compute + memory, np.maximum(compute, memory))
+        step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body
         seconds = np.bincount(o, weights=step, minlength=len(self.b))
         return -np.log(seconds) - self.log_meas
 
@@ -334,15 +360,26 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
     return space.constants(sol.x, fitted_on)
 
 
-def leave_one_device_out(rows: Sequence[Row], full: SpeedConstants) -> dict[str, float]:
+def leave_one_device_out(rows: Sequence[Row], full: SpeedConstants,
+                         jobs: int = 1) -> dict[str, float]:
     """Row id -> log error when its device was left out of the fit (warm-started at
     ``full``, leaning towards the physical defaults only: nothing of the left-out
-    device reaches its prediction)."""
-    out: dict[str, float] = {}
-    for dev in sorted({r.device for r in rows}):
-        train = [r for r in rows if r.device != dev]
-        test = [r for r in rows if r.device == dev]
-        k = fit_constants(train, start=full)
-        for r, e in zip(test, log_errors(test, k)):
-            out[r.m.id] = float(e)
-    return out
+    device reaches its prediction); ``jobs`` > 1 fits the folds in that many processes
+    (the same folds, the same answers)."""
+    devices = sorted({r.device for r in rows})
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            folds = pool.map(_held_out, [rows] * len(devices), devices,
+                             [full] * len(devices))
+            return {k: v for fold in folds for k, v in fold.items()}
+    return {k: v for dev in devices for k, v in _held_out(rows, dev, full).items()}
+
+
+def _held_out(rows: Sequence[Row], device: str, full: SpeedConstants) -> dict[str, float]:
+    """One fold: fit without ``device``, then its rows' log errors."""
+    train = [r for r in rows if r.device != device]
+    test = [r for r in rows if r.device == device]
+    k = fit_constants(train, start=full)
+    return {r.m.id: float(e) for r, e in zip(test, log_errors(test, k))}

@@ -26,10 +26,10 @@ from typing import Any
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines import engine_for, registered_engines
-from kvsim.engines.budget import engine_with, memory_budget
+from kvsim.engines.budget import memory_budget
 from kvsim.engines.memory import MemoryBudget
 from kvsim.engines.resolve import engine_for_gpu
-from kvsim.engines.vllm_releases import VLLM_LAST_V0
+from kvsim.engines.vllm_releases import VLLM_LAST_V0, VLLM_V1_DEFAULT_DATE
 from kvsim.errors import InputError
 from kvsim.validate.memlog_text import Figure
 from kvsim.validate.memlogs import MemoryMeasurement
@@ -54,8 +54,10 @@ _SLOT = {  # the same for llama.cpp / Ollama's SlotEngineConfig
     "n_gpu_layers": "gpu_layers", "num_gpu": "gpu_layers", "split_mode": "split_mode",
     "batch_size": "n_batch", "ubatch_size": "n_ubatch", "flash_attn": "flash_attn",
 }
-_READ_ONLY = {"fit", "enable_chunked_prefill", "kv_unified", "layers_requested", "n_ctx_seq"}
-"""Knobs read into other keys (or that change nothing kvsim lays out)."""
+_READ_ONLY = {"fit", "enable_chunked_prefill", "kv_unified", "layers_requested", "n_ctx_seq",
+              "quantization", "dtype"}
+"""Knobs read into other keys (or that change nothing kvsim lays out); ``quantization`` /
+``dtype`` are the weights, read from the row's weight_format column."""
 _BYTES = re.compile(r"_bytes$")
 
 
@@ -98,6 +100,7 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
     if paged and m.settings.get("enforce_eager"):
         s["cuda_graph_bytes"] = 0  # --enforce-eager captures no CUDA graphs
     notes = [f"settings kvsim does not model: {', '.join(unmodelled)}"] if unmodelled else []
+    notes += m.stated
     if traits.context_scope == "pool":
         _pool_spec(s, m.settings)
     if traits.context_scope == "slot":
@@ -108,19 +111,23 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
         else:
             notes.append("release not shown: kvsim follows the newest release it knows")
     if "vllm_version" in traits.settings:
-        _vllm_release(s, m.engine_version, notes)
+        _vllm_release(s, m.engine_version, notes, m.date)
     return s, notes
 
 
-def _vllm_release(s: dict[str, Any], text: str, notes: list[str]) -> None:
+def _vllm_release(s: dict[str, Any], text: str, notes: list[str], date: str = "") -> None:
     """The vLLM release a row names (``0.19.x`` → 0.19.0), or the last release of the
-    engine generation its log format shows (``V0-era`` → :data:`VLLM_LAST_V0`); neither,
-    the newest (kvsim.engines.vllm_releases)."""
+    engine generation its log format shows (``V0-era`` → :data:`VLLM_LAST_V0`) or its date
+    (before :data:`VLLM_V1_DEFAULT_DATE`: V0); none of these, the newest
+    (kvsim.engines.vllm_releases)."""
     if v := re.search(r"\b(\d+\.\d+(?:\.\d+)?)", text or ""):
         s["version"] = v.group(1)
-    elif re.search(r"\bV0\b", text or ""):
+    elif re.search(r"\bV0\b", text or "") or (
+            re.match(r"\d{4}-\d{2}", date or "") and date < VLLM_V1_DEFAULT_DATE):
         s["version"] = VLLM_LAST_V0
-        notes.append(f"a V0 log: laid out as vLLM {VLLM_LAST_V0}, the last release whose "
+        why = "a V0 log" if re.search(r"\bV0\b", text or "") else \
+            f"a log dated {date}, before vLLM 0.8.0 made V1 the default"
+        notes.append(f"{why}: laid out as vLLM {VLLM_LAST_V0}, the last release whose "
                      "default engine was V0")
     else:
         notes.append("release not shown: kvsim follows the newest release it knows")
@@ -162,20 +169,12 @@ def layout_of(m: MemoryMeasurement, gpu: GpuSpec | None = None,
     mod = model if model is not None else load_model(str(m.model))
     spec, notes = engine_spec(m)
     try:
-        cfg = engine_for_gpu(spec, gpus[0], mod, weights=m.weights, n_gpus=len(gpus))
+        cfg = engine_for_gpu(spec, gpus[0], mod, weights=m.weights, more_gpus=gpus[1:])
         engine_for(cfg.preset).check_gpus(cfg, len(gpus))
         b = memory_budget(gpus[0], mod, m.weights, cfg, more_gpus=gpus[1:])
     except InputError as exc:
         return Skipped(m.id, f"kvsim cannot lay this start-up out: {exc.one_line()}")
     return b, gpus, mod, notes
-
-
-def _full_estimate(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], mod: ModelSpec) -> Any:
-    """Ollama's estimate with every layer on the GPU (its memory.required.full / .kv)."""
-    spec, _ = engine_spec(m)
-    cfg = engine_for_gpu(spec, gpus[0], mod, weights=m.weights, n_gpus=len(gpus))
-    full = engine_with(cfg, gpu_layers=mod.num_layers)
-    return None if full is None else memory_budget(gpus[0], mod, str(m.weights), full).estimate
 
 
 def _device_part(f: Figure, b: MemoryBudget, paged: bool) -> tuple[Any, str]:
@@ -192,8 +191,7 @@ def _device_part(f: Figure, b: MemoryBudget, paged: bool) -> tuple[Any, str]:
     return None, ""
 
 
-def predicted(f: Figure, b: MemoryBudget, full_est: Any, paged: bool
-              ) -> tuple[float | None, str]:
+def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, str]:
     """kvsim's value of figure ``f`` (None, why: it has none to compare)."""
     part, why = _device_part(f, b, paged)
     if why:
@@ -204,11 +202,11 @@ def predicted(f: Figure, b: MemoryBudget, full_est: Any, paged: bool
             return None, (f"{f.metric}: kvsim's Ollama release places layers with llama-server "
                           "--fit (no memory.required estimate)")
         value = {"ollama_required_partial_bytes": est.total_bytes,
-                 "ollama_layers_offload": est.gpu_layers + (est.gpu_layers == L),
-                 "ollama_required_full_bytes": full_est and full_est.total_bytes,
-                 "ollama_required_kv_bytes": full_est and full_est.kv_bytes}[f.metric]
-        return (None, f"{f.metric}: no full-offload estimate") if value is None \
-            else (float(value), "")
+                 "ollama_layers_offload": sum(est.split) if est.split else
+                 est.gpu_layers + (est.gpu_layers == L),
+                 "ollama_required_full_bytes": est.full_bytes,
+                 "ollama_required_kv_bytes": est.kv_bytes}[f.metric]
+        return float(value), ""
     whole = {"kv_tokens": b.kv_pool_tokens, "kv_bytes": b.kv_reserved_bytes,
              "kv_needed_bytes": b.kv_needed_bytes, "weights_bytes": b.weights_gpu_bytes,
              "max_model_len_fit": b.extra.get("max_model_len_fit"),
@@ -248,12 +246,11 @@ def memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None = None,
         return [], [got]
     b, gpus, mod, notes = got
     paged = not engine_for(m.engine).slot_family
-    full = _full_estimate(m, gpus, mod) if b.estimate is not None else None
     rows: list[dict[str, object]] = []
     skipped = [Skipped(f"{m.id}:printed_figures", why) for why in m.unread]
     for f in m.figures:
         key = f"{m.id}:{f.metric}" + (f"@{f.device}" if f.device else "")
-        pred, why = predicted(f, b, full, paged)
+        pred, why = predicted(f, b, paged)
         if pred is None or not f.value:
             skipped.append(Skipped(key, why or f"{f.metric}: printed 0, no relative error"))
             continue

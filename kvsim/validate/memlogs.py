@@ -34,6 +34,10 @@ NOTE: a row is never dropped: what cannot be resolved is kept as a reason
 NOTE: an unstated weights format "ollama default quant" is Q4_K_M (the Ollama library's
 default tag for its models), "unquantized 16-bit" is bf16 (vLLM's ``dtype auto`` on the
 bf16 checkpoints these rows serve; f16 has the same bytes).
+NOTE: what a row states of its run beyond the settings column is read too: a box "(model
+on CUDA0 only)" is that one card (:func:`gpus_named`); notes saying flash attention failed
+("quantized KV needs FA which failed with --split-mode layer") mean the run had none
+(``flash_attn`` off unless the settings set it).
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class MemoryMeasurement:
     unread: tuple[str, ...] = ()    # printed figures that could not be taken as numbers
     source: str = ""
     notes: str = ""
+    date: str = ""                  # the row's date as written (ISO, perhaps only YYYY-MM)
+    stated: tuple[str, ...] = ()    # settings read from the notes (module NOTE)
     settings: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -107,14 +113,20 @@ def _figures(text: str, rid: str, engine: str, settings: dict[str, object]
                         ollama_layers=traits is not None and "ollama_version" in traits.settings)
 
 
+_ONE_DEVICE = re.compile(r"\bmodel on (?:CUDA|ROCm|Vulkan|SYCL)\d+ only\b", re.IGNORECASE)
+
+
 def gpus_named(text: str) -> tuple[tuple[str, ...], str, int]:
     """(one slug per device, "", count) or ((), why, count): "2x NVIDIA GeForce RTX 3090"
-    → two rtx-3090; ``count``: the devices the text names, even when unresolved."""
+    → two rtx-3090; ``count``: the devices the text names, even when unresolved.  A box
+    whose text says the engine used one of its cards ("4x GTX 1080 (model on CUDA0
+    only)") is that one card: the others held nothing of the model."""
     if _NOT_SHOWN.match(text or ""):
         return (), "GPU not named in the log", 0
     g = resolve_gpu(text)
     if g.slug is not None:
-        return (g.slug,) * max(1, g.count), "", max(1, g.count)
+        n = 1 if _ONE_DEVICE.search(text or "") else max(1, g.count)
+        return (g.slug,) * n, "", n
     if g.count == 0 or "no device model named" in g.reason:
         return (), f"GPU not named ({text!r} names no device model)", g.count
     return (), g.reason, g.count
@@ -171,11 +183,28 @@ def startup_outcome(notes: str, printed: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
+_FA_FAILED = re.compile(r"\b(?:FA|flash[ -]?attn|flash[ -]attention)\b[^.;]*?\bfail(?:ed|s)?\b",
+                        re.IGNORECASE)
+
+
+_FA_OFF = "flash attention off: the notes say it failed"
+
+
+def _stated_settings(settings: dict[str, object], notes: str
+                     ) -> tuple[dict[str, object], tuple[str, ...]]:
+    """The settings with what the notes state of the run (module NOTE), and what was
+    read so."""
+    if "flash_attn" not in settings and _FA_FAILED.search(notes):
+        return {**settings, "flash_attn": False}, (_FA_OFF,)
+    return settings, ()
+
+
 def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
     """One CSV row (InputError naming ``<id>.<column>.<key>`` for a bad number)."""
     rid = (row.get("id") or "").strip() or origin
     engine = engine_name(row.get("engine", ""))
     settings, remarks = read_settings(row.get("settings", ""), rid)
+    settings, stated = _stated_settings(settings, row.get("notes", "") or "")
     figures, unread = _figures(row.get("printed_figures", ""), rid, engine, settings)
     gpus, gpu_reason, gpu_count = gpus_named(row.get("gpu", ""))
     model, fmt, model_reason = model_named(row.get("model", ""))
@@ -190,7 +219,8 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
         model=model, model_reason=model_reason, weights=weights,
         weights_reason=weights_reason, figures=figures,
         startup=startup_outcome(notes, row.get("printed_figures", "")), remarks=remarks,
-        unread=unread, source=row.get("source", ""), notes=notes, settings=settings)
+        unread=unread, source=row.get("source", ""), notes=notes,
+        date=(row.get("date") or "").strip(), stated=stated, settings=settings)
 
 
 def read_memory_rows(rows: list[dict[str, str]], origin: str) -> list[MemoryMeasurement]:

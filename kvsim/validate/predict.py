@@ -27,13 +27,13 @@ from kvsim.config.catalog import DEFAULT_HOST, load_gpu, load_host, load_model
 from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
-from kvsim.latency.backend import BACKENDS, SpeedConstants, gpu_rates
+from kvsim.latency.backend import BACKENDS, SpeedConstants, cuda_graphs, gpu_rates
 from kvsim.latency.base import BatchShape
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.names import resolve_model
-from kvsim.model.weights import model_weights, weight_format_names
+from kvsim.model.weights import WeightSplit, model_weights, weight_format_names
 from kvsim.validate.records import Measurement, Skipped
 
 DEFAULT_UBATCH = 512
@@ -49,6 +49,8 @@ class Setup:
     backend: str
     flash_attn: bool
     kv_type: str = "f16"
+    cuda_graphs: bool = True   # one-token steps replay as CUDA graphs (CUDA backend)
+    file_bytes: int | None = None  # the model file's size as the tool printed it
 
 
 def _weight_format(m: Measurement, from_name: str | None) -> str | None:
@@ -96,7 +98,8 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
         return Skipped(m.id, f"KV cache type {m.kv_type!r} unknown to kvsim")
     if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
         return Skipped(m.id, "a test of 0 tokens")
-    return Setup(gpu, model, fmt, m.backend, bool(m.flash_attn), kv)
+    return Setup(gpu, model, fmt, m.backend, bool(m.flash_attn), kv,
+                 cuda_graphs(gpu, m.backend, m.cuda_graphs_since), m.model_size_bytes)
 
 
 def step_batches(m: Measurement) -> list[BatchShape]:
@@ -125,6 +128,14 @@ def tokens_measured(m: Measurement) -> int:
     return m.batch * (m.n_gen if m.metric == "tg_tps" else m.n_prompt)
 
 
+def setup_weights(s: Setup) -> WeightSplit:
+    """The model's weights in the measured format, scaled to the file's printed size
+    where the measurement gives it (a GGUF's tensor types differ from kvsim's uniform
+    format by file: Gemma-3-4B QAT Q4_0 is 2.35 GiB where all-Q4_0 gives 2.03)."""
+    w = model_weights(s.model, s.weight_format)
+    return w if not s.file_bytes else w.scaled_to(s.file_bytes)
+
+
 def latency_for(s: Setup, constants: SpeedConstants | None = None,
                 rates: GpuRates | None = None) -> RooflineLatency:
     """The step-time model of a setup (``rates`` replaces the fitted ones)."""
@@ -132,10 +143,11 @@ def latency_for(s: Setup, constants: SpeedConstants | None = None,
     return RooflineLatency(
         gpu=s.gpu, host=load_host(DEFAULT_HOST), model=s.model,
         geometry=kv_geometry(s.model, s.kv_type, s.kv_type),
-        weights=model_weights(s.model, s.weight_format), head_on_gpu=True,
+        weights=setup_weights(s), head_on_gpu=True,
         kv_quantized=quant,
         rates=rates or gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend,
-                                 flash_attn=s.flash_attn, constants=constants))
+                                 flash_attn=s.flash_attn, constants=constants,
+                                 graphs=s.cuda_graphs))
 
 
 def predicted_tps(m: Measurement, s: Setup, constants: SpeedConstants | None = None) -> float:

@@ -44,6 +44,7 @@ class Measurement:
     model_params: int | None = None
     kv_type: str = "f16"
     source: str = ""
+    cuda_graphs_since: str = "volta"   # the build's oldest architecture with CUDA graphs
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

@@ -52,10 +52,11 @@ class Validation:
         out = []
         for (kind, backend, metric), errs in sorted(groups.items()):
             e = np.asarray(errs)
+            a = np.abs(e)
             out.append({"kind": kind, "backend": backend, "metric": metric, "n": len(e),
-                        "median_abs_rel_err": float(np.median(np.abs(e))),
-                        "p90_abs_rel_err": float(np.quantile(np.abs(e), 0.9)),
-                        "median_rel_err": float(np.median(e))})
+                        "median_abs_rel_err": _quantile(a, 0.5),
+                        "p90_abs_rel_err": _quantile(a, 0.9),
+                        "median_rel_err": _quantile(e, 0.5)})
         return out
 
     def to_json(self) -> dict[str, object]:
@@ -131,3 +132,11 @@ def validate(measurements: list[Measurement | MemoryMeasurement], *,
             continue
         v.rows.append(prediction_row(m, s, predicted_tps(m, s, constants)))
     return v
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    """kvsim's one percentile definition (kvsim.metrics.summary.PERCENTILE_METHOD: the
+    smallest value with at least ``q`` of them at or below it)."""
+    from kvsim.metrics.summary import PERCENTILE_METHOD
+
+    return float(np.quantile(values, q, method=PERCENTILE_METHOD))

@@ -12,7 +12,9 @@
   :mod:`kvsim.validate.memlog_predict`).
 
 A caller must know: values "as printed" may carry "(rounded)" or "(inferred)"
-qualifiers; the number is read and the qualifier kept in ``extra``.
+qualifiers; the number is read and the qualifier kept in ``extra``.  Every row of these
+files was published before llama.cpp captured CUDA graphs on Volta and Turing (PR
+#25749, 2026-07): their ``cuda_graphs_since`` is Ampere (:data:`PUBLISHED_GRAPHS_SINCE`).
 
 NOTE: every row ends up as a Measurement (a MemoryMeasurement) or a Skipped with the row
 id and the reason.
@@ -27,6 +29,10 @@ import re
 from kvsim.errors import InputError
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_rows
 from kvsim.validate.records import Measurement, Skipped
+
+PUBLISHED_GRAPHS_SINCE = "ampere"
+"""The builds behind the published rows replayed CUDA graphs from Ampere on only
+(kvsim.latency.backend.cuda_graphs)."""
 
 SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
 SPEED_VS_LOAD = ("id", "engine", "gpu", "model", "metric", "value", "unit")
@@ -95,7 +101,8 @@ def read_scoreboard(rows: list[dict[str, str]], origin: str) -> tuple[list[Measu
         common = dict(gpu=row["gpu"], backend=backend_name(row["backend"]), model=row["model"],
                       weight_format=(row.get("weight_format") or "").split(" ")[0],
                       flash_attn=_flash(row.get("flash_attn", "")),
-                      source=row.get("source", ""), n_ubatch=512, n_batch=2048)
+                      source=row.get("source", ""), n_ubatch=512, n_batch=2048,
+                      cuda_graphs_since=PUBLISHED_GRAPHS_SINCE)
         size = number(row.get("model_size_gib", ""))
         if size:
             common["model_size_bytes"] = int(size * 2**30)
@@ -129,11 +136,14 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
     ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
     depth = int(number(row.get("context_or_depth", "")) or 0)
     batch = int(number(row.get("batch_or_concurrency", "")) or 1)
+    size = re.search(r"(\d+(?:\.\d+)?)\s*GiB\)?\s*$", row["model"].strip().rstrip(")"))
     base = dict(id=rid, gpu=row["gpu"], model=row["model"], value=val,
+                model_size_bytes=int(float(size.group(1)) * 2**30) if size else None,
                 weight_format=row.get("weight_format", ""), flash_attn=fa,
                 n_ubatch=int(ub) if ub else 512, source=row.get("source", ""),
                 backend="Metal" if "apple" in row["gpu"].lower() else "CUDA",
-                kv_type=(row.get("kv_type") or "f16").split(" ")[0])
+                kv_type=(row.get("kv_type") or "f16").split(" ")[0],
+                cuda_graphs_since=PUBLISHED_GRAPHS_SINCE)
     m = re.match(r"(pp|tg)(\d+)_tps", metric)
     if "batched-bench" in engine:
         pp = int(number(row.get("context_or_depth", "")) or 0)
@@ -159,7 +169,22 @@ def read_speed_vs_load(rows: list[dict[str, str]], origin: str) -> tuple[list[Me
     for row in rows:
         got = _long_row(row)
         (meas if isinstance(got, Measurement) else skipped).append(got)
-    return meas, skipped
+    return _shared_file_sizes(meas), skipped
+
+
+def _file_key(m: Measurement) -> tuple[str, str, str]:
+    return m.gpu, m.model.split(" (")[0].strip().lower(), m.weight_format.lower()
+
+
+def _shared_file_sizes(meas: list[Measurement]) -> list[Measurement]:
+    """A row without a printed model size takes the size another row printed for the
+    same model file on the same device (llama-batched-bench prints none; llama-bench
+    does, for the same file in the same source)."""
+    from dataclasses import replace
+
+    sizes = {_file_key(m): m.model_size_bytes for m in meas if m.model_size_bytes}
+    return [m if m.model_size_bytes or _file_key(m) not in sizes
+            else replace(m, model_size_bytes=sizes[_file_key(m)]) for m in meas]
 
 
 def read_memory_logs(rows: list[dict[str, str]], origin: str

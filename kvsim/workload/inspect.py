@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import InputError
+from kvsim.metrics.summary import PERCENTILE_METHOD
 from kvsim.workload.schema import Segment, Session, output_segment, prompt_segments
 from kvsim.workload.tally import Counts, Overlap, PerMinute
 
@@ -213,14 +214,16 @@ def inspect_sessions(sessions: Iterable[Session],
         "new_input_tokens": acc.tokens["new"].summary(),
         "output_tokens": acc.tokens["output"].summary(),
         "requests_per_minute": {"min": int(per_minute.min()),
-                                "p50": float(np.percentile(per_minute, 50)),
+                                "p50": float(np.percentile(per_minute, 50,
+                                                           method=PERCENTILE_METHOD)),
                                 "max": int(per_minute.max())},
         "concurrency": {
             "service_model": {**asdict(acc.service), "rule": acc.service.describe()},
             "peak_requests": peak,
-            "per_minute_peak_requests": {"p50": float(np.percentile(minute_peak, 50)),
-                                         "p95": float(np.percentile(minute_peak, 95)),
-                                         "max": int(minute_peak.max())},
+            "per_minute_peak_requests": {
+                "p50": float(np.percentile(minute_peak, 50, method=PERCENTILE_METHOD)),
+                "p95": float(np.percentile(minute_peak, 95, method=PERCENTILE_METHOD)),
+                "max": int(minute_peak.max())},
             "peak_sessions": acc.live_sessions.finish(),
         },
         "prefix_reuse": {"prompt_tokens": acc.prompt_tokens, "hit_tokens": acc.hit_tokens,

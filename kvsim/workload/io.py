@@ -57,8 +57,11 @@ _TURN = pa.struct([
     ("output_tokens", pa.int64()), ("references", pa.list_(_REFERENCE))])
 SESSION_SCHEMA = pa.schema([
     ("session_id", pa.string()), ("kind", pa.string()), ("member", pa.string()),
+    ("shared_prefix", pa.list_(_SEGMENT)),
     ("system_prompt_id", pa.string()), ("system_prompt_tokens", pa.int64()),
     ("history", pa.string()), ("turns", pa.list_(_TURN))])
+OPTIONAL_COLUMNS = frozenset({"shared_prefix"})
+"""Columns a Parquet trace may lack (written before they existed): their default."""
 
 
 def trace_format(path: str | Path, field: str = "output") -> str:
@@ -241,12 +244,13 @@ def _parquet_file(p: Path) -> pq.ParquetFile:
 
 def _iter_parquet(p: Path) -> Iterator[tuple[str, Session]]:
     pf = _parquet_file(p)
-    missing = [n for n in SESSION_SCHEMA.names if n not in pf.schema_arrow.names]
+    have = pf.schema_arrow.names
+    missing = [n for n in SESSION_SCHEMA.names if n not in have and n not in OPTIONAL_COLUMNS]
     if missing:
-        raise InputError(f"{p.name}: columns", pf.schema_arrow.names,
-                         "missing " + ", ".join(missing))
+        raise InputError(f"{p.name}: columns", have, "missing " + ", ".join(missing))
+    columns = [n for n in SESSION_SCHEMA.names if n in have]
     row = 0
-    for batch in pf.iter_batches(batch_size=ROW_GROUP_SESSIONS, columns=SESSION_SCHEMA.names):
+    for batch in pf.iter_batches(batch_size=ROW_GROUP_SESSIONS, columns=columns):
         for obj in batch.to_pylist():
             row += 1
             yield f"{p.name} row {row}", parse_session(_strip_nulls(obj), f"{p.name} row {row}")

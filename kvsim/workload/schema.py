@@ -7,6 +7,9 @@ after the previous answer ended — or, for open-loop imports, at its own
 prompt, every earlier turn's tool output, input and answer) plus turn *i*'s new
 tool output and input, unless the session is ``history: none`` (independent
 requests that share only explicit ``prefix`` segments, as in Mooncake traces).
+A session's ``shared_prefix`` opens every one of its prompts, before the system prompt:
+a list of system segments several sessions may share in part (a BOS token every session
+starts with, then a preamble some personas share, then each persona's own system prompt).
 
 Token *identity* matters for prefix reuse, so a prompt is described as a list of
 :class:`Segment` (a content id and a length): two prompts share a KV prefix
@@ -15,17 +18,25 @@ exactly as far as their segment lists agree token by token.
 A :class:`ReferenceEvent` says "this turn depends on that earlier span": the
 accuracy proxy scores it from the state of the KV blocks holding the span.
 
-NOTE: segment ids are deterministic strings — ``sys/<id>``, ``<session>/t<i>/tool``,
-``<session>/t<i>/in``, ``<session>/t<i>/out`` — so the same trace always yields
-the same prefix-hash chain.
+NOTE: segment ids are deterministic strings — ``sys/<id>`` (the system prompt and each
+``shared_prefix`` segment), ``<session>/t<i>/tool``, ``<session>/t<i>/in``,
+``<session>/t<i>/out`` — so the same trace always yields the same prefix-hash chain;
+every ``sys/`` segment is system content (kept when a prompt is fitted, sent as the
+system message by ``kvsim replay``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from kvsim.config.units import FrozenModel
 from kvsim.errors import InputError
@@ -71,6 +82,9 @@ class Session(FrozenModel):
     session_id: str = Field(min_length=1)
     kind: SessionKind = "chat"
     member: str = ""
+    shared_prefix: tuple[Segment, ...] = Field(
+        (), description="system segments every prompt of the session opens with, before "
+        "its system prompt (ids are content: sessions that list the same ids share them)")
     system_prompt_id: str | None = None
     system_prompt_tokens: int = Field(0, ge=0)
     history: Literal["full", "none"] = "full"
@@ -97,6 +111,15 @@ class Session(FrozenModel):
                                      "a session's turns arrive in order")
                 last_start, last_i = turn.start_s, i
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_empty_prefix(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """NOTE: a session without ``shared_prefix`` is written as before the key
+        existed (traces and their hashes unchanged)."""
+        out = handler(self)
+        if isinstance(out, dict) and not out.get("shared_prefix"):
+            out.pop("shared_prefix", None)
+        return out
 
 
 def _part_tokens(session: Session, ref: ReferenceEvent) -> int:
@@ -149,12 +172,19 @@ def turn_segments(session: Session, i: int) -> list[Segment]:
     return segs
 
 
-def prompt_segments(session: Session, i: int) -> list[Segment]:
-    """Every segment of turn *i*'s prompt, in order (history included)."""
-    segs: list[Segment] = []
+def system_segments(session: Session) -> list[Segment]:
+    """The system content every prompt of ``session`` opens with: its ``shared_prefix``,
+    then its system prompt (each as a ``sys/<id>`` segment; empty when it has neither)."""
+    segs = [Segment(id=f"sys/{g.id}", tokens=g.tokens) for g in session.shared_prefix]
     if session.system_prompt_id is not None:
         segs.append(Segment(id=f"sys/{session.system_prompt_id}",
                             tokens=session.system_prompt_tokens))
+    return segs
+
+
+def prompt_segments(session: Session, i: int) -> list[Segment]:
+    """Every segment of turn *i*'s prompt, in order (history included)."""
+    segs = system_segments(session)
     first = 0 if session.history == "full" else i
     for j in range(first, i):
         segs.extend(turn_segments(session, j))

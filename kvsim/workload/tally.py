@@ -2,8 +2,10 @@
 the number of requests.
 
 * :class:`Counts` — a histogram of whole numbers (token counts, distances): mean, max
-  and numpy's default (linear) percentiles, exactly as ``np.percentile`` gives them on
-  the full column, from (value, count) pairs.  Memory: one entry per distinct value
+  and percentiles as every kvsim percentile is taken (``inverted_cdf``: the smallest
+  value with at least q of the column at or below it, one that occurs), exactly as
+  ``np.percentile(..., method="inverted_cdf")`` gives them on the full column, from
+  (value, count) pairs.  Memory: one entry per distinct value
   (bounded by the largest token count, not by the trace length).
 * :class:`Overlap` — how many intervals ``[start, end)`` contain each start (the
   concurrency at each arrival), by an event sweep that finalises everything before a
@@ -50,14 +52,11 @@ class Counts:
         return {"mean": self._sum / self.total, "p50": self._percentile(values, cum, 50),
                 "p95": self._percentile(values, cum, 95), "max": float(values[-1])}
 
-    def _percentile(self, values: list[int], cum: np.ndarray, q: float) -> float:
-        """``np.percentile(column, q)`` of the column these counts describe."""
-        index = (self.total - 1) * (np.float64(q) / 100)  # numpy's 'linear' method
-        lo = math.floor(index)
-        a, b = (float(values[int(np.searchsorted(cum, k, side="right"))])
-                for k in (lo, min(lo + 1, self.total - 1)))
-        t = index - lo
-        return float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    def _percentile(self, values: list[int], cum: np.ndarray, q: int) -> float:
+        """``np.percentile(column, q, method="inverted_cdf")`` of the column these counts
+        describe: the k-th smallest, k = ⌈total · q / 100⌉ (in integers, no rounding)."""
+        k = max(1, -(-self.total * q // 100))
+        return float(values[int(np.searchsorted(cum, k, side="left"))])
 
 
 class Overlap:

@@ -36,6 +36,6 @@ def test_options_of_the_gpus_mode_are_refused(tmp_path, kvsim_cli, make_results)
     rc, err, _ = kvsim_cli("compare", m, p, "--contexts", "abc", "--slo", "ttft_p95=2s")
     assert rc == 2
     assert err.startswith("error: --") and "applies to 'compare --gpus A,B SCENARIO' only; " \
-        "'compare MEASURED PREDICTED' takes only -o and --no-report" in err
+        "'compare MEASURED PREDICTED' takes only -o, --no-report and --plotlyjs" in err
     rc, err, _ = kvsim_cli("compare", m, p, "--replications", "8")
     assert rc == 2 and err.startswith("error: --replications: 8 — applies to")

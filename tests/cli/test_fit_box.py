@@ -27,7 +27,7 @@ def test_two_3090s_tensor_parallel_json_is_the_box_layout(capsys):
     doc = json.loads(out)
     g, m = load_gpu("rtx-3090"), load_model("llama-3.1-8b")
     cfg = engine_for_gpu({"preset": "vllm", "context_tokens": 32768}, g, m, weights="bf16",
-                         n_gpus=2)
+                         more_gpus=(g,))
     b = memory_budget(g, m, "bf16", cfg, more_gpus=(g,))
     assert (doc["split"], doc["tensor_parallel"], doc["pipeline_parallel"]) == ("tensor", 2, 1)
     assert doc["kv_pool_tokens"] == b.kv_pool_tokens
@@ -88,3 +88,40 @@ def test_bad_box_input_is_one_line_naming_the_flag(capsys, argv, flag):
     assert code == 2 and out == "", (out, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"error: {flag}"), err
+
+
+def test_llama_cpp_layer_split_prints_each_gpus_buffers(capsys):
+    # -c 8192, one slot: a qwen3-32b layer's KV = 8192 x 4,096 B = 32 MiB; the first card
+    # holds layers 0-32, the second 33-63 and the output layer (llama.cpp's split by free
+    # memory: equal cards)
+    code, out, _ = run(capsys, "fit", "--model", "qwen3-32b", "--weights", "q5_k_m",
+                       "--context", "8192", "--parallel", "1", "--gpu", "2x rtx-3090",
+                       "--engine", "llama.cpp")
+    text = " ".join(out.split())
+    assert code == 0 and "— llama.cpp (split mode layer)" in text
+    assert "llama_kv_cache: CUDA0 KV buffer size = 1056.00 MiB" in text   # 33 x 32 MiB
+    assert "llama_kv_cache: CUDA1 KV buffer size = 992.00 MiB" in text    # 31 x 32 MiB
+    assert "load_tensors: offloaded 65/65 layers to GPU" in text
+    assert "rtx-3090 +head" in text
+
+
+def test_llama_cpp_row_split_json_gives_each_gpus_rows(capsys):
+    code, out, _ = run(capsys, "fit", "--model", "qwen3-32b", "--weights", "q5_k_m",
+                       "--context", "8192", "--parallel", "1", "--gpu", "2x rtx-3090",
+                       "--engine", "llama.cpp", "--split-mode", "row", "--tensor-split",
+                       "3,1", "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["split"], doc["tensor_parallel"]) == ("row", 2)
+    assert [d["weight_fraction"] for d in doc["devices"]] == [0.75, 0.25]
+    # each layer's KV stays on its home card, placed by the same 3:1 split (49 + 15)
+    assert [d["kv_bytes"] for d in doc["devices"]] == [49 * 32 * 2**20, 15 * 32 * 2**20]
+
+
+def test_ollama_over_three_gpus_prints_its_estimate_line(capsys):
+    code, out, _ = run(capsys, "fit", "--model", "qwen3-32b", "--weights", "q6_k",
+                       "--context", "32768", "--gpu", "3x rtx-3090", "--engine", "ollama",
+                       "--ollama-version", "0.6.8")
+    text = " ".join(out.split())
+    assert code == 0
+    assert ("offload to cuda layers.model=65 layers.offload=65 layers.split=22,22,21 "
+            "memory.required.full=67.30 GiB") in text

@@ -11,7 +11,7 @@ from kvsim.cli import main
 
 SCENARIO_KEYS = ("name, description, seed, gpu, more_gpus, gpu_link, model, weights, engine, "
                  "link, host, host_default, driver_reserve_bytes, display_reserve_bytes, "
-                 "workload, latency, policies, accuracy, sim")
+                 "workload, latency, policies, accuracy, sim, slo")
 
 
 def _error(capsys, args: list[str]) -> str:

@@ -40,6 +40,13 @@ def test_plan_writes_tables_and_recommends_flags(tmp_path):
     assert len(table) == 6
     rec = json.loads((out / "recommendation.json").read_text())["recommendation"]
     assert (rec["context_tokens"], rec["parallel"]) == (98304, 1)
+    # the answer sits on the edges of the grid the user gave (98304 its largest context;
+    # 16384 × 4, the most sessions, its largest parallel): not widened, but said — 7 is
+    # the most 16384-token sessions that lay out under 85 % of the 4090 (16384 × 7 at
+    # 0.79, 8 would pass the line), 131072 the model's maximum
+    assert ("note: the answer is capped by the grid you gave: memory allows parallel 7 (add "
+            "it to --parallel); context 131,072 is untried (add it to --contexts)"
+            ) in " ".join(r.stdout.split())
 
 
 def test_compare_gpus_table(tmp_path):

@@ -46,7 +46,8 @@ def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
     r = CliRunner().invoke(cli, ["simulate", "quickstart", "--set", "workload.max_sessions=6",
                                  "-o", str(out)])
     assert r.exit_code == 0, r.output
-    assert "ttft_p95_s" in r.output and "peak_device_fraction" in r.output
+    assert r.output.startswith("verdict: ")
+    assert "latency over" in r.output and "peak device memory" in r.output
     names = {p.name for p in out.iterdir()}
     assert {"requests.parquet", "itl.parquet", "steps.parquet", "memory.parquet",
             "events.parquet", "summary.json", "scenario.json", "meta.json"} <= names
@@ -90,16 +91,22 @@ def test_prompt_longer_than_model_context_and_zero_output(tmp_path, capsys) -> N
     # llama-3.1-8b max 131,072: llama-server rejects that one request (HTTP 400) and the
     # run goes on, as the real server does (kvsim.core.sessions)
     long_trace = _trace(tmp_path, input_tokens=200_000)
-    code, _, err = _run_main(["simulate", str(_scenario(tmp_path, long_trace)), "-o",
-                              str(tmp_path / "o1")], capsys)
+    code, out, err = _run_main(["simulate", str(_scenario(tmp_path, long_trace)), "--set",
+                                "engine.context_tokens=16384", "-o", str(tmp_path / "o1")],
+                               capsys)
     assert code == 0, err
     from kvsim.metrics.results import Results
     req = Results.load(tmp_path / "o1").requests
     assert list(req.failure_reason) == ["exceed_context_size_error"]
     assert list(req.prompt_tokens) == [200_000]
-    # the user reads why: too long for the context, not out of memory
-    assert "1 request(s) failed: 1 too long for the context" in err
-    assert "out of KV memory" not in err
+    # the user reads why: too long for the context, not out of memory — and that no
+    # context serves it (the model's maximum is 131,072)
+    assert "1 prompt_exceeds_context (prompt longer than the context" in out
+    assert "kv_exhausted" not in out
+    assert out.startswith("verdict: misses — binding: prompt_exceeds_context (prompt longer "
+                          "than the context)\n")
+    assert ("no change found: the longest request needs 200,000 tokens, more than "
+            "llama-3.1-8b's maximum context (131,072): no context serves it") in out
     summary = json.loads((tmp_path / "o1" / "summary.json").read_text())
     assert (summary["failed_too_long_requests"], summary["failed_memory_requests"],
             summary["failed_busy_requests"]) == (1, 0, 0)

@@ -160,3 +160,18 @@ def test_reference_rows_keep_their_numbers():
     assert (raw["memory_bandwidth_bytes_per_s"], raw["fp16_tensor_flops"]) == (1008e9, 330.3e12)
     assert raw["architecture"] == "ada" and raw["compute_units"] == 128
     assert load_gpu("apple-m3-max").fp16_tensor_flops == pytest.approx(16.4 * T)
+
+
+def test_l20_from_its_spec_page():
+    # NVIDIA L20 (engine-memory-logs rows sglang-003..005 run 8 and 2 x 8 of them):
+    # 48 GB GDDR6 on 384 bits at 864 GB/s, PCIe 4.0 x16, 275 W, 11,776 shaders at 2,520 MHz
+    # = 92 SMs, FP32 11,776 x 2 x 2.52 GHz = 59.35 TFLOPS (technical.city / TechPowerUp).
+    # Tensor rates DERIVED from the L40 row's Ada SM: 1,024 FLOP/clk/SM x 92 x 2.52 GHz
+    from kvsim.config.gpu_names import resolve_gpu
+    g = load_gpu("l20")
+    assert (g.memory_bytes, g.memory_bandwidth_bytes_per_s, g.compute_units,
+            g.default_link) == (48 * 2**30, 864e9, 92, "pcie4-x16")
+    assert g.fp32_flops == pytest.approx(59.35e12, rel=1e-3)
+    assert g.fp16_tensor_flops == 237.4 * T and "DERIVED" in g.notes
+    m = resolve_gpu("2 nodes x 8x NVIDIA L20 (PCIe 4.0)")
+    assert (m.slug, m.count) == ("l20", 16)

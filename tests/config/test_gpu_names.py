@@ -82,13 +82,13 @@ PUBLISHED = {
     "1x NVIDIA GeForce RTX 4090D (SM89)": "rtx-4090-d",
     "1x NVIDIA GeForce RTX 5060 Ti 16GB (Windows, headless)": "rtx-5060-ti-16gb",
     "NVIDIA GeForce RTX 4090 (4 workers -> TP=4 inferred)": "rtx-4090",
+    "8x NVIDIA L20": "l20",
 }
 # Published strings that name no single catalogued device, and the start of the reason.
 NOT_ONE = {
     "NVIDIA Tesla V100 32 GB": "ambiguous: 'NVIDIA Tesla V100 32 GB' matches tesla-v100-pcie-32gb",
     "NVIDIA H100 80GB": "ambiguous: 'NVIDIA H100 80GB' matches h100-pcie-80gb",
     "1x NVIDIA A100": "ambiguous: 'NVIDIA A100' matches a100-40gb-pcie",
-    "8x NVIDIA L20": "unknown GPU 'NVIDIA L20' (closest: ",
     "8x NVIDIA H20": "unknown GPU 'NVIDIA H20' (closest: ",
     "not shown": "unknown GPU 'not shown'",
     "1x NVIDIA GPU (model not seen)": "unknown GPU 'NVIDIA GPU (model not seen)': no device",

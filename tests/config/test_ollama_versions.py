@@ -58,6 +58,25 @@ def test_a_malformed_version_from_the_command_line():
         load_scenario("quickstart", ["engine.ollama_version=0.12.3"])
 
 
+@pytest.mark.parametrize("newer", ["0.33.1", "0.34.0", "1.0"])
+def test_a_release_newer_than_kvsim_describes_is_refused(newer, capsys):
+    # not silently taken as the newest (0.33.0): kvsim does not know what it changed
+    with pytest.raises(InputError) as exc:
+        resolve_engine({"preset": "ollama", "ollama_version": newer})
+    line = str(exc.value)
+    assert line.startswith(f"engine.ollama_version: '{newer}' — an Ollama release kvsim "
+                           "describes: up to 0.33.0 (") and "\n" not in line
+    assert "llama-server from v0.30.0" in line
+    assert resolve_engine({"preset": "ollama", "ollama_version": "0.33.0"}).ollama_version \
+        == "0.33.0"
+    with pytest.raises(SystemExit) as code:
+        main(["fit", "--gpu", "rtx-4090", "--model", "qwen3-8b", "--engine", "ollama",
+              "--ollama-version", newer])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code.value.code == 2 and len(err) == 1
+    assert err[0].startswith(f"error: --ollama-version: '{newer}' — an Ollama release kvsim")
+
+
 def test_the_preset_follows_the_newest_release_described():
     e = resolve_engine("ollama")
     assert e.ollama_version == OLLAMA_LATEST == "0.33.0"
@@ -152,15 +171,18 @@ def test_the_audit_fit_on_an_old_release_ignores_q8_0():
     # 256 x 2 = 147,456 B/token.  Eras B/C place qwen3 by measured sizes; era A (v0.11.4)
     # by the estimator (§4.2): KV 131,072 x 147,456 = 19,327,352,832 (536,870,912/layer),
     # graph (32/8) x KV / 6 = 12,884,901,888, reserve 457 MiB + graph = 13,364,101,120;
-    # a q4_k_m layer (8.19e9 - 2 x 151,936 x 4,096) / 36 x 0.605 = 116,720,302 B, so
-    # floor((25,769,803,776 - 13,364,101,120) / 653,591,214) = floor(18.98) = 18 layers
+    # a q4_k_m layer (8.19e9 - 2 x 151,936 x 4,096) / 36 x 0.605 = 116,720,302 B; with the
+    # layer llm/memory.go charges "as a buffer", layer k+1 goes on while 24 GiB > reserve +
+    # (k + 2) x 653,591,214: 17 layers (reserve + 18 layers = 25,128,742,972; 19 would be
+    # 25,782,334,186 > 25,769,803,776)
     spec = ollama("0.11.4", context_tokens=32768, parallel=4, cache_type_k="q8_0",
                   cache_type_v="q8_0")
     e = engine_for_gpu(spec, RTX4090, QWEN3_8B)
     assert (e.flash_attn, e.cache_type_v, e.ignored_cache_type) == (False, "f16", "q8_0")
     b = memory_budget(RTX4090, QWEN3_8B, "q4_k_m", e)
     assert (b.estimate.graph_bytes, b.estimate.reserve_bytes) == (12 * GIB, 13_364_101_120)
-    assert b.gpu_layers == 18 and b.weights_gpu_bytes == 18 * 116_720_302
+    assert b.gpu_layers == 17 and b.weights_gpu_bytes == 17 * 116_720_302
+    assert b.estimate.total_bytes == 13_364_101_120 + 18 * 653_591_214 == 25_128_742_972
     assert any("q8_0 ignored" in n for n in b.notes)
 
 
@@ -185,30 +207,36 @@ def _q32(version: str, **reserves):
 def test_measured_layouts_place_by_true_sizes():
     # qwen2.5-32b q4_k_m (a layer 292,506,767 B; tests/model/test_budget.py), num_ctx 8192,
     # q8_0 with flash attention, 12 GiB.  Era A (§4.2) counts q8_0 as 1 B: KV/layer 8192 x
-    # 256 x 8 = 16,777,216, graph 5 x 64 x 16,777,216 / 6 = 894,784,853 -> 37 layers.
+    # 256 x 8 = 16,777,216, graph 5 x 64 x 16,777,216 / 6 = 894,784,853 -> 36 layers (and
+    # the one charged as a buffer: tests/model/test_budget.py).
     # Era C (§4.3): true q8_0 KV/layer 8192 x 2,176 = 17,825,792 and the real compute
-    # buffer: reserve 457 MiB + compute, then as many layers as fit
+    # buffer: reserve 457 MiB + compute, then as many layers as fit (the output layer
+    # first; all do not, so again without it)
     a, c = _q32("0.11.4"), _q32("0.12.11")
-    assert (a.gpu_layers, a.estimate.graph_bytes) == (37, 894_784_853)
+    assert (a.gpu_layers, a.estimate.graph_bytes) == (36, 894_784_853)
     reserve = 457 * MIB + c.activation_bytes
     per_layer = 292_506_767 + 17_825_792
     assert c.estimate.reserve_bytes == reserve and c.estimate.graph_bytes == c.activation_bytes
     assert c.gpu_layers == (12 * GIB - reserve) // per_layer == 38
-    assert c.estimate.kv_bytes == c.kv_reserved_bytes == 38 * 17_825_792
+    assert c.kv_reserved_bytes == 38 * 17_825_792
+    assert c.estimate.kv_bytes == 64 * 17_825_792  # memory.required.kv: the whole model
     assert not any("under-counts" in n for n in c.notes)
     assert any("under-counts" in n for n in a.notes)
 
 
 def test_measured_layouts_back_off_where_the_estimator_runs_out_of_memory():
-    # a 1 GiB driver reserve: era A's 37 layers need 1,073,741,824 + 37 x 292,506,767 +
-    # compute + 37 x 17,825,792 > 12 GiB -> cudaMalloc fails; era C backs off (§4.3):
-    # 38 layers fail, 10 % of free VRAM set aside: floor((12 GiB x 0.9 - reserve) /
-    # 310,332,559) = 34 layers, which fit
-    a, c = _q32("0.11.4", driver_reserve_bytes=GIB), _q32("0.12.11", driver_reserve_bytes=GIB)
-    assert a.gpu_layers == 37 and not a.fits and "cudaMalloc failed" in a.failure
+    # a 1300 MiB driver reserve: era A's 36 layers need 1,363,148,800 + 36 x (292,506,767 +
+    # 17,825,792) + the compute buffer 361,758,720 = 12,896,879,644 > 12 GiB -> cudaMalloc
+    # fails; era C backs off (§4.3): 38 layers fail, 10 % of free VRAM set aside:
+    # floor((12 GiB x 0.9 - reserve) / 310,332,559) = 34 layers, which fit
+    driver = 1300 * MIB
+    a, c = _q32("0.11.4", driver_reserve_bytes=driver), \
+        _q32("0.12.11", driver_reserve_bytes=driver)
+    assert c.activation_bytes == 361_758_720
+    assert a.gpu_layers == 36 and not a.fits and "cudaMalloc failed" in a.failure
     reserve, per_layer = 457 * MIB + c.activation_bytes, 292_506_767 + 17_825_792
     assert c.gpu_layers == (12 * GIB * 9 // 10 - reserve) // per_layer == 34 and c.fits
-    assert c.total_bytes == GIB + 34 * per_layer + c.activation_bytes
+    assert c.total_bytes == driver + 34 * per_layer + c.activation_bytes
 
 
 def test_era_d_slots_are_llama_servers():

@@ -350,3 +350,26 @@ def test_ollama_rejects_requests_past_its_queue_limit() -> None:
     unlimited = _slots(parallel=1)
     assert all(unlimited.add_request(req(f"u{i}#0", [(f"u{i}", 10)], out=2), 0.0)
                for i in range(600))
+
+
+def test_fresh_slots_go_last_first_on_llama_server_first_first_on_ollama() -> None:
+    """llama-server's LRU scan keeps the last of equal ``t_last_used`` (``<=``,
+    tools/server/server-context.cpp), so a fresh server fills slots 3, 2, 1, 0; slots
+    released in one step were released in slot order, so the lowest id is the least
+    recently used of them.  Ollama's scan keeps the first (``Before``): 0, 1, 2."""
+    for last, order in ((True, [3, 2, 1]), (False, [0, 1, 2])):
+        s = _slots(parallel=4, pool_cells=4 * 4096, fresh_slots_from_last=last)
+        reqs = [req(f"{n}#0", [(n, 100)], out=1) for n in "ABC"]
+        for r in reqs:
+            s.add_request(r, 0.0)
+        now = run_until_idle(s)  # all three finish in the one step that samples them
+        assert [r.slot_id for r in reqs] == order
+        d = req("D#0", [("D", 100)], out=1)
+        s.add_request(d, now)
+        s.schedule(now)
+        # never-used slot first (llama.cpp: slot 0 is the only one left; Ollama: 3)
+        assert d.slot_id == (0 if last else 3)
+        e = req("E#0", [("E", 100)], out=1)
+        s.add_request(e, now)
+        s.schedule(now)
+        assert e.slot_id == min(order)  # of the three released together, the lowest id

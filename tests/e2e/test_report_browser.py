@@ -161,6 +161,11 @@ def _open(chromium: str, report: Path, profile: Path) -> dict:
             time.sleep(0.2)
         time.sleep(0.5)  # let late errors arrive
         out = {"state": state, "text": browser.evaluate("document.body.innerText"),
+               "verdict": browser.evaluate(
+                   "(document.getElementById('verdict') || {innerText: ''}).innerText"),
+               "first": browser.evaluate(
+                   "[...document.body.children].filter(e => e.tagName === 'SECTION')"
+                   ".map(e => e.id || e.className)[0]"),
                "title": browser.evaluate("document.title"),
                "svg_text": browser.evaluate("[...document.querySelectorAll('.main-svg text')]"
                                             ".map(t => t.textContent).join('\\n')"),
@@ -184,6 +189,9 @@ def test_report_renders_in_chromium_without_errors(chromium: str, tmp_path: Path
     assert seen["errors"] == []
     assert EVIL in seen["text"] and EVIL in seen["title"]
     assert EVIL in seen["svg_text"]  # the session id / scenario label in the plots, as text
+    # the verdict comes first, one per run, then the runs side by side
+    assert seen["first"] == "verdict" and seen["verdict"].count("verdict: ") == 2
+    assert "Runs side by side" in seen["text"]
 
 
 def test_simulated_run_report_in_chromium(chromium: str, tmp_path: Path) -> None:
@@ -199,6 +207,10 @@ def test_simulated_run_report_in_chromium(chromium: str, tmp_path: Path) -> None
     assert state[0] == "complete" and state[1] >= 6 and state[1] == state[2] == state[3], state
     assert seen["errors"] == []
     assert EVIL in seen["text"] and EVIL in seen["svg_text"]
+    # the page opens with the run's verdict against kvsim's default SLOs
+    assert seen["first"] == "verdict"
+    assert seen["verdict"].startswith("Verdict\n") and "verdict: " in seen["verdict"]
+    assert "(SLOs: kvsim's defaults)" in seen["verdict"]
 
 
 def test_checker_catches_scripts_that_run(chromium: str, tmp_path: Path) -> None:

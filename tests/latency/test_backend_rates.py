@@ -25,7 +25,8 @@ ONE = BackendConstants(bw_eff=0.5, kv_eff=0.25, kv_eff_no_fa=0.125, c_vec=0.0, c
 def consts(**kw) -> SpeedConstants:
     kw.setdefault("format_bw", {})
     kw.setdefault("format_pp", {})
-    return SpeedConstants(backends={"CUDA": ONE, "Metal": ONE}, **kw)
+    kw.setdefault("backends", {"CUDA": ONE, "Metal": ONE})
+    return SpeedConstants(**kw)
 
 
 def test_cuda_quantized_weights_use_sms_times_clock_and_f16_the_fp16_accumulate_rate():
@@ -98,3 +99,49 @@ def test_the_shipped_constants_load_and_cover_every_backend():
         assert not math.isnan(c.overhead_s)
     # the fit wrote its leave-one-device-out errors beside the constants
     assert k.errors and all(v["n"] > 0 for v in k.errors.values())
+
+
+def test_mmq_runs_at_the_int8_rate_per_sm_clock_of_the_spec_sheet_within_mma_sync():
+    from kvsim.latency.backend import MMQ_OPS_PER_UNIT_CLOCK_MAX, mmq_ops_per_unit_clock
+
+    # GA100: 624 TOPS dense int8 / (108 SMs x 1.41 GHz) = 4098 ops per SM-clock: capped at
+    # 4096, twice a GA10x SM's 2048 (RTX 3090: 284 TOPS / (82 x 1.695 GHz))
+    a100 = load_gpu("a100-80gb-pcie")
+    assert mmq_ops_per_unit_clock(a100) == MMQ_OPS_PER_UNIT_CLOCK_MAX == 4096.0
+    assert matrix_rate(a100, "CUDA", True) == pytest.approx(108 * 1.41e9 * 4096)
+    assert mmq_ops_per_unit_clock(load_gpu("rtx-3090")) == pytest.approx(2048, rel=1e-3)
+    # H100 PCIe: 1513 TOPS / (114 x 1.755 GHz) = 7562, of which mma.sync reaches 4096
+    assert mmq_ops_per_unit_clock(load_gpu("h100-pcie-80gb")) == 4096.0
+    # a sheet listing less than the GeForce rate (L40's int8 = its fp16 figure) keeps 2048
+    assert mmq_ops_per_unit_clock(load_gpu("l40")) == MMQ_OPS_PER_UNIT_CLOCK
+
+
+def test_nvidia_vector_rate_is_the_sm_issue_rate_not_the_fp32_lanes():
+    from kvsim.latency.backend import vector_rate
+
+    # 4 schedulers x 32 lanes x 2 FLOPs = 256 per SM-clock: an RTX 4090's spec FP32 rate
+    # (128 SMs x 2.52 GHz x 256 = 82.6 TFLOPS), twice an A100's 64-lane FP32 figure
+    g4090, a100 = load_gpu("rtx-4090"), load_gpu("a100-80gb-pcie")
+    assert vector_rate(g4090) == pytest.approx(128 * 2.52e9 * 256)
+    assert vector_rate(g4090) == pytest.approx(g4090.fp32_flops, rel=2e-3)
+    assert vector_rate(a100) == pytest.approx(2 * a100.fp32_flops, rel=2e-3)
+    m3 = load_gpu("apple-m3-max")       # elsewhere: the spec sheet's FP32 rate
+    assert vector_rate(m3) == m3.fp32_flops
+
+
+def test_a_step_of_more_than_one_token_is_launched_kernel_by_kernel_on_cuda():
+    from kvsim.latency.backend import cuda_graphs
+
+    k = consts(backends={"CUDA": ONE.model_copy(update={"launch_per_layer_s": 5e-5}),
+                         "Metal": ONE.model_copy(update={"launch_per_layer_s": 5e-5})})
+    m = load_model("llama-3.1-8b")   # 32 layers
+    r = gpu_rates(load_gpu("rtx-4090"), m, "q4_0", backend="CUDA", constants=k)
+    assert r.overhead_s == pytest.approx(1e-3 + 32 * 1e-5)           # a one-token graph
+    assert r.overhead_batch_s == pytest.approx(1e-3 + 32 * (1e-5 + 5e-5))
+    # Pascal replays no graph: every step is launched
+    p40 = gpu_rates(load_gpu("tesla-p40"), m, "q4_0", backend="CUDA", constants=k)
+    assert not cuda_graphs(load_gpu("tesla-p40"), "CUDA")
+    assert p40.overhead_s == p40.overhead_batch_s == pytest.approx(1e-3 + 32 * 6e-5)
+    # Metal has no such distinction: the launch constant is not applied
+    mac = gpu_rates(load_gpu("apple-m3-max"), m, "q4_0", backend="Metal", constants=k)
+    assert mac.overhead_s == mac.overhead_batch_s == pytest.approx(1e-3 + 32 * 1e-5)

@@ -155,3 +155,84 @@ def test_moe_experts_in_ram_are_read_and_computed_on_the_cpu() -> None:
     # the stretch paths give the same floats as the scalar one
     assert moe.decode_steps_list((4000,), 3)[0] == moe.step_time_s(step)
     assert moe.decode_steps_s(np.array([4000]), 3)[0] == moe.step_time_s(step)
+
+
+def test_a_step_of_several_graphs_pays_each_graphs_overhead_and_weights() -> None:
+    """llama.cpp runs decoding slots 0 and 2 on per-slot streams as two ubatches
+    (kvsim.engines.llama_cpp.llama_ubatches): each reads every weight.  One decode at 999
+    tokens is 9.4521398 ms (test above); as one graph two of them read the weights once:
+    0.004 + (4,540,321,364 + 2 x 131,072,000) / 856.8e9 = 9.6051 ms; as two graphs
+    2 x 9.4521398 = 18.9043 ms."""
+    r = _roofline(step_overhead_s=0.004)
+    one = BatchShape(decode_context=(999, 999))
+    two = BatchShape(decode_context=(999, 999), ubatches=(BatchShape(decode_context=(999,)),
+                                                          BatchShape(decode_context=(999,))))
+    assert r.step_time_s(one) == pytest.approx(0.004 + 4_802_465_364 / GPU_BPS, rel=1e-12)
+    assert r.step_time_s(two) == pytest.approx(2 * 0.0094521398, rel=1e-8)
+
+
+def test_a_prompt_split_over_graphs_samples_once_at_its_end() -> None:
+    """A decode beside a 2048-token prompt on per-slot streams: graph 1 is the decode and
+    the prompt's first token, graph 2 the prompt's other 2047 tokens, which end the prompt
+    and sample its first answer token (the output head runs there, not in graph 1).
+      graph 1, memory-bound: 0.004 + (4,540,321,364 + 1000 x 131,072 + 1 x 131,072) B
+               / 856.8e9 = 9.4522928 ms
+      graph 2, compute-bound: layers 2047 x 13,958,653,696 = 28,573,364,115,712, head
+               1,050,673,152, attention 524,288 x (2047 x 1 + 2047 x 2048 / 2)
+               = 524,288 x 2,098,175 = 1,100,047,974,400: 29,674,462,763,264 / 82.6e12
+               = 359.255 ms; + 4 ms overhead"""
+    r = _roofline(step_overhead_s=0.004)
+    step = BatchShape((2048,), (0,), (999,), ubatches=(BatchShape((1,), (0,), (999,)),
+                                                       BatchShape((2047,), (1,))))
+    g1 = 0.004 + (4_540_321_364 + 1000 * 131_072 + 131_072) / GPU_BPS
+    flops = 28_573_364_115_712 + 1_050_673_152 + 1_100_047_974_400
+    assert flops == 29_674_462_763_264
+    assert r.step_time_s(step) == pytest.approx(g1 + 0.004 + flops / GPU_FLOPS, rel=1e-12)
+
+
+def test_the_step_overhead_follows_the_engines_graph_capture() -> None:
+    """llama.cpp replays only one-token steps as CUDA graphs; vLLM captures up to 512
+    tokens: a two-sequence decode step pays the launched overhead on the first only,
+    and the numpy, list and scalar paths agree."""
+    from kvsim.latency.roofline import GpuRates
+
+    rates = GpuRates(82.6e12, 82.6e12, 856.8e9, 856.8e9, 0.001, overhead_batch_s=0.003)
+    one, two = BatchShape(decode_context=(999,)), BatchShape(decode_context=(999, 999))
+    cpp = _roofline(rates=rates)
+    vllm = _roofline(rates=rates, graph_max_tokens=512)
+    # the same work, overheads 1 ms (graph) and 3 ms (launched)
+    assert cpp.step_time_s(two) - vllm.step_time_s(two) == pytest.approx(0.002, rel=1e-9)
+    assert cpp.step_time_s(one) == vllm.step_time_s(one)
+    assert cpp.step_time_s(one) - cpp.overhead(1) == pytest.approx(
+        vllm.step_time_s(one) - 0.001, rel=1e-12)
+    for r in (cpp, vllm):
+        for ctx in ([999], [999, 999]):
+            steps = r.decode_steps_s(np.array(ctx), 3)
+            assert list(steps) == r.decode_steps_list(ctx, 3)
+            assert steps[0] == r.step_time_s(BatchShape(decode_context=tuple(ctx)))
+
+
+def test_a_decode_step_adds_compute_to_memory_where_the_rates_say_so() -> None:
+    """The backend model prices a decode-only step as compute + memory (matrix-vector
+    kernels near their ridge point); a prefill step stays the larger of the two; the
+    numpy, list and scalar decode paths agree."""
+    from kvsim.latency.roofline import GpuRates
+
+    kw = dict(linear_flops_per_s=82.6e12, attention_flops_per_s=82.6e12,
+              weight_bytes_per_s=856.8e9, kv_bytes_per_s=856.8e9, overhead_s=0.0)
+    overlap, adds = _roofline(rates=GpuRates(**kw)), _roofline(rates=GpuRates(**kw,
+                                                                      decode_adds=True))
+    dec = BatchShape(decode_context=(999,))
+    # the first test's step: memory 4,671,393,364 B / 856.8e9 = 5.45214 ms; compute
+    # layers 2 x (8.03e9 - 2 x 525,336,576) = 13,958,653,696, head 2 x 525,336,576
+    # = 1,050,673,152, attention 32 x 1000 pairs x 16,384 = 524,288,000:
+    #   15,533,614,848 FLOPs / 82.6e12 = 0.188058 ms
+    memory, compute = 4_671_393_364 / 856.8e9, 15_533_614_848 / 82.6e12
+    assert overlap.step_time_s(dec) == pytest.approx(memory, rel=1e-12)
+    assert adds.step_time_s(dec) == pytest.approx(memory + compute, rel=1e-12)
+    pre = BatchShape(prefill_tokens=(512,), prefill_context=(0,))
+    assert adds.step_time_s(pre) == overlap.step_time_s(pre)
+    for ctx in ([999], [10, 500, 999]):
+        steps = adds.decode_steps_s(np.array(ctx), 4)
+        assert list(steps) == adds.decode_steps_list(ctx, 4)
+        assert steps[0] == adds.step_time_s(BatchShape(decode_context=tuple(ctx)))

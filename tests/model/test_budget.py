@@ -173,27 +173,32 @@ def test_ollama_ignores_a_quantized_kv_type_without_flash_attention():
 def test_ollama_spills_layers_when_weights_do_not_fit():
     # docs/reference/engines.md §4.2 era-A estimator, num_ctx 4096, 1 slot, f16 (2 B/elem), FA off:
     #   kv_total  4096 x (128+128) x 8 x 2 x 64          = 1,073,741,824 (16,777,216/layer)
-    #   graph     (40/8) x kv_total / 6                  =   894,784,853
+    #   graph     (40 // 8) x kv_total // 6              =   894,784,853
     #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + graph = 1,373,984,085
     #   per layer 292,506,767 + 16,777,216               =   309,283,983
-    #   all 64 + head need 21.6 GB > 12 GiB, so layers go from the back until
-    #   n = floor((12,884,901,888 - 1,373,984,085) / 309,283,983) = floor(37.22) = 37
-    #   (37 -> 12,817,491,456 <= 12 GiB; 38 -> 13,126,775,439 > 12 GiB)
+    # llm/memory.go charges the GPU 457 MiB and one layer "as a buffer" first, then takes
+    # layer k+1 while 12 GiB > 457 MiB + (k+1) layers + graph + one more layer:
+    #   36 layers: reserve + 37 x per_layer = 12,817,491,456 < 12 GiB; the 37th would need
+    #   reserve + 38 x per_layer = 13,126,775,439 > 12 GiB.  memory.required.partial is the
+    #   GPU's charge, reserve + 37 layers (the buffer and 36); .full adds the 28 layers and
+    #   the head that overflowed.
     kv_layer = 4096 * (128 + 128) * 8 * 2
-    reserve = 457 * MIB + int(40 / 8 * kv_layer * Q32_LAYERS / 6)
+    reserve = 457 * MIB + 40 // 8 * kv_layer * Q32_LAYERS // 6
     per_layer = Q32_LAYER_W + kv_layer
     assert (kv_layer, reserve, per_layer) == (16_777_216, 1_373_984_085, 309_283_983)
-    assert reserve + 37 * per_layer <= Q32_VRAM < reserve + 38 * per_layer
+    assert reserve + 37 * per_layer < Q32_VRAM < reserve + 38 * per_layer
     eng = resolve_engine({"preset": "ollama", "context_tokens": 4096,
                           "ollama_version": "0.11.4"})  # era A: the estimator places layers
     b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
-    assert b.gpu_layers == 37 and b.estimate.gpu_layers == 37
+    assert b.gpu_layers == 36 and b.estimate.gpu_layers == 36
     assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_817_491_456
-    assert b.weights_cpu_bytes == 27 * Q32_LAYER_W + 2 * Q32_HEAD_W
-    # one more layer would break the estimator's own rule (the maximum was chosen)
+    assert b.estimate.full_bytes == b.estimate.total_bytes + 28 * per_layer + Q32_HEAD_W
+    assert b.estimate.kv_bytes == 64 * kv_layer      # memory.required.kv: the whole model's
+    assert b.weights_cpu_bytes == 28 * Q32_LAYER_W + 2 * Q32_HEAD_W
+    # num_gpu 38 starts the runner with -ngl 38 whatever the estimate counted
     more = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m",
                          eng.model_copy(update={"gpu_layers": 38}))
-    assert more.estimate.total_bytes == reserve + 38 * per_layer > Q32_VRAM
+    assert (more.gpu_layers, more.estimate.gpu_layers) == (38, 36)
 
 
 def _llama_fit_case(gpu_layers=None):

@@ -25,13 +25,21 @@ def test_every_csv_row_has_a_profile():
     assert {r["name"] for r in ROWS} <= set(BY_DISPLAY)
 
 
+# models.csv writes a Mamba layer's convolution window with d_conv = 4 columns; llama.cpp
+# (llama_hparams::n_embd_r) and vLLM keep d_conv - 1 = 3, so kvsim holds one column fewer per
+# layer: Jamba 28 layers x d_inner 8192 x 2 B, Mamba-2-2.7B 64 x (5120 + 2 x 128) x 2 B.
+WINDOW_COLUMN_F16 = {"Jamba-v0.1 (52B; same geometry as Jamba-1.5-Mini)": 28 * 8192 * 2,
+                     "Mamba-2-2.7B (pure SSM reference)": 64 * (5120 + 2 * 128) * 2}
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])
 def test_f16_bytes_equal_reference_columns(row):
     geo = kv_geometry(BY_DISPLAY[row["name"]], "f16", "f16", state_dtype="f16")
     assert geo.full_bytes_per_token == int(row["kv_bytes_per_token_fp16"])
     assert geo.windowed_bytes_per_token == int(row["windowed_kv_bytes_per_token_fp16"])
     assert geo.windowed_cap_bytes_per_seq == int(row["windowed_kv_cap_bytes_per_seq"])
-    assert geo.recurrent_bytes_per_seq == int(row["recurrent_state_bytes_per_seq_fp16"])
+    assert geo.recurrent_bytes_per_seq == int(row["recurrent_state_bytes_per_seq_fp16"]) \
+        - WINDOW_COLUMN_F16.get(row["name"], 0)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])
@@ -39,8 +47,8 @@ def test_32k_worked_example(row):
     # docs/reference/models.csv: full*32768 + windowed*min(32768, window) + recurrent, in GiB (3
     # decimals)
     geo = kv_geometry(BY_DISPLAY[row["name"]], "f16", "f16", state_dtype="f16")
-    assert geo.bytes_for_tokens(32768) / 2**30 == pytest.approx(
-        float(row["kv_gib_at_32k_ctx_fp16"]), abs=6e-4)
+    assert (geo.bytes_for_tokens(32768) + WINDOW_COLUMN_F16.get(row["name"], 0)) / 2**30 \
+        == pytest.approx(float(row["kv_gib_at_32k_ctx_fp16"]), abs=6e-4)
 
 
 @pytest.mark.parametrize("dtype,expected", [
@@ -98,9 +106,12 @@ def test_sliding_window_caps_and_mla_latent():
 
 
 def test_recurrent_state_is_f32_by_default():
+    # Mamba-2-2.7B, 64 layers of 80 x 64 x 128 = 655,360 SSM state elements + a convolution
+    # window of (4 - 1) x (5120 + 2 x 1 x 128) = 16,128 (llama.cpp n_embd_s + n_embd_r)
+    # = 671,488 elements x 4 B x 64 = 171,900,928 B per sequence
     g = kv_geometry(load_model("mamba-2-2.7b"))
-    assert g.recurrent_bytes_per_seq == 2 * 86638592
-    assert g.bytes_for_tokens(1) == g.bytes_for_tokens(100000) == 2 * 86638592
+    assert g.recurrent_bytes_per_seq == 64 * 671_488 * 4 == 171_900_928
+    assert g.bytes_for_tokens(1) == g.bytes_for_tokens(100000) == 171_900_928
 
 
 def test_unknown_cache_type_names_closest():

@@ -25,6 +25,9 @@ DIVISOR = ("a divisor of num_attention_heads (32): each KV head serves a whole g
     ("vocab_size", -1, "a positive integer"),
     ("moe_intermediate_size", False, "a positive integer"),
     ("num_key_value_heads", 5, DIVISOR),
+    ("global_head_dim", 0, "a positive integer"),
+    # Gemma 4 E2B/E4B: their last layers read an earlier layer's K and V
+    ("num_kv_shared_layers", 20, "0: layers that reuse another layer's KV are not modelled"),
 ])
 def test_import_model_refuses_bad_sizes(tmp_path, key, value, why):
     (tmp_path / "config.json").write_text(json.dumps({**OK, key: value}))

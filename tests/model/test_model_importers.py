@@ -161,3 +161,39 @@ def test_a_config_without_a_name_is_not_named_after_its_folder(tmp_path):
     (cache / "config.json").write_text(json.dumps(_tiny_config()))
     spec = import_model(cache / "config.json")
     assert (spec.name, spec.hf_repo) == ("llama-3.2-1b", "meta-llama/Llama-3.2-1B")
+
+
+def _gemma4(**extra):
+    """A Gemma 4 text_config: 5 sliding layers then 1 full, as gemma-4-31B-it's (head_dim 256 /
+    global_head_dim 512, 16 KV heads / 4 global), two periods."""
+    return {"model_type": "gemma4", "text_config": {
+        "model_type": "gemma4_text", "hidden_size": 5376, "num_hidden_layers": 12,
+        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256,
+        "global_head_dim": 512, "num_global_key_value_heads": 4, "sliding_window": 1024,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2,
+        "vocab_size": 262144, "max_position_embeddings": 262144, **extra}}
+
+
+@pytest.mark.parametrize("k_eq_v, full_heads", [(True, 4), (False, 16)])
+def test_gemma4_global_layers_have_their_own_head_dim(tmp_path, k_eq_v, full_heads):
+    # HF Gemma4 uses num_global_key_value_heads only on K=V (attention_k_eq_v) global layers;
+    # global_head_dim on every global layer
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_gemma4(attention_k_eq_v=k_eq_v)))
+    full, sliding = model_from_hf_config(p, "g4").layer_groups
+    assert (full.layer_indices, full.n_kv_heads, full.head_dim_k, full.head_dim_v) == (
+        (5, 11), full_heads, 512, 512)
+    assert (sliding.layers, sliding.n_kv_heads, sliding.head_dim_k, sliding.window_tokens) == (
+        10, 16, 256, 1024)
+    # 2 global layers x 2 (K, V) x heads x 512 x 2 B per token
+    geo = kv_geometry(model_from_hf_config(p, "g4"), "f16", "f16")
+    assert geo.full_bytes_per_token == 2 * 2 * full_heads * 512 * 2
+
+
+def test_config_without_global_head_dim_keeps_one_geometry(tmp_path):
+    cfg = _gemma4(attention_k_eq_v=True)
+    del cfg["text_config"]["global_head_dim"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    full, _ = model_from_hf_config(p, "g4").layer_groups
+    assert (full.n_kv_heads, full.head_dim_k) == (16, 256)

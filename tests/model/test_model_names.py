@@ -49,7 +49,7 @@ RESOLVED = [
     ("Qwen2.5-0.5B-Instruct-BF16", "qwen2.5-0.5b", "bf16"),
     ("openai/gpt-oss-20b MXFP4", "gpt-oss-20b", "mxfp4"),
     # a fine-tune carries its base model's geometry
-    ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s", "qwen2-72b", None),
+    ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s", "qwen2-72b", "q4_k_s"),
     ("Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)",
      "qwen3-30b-a3b", None),
     # llama-bench model_type strings with one catalogue model of that type
@@ -80,14 +80,17 @@ def test_the_hedge_is_kept_in_the_reason():
     ("Kimi-Linear-48B-A3B-Instruct-AWQ-4bit", "awq"),
     # the model file's format comes first, not the projector's
     ("unsloth/gemma-4-31B-it-GGUF gemma-4-31B-it-IQ4_XS.gguf + BF16 mmproj", "iq4_xs"),
+    # formats engine-memory-logs.csv rows use (kvsim.model.weights: their bpw and sources)
+    ("dolphin-qwen2:72b-v2.9.2-q4_k_s", "q4_k_s"), ("Q4_K - Small", "q4_k_s"),
+    ("nvidia/Gemma-4-31B-IT-NVFP4", "nvfp4"), ("Qwen3.6-35B-A3B-UD-IQ4_NL.gguf", "iq4_nl"),
 ])
 def test_weight_format_named_in_the_text(text, fmt):
     assert resolve_model(text).weight_format == fmt
 
 
 @pytest.mark.parametrize("text, named", [
-    ("dolphin-qwen2:72b-v2.9.2-q4_k_s", "Q4_K_S"), ("nvidia/Gemma-4-31B-IT-NVFP4", "NVFP4"),
-    ("Qwen3.6-35B-A3B-UD-IQ4_NL.gguf", "IQ4_NL"),
+    ("dolphin-qwen2:72b-v2.9.2-q3_k_l", "Q3_K_L"), ("Qwen3-8B-IQ2_XXS.gguf", "IQ2_XXS"),
+    ("some-model-int8", "INT8"),
 ])
 def test_formats_kvsim_does_not_model_are_named_not_guessed(text, named):
     m = resolve_model(text)
@@ -127,10 +130,12 @@ def test_llama_bench_model_size_picks_the_model():
 
 @pytest.mark.parametrize("text", [
     "Qwen2.5-Coder-14B-Instruct",               # neither qwen2.5-coder-7b nor qwen2.5-14b
-    "qwen2.5vl:7b",                             # a VL model is not qwen2.5-7b
-    "Qwen2.5-Math-7B", "Qwen3-235B-A22B-FP8", "DeepSeek-R1-Distill-Llama-8B",
-    "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-26B-A4B",
-    "unsloth Nemotron-3-Nano-30B-A3B-Q6_K.gguf",
+    "qwen2.5vl:3b",                             # a VL model is not qwen2.5-3b, nor the 7B VL
+    "Qwen2.5-Math-7B", "Qwen3-VL-235B-A22B-Instruct", "DeepSeek-R1-Distill-Llama-8B",
+    "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-E4B-it",
+    "Nemotron-3-Super-120B-A12B", "Qwen3.5-27B",   # neither Nano nor Qwen3.6/3.8
+    "mistralai/Voxtral-Mini-4B-Realtime-2602", "Kimi-Linear-48B-A3B-Instruct",
+    "DeepSeek-V4-Flash-FP8",
 ])
 def test_models_outside_the_catalogue_are_unknown(text):
     m = resolve_model(text)
@@ -185,6 +190,20 @@ MEASURED = {
     "Qwen3-32B-Q6_K": "qwen3-32b",
     "Qwen2.5-Coder-7B (qwen2 7B, 7.54 GiB)": "qwen2.5-coder-7b",   # never qwen2.5-7b
     "Qwen2.5-Coder-7B (qwen2 7B)": "qwen2.5-coder-7b",
+    # models added from their config.json for engine-memory-logs.csv (scripts/gen_models_added.py)
+    "unsloth Nemotron-3-Nano-30B-A3B-Q6_K.gguf": "nemotron-3-nano-30b-a3b",
+    "qwen3.6-35b-a3b-nvfp4 (local path)": "qwen3.6-35b-a3b",
+    "unsloth/Qwen3.6-35B-A3B-MTP-GGUF Qwen3.6-35B-A3B-UD-IQ4_NL.gguf": "qwen3.6-35b-a3b",
+    "GianniDPC Qwen3.6-27B-MTP-IQ4_XS-PURE.gguf (13.5 GiB)": "qwen3.6-27b",
+    "Qwen3.8-27B-FP8 (hybrid: 16 of 64 layers full attention per PR text)": "qwen3.8-27b",
+    "Qwen/Qwen1.5-7B-Chat-GPTQ-Int4": "qwen1.5-7b",
+    "Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "Qwen3-Coder-480B-A35B-Instruct-FP8": "qwen3-coder-480b-a35b",
+    "google/gemma-4-26B-A4B": "gemma-4-26b-a4b",
+    "nvidia/Gemma-4-31B-IT-NVFP4": "gemma-4-31b",
+    "unsloth/gemma-4-31B-it-GGUF gemma-4-31B-it-IQ4_XS.gguf + BF16 mmproj": "gemma-4-31b",
+    "qwen2.5vl:7b": "qwen2.5-vl-7b",            # Ollama's tag for Qwen2.5-VL-7B-Instruct
+    "Voxtral TTS 4B (mistralai/Voxtral-4B-TTS-2603)": "voxtral-tts-4b",
 }
 
 
@@ -203,4 +222,6 @@ def test_measurement_model_columns():
         ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s (inferred: the pasted log's "
          "partial=23.7 GiB matches the value the user gives for this model; llama3:70b gave "
          "partial=23.9 GiB)"),
-        "Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)"}, others
+        "Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)",
+        # the name resolves, but kvsim.validate.memlogs reads "not shown ..." as no model
+        "not shown in excerpt (club-3090 Qwen3.6-27B stack; inferred)"}, others

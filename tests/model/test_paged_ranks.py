@@ -21,7 +21,7 @@ LLAMA = load_model("llama-3.1-8b")   # 32 layers, 8 KV heads of 128, untied head
 
 def _budget(gpus, model=LLAMA, weights="bf16", preset="vllm", **knobs):
     cfg = engine_for_gpu({"preset": preset, "context_tokens": 32768, **knobs}, gpus[0],
-                         model, weights=weights, n_gpus=len(gpus))
+                         model, weights=weights, more_gpus=tuple(gpus[1:]))
     return cfg, memory_budget(gpus[0], model, weights, cfg, more_gpus=tuple(gpus[1:]))
 
 
@@ -134,7 +134,7 @@ def test_sglang_reserves_more_of_each_card_per_rank():
 
 def test_parallel_sizes_must_cover_the_gpus():
     cfg = engine_for_gpu({"preset": "vllm", "tensor_parallel_size": 2}, R3090, LLAMA,
-                         weights="bf16", n_gpus=2)
+                         weights="bf16", more_gpus=(R3090,))
     with pytest.raises(InputError, match="tensor_parallel_size x pipeline_parallel_size"):
         memory_budget(R3090, LLAMA, "bf16", cfg, more_gpus=(R3090, R3090))
 

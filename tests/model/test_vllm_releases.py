@@ -103,6 +103,20 @@ def test_release_names(text, want):
     assert parse_vllm_version(text) == want
 
 
+def test_a_release_newer_than_kvsim_describes_is_refused():
+    # the newest described (VLLM_LATEST 0.24.0) and a dev build of it are known; 0.24.1 and
+    # 0.25 are not, and are no longer taken as 0.24.0
+    assert resolve_engine({"preset": "vllm", "version": "0.24.0.dev3"}).version == "0.24.0.dev3"
+    for newer in ("0.24.1", "0.25", "1.0.0"):
+        with pytest.raises(InputError) as exc:
+            resolve_engine({"preset": "vllm", "version": newer})
+        assert str(exc.value) == (
+            f"engine.version: '{newer}' — a vLLM release kvsim describes: V0 up to 0.7.3, V1 "
+            "from 0.8.0, V1 from 0.21.0 (CUDA graphs in the budget), up to 0.24.0 "
+            "(docs/reference/engines.md §1.9); a newer release's start-up arithmetic is not "
+            "described")
+
+
 @pytest.mark.parametrize("spec,match", [
     ({"preset": "vllm", "version": "V1"}, "engine.version.*MAJOR.MINOR"),
     ({"preset": "vllm", "version": 0.6}, "engine.version"),

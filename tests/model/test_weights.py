@@ -10,9 +10,23 @@ from kvsim.model.weights import model_weights, weight_format
 @pytest.mark.parametrize("fmt,bpw", [
     ("bf16", 16), ("fp8", 8), ("q8_0", 8.5), ("q6_k", 210 * 8 / 256), ("q5_k_m", 5.68),
     ("q4_k_m", 4.84), ("q4_0", 4.5), ("iq4_xs", 136 * 8 / 256), ("awq", 4 + 20 / 128),
-    ("gptq", 4 + 20 / 128)])
+    ("gptq", 4 + 20 / 128),
+    # the formats engine-memory-logs.csv rows name: Q4_K_S 4.58 (llama.cpp tools/quantize
+    # README, Llama-2-7B table); IQ4_NL ggml block_iq4_nl = f16 scale + 16 B = 18 B / 32;
+    # NVFP4 = 16 E2M1 nibbles (8 B) + one E4M3 scale (1 B) per 16 values
+    ("q4_k_s", 4.58), ("iq4_nl", 18 * 8 / 32), ("nvfp4", 9 * 8 / 16)])
 def test_bits_per_weight(fmt, bpw):
     assert weight_format(fmt).bits_per_weight == pytest.approx(bpw)
+
+
+def test_nvfp4_keeps_the_embedding_and_head_at_16_bits():
+    # a ModelOpt NVFP4 checkpoint quantises the decoder's linear layers; embed_tokens and
+    # lm_head stay bf16. Llama-3.1-8B: 6,979,326,848 layer parameters x 4.5 / 8 +
+    # 2 x 525,336,576 (128256 x 4096) x 2 B = 3,925,871,352 + 2,101,346,304 = 6,027,217,656 B
+    # (the split truncates each of 32 layers to whole bytes: 24 B less)
+    w = model_weights(load_model("llama-3.1-8b"), "nvfp4")
+    assert w.non_repeating_bytes == 2 * 525_336_576 * 2
+    assert w.total_bytes == 6_027_217_656 - 24
 
 
 def test_bf16_total_is_params_times_two():

@@ -73,7 +73,8 @@ def test_replications_are_reproducible_and_need_jitter(tmp_path) -> None:
 
 def test_plan_replications_take_the_scenarios_jitter(tmp_path) -> None:
     """A trace's sessions are the same under every seed: without jitter a plan's
-    replications are one run repeated (a zero-width interval); with it they spread."""
+    replications are one run repeated — pooled, their p95 and its bootstrap interval over
+    the trace's sessions are one run's (copies add nothing); with jitter they spread."""
     jittered = load_scenario(sessions_scenario(tmp_path, 6))
     exact = load_scenario(sessions_scenario(tmp_path, 6, jitter_cv=0.0))
     reps = replicate(jittered, 4)
@@ -86,7 +87,10 @@ def test_plan_replications_take_the_scenarios_jitter(tmp_path) -> None:
         t = search(sc, c, PlanGrid((8192,), (4,)), replications=4).table
         rows[name] = t.iloc[0]
         assert rows[name]["evaluated"] == "simulated" and rows[name]["replications"] == 4
-    assert rows["exact"]["ttft_p95_s_low"] == pytest.approx(rows["exact"]["ttft_p95_s_high"])
+    one = search(exact, c, PlanGrid((8192,), (4,)), replications=1).table.iloc[0]
+    keys = ["ttft_p95_s", "ttft_p95_s_low", "ttft_p95_s_high"]
+    assert list(rows["exact"][keys]) == pytest.approx(list(one[keys]))
+    assert rows["exact"]["latency_requests"] == 4 * one["latency_requests"]
     width = rows["jittered"]["ttft_p95_s_high"] - rows["jittered"]["ttft_p95_s_low"]
     assert width > 0 and not math.isnan(width)
 

@@ -97,6 +97,8 @@ def test_an_engine_that_cannot_start_is_a_row_not_an_error(tmp_path):
         "cannot start on rtx-4090 with llama-3.1-8b: The model's max seq len (120000) is "
         "larger than the maximum number of tokens that can be stored in KV cache (")
     assert row["oom_reason"] == row["reason"]
+    # the closed set's reason for an engine that does not start (kvsim.metrics.failures)
+    assert row["failure_code"] == "oom_at_load"
     assert list(out.table["status"]) == ["ok", "cannot_start", "ok"]
 
 

@@ -124,7 +124,13 @@ def test_short_keys_and_values() -> None:
 def test_card_gives_small_rates_three_significant_digits() -> None:
     run = make_run()
     run.summary["tokens_per_s"] = 0.3663
-    assert dict(card_data(run)["headline"])["tokens/s"] == "0.366"
+    run.summary.pop("output_tokens_per_busy_s", None)
+    # an older folder without the busy throughput: the whole run's average, named so
+    assert dict(card_data(run)["headline"])["output tokens/s (whole run)"] == "0.366"
+    run.summary["output_tokens_per_busy_s"] = 32.96
+    head = dict(card_data(run)["headline"])
+    assert head["output tokens/s while busy"] == "33" and "output tokens/s (whole run)" \
+        not in head
     assert [significant(v) for v in (12.34, 999.6, 12345.6)] == ["12.3", "1,000", "12,346"]
 
 

@@ -41,9 +41,14 @@ def test_slo_lines_sit_at_the_limit_and_the_percentile_level():
     curve = {"x_s": [1.0, 2.0], "p": [0.5, 1.0], "n": 2, "p95_s": 2.0}
     fig = cdf_figure([("run", curve)], "E2E CDF", "s", [("p99", 3.0), ("p50", 1.5)])
     shapes = fig.layout.shapes
-    # levels: p95 (always) plus the SLOs' p50 and p99; one vertical line per SLO
+    # levels: p95 (always) plus the SLOs' p50 and p99; a vertical line per SLO within
+    # the data (1.5 s), the one beyond it (3 s) said at the axis' edge instead of
+    # stretching the axis: it stays fitted to the data, 1-2 s padded by 4 % of the span
     assert sorted(sh.y0 for sh in shapes if sh.y0 == sh.y1) == [0.5, 0.95, 0.99]
-    assert sorted(sh.x0 for sh in shapes if sh.x0 == sh.x1) == [1.5, 3.0]
+    assert sorted(sh.x0 for sh in shapes if sh.x0 == sh.x1) == [1.5]
+    assert [a.text for a in fig.layout.annotations if "beyond" in a.text] == [
+        "p99 SLO 3 s → (beyond the data)"]
+    assert list(fig.layout.xaxis.range) == pytest.approx([0.96, 2.04])
 
 
 def test_a_good_slo_still_reports(tmp_path, make_results, kvsim_cli):

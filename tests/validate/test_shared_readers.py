@@ -64,3 +64,22 @@ def test_layout_detection_and_helpers():
     assert number("2062 (rounded)") == 2062 and number("n/a") is None
     assert number("1,234.5") == 1234.5
     assert backend_name("Metal,BLAS") == "Metal" and backend_name("CPU") == "CPU"
+
+
+def test_published_rows_ran_builds_without_cuda_graphs_on_turing():
+    """The published files predate llama.cpp PR #25749 (2026-07), which extended CUDA
+    graphs to Volta and Turing: their Turing rows are priced without graphs, a build of
+    today's (a user's own llama-bench output) with them; Ampere rows with them both."""
+    from dataclasses import replace
+
+    from kvsim.validate.predict import latency_for, setup_for
+
+    by_id = {m.id: m for m in _read("llamabench-scoreboard.csv")[0]}
+    turing, ampere = by_id["SB028:tg"], by_id["SB036:tg"]   # Quadro RTX 6000, RTX 3060
+    assert turing.cuda_graphs_since == "ampere"
+    assert setup_for(turing).cuda_graphs is False and setup_for(ampere).cuda_graphs is True
+    today = setup_for(replace(turing, cuda_graphs_since="volta"))
+    assert today.cuda_graphs is True
+    # the one-token step: launched on the published build, a graph on today's
+    old, new = latency_for(setup_for(turing)), latency_for(today)
+    assert old.overhead(1) == old.overhead(2) > new.overhead(1)

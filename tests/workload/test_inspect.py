@@ -33,15 +33,18 @@ def test_azure_matches_pandas(azure_stats, azure_path):
     assert s["rows"] == len(df) == s["sessions"] == 19366
     assert s["span_s"] == pytest.approx(secs.max(), abs=1e-5)
     assert s["arrival_rate_per_s"] == pytest.approx(len(df) / secs.max(), rel=1e-9)
+    # every kvsim percentile is inverted_cdf (the smallest value with at least q of the
+    # column at or below it), as simulate's and plan's latency percentiles
     for col, key in (("ContextTokens", "input_tokens"), ("GeneratedTokens", "output_tokens")):
-        assert s[key]["p50"] == df[col].quantile(0.5)
-        assert s[key]["p95"] == pytest.approx(df[col].quantile(0.95))
+        assert s[key]["p50"] == np.percentile(df[col], 50, method="inverted_cdf")
+        assert s[key]["p95"] == np.percentile(df[col], 95, method="inverted_cdf")
         assert s[key]["mean"] == pytest.approx(df[col].mean())
         assert s[key]["max"] == df[col].max()
     per_min = (secs // 60).astype(int).value_counts().reindex(
         range(int(secs.max() // 60) + 1), fill_value=0)
-    assert s["requests_per_minute"] == {"min": per_min.min(), "p50": per_min.median(),
-                                        "max": per_min.max()}
+    assert s["requests_per_minute"] == {
+        "min": per_min.min(), "p50": np.percentile(per_min, 50, method="inverted_cdf"),
+        "max": per_min.max()}
     ends = secs + df["ContextTokens"] / PREFILL + df["GeneratedTokens"] / DECODE
     peak = _peak(secs, ends)
     assert s["concurrency"]["peak_requests"] == peak
@@ -56,9 +59,12 @@ def test_mooncake_matches_pandas(mooncake_sessions, mooncake_path):
     secs = df["timestamp"] / 1000.0
     assert s["rows"] == 3993
     assert s["span_s"] == secs.max() - secs.min() == 1022.025
-    assert s["input_tokens"]["p50"] == df["input_length"].quantile(0.5) == 11587
-    assert s["input_tokens"]["p95"] == pytest.approx(df["input_length"].quantile(0.95))
-    assert s["output_tokens"]["p95"] == df["output_length"].quantile(0.95)
+    assert s["input_tokens"]["p50"] == np.percentile(df["input_length"], 50,
+                                                     method="inverted_cdf") == 11587
+    assert s["input_tokens"]["p95"] == np.percentile(df["input_length"], 95,
+                                                     method="inverted_cdf")
+    assert s["output_tokens"]["p95"] == np.percentile(df["output_length"], 95,
+                                                      method="inverted_cdf")
     ends = secs + df["input_length"] / PREFILL + df["output_length"] / DECODE
     assert s["concurrency"]["peak_requests"] == _peak(secs, ends)
     # unlimited token-exact cache: every distinct block chain is computed once, at

@@ -25,9 +25,10 @@ REQUESTS, TURNS = 2_000_000, 20
 _TURN = SESSION_SCHEMA.field("turns").type.value_type
 
 
-def _empty_lists(n: int, field: str) -> pa.Array:
+def _empty_lists(n: int, field: str, struct: pa.StructType | pa.Schema = _TURN) -> pa.Array:
+    """``n`` empty lists of the type of ``struct``'s ``field``."""
     return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
-                                    pa.array([], type=_TURN.field(field).type.value_type))
+                                    pa.array([], type=struct.field(field).type.value_type))
 
 
 def write_big_trace(path, requests: int, turns: int = TURNS) -> None:
@@ -43,7 +44,8 @@ def write_big_trace(path, requests: int, turns: int = TURNS) -> None:
         pa.array(rng.integers(1, 500, m)), _empty_lists(m, "references")],
         fields=list(_TURN))
     cols = [pa.array([f"s{i:08d}" for i in range(n)]), pa.array(["chat"] * n),
-            pa.array([""] * n), pa.array(["sys"] * n), pa.array(np.full(n, 300)),
+            pa.array([""] * n), _empty_lists(n, "shared_prefix", SESSION_SCHEMA),
+            pa.array(["sys"] * n), pa.array(np.full(n, 300)),
             pa.array(["none"] * n),
             pa.ListArray.from_arrays(pa.array(np.arange(0, m + 1, turns, dtype=np.int32)),
                                      turn)]

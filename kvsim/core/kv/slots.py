@@ -194,12 +194,15 @@ class SlotPool:
     """The slots of one llama.cpp/Ollama server and their KV cells."""
 
     def __init__(self, *, parallel: int, slot_tokens: int, pool_cells: int, unified: bool,
-                 similarity: float | None) -> None:
+                 similarity: float | None, fresh_from_last: bool = False) -> None:
         self.slots = [Slot(i) for i in range(parallel)]
         self.slot_tokens = slot_tokens
         self.pool_cells = pool_cells
         self.unified = unified
         self.similarity = similarity
+        # NOTE: the LRU choice among slots never used: the last (llama-server scans with
+        # ``<=``), else the first (Ollama); slots released in one step go in slot order
+        self.fresh_from_last = fresh_from_last
 
     @property
     def used_cells(self) -> int:
@@ -228,8 +231,15 @@ class SlotPool:
                     best, best_lcp = s, lcp
             if self.similarity is None or best_lcp / n > self.similarity:
                 return best, best_lcp, False
-        lru = min(idle, key=lambda s: (s.last_used_s, s.slot_id))
+        lru = min(idle, key=self._lru_key)
         return lru, common_prefix(tuple(lru.cache), prompt), True
+
+    def _lru_key(self, s: Slot) -> tuple[float, int]:
+        """Least recently used first; among slots released at the same step the lowest
+        id (the server releases them in slot order), among slots never used the highest
+        id where the server takes the last one (``fresh_from_last``)."""
+        fresh = self.fresh_from_last and s.last_used_s < 0
+        return s.last_used_s, -s.slot_id if fresh else s.slot_id
 
     def lru_idle_with_cache(self) -> Slot | None:
         cands = [s for s in self.slots if s.idle and s.n_tokens]

@@ -1,0 +1,214 @@
+"""How an Ollama release decides how many layers go to which GPU (docs/reference/engines.md
+§4.2-§4.3): its era-A estimate and its eras-B/C packing, for one GPU or several.
+
+- **Era A** (ollama/ollama ``llm/memory.go`` ``estimateGPULayers``, v0.11.4 and
+  before): a GPU takes part when its free memory holds OLLAMA_GPU_OVERHEAD, the graph,
+  the minimum (457 MiB) and two layers; each such GPU is charged the minimum and one
+  layer "as a buffer"; the repeating layers, last first, go round-robin
+  (``gpus[i % j]``), a GPU that cannot take a layer dropping out; then the output
+  layer; every GPU holding layers is charged the graph (several GPUs: the partial-offload
+  graph).  ``memory.required.partial`` is the GPUs' allocations, ``.full`` that plus
+  what overflowed, ``.kv`` the whole model's KV; the runner is started with
+  ``--tensor-split`` = the layer counts.
+- **Eras B/C** (``llm/server.go`` ``assignLayers``/``fit``): GPUs by free memory
+  (largest first), each less the minimum, OLLAMA_GPU_OVERHEAD and the graph the runner
+  measured; the fewest GPUs that hold every layer (the output layer last in the list,
+  placed first), filling from the back with the smallest capacity factor that keeps the
+  most layers (a binary search); if not all fit, again without the output layer.
+
+NOTE: a layer costs its weights plus ``1/L`` of the KV (the estimator's per-layer KV);
+the graph is the caller's: era A's fallback formula (kvsim.engines.ollama) or the
+measured compute buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvsim.engines.memory import OllamaEstimate
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import ModelSpec
+    from kvsim.engines.config import SlotEngineConfig
+    from kvsim.model.weights import WeightSplit
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Layers per GPU (repeating layers, then whether the output layer is on it) and what
+    the estimate charged each GPU."""
+
+    counts: tuple[int, ...]          # repeating layers per GPU
+    output: int                      # GPU of the output layer, -1: CPU
+    allocations: tuple[int, ...]     # era A: bytes charged per GPU (0 for B/C)
+    overflow_bytes: int = 0          # era A: what did not fit
+
+    @property
+    def gpu_layers(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def split(self) -> tuple[int, ...]:
+        """The runner's ``--tensor-split``: layers per GPU, the output layer included."""
+        return tuple(c + (i == self.output) for i, c in enumerate(self.counts))
+
+
+def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int, graph_bytes: int,
+                    minimum_bytes: int, overhead_bytes: int, num_layers: int,
+                    requested: int | None = None) -> Assignment:
+    """Era A's estimate over GPUs with ``free`` bytes each (module docstring);
+    ``requested``: num_gpu, the most layers to place (None = all that fit)."""
+    n = len(free)
+    space = [i for i in range(n) if free[i] >= overhead_bytes + graph_bytes + minimum_bytes
+             + 2 * layer_bytes]
+    alloc, counts = [0] * n, [0] * n
+    for i in space:
+        alloc[i] += minimum_bytes + layer_bytes
+    placed, overflow = 0, 0
+    for i in reversed(range(num_layers)):
+        if requested is not None and placed >= requested:
+            overflow += layer_bytes
+            continue
+        while space:
+            g = space[i % len(space)]
+            if free[g] > overhead_bytes + alloc[g] + graph_bytes + layer_bytes:
+                alloc[g] += layer_bytes
+                counts[g] += 1
+                placed += 1
+                break
+            space.remove(g)
+        if not space:
+            overflow += layer_bytes
+    output = -1
+    if head_bytes and (requested is None or placed < requested):
+        while space:
+            g = space[placed % len(space)]
+            if free[g] > overhead_bytes + alloc[g] + graph_bytes + head_bytes:
+                alloc[g] += head_bytes
+                output = g
+                break
+            space.remove(g)
+    if head_bytes and output < 0:
+        overflow += head_bytes
+    for i in range(n):
+        if counts[i] or output == i:
+            alloc[i] += graph_bytes
+    return Assignment(tuple(counts), output, tuple(alloc), overflow)
+
+
+def _fit(layers: Sequence[int], room: Sequence[float], capacity: float) -> list[int]:
+    """``llm/server.go`` ``fit``: layers from the back onto the last GPU while they fit
+    ``capacity`` of its room, then the one before it; the GPU of each layer placed."""
+    device = len(room) - 1
+    space = int(room[device] * capacity)
+    at: list[int] = []
+    for size in reversed(layers):
+        while size > space:
+            device -= 1
+            if device < 0:
+                return at
+            space = int(room[device] * capacity)
+        at.append(device)
+        space -= size
+    return at
+
+
+def _best_fit(layers: Sequence[int], room: Sequence[float], high: float = 1.0) -> list[int]:
+    """The smallest capacity factor (binary search, as ``distributeGPU``) that places as
+    many layers as capacity ``high`` does: the layers spread over the GPUs given."""
+    best = _fit(layers, room, high)
+    if not best:
+        return best
+    low = 0.0
+    while high - low > 1e-6:
+        mid = (low + high) / 2
+        got = _fit(layers, room, mid)
+        if len(got) == len(best):
+            high, best = mid, got
+        else:
+            low = mid
+    return best
+
+
+def pack_layers(free: Sequence[int], reserve: Sequence[int], layer_bytes: int,
+                head_bytes: int, num_layers: int, requested: int | None = None) -> Assignment:
+    """Eras B/C (module docstring): ``free`` and the per-GPU ``reserve`` (minimum +
+    OLLAMA_GPU_OVERHEAD + graph) in device order; GPUs are tried largest free first.
+    ``requested`` (num_gpu): that many repeating layers, the output layer too when it is
+    all of them, placed even past the room on the last try (capacity up to 1000)."""
+    order = sorted(range(len(free)), key=lambda i: -free[i])
+    room = [max(0, free[i] - reserve[i]) for i in order]
+    n = num_layers if requested is None else min(requested, num_layers)
+    sizes = [layer_bytes] * n + ([head_bytes] if n == num_layers else [])
+    at: list[int] = []
+    for k in range(len(order)):
+        force = requested is not None and k == len(order) - 1
+        at = _best_fit(sizes, room[:k + 1], 1000.0 if force else 1.0)
+        if len(at) == len(sizes):
+            break
+    with_head = n == num_layers and len(at) == len(sizes)
+    if not with_head and n == num_layers:
+        at = _best_fit(sizes[:-1], room, 1.0 if requested is None else 1000.0)
+    counts = [0] * len(free)
+    output = order[at[0]] if with_head else -1
+    for device in at[1:] if with_head else at:
+        counts[order[device]] += 1
+    return Assignment(tuple(counts), output, (0,) * len(free))
+
+
+OLLAMA_EST_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}   # §4.2 (real: 2 / 1.0625 / 0.5625)
+
+
+def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str) -> int:
+    """Era A's KV (``fs/ggml/ggml.go`` ``GraphSize``): per layer ``num_ctx x parallel x
+    (hd_k + hd_v) x n_kv x {2, 1, 0.5}`` bytes as a whole number, recurrent layers their
+    f32 state per sequence, summed over the layers."""
+    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
+    ctx, total = engine.context_tokens * engine.parallel, 0
+    for g in model.layer_groups:
+        if g.kind == "ffn":
+            continue
+        if g.kind == "recurrent":
+            total += g.state_elements * 4 * engine.parallel * g.layers
+        elif g.kind == "mla":
+            total += int(ctx * g.latent_dim * per_elem) * g.layers
+        else:
+            total += int(ctx * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
+                * g.layers
+    return total
+
+
+def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
+                    kv_type: str, free: Sequence[int],
+                    measured: tuple[int, int] | None = None) -> tuple[OllamaEstimate,
+                                                                        Assignment]:
+    """Where the release puts the layers over GPUs with ``free`` bytes, and its figures:
+    era A (``measured`` None) with its own KV and graph (``(n_heads // n_kv_heads) x KV /
+    6``, the fallback of ``GraphSize``), eras B/C with the ``measured`` (KV, compute)."""
+    L = model.num_layers
+    if measured is None:
+        kv = estimated_kv(model, engine, kv_type)
+        graph = model.num_attention_heads // max(1, model.num_kv_heads) * kv // 6
+    else:
+        kv, graph = measured
+    reserve = engine.gpu_overhead_bytes + engine.minimum_reserve_bytes + graph
+    layer = ws.per_layer_bytes + kv // L
+    requested = None if engine.gpu_layers is None else \
+        (engine.gpu_layers if engine.gpu_layers < L else L + 1)
+    if measured is None:
+        a = estimate_layers(free, layer, ws.head_bytes, graph, engine.minimum_reserve_bytes,
+                            engine.gpu_overhead_bytes, L, requested)
+        partial, full = sum(a.allocations), sum(a.allocations) + a.overflow_bytes
+    else:
+        a = pack_layers(free, [reserve] * len(free), layer, ws.head_bytes, L,
+                        None if requested is None else min(requested, L))
+        used = [i for i, c in enumerate(a.counts) if c or a.output == i]
+        partial = len(used) * reserve + a.gpu_layers * layer + \
+            (ws.head_bytes if a.output >= 0 else 0)
+        full = partial + (L - a.gpu_layers) * layer + (0 if a.output >= 0 else ws.head_bytes)
+    est = OllamaEstimate(kv_bytes=kv, graph_bytes=graph, reserve_bytes=reserve,
+                         total_bytes=partial, gpu_layers=a.gpu_layers, full_bytes=full,
+                         allocations=a.allocations, split=a.split)
+    return est, a

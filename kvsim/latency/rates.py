@@ -1,0 +1,38 @@
+"""The sustained rates one engine step runs at: what a latency model divides a step's
+work by (kvsim.latency.roofline prices with them; kvsim.latency.backend derives them).
+
+NOTE: a frozen value type; None fields fall back to the field named in their docstring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """The sustained rates one step runs at on the GPU: linear-layer FLOP/s, attention
+    FLOP/s, weight-streaming and KV-reading bytes/s, and the fixed per-step time.
+
+    The plain roofline uses one FLOP rate and one bandwidth (the card's peaks times its
+    planning efficiencies); :mod:`kvsim.latency.backend` derives all of them from the
+    spec sheet, the backend and the weight format, with fitted constants."""
+
+    linear_flops_per_s: float
+    attention_flops_per_s: float
+    weight_bytes_per_s: float
+    kv_bytes_per_s: float
+    overhead_s: float
+    label: str = ""
+    overhead_batch_s: float | None = None
+    """The fixed time of a step of more tokens than the engine replays as one captured
+    graph (``RooflineLatency``'s ``graph_max_tokens``); None: ``overhead_s``."""
+    decode_adds: bool = False
+    """A decode-only step's GPU compute and memory time add instead of overlapping (the
+    backend model: matrix-vector kernels near their ridge point, docs/design/
+    speed-model.md); prefill and mixed steps take the larger either way."""
+    attention_rows_flops_per_s: float | None = None
+    """Attention FLOP/s of a step run by the per-row kernel: a decode-only step, or one of
+    fewer than ``rows_below`` tokens (kvsim.latency.backend.ROW_KERNEL_ROWS); None:
+    ``attention_flops_per_s``."""
+    rows_below: int = 1

@@ -1,0 +1,198 @@
+"""Simulate a measured replay with the server's own timing fed back (tests/e2e).
+
+A replay measures, for every request, when it was sent and when each of its tokens was
+sampled.  :func:`simulate_fed_back` runs kvsim on the same sessions with
+
+- every turn arriving when the replay sent it (open loop at the measured times), and
+- every engine step ending when the server's did: a step ends at the measured time of the
+  token it samples for its requests (a decode's next token, a prompt's first token).
+
+Then the slot each request finds — and so ``cache_n`` / ``prompt_n`` — is decided on the
+server's own clock, and what is left to compare is kvsim's slot and prompt-cache rules.
+
+The server's sampling times are read on the replay's clock: each token's server-side time
+(``timings.predicted_ms``, cumulative from the request's first token) plus one offset per
+request, the least of its tokens' client arrival time minus that server time (the token
+that reached the client fastest; a busy client reads others late).  Decode tokens of one
+step then line up within tens of microseconds across requests, first tokens within a few
+milliseconds.
+
+Arrivals are the send times, corrected where the server's own output shows it took a
+request otherwise (:func:`server_arrivals`): requests sent within a few milliseconds of
+each other reach it in either order, and one sent just before a step ended may reach it
+after.
+"""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_left
+from typing import Any
+
+from kvsim.calibrate.replay import Replayer
+from kvsim.workload.schema import Session, Turn
+
+
+def token_times(player: Replayer) -> dict[str, list[float]]:
+    """Each request's sampled tokens on the replay clock, by request id (module doc)."""
+    out = {}
+    for row in player.rows:
+        res = row.res
+        assert len(res.server_ms) == len(res.token_times_s), "no per-token server timings"
+        server = [ms / 1000.0 for ms in res.server_ms]
+        offset = min(c - s for c, s in zip(res.token_times_s, server,
+                                                         strict=True))
+        times: list[float] = []
+        for t, n in zip(server, res.token_counts, strict=True):
+            times.extend([offset + t] * n)
+        out[rid(row)] = times
+    return out
+
+
+TIE_S = 0.005
+"""Requests sent closer together than this may reach the server in either order: its
+HTTP threads read and tokenize them in parallel (seen: one sent 1.3 ms after another
+had its prompt computed first)."""
+SAME_STEP_S = 0.0005
+"""First tokens closer than this came out of one step."""
+
+
+MIN_PROMPT_STEP_S = 0.005
+"""A step that computes a prompt takes longer than this here (40+ tokens on the test's
+tiny model take 20 ms or more): a token within it before a first token is of that step."""
+
+
+def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
+    """Each request's arrival as the server took it, by request id.
+
+    Requests sent together are ordered as the server took them (:func:`_ties`).  Then a
+    request whose prompt step started at a step end ``E`` (the server was busy) reached
+    the server after the end ``E'`` before that one — else it would have joined the step
+    from ``E'`` — so it arrives no earlier than just after ``E'``: a request sent a few
+    ms before a step ended may reach the server after it, its HTTP thread reading and
+    tokenizing it meanwhile (seen: 11 ms on a busy machine).  A request that waited for
+    a slot is moved within its wait, which changes nothing."""
+    sent = _ties(player, times)
+    ends: list[float] = []
+    for t in sorted(t for ts in times.values() for t in ts):
+        if not ends or t - ends[-1] >= SAME_STEP_S:
+            ends.append(t)
+    out = dict(sent)
+    for k, r in enumerate(sorted(sent, key=sent.get)):
+        first = times[r][0]
+        i = bisect_left(ends, first - MIN_PROMPT_STEP_S)  # ends[i - 1]: the step before
+        if i >= 2 and sent[r] <= ends[i - 2] < ends[i - 1]:
+            out[r] = ends[i - 2] + 1e-7 * (k + 1)  # NOTE: keeps the order they were sent in
+    return out
+
+
+def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
+    """Each request's send time, reordered as the server took them: among requests sent
+    within :data:`TIE_S` of each other, the one whose prompt step ended first came first,
+    and those whose prompts ran in one step came together (the earliest time)."""
+    rows = sorted(player.rows, key=lambda r: r.arrival_s)
+    groups: list[list] = []
+    for r in rows:
+        if groups and r.arrival_s - groups[-1][-1].arrival_s < TIE_S:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    out: dict[str, float] = {}
+    for g in groups:
+        sent = sorted(r.arrival_s for r in g)
+        by_first = sorted(g, key=lambda r: times[rid(r)][0])
+        prev = None
+        for r, t in zip(by_first, sent, strict=True):
+            same = prev is not None and times[rid(r)][0] - times[rid(prev)][0] < SAME_STEP_S
+            out[rid(r)] = out[rid(prev)] if same else t
+            prev = r
+    return out
+
+
+def rid(row) -> str:
+    return f"{row.session.session_id}#{row.turn}"
+
+
+def open_loop(player: Replayer) -> list[Session]:
+    """The replayed sessions with every turn arriving when the server took it
+    (:func:`server_arrivals`)."""
+    sent = server_arrivals(player, token_times(player))
+    sessions = {r.session.session_id: r.session for r in player.rows}
+    out = []
+    for sid, s in sessions.items():
+        turns = tuple(Turn(start_s=sent[f"{sid}#{i}"], prefix=t.prefix, tool_tokens=t.tool_tokens,
+                           input_tokens=t.input_tokens, output_tokens=t.output_tokens)
+                      for i, t in enumerate(s.turns))
+        out.append(s.model_copy(update={"turns": turns}))
+    return sorted(out, key=lambda s: s.turns[0].start_s)
+
+
+class FedBackSteps:
+    """A latency model whose steps end when the server's did (module doc).
+
+    NOTE: it reads the plan being run and the time it started from :attr:`plan` and
+    :attr:`now_s`, which :func:`simulate_fed_back` sets from the scheduler at each
+    schedule; the run must be at ``sim.fidelity: step`` (no decode stretch)."""
+
+    clamped_steps = None
+    settle_steps = 0
+    decode_spread: tuple[float, ...] = ()
+    prefill_spread: tuple[float, ...] = ()
+    gpu_bytes_per_s = None
+    kv_read_token_bytes = 0
+    provenance = "the replay's own step ends"
+
+    def __init__(self, times: dict[str, list[float]]) -> None:
+        self.times = times
+        self.plan: Any = None
+        self.now_s = 0.0
+        self.unmatched = 0  # steps whose requests had no measured token left
+
+    def step_time_s(self, batch: Any) -> float:
+        ends = []
+        for item in self.plan.items:
+            req = item.req
+            samples = item.is_decode or item.num_new_tokens == req.remaining_tokens
+            measured = self.times.get(req.request_id, [])
+            if samples and req.num_output < len(measured):
+                ends.append(measured[req.num_output])
+        if not ends:
+            self.unmatched += 1
+            return 1e-6
+        return max(statistics.median(ends) - self.now_s, 1e-6)
+
+    def decode_steps_s(self, contexts: Any, steps: int, kv_read_saved_bytes: float = 0.0):
+        raise AssertionError("a fed-back run simulates every step")
+
+    def decode_steps_list(self, contexts: Any, steps: int, kv_read_saved_bytes: float = 0.0):
+        return None
+
+
+def simulate_fed_back(scenario: Any, player: Replayer):
+    """kvsim's Results for ``player``'s replay, on the server's own timing (module doc)."""
+    import pytest
+
+    from kvsim import api
+
+    model = FedBackSteps(token_times(player))
+    build = api.make_scheduler
+
+    def make_scheduler(*args: Any, **kw: Any):
+        sched = build(*args, **kw)
+        plain = sched.schedule
+
+        def schedule(now_s: float):
+            model.plan, model.now_s = plain(now_s), now_s
+            return model.plan
+
+        sched.schedule = schedule
+        return sched
+
+    stepwise = scenario.model_copy(update={"sim": scenario.sim.model_copy(
+        update={"fidelity": "step"})})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "make_scheduler", make_scheduler)
+        mp.setattr(api, "make_latency_model", lambda sc, budget=None: model)
+        results = api.simulate(stepwise, sessions=open_loop(player))
+    assert model.unmatched == 0, f"{model.unmatched} steps sampled no measured token"
+    return results
