@@ -52,8 +52,9 @@ def main() -> None:
         write_trace(trace, a.sessions)
         print(f"wrote {a.sessions:,} sessions ({trace.stat().st_size / 2**20:.0f} MiB) "
               f"in {time.perf_counter() - t:.1f} s; cap {MAX_REQUESTS:,} requests")
+        # NOTE: the preset is unset first: a later workload.preset=null unsets the trace too
         cmd = [sys.executable, "-m", "kvsim", "simulate", "quickstart",
-               "--set", f"workload.trace={trace}", "--set", "workload.preset=null",
+               "--set", "workload.preset=null", "--set", f"workload.trace={trace}",
                "-o", str(out)]
         if not a.refused:
             cmd += ["--set", f"sim.max_sim_time_s={a.sessions * GAP_S + 60:g}"]

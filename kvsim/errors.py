@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel
-
 
 class InputError(ValueError):
     """Bad user input: names the field, the offending value and what is allowed."""
@@ -180,6 +178,8 @@ def _keys_at(model: Any, path: list[str]) -> list[str]:
 
 
 def _is_model(tp: Any) -> bool:
+    from pydantic import BaseModel  # NOTE: lazily: `kvsim --help` needs no pydantic
+
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 

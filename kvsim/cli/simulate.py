@@ -83,11 +83,12 @@ def show_verdict(sc: Any, res: Any, constraints: Any, source: str, advice: bool)
 def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
     """``--jitter-replications`` (1-1000, on a scenario with timing noise) and ``--jobs``."""
     from kvsim.plan.executor import MAX_JOBS
-    from kvsim.plan.jitter import jitter_seeds
 
     if not 1 <= jobs <= MAX_JOBS:
         raise InputError("--jobs", jobs, f"between 1 and {MAX_JOBS} worker processes")
-    if jitter_n is not None:
+    if jitter_n is not None:  # NOTE: imported only then (it imports scipy.stats, ~1 s)
+        from kvsim.plan.jitter import jitter_seeds
+
         jitter_seeds(sc, jitter_n)
 
 

@@ -126,20 +126,41 @@ def continued_runs(open_run: tuple[float, float, float, int], first_s: float,
                                                tuple[float, float, float, int]]:
     """What a :class:`GapRuns` with ``open_run`` does on ``add(first_s)`` and then
     ``add(g)`` for each of ``gaps``: ``(runs it closes, its new open run)``."""
-    one = GapRuns()
-    one.g0, one.lo, one.hi, one.n = open_run
-    one.add(first_s)
+    closed: list[tuple[float, float, int]] = []
     if len(gaps) <= SMALL_STRETCH:  # NOTE: numpy's per-call cost exceeds the work
-        for g in gaps:
-            one.add(g)
-        return one.closed, (one.g0, one.lo, one.hi, one.n)
-    runs4 = stretch_runs(np.asarray(gaps, dtype=np.float64), (one.g0, one.lo, one.hi, one.n))
-    return one.closed + [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]], runs4[-1]
+        return closed, _add_all(open_run, (first_s, *gaps), closed)
+    state = _add_all(open_run, (first_s,), closed)
+    runs4 = stretch_runs(np.asarray(gaps, dtype=np.float64), state)
+    return closed + [(g0, _slope(lo, hi), n) for g0, lo, hi, n in runs4[:-1]], runs4[-1]
 
 
-def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
+def _add_all(state: tuple[float, float, float, int], gaps: tuple[float, ...],
+             closed: list[tuple[float, float, int]]) -> tuple[float, float, float, int]:
+    """:meth:`GapRuns.add` of each of ``gaps`` from the open run ``state``, in local
+    variables: the same operations in the same order (the same floats); the runs it
+    closes are appended to ``closed``; returns the new open run."""
+    g0, lo_c, hi_c, k = state
+    for g in gaps:
+        if k:
+            tol = TOL_REL * g if g > 0.0 else -TOL_REL * g
+            lo = (g - tol - g0) / k
+            hi = (g + tol - g0) / k
+            if lo < lo_c:  # noqa: PLR1730 (as GapRuns.add)
+                lo = lo_c
+            if hi > hi_c:  # noqa: PLR1730
+                hi = hi_c
+            if lo <= hi:
+                lo_c, hi_c, k = lo, hi, k + 1
+                continue
+            closed.append((g0, _slope(lo_c, hi_c), k))
+        g0, k, lo_c, hi_c = g, 1, -_INF, _INF
+    return g0, lo_c, hi_c, k
+
+
+def emit_tokens(reqs: list, times: list[float], dts: list[float], compute: bool = False) -> None:
     """Every request of a stretch samples one token at each of ``times[1:]``, step
-    ``j`` taking ``dts[j]`` (``times[j + 1] = times[j] + dts[j]``).
+    ``j`` taking ``dts[j]`` (``times[j + 1] = times[j] + dts[j]``); with ``compute``
+    each also computes one token a step (``Request.record_compute``, in the same pass).
 
     Each request's gaps are its first one (from its own last token,
     :func:`token_gap`) and then the step durations ``dts[1:]``, continuing its open
@@ -149,10 +170,12 @@ def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
     """
     steps = len(times) - 1
     t1, d0, last = times[1], dts[0], times[-1]
+    u = _ulp(t1)
     groups: dict[tuple, list] = {}
     for r in reqs:
         it = r.itl
-        key = (token_gap(t1, r.last_token_s, d0), it.g0, it.lo, it.hi, it.n)
+        g = t1 - r.last_token_s  # NOTE: token_gap inlined (one unit in the last place)
+        key = (d0 if -u <= g - d0 <= u else g, it.g0, it.lo, it.hi, it.n)
         same = groups.get(key)
         if same is None:
             groups[key] = [r]
@@ -160,11 +183,17 @@ def emit_tokens(reqs: list, times: list[float], dts: list[float]) -> None:
             same.append(r)
     gaps = dts[1:steps]
     for (g, *open_run), rs in groups.items():
-        closed, state = continued_runs(tuple(open_run), g, gaps)
+        closed, (g0, lo, hi, n) = continued_runs(tuple(open_run), g, gaps)
         for r in rs:
             it = r.itl
             if closed:
                 it.closed.extend(closed)
-            it.g0, it.lo, it.hi, it.n = state
+            it.g0, it.lo, it.hi, it.n = g0, lo, hi, n
             r.last_token_s = last
             r.num_output += steps
+            if compute:  # NOTE: Request.record_compute's decode path, inlined
+                a = r.num_computed_tokens
+                if a >= r.high_water and a >= r.prompt_tokens:
+                    r.num_computed_tokens = r.high_water = a + steps
+                else:
+                    r.record_compute(steps)

@@ -343,6 +343,7 @@ class PagedScheduler:
         done: list[Request] = []
         running = Status.RUNNING
         u = math.ulp(now_s)
+        mml = self.max_model_len
         for req, n, _, _ in plan.items:
             if req.status is not running:
                 continue
@@ -359,8 +360,10 @@ class PagedScheduler:
             else:
                 req.first_token_s = now_s
             req.last_token_s = now_s
-            req.num_output += 1
-            if self.finish_if_done(req, now_s):
+            k = req.num_output = req.num_output + 1
+            # NOTE: finish_if_done's limits tested first: only a finishing request calls it
+            if (k >= req.max_output_tokens or req.prompt_tokens + k >= mml) \
+                    and self.finish_if_done(req, now_s):
                 done.append(req)
         return done
 

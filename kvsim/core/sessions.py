@@ -51,15 +51,31 @@ def chat_segments(session: Session, i: int, start: int = 0) -> list[Segment]:
     return segs
 
 
+def _turn_pieces(session: Session, i: int) -> TokenSeq:
+    """``_seq(turn_segments(session, i))`` without building the pydantic segments.
+
+    NOTE: the same ids as :func:`~kvsim.workload.schema.turn_segments` (its prefix, then
+    ``{sid}/t{i}/tool`` and ``{sid}/t{i}/in``); empty ones are left out as ``_seq`` does."""
+    t = session.turns[i]
+    sid = session.session_id
+    out = [(g.id, 0, g.tokens) for g in t.prefix if g.tokens > 0]
+    if t.tool_tokens > 0:
+        out.append((f"{sid}/t{i}/tool", 0, t.tool_tokens))
+    if t.input_tokens > 0:
+        out.append((f"{sid}/t{i}/in", 0, t.input_tokens))
+    return tuple(out)
+
+
 def make_request(session: Session, i: int, now_s: float,
                  prompt: TokenSeq | None = None) -> Request:
     """Turn ``i`` of ``session`` arriving at ``now_s`` (``prompt``: see session_prompts)."""
     turn = session.turns[i]
     if prompt is None:
         prompt = _seq(prompt_segments(session, i))
-    return Request(request_id=f"{session.session_id}#{i}", session_id=session.session_id,
-                   turn=i, arrival_s=now_s, prompt=prompt,
-                   output_id=output_segment(session, i).id,
+    sid = session.session_id
+    # NOTE: output_segment(session, i).id, without building the segment
+    return Request(request_id=f"{sid}#{i}", session_id=sid, turn=i, arrival_s=now_s,
+                   prompt=prompt, output_id=f"{sid}/t{i}/out",
                    max_output_tokens=turn.output_tokens, member=session.member,
                    kind=session.kind)
 
@@ -173,10 +189,10 @@ class SessionChat:
         segments) for every turn; here turn ``i`` adds only its own segments and the
         previous answer.
         """
-        new = _seq(turn_segments(self.session, i))  # NOTE: pieces concatenate
-        out = self._head + new
+        out = self._head + _turn_pieces(self.session, i)  # NOTE: pieces concatenate
         if self.session.history == "full":
-            self._head = out + _seq([output_segment(self.session, i)])
+            n = self.session.turns[i].output_tokens  # NOTE: > 0 (the schema's rule)
+            self._head = out + ((f"{self.session.session_id}/t{i}/out", 0, n),)
         return out
 
     def segments(self, i: int) -> list[Segment]:

@@ -110,7 +110,12 @@ def _block_events(items: Items, steps: int, block: int, caching: bool
     """
     pops: list[tuple[int, int]] = []
     regs: list[tuple[int, int]] = []
-    for i, (_, _, c, _) in enumerate(items):
+    # NOTE: only the items that reach a block boundary within ``steps`` (most do not
+    # in a short stretch): context c + steps + 1 ends in another block than c
+    hit = [(i, c) for i, (_, _, c, _) in enumerate(items)
+           if (c + steps + 1) // block != c // block] if steps < block \
+        else [(i, it[2]) for i, it in enumerate(items)]
+    for i, c in hit:
         j = block - c % block
         while j <= steps:
             pops.append((j, i))
@@ -137,20 +142,20 @@ def paged_advance(sched: PagedScheduler, plan: StepPlan, times: list[float], dts
 
 def paged_finish(sched: PagedScheduler, reqs: list[Request], now_s: float) -> list[Request]:
     """The end of ``PagedScheduler.complete`` for requests that just sampled a decode
-    token at ``now_s``: those at their output or context limit finish, in batch order."""
-    return [r for r in reqs if sched.finish_if_done(r, now_s)]
+    token at ``now_s``: those at their output or context limit finish, in batch order.
+
+    NOTE: ``finish_if_done``'s two limits tested first, so only the finishing
+    requests make the call."""
+    mml = sched.max_model_len
+    return [r for r in reqs if (r.num_output >= r.max_output_tokens
+                                or r.prompt_tokens + r.num_output >= mml)
+            and sched.finish_if_done(r, now_s)]
 
 
 def _decode_tokens(reqs: list[Request], steps: int, times: list[float], dts: list[float]
                    ) -> None:
     """Every request computes and samples one token per step (``times[1:]``)."""
-    for r in reqs:
-        a = r.num_computed_tokens  # NOTE: Request.record_compute's decode path, inlined
-        if a >= r.high_water and a >= r.prompt_tokens:
-            r.num_computed_tokens = r.high_water = a + steps
-        else:
-            r.record_compute(steps)
-    emit_tokens(reqs, times, dts)
+    emit_tokens(reqs, times, dts, compute=True)
 
 
 def _paged_blocks(sched: PagedScheduler, items: Items, reqs: list[Request], alloc_steps: int,
@@ -158,6 +163,9 @@ def _paged_blocks(sched: PagedScheduler, items: Items, reqs: list[Request], allo
     """Blocks of the schedules after steps ``0..alloc_steps−1``; KV bytes per step."""
     mgr, pool, block = sched.manager, sched.pool, sched.block_tokens
     pops, regs = _block_events(items, alloc_steps, block, pool.enable_caching)
+    if not pops and not regs:  # NOTE: no block taken or filled: the bytes held throughout
+        mem = sched.memory()
+        return [mem.kv_allocated_bytes] * steps, [mem.kv_cached_bytes] * steps, mem
     req_blocks, req_hashed = mgr.req_blocks, mgr.req_num_hashed
     chains: dict[int, list[int]] = {}  # item → its hash chain through the stretch's end
     for i in {i for _, i in regs}:
@@ -260,17 +268,17 @@ def slot_advance(sched: SlotScheduler, plan: StepPlan, times: list[float], dts: 
                  finish: bool = False) -> Advanced:
     steps = len(times) - 1
     reqs = [i.req for i in plan.items]
-    emit_tokens(reqs, times, dts)
-    for item in plan.items:
-        req = item.req
-        slot = sched.pool.slots[req.slot_id]
-        append_computed(slot, req, steps)
+    slots = sched.pool.slots
+    for req in reqs:
+        slot = slots[req.slot_id]
+        append_computed(slot, req, steps)  # NOTE: from the tokens computed before
         slot.n_tokens += steps
-        req.record_compute(steps)
+    emit_tokens(reqs, times, dts, compute=True)
     mem = sched.memory()
     per_step = sched.bytes_per_token * len(plan.items)
     end = mem.kv_allocated_bytes - per_step * steps
-    alloc = [end + per_step * j for j in range(steps)]
+    # NOTE: end + per_step * j for j = 0..steps-1, built in C
+    alloc = list(range(end, end + per_step * steps, per_step)) if per_step else [end] * steps
     cache = [mem.kv_cached_bytes] * steps
     return alloc, cache, mem, slot_finish(sched, reqs, times[-1]) if finish else []
 

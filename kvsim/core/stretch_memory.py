@@ -63,13 +63,18 @@ class Stretch:
         """``memory`` rows (``Recorder.sample`` order) at ``ticks``, as :meth:`memory_at`."""
         last, times = len(self.allocated_bytes) - 1, self.times
         js = [min(max(bisect_left(times, t) - 1, 0), last) for t in ticks]
-        alloc = [self.allocated_bytes[j] for j in js]
-        cached = [self.cached_bytes[j] for j in js]
-        bases = [self.base_at(j) for j in js] if self.base_of is not None \
-            else [self.base] * len(js)
-        return [MemoryRow(t, b.kv_reserved_bytes, a, c, b.host_kv_bytes, b.running, b.waiting,
-                          a if _quant_follows(b) else b.kv_quant_bytes)
-                for t, b, a, c in zip(ticks, bases, alloc, cached)]
+        alloc, cached = self.allocated_bytes, self.cached_bytes
+        if self.base_of is None:  # NOTE: one base: its columns and rule hoisted
+            b = self.base
+            follows = _quant_follows(b)
+            row = (b.kv_reserved_bytes, b.host_kv_bytes, b.running, b.waiting, b.kv_quant_bytes)
+            return [MemoryRow(t, row[0], alloc[j], cached[j], row[1], row[2], row[3],
+                              alloc[j] if follows else row[4]) for t, j in zip(ticks, js)]
+        bases = [self.base_at(j) for j in js]
+        return [MemoryRow(t, b.kv_reserved_bytes, alloc[j], cached[j], b.host_kv_bytes,
+                          b.running, b.waiting,
+                          alloc[j] if _quant_follows(b) else b.kv_quant_bytes)
+                for t, b, j in zip(ticks, bases, js)]
 
 
 def _quant_follows(m: MemoryState) -> bool:

@@ -100,6 +100,8 @@ class LocalExecutor:
     NOTE: when the caller stops collecting before every task is done (Ctrl-C, SIGTERM
     turned into an exception, an error) the workers are terminated at once: nobody
     would collect what they compute, and the pool's shutdown would wait for it.
+    NOTE: a result is held only until the caller takes the next one (a sweep of 1,000
+    household-weeks stays ~200 MB, benchmarks/sweep_memory.py).
     """
 
     def __init__(self, jobs: int) -> None:
@@ -120,7 +122,12 @@ class LocalExecutor:
         finished = False
         try:
             for fut in cf.as_completed(futures):
-                yield futures[fut], fut.result()
+                # NOTE: dropped once collected: a finished future holds its result (a
+                # sweep point's whole Results, ~1 MB a household-week) until released
+                i, out = futures.pop(fut), fut.result()
+                del fut
+                yield i, out
+                del out
             finished = True
         finally:
             if not finished:

@@ -108,8 +108,11 @@ class RecallScorer:
         if rt.slots and req.slot_id >= 0:
             rt.slot_session[req.slot_id] = sid
             rt.wm[req.slot_id] = min(rt.wm.get(req.slot_id, 0), n_past)
-            for psid, a, b in pieces_in_range(req.prompt, n_past, req.prompt_tokens):
-                led.mark(psid, a, b, FULL, only=(QUANT, QUANT_BACKED, FULL_BACKED))
+            spans = led.spans  # NOTE: a segment without spans is all FULL: nothing to mark
+            if spans:
+                for psid, a, b in pieces_in_range(req.prompt, n_past, req.prompt_tokens):
+                    if psid in spans:
+                        led.mark(psid, a, b, FULL, only=(QUANT, QUANT_BACKED, FULL_BACKED))
         refs = self.refs.pop((sid, req.turn), None)
         if not refs:
             return now_s

@@ -27,7 +27,7 @@ def _req(rid: str, segs: list[tuple[str, int]], out: int = 8) -> Request:
 
 
 def _ids(mgr: HybridKVCacheManager, rid: str) -> list[list[int | None]]:
-    return [[None if b is None else b.block_id for b in t] for t in mgr.tables[rid]]
+    return [list(t) for t in mgr.tables[rid]]  # block ids, None: null entries
 
 
 def _decode(mgr: HybridKVCacheManager, req: Request) -> bool:
@@ -50,13 +50,13 @@ def test_decode_frees_the_block_that_left_the_window_and_allocates_per_group() -
     assert _ids(mgr, "a") == [[0, 1, 2], [3, 4, 5]]
     assert _decode(mgr, a)  # computed 11: skips 4 tokens = block 0, freed to the tail
     assert _ids(mgr, "a") == [[None, 1, 2], [3, 4, 5]]
-    assert [b.block_id for b in pool.free_queue][-1] == 0
+    assert list(pool.free_queue)[-1] == 0
     assert pool.num_cached_free == 1  # block 0 keeps its hash (full since the prompt)
     assert _decode(mgr, a)  # computed 12: 13 tokens need a 4th block in each group
     assert _ids(mgr, "a") == [[None, 1, 2, 6], [3, 4, 5, 7]]
     assert pool.num_active == 7
     mgr.free(a)  # each group last block first, sliding group then full group
-    assert [b.block_id for b in pool.free_queue] == \
+    assert list(pool.free_queue) == \
         [*range(8, 20), 0, 6, 2, 1, 7, 5, 4, 3]
 
 
@@ -76,7 +76,7 @@ def test_prefix_hit_needs_the_window_blocks_in_the_sliding_group() -> None:
     # full: P's 6 blocks all cached; sliding, right to left inside 6: positions 5 and 4
     # were evicted, 3 and 2 are two consecutive hits -> the hit ends after position 3
     assert hit.num_tokens == 16
-    assert [[None if x is None else x.block_id for x in g] for g in hit.groups] == \
+    assert [list(g) for g in hit.groups] == \
         [[None, None, 2, 3], [6, 7, 8, 9]]
     assert mgr.allocate_slots(b, 25 - 16, hit)
     # queue after touching 2 3 6 7 8 9: 1 0 11 10 14 13 12 4 5 15 -> 3 pops each group
@@ -95,7 +95,7 @@ def test_hit_shorter_than_the_window_run_starts_at_block_zero() -> None:
     b = _req("b", [("P", 24), ("Q", 5)])
     hit = mgr.get_computed_blocks(b)
     assert hit.num_tokens == 8  # positions 1, 0: the run that starts at block 0
-    assert [[x.block_id for x in g] for g in hit.groups] == [[0, 1], [6, 7]]
+    assert [list(g) for g in hit.groups] == [[0, 1], [6, 7]]
     assert (mgr.query_tokens, mgr.hit_tokens) == (29, 8)
 
 
@@ -198,12 +198,12 @@ class HybridPoolMachine(RuleBasedStateMachine):
         for t in (t for ts in self.mgr.tables.values() for t in ts):
             for b in t:
                 if b is not None:
-                    refs[b.block_id] = refs.get(b.block_id, 0) + 1
-        assert all(self.pool.blocks[i].ref_cnt == n for i, n in refs.items())
+                    refs[b] = refs.get(b, 0) + 1
+        assert all(self.pool.ref_cnt[i] == n for i, n in refs.items())
         assert self.pool.num_active == len(refs)
         assert self.pool.num_free + self.pool.num_active == self.pool.num_blocks
         for h, b in self.pool.cached.items():
-            assert b.block_hash == h
+            assert self.pool.block_hash[b] == h
         for rid, req in self.live.items():
             tables = self.mgr.tables[rid]
             skipped = max(0, self.at[rid] - 6 + 1) // 4

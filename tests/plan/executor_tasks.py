@@ -18,3 +18,14 @@ def open_files(_: object) -> list[str]:
 
 def parent_pid(_: object) -> int:
     return os.getppid()
+
+
+class Payload:
+    """A task result the parent can watch (weakref) for being freed."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.data = bytes(nbytes)
+
+
+def payload(nbytes: int) -> Payload:
+    return Payload(nbytes)

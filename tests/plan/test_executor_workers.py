@@ -4,11 +4,13 @@ before any Client exists (defect 7)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+import weakref
 
 import pytest
-from executor_tasks import open_files, parent_pid
+from executor_tasks import open_files, parent_pid, payload
 
 from kvsim.errors import InputError
 from kvsim.plan.executor import LocalExecutor, make_executor
@@ -33,6 +35,23 @@ def test_workers_are_children_of_the_caller():
         assert [pid for _, pid in ex.imap_unordered(parent_pid, [0])] == [os.getpid()]
     finally:
         ex.close()
+
+
+def test_a_collected_result_is_not_held_by_the_pool():
+    """Issue 24: the parent held every finished future (a sweep point's whole Results)
+    until the end; now a result lives only until the caller takes the next one."""
+    ex = LocalExecutor(2)
+    alive = []
+    try:
+        for _, out in ex.imap_unordered(payload, [1024] * 4):  # NOTE: under a pipe buffer
+            alive.append(weakref.ref(out))
+            del out
+            gc.collect()
+            held = [r() is not None for r in alive]
+            assert held[:-1] == [False] * (len(alive) - 1)
+    finally:
+        ex.close()
+    assert len(alive) == 4
 
 
 @pytest.mark.parametrize("address,allowed", [

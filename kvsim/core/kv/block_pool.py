@@ -1,71 +1,104 @@
 """The paged KV block pool (vLLM v1 ``BlockPool``), docs/reference/engines.md §1.2–§1.3.
 
-Every block exists from start-up.  A block with ``ref_cnt == 0`` sits in the *free
-queue*, a doubly linked list in eviction order (head = evicted first).  A free
-block may still carry a prefix hash: it is "free but cached" and can be revived by
-a prefix hit (``touch``) until an allocation pops it from the head, which evicts
-its hash.  Freed blocks are appended to the tail in *reverse* order (the caller
-passes them last-block-first) so a request's prefix blocks are evicted last.
+Every block exists from start-up; a block is its id (an ``int``), its state two flat
+lists indexed by id: ``ref_cnt`` and ``block_hash``.  A block with ``ref_cnt == 0`` sits
+in the *free queue*, in eviction order (head = evicted first).  A free block may still
+carry a prefix hash: it is "free but cached" and can be revived by a prefix hit
+(``touch``) until an allocation pops it from the head, which evicts its hash.  Freed
+blocks are appended to the tail in *reverse* order (the caller passes them
+last-block-first) so a request's prefix blocks are evicted last.
 
 vLLM reserves block 0 as its *null block* (a placeholder for table entries that hold
 nothing: the blocks a sliding window has dropped) and never allocates it, so of
 ``num_gpu_blocks`` one fewer hold KV (``null_block=True``); its usage metric counts
 the rest.  SGLang pads with an extra page instead and loses none.
 
+The pool works on runs of blocks: an allocation takes a slice of the free queue and a
+release appends a request's blocks at once (:class:`FreeBlockQueue`); what is left a
+block is its reference count and, for a cached block, its hash.
+
 NOTE: invariants (checked by the hypothesis state machine in tests/core):
 ``num_free + num_active == num_usable``; every block in the free queue has
-``ref_cnt == 0``; every hash in ``cached`` points at a block carrying that hash.
+``ref_cnt == 0``; every hash in ``cached`` points at a block carrying that hash; a free
+block carrying a hash is the one ``cached`` indexes under it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Iterator
 
-
-class Block:
-    """One KV block: an id, a reference count, an optional prefix hash."""
-
-    __slots__ = ("block_hash", "block_id", "next", "prev", "ref_cnt")
-
-    def __init__(self, block_id: int) -> None:
-        self.block_id = block_id
-        self.ref_cnt = 0
-        self.block_hash: int | None = None
-        self.prev: Block | None = None
-        self.next: Block | None = None
-
-    def __repr__(self) -> str:
-        return f"Block({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
+_COMPACT_AT = 1 << 16  # NOTE: the queue list drops its consumed head past this many
 
 
 class FreeBlockQueue:
-    """Doubly linked list of free blocks, head = evicted first.
+    """The free blocks in eviction order: a list read from a head index.
 
-    NOTE: the blocks are the list's nodes; :class:`BlockPool` pops the head, unlinks
-    prefix hits and appends freed chains in place (O(1) a block, one counter update a
-    call), so this class holds the sentinels, the count and the order.
+    NOTE: a prefix hit takes a block out of the middle (``BlockPool.touch``) by leaving its
+    entry in place, *stale*: ``stale[b]`` counts the stale entries of block ``b`` still
+    in the queue, and since a block's entries are met in queue order, the first entry
+    of ``b`` a pop meets is stale exactly when ``stale[b] > 0``.  Without stale entries
+    (``num_stale == 0``, the common case) a pop of ``n`` blocks is one list slice.
     """
 
-    def __init__(self, blocks: Iterable[Block]) -> None:
-        self._head = Block(-1)  # sentinels
-        self._tail = Block(-2)
-        self._head.next, self._tail.prev = self._tail, self._head
-        self.num_free = 0
-        for b in blocks:
-            self.append(b)
+    def __init__(self, num_blocks: int, blocks: Iterable[int]) -> None:
+        self._q: list[int] = list(blocks)
+        self._head = 0
+        self.stale = [0] * num_blocks
+        self.num_stale = 0
+        self.num_free = len(self._q)
+        # NOTE: BlockPool appends to ``_q`` (a release) and marks stale entries (a prefix
+        # hit: ``stale[b] += 1``, ``num_stale``, ``num_free``) itself, on its hot paths
 
-    def append(self, block: Block) -> None:
-        last = self._tail.prev
-        assert last is not None
-        last.next, block.prev = block, last
-        block.next, self._tail.prev = self._tail, block
-        self.num_free += 1
+    def pop_many(self, n: int) -> list[int]:
+        """The ``n`` blocks at the head, removed (``n ≤ num_free``)."""
+        q, h = self._q, self._head
+        if not self.num_stale:
+            out = q[h:h + n]
+            h += n
+        else:
+            out, stale = [], self.stale
+            while len(out) < n:
+                chunk = q[h:h + n - len(out)]
+                h += len(chunk)
+                if not any(map(stale.__getitem__, chunk)):
+                    out += chunk
+                    continue
+                for b in chunk:
+                    if stale[b]:
+                        stale[b] -= 1
+                        self.num_stale -= 1
+                    else:
+                        out.append(b)
+        self.num_free -= n
+        if h > _COMPACT_AT and h * 2 > len(q):
+            del q[:h]
+            h = 0
+        self._head = h
+        return out
 
-    def __iter__(self):  # head → tail, eviction order
-        b = self._head.next
-        while b is not None and b is not self._tail:
+    def __iter__(self) -> Iterator[int]:  # head → tail, eviction order
+        seen: dict[int, int] = {}
+        stale = self.stale
+        for i in range(self._head, len(self._q)):
+            b = self._q[i]
+            k = seen.get(b, 0)
+            if k < stale[b]:  # NOTE: one of b's stale entries (they come first)
+                seen[b] = k + 1
+                continue
             yield b
-            b = b.next
+
+    def head(self, n: int) -> list[int]:
+        """The next ``n`` blocks a pop would take (not removed)."""
+        out: list[int] = []
+        if n <= 0:
+            return out
+        if not self.num_stale:
+            return self._q[self._head:self._head + n]
+        for b in self:
+            out.append(b)
+            if len(out) == n:
+                break
+        return out
 
 
 class BlockPool:
@@ -78,11 +111,12 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.num_usable = num_blocks - int(null_block)  # blocks that can hold KV
         self.enable_caching = enable_caching
-        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.ref_cnt = [0] * num_blocks
+        self.block_hash: list[Hashable | None] = [None] * num_blocks
         # NOTE: vLLM's null block is block 0, taken before any allocation and never freed
-        self.null_block = self.blocks[0] if null_block else None
-        self.free_queue = FreeBlockQueue(self.blocks[int(null_block):])
-        self.cached: dict[int, Block] = {}
+        self.null_block = 0 if null_block else None
+        self.free_queue = FreeBlockQueue(num_blocks, range(int(null_block), num_blocks))
+        self.cached: dict[Hashable, int] = {}
         self.evictions = 0
         self._cached_free = 0  # free blocks that still carry an indexed hash
 
@@ -101,43 +135,51 @@ class BlockPool:
         """Free blocks that still hold a reusable prefix (evictable cache)."""
         return self._cached_free
 
-    def touch(self, blocks: Iterable[Block]) -> None:
+    def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on prefix-hit blocks (removing free ones from the queue)."""
+        rc, bh, q = self.ref_cnt, self.block_hash, self.free_queue
+        stale = q.stale
         removed = cached = 0
         for b in blocks:
-            if b.ref_cnt == 0:  # NOTE: unlinked from the free queue in place
-                prev, nxt = b.prev, b.next
-                prev.next, nxt.prev = nxt, prev
-                b.prev = b.next = None
+            if not rc[b]:  # NOTE: FreeBlockQueue.remove, inlined: its entry turns stale
+                stale[b] += 1
                 removed += 1
-                if b.block_hash is not None:
+                if bh[b] is not None:
                     cached += 1
-            b.ref_cnt += 1
-        self.free_queue.num_free -= removed
+            rc[b] += 1
+        q.num_stale += removed
+        q.num_free -= removed
         self._cached_free -= cached
 
-    def get_new_blocks(self, n: int) -> list[Block]:
+    def get_new_blocks(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the head of the free queue, evicting their hashes."""
-        if n > self.num_free:
-            raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
-        out = []
         q = self.free_queue
-        head, cached = q._head, self.cached
-        for _ in range(n):  # NOTE: the head unlinked in place
-            b = head.next
-            nxt = b.next
-            head.next, nxt.prev = nxt, head
-            b.prev = b.next = None
-            h = b.block_hash
-            if h is not None:
-                if cached.get(h) is b:
+        if n > q.num_free:
+            raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
+        h = q._head
+        if not q.num_stale and h < _COMPACT_AT:  # NOTE: pop_many's common case, inlined
+            out = q._q[h:h + n]
+            q._head = h + n
+            q.num_free -= n
+        else:
+            out = q.pop_many(n)
+        rc = self.ref_cnt
+        if self._cached_free:
+            bh, cached = self.block_hash, self.cached
+            evicted = 0
+            for b in out:
+                rc[b] = 1
+                h = bh[b]
+                if h is not None:  # NOTE: a free block's hash is the indexed one (module doc)
                     del cached[h]
-                    self.evictions += 1
-                    self._cached_free -= 1
-                b.block_hash = None
-            b.ref_cnt = 1
-            out.append(b)
-        q.num_free -= n
+                    bh[b] = None
+                    evicted += 1
+            if evicted:
+                self.evictions += evicted
+                self._cached_free -= evicted
+        else:
+            for b in out:
+                rc[b] = 1
         return out
 
     def head_is_cached(self, n: int) -> list[bool]:
@@ -146,14 +188,10 @@ class BlockPool:
         NOTE: a free block carrying a hash is the one indexed under it (free_blocks
         clears an unindexed duplicate's hash), so its hash is what says so.
         """
-        out = []
-        b = self.free_queue._head.next
-        for _ in range(n):
-            out.append(b.block_hash is not None)
-            b = b.next
-        return out
+        bh = self.block_hash
+        return [bh[b] is not None for b in self.free_queue.head(n)]
 
-    def cache_full_blocks(self, blocks: list[Block], hashes: list[int]) -> None:
+    def cache_full_blocks(self, blocks: list[int], hashes: list[Hashable]) -> None:
         """Register blocks that just became full under their chained hashes, in order;
         a block that already carries a hash keeps it.
 
@@ -161,47 +199,48 @@ class BlockPool:
         """
         if not self.enable_caching:
             return
-        cached = self.cached
-        for block, h in zip(blocks, hashes):
-            if block.block_hash is None:
-                block.block_hash = h
-                cached.setdefault(h, block)
+        bh, setdefault = self.block_hash, self.cached.setdefault
+        for b, h in zip(blocks, hashes):
+            if bh[b] is None:
+                bh[b] = h
+                setdefault(h, b)
 
-    def uncache(self, blocks: Iterable[Block]) -> None:
+    def uncache(self, blocks: Iterable[int]) -> None:
         """Drop the hashes of referenced blocks from the index (their KV will be freed,
         not kept for reuse)."""
-        cached = self.cached
+        cached, bh = self.cached, self.block_hash
         for b in blocks:
-            h = b.block_hash
+            h = bh[b]
             if h is not None:
-                assert b.ref_cnt > 0, "uncache of a free block (only held blocks)"
-                if cached.get(h) is b:
+                assert self.ref_cnt[b] > 0, "uncache of a free block (only held blocks)"
+                if cached.get(h) == b:
                     del cached[h]
-                b.block_hash = None
+                bh[b] = None
 
-    def free_blocks(self, ordered: Iterable[Block]) -> None:
+    def free_blocks(self, ordered: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching zero go to the queue tail.
 
         ``ordered`` must already be in eviction order (vLLM passes a request's blocks
         reversed, so its last block is evicted first and its prefix last).
         """
-        q, cached = self.free_queue, self.cached
-        tail = q._tail
-        last = tail.prev
-        freed = cached_free = 0
+        rc, bh, cached = self.ref_cnt, self.block_hash, self.cached
+        freed = []
+        append = freed.append
+        cached_free = 0
         for b in ordered:
-            b.ref_cnt -= 1
-            assert b.ref_cnt >= 0, "ref_cnt below zero"
-            if b.ref_cnt == 0:
-                h = b.block_hash
+            n = rc[b] - 1
+            rc[b] = n
+            if not n:
+                h = bh[b]
                 if h is not None:
-                    if cached.get(h) is not b:
-                        b.block_hash = None  # an uncached duplicate: plain free block
-                    else:
+                    if cached.get(h) == b:
                         cached_free += 1
-                last.next, b.prev = b, last  # NOTE: appended in place,
-                last = b  # the chain closed at the tail once, after the loop
-                freed += 1
-        last.next, tail.prev = tail, last
-        q.num_free += freed
+                    else:
+                        bh[b] = None  # an uncached duplicate: plain free block
+                append(b)
+            else:
+                assert n > 0, "ref_cnt below zero"
         self._cached_free += cached_free
+        q = self.free_queue
+        q._q += freed
+        q.num_free += len(freed)

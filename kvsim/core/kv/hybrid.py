@@ -18,22 +18,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvsim.core.kv.block_pool import Block, BlockPool
+from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.manager import KVCacheManager
 from kvsim.core.requests import Request
 
-Table = list[Block | None]
+Table = list[int | None]  # block ids; None: a null entry
 
 
 @dataclass(frozen=True)
 class HybridHit:
     """Cached blocks found for a new request, one tuple per group (None = null)."""
 
-    groups: tuple[tuple[Block | None, ...], ...] = ()
+    groups: tuple[tuple[int | None, ...], ...] = ()
     num_tokens: int = 0
 
     @property
-    def blocks(self) -> tuple[Block, ...]:
+    def blocks(self) -> tuple[int, ...]:
         return tuple(b for g in self.groups for b in g if b is not None)
 
 
@@ -66,7 +66,7 @@ class HybridKVCacheManager(KVCacheManager):
         hashes = self._hashes(req, max_blocks)
         lookup = self.pool.cached.get
         n = max_blocks
-        full: list[list[Block]] = [[] for _ in self.full]
+        full: list[list[int]] = [[] for _ in self.full]
         for i in range(max_blocks if self.full else 0):
             found = [lookup((hashes[i], g)) for g in self.full]
             if None in found:
@@ -83,12 +83,12 @@ class HybridKVCacheManager(KVCacheManager):
         return HybridHit(tuple(groups), end * bt)
 
     def _window_run(self, hashes: list[int], n: int, lookup: Any
-                    ) -> tuple[int, int, list[list[Block]]]:
+                    ) -> tuple[int, int, list[list[int]]]:
         """(start, end, blocks per position) of the sliding groups' hit inside ``n``
         blocks: the last run of ``ceil((window − 1) / block)`` blocks cached in every
         sliding group, else the run that starts at block 0."""
         need = self.run_blocks
-        run: list[list[Block]] = []
+        run: list[list[int]] = []
         for i in range(n - 1, -1, -1):
             found = [lookup((hashes[i], g)) for g in self.swa]
             if None in found:
@@ -112,7 +112,7 @@ class HybridKVCacheManager(KVCacheManager):
         need = 0
         for hb, sk in self._hit_parts(computed, hit):
             need += max(required - max(sk, len(hb)), 0)
-            need += sum(1 for b in hb[sk:] if b is not None and b.ref_cnt == 0)
+            need += sum(1 for b in hb[sk:] if b is not None and not self.pool.ref_cnt[b])
         return need
 
     def _hit_parts(self, computed: int, hit: Any) -> list[tuple[tuple, int]]:
@@ -169,7 +169,7 @@ class HybridKVCacheManager(KVCacheManager):
         k = self._skipped_blocks(computed)
         if not k:
             return
-        removed: list[Block] = []
+        removed: list[int] = []
         for g in self.swa:
             t = tables[g]
             i = min(k, len(t)) - 1

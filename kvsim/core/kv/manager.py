@@ -18,16 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import islice
 
-from kvsim.core.kv.block_pool import Block, BlockPool
+from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.prefix import extend_block_hashes, extend_tail_hashes
 from kvsim.core.requests import Request
 
 
 @dataclass(frozen=True)
 class PrefixHit:
-    """Cached leading blocks found for a request (not yet referenced)."""
+    """Cached leading blocks (ids) found for a request (not yet referenced)."""
 
-    blocks: tuple[Block, ...] = ()
+    blocks: tuple[int, ...] = ()
     num_tokens: int = 0
 
 
@@ -37,7 +37,7 @@ class KVCacheManager:
     def __init__(self, pool: BlockPool, block_tokens: int) -> None:
         self.pool = pool
         self.block_tokens = block_tokens
-        self.req_blocks: dict[str, list[Block]] = {}
+        self.req_blocks: dict[str, list[int]] = {}  # block ids, in table order
         self.req_num_hashed: dict[str, int] = {}  # leading blocks already registered
         self.query_tokens = 0
         self.hit_tokens = 0
@@ -62,7 +62,7 @@ class KVCacheManager:
         if not self.pool.enable_caching or req.num_computed_tokens:
             return PrefixHit()
         max_blocks = (req.num_tokens - 1) // self.block_tokens
-        hits: list[Block] = []
+        hits: list[int] = []
         lookup = self.pool.cached.get  # NOTE: get_cached_block inlined (caching is on)
         for h in islice(self._hashes(req, max_blocks), max_blocks):
             b = lookup(h)
@@ -78,7 +78,10 @@ class KVCacheManager:
         have = len(self.req_blocks.get(req.request_id, ())) + len(hit.blocks)
         total = req.num_computed_tokens + hit.num_tokens + num_new_tokens
         need = max(0, -(-total // self.block_tokens) - have)
-        return need + sum(1 for b in hit.blocks if b.ref_cnt == 0)
+        if not hit.blocks:
+            return need
+        rc = self.pool.ref_cnt
+        return need + [rc[b] for b in hit.blocks].count(0)  # NOTE: the free hit blocks
 
     def can_allocate(self, req: Request, num_new_tokens: int, hit: PrefixHit = PrefixHit()) -> bool:
         return self.blocks_needed(req, num_new_tokens, hit) <= self.pool.num_free
@@ -112,7 +115,7 @@ class KVCacheManager:
         self._register(req, blocks, total, len(hit.blocks))
         return True
 
-    def _register(self, req: Request, blocks: list[Block], total: int, first: int) -> None:
+    def _register(self, req: Request, blocks: list[int], total: int, first: int) -> None:
         """Register ``req``'s blocks that are full at ``total`` tokens (from block
         ``first`` or the first not yet registered).
 

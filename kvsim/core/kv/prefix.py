@@ -6,6 +6,12 @@ for token ids.  Chaining means a hit on block *i* implies blocks ``0..i−1`` ma
 so a lookup walks from the start and stops at the first miss.  Only full blocks are
 hashed; a trailing partial block is never cached.
 
+A block inside one piece ``(sid, a, a + block)`` — most blocks: a long segment, an
+answer — is keyed ``hash((parent, sid, a))``, a block spanning several pieces
+``hash((parent, pieces))``: the two shapes never compare equal, and with the block
+size fixed ``(sid, a)`` names the single piece, so keys are equal exactly when the
+pieces are (one flat tuple a block instead of three nested ones: ~3x cheaper).
+
 NOTE: keys use Python's tuple hash (64-bit); string hashing is salted per process,
 but only key *equality* matters to the simulation, so results do not depend on it.
 """
@@ -58,8 +64,8 @@ def extend_block_hashes(hashes: list[int], seq: TokenSeq, block_tokens: int,
             append(parent)
             cur, filled = [], 0
         whole_end = s + (e - s) // bt * bt
-        for a in range(s, whole_end, bt):  # blocks inside this piece
-            parent = hash((parent, ((sid, a, a + bt),)))
+        for a in range(s, whole_end, bt):  # blocks inside this piece (module doc)
+            parent = hash((parent, sid, a))
             append(parent)
         if whole_end < e:
             cur, filled = [(sid, whole_end, e)], e - whole_end
@@ -72,15 +78,15 @@ def extend_tail_hashes(hashes: list[int], piece_id: str, piece_start: int, offse
     piece ``(piece_id, piece_start, ...)`` and block ``len(hashes)`` starts ``offset``
     tokens into it (a decoding request's output): the same keys, no piece walk.
 
-    NOTE: inside one piece the generic split gives each block the single piece
-    ``(piece_id, a, a + block_tokens)``, so the keys are equal by construction.
+    NOTE: inside one piece the generic split keys each block ``(parent, piece_id, a)``
+    (module doc), so the keys are equal by construction.
     """
     parent: int | None = hashes[-1] if hashes else None
-    a = piece_start + offset
-    for _ in range(len(hashes), num_blocks):
-        parent = hash((parent, ((piece_id, a, a + block_tokens),)))
-        hashes.append(parent)
-        a += block_tokens
+    first = piece_start + offset
+    append = hashes.append
+    for a in range(first, first + (num_blocks - len(hashes)) * block_tokens, block_tokens):
+        parent = hash((parent, piece_id, a))
+        append(parent)
     return hashes
 
 
