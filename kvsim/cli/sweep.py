@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from kvsim.cli._output import check_output, output_errors
+from kvsim.cli._output import check_output, output_errors, plotlyjs_option
 from kvsim.cli._plan_common import load_runner, maybe_report, print_table, progress_bar
 from kvsim.errors import InputError, Terminated
 from kvsim.metrics.failures import FAILURE_CODES
@@ -49,10 +49,11 @@ from kvsim.plan.sweep import (
               help="store only each run's summary, not its full Results tables")
 @click.option("--no-report", is_flag=True, help="do not write report.html")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
+@plotlyjs_option
 @click.option("--runner", default=None, hidden=True, help="MODULE:FUNC runner (tests)")
 def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | None,
           dask_timeout: float, summary_only: bool, no_report: bool, no_progress: bool,
-          runner: str | None) -> None:
+          plotlyjs: str, runner: str | None) -> None:
     """Run a factorial (or listed) sweep of scenarios; resume where it stopped."""
     if jobs is not None and dask_address is not None:
         raise InputError("--jobs", jobs, f"not with --dask {dask_address}: give --jobs N for "
@@ -73,7 +74,8 @@ def sweep(sweep_file: str, out_dir: Path, jobs: int | None, dask_address: str | 
         executor.close()
     _print_table(spec.name, points, outcome.table)
     with output_errors("--out", out_dir):
-        report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table)
+        report = maybe_report("sweep", out_dir, not no_report, sweep=outcome.table,
+                              plotlyjs=plotlyjs)
     refused = f", {outcome.refused} cannot start" if outcome.refused else ""
     click.echo(f"ran {outcome.ran}, skipped {outcome.skipped} (already stored){refused}; "
                f"wrote {', '.join(str(p) for p in paths)}" + (f", {report}" if report else ""))

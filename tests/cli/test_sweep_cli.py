@@ -97,6 +97,20 @@ def test_sweep_writes_a_report_by_default(tmp_path):
     assert html.lstrip().lower().startswith("<!doctype html") and "<script src=\"http" not in html
 
 
+def test_sweep_report_can_share_plotlyjs_beside_it(tmp_path):
+    sweep = _setup(tmp_path, factors={"engine.parallel": [1, 2]})
+    out = tmp_path / "out"
+    cmd = [a for a in _cmd(sweep, out, "--jobs", "1", "--runner", "plan_fake_runners:fake_run",
+                           "--plotlyjs", "dir") if a != "--no-report"]
+    res = subprocess.run(cmd, env=_env(tmp_path / "log"), capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    html = (out / "report.html").read_text(encoding="utf-8")
+    # the page loads plotly.js from the file written once beside it (offline, small page)
+    assert "<script type='text/javascript' src='plotly.min.js'></script>" in html
+    assert (out / "plotly.min.js").stat().st_size > 2**20 > (out / "report.html").stat().st_size
+
+
 def test_sweep_rows_say_too_long_apart_from_out_of_memory(tmp_path):
     # 4 slots of 1024 cells (-c 4096): family-4's conversations outgrow their slot;
     # llama-server refuses those turns as too long, which is no OOM (kvsim.metrics.failures)
