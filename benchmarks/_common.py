@@ -7,6 +7,9 @@ simulated per wall second, SimPy events processed per second, and the fast/step
 ratio of both wall times.  Peak RSS (``resource.getrusage``) is the process
 high-water mark, so it is printed after the fast run (taken first).
 
+NOTE: portable: ``resource`` (POSIX) is imported where it is used, psutil's peak working
+set stands in on Windows.
+
 The fast run also times its decode stretches (``FastForward._segment``: step
 times, tokens, blocks of the skipped steps).  The rest of its engine time —
 sessions, admission, prefill and other inline steps, completions, policies,
@@ -23,7 +26,6 @@ compares the two fidelities; the whole-run ratio is printed too.
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -36,8 +38,17 @@ from kvsim.scenario import Scenario
 from kvsim.workload.schema import Session
 
 
-def peak_rss_mb() -> float:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_rss_mb(children: bool = False) -> float | None:
+    """Peak RSS in MiB of this process (or of its waited-for children); None where the
+    platform keeps no such figure (children on Windows)."""
+    try:
+        import resource
+    except ImportError:  # Windows: the working set's peak, this process only
+        import psutil
+
+        return None if children else psutil.Process().memory_info().peak_wset / 2**20
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    rss = resource.getrusage(who).ru_maxrss
     return rss / (2**20 if sys.platform == "darwin" else 2**10)
 
 

@@ -25,7 +25,7 @@ measured under the same load.
 Targets (issue 24, median, this 2-core machine): chat engine ≤ 0.06 s and whole
 ``kvsim simulate`` ≤ 0.4 s; household-week engine ≤ 0.08 s; Mooncake engine ≤ 1.0 s.
 NOTE: the machine is shared with other work; its load is printed with the figures
-(``os.getloadavg``) and the CPU seconds are less sensitive to it than wall seconds.
+(``psutil.getloadavg``) and the CPU seconds are less sensitive to it than wall seconds.
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ import argparse
 import itertools
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 MOONCAKE = "/work/shared/traces/mooncake-fast25/synthetic_trace.jsonl"
@@ -81,6 +82,8 @@ def _case(name: str, trace: str):
 
 def child(name: str, root: str | None, trace: str) -> None:
     _use_root(root)
+    from _common import peak_rss_mb
+
     from kvsim.api import simulate
     from kvsim.core import engine as engine_mod
 
@@ -103,7 +106,7 @@ def child(name: str, root: str | None, trace: str) -> None:
     timed["simulate_s"] = time.perf_counter() - t
     s = res.summary
     timed.update(sim_s=float(s["sim_time_s"]), requests=int(s["requests"]),
-                 rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 rss_mb=peak_rss_mb(),
                  ttft_p95_s=float(s["ttft_p95_s"]), itl_p95_s=float(s["itl_p95_s"]))
     print("RESULT " + json.dumps(timed))
 
@@ -194,7 +197,7 @@ def main() -> None:
         cases.remove("mooncake")
     roots: list[str | None] = [None] + ([str(Path(a.reference).resolve())] if a.reference else [])
     label = {None: "this core", **({roots[-1]: "reference"} if a.reference else {})}
-    load0 = os.getloadavg()[0]
+    load0 = psutil.getloadavg()[0]
     got: dict[tuple[str, str | None], list[dict[str, float]]] = {}
     whole: dict[tuple[str, str | None], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -202,7 +205,7 @@ def main() -> None:
         for _, case, root in itertools.product(range(a.runs), cases, roots):  # interleaved
             got.setdefault((case, root), []).append(_spawn(case, root, a.trace))
             whole.setdefault((case, root), []).append(whole_process(root, case, files))
-    print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+    print(f"load average {load0:.1f} at the start, {psutil.getloadavg()[0]:.1f} at the end "
           f"(2 cores, shared): figures are min / median of {a.runs} interleaved runs")
     for case in cases:
         print(f"== {case}")

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import peak_rss_mb
 
 from kvsim.metrics.records import MAX_REQUESTS
 
@@ -61,7 +62,7 @@ def main() -> None:
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - t
-        rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**10
+        rss_mb = peak_rss_mb(children=True) or float("nan")
         err = proc.stderr.strip().splitlines()
         print(f"exit code {proc.returncode} after {wall:.1f} s, peak RSS {rss_mb:.0f} MB")
         print(f"stderr ({len(err)} line{'s' * (len(err) != 1)}): {err[-1] if err else ''}")
