@@ -146,7 +146,9 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
     print(f"unit {unit_s:.3f} s, step_time_cv {cv:.3f}")
 
     # 1. measured reuse inside kvsim's jittered range
-    jittered = _scenario(gguf_path, path, trace, jitter_cv=cv)
+    # NOTE: a machine busy enough to stall the server measures a CV of 1 or more, more
+    # than latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says so)
+    jittered = _scenario(gguf_path, path, trace, jitter_cv=min(cv, 0.99))
     _, reps = jitter_replications(jittered, JITTER_RUNS)
     spread = [r.summary["prefix_hit_rate"] for r in reps]
     measured = [m.summary["prefix_hit_rate"] for m in runs]
