@@ -256,10 +256,12 @@ def pool_contexts(raw: dict[str, Any]) -> dict[str, Any]:
     derived from the other and ``parallel`` (module NOTE); {} where they cannot be yet
     (a field's own check then speaks)."""
     ctx, size, par = (_count(raw, k) for k in ("context_tokens", "ctx_size", "parallel"))
-    if ctx is None and size is None:
+    given = [k for k in CONTEXT_KEYS if raw.get(k) is not None]
+    if not given:
         return {}
-    if par is None:  # NOTE: parallel's own error is the one to report; never validates
-        return {"context_tokens": ctx or size, "ctx_size": size or ctx}
+    if par is None or None in (_count(raw, k) for k in given):
+        # NOTE: the bad field's own error is the one to report (this never validates)
+        return {k: raw[k] if k in given else 1 for k in CONTEXT_KEYS}
     if size is None:
         assert ctx is not None
         return {"ctx_size": ctx * par}

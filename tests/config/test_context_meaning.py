@@ -125,3 +125,15 @@ def test_fit_context_prints_minus_c_as_before(kvsim_cli):
                            "--engine", "llama.cpp", "--ctx-size", "10000", "--parallel", "3")
     assert rc == 0
     assert "context 3333 per session (-c 10000 over 3 slots)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("sets,line", [
+    (["engine.ctx_size=x"], "engine.ctx_size: 'x' — Input should be a valid integer"),
+    (["engine.context_tokens=0"], "engine.context_tokens: 0 — Input should be greater than 0"),
+    (["engine.allocator=slots", "engine.parallel=20000"],
+     "engine.parallel: 20000 — exceeds ctx_size (16384); must be at most that")])
+def test_a_bad_context_names_its_own_key(sets, line):
+    # never "context_tokens: 'missing'" for a bad value of the other key
+    with pytest.raises(InputError) as exc:
+        load_scenario("quickstart", sets)
+    assert exc.value.one_line().startswith(line)
