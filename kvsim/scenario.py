@@ -44,7 +44,7 @@ from kvsim.config.specs import GpuLinkSpec, GpuSpec, HostSpec, LinkSpec, ModelSp
 from kvsim.config.units import Bytes, FrozenModel, Seconds
 from kvsim.config.workload import WorkloadConfig
 from kvsim.engines import engine_for
-from kvsim.engines.config import EngineConfig, PagedEngineConfig
+from kvsim.engines.config import EngineConfig, PagedEngineConfig, stale_context
 from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError, from_validation_error
 from kvsim.latency.config import LatencyConfig, RooflineConfig
@@ -163,7 +163,9 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """Apply ``dotted.key=value`` overrides (values parsed as YAML); a number indexes
     a list the scenario already has (``policies.0.window_tokens=4096``).  A key of a
     section sets that key in the section the scenario has: ``latency.KEY`` on a scenario
-    without a latency section sets it in the default ``{kind: roofline}``."""
+    without a latency section sets it in the default ``{kind: roofline}``.  Setting
+    ``workload.trace`` drops ``workload.preset`` (and the reverse), ``engine.context_tokens``
+    drops ``engine.ctx_size`` (and the reverse; kvsim.engines.config.stale_context)."""
     out = copy.deepcopy(raw)
     for item in sets:
         if "=" not in item:
@@ -205,6 +207,8 @@ def _workload_section(name: str) -> dict[str, Any]:
 def _replace_workload_source(node: dict[str, Any], parts: list[str]) -> None:
     if len(parts) == 2 and parts[0] == "workload" and parts[1] in _OTHER_SOURCE:
         node.pop(_OTHER_SOURCE[parts[1]], None)
+    if len(parts) == 2 and parts[0] == "engine":  # NOTE: so is an engine's context
+        node.pop(stale_context(node, {parts[1]}) or "", None)
 
 
 LIST_KEYS = ("policies",)  # scenario keys whose value is a list

@@ -27,7 +27,7 @@ def sessions_scenario(folder: Path, sessions: int, jitter_cv: float = 0.1) -> Pa
     (folder / "trace.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     p = folder / "scenario.yaml"
     p.write_text("gpu: rtx-4090\nmodel: llama-3.1-8b\n"
-                 f"engine: {{preset: llama.cpp, parallel: {SLOTS}, context_tokens: 32768, "
+                 f"engine: {{preset: llama.cpp, parallel: {SLOTS}, ctx_size: 32768, "
                  "cache_ram_bytes: 0}\nworkload: {trace: trace.jsonl}\n"
                  "latency: {kind: constant, step_s: 0.02, prefill_token_s: 0.0001, "
                  f"jitter_cv: {jitter_cv}}}\n", encoding="utf-8")

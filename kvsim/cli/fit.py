@@ -74,25 +74,19 @@ def _check_session_context(ctx: int | None, ctx_size: int | None, eng: Any,
                          "llama-server caps each slot at it")
 
 
-def _engine_context(engine: str, ctx: int | None, ctx_size: int | None,
-                    par: int | None) -> int | None:
-    """The engine's own context knob from ``--context`` (per session): llama.cpp's ``-c``
-    is all its slots' cells, so context x slots (``--parallel``, else the preset's);
-    ``--ctx-size`` is that ``-c`` as typed."""
-    from kvsim.engines.resolve import resolve_engine
-
-    pool = engine_for(engine).context_scope == "pool"
+def _engine_context(engine: str, ctx: int | None, ctx_size: int | None) -> dict[str, int]:
+    """The scenario knob of the context flag given: ``--context`` is ``context_tokens``
+    (per session, on every engine); ``--ctx-size`` is llama.cpp's ``ctx_size`` (``-c``,
+    all slots together; the engine config derives the other, kvsim.engines.config)."""
     if ctx_size is not None:
         if ctx is not None:
             raise InputError("--ctx-size", ctx_size, "either --context (per session) or "
                              "--ctx-size (llama.cpp's -c, all slots together), not both")
-        if not pool:
+        if engine_for(engine).context_scope != "pool":
             raise InputError("--ctx-size", ctx_size, f"{engine} has no -c for all slots; "
                              "--context is its per-session context")
-        return ctx_size
-    if ctx is None or not pool:
-        return ctx
-    return ctx * (par or resolve_engine(engine).parallel)
+        return {"ctx_size": ctx_size}
+    return {} if ctx is None else {"context_tokens": ctx}
 
 
 def _positive(value: str | None, flag: str) -> int | None:
@@ -119,7 +113,8 @@ ENGINE_ONLY_FLAGS: dict[str, tuple[str, str]] = {
 }
 
 
-FIELD_FLAGS = {"engine.context_tokens": "--context", "engine.parallel": "--parallel",
+FIELD_FLAGS = {"engine.context_tokens": "--context", "engine.ctx_size": "--ctx-size",
+               "engine.parallel": "--parallel",
                "engine.max_num_seqs": "--parallel", "engine.ollama_version": "--ollama-version",
                "engine.version": "--vllm-version",
                "engine.gpu_memory_utilization": "--gpu-util",
@@ -155,7 +150,7 @@ def _refuse_foreign_flags(engine: str, given: dict[str, Any]) -> None:
                          f"{' and '.join(engines)} {verb} {what}")
 
 
-def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: str | None,
+def _engine_spec(engine: str, context: dict[str, int], parallel: int | None, kv_k: str | None,
                  kv_v: str | None, kv_unified: bool | None, flash_attn: bool | None,
                  gpu_layers: int | None, gpu_util: float | None,
                  hybrid_kv: bool | None = None,
@@ -170,7 +165,8 @@ def _engine_spec(engine: str, context: int | None, parallel: int | None, kv_k: s
                                    "vllm_version": vllm_version})
     traits = engine_for(engine)
     spec: dict[str, Any] = {"preset": engine}
-    optional = {"context_tokens": context, "flash_attn": flash_attn, "gpu_layers": gpu_layers,
+    spec.update(context)
+    optional = {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                 "gpu_memory_utilization": gpu_util, "ollama_version": ollama_version,
                 "version": vllm_version,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
@@ -253,7 +249,7 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               help="llama.cpp, ollama, vllm or sglang")
 @click.option("--context", default=None,
               help="context tokens one session may hold, on every engine (as in kvsim "
-              "plan); kvsim derives the engine's flag: llama.cpp -c = context x slots "
+              "plan and a scenario's engine.context_tokens); kvsim derives the engine's flag: llama.cpp -c = context x slots "
               "(--parallel, else the preset's 4), ollama num_ctx, vllm/sglang "
               "max_model_len; '32k' = '32Ki' = 32768; unset, the engine's own default: "
               "the model's maximum for vllm/sglang, llama.cpp's training context shrunk "
@@ -261,7 +257,8 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               "32768 below 47 GiB, else 262144; at most the model's). Range: at most the "
               "model's maximum")
 @click.option("--ctx-size", "ctx_size", default=None,
-              help="llama.cpp: -c itself, all slots' cells together (instead of --context)")
+              help="llama.cpp: -c itself, all slots' cells together (a scenario's "
+              "engine.ctx_size; instead of --context: each session holds -c / slots)")
 @click.option("--parallel", default=None,
               help="sessions served at once, as in kvsim plan: llama.cpp --parallel "
               "slots (in the preset's unified pool unless --no-kv-unified, as in a "
@@ -343,7 +340,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     check_weights_for(m, weights, "--weights")
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
-    spec = _engine_spec(engine, _engine_context(engine, ctx, size, par), par, kv_k or kv,
+    spec = _engine_spec(engine, _engine_context(engine, ctx, size), par, kv_k or kv,
                         kv_v or kv, kv_unified, flash_attn, ngl, gpu_util, hybrid_kv,
                         ollama_version, vllm_version)
     knobs = box_knobs(split, len(gpus))
@@ -373,9 +370,11 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     context = (f"context {b.kv_pool_tokens} ({traits.context_knob} unset: --fit)"
                if traits.fit_shrinks_context and eng.fit_context
                else f"context {eng.context_tokens}")
-    if traits.context_scope == "pool" and ctx is not None:
-        context = (f"context {ctx} per session (-c {eng.context_tokens} = {ctx} x "
-                   f"{eng.parallel} slots)")
+    if traits.context_scope == "pool" and (ctx is not None or size is not None):
+        exact = eng.context_tokens * eng.parallel == eng.ctx_size
+        context = (f"context {eng.context_tokens} per session (-c {eng.ctx_size} "
+                   + (f"= {eng.context_tokens} x" if exact else "over")
+                   + f" {eng.parallel} slots)")
     title = (f"{m.display_name} ({b.weights_format}) on {gpu_set_display(gpus)} — "
              f"{eng.preset}{_split_words(b)}, "
              f"{context}, {parallel_words(b, par, z.max_num_seqs)}, "

@@ -78,7 +78,8 @@ def unset_context(preset: str) -> str:
         return words
     model = SimpleNamespace(max_context_tokens=_MODEL_MAX, layer_groups=())
     eng = engine_for_gpu(preset, load_gpu("rtx-4090"), model)
-    if eng.context_tokens != _MODEL_MAX:
+    size = getattr(eng, "ctx_size", None)  # NOTE: llama.cpp's -c: the training context
+    if (eng.context_tokens if size is None else size) != _MODEL_MAX:
         return str(eng.context_tokens)
     return "model max, --fit shrinks" if getattr(eng, "fit_context", False) else "model max"
 
@@ -100,7 +101,8 @@ _COLUMNS = {
 }
 
 CAPTIONS = {"engines": "context (unset): what an unset engine.context_tokens becomes once the "
-            "model is known (llama.cpp: -c 0, the training context that --fit shrinks to fit)"}
+            "model is known (llama.cpp: -c 0, the training context that --fit shrinks to "
+            "fit, each session its slot's share)"}
 
 
 @click.group()
@@ -152,10 +154,17 @@ def _show_one(kind: str, name: str, others: list[str]) -> None:
     click.echo(yaml.safe_dump(dict(raw), sort_keys=False, allow_unicode=True, width=100),
                nl=False)
     if kind == "engines":
+        from kvsim.engines.config import context_words
+        from kvsim.engines.resolve import resolve_engine
+
         unset = unset_context(raw["preset"])
-        click.echo(f"# context_tokens unset (a scenario, kvsim fit): {unset}" + (
-            "" if unset == str(raw.get("context_tokens")) else
+        key = "ctx_size" if "ctx_size" in raw else "context_tokens"
+        click.echo(f"# {key} unset (a scenario, kvsim fit): {unset}" + (
+            "" if unset == str(raw.get(key)) else
             "; the number above applies only where no model is known"))
+        if key == "ctx_size":
+            click.echo(f"# where no model is known: {context_words(resolve_engine(name))} "
+                       "(context_tokens = ctx_size / parallel, per session)")
     if kind == "models":
         from kvsim.model.geometry import kv_geometry
         geo = kv_geometry(ModelSpec.model_validate(raw), "f16", "f16", state_dtype="f16")

@@ -88,16 +88,18 @@ class EngineTraits:
 
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
                      given: set[str], ranks: tuple[int, int] = (1, 1)) -> dict[str, Any]:
-        """The context an unset ``context_tokens`` takes with a known model: the model's
-        maximum per request (vLLM / SGLang ``max_model_len``, docs/reference/engines.md
-        §1.1), llama-server's ``-c 0`` = the training context that --fit shrinks (§3.1,
-        §3.6); an engine counting one slot (Ollama) leaves it to its release."""
-        if model is None or "context_tokens" in given:
+        """The context an unset ``context_tokens`` (and ``ctx_size``) takes with a known
+        model: the model's maximum per request (vLLM / SGLang ``max_model_len``,
+        docs/reference/engines.md §1.1), llama-server's ``-c 0`` = the training context
+        that --fit shrinks (§3.1, §3.6: ``ctx_size``, the slots' share of it their
+        ``context_tokens``); an engine counting one slot (Ollama) leaves it to its
+        release."""
+        if model is None or given & {"context_tokens", "ctx_size"}:
             return {}
         if self.context_scope == "request":
             return {"context_tokens": model.max_context_tokens}
         if self.fit_shrinks_context:
-            return {"context_tokens": model.max_context_tokens, "fit_context": True}
+            return {"ctx_size": model.max_context_tokens, "fit_context": True}
         return {}
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],

@@ -168,7 +168,7 @@ def box_of(gpus: tuple[GpuSpec, ...], model: ModelSpec, ws: WeightSplit, geo: Kv
 def fit_box(make: Any, engine: SlotEngineConfig) -> tuple[Box, Placement, list[str]]:
     """``--fit`` over the devices (module docstring): the box (``make(ctx)``), the
     placement and what fit changed, as notes."""
-    box = make(engine.context_tokens)
+    box = make(engine.ctx_size)  # NOTE: -c (Ollama's runner: num_ctx x parallel)
     L, nd = box.model.num_layers, len(box.gpus)
     if engine.gpu_layers is not None:
         n = min(engine.gpu_layers, L)
@@ -183,9 +183,9 @@ def fit_box(make: Any, engine: SlotEngineConfig) -> tuple[Box, Placement, list[s
         room = sum(g.usable_memory_bytes - FIT_TARGET_BYTES for g in box.gpus) - waste
         ctx = _largest_context(make, engine, lambda b: sum(
             pt.total for pt in device_parts(b, _default_placement(b, L, True))) <= room)
-        if ctx < engine.context_tokens:
+        if ctx < engine.ctx_size:
             notes.append(f"-c unset: --fit shrank the context from the model's "
-                         f"{engine.context_tokens} to {ctx} tokens")
+                         f"{engine.ctx_size} to {ctx} tokens")
             box = make(ctx)
             p = _default_placement(box, L, True)
     if engine.tensor_split is not None or box.row:
@@ -200,7 +200,7 @@ def fit_box(make: Any, engine: SlotEngineConfig) -> tuple[Box, Placement, list[s
 def _largest_context(make: Any, engine: SlotEngineConfig, fits: Any) -> int:
     """The training context if it fits, else the largest multiple of 256 that does, not
     below --fit-ctx (as kvsim.engines.llama_cpp does on one GPU)."""
-    pad, top = engine.context_pad_tokens, engine.context_tokens
+    pad, top = engine.context_pad_tokens, engine.ctx_size
     if fits(make(top)):
         return top
     lo, hi = max(FIT_CTX_TOKENS // pad, 1), top // pad

@@ -29,7 +29,9 @@ BudgetOf = Callable[[dict[str, Any]], "MemoryBudget"]
 
 
 class ForeignKnob(NamedTuple):
-    """A paged knob one paged engine lacks: any value but ``unset`` is refused on it."""
+    """A knob of a config family one of its engines lacks (a paged knob on the other
+    paged engine, llama.cpp's ``ctx_size`` on Ollama): any value but ``unset`` is refused
+    on it."""
 
     knob: str
     unset: Any
@@ -66,10 +68,12 @@ class Engine(Protocol):
     host_kv_chunked: bool
     """The host KV tier stores whole chunks and no decode KV (vLLM + LMCache)."""
     context_scope: Literal["pool", "slot", "request"]
-    """What ``context_tokens`` counts: all slots' cells (llama.cpp ``-c``), one slot's
-    (Ollama ``num_ctx``) or one request's (vLLM / SGLang ``max_model_len``)."""
+    """What the engine's own context flag counts: all slots' cells (llama.cpp ``-c``, the
+    config's ``ctx_size``; its ``context_tokens`` is one slot's share), one slot's (Ollama
+    ``num_ctx``) or one request's (vLLM / SGLang ``max_model_len``); ``context_tokens`` is
+    one session's on every engine (kvsim.engines.config, module NOTE)."""
     context_knob: str
-    """The engine's own name for ``context_tokens``, as plan prints it."""
+    """The engine's own name for its context flag, as plan prints it."""
     seqs_flag: str
     """A paged engine's flag for the sequences admitted at once ('' on slot engines)."""
     unset_parallel_words: str
@@ -97,7 +101,8 @@ class Engine(Protocol):
     """The docs/reference/engines.md section of ``one_cache_type_flag`` ('' without one)."""
     foreign_knobs: tuple[ForeignKnob, ...]
     """The knobs of the engine's config family this engine lacks (vLLM's swap space on
-    SGLang, SGLang's --max-total-tokens on vLLM); () where it has them all."""
+    SGLang, SGLang's --max-total-tokens on vLLM, llama.cpp's -c on Ollama); () where it has
+    them all."""
     ignores_quant_cache_without_flash_attn: bool
     """Without flash attention a quantized KV cache type is ignored and the cache is f16
     (Ollama, docs/reference/engines.md §4.1), rather than refused."""

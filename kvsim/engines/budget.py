@@ -13,7 +13,12 @@ from typing import Any
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.engines import engine_for
-from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig
+from kvsim.engines.config import (
+    CONTEXT_KEYS,
+    PagedEngineConfig,
+    SlotEngineConfig,
+    drop_derived_context,
+)
 from kvsim.engines.memory import DEFAULT_DRIVER_RESERVE_BYTES, PLANNING_LIMIT, MemoryBudget
 from kvsim.errors import InputError
 
@@ -86,11 +91,14 @@ def weights_beyond_ram(b: MemoryBudget, host: HostSpec) -> int:
 
 def engine_with(engine: EngineConfig, **update: Any) -> EngineConfig | None:
     """``engine`` with ``update``d knobs, or None where that combination is invalid
-    (a point that simply does not exist)."""
-    if "context_tokens" in update and "fit_context" in type(engine).model_fields:
+    (a point that simply does not exist).  NOTE: llama.cpp's two contexts follow the
+    update: one naming ``ctx_size`` keeps that -c, one naming ``context_tokens`` or
+    ``parallel`` keeps the per-session context (:func:`drop_derived_context`)."""
+    if update.keys() & set(CONTEXT_KEYS) and "fit_context" in type(engine).model_fields:
         update.setdefault("fit_context", False)  # NOTE: a context set is not --fit's to shrink
     try:
-        return type(engine).model_validate({**engine.model_dump(), **update})
+        return type(engine).model_validate(
+            {**drop_derived_context(engine.model_dump(), set(update)), **update})
     except Exception:  # noqa: BLE001 - an invalid combination simply does not fit
         return None
 
@@ -168,7 +176,8 @@ def _at_limit(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig
 def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineConfig,
                    parallel: int | None = None, limit: float = PLANNING_LIMIT,
                    step_tokens: int = 256, **reserves: int) -> int:
-    """Largest context (the engine's own meaning, a multiple of ``step_tokens``) that
+    """Largest context (the engine's own flag: llama.cpp ``-c`` = ``ctx_size``, else
+    ``context_tokens``; a multiple of ``step_tokens``) that
     stays :func:`acceptable` at this parallelism; 0 if none does.  A paged engine's
     memory fraction is first lowered to the line (:func:`share_within`).
 
@@ -182,10 +191,11 @@ def max_context_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: EngineC
         return 0
     engine = at
     per_seq_cap = model.max_context_tokens
-    scale = p if engine_for(engine.preset).context_scope == "pool" else 1
+    pool = engine_for(engine.preset).context_scope == "pool"
+    scale, key = (p, "ctx_size") if pool else (1, "context_tokens")
 
     def ok(k: int) -> bool:
-        cfg = engine_with(engine, context_tokens=k * step_tokens)
+        cfg = engine_with(engine, **{key: k * step_tokens})
         return cfg is not None and acceptable(
             memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
 
@@ -206,14 +216,18 @@ def max_parallel_at(gpu: GpuSpec, model: ModelSpec, weights: str, engine: Engine
     if at is None:
         return 0
     engine = at
-    hi = min(cap, engine.context_tokens)
+    size = getattr(engine, "ctx_size", None)
+    hi = min(cap, engine.context_tokens if size is None else size)
     if isinstance(engine, PagedEngineConfig):
         hi = min(hi, engine.max_num_seqs)
-    elif engine_for(engine.preset).context_scope == "pool":  # llama.cpp -c: all slots
-        hi = min(hi, max(1, engine.context_tokens // engine.context_pad_tokens))
+    elif size is not None:  # llama.cpp -c: all slots
+        hi = min(hi, max(1, size // engine.context_pad_tokens))
+    # NOTE: llama.cpp keeps -c (ctx_size) as the slots change, as this search always has
+    keep = {} if size is None else {"ctx_size": size}
 
     def ok(p: int) -> bool:
-        cfg = engine_with(engine, parallel=p) if isinstance(engine, SlotEngineConfig) else engine
+        cfg = engine_with(engine, parallel=p, **keep) if isinstance(engine, SlotEngineConfig) \
+            else engine
         return cfg is not None and acceptable(
             memory_budget(gpu, model, weights, cfg, parallel=p, **reserves), p, limit)
 

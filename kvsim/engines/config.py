@@ -16,14 +16,21 @@ swap space, ``--kv-cache-memory``, … on SGLang; SGLang's ``--max-total-tokens`
 vLLM, SGLang and Ollama have one KV cache type for K and V (``Engine.one_cache_type_flag``).
 Presets resolve to these models in :mod:`kvsim.engines.resolve`.
 
-NOTE: ``context_tokens`` means what the engine's own flag means: llama.cpp ``-c``
-(the whole pool, all slots), Ollama ``num_ctx`` (per slot; the runner gets
-``num_ctx × parallel``), vLLM/SGLang ``max_model_len`` (per request).  Use
-:func:`slot_tokens` and :func:`pool_tokens_hint` rather than re-deriving it.
-Unset in a scenario, it is the model's own default
+NOTE: ``context_tokens`` is what one session may hold, on every engine: llama.cpp's
+slot share (``-c / parallel``), Ollama ``num_ctx`` (per slot; the runner gets
+``num_ctx × parallel``), vLLM/SGLang ``max_model_len`` (per request).  llama.cpp's own
+flag is ``ctx_size`` (``-c``, all slots' cells together); on the engine whose context
+counts the pool (``Engine.context_scope == "pool"``) the config always holds both:
+given one, the other is derived (``context_tokens = ctx_size // parallel``, the share
+each slot is guaranteed, with ``-kvu`` too; ``ctx_size = context_tokens × parallel``),
+given both they must agree.  The layout reads ``ctx_size`` (:func:`slot_tokens`,
+:func:`pool_tokens_hint`), so ``ctx_size`` 10000 with 3 slots is the layout of
+``-c 10000`` whatever ``context_tokens`` (3333) says.  Code that edits a config's dump
+keeps the key it changes and drops the derived one (:func:`drop_derived_context`).
+Unset in a scenario, the context is the model's own default
 (:func:`kvsim.engines.resolve.engine_for_gpu`): vLLM and SGLang take the model's maximum,
 llama-server ``-c 0`` the training context that ``--fit`` then shrinks toward what fits
-(``fit_context``); Ollama its release's own ``num_ctx``
+(``ctx_size`` = the model's maximum with ``fit_context``); Ollama its release's own ``num_ctx``
 (:func:`~kvsim.engines.ollama_releases.ollama_default_num_ctx`: 4096, or by the card's
 VRAM from v0.15.5).  The presets' numbers apply only where no model is known.
 
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from kvsim.config.gpu_set import MAX_GPUS
 from kvsim.config.units import Bytes, FrozenModel
@@ -114,8 +121,12 @@ class SlotEngineConfig(FrozenModel):
 
     preset: Literal["llama.cpp", "ollama"]
     allocator: Literal["slots", "unified"]
-    context_tokens: int = Field(gt=0, description="llama.cpp -c (all slots) / ollama num_ctx")
+    context_tokens: int = Field(gt=0, description="what one session may hold: llama.cpp "
+                                "-c / parallel, ollama num_ctx")
     parallel: int = Field(gt=0, description="--parallel / OLLAMA_NUM_PARALLEL")
+    ctx_size: int | None = Field(None, gt=0, description="llama.cpp -c: all slots' cells "
+                                 "together (derived from context_tokens x parallel when "
+                                 "unset); None on Ollama")
     context_pad_tokens: int = Field(256, gt=0, description="-c is padded to a multiple of this")
     n_batch: int = Field(2048, gt=0)
     n_ubatch: int = Field(512, gt=0)
@@ -189,9 +200,23 @@ class SlotEngineConfig(FrozenModel):
             return raw
         return {**raw, "cache_type_k": "f16", "cache_type_v": "f16", "ignored_cache_type": v}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _both_contexts(cls, raw: Any) -> Any:
+        """llama.cpp: ``context_tokens`` (per session) and ``ctx_size`` (``-c``) from
+        whichever is given (module NOTE); both given must agree."""
+        if not isinstance(raw, dict) or raw.get("preset") not in registered_engines() \
+                or engine_for(raw["preset"]).context_scope != "pool":
+            return raw
+        return {**raw, **pool_contexts(raw)}
+
     @model_validator(mode="after")
     def _check(self) -> SlotEngineConfig:
         engine = _check_cache(self)
+        for knob, unset, instead in engine.foreign_knobs:
+            if getattr(self, knob) != unset:
+                raise InputError(knob, getattr(self, knob),
+                                 f"not a knob of the {self.preset} preset: {instead}")
         if self.cache_type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
             raise InputError(
                 "cache_type_v", self.cache_type_v, "a quantized V cache requires flash "
@@ -202,11 +227,91 @@ class SlotEngineConfig(FrozenModel):
                                               or sum(self.tensor_split) <= 0):
             raise InputError("tensor_split", list(self.tensor_split), "one share per GPU, "
                              "each >= 0, summing to more than 0 (proportions: 3,1 = 75 % / 25 %)")
-        if self.allocator == "slots" and self.parallel > self.context_tokens:
+        if self.allocator == "slots" and self.ctx_size is None \
+                and self.parallel > self.context_tokens:
             raise InputError("parallel", self.parallel,
                              f"exceeds context_tokens ({self.context_tokens}); must be at most that")
         _check_parallel("parallel", self.parallel, engine)
         return self
+
+
+_INT = TypeAdapter(int)
+
+
+def _count(raw: dict[str, Any], key: str) -> int | None:
+    """``raw[key]`` as the field will read it (``"4096"`` and ``4096.0`` are 4096) when
+    that is a positive whole number, else None (the field's own validation names it)."""
+    v = raw.get(key)
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        n = _INT.validate_python(v)
+    except ValidationError:
+        return None
+    return n if n > 0 else None
+
+
+def pool_contexts(raw: dict[str, Any]) -> dict[str, Any]:
+    """``context_tokens`` and ``ctx_size`` of a llama.cpp knob mapping, the missing one
+    derived from the other and ``parallel`` (module NOTE); {} where they cannot be yet
+    (a field's own check then speaks)."""
+    ctx, size, par = (_count(raw, k) for k in ("context_tokens", "ctx_size", "parallel"))
+    given = [k for k in CONTEXT_KEYS if raw.get(k) is not None]
+    if not given:
+        return {}
+    if par is None or None in (_count(raw, k) for k in given):
+        # NOTE: the bad field's own error is the one to report (this never validates)
+        return {k: raw[k] if k in given else 1 for k in CONTEXT_KEYS}
+    if size is None:
+        assert ctx is not None
+        return {"ctx_size": ctx * par}
+    if size < par:
+        raise InputError("parallel", par, f"exceeds ctx_size ({size}); must be at most "
+                         "that (-c is split over the slots)")
+    if ctx is None:
+        return {"context_tokens": size // par}
+    if size // par != ctx:
+        raise InputError("ctx_size", size, f"context_tokens {ctx} x parallel {par} = "
+                         f"{ctx * par} (ctx_size // parallel must equal context_tokens): give "
+                         "either context_tokens (per session) or ctx_size (llama-server -c, "
+                         "all slots), not both")
+    return {}
+
+
+CONTEXT_KEYS = ("context_tokens", "ctx_size")
+
+
+def stale_context(knobs: dict[str, Any], changed: set[str] | Any) -> str | None:
+    """The context key of an engine mapping (a dump, a scenario's engine section) that
+    setting the knobs ``changed`` makes stale (module NOTE), or None: a change naming
+    ``ctx_size`` drops ``context_tokens``; one naming ``context_tokens`` drops
+    ``ctx_size``, and so does one naming ``parallel`` where both are given (the session
+    keeps its context, ``-c`` follows)."""
+    changed = set(changed)
+    if "ctx_size" in changed:
+        return "context_tokens"
+    both = all(knobs.get(k) is not None for k in CONTEXT_KEYS)
+    if "context_tokens" in changed or ("parallel" in changed and both):
+        return "ctx_size"
+    return None
+
+
+def drop_derived_context(knobs: dict[str, Any], changed: set[str] | Any) -> dict[str, Any]:
+    """``knobs`` less the context key setting ``changed`` makes stale
+    (:func:`stale_context`)."""
+    stale = stale_context(knobs, changed)
+    return {k: v for k, v in knobs.items() if k != stale}
+
+
+def context_words(engine: Any) -> str:
+    """One session's context as users read it: ``context N per session (-c M)`` where the
+    engine has a ``-c`` for all slots (llama.cpp's ``ctx_size``), else ``context N``;
+    ``engine`` is a config or its dump (a run's scenario.json: before ``ctx_size``
+    existed, a llama.cpp ``context_tokens`` was ``-c`` and shows as a plain number)."""
+    get = engine.get if isinstance(engine, dict) else lambda k: getattr(engine, k, None)
+    size = get("ctx_size")
+    return f"context {get('context_tokens')}" + (
+        "" if size is None else f" per session (-c {size})")
 
 
 EngineConfig = Annotated[PagedEngineConfig | SlotEngineConfig, Field(discriminator="preset")]
@@ -247,20 +352,20 @@ def _check_cache_types(k: str, v: str, supported: tuple[str, ...], preset: str) 
 
 
 def slot_tokens(cfg: SlotEngineConfig) -> int:
-    """Tokens one slot may hold (llama.cpp ``n_ctx_seq``; Ollama ``num_ctx``: an engine
-    whose ``context_tokens`` counts one slot's cells)."""
+    """Tokens one slot may hold (llama.cpp ``n_ctx_seq`` of ``-c`` = ``ctx_size``;
+    Ollama ``num_ctx``: an engine whose ``context_tokens`` counts one slot's cells)."""
     pad = cfg.context_pad_tokens
-    if engine_for(cfg.preset).context_scope == "slot":
+    if cfg.ctx_size is None:
         return cfg.context_tokens
     if cfg.allocator == "unified":
-        return -(-cfg.context_tokens // pad) * pad
-    per = cfg.context_tokens // cfg.parallel
+        return -(-cfg.ctx_size // pad) * pad
+    per = cfg.ctx_size // cfg.parallel
     return -(-per // pad) * pad
 
 
 def pool_tokens_hint(cfg: SlotEngineConfig) -> int:
     """KV cells allocated at load (llama.cpp ``n_ctx`` after padding/rounding)."""
-    if cfg.allocator == "unified" and engine_for(cfg.preset).context_scope != "slot":
+    if cfg.allocator == "unified" and cfg.ctx_size is not None:
         return slot_tokens(cfg)
     return slot_tokens(cfg) * cfg.parallel
 

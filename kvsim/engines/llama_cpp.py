@@ -51,7 +51,7 @@ class LlamaCpp(EngineTraits):
         the unified allocator; on several GPUs the split flags that differ from the
         defaults (``-sm``, ``-ts``, ``-mg``, §3.8)."""
         e = s.engine
-        parts = [f"llama-server -m {gguf_file(s)}", f"-c {e.context_tokens}",
+        parts = [f"llama-server -m {gguf_file(s)}", f"-c {e.ctx_size}",
                  f"--parallel {e.parallel}", f"-ctk {e.cache_type_k}", f"-ctv {e.cache_type_v}",
                  f"-fa {'on' if e.flash_attn else 'off'}"]
         if e.allocator == "unified":
@@ -77,7 +77,7 @@ class LlamaCpp(EngineTraits):
         on_gpu, total = facts.get("gpu_layers"), facts.get("layers_total")
         # NOTE: "offloaded N/M layers": M counts the output layer; -ngl N of M-1 repeating
         ngl = None if on_gpu is None or total is None else min(on_gpu, total - 1)
-        keys = {"context_tokens": facts.get("n_ctx"), "parallel": facts.get("n_seq_max"),
+        keys = {"ctx_size": facts.get("n_ctx"), "parallel": facts.get("n_seq_max"),
                 "allocator": None if unified is None else "unified" if unified else "slots",
                 "n_batch": facts.get("n_batch"), "n_ubatch": facts.get("n_ubatch"),
                 "flash_attn": facts.get("flash_attn"), "cache_type_k": facts.get("k_type"),
@@ -210,7 +210,8 @@ def _fit_context(max_tokens: int, pad: int, fits: Any) -> int:
 
 def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,
                      driver: int, display: int) -> MemoryBudget:
-    """llama-server (§3.1-§3.3, §3.6): -c padded to 256, unified pool or per-slot streams;
+    """llama-server (§3.1-§3.3, §3.6): -c (``ctx_size``) padded to 256, unified pool or
+    per-slot streams;
     with -c unset, --fit first shrinks the context, then places layers."""
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     check_quant_k(model, geo)
@@ -226,13 +227,14 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
                                          unified, driver, display,
                                          head_first=engine.gpu_layers is None)
 
-    ctx, notes = engine.context_tokens, []
+    ctx, notes = engine.ctx_size, []
+    assert ctx is not None  # NOTE: the config derives it (kvsim.engines.config)
     if engine.fit_context:
         room = gpu.usable_memory_bytes - LLAMA_FIT_TARGET_BYTES
         ctx = _fit_context(ctx, pad, lambda c: layout(c)[2]["gpu_total"](L) <= room)
-        if ctx < engine.context_tokens:
+        if ctx < engine.ctx_size:
             notes.append(f"-c unset: --fit shrank the context from the model's "
-                         f"{engine.context_tokens} to {ctx} tokens")
+                         f"{engine.ctx_size} to {ctx} tokens")
     n_ctx, n_ctx_seq, lay = layout(ctx)
     moe = 0
     if engine.gpu_layers is None:

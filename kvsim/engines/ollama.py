@@ -16,7 +16,7 @@ from kvsim.engines._ollama_place import ollama_estimate
 from kvsim.engines._slot_box import box_budget, box_of, device_parts
 from kvsim.engines._slot_devices import Placement, free_shares, place, split_points
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget
-from kvsim.engines.base import BudgetOf
+from kvsim.engines.base import BudgetOf, ForeignKnob
 from kvsim.engines.llama_cpp import LLAMA_MAX_SEQ, llama_cpp_box_budget, llama_cpp_budget
 from kvsim.engines.memory import MemoryBudget, OllamaEstimate
 from kvsim.engines.ollama_releases import (
@@ -91,7 +91,10 @@ ENGINE = Ollama(name="ollama", slot_family=True, lays_out_gpus=True,
                 settings=frozenset({"flash_attn", "gpu_layers", "ollama_version"}),
                 one_cache_type_flag="OLLAMA_KV_CACHE_TYPE", one_cache_type_section="§4.1",
                 context_above_model="clamp", unset_context_words=f"4096 ({_TIERS})",
-                ignores_quant_cache_without_flash_attn=True, shifts_mla_context=False)
+                ignores_quant_cache_without_flash_attn=True, shifts_mla_context=False,
+                foreign_knobs=(ForeignKnob("ctx_size", None, "Ollama has no -c; "
+                                           "context_tokens is num_ctx, per slot (the "
+                                           "runner gets num_ctx x parallel)"),))
 
 
 def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,

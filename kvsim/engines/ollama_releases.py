@@ -138,7 +138,7 @@ def ollama_llama_server(cfg: SlotEngineConfig) -> SlotEngineConfig:
     """Era D (§4.4): the llama-server Ollama starts, ``-c num_ctx × parallel -np parallel``
     (an explicit -np without -kvu: per-slot streams, §3.1), ``-ngl`` only when num_gpu is
     set (else --fit places the layers, §3.6)."""
-    return cfg.model_copy(update={"context_tokens": cfg.context_tokens * cfg.parallel,
+    return cfg.model_copy(update={"ctx_size": cfg.context_tokens * cfg.parallel,
                                   "allocator": "slots", "fit_context": False})
 
 

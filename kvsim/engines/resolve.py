@@ -22,7 +22,12 @@ from kvsim.config.specs import GpuSpec
 from kvsim.engines import find_engine
 from kvsim.engines.base import BudgetOf, Engine
 from kvsim.engines.budget import memory_budget
-from kvsim.engines.config import EngineConfig, PagedEngineConfig, SlotEngineConfig
+from kvsim.engines.config import (
+    EngineConfig,
+    PagedEngineConfig,
+    SlotEngineConfig,
+    drop_derived_context,
+)
 from kvsim.engines.memory import MemoryBudget
 from kvsim.errors import InputError, from_validation_error
 
@@ -101,9 +106,11 @@ def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
                    ) -> PagedEngineConfig | SlotEngineConfig:
     """Preset defaults (YAML) + overrides → a validated engine config.
 
-    ``spec`` is a preset name or a mapping with a ``preset`` key and overrides; an
-    override of ``None`` (YAML ``null``, ``--set engine.context_tokens=null``) keeps the
-    preset's value, or leaves the knob unset when the preset has none.  The knobs left
+    ``spec`` is a preset name or a mapping with a ``preset`` key and overrides (a key
+    given beats the preset's; ``context_tokens`` given drops the preset's ``ctx_size``,
+    and the reverse); an override of ``None`` (YAML ``null``, ``--set
+    engine.context_tokens=null``) keeps the preset's value, or leaves the knob unset when
+    the preset has none.  The knobs left
     unset take the engine's release defaults (``Engine.release_defaults``, Ollama's;
     ``gpu``, ``model`` and ``weights`` as far as known: :func:`engine_for_gpu`).
     """
@@ -114,9 +121,12 @@ def resolve_engine(spec: str | dict[str, Any], *, gpu: GpuSpec | None = None,
     raw = dict(load_raw("engines", name))
     for meta in ("source", "display_name"):
         raw.pop(meta, None)
-    # NOTE: a knob set to null is left as the preset has it (unset: the engine decides)
+    # NOTE: a knob set to null is left as the preset has it (unset: the engine decides);
+    # a context given one way (context_tokens per session, llama.cpp's ctx_size = -c)
+    # replaces the preset's given the other way (kvsim.engines.config, module NOTE)
     given = {k: v for k, v in overrides.items() if v is not None}
-    merged = {**raw, **given, "preset": raw.get("preset", name)}
+    merged = {**drop_derived_context(raw, set(given)), **given,
+              "preset": raw.get("preset", name)}
     engine = find_engine(merged["preset"])
     cls: type[PagedEngineConfig] | type[SlotEngineConfig] = (
         PagedEngineConfig if merged.get("allocator", "paged") == "paged" else SlotEngineConfig)

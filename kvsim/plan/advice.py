@@ -28,8 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsim.config.units import format_bytes, format_latency
-from kvsim.engines import engine_for
-from kvsim.engines.config import SlotEngineConfig
+from kvsim.engines.config import SlotEngineConfig, drop_derived_context
 from kvsim.errors import InputError
 from kvsim.metrics.failures import CODE_KIND, CODE_WORDS, FAILURE_CODES
 from kvsim.plan.flags import engine_flags
@@ -217,9 +216,8 @@ def _candidates(s: Scenario, summary: dict[str, Any], c: Constraints, binding: s
         par = getattr(e, "parallel", None)
         peak = int(summary.get("peak_concurrent_requests") or 0)
         if par and t > 0 and q >= QUEUE_SHARE * t and peak > par:
+            # NOTE: each session keeps its context (llama.cpp's -c grows with the slots)
             sets: dict[str, Any] = {"engine.parallel": peak}
-            if engine_for(e.preset).context_scope == "pool":  # NOTE: -c is all slots'
-                sets["engine.context_tokens"] = ctx * peak // par
             out.append((f"{binding}: requests queued for a slot ({peak} at once on {par})",
                         sets, 0))
     return out
@@ -227,6 +225,8 @@ def _candidates(s: Scenario, summary: dict[str, Any], c: Constraints, binding: s
 
 def _apply(s: Scenario, sets: dict[str, Any]) -> Scenario | None:
     doc = s.model_dump(mode="json")
+    doc["engine"] = drop_derived_context(doc["engine"], {
+        k.split(".", 1)[1] for k in sets if k.startswith("engine.")})
     for key, value in sets.items():
         node = doc
         *path, last = key.split(".")

@@ -6,9 +6,10 @@ them differently (``docs/reference/engines.md``); its engine object
 (:mod:`kvsim.engines`) builds the command line and says which checkpoint it names.
 
 - llama.cpp: ``-c`` is the whole KV pool over all slots (§3.1), so
-  ``-c = context × parallel``; an explicit ``--parallel`` without ``-kvu`` means
-  per-slot streams, so the unified allocator adds ``-kvu``; quantized V needs
-  ``-fa on`` (§3.2);
+  ``-c = context × parallel`` (the engine config derives ``ctx_size`` from the
+  per-session ``context_tokens``, kvsim.engines.config); an explicit ``--parallel``
+  without ``-kvu`` means per-slot streams, so the unified allocator adds ``-kvu``;
+  quantized V needs ``-fa on`` (§3.2);
 - Ollama: ``OLLAMA_CONTEXT_LENGTH`` is per slot (§4);
 - vLLM / SGLang: ``--max-model-len`` / ``--context-length`` per request and
   ``--max-num-seqs`` / ``--max-running-requests`` = parallel; the memory fraction is
@@ -26,7 +27,12 @@ from typing import Any
 
 from kvsim.engines import engine_for
 from kvsim.engines.budget import box_reserves, share_within
-from kvsim.engines.config import PagedEngineConfig, SlotEngineConfig, parallel_allowed
+from kvsim.engines.config import (
+    PagedEngineConfig,
+    SlotEngineConfig,
+    drop_derived_context,
+    parallel_allowed,
+)
 from kvsim.errors import InputError
 from kvsim.scenario import Scenario, resolve_scenario
 
@@ -60,12 +66,12 @@ def check_parallels(parallels: Iterable[int], engine: Any, field: str = "--paral
 
 def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None
                      ) -> dict[str, Any]:
-    """Engine keys that realise one plan point on this engine."""
+    """Engine keys that realise one plan point on this engine: ``context_tokens`` is
+    the per-session context on every engine (llama.cpp's ``-c`` follows from it; apply
+    them with :func:`with_engine_keys`, which drops the stale one)."""
     if isinstance(engine, SlotEngineConfig):
-        pool = engine_for(engine.preset).context_scope == "pool"
-        total = context * parallel if pool else context
         # NOTE: a context the plan sets is not --fit's to shrink
-        out: dict[str, Any] = {"context_tokens": total, "parallel": parallel,
+        out: dict[str, Any] = {"context_tokens": context, "parallel": parallel,
                                "fit_context": False}
         if kv is not None:
             out.update(cache_type_k=kv, cache_type_v=kv)
@@ -80,13 +86,20 @@ def engine_overrides(engine: Any, context: int, parallel: int, kv: str | None
     return out
 
 
+def with_engine_keys(engine: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+    """A dumped engine section with ``keys`` set, less the context key they make stale
+    (llama.cpp: ``ctx_size`` when ``context_tokens`` or ``parallel`` changes, and the
+    reverse; kvsim.engines.config.drop_derived_context)."""
+    return {**drop_derived_context(engine, set(keys)), **keys}
+
+
 def configure(scenario: Scenario, context: int, parallel: int, kv: str | None,
               policies: tuple[dict[str, Any], ...] | None,
               max_device_fraction: float) -> Scenario:
     """The scenario with one plan point applied (validated like any scenario)."""
     doc = scenario.model_dump(mode="json")
-    doc["engine"] = {**doc["engine"], **engine_overrides(
-        scenario.engine, context, parallel, kv)}
+    doc["engine"] = with_engine_keys(doc["engine"], engine_overrides(
+        scenario.engine, context, parallel, kv))
     if policies is not None:
         doc["policies"] = [dict(p) for p in policies]
     out = resolve_scenario(doc)

@@ -107,10 +107,11 @@ def session_tokens(b: MemoryBudget) -> int:
 
 def _slot_point(engine: SlotEngineConfig, per_session: int, p: int) -> SlotEngineConfig | None:
     """The slot engine serving ``p`` sessions of ``per_session`` tokens, as plan's flags
-    set it (:func:`kvsim.plan.flags.engine_overrides`): llama.cpp ``-c`` = per_session
-    × p, Ollama ``num_ctx`` = per_session; None where the engine refuses it."""
+    set it (:func:`kvsim.plan.flags.engine_overrides`): llama.cpp ``context_tokens`` =
+    per_session (so ``-c`` = per_session × p), Ollama ``num_ctx`` = per_session; None
+    where the engine refuses it."""
     if engine_for(engine.preset).context_scope == "pool":
-        return engine_with(engine, parallel=p, context_tokens=per_session * p)
+        return engine_with(engine, parallel=p, context_tokens=per_session)
     return engine_with(engine, parallel=p)
 
 

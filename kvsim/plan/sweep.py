@@ -2,8 +2,8 @@
 
 A ``SWEEP.yaml`` names a ``base`` scenario (path, bundled name or inline mapping) and either
 ``factors`` (factorial product; ``a,b`` keys are linked) or listed ``points``. File paths it
-gives are read from the sweep file's folder. Points that resolve to the same scenario share
-one simulation.
+gives are read from the sweep file's folder (an engine context as ``--set`` sets it).
+Points that resolve to the same scenario share one simulation.
 
 NOTE: every point is resolved to a full :class:`Scenario` before anything runs: a bad key or
 value, an unreadable file, an empty grid or a key set twice is an InputError naming the point,
@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
 from kvsim.config.files import no_such_file
+from kvsim.engines.config import stale_context
 from kvsim.errors import InputError, from_validation_error, short_value
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
@@ -97,8 +98,7 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
 def _base_raw(spec: SweepSpec, base_dir: Path) -> tuple[dict[str, Any], Path]:
     if isinstance(spec.base, dict):
         return {k: anchored(k, v, base_dir) for k, v in spec.base.items()}, base_dir
-    p = Path(spec.base)
-    p = p if p.is_absolute() else base_dir / p
+    p = Path(spec.base) if Path(spec.base).is_absolute() else base_dir / spec.base
     if not p.is_file():
         if spec.base.endswith(_YAML):
             raise InputError("sweep.base", spec.base, f"file not found (looked in {base_dir})")
@@ -188,7 +188,9 @@ def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any])
     if isinstance(node, list):
         node[int(last)] = value
     else:
+        # NOTE: an engine context set one way drops the other, as --set does
         node[last] = value
+        node.pop(stale_context(node, {last}) if parts[:-1] == ["engine"] else "", None)
 
 
 def _settable(node: Any, part: str, key: str, above: str) -> None:
@@ -306,10 +308,9 @@ def run_sweep(points: list[SweepPoint], store: ResultStore, *,
         if progress is not None:
             progress(1)
     reasons = {p.key: _reason(exc) for p, exc in failed}
-    distinct = {p.key for p in points if not p.refused}
+    distinct, refused = {p.key for p in points if not p.refused}, [p for p in points if p.refused]
     return SweepOutcome(combined_table(points, store, reasons), ran=len(todo),
-                        skipped=len(distinct) - len(todo),
-                        refused=sum(1 for p in points if p.refused),
+                        skipped=len(distinct) - len(todo), refused=len(refused),
                         error=_failure(failed, len(todo)) if failed else None)
 
 
@@ -332,10 +333,9 @@ def _failure(failed: list[tuple[SweepPoint, Exception]], ran: int) -> Exception:
     point, exc = failed[0]
     if not isinstance(exc, InputError):
         return exc  # a bug, not bad input: its own traceback
-    stored = ran - len(failed)
     others = f"; {len(failed) - 1} other point(s) failed too" if len(failed) > 1 else ""
-    return point_error(point.index, exc, f"{stored} other point(s) finished and are stored; "
-                       f"the table marks it failed; a rerun runs only the rest{others}")
+    return point_error(point.index, exc, f"{ran - len(failed)} other point(s) finished and "
+                       f"are stored; the table marks it failed; a rerun runs only the rest{others}")
 
 
 def _record(p: SweepPoint, out: RunOutput, summary_only: bool) -> dict[str, Any]:

@@ -132,13 +132,17 @@ def _number(value: Any) -> bool:
 
 
 def _engine(engine: dict[str, Any]) -> str:
+    from kvsim.engines.config import context_words
+
     parts = [str(engine.get("preset") or "")]
     for key, label in (("allocator", ""), ("context_tokens", "context "),
                        ("parallel", "parallel "), ("max_num_seqs", "max seqs ")):
         if engine.get(key) is not None:
             shrunk = " (-c unset: --fit may shrink it)" if key == "context_tokens" \
                 and engine.get("fit_context") else ""
-            parts.append(f"{label}{engine[key]}{shrunk}")
+            text = context_words(engine) if key == "context_tokens" else \
+                f"{label}{engine[key]}"
+            parts.append(text + shrunk)
     if engine.get("cache_type_k"):
         parts.append(f"KV {engine['cache_type_k']}/{engine.get('cache_type_v', '')}")
     return ", ".join(p for p in parts if p)

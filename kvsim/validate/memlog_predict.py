@@ -74,12 +74,17 @@ def _slot_runner_spec(s: dict[str, Any], knobs: dict[str, object]) -> None:
 
 
 def _pool_spec(s: dict[str, Any], knobs: dict[str, object]) -> None:
-    """An engine whose ``-c`` is all slots' cells (llama-server): ``n_ctx_seq`` is the pool
-    when no ``-c`` is shown (one unified pool), and an explicit ``-np`` without ``-kvu``
-    gives per-slot streams (docs/reference/engines.md §3.1)."""
-    if "context_tokens" not in s and knobs.get("n_ctx_seq"):
-        s["context_tokens"] = knobs["n_ctx_seq"]
-    if (unified := knobs.get("kv_unified")) is not None:
+    """An engine whose ``-c`` is all slots' cells (llama-server): the row's ``ctx_size``
+    / ``-c`` is ``ctx_size``; with no ``-c`` shown, ``n_ctx_seq`` is one slot's cells —
+    ``context_tokens`` with per-slot streams, the whole pool (``ctx_size``) with one
+    unified pool — and an explicit ``-np`` without ``-kvu`` gives per-slot streams
+    (docs/reference/engines.md §3.1)."""
+    if "context_tokens" in s:
+        s["ctx_size"] = s.pop("context_tokens")
+    unified = knobs.get("kv_unified")
+    if "ctx_size" not in s and knobs.get("n_ctx_seq"):
+        s["context_tokens" if unified is False else "ctx_size"] = knobs["n_ctx_seq"]
+    if unified is not None:
         s["allocator"] = "unified" if unified else "slots"
     elif "parallel" in s:
         s["allocator"] = "slots"

@@ -123,7 +123,8 @@ def test_scenario_keys_reproduce_the_startups_kv_buffer(kvsim_cli) -> None:
     doc = json.loads(out)
     assert rc == 0 and "ollama_memory" not in doc  # no empty Ollama section on llama.cpp
     keys = doc["scenario"]
-    assert keys["engine.context_tokens"] == 16384 and keys["engine.gpu_layers"] == 32
+    # the log's n_ctx is -c: ctx_size (each of its slots' share is context_tokens)
+    assert keys["engine.ctx_size"] == 16384 and keys["engine.gpu_layers"] == 32
     s = load_scenario("quickstart", ["model=llama-3.1-8b", "gpu=rtx-4090", "engine=llama.cpp",
                                      *(f"{k}={v}" for k, v in keys.items())])
     b = scenario_budget(s)

@@ -64,10 +64,11 @@ def test_simulate_says_the_verdict_first_with_reasons_and_a_checked_change(quick
         "\"exceed_context_size_error\"")
     # the change: -c doubled, laid out by the engine's own arithmetic (as kvsim fit would)
     # and re-simulated with the same seed
-    frac = scenario_budget(load_scenario("quickstart", ["engine.context_tokens=32768"]))
+    # (the scenario key it sets is per session: 8192 x 4 slots = -c 32768)
+    frac = scenario_budget(load_scenario("quickstart", ["engine.ctx_size=32768"]))
     assert lines[4].startswith(
         "  change that helps most — kv_exhausted: a larger KV pool: `-c 32768` "
-        f"(engine.context_tokens=32768) lays out at {frac.device_fraction:.0%} of device "
+        f"(engine.context_tokens=8192) lays out at {frac.device_fraction:.0%} of device "
         "memory; re-simulated (same seed): no request fails, TTFT p95 ")
     assert (s["failed_kv_exhausted_requests"], s["failed_prompt_exceeds_context_requests"],
             s["failed_memory_requests"], s["failed_too_long_requests"]) == (4, 1, 4, 1)
@@ -179,7 +180,7 @@ def test_report_of_several_runs_compares_them_first(tmp_path) -> None:
     for name, c in (("a", 16384), ("b", 32768)):
         runs.append(tmp_path / name)
         r = kvsim("simulate", "quickstart", "--set", "workload.max_sessions=4", "--set",
-                  f"engine.context_tokens={c}", "--no-report", "--no-advice", "-o", runs[-1])
+                  f"engine.ctx_size={c}", "--no-report", "--no-advice", "-o", runs[-1])
         assert r.returncode == 0, r.stderr
     out = tmp_path / "rep"
     for page in ("one.html", "two.html"):

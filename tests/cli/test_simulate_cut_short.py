@@ -94,7 +94,8 @@ def test_the_description_follows_the_workload_a_set_changed(tmp_path, capsys) ->
     assert code == 0
     desc = json.loads((out / "scenario.json").read_text())["scenario"]["description"]
     assert desc == ("trace t.jsonl, cut at 10 s; Llama-3.1-8B q4_k_m on GeForce RTX 4090; "
-                    "llama.cpp, unified, context 2048, parallel 1, KV f16/f16 (scenario "
+                    "llama.cpp, unified, context 2048 per session (-c 2048), parallel 1, "
+                    "KV f16/f16 (scenario "
                     "three with --set sim.max_sim_time_s=10, engine.context_tokens=2048)")
     html = (out / "report.html").read_text()
     assert "a family-4 household" not in html and "trace t.jsonl, cut at 10 s" in html

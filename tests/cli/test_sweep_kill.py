@@ -17,7 +17,7 @@ from interrupts import signal_after_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "base", "gpu": "rtx-4090", "model": "llama-3.1-8b",
-        "engine": {"preset": "llama.cpp", "context_tokens": 8192, "parallel": 2},
+        "engine": {"preset": "llama.cpp", "ctx_size": 8192, "parallel": 2},
         "workload": {"preset": "family-4", "days": 0.25}}
 
 

@@ -168,10 +168,10 @@ def test_a_unified_machine_holds_the_gpu_part_and_the_cpu_kv_in_one_memory() -> 
     base = [ONE_SESSION, "gpu=jetson-agx-orin-64gb", "model=llama-3.1-70b",
             "engine.gpu_layers=10"]
     with pytest.raises(InputError) as exc:
-        scenario_budget(load_scenario("quickstart", [*base, "engine.context_tokens=400000"]))
+        scenario_budget(load_scenario("quickstart", [*base, "engine.ctx_size=400000"]))
     assert exc.value.field == "engine.context_tokens"
     assert "106.85 GiB of KV on the CPU, more than the 64.00 GiB that " \
            "jetson-agx-orin-64gb-unified shares between them" in exc.value.allowed
-    b = scenario_budget(load_scenario("quickstart", [*base, "engine.context_tokens=32768"]))
+    b = scenario_budget(load_scenario("quickstart", [*base, "engine.ctx_size=32768"]))
     assert b.kv_cpu_bytes == 32_768 * 286_720 == 9_395_240_960
     assert b.total_bytes + b.kv_cpu_bytes <= 64 * 2**30

@@ -13,7 +13,7 @@ from kvsim.scenario import load_scenario
     (["engine.flash_attn=false", "engine.cache_type_v=q8_0"],
      "engine.cache_type_v: 'q8_0' — a quantized V cache requires flash attention"),
     (["engine.allocator=slots", "engine.parallel=20000"],
-     "engine.parallel: 20000 — exceeds context_tokens (16384); must be at most that"),
+     "engine.parallel: 20000 — exceeds ctx_size (16384); must be at most that"),
 ])
 def test_model_level_engine_errors_name_the_sub_field(sets, line):
     # quickstart: llama.cpp, -c 16384 (workloads/scenarios/quickstart.yaml)

@@ -24,9 +24,10 @@ def test_preset_defaults_from_reference():
 
 
 def test_overrides_and_slot_tokens():
-    e = resolve_engine({"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
+    # llama.cpp -c 4096 over 4 per-slot streams: 1024 cells each, 1024 per session
+    e = resolve_engine({"preset": "llama.cpp", "allocator": "slots", "ctx_size": 4096,
                         "parallel": 4})
-    assert slot_tokens(e) == 1024 and pool_tokens_hint(e) == 4096
+    assert slot_tokens(e) == 1024 and pool_tokens_hint(e) == 4096 and e.context_tokens == 1024
     o = resolve_engine({"preset": "ollama", "context_tokens": 8192, "parallel": 2})
     assert slot_tokens(o) == 8192 and pool_tokens_hint(o) == 16384
 
@@ -35,8 +36,8 @@ def test_overrides_and_slot_tokens():
     ({"preset": "llama.cpp", "cache_type_v": "q8_0", "flash_attn": False}, "flash"),
     ({"preset": "llama.cpp", "block_tokens": 16}, "not a knob of the llama.cpp preset"),
     ({"preset": "vllm", "cache_type_k": "q4_0"}, "not supported"),
-    ({"preset": "llama.cpp", "allocator": "slots", "context_tokens": 2, "parallel": 4},
-     "exceeds"),
+    ({"preset": "llama.cpp", "allocator": "slots", "ctx_size": 2, "parallel": 4},
+     "exceeds ctx_size"),
     ({"preset": "nope"}, "unknown; one of: llama.cpp, ollama, sglang, vllm")])
 def test_bad_engine_configs(spec, match):
     with pytest.raises(InputError, match=match):
@@ -68,15 +69,15 @@ def test_set_null_leaves_a_scenario_knob_unset():
 
 
 def test_switching_presets_by_key_says_to_set_the_engine_alone():
-    # quickstart's engine is {preset: llama.cpp, context_tokens: 16384, parallel: 4}:
-    # changing only the preset keeps llama.cpp's parallel, which vLLM does not have
+    # quickstart's engine is {preset: llama.cpp, ctx_size: 16384, parallel: 4}:
+    # changing only the preset keeps llama.cpp's -c and parallel, which vLLM does not have
     from kvsim.scenario import load_scenario
 
     with pytest.raises(InputError) as exc:
         load_scenario("quickstart", ["engine.preset=vllm"])
-    assert exc.value.field == "engine.parallel"
+    assert exc.value.field == "engine.ctx_size"
     assert exc.value.allowed.endswith(
-        "(parallel belongs to the other engines: to switch presets, set the engine alone, "
+        "(ctx_size belongs to the other engines: to switch presets, set the engine alone, "
         "e.g. engine=vllm)")
     with pytest.raises(InputError) as exc:  # a knob no engine has: no such hint
         load_scenario("quickstart", ["engine.bogus=1"])

@@ -158,7 +158,7 @@ def test_the_audit_fit_on_the_newest_release():
     assert (b.gpu_layers, b.kv_cpu_bytes, b.fits, b.estimate) == (36, 0, True, None)
     assert b.total_bytes <= 0.85 * RTX4090.memory_bytes
     # era D is llama-server -c num_ctx x parallel -np parallel (per-slot streams, §4.4)
-    ls = resolve_engine({"preset": "llama.cpp", "allocator": "slots", "context_tokens":
+    ls = resolve_engine({"preset": "llama.cpp", "allocator": "slots", "ctx_size":
                          131_072, "parallel": 4, "n_batch": 512, "cache_type_k": "q8_0",
                          "cache_type_v": "q8_0"})
     same = memory_budget(RTX4090, QWEN3_8B, "q4_k_m", ls)

@@ -7,7 +7,7 @@ from kvsim.errors import InputError
 from kvsim.scenario import apply_overrides, load_scenario, scenario_hash
 
 BASE = {"name": "t", "gpu": "rtx-4090", "model": "llama-3.1-8b", "weights": "q4_k_m",
-        "engine": {"preset": "llama.cpp", "context_tokens": 16384, "parallel": 2},
+        "engine": {"preset": "llama.cpp", "ctx_size": 16384, "parallel": 2},
         "workload": {"preset": "family-4"}}
 
 
@@ -21,7 +21,8 @@ def test_load_resolves_profiles(tmp_path):
     s = load_scenario(write(tmp_path, BASE))
     assert s.gpu.memory_bytes == 24 * 2**30
     assert s.link.name == "pcie4-x16" and s.host.name == "desktop-64gb"
-    assert s.engine.context_tokens == 16384 and s.engine.parallel == 2
+    # -c 16384 over 2 slots: 8192 per session
+    assert (s.engine.ctx_size, s.engine.context_tokens, s.engine.parallel) == (16384, 8192, 2)
 
 
 def test_set_overrides(tmp_path):

@@ -326,7 +326,7 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
 
     sc = resolve_scenario({"gpu": "rtx-3060-12gb", "model": "qwen2.5-32b",
                            "weights": "q4_k_m", "workload": {},
-                           "engine": {"preset": "llama.cpp", "context_tokens": 8192}})
+                           "engine": {"preset": "llama.cpp", "ctx_size": 8192}})
     b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine)
     assert (b.gpu_layers, b.num_layers) == (32, 64)
     sched = make_scheduler(sc.engine, PoolSizing.from_budget(b))

@@ -131,7 +131,7 @@ def test_kv_buffer_sizes_match_llama_server(server_bin: str, gguf_path: Path, tm
     facts = read_log_text(log.read_text(), str(log))
     model = model_from_gguf(gguf_path)
     engine = resolve_engine({"preset": "llama.cpp", "allocator": "slots",
-                             "context_tokens": 8192, "parallel": 2,
+                             "ctx_size": 8192, "parallel": 2,
                              "cache_type_k": cache_type, "cache_type_v": cache_type})
     budget = memory_budget(load_gpu("rtx-4090"), model, "f16", engine)
     assert facts.kv_size_bytes == facts.kv_buffer_bytes == int(kv_mib * MiB)
@@ -193,7 +193,7 @@ GRID = EngineGrid(prompt_tokens=(16, 40, 64, 128, 256, 512), contexts=(0, 256, 5
 def _scenario(gguf: Path, cache_ram: str, artifact: Path, tmp_path: Path):
     model = model_from_gguf(gguf)
     raw = {"gpu": "rtx-4090", "model": model, "weights": "f16",
-           "engine": {"preset": "llama.cpp", "allocator": "slots", "context_tokens": 4096,
+           "engine": {"preset": "llama.cpp", "allocator": "slots", "ctx_size": 4096,
                       "parallel": 2, "cache_ram_bytes": int(cache_ram) * MiB},
            "workload": {"trace": str(tmp_path / "unused.jsonl")},
            "latency": {"kind": "calibrated", "path": str(artifact)}}

@@ -97,7 +97,7 @@ def _scenario(gguf, artifact, trace, jitter_cv: float = 0.0):
     return resolve_scenario({
         "gpu": "rtx-4090", "model": model_from_gguf(gguf), "weights": "f16",
         "engine": {"preset": "llama.cpp", "allocator": "slots",
-                   "context_tokens": SLOTS * 2048, "parallel": SLOTS, "cache_ram_bytes": 0},
+                   "ctx_size": SLOTS * 2048, "parallel": SLOTS, "cache_ram_bytes": 0},
         "workload": {"trace": str(trace)},
         "latency": {"kind": "calibrated", "path": str(artifact), "jitter_cv": jitter_cv}})
 

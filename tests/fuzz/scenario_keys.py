@@ -20,7 +20,7 @@ from kvsim.scenario import Scenario, SimOptions
 BASE: dict[str, Any] = {
     "name": "fuzz", "seed": 0, "gpu": "rtx-4060-ti-16gb", "model": "llama-3.2-1b",
     "weights": "q4_k_m",
-    "engine": {"preset": "llama.cpp", "context_tokens": 8192, "parallel": 2},
+    "engine": {"preset": "llama.cpp", "ctx_size": 8192, "parallel": 2},
     "workload": {"preset": "family-2", "days": 1, "max_sessions": 1},
 }
 

@@ -17,11 +17,16 @@ PCIE4_HOST = (12.92e9, 15e-6)   # hardware_profiles/gpu_links/pcie4-x16-host.yam
 HIDDEN = 5120                    # qwen3-32b
 
 
+def _context(engine: str, tokens: int) -> dict:
+    """llama.cpp's -c (all slots' cells) is ctx_size; Ollama's num_ctx is context_tokens."""
+    return {"ctx_size" if engine == "llama.cpp" else "context_tokens": tokens}
+
+
 def _model(tmp_path, gpu, engine, weights, **knobs):
     import yaml
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({**BASE, "gpu": gpu, "weights": weights,
-                                 "engine": {"preset": engine, "context_tokens": 16384,
+                                 "engine": {"preset": engine, **_context(engine, 16384),
                                             **knobs}}))
     s = load_scenario(str(p))
     b = memory_budget(s.gpu, s.model, s.weights, s.engine, **box_reserves(s))

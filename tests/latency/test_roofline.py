@@ -122,7 +122,7 @@ def test_partial_offload_streams_the_head_where_the_budget_put_it() -> None:
     head, layer = 471_033_446, 292_506_767
     for ngl, gpu_bytes, cpu_bytes in ((None, head + 32 * layer, 32 * layer),
                                       (32, 32 * layer, head + 32 * layer)):
-        engine = {"preset": "llama.cpp", "context_tokens": 8192,
+        engine = {"preset": "llama.cpp", "ctx_size": 8192,
                   **({} if ngl is None else {"gpu_layers": ngl})}
         sc = resolve_scenario({"gpu": "rtx-3060-12gb", "model": "qwen2.5-32b",
                                "weights": "q4_k_m", "workload": {}, "engine": engine})
@@ -142,7 +142,7 @@ def test_moe_experts_in_ram_are_read_and_computed_on_the_cpu() -> None:
 
     sc = resolve_scenario({"gpu": "rtx-4090", "model": "qwen3-30b-a3b", "weights": "q8_0",
                            "workload": {}, "engine": {"preset": "llama.cpp",
-                                                      "context_tokens": 32768}})
+                                                      "ctx_size": 32768}})
     b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine)
     moe = make_latency_model(sc, b)
     all_gpu = make_latency_model(sc)

@@ -24,7 +24,7 @@ def llama(**kw):
 @pytest.mark.parametrize("kv,mib", [("f16", 32), ("q8_0", 17), ("q4_0", 9)])
 def test_llama_server_kv_buffer_for_8_layer_model(kv, mib):
     # a real llama-server printed 32.00 / 17.00 / 9.00 MiB at -c 8192
-    b = memory_budget(GPU, TINY, "f16", llama(context_tokens=8192, cache_type_k=kv,
+    b = memory_budget(GPU, TINY, "f16", llama(ctx_size=8192, cache_type_k=kv,
                                               cache_type_v=kv))
     assert b.kv_reserved_bytes == mib * MIB
     assert f"KV buffer size = {mib}.00 MiB" in "\n".join(b.log_lines)
@@ -32,22 +32,22 @@ def test_llama_server_kv_buffer_for_8_layer_model(kv, mib):
 
 def test_non_unified_slots_split_context():
     # docs/reference/engines.md §3.1: 4096 context with 4 slots gives 1024 tokens per slot
-    b = memory_budget(GPU, TINY, "f16", llama(context_tokens=4096, parallel=4,
+    b = memory_budget(GPU, TINY, "f16", llama(ctx_size=4096, parallel=4,
                                               allocator="slots"))
     assert (b.slot_tokens, b.kv_pool_tokens) == (1024, 4096)
-    u = memory_budget(GPU, TINY, "f16", llama(context_tokens=4096, parallel=4))
+    u = memory_budget(GPU, TINY, "f16", llama(ctx_size=4096, parallel=4))
     assert (u.slot_tokens, u.kv_pool_tokens) == (4096, 4096)
 
 
 def test_context_padded_to_256():
-    b = memory_budget(GPU, TINY, "f16", llama(context_tokens=1000))
+    b = memory_budget(GPU, TINY, "f16", llama(ctx_size=1000))
     assert b.kv_pool_tokens == 1024 and b.kv_reserved_bytes == 1024 * 4096
 
 
 def test_llama_cpp_swa_cells():
     # §3.3: SWA cache = min(n_ctx_seq, n_swa * n_parallel(unified) + n_ubatch) padded to 256
     m = load_model("gemma-3-12b")
-    b = memory_budget(GPU, m, "q4_k_m", llama(context_tokens=32768, parallel=4))
+    b = memory_budget(GPU, m, "q4_k_m", llama(ctx_size=32768, parallel=4))
     swa = (1024 * 4 + 512)
     assert b.extra["swa_cells"] == (swa,)
     assert b.kv_reserved_bytes == 65536 * 32768 + 327680 * swa
@@ -202,7 +202,7 @@ def test_ollama_spills_layers_when_weights_do_not_fit():
 
 
 def _llama_fit_case(gpu_layers=None):
-    eng = llama(context_tokens=8192, **({} if gpu_layers is None else
+    eng = llama(ctx_size=8192, **({} if gpu_layers is None else
                                         {"gpu_layers": gpu_layers}))
     return memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
 
@@ -279,18 +279,18 @@ def test_searches_find_the_boundary():
     #   room (21,904,333,209.6 - 5,255,974,484) / 131,328 = 126,769.3 cells
     #   -c is split into 4 slots padded to 256, so n_ctx moves in steps of 4 x 256 = 1024:
     #   floor(126,769.3 / 1024) x 1024 = 123 x 1024 = 125,952 (4 x 31,488)
-    m, eng = load_model("llama-3.1-8b"), llama(context_tokens=32768, parallel=4,
+    m, eng = load_model("llama-3.1-8b"), llama(ctx_size=32768, parallel=4,
                                                allocator="slots")
     assert max_context_at(GPU, m, "q4_k_m", eng) == 125_952
-    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 125_952}))
-    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"context_tokens": 126_976}))
+    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 125_952}))
+    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 126_976}))
     assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (125_952, 31_488, 32)
     # 5,255,974,484 + 125,952 x 131,328 = 21,796,998,740 <= 21,904,333,209.6
     assert ok.total_bytes == LLAMA8_Q4_FIXED + 125_952 * 131_328 == 21_796_998_740
     # 5,255,974,484 + 126,976 x 131,328 = 21,931,478,612 >  21,904,333,209.6
     assert over.kv_pool_tokens == 126_976
     assert over.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_328 == 21_931_478_612
-    big = eng.model_copy(update={"context_tokens": 65536})
+    big = eng.model_copy(update={"ctx_size": 65536})
     p = max_parallel_at(GPU, m, "q4_k_m", big)
     # slots split -c, so more slots only add padding; at -c 65536 every split fits, and the
     # search stops at one 256-token pad unit per slot: 65,536 / 256 = 256 slots
@@ -313,7 +313,7 @@ def test_unified_memory_budgets_against_the_default_gpu_limit():
     # llama-3.1-70b bf16 (131.5 GiB of weights) with 32k of f16 KV (320 KiB/token x 32768
     # = 10 GiB): within 192 GiB, above the default GPU limit, so --fit leaves layers to
     # the CPU cores
-    eng, m70 = llama(context_tokens=32768), load_model("llama-3.1-70b")
+    eng, m70 = llama(ctx_size=32768), load_model("llama-3.1-70b")
     b = memory_budget(m2, m70, "bf16", eng)
     assert b.device_bytes == 144_310_901_145 and b.weights_total_bytes > 131 * GIB
     assert b.gpu_layers < b.num_layers and b.total_bytes <= b.device_bytes - 1024 * MIB
@@ -331,12 +331,14 @@ def test_an_unset_context_is_the_engines_own_default():
     m = load_model("llama-3.1-8b")  # max context 131,072 (docs/reference/models.csv)
     vllm, llama_cpp = engine_for_gpu("vllm", GPU, m), engine_for_gpu("llama.cpp", GPU, m)
     assert vllm.context_tokens == 131_072
-    assert (llama_cpp.context_tokens, llama_cpp.fit_context) == (131_072, True)
+    # -c = the training context over the preset's 4 slots: 131,072 / 4 per session
+    assert (llama_cpp.ctx_size, llama_cpp.context_tokens, llama_cpp.fit_context) == \
+        (131_072, 32_768, True)
     assert engine_for_gpu("ollama", GPU, m).context_tokens == 32_768
     assert engine_for_gpu({"preset": "ollama", "ollama_version": "0.15.4"}, GPU,
                           m).context_tokens == 4096
     set_ = engine_for_gpu({"preset": "llama.cpp", "context_tokens": 8192}, GPU, m)
-    assert (set_.context_tokens, set_.fit_context) == (8192, False)
+    assert (set_.context_tokens, set_.ctx_size, set_.fit_context) == (8192, 32768, False)
     assert engine_for_gpu("vllm", GPU).context_tokens == 32_768  # no model: the preset's
 
 
@@ -387,7 +389,7 @@ def test_llama_cpp_fit_puts_moe_experts_in_ram_before_layers():
     # layers move to RAM, m the fewest that fit; attention and KV stay (KV all on GPU)
     g, m = GPU, load_model("qwen3-30b-a3b")
     expert = 641_300_661
-    b = memory_budget(g, m, "q8_0", llama(context_tokens=32768))
+    b = memory_budget(g, m, "q8_0", llama(ctx_size=32768))
     room = g.memory_bytes - 1024 * MIB
     assert b.gpu_layers == 48 and b.cpu_expert_layers > 0 and b.kv_cpu_bytes == 0
     assert b.total_bytes <= room < b.total_bytes + expert  # one layer fewer would not fit
@@ -396,4 +398,4 @@ def test_llama_cpp_fit_puts_moe_experts_in_ram_before_layers():
     assert not b.all_layers_on_gpu
     # a dense model spills whole layers as before
     assert memory_budget(g, load_model("llama-3.1-8b"), "q8_0",
-                         llama(context_tokens=32768)).cpu_expert_layers == 0
+                         llama(ctx_size=32768)).cpu_expert_layers == 0

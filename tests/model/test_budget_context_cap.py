@@ -21,7 +21,7 @@ def test_tiny_model_is_capped_at_parallel_times_its_maximum_on_llama_cpp():
     # llama.cpp -c = 4 x 8,192 = 32,768 (each slot capped at 8,192), whichever allocator
     gpu = load_gpu("rtx-4090")
     for alloc in ("unified", "slots"):
-        eng = resolve_engine({"preset": "llama.cpp", "context_tokens": 4096, "parallel": 4,
+        eng = resolve_engine({"preset": "llama.cpp", "ctx_size": 4096, "parallel": 4,
                               "allocator": alloc})
         assert max_context_at(gpu, TINY, "f16", eng) == 32_768
     # Ollama's num_ctx is per slot (the runner gets num_ctx x 4): capped at 8,192 itself
@@ -41,15 +41,15 @@ def test_unified_pool_of_8_slots_on_a_5090_goes_past_the_model_maximum():
     #   -c padded to 256: 1,324 x 256 = 338,944 (42,368 per session), under the cap
     #   8 x 131,072 = 1,048,576
     gpu, m = load_gpu("rtx-5090"), load_model("llama-3.1-8b")
-    eng = resolve_engine({"preset": "llama.cpp", "context_tokens": 262144, "parallel": 8,
+    eng = resolve_engine({"preset": "llama.cpp", "ctx_size": 262144, "parallel": 8,
                           "cache_type_k": "q8_0", "cache_type_v": "q8_0",
                           "flash_attn": True})
     best = max_context_at(gpu, m, "q4_k_m", eng)
     assert best == 338_944
-    at = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"context_tokens": best}))
+    at = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": best}))
     # 5,255,974,484 + 338,944 x 70,656 = 29,204,401,748 <= 29,205,777,612.8
     assert at.total_bytes == 29_204_401_748
-    over = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"context_tokens": 339_200}))
+    over = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": 339_200}))
     # + 256 x 70,656 = 18,087,936 -> 29,222,489,684 > the line
     assert over.total_bytes == 29_222_489_684
     assert largest_context_words(at, best, m.max_context_tokens) == \
@@ -59,7 +59,7 @@ def test_unified_pool_of_8_slots_on_a_5090_goes_past_the_model_maximum():
 def test_largest_context_words_per_engine():
     gpu = load_gpu("rtx-4090")
     b = memory_budget(gpu, TINY, "f16", resolve_engine(
-        {"preset": "llama.cpp", "context_tokens": 32768, "parallel": 4}))
+        {"preset": "llama.cpp", "ctx_size": 32768, "parallel": 4}))
     assert largest_context_words(b, 32_768, 8192) == \
         "-c 32,768 = 8,192 per session x 4 (the model's maximum)"
     o = memory_budget(gpu, TINY, "f16", resolve_engine(

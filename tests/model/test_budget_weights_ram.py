@@ -15,7 +15,7 @@ SMALL = ["workload.days=0.05", "workload.max_sessions=1"]
 
 def _budget():
     return memory_budget(load_gpu("rtx-4090"), load_model("llama-3.2-1b"), "f16",
-                         resolve_engine({"preset": "llama.cpp", "context_tokens": 4096}))
+                         resolve_engine({"preset": "llama.cpp", "ctx_size": 4096}))
 
 
 def test_discrete_host_holds_the_cpu_weights_beside_the_cpu_kv():

@@ -56,7 +56,7 @@ def test_growth_scales_with_the_micro_batch_and_without_flash_attention():
     (131072, 430_440_448),
 ])
 def test_llama_8b_buffer_grows_with_the_context(ctx, compute):
-    b = memory_budget(GPU, LLAMA8, "q4_k_m", _llama_cpp(LLAMA8, context_tokens=ctx))
+    b = memory_budget(GPU, LLAMA8, "q4_k_m", _llama_cpp(LLAMA8, ctx_size=ctx))
     assert b.activation_bytes == compute
     assert f"compute buffer size = {compute / MIB:.2f} MiB" in "\n".join(b.log_lines)
 
@@ -64,7 +64,7 @@ def test_llama_8b_buffer_grows_with_the_context(ctx, compute):
 def test_one_stream_per_slot_masks_one_slots_cells():
     # -c 16384 -np 4 without -kvu: n_ctx_seq 4,096 cells per stream, as -c 4096 unified
     b = memory_budget(GPU, LLAMA8, "q4_k_m", _llama_cpp(
-        LLAMA8, context_tokens=16384, parallel=4, allocator="slots"))
+        LLAMA8, ctx_size=16384, parallel=4, allocator="slots"))
     assert (b.slot_tokens, b.activation_bytes) == (4096, 300_417_024)
 
 
@@ -72,7 +72,7 @@ def test_without_flash_attention_scores_and_an_f32_mask():
     # -c 4096 -fa off: 296,222,720 + scores 32 x 512 x 4,096 x 4 (268,435,456)
     #                  + mask 512 x 4,096 x 4 (8,388,608)             = 573,046,784
     b = memory_budget(GPU, LLAMA8, "q4_k_m", _llama_cpp(
-        LLAMA8, context_tokens=4096, flash_attn=False))
+        LLAMA8, ctx_size=4096, flash_attn=False))
     assert b.activation_bytes == 573_046_784
 
 
@@ -84,12 +84,12 @@ def test_iswa_model_has_a_full_and_a_sliding_mask():
     #                                                                    =   1,048,576
     #   435,421,184 + 67,108,864 + 1,048,576 = 503,578,624 (480.25 MiB; was 415.25)
     m = load_model("gpt-oss-20b")
-    b = memory_budget(GPU, m, "mxfp4", _llama_cpp(m, context_tokens=65536))
+    b = memory_budget(GPU, m, "mxfp4", _llama_cpp(m, ctx_size=65536))
     assert b.extra["swa_cells"] == (1024,)
     assert b.activation_bytes == 503_578_624
     # one stream per slot: 16,384 full cells a stream, SWA min(16,384, 128 + 512) = 640
     #   -> padded to 768; 435,421,184 + 512 x (16,384 + 768) x 2 (17,563,648) = 452,984,832
-    s = memory_budget(GPU, m, "mxfp4", _llama_cpp(m, context_tokens=65536, allocator="slots"))
+    s = memory_budget(GPU, m, "mxfp4", _llama_cpp(m, ctx_size=65536, allocator="slots"))
     assert s.extra["swa_cells"] == (4 * 768,)
     assert s.activation_bytes == 452_984_832
 

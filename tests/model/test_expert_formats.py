@@ -100,7 +100,7 @@ def test_audit_case_fit_on_a_16_gb_card():
     # GPU, the token embedding (1,158,266,880 B) in host memory
     g, m = load_gpu("rtx-4060-ti-16gb"), load_model("gpt-oss-20b")
     b = memory_budget(g, m, "mxfp4", engine_for_gpu(
-        {"preset": "llama.cpp", "context_tokens": 65536}, g, m))
+        {"preset": "llama.cpp", "ctx_size": 65536}, g, m))
     assert b.weights_total_bytes == OSS20_MXFP4
     assert b.gpu_layers == 24
     assert b.weights_cpu_bytes == 1_158_266_880

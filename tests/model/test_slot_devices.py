@@ -43,7 +43,7 @@ def test_split_points_are_float32_upper_bounds():
 def test_layer_split_two_rtx_3090_kv_buffers_exact():
     # -c 32768 (4 unified slots), f16: a layer's KV = 32768 x 4,096 = 134,217,728 (128 MiB).
     # Equal free memory: CUDA0 holds layers 0-32 (33), CUDA1 layers 33-63 (31) and the output
-    b = _box({"context_tokens": 32768})
+    b = _box({"ctx_size": 32768})
     d0, d1 = b.devices
     assert (b.split, d0.layers, d1.layers, d1.holds_output) == ("layer", 33, 31, True)
     assert (d0.kv_bytes, d1.kv_bytes) == (33 * 128 * MIB, 31 * 128 * MIB)  # 4224 / 3968 MiB
@@ -61,17 +61,17 @@ def test_layer_split_two_rtx_3090_kv_buffers_exact():
 
 def test_tensor_split_and_split_modes():
     # --tensor-split 3,1: points 0.75, 1 -> slots 0-48 (48/65 = 0.738) on CUDA0
-    b = _box({"context_tokens": 32768, "tensor_split": [3, 1]})
+    b = _box({"ctx_size": 32768, "tensor_split": [3, 1]})
     assert [d.layers for d in b.devices] == [49, 15]
     # row: every matrix split by the cards' total memory (equal: half each); each layer's
     # KV and compute stay on its home device, placed as the layer split places it
-    r = _box({"context_tokens": 32768, "split_mode": "row"})
+    r = _box({"ctx_size": 32768, "split_mode": "row"})
     assert r.split == "row" and [d.kv_bytes for d in r.devices] == [33 * 128 * MIB,
                                                                    31 * 128 * MIB]
     assert [d.weights_bytes for d in r.devices] == [int(0.5 * (64 * Q5_LAYER + Q5_HEAD))] * 2
     # none: --main-gpu 1 holds everything (its --fit leaves 16 layers on the CPU), GPU 0
     # nothing
-    n = _box({"context_tokens": 32768, "split_mode": "none", "main_gpu": 1})
+    n = _box({"ctx_size": 32768, "split_mode": "none", "main_gpu": 1})
     assert n.split == "none" and n.devices[0].total_bytes == 0
     assert n.devices[1].layers == n.gpu_layers == 48
 
@@ -84,18 +84,18 @@ def test_fit_fills_back_to_front_on_a_3090_and_a_3060():
     #   CUDA0 (23 GiB): 400 MiB + 42 layers + compute less logits 109,051,904
     #     = 24,207,685,446 <= 24,696,061,952 (43: 24,771,475,997)
     # and the first 4 layers run on the CPU
-    b = _box({"context_tokens": 65536}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
+    b = _box({"ctx_size": 65536}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
     assert [(d.layers, d.holds_output) for d in b.devices] == [(42, False), (18, True)]
     assert [d.total_bytes for d in b.devices] == [24_207_685_446, 11_458_514_104]
     assert b.gpu_layers == 60 and b.kv_cpu_bytes == 4 * 65536 * 4096
     assert any("only 60/64 layers" in n for n in b.notes)
     # at -c 32768 the default split (44 + 20 layers) keeps both targets: unchanged
-    ok = _box({"context_tokens": 32768}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
+    ok = _box({"ctx_size": 32768}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
     assert [d.layers for d in ok.devices] == [44, 20] and not ok.notes
 
 
 def test_one_gpu_over_its_memory_refuses_the_start_naming_it():
-    b = _box({"context_tokens": 131072, "gpu_layers": 64, "tensor_split": [1, 0]})
+    b = _box({"ctx_size": 131072, "gpu_layers": 64, "tensor_split": [1, 0]})
     assert not b.fits and b.failure.startswith("CUDA0 (rtx-3090): cudaMalloc failed")
 
 
@@ -135,4 +135,4 @@ def test_ollama_eras_b_c_pack_onto_the_fewest_gpus():
 
 def test_split_knobs_that_do_not_match_the_box_are_one_line():
     with pytest.raises(InputError, match="one share per GPU: 2 value"):
-        _box({"context_tokens": 8192, "tensor_split": [1, 1, 1]})
+        _box({"ctx_size": 8192, "tensor_split": [1, 1, 1]})

@@ -44,10 +44,7 @@ def coin_run(scenario) -> RunOutput:
 
 
 def session_context(scenario) -> int:
-    e = scenario.engine
-    if e.preset == "llama.cpp":
-        return e.context_tokens // e.parallel
-    return e.context_tokens
+    return scenario.engine.context_tokens  # per session, on every engine
 
 
 def plan_run(scenario) -> RunOutput:

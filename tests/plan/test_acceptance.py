@@ -57,7 +57,7 @@ def test_half_of_the_seeds_outgrow_a_slot_wilson_contains_half_and_it_is_not_oom
     # 4 sessions on 4 slots of 8192 tokens: a session outgrows its slot in about half
     # of the household draws (llama.cpp: exceed_context_size_error). More memory at the
     # same -c would not serve it, so it is a too-long failure, never an OOM
-    s = family4("rtx-4090", context_tokens=4 * 8192, parallel=4)
+    s = family4("rtx-4090", ctx_size=4 * 8192, parallel=4)
     reps = replicate(s, 40, executor=executor)
     risk = reps.failure_risk("too_long")
     assert risk.low <= 0.5 <= risk.high
@@ -72,7 +72,7 @@ def test_half_of_the_seeds_outgrow_a_slot_wilson_contains_half_and_it_is_not_oom
 def test_a_shared_pool_exhausted_under_load_is_oom(executor):
     # one unified pool of 8192 cells for 4 slots: sessions that each fit run it dry
     # together, llama-server fails them with "Context size has been exceeded."
-    s = family4("rtx-4090", context_tokens=8192, parallel=4, allocator="unified")
+    s = family4("rtx-4090", ctx_size=8192, parallel=4, allocator="unified")
     reps = replicate(s, 40, executor=executor)
     assert reps.oom_risk().estimate > 0
     assert {r.oom_reason for r in reps.runs} == {"", "Context size has been exceeded."}
@@ -83,7 +83,7 @@ def test_real_sweep_on_dask_equals_local_pool(tmp_path, executor):
     import distributed  # dev/dask extras, installed by scripts/test.sh: never a skip
     spec = SweepSpec(base={"gpu": "rtx-4090", "model": "llama-3.1-8b",
                            "engine": {"preset": "llama.cpp", "allocator": "slots",
-                                      "context_tokens": 32768, "parallel": 4},
+                                      "ctx_size": 32768, "parallel": 4},
                            "workload": {"preset": "family-4", "days": 1, "max_sessions": 4}},
                      factors={"engine.cache_type_k,engine.cache_type_v": [["f16", "f16"],
                                                                           ["q8_0", "q8_0"]],

@@ -192,7 +192,7 @@ def test_points_the_engine_refuses_stay_in_their_kv_group():
     from kvsim.report.data_plan import plan_grids
 
     def run(s):
-        if s.engine.context_tokens // s.engine.parallel == 8192:
+        if s.engine.context_tokens == 8192:  # per session
             raise Refused("policies.0.window_tokens", 9000, "larger than the context")
         return RunOutput({"ttft_p95_s": 0.1, "peak_device_fraction": 0.5}, "")
 

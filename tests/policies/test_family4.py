@@ -48,7 +48,7 @@ KEYS = ("peak_kv_reserved_bytes", "peak_kv_allocated_bytes", "ttft_p95_s", "itl_
 def table() -> dict[str, dict[str, float]]:
     out = {}
     for name, sets in ROWS.items():
-        sc = load_scenario("quickstart", ["engine.context_tokens=32768", *sets])
+        sc = load_scenario("quickstart", ["engine.ctx_size=32768", *sets])
         assert sc.gpu.name == "rtx-4060-ti-16gb"
         s = simulate(sc).summary
         out[name] = {k: s[k] for k in KEYS} | {"pcie": s["pcie_h2d_bytes"] + s["pcie_d2h_bytes"]}
@@ -88,7 +88,7 @@ def test_idle_offload_on_family_4_lowers_peak_gpu_kv_and_raises_pcie(table) -> N
     "policies=[{kind: recoverable_eviction, window_tokens: 2048}]",
 ])
 def test_fast_forward_and_per_step_agree_under_policies(policy) -> None:
-    runs = [simulate(load_scenario("quickstart", ["engine.context_tokens=32768",
+    runs = [simulate(load_scenario("quickstart", ["engine.ctx_size=32768",
                                                   "workload.max_sessions=12", policy,
                                                   f"sim.fidelity={f}"]))
             for f in ("fast", "step")]

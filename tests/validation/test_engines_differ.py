@@ -24,7 +24,7 @@ def _run(engine: dict, sessions: list[Session], gpu: str = "rtx-4090"):
     return simulate(sc, sessions=sessions)
 
 
-LLAMA = {"preset": "llama.cpp", "context_tokens": 16384, "parallel": 4}
+LLAMA = {"preset": "llama.cpp", "ctx_size": 16384, "parallel": 4}
 
 
 def _failed_by_session(res) -> dict[str, int]:
