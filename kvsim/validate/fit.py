@@ -65,6 +65,13 @@ half the flash-attention rate."""
 PRIOR_WEIGHT = 0.05
 DEVIATION_WEIGHT = 0.5   # a class's or a backend's format departure from the shared value
 LOSS_SCALE = 0.15        # soft_l1: errors beyond ~15 % count less than squared
+FITTED_MEMORY_KINDS = ("hbm",)
+"""Memory kinds with a bandwidth factor of their own (GDDR is the reference): HBM parts
+reach a smaller share of their peak at one token than GDDR ones (a matrix-vector product
+keeps too few reads in flight for the wide stacks). LPDDR and DDR share GDDR's factor: a
+fitted LPDDR factor came out above 1 — confounded with the backends, since Apple's Metal
+has no GDDR part to tell the two apart — and carried from Strix Halo to DGX Spark on CUDA
+as a 16–24 % too fast decode (docs/design/speed-model.md)."""
 SHARED_FALLBACK = {"SYCL": "Vulkan", "default": "Vulkan"}
 """Backends with no rows of their own borrow a fitted one's constants (Intel's SYCL
 path and anything unnamed: Vulkan, the portable backend)."""
@@ -138,7 +145,8 @@ class _Space:
         self.pairs = [p for p in _with_two_devices(rows, lambda r: f"{r.setup.backend}:"
                                                    f"{r.family}") if len(self.backends) > 1]
         kinds = _with_two_devices(rows, lambda r: f"mem:{memory_kind(r.setup.gpu)}")
-        self.kinds = [k.partition(":")[2] for k in kinds if k not in ("mem:gddr", "mem:")]
+        self.kinds = [k.partition(":")[2] for k in kinds
+                      if k.partition(":")[2] in FITTED_MEMORY_KINDS]
         self.names = [f"{b}.{k}" for b in self.backends for k in KEYS] \
             + [f"mem.{m}" for m in self.kinds] \
             + [f"fmt_bw.{f}" for f in self.fams] + [f"fmt_pp.{f}" for f in self.fams] \

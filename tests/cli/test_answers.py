@@ -43,13 +43,13 @@ def test_simulate_says_the_verdict_first_with_reasons_and_a_checked_change(quick
     r, out = quickstart
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    # the unified -c 16384 pool runs out under load (4 requests fail all at once), and a
+    # the unified -c 16384 pool runs out under load (2 requests fail), and a
     # prompt longer than -c is refused: both counted from the requests table
     req = pd.read_parquet(out / "requests.parquet")
     said = req.loc[req.failed, "failure_reason"].value_counts().to_dict()
-    assert said == {"Context size has been exceeded.": 4, "exceed_context_size_error": 1}
+    assert said == {"Context size has been exceeded.": 2, "exceed_context_size_error": 1}
     assert list(req.loc[req.failed, "failure_code"].value_counts().sort_index().items()) == [
-        ("kv_exhausted", 4), ("prompt_exceeds_context", 1)]
+        ("kv_exhausted", 2), ("prompt_exceeds_context", 1)]
     longest = int((req.prompt_tokens + req.output_tokens).max())
     s = json.loads((out / "summary.json").read_text())
     assert lines[0] == "verdict: misses — binding: kv_exhausted (KV memory exhausted under load)"
@@ -58,7 +58,7 @@ def test_simulate_says_the_verdict_first_with_reasons_and_a_checked_change(quick
     assert lines[1] == (f"  latency: TTFT p95 {format_latency(s['ttft_p95_s'])} ≤ 2 s; ITL p95 "
                         f"{format_latency(s['itl_p95_s'])} ≤ 150 ms (SLOs: kvsim's defaults)")
     assert lines[3] == (
-        f"  failed: 5 of {len(req)} requests: 4 kv_exhausted (KV memory exhausted under load) "
+        f"  failed: 3 of {len(req)} requests: 2 kv_exhausted (KV memory exhausted under load) "
         "— \"Context size has been exceeded.\"; 1 prompt_exceeds_context (prompt longer than "
         f"the context: the longest needed {longest:,} tokens, a session holds 16,384) — "
         "\"exceed_context_size_error\"")
@@ -71,7 +71,7 @@ def test_simulate_says_the_verdict_first_with_reasons_and_a_checked_change(quick
         f"(engine.context_tokens=8192) lays out at {frac.device_fraction:.0%} of device "
         "memory; re-simulated (same seed): no request fails, TTFT p95 ")
     assert (s["failed_kv_exhausted_requests"], s["failed_prompt_exceeds_context_requests"],
-            s["failed_memory_requests"], s["failed_too_long_requests"]) == (4, 1, 4, 1)
+            s["failed_memory_requests"], s["failed_too_long_requests"]) == (2, 1, 2, 1)
 
 
 def test_simulate_prints_units_people_read(quickstart) -> None:

@@ -145,3 +145,16 @@ def test_a_step_of_more_than_one_token_is_launched_kernel_by_kernel_on_cuda():
     # Metal has no such distinction: the launch constant is not applied
     mac = gpu_rates(load_gpu("apple-m3-max"), m, "q4_0", backend="Metal", constants=k)
     assert mac.overhead_s == mac.overhead_batch_s == pytest.approx(1e-3 + 32 * 1e-5)
+
+
+def test_shipped_constants_stream_lpddr_like_gddr_and_hbm_slower():
+    # the shipped fit gives HBM a factor of its own and LPDDR/DDR none: a card that differs
+    # only in its memory type streams weights at the same rate on LPDDR as on GDDR (a fitted
+    # LPDDR factor was confounded with the backends: kvsim/validate/fit.FITTED_MEMORY_KINDS)
+    g, m = load_gpu("rtx-3060-12gb"), load_model("llama-3.1-8b")
+    assert memory_kind(g) == "gddr"
+    rate = {t: gpu_rates(g.model_copy(update={"memory_type": t}), m, "q4_0",
+                         backend="CUDA").weight_bytes_per_s
+            for t in ("GDDR6", "LPDDR5X", "DDR5", "HBM2e")}
+    assert rate["LPDDR5X"] == rate["DDR5"] == rate["GDDR6"]
+    assert rate["HBM2e"] < 0.8 * rate["GDDR6"]

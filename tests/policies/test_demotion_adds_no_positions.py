@@ -30,7 +30,7 @@ def test_a_prompt_longer_than_the_context_fails_whatever_the_policy(runs):
 def test_demoted_bytes_become_room_not_positions(runs):
     plain, demoting = (r.set_index("request_id") for r in (runs["plain"], runs["demoting"]))
     exhausted = plain.index[plain.failure_reason == "Context size has been exceeded."]
-    assert len(exhausted) == 4
+    assert len(exhausted) == 2
     # the pool-exhausted requests all run once demoted tokens free cells ...
     assert (demoting.loc[exhausted, "status"] == "finished").all()
     # ... and the only failure left is the one no policy can help
