@@ -35,7 +35,7 @@ def _imported(args: list[str]) -> tuple[list[str], int, str]:
     """(heavy modules imported, exit code, stdout) of ``kvsim ARGS`` in a fresh process."""
     code = _PROBE.format(args=args, heavy=HEAVY + ("simpy",))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, check=False)
     line = [x for x in r.stderr.splitlines() if x.startswith("MODULES ")][-1]
     found = json.loads(line.removeprefix("MODULES "))
     return found[:-1], found[-1], r.stdout
