@@ -191,7 +191,7 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             node[_list_index(node, parts[-1], key)] = value
         else:
             node[parts[-1]] = value
-            _replace_workload_source(node, parts)
+            drop_rival_key(node, parts)
     return out
 
 
@@ -204,10 +204,13 @@ def _workload_section(name: str) -> dict[str, Any]:
     return {"trace": name} if name.endswith((".jsonl", ".parquet")) else {"preset": name}
 
 
-def _replace_workload_source(node: dict[str, Any], parts: list[str]) -> None:
+def drop_rival_key(node: dict[str, Any], parts: list[str]) -> None:
+    """After dotted key ``parts`` was set in ``node`` (its section), drop the key it
+    replaces: ``workload.trace`` / ``workload.preset`` each other, an engine context the
+    other (kvsim.engines.config.stale_context).  One rule for ``--set`` and sweep keys."""
     if len(parts) == 2 and parts[0] == "workload" and parts[1] in _OTHER_SOURCE:
         node.pop(_OTHER_SOURCE[parts[1]], None)
-    if len(parts) == 2 and parts[0] == "engine":  # NOTE: so is an engine's context
+    if len(parts) == 2 and parts[0] == "engine":
         node.pop(stale_context(node, {parts[1]}) or "", None)
 
 

@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from kvsim.config.catalog import bundled_path, load_raw, read_yaml
 from kvsim.config.files import no_such_file
-from kvsim.engines.config import stale_context
 from kvsim.errors import InputError, from_validation_error, short_value
 from kvsim.plan.executor import Executor, InlineExecutor
 from kvsim.plan.replicate import Runner, RunOutput, call_runner, simulate_keep
@@ -42,7 +41,7 @@ from kvsim.plan.sweep_checks import (
     set_twice,
     start_refusal,
 )
-from kvsim.scenario import Scenario, resolve_scenario, scenario_hash
+from kvsim.scenario import Scenario, drop_rival_key, resolve_scenario, scenario_hash
 
 OPEN_MAPPINGS = ("workload.params",)
 _PROFILE_KIND = {"gpu": "gpus", "model": "models", "link": "links", "host": "hosts"}
@@ -188,9 +187,8 @@ def set_key(raw: dict[str, Any], key: str, value: Any, resolved: dict[str, Any])
     if isinstance(node, list):
         node[int(last)] = value
     else:
-        # NOTE: an engine context set one way drops the other, as --set does
         node[last] = value
-        node.pop(stale_context(node, {last}) if parts[:-1] == ["engine"] else "", None)
+        drop_rival_key(node, parts)  # NOTE: the key it replaces, as --set does
 
 
 def _settable(node: Any, part: str, key: str, above: str) -> None:

@@ -8,7 +8,15 @@ from sweep_files import write_sweep
 from kvsim.errors import InputError
 from kvsim.plan.executor import InlineExecutor, LocalExecutor, make_executor
 from kvsim.plan.store import ResultStore
-from kvsim.plan.sweep import SweepSpec, expand, grid, key_exists, load_sweep, run_sweep
+from kvsim.plan.sweep import (
+    SweepSpec,
+    expand,
+    grid,
+    key_exists,
+    load_sweep,
+    run_sweep,
+    set_key,
+)
 from kvsim.scenario import scenario_hash
 
 
@@ -196,3 +204,15 @@ def test_an_edited_input_file_or_a_new_version_is_run_again(tmp_path, monkeypatc
     assert not {p.key for p in before} & {p.key for p in edited}
     monkeypatch.setattr(store_mod, "__version__", "999")
     assert not {p.key for p in edited} & {p.key for p in expand(spec, tmp_path)}
+
+
+def test_a_sweep_key_replaces_its_rival_as_set_does():
+    # one rule for --set and sweep keys (kvsim.scenario.drop_rival_key): a trace replaces
+    # the household preset, llama.cpp's ctx_size the per-session context, and the reverse
+    raw = {"workload": {"preset": "family-4", "days": 1},
+           "engine": {"preset": "llama.cpp", "ctx_size": 16384, "parallel": 4}}
+    resolved = {"engine": {"preset": "llama.cpp"}}
+    set_key(raw, "workload.trace", "chat.jsonl", resolved)
+    set_key(raw, "engine.context_tokens", 8192, resolved)
+    assert raw == {"workload": {"days": 1, "trace": "chat.jsonl"},
+                   "engine": {"preset": "llama.cpp", "parallel": 4, "context_tokens": 8192}}
