@@ -235,6 +235,7 @@ class SlotEngineConfig(FrozenModel):
         return self
 
 
+CONTEXT_KEYS = ("context_tokens", "ctx_size")  # per session; llama.cpp -c
 _INT = TypeAdapter(int)
 
 
@@ -277,8 +278,6 @@ def pool_contexts(raw: dict[str, Any]) -> dict[str, Any]:
                          "all slots), not both")
     return {}
 
-
-CONTEXT_KEYS = ("context_tokens", "ctx_size")
 
 
 def stale_context(knobs: dict[str, Any], changed: set[str] | Any) -> str | None:
