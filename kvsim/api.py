@@ -62,7 +62,7 @@ def run_fidelity(scenario: Scenario) -> str:
 
     NOTE: a jittered step's time is drawn one step at a time, so no decode stretch is
     jumped in closed form (kvsim.latency.jitter); at jitter 0 the scenario's own."""
-    return "step" if scenario.latency.jitter_cv > 0 else scenario.sim.fidelity
+    return "step" if scenario.latency.jittered else scenario.sim.fidelity
 
 
 def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | None = None,

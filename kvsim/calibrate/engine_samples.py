@@ -9,7 +9,8 @@ measured spreads of decode steps and of times to first token around each point's
 typical value (:func:`decode_spread`, :func:`prefill_spread`), which the predicted
 percentiles carry (:mod:`kvsim.metrics.spread`), and the decode steps' coefficient of
 variation (:func:`step_time_cv`, ``settings.step_time_cv``), which ``latency.jitter_cv``
-replays.
+replays, and the prompt steps' (:func:`prompt_step_cv`, ``settings.prompt_step_cv``), which
+``latency.jitter_prompt_cv`` replays.
 """
 
 from __future__ import annotations
@@ -159,6 +160,27 @@ def step_time_cv(samples: EngineSamples, fit: LatencyFit) -> float | None:
     return float(np.std(ratios, ddof=1) / np.mean(ratios))
 
 
+def prompt_step_cv(samples: EngineSamples) -> float | None:
+    """The coefficient of variation of the times to first token (each over its point's
+    and round's typical one, as :func:`prefill_spread`), weighted by the point's typical
+    time: the timing noise of a step that computes prompt tokens, which
+    ``latency.jitter_prompt_cv`` replays; None without two such times.
+
+    NOTE: weighted by time because a long prompt step's wobble in seconds is what moves
+    the steps after it; a short prompt's time to first token is mostly the request's
+    own handling (HTTP, tokenising), whose hiccups are no step's.  Measured on
+    llama-server (tests/e2e/test_llama_server_slots.py): 0.07-0.11 against a decode
+    step's 0.16-0.19 on the same machine."""
+    ratios, weights = _weighted_ratios(
+        [[(v.round, np.array([v.ttft_s])) for v in vals if v.ttft_s > 0]
+         for vals in samples.prefill.values()])
+    if ratios.size < 2:
+        return None
+    mean = float(np.average(ratios, weights=weights))
+    var = float(np.average((ratios - mean) ** 2, weights=weights))
+    return math.sqrt(var) / mean
+
+
 def _decode_points(samples: EngineSamples, fit: LatencyFit
                    ) -> list[list[tuple[int, np.ndarray]]]:
     """Per decode grid point, each sample's ``(round, gaps over the fitted step)``
@@ -224,17 +246,30 @@ def _ratios(points: list[list[tuple[int, np.ndarray]]]) -> np.ndarray:
     round: a replay's percentiles are read within one run, and the spread of a whole
     session of rounds would add the drift between runs to it.
     """
-    by_round: dict[int, list[np.ndarray]] = {}
+    return _weighted_ratios(points)[0]
+
+
+def _weighted_ratios(points: list[list[tuple[int, np.ndarray]]]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_ratios`, and each ratio's weight: its point's median (seconds, when the
+    samples are times)."""
+    by_round: dict[int, list[tuple[np.ndarray, float]]] = {}
     for per_sample in points:
         per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
         if not per_sample:
             continue  # e.g. decodes no longer than the warm-up
-        mid = np.median(np.concatenate([r for _, r in per_sample]))
+        mid = float(np.median(np.concatenate([r for _, r in per_sample])))
         for rnd, r in per_sample:
-            by_round.setdefault(rnd, []).append(r / mid)
-    ratios = [r / np.median(r) for r in (np.concatenate(v) for v in by_round.values())
-              if r.size]
-    return np.concatenate(ratios) if ratios else np.empty(0)
+            by_round.setdefault(rnd, []).append((r / mid, mid))
+    ratios, weights = [], []
+    for vals in by_round.values():
+        r = np.concatenate([v for v, _ in vals])
+        if r.size:
+            ratios.append(r / np.median(r))
+            weights.append(np.concatenate([np.full(v.size, w) for v, w in vals]))
+    if not ratios:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(ratios), np.concatenate(weights)
 
 
 def _quantiles(ratios: np.ndarray) -> tuple[float, ...]:
@@ -272,10 +307,13 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
 
 def _cv_setting(samples: EngineSamples, fits: dict[str, LatencyFit], cache_type: str
                 ) -> dict[str, float]:
-    """``{"step_time_cv": CV}`` of the grid's cache type's fit ({} when not measured)."""
+    """``step_time_cv`` of the grid's cache type's fit and ``prompt_step_cv`` (each left
+    out when not measured)."""
     fit = fits.get(cache_type) or next(iter(fits.values()), None)
     cv = None if fit is None else step_time_cv(samples, fit)
-    return {} if cv is None else {"step_time_cv": cv}
+    prompt = prompt_step_cv(samples)
+    return ({} if cv is None else {"step_time_cv": cv}) | (
+        {} if prompt is None else {"prompt_step_cv": prompt})
 
 
 def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:

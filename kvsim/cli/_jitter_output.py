@@ -36,17 +36,21 @@ def report_jitter(sc: Any, res: Any, n: int, out_dir: Path, jobs: int = 1) -> No
             executor.close()
     main = RunOutput(dict(res.summary), oom_reason(dict(res.summary), res.requests, res.events))
     spreads = timing_spread(main, runs, timing_reason(sc, res.requests))
+    lat = sc.latency
+    prompt = "" if lat.prompt_cv == lat.jitter_cv else f", prompt steps {lat.prompt_cv:g}"
     table = Table(title=f"timing noise: this run and {n} jittered replications "
-                  f"(latency.jitter_cv {sc.latency.jitter_cv:g})")
-    for col in ("metric", "this run", "range", "verdict"):
+                  f"(latency.jitter_cv {lat.jitter_cv:g}{prompt})")
+    for col in ("metric", "this run", "range", "median", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     for s in spreads:
         table.add_row(s.label, s.text(s.values[0]), s.range_text(),
+                      "" if s.key == "oom" else s.text(s.median),
                       "moves with timing" if s.moved else "steady")
     Console().print(table)
     with output_errors("--output", out_dir / "jitter.json"):
         (out_dir / "jitter.json").write_text(
-            json.dumps(spread_doc(seeds, sc.latency.jitter_cv, spreads), indent=2) + "\n",
+            json.dumps(spread_doc(seeds, lat.jitter_cv, spreads, lat.prompt_cv),
+                       indent=2) + "\n",
             encoding="utf-8")
     click.echo(f"jitter: {out_dir / 'jitter.json'}")
     for s in spreads:

@@ -238,20 +238,27 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
                       _p5_p95(f.decode_spread), _p5_p95(f.prefill_spread))
     Console().print(table)
     if isinstance(cv := art.settings.get("step_time_cv"), float):
-        click.echo(_jitter_line(cv))
+        prompt = art.settings.get("prompt_step_cv")
+        click.echo(_jitter_line(cv, prompt if isinstance(prompt, float) else None))
     for lim in art.limits_reached:
         click.echo(f"limit reached: {lim.what}: {lim.error}", err=True)
 
 
-def _jitter_line(cv: float) -> str:
-    """What the measured step-time CV means for ``latency.jitter_cv``, which takes
-    values below JITTER_CV_MAX (kvsim.latency.config)."""
+def _jitter_line(cv: float, prompt_cv: float | None = None) -> str:
+    """What the measured step-time CVs mean for ``latency.jitter_cv`` and
+    ``latency.jitter_prompt_cv``, which take values below JITTER_CV_MAX
+    (kvsim.latency.config)."""
     from kvsim.latency.config import JITTER_CV_MAX
 
+    prompt = ""
+    if prompt_cv is not None:
+        value = (f"{prompt_cv:.3f}" if prompt_cv < JITTER_CV_MAX
+                 else f"0.99 (prompt steps measured {prompt_cv:.3f})")
+        prompt = f" and latency.jitter_prompt_cv: {value}"
     if cv < JITTER_CV_MAX:
-        return (f"step-time CV {cv:.3f}: set latency.jitter_cv: {cv:.3f} to replay this "
-                "timing noise (docs/scenarios.md, Timing noise)")
+        return (f"step-time CV {cv:.3f}: set latency.jitter_cv: {cv:.3f}{prompt} to replay "
+                "this timing noise (docs/scenarios.md, Timing noise)")
     return (f"step-time CV {cv:.3f}: at or above {JITTER_CV_MAX:g}, more than "
             "latency.jitter_cv takes: this server's steps stalled now and then (a busy "
             "machine?); measure again on a quieter one, or replay the largest noise kvsim "
-            "takes (latency.jitter_cv: 0.99)")
+            f"takes (latency.jitter_cv: 0.99{prompt.replace(' and ', ', ')})")

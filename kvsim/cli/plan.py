@@ -178,11 +178,13 @@ def p95_note(n: int, pooled: bool = True) -> str:
             "and do not include it: 'kvsim simulate' runs that seed itself, one more draw")
 
 
-def jitter_note(cv: float) -> str:
+def jitter_note(cv: float, prompt_cv: float | None = None) -> str:
     """What a plan's intervals hold when the scenario has timing noise."""
-    return (f"timing noise: every run's step times carry latency.jitter_cv {cv:g}, drawn "
-            "from its own seed, so the intervals include how far the outcomes move when "
-            "timing wobbles")
+    prompt = ("" if prompt_cv is None or prompt_cv == cv
+              else f" ({prompt_cv:g} on steps that compute prompt tokens)")
+    return (f"timing noise: every run's step times carry latency.jitter_cv {cv:g}{prompt}, "
+            "drawn from its own seed, so the intervals include how far the outcomes move "
+            "when timing wobbles")
 
 
 KV_POOL_NOTE = ("the vllm/sglang block pool holds fewer than parallel requests at the "
@@ -242,8 +244,8 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     for line in [*res.grid_notes, *identical_rows(res.table)]:
         click.echo(f"note: {line}")
     click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
-    if s.latency.jitter_cv > 0:
-        click.echo(f"note: {jitter_note(s.latency.jitter_cv)}")
+    if s.latency.jittered:
+        click.echo(f"note: {jitter_note(s.latency.jitter_cv, s.latency.prompt_cv)}")
     if "binding" in res.table and (res.table["binding"] == "kv_pool").any():
         click.echo(f"note: kv_pool: {KV_POOL_NOTE}")
     for note in res.notes:

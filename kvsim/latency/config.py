@@ -23,19 +23,39 @@ JitterCv = Annotated[float, Field(
     ge=0, lt=JITTER_CV_MAX, description="per-step multiplicative timing noise: its "
     "coefficient of variation, in [0, 1) (0 = exact step times; `kvsim calibrate engine` "
     "prints a server's); > 0 runs every step (no fast-forward)")]
+JitterPromptCv = Annotated[float | None, Field(
+    None, ge=0, lt=JITTER_CV_MAX, description="the noise's coefficient of variation for "
+    "steps that compute prompt tokens, in [0, 1); unset: jitter_cv (a long prompt step "
+    "wobbles less than a decode step: `kvsim calibrate engine` prints both)")]
 JitterSeed = Annotated[int | None, Field(
     ge=0, description="seed of the noise's own stream; unset: the scenario's seed (kvsim "
     "simulate --jitter-replications sets one per replication)")]
 
 
 class JitterKnobs(FrozenModel):
-    """Base of every latency kind, which takes timing noise (``jitter_cv``, ``jitter_seed``,
-    last among its keys): each engine step's time times a lognormal draw of mean 1 and
-    coefficient of variation ``jitter_cv`` (kvsim.latency.jitter).
+    """Base of every latency kind, which takes timing noise (``jitter_cv``,
+    ``jitter_prompt_cv``, ``jitter_seed``, last among its keys): each engine step's time
+    times a lognormal draw of mean 1 and coefficient of variation ``jitter_cv`` — or
+    ``jitter_prompt_cv``, when set, for a step that computes prompt tokens
+    (kvsim.latency.jitter).
 
-    NOTE: at the defaults (no jitter) neither key is written out, so a scenario without
-    jitter dumps, hashes and saves exactly as before the knob existed.
+    NOTE: at the defaults (no jitter) none of the keys is written out, so a scenario
+    without jitter dumps, hashes and saves exactly as before the knobs existed.
     """
+
+    # NOTE: each kind declares jitter_cv, jitter_prompt_cv and jitter_seed after its own
+    # keys (declared here, they would be dumped first and change scenario hashes)
+
+    @property
+    def prompt_cv(self) -> float:
+        """The noise's CV on a step that computes prompt tokens."""
+        cv, prompt = self.jitter_cv, self.jitter_prompt_cv  # type: ignore[attr-defined]
+        return float(cv if prompt is None else prompt)
+
+    @property
+    def jittered(self) -> bool:
+        """Whether any step carries timing noise."""
+        return self.jitter_cv > 0 or self.prompt_cv > 0  # type: ignore[attr-defined]
 
     @model_serializer(mode="wrap")
     def _drop_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -43,6 +63,8 @@ class JitterKnobs(FrozenModel):
         if isinstance(out, dict):
             if not out.get("jitter_cv"):
                 out.pop("jitter_cv", None)
+            if out.get("jitter_prompt_cv") is None:
+                out.pop("jitter_prompt_cv", None)
             if out.get("jitter_seed") is None:
                 out.pop("jitter_seed", None)
         return out
@@ -70,6 +92,7 @@ class RooflineConfig(JitterKnobs):
         0.25, ge=0, description="quantized KV: dequant time as a fraction of its read time "
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
     jitter_cv: JitterCv = 0.0
+    jitter_prompt_cv: JitterPromptCv = None
     jitter_seed: JitterSeed = None
 
 
@@ -82,6 +105,7 @@ class CalibratedConfig(JitterKnobs):
     path: str
     out_of_range: Literal["clamp", "refuse"] = "clamp"
     jitter_cv: JitterCv = 0.0
+    jitter_prompt_cv: JitterPromptCv = None
     jitter_seed: JitterSeed = None
 
 
@@ -94,6 +118,7 @@ class ConstantConfig(JitterKnobs):
     prefill_token_s: Seconds = Field(0.0, ge=0, description="added per prefilled token")
     decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
     jitter_cv: JitterCv = 0.0
+    jitter_prompt_cv: JitterPromptCv = None
     jitter_seed: JitterSeed = None
     # NOTE: no transfer cost here: every KV copy is priced by the PCIe link model
     # (kvsim.core.link, LinkSpec.latency_s + bytes / bandwidth) whatever the latency kind.

@@ -75,13 +75,14 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     GPUs (``devices``) makes the roofline a box's (kvsim.latency.box: each GPU's share at
     its own rates, the link between them).  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
-    ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` above 0 wraps
-    the model in its timing noise (kvsim.latency.jitter), seeded by ``jitter_seed`` or,
+    ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` (or
+    ``jitter_prompt_cv``) above 0 wraps the model in its timing noise (kvsim.latency.jitter), seeded by ``jitter_seed`` or,
     unset, the scenario's seed.
     """
     cfg = scenario.latency
     seed = scenario.seed if cfg.jitter_seed is None else cfg.jitter_seed
-    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, seed)
+    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, seed,
+                       cfg.jitter_prompt_cv)
 
 
 def _exact_model(scenario: Any, budget: Any | None) -> LatencyModel:

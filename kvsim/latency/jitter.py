@@ -4,12 +4,18 @@ A real server does not take the same time twice for the same step (other threads
 caches); where several sessions compete for fewer slots, which slot a returning session
 finds free hinges on those milliseconds (docs/scenarios.md, "Timing noise").  ``latency.jitter_cv``
 (kvsim.latency.config.JitterKnobs) sets the noise's coefficient of variation; `kvsim
-calibrate engine` measures a server's.  :func:`with_jitter` wraps the scenario's model.
+calibrate engine` measures a server's.  ``latency.jitter_prompt_cv``, when set, is the
+CV of a step that computes prompt tokens: its time wobbles less than a decode step's (a
+hiccup of a millisecond is a large part of a 2 ms decode step, a small one of a 100 ms
+prompt step), and which slot a session finds hinges on the prompt steps' timing.
+:func:`with_jitter` wraps the scenario's model.
 
 NOTE: the draws come from their own stream, a ``SeedSequence`` of the jitter seed and the
 name ``latency-jitter`` (the convention of kvsim.workload.generator.stream), one draw per
 priced step with a nonzero time, in the order steps are priced: the same seed gives the
-same run, and the workload's draws are untouched by the noise.
+same run, and the workload's draws are untouched by the noise.  A prompt step's factor is
+the same draw at its own CV (:meth:`JitteredLatency.factor`: the same quantile of its
+lognormal), so setting ``jitter_prompt_cv`` moves no other step's draw.
 NOTE: a jittered step cannot be jumped as part of a closed-form decode stretch (its
 steps' noise would have to be drawn in the same order as per-step runs draw it), so a
 jittered run simulates every step (kvsim.api.simulate: ``sim.fidelity`` is then ``step``).
@@ -49,6 +55,7 @@ class Noise:
     """
 
     def __init__(self, cv: float, seed: int) -> None:
+        self.cv = cv
         self.mu, self.sigma = lognormal_params(cv)
         self._rng = jitter_rng(seed)
         self._buf: list[float] = []
@@ -79,20 +86,27 @@ class Noise:
 
 class JitteredLatency:
     """A :class:`~kvsim.latency.base.LatencyModel` whose every step time is the inner
-    model's times the next factor of a :class:`Noise`.
+    model's times the next factor of a :class:`Noise` (at ``prompt_cv`` for a step that
+    computes prompt tokens, ``cv`` for the others; ``prompt_cv`` None = ``cv``).
 
     NOTE: ``clamped_steps`` and the spreads are the inner model's (a calibrated model
     counts clamps on itself); a step of no time stays 0 and takes no draw.
     """
 
-    def __init__(self, inner: LatencyModel, cv: float, seed: int) -> None:
+    def __init__(self, inner: LatencyModel, cv: float, seed: int,
+                 prompt_cv: float | None = None) -> None:
         self.inner = inner
         self.cv = cv
-        self.noise = Noise(cv, seed)
+        self.prompt_cv = cv if prompt_cv is None else prompt_cv
+        # NOTE: the draws are at the decode CV (at the prompt CV when that one is 0)
+        self.noise = Noise(cv if cv > 0 else self.prompt_cv, seed)
+        self._decode = _Rescale(self.noise, cv)
+        self._prompt = _Rescale(self.noise, self.prompt_cv)
 
     @property
     def provenance(self) -> str:
-        return f"{self.inner.provenance} + jitter CV {self.cv:g}"
+        prompt = "" if self.prompt_cv == self.cv else f", prompt steps {self.prompt_cv:g}"
+        return f"{self.inner.provenance} + jitter CV {self.cv:g}{prompt}"
 
     @property
     def clamped_steps(self) -> int | None:
@@ -124,7 +138,10 @@ class JitteredLatency:
 
     def step_time_s(self, batch: BatchShape) -> float:
         dt = self.inner.step_time_s(batch)
-        return dt * self.noise.next() if dt > 0 else dt
+        if dt <= 0:
+            return dt
+        scale = self._prompt if batch.prefill_tokens else self._decode
+        return dt * scale(self.noise.next())
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:
@@ -139,9 +156,29 @@ class JitteredLatency:
     def _apply(self, base: list[float]) -> list[float]:
         """``base`` with each positive time times the next factor (in order)."""
         factors = iter(self.noise.take(sum(1 for d in base if d > 0)))
-        return [d * next(factors) if d > 0 else d for d in base]
+        return [d * self._decode(next(factors)) if d > 0 else d for d in base]
 
 
-def with_jitter(model: LatencyModel, cv: float, seed: int) -> LatencyModel:
-    """``model`` itself without jitter (``cv`` 0), else wrapped in :class:`JitteredLatency`."""
-    return JitteredLatency(model, cv, seed) if cv > 0 else model
+class _Rescale:
+    """A draw of ``noise`` (lognormal, mean 1, the noise's CV) as the same quantile of the
+    lognormal of mean 1 and CV ``cv``: itself at the noise's CV, 1 at CV 0."""
+
+    def __init__(self, noise: Noise, cv: float) -> None:
+        self.same = cv == noise.cv
+        self.mu, self.sigma = lognormal_params(cv)
+        self.ratio = self.sigma / noise.sigma if noise.sigma > 0 else 0.0
+        self.noise_mu = noise.mu
+
+    def __call__(self, factor: float) -> float:
+        if self.same:
+            return factor
+        return math.exp(self.mu + self.ratio * (math.log(factor) - self.noise_mu))
+
+
+def with_jitter(model: LatencyModel, cv: float, seed: int, prompt_cv: float | None = None
+                ) -> LatencyModel:
+    """``model`` itself without jitter (``cv`` and ``prompt_cv`` 0), else wrapped in
+    :class:`JitteredLatency`."""
+    if cv > 0 or (prompt_cv or 0.0) > 0:
+        return JitteredLatency(model, cv, seed, prompt_cv)
+    return model

@@ -70,6 +70,14 @@ class MetricSpread:
         finite = [v for v in self.values if not math.isnan(v)]
         return max(finite) if finite else math.nan
 
+    @property
+    def median(self) -> float:
+        """The median over the run and its replications: where a value hinges on timing,
+        the one figure to hold a server's typical run against (a single run is one draw
+        of the race)."""
+        finite = [v for v in self.values if not math.isnan(v)]
+        return float(np.median(finite)) if finite else math.nan
+
     def text(self, value: float) -> str:
         """``value`` as this metric is shown (a rate in %, a time in ms or s)."""
         if math.isnan(value):
@@ -104,7 +112,7 @@ def jitter_seeds(scenario: Scenario, n: int) -> list[int]:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_JITTER_REPLICATIONS:
         raise InputError("--jitter-replications", n,
                          f"an integer from 1 to {MAX_JITTER_REPLICATIONS}")
-    if not scenario.latency.jitter_cv > 0:
+    if not scenario.latency.jittered:
         raise InputError("--jitter-replications", n, "a scenario with timing noise: set "
                          "latency.jitter_cv (e.g. --set latency.jitter_cv=0.05; kvsim "
                          "calibrate engine measures a server's)")
@@ -172,15 +180,17 @@ def _value(run: RunOutput, key: str) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
-def spread_doc(seeds: Sequence[int], cv: float, spreads: Sequence[MetricSpread]
-               ) -> dict[str, Any]:
-    """``jitter.json``: the seeds, the CV, and per metric its values (the run's first),
-    range and verdict."""
-    return {"jitter_cv": cv, "stream": JITTER_STREAM, "seeds": list(seeds),
+def spread_doc(seeds: Sequence[int], cv: float, spreads: Sequence[MetricSpread],
+                prompt_cv: float | None = None) -> dict[str, Any]:
+    """``jitter.json``: the seeds, the CVs, and per metric its values (the run's first),
+    range, median and verdict."""
+    return {"jitter_cv": cv, "jitter_prompt_cv": cv if prompt_cv is None else prompt_cv,
+            "stream": JITTER_STREAM, "seeds": list(seeds),
             "material": {"rate_points": MATERIAL_RATE_POINTS, "relative": MATERIAL_RELATIVE},
             "metrics": {s.key: {"label": s.label, "values": [_json(v) for v in s.values],
                                 "low": _json(s.low), "high": _json(s.high),
-                                "moved": s.moved, "reason": s.reason} for s in spreads}}
+                                "median": _json(s.median), "moved": s.moved,
+                                "reason": s.reason} for s in spreads}}
 
 
 def _json(v: float) -> float | None:

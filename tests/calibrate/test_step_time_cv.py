@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from kvsim.calibrate.engine import EngineGrid, calibrate_engine
-from kvsim.calibrate.engine_samples import DecodeSample, EngineSamples, step_time_cv
+from kvsim.calibrate.engine_samples import (
+    DecodeSample,
+    EngineSamples,
+    PrefillSample,
+    prompt_step_cv,
+    step_time_cv,
+)
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
 from kvsim.scenario import load_scenario
@@ -47,6 +53,37 @@ def test_cv_of_the_gaps_leaves_out_the_fit_error_and_the_rounds_speed() -> None:
     assert cv == pytest.approx(0.12, rel=0.06)
 
 
+def _prompts(rng: np.random.Generator, typical_s: dict[int, tuple[float, float]],
+             rounds: int = 30) -> EngineSamples:
+    """Prefill samples: per prompt size, ``(typical TTFT, CV)``; the second half of the
+    rounds runs 40 % slower and each point carries a fit error of its own."""
+    prefill = {}
+    for k, (typical, cv) in typical_s.items():
+        noise = _noisy(rng, cv, rounds)
+        prefill[(0, k)] = [PrefillSample(typical * (1 + k / 1e4) * (1.4 if rnd >= rounds // 2
+                                                                   else 1.0) * noise[rnd],
+                                         0, k, rnd) for rnd in range(rounds)]
+    return EngineSamples(props={}, prefill=prefill, rounds=rounds)
+
+
+def test_prompt_cv_leaves_out_the_fit_error_and_the_rounds_speed() -> None:
+    samples = _prompts(np.random.default_rng(3), {128: (0.04, 0.08), 512: (0.16, 0.08),
+                                                  1280: (0.5, 0.08)})
+    assert prompt_step_cv(samples) == pytest.approx(0.08, rel=0.15)
+
+
+def test_prompt_cv_is_weighted_by_time() -> None:
+    """Short prompts' times are mostly the request's own handling, whose hiccups are
+    no step's: a 10 ms point at CV 0.5 beside 0.5 s points at CV 0.08 moves the CV by
+    what its time weighs: sqrt((0.01·0.5² + 2·0.5·0.08²) / 1.01) = 0.095, where
+    unweighted it would be sqrt((0.5² + 2·0.08²) / 3) = 0.30."""
+    samples = _prompts(np.random.default_rng(5), {16: (0.01, 0.5), 768: (0.5, 0.08),
+                                                  1280: (0.5, 0.08)}, rounds=60)
+    assert prompt_step_cv(samples) == pytest.approx(0.095, rel=0.15)
+    one = EngineSamples(props={}, prefill={(0, 64): [PrefillSample(0.02, 0, 64)]})
+    assert prompt_step_cv(one) is None
+
+
 def test_no_gaps_past_the_warm_up_measure_no_cv() -> None:
     short = EngineSamples(props={}, decode={(1, 10): [DecodeSample(0.0, 4, (1e-3,) * 4)]})
     assert step_time_cv(short, FIT) is None
@@ -70,9 +107,12 @@ def test_the_cli_prints_the_cv_a_scenario_takes(tmp_path: Path) -> None:
                             "300:900", "-o", str(out)], capture_output=True, text=True,
                            timeout=120, check=False)
     assert r.returncode == 0, r.stderr
-    cv = json.loads(out.read_text())["settings"]["step_time_cv"]
+    settings = json.loads(out.read_text())["settings"]
+    cv, prompt = settings["step_time_cv"], settings["prompt_step_cv"]
     line = next(x for x in r.stdout.splitlines() if x.startswith("step-time CV"))
-    assert line.startswith(f"step-time CV {cv:.3f}: set latency.jitter_cv: {cv:.3f}")
+    assert line == (f"step-time CV {cv:.3f}: set latency.jitter_cv: {cv:.3f} and "
+                    f"latency.jitter_prompt_cv: {prompt:.3f} to replay this timing noise "
+                    "(docs/scenarios.md, Timing noise)")
     sc = load_scenario("quickstart", [f"latency.jitter_cv={cv:.3f}"])
     assert sc.latency.jitter_cv == pytest.approx(cv, abs=5e-4)
 
@@ -88,3 +128,8 @@ def test_a_cv_above_what_a_scenario_takes_is_said_so() -> None:
     assert "set latency.jitter_cv: 1.061" not in line
     assert load_scenario("quickstart", ["latency.jitter_cv=0.99"]).latency.jitter_cv == 0.99
     assert _jitter_line(0.25).startswith("step-time CV 0.250: set latency.jitter_cv: 0.250")
+    line = _jitter_line(1.061, 0.12)
+    assert line.endswith("(latency.jitter_cv: 0.99, latency.jitter_prompt_cv: 0.120)")
+    assert _jitter_line(0.3, 1.2).startswith(
+        "step-time CV 0.300: set latency.jitter_cv: 0.300 and latency.jitter_prompt_cv: 0.99 "
+        "(prompt steps measured 1.200) to replay")

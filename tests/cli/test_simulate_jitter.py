@@ -34,6 +34,11 @@ def test_more_sessions_than_slots_is_flagged_and_the_run_is_unchanged(kvsim_cli,
     assert len(doc["seeds"]) == 6 and len(reuse["values"]) == 7 and reuse["moved"]
     assert reuse["values"][0] == summary["prefix_hit_rate"]
     assert f"{100 * reuse['low']:.1f}–{100 * reuse['high']:.1f} %" in warning
+    # the median over this run and the 6: the figure a server's typical run is held to
+    ttft = doc["metrics"]["ttft_p95_s"]
+    assert ttft["median"] == sorted(ttft["values"])[3] and doc["jitter_prompt_cv"] == 0.1
+    row = next(ln for ln in out.splitlines() if ln.startswith("│ TTFT p95"))
+    assert f"{ttft['median'] * 1000:.0f} ms" in row
 
 
 def test_as_many_sessions_as_slots_keeps_its_reuse(kvsim_cli, tmp_path) -> None:

@@ -50,7 +50,8 @@ def test_a_key_the_kind_lacks_is_still_an_error():
         load_scenario("quickstart", ["latency.step_s=0.03"])  # constant's key, not roofline's
     assert exc.value.one_line() == (
         "latency.roofline.step_s: 0.03 — not a key here; allowed: kind, backend, rates, "
-        "constants, step_overhead_s, kv_dequant_factor, jitter_cv, jitter_seed")
+        "constants, step_overhead_s, kv_dequant_factor, jitter_cv, jitter_prompt_cv, "
+        "jitter_seed")
 
 
 def test_simulate_with_one_latency_key(kvsim_cli, tmp_path):

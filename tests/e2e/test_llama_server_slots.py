@@ -8,15 +8,26 @@ the same sessions reuse different amounts.  Checked, on the same server build an
 as tests/e2e/test_llama_server.py (one calibration round before each replay):
 
 - every replay's prompt-cache reuse lies inside the range kvsim's jittered replications
-  give (``latency.jitter_cv`` = the calibration's ``step_time_cv``);
+  give (``latency.jitter_cv`` = the calibration's ``step_time_cv``, ``jitter_prompt_cv``
+  = its ``prompt_step_cv``);
 - fed the server's own timing back (every turn sent when the replay sent it, every step
   ending when the server's did: tests/e2e/fed_back.py), kvsim's ``cache_n`` and
   ``prompt_n`` equal the server's for every request of every replay;
-- TTFT and inter-token p95 are within ±15 % of the median of three replays (of six when
-  the first three miss: a busy machine's replays swing by more than the band): steps that
-  put one slot's prompt beside other slots' decodes run as several ubatches (docs/
-  reference/engines.md §3.5), the first decode steps after a prompt step run slower
-  (``after_prompt_s``), and the simulation prices both.
+- TTFT and inter-token p95 — the median of kvsim's jittered replications, the figure
+  `kvsim simulate --jitter-replications` gives for an outcome that hinges on timing —
+  are within ±15 % of the median of three replays (of six when the first three miss: a
+  busy machine's replays swing by more than the band): steps that put one slot's prompt
+  beside other slots' decodes run as several ubatches (docs/reference/engines.md §3.5),
+  the first decode steps after a prompt step run slower (``after_prompt_s``), and the
+  simulation prices both.
+
+NOTE: why the jittered median, not the one exact run: this shape's TTFT p95 is the
+second-slowest of 30 requests, and those are the turns that find their slot taken
+because another session's turn arrived a few milliseconds earlier (s0#2 against s5#1
+around 5.7 s: the three turns that then queue behind one 1,158-token step make the
+tail).  Replays of the same sessions measured 0.29-0.50 s; one exact run is one side of
+the race (+2 / +3 / +22 % against three replays' medians in three recorded runs), the
+jittered median −5 / −1 / +4 %.
 
 NOTE: the sessions' spacing is a multiple of the predicted typical request, so a slow
 machine stretches the replay instead of changing its shape.
@@ -93,13 +104,28 @@ def _sessions(unit_s: float) -> list[Session]:
     return out
 
 
-def _scenario(gguf, artifact, trace, jitter_cv: float = 0.0):
+def _scenario(gguf, artifact, trace, jitter_cv: float = 0.0,
+              jitter_prompt_cv: float | None = None):
     return resolve_scenario({
         "gpu": "rtx-4090", "model": model_from_gguf(gguf), "weights": "f16",
         "engine": {"preset": "llama.cpp", "allocator": "slots",
                    "ctx_size": SLOTS * 2048, "parallel": SLOTS, "cache_ram_bytes": 0},
         "workload": {"trace": str(trace)},
-        "latency": {"kind": "calibrated", "path": str(artifact), "jitter_cv": jitter_cv}})
+        "latency": {"kind": "calibrated", "path": str(artifact), "jitter_cv": jitter_cv,
+                    "jitter_prompt_cv": jitter_prompt_cv}})
+
+
+def _jittered(gguf, artifact, trace) -> list[dict]:
+    """Summaries of kvsim's JITTER_RUNS jittered replications, at the server's measured
+    noise.  NOTE: a machine busy enough to stall the server measures a CV of 1 or more,
+    more than latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says
+    so)."""
+    path, art = artifact
+    cv, prompt = art.settings["step_time_cv"], art.settings.get("prompt_step_cv")
+    print(f"step_time_cv {cv:.3f}, prompt_step_cv {prompt}")
+    sc = _scenario(gguf, path, trace, jitter_cv=min(cv, 0.99),
+                   jitter_prompt_cv=None if prompt is None else min(prompt, 0.99))
+    return [r.summary for r in jitter_replications(sc, JITTER_RUNS)[1]]
 
 
 def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # noqa: F811
@@ -136,29 +162,26 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
         sessions = _sessions(unit_s)
         write_trace(trace, sessions, TraceMeta(source="test"))
         pairs(REPLAYS, sessions)
-        misses = _latency_misses(gguf_path, artifact()[0], trace, players)
+        spread = _jittered(gguf_path, artifact(), trace)
+        misses = _latency_misses(gguf_path, artifact()[0], trace, players, spread)
         if misses:  # a busy machine's replays swing by more than the band: three more
             pairs(REPLAYS, sessions)
-            misses = _latency_misses(gguf_path, artifact()[0], trace, players)
-    path, art = artifact()
-    cv = float(art.settings["step_time_cv"])
+            spread = _jittered(gguf_path, artifact(), trace)
+            misses = _latency_misses(gguf_path, artifact()[0], trace, players, spread)
+    path, _ = artifact()
     runs = [p.results() for p in players]
-    print(f"unit {unit_s:.3f} s, step_time_cv {cv:.3f}")
+    print(f"unit {unit_s:.3f} s")
 
     # 1. measured reuse inside kvsim's jittered range
-    # NOTE: a machine busy enough to stall the server measures a CV of 1 or more, more
-    # than latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says so)
-    _check_reuse(_scenario(gguf_path, path, trace, jitter_cv=min(cv, 0.99)), runs)
+    _check_reuse(spread, runs)
 
     # 2. the server's timing fed back: every request's cache_n and prompt_n exactly
     known = _fed_back_misses(_scenario(gguf_path, path, trace), players, runs)
 
     # 3. TTFT and inter-token p95 within ±15 % of the median of the replays; a miss is
-    # kept visible as a known miss, a TTFT p95 more than TTFT_FAIL off is a failure.
-    # NOTE: not met, measured: in 3 of 8 local runs kvsim's TTFT p95 of this shape was
-    # outside the band, all high (+15.7, +17.5, +32.3 %); the others -1.8 ... +14 % (six
-    # replays of one shape spread 0.28-0.47 s on this VM, whose speed swings 1-3x with
-    # nothing else running)
+    # kept visible as a known miss, a TTFT p95 more than TTFT_FAIL off is a failure
+    # (module NOTE: the jittered median was −5 / −1 / +4 % in three recorded runs, inter-
+    # token p95 −13 / −5 / −13 %; the VM's speed swings 1-3x with nothing else running)
     assert not {m: e for m, e in misses.items()
                 if m.startswith("ttft") and abs(e) > TTFT_FAIL}, misses
     known += [f"{m} {e:+.0%}" for m, e in misses.items()]
@@ -169,16 +192,15 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
         pytest.xfail("known misses: " + "; ".join(known))
 
 
-TTFT_FAIL = 0.6
+TTFT_FAIL = 0.3
 """A TTFT p95 this far from the replays' median fails (the known miss is below it)."""
 MAX_RACES = 3
 """Requests of one replay (of 30) that may differ with the server's timing fed back."""
 
 
-def _check_reuse(jittered, runs: list) -> None:
+def _check_reuse(jittered: list[dict], runs: list) -> None:
     """Every replay's prompt-cache reuse inside the range of kvsim's jittered runs."""
-    _, reps = jitter_replications(jittered, JITTER_RUNS)
-    spread = [r.summary["prefix_hit_rate"] for r in reps]
+    spread = [s["prefix_hit_rate"] for s in jittered]
     measured = [m.summary["prefix_hit_rate"] for m in runs]
     print(f"reuse measured {[round(v, 4) for v in measured]}, kvsim jittered "
           f"{min(spread):.4f} … {max(spread):.4f} over {JITTER_RUNS} runs")
@@ -205,20 +227,23 @@ def _fed_back_misses(exact, players: list[Replayer], runs: list) -> list[str]:
     return known
 
 
-def _latency_misses(gguf, artifact, trace, players: list[Replayer]) -> dict[str, float]:
-    """p95 TTFT and inter-token latency outside ±15 % of the replays' median (p50s
-    printed beside them)."""
-    predicted = simulate(_scenario(gguf, artifact, trace))
-    print(predicted.summary["latency_model"])
+def _latency_misses(gguf, artifact, trace, players: list[Replayer], jittered: list[dict]
+                    ) -> dict[str, float]:
+    """p95 TTFT and inter-token latency — the median of kvsim's jittered replications —
+    outside ±15 % of the replays' median (p50s and the one exact run printed beside)."""
+    exact = simulate(_scenario(gguf, artifact, trace))
+    print(exact.summary["latency_model"])
     runs = [p.results() for p in players]
     misses = {}
     for metric in ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s"):
-        each = [compare_results(m, predicted).set_index("metric").loc[metric] for m in runs]
+        each = [compare_results(m, exact).set_index("metric").loc[metric] for m in runs]
         med = float(np.median([e["measured"] for e in each]))
-        rel = each[0]["predicted"] / med - 1
+        predicted = float(np.median([s[metric] for s in jittered]))
+        rel = predicted / med - 1
         print(f"{metric}: measured {[round(e['measured'], 4) for e in each]} median "
-              f"{med:.4f} over {len(runs)} replays, predicted {each[0]['predicted']:.4f} "
-              f"({rel:+.1%})")
+              f"{med:.4f} over {len(runs)} replays, predicted {predicted:.4f} ({rel:+.1%}; "
+              f"one exact run {each[0]['predicted']:.4f}, "
+              f"{each[0]['predicted'] / med - 1:+.1%})")
         if metric.endswith("p95_s") and abs(rel) > 0.15:
             misses[metric] = rel
     return misses
