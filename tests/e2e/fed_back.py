@@ -54,7 +54,9 @@ TIE_S = 0.005
 HTTP threads read and tokenize them in parallel (seen: one sent 1.3 ms after another
 had its prompt computed first)."""
 SAME_STEP_S = 0.0005
-"""First tokens closer than this came out of one step."""
+"""Sampled tokens closer than this are counted as one step end (:func:`server_arrivals`).
+NOTE: tokens of one step can come out further apart (slot by slot, seen 0.8 ms apart):
+such a step counts as two ends about a millisecond apart."""
 
 
 MIN_PROMPT_STEP_S = 0.005
@@ -88,8 +90,13 @@ def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str
 
 def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
     """Each request's send time, reordered as the server took them: among requests sent
-    within :data:`TIE_S` of each other, the one whose prompt step ended first came first,
-    and those whose prompts ran in one step came together (the earliest time)."""
+    within :data:`TIE_S` of each other, the one whose prompt step ended first came first;
+    those whose prompts ran in one step keep the order they were sent in.
+
+    NOTE: first tokens of one step come out slot by slot (a few tenths of a millisecond
+    to over one apart on a busy machine: seen 0.8 ms), so within a step their order is
+    the slots', not the arrivals'; steps that compute prompts are at least
+    :data:`MIN_PROMPT_STEP_S` apart, so first tokens closer than that share a step."""
     rows = sorted(player.rows, key=lambda r: r.arrival_s)
     groups: list[list] = []
     for r in rows:
@@ -100,12 +107,14 @@ def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for g in groups:
         sent = sorted(r.arrival_s for r in g)
-        by_first = sorted(g, key=lambda r: times[rid(r)][0])
-        prev = None
-        for r, t in zip(by_first, sent, strict=True):
-            same = prev is not None and times[rid(r)][0] - times[rid(prev)][0] < SAME_STEP_S
-            out[rid(r)] = out[rid(prev)] if same else t
-            prev = r
+        step: dict[str, float] = {}  # each request's step: the earliest first token of it
+        for r in sorted(g, key=lambda r: times[rid(r)][0]):
+            first = times[rid(r)][0]
+            same = [v for v in step.values() if first - v < MIN_PROMPT_STEP_S]
+            step[rid(r)] = min(same) if same else first
+        for r, t in zip(sorted(g, key=lambda r: (step[rid(r)], r.arrival_s)), sent,
+                        strict=True):
+            out[rid(r)] = t
     return out
 
 

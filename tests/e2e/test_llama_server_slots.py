@@ -194,8 +194,9 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
 
 TTFT_FAIL = 0.3
 """A TTFT p95 this far from the replays' median fails (the known miss is below it)."""
-MAX_RACES = 3
-"""Requests of one replay (of 30) that may differ with the server's timing fed back."""
+MAX_RACES = 1
+"""Requests of one replay (of 30) that may differ with the server's timing fed back (a
+known miss, listed)."""
 
 
 def _check_reuse(jittered: list[dict], runs: list) -> None:
@@ -219,10 +220,10 @@ def _fed_back_misses(exact, players: list[Replayer], runs: list) -> list[str]:
         known += [f"replay {k} fed back: {len(bad)} requests differ"] if len(bad) else []
         # NOTE: a request whose slot the server chose within a few milliseconds (of a step
         # end, or of another request's arrival) can go either way, and the harness cannot
-        # always tell which way it went (fed_back.server_arrivals): seen on this VM, up to
-        # 2 of 30 requests in a replay (s1#3 most often, with old and new kvsim alike, on
-        # the same recorded replays); those are known misses, listed. A rule kvsim gets
-        # wrong shows in more: more than MAX_RACES is a failure
+        # always tell which way it went (fed_back.server_arrivals). Up to 2 of 30 were seen
+        # while the harness ordered prompts of one step by their first tokens (which come
+        # out slot by slot); keeping their send order, nine recorded replays matched every
+        # request. One is a known miss, listed; more is a failure
         assert len(bad) <= MAX_RACES, bad.to_string()
     return known
 
