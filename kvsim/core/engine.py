@@ -11,6 +11,8 @@ NOTE: sampler ticks are URGENT: a tick at a step end records the state before th
 changes, in both fidelities.
 NOTE: a run cut short records running/waiting requests as ``unfinished``; ``max_sim_time_s``
 stops at once, the request cap and memory limit let the step in flight end first.
+NOTE: :meth:`Engine.run` raises the young-generation GC threshold for the run and restores
+the process's settings after it (results do not depend on it).
 Design: docs/design/sim-engine.md (after docs/design/DESIGN.md §3.4).
 """
 
