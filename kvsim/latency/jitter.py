@@ -14,7 +14,7 @@ NOTE: the draws come from their own stream, a ``SeedSequence`` of the jitter see
 name ``latency-jitter`` (the convention of kvsim.workload.generator.stream), one draw per
 priced step with a nonzero time, in the order steps are priced: the same seed gives the
 same run, and the workload's draws are untouched by the noise.  A prompt step's factor is
-the same draw at its own CV (:meth:`JitteredLatency.factor`: the same quantile of its
+the same draw at its own CV (:class:`_Rescale`: the same quantile of its
 lognormal), so setting ``jitter_prompt_cv`` moves no other step's draw.
 NOTE: a jittered step cannot be jumped as part of a closed-form decode stretch (its
 steps' noise would have to be drawn in the same order as per-step runs draw it), so a
