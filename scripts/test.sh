@@ -21,4 +21,4 @@ run_pytest() {
 }
 
 run_pytest -q -n 2 -m "not e2e" tests
-run_pytest -q -rP -p no:xdist -m e2e tests
+run_pytest -q -rPx -p no:xdist -m e2e tests
