@@ -174,3 +174,20 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         from kvsim.cli._jitter_output import report_jitter
 
         report_jitter(sc, res, jitter_n, path, jobs)
+    elif note := timing_note(sc, res.requests):
+        click.echo(f"note: {note}", err=True)
+
+
+def timing_note(sc: Any, requests: Any) -> str:
+    """Why this run's reuse and TTFT tail are one draw of a race, and how to see its
+    spread; "" when the shape does not hinge on timing (kvsim.plan.jitter)."""
+    from kvsim.plan.jitter import timing_reason
+
+    reason = timing_reason(sc, requests)
+    if not reason:
+        return ""
+    how = ("--jitter-replications N shows their spread" if sc.latency.jittered else
+           "--jitter-replications N with latency.jitter_cv set (kvsim calibrate engine "
+           "measures a server's) shows their spread")
+    return (f"{reason}: which slot a returning session finds free hinges on milliseconds, "
+            f"so this run's prompt-cache reuse and TTFT p95 are one draw; {how}")

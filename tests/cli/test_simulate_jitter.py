@@ -13,6 +13,11 @@ def test_more_sessions_than_slots_is_flagged_and_the_run_is_unchanged(kvsim_cli,
     sc = sessions_scenario(tmp_path, 6)
     code, err, out = kvsim_cli("simulate", sc, "--no-report", "-o", tmp_path / "plain")
     assert (code, err) == (0, "")
+    # a plain run of this shape says its reuse and TTFT tail are one draw of a race
+    assert kvsim_cli.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
+        "note: more sessions than slots (6 open at once on 4): which slot a returning "
+        "session finds free hinges on milliseconds, so this run's prompt-cache reuse and "
+        "TTFT p95 are one draw; --jitter-replications N shows their spread")
     code, err, out = kvsim_cli("simulate", sc, "--no-report", "-o", tmp_path / "jit",
                                "--jitter-replications", "6")
     assert (code, err) == (0, "")
@@ -20,6 +25,7 @@ def test_more_sessions_than_slots_is_flagged_and_the_run_is_unchanged(kvsim_cli,
     assert "timing noise: this run and 6 jittered replications" in out
     assert re.search(r"prompt-cache reuse .* moves with timing", out)
     warning = next(ln for ln in stderr.splitlines() if "prompt-cache reuse" in ln)
+    assert "one draw" not in stderr  # the spread itself is shown instead
     assert re.fullmatch(r"warning: prompt-cache reuse \d+\.\d–\d+\.\d % depending on timing: "
                         r"more sessions than slots \(6 open at once on 4\)", warning)
     # the run itself is saved as without the flag
@@ -47,6 +53,19 @@ def test_as_many_sessions_as_slots_keeps_its_reuse(kvsim_cli, tmp_path) -> None:
     assert (code, err) == (0, "")
     assert re.search(r"prompt-cache reuse .* steady", out)
     assert "prompt-cache reuse" not in kvsim_cli.stderr  # type: ignore[attr-defined]
+    code, _, _ = kvsim_cli("simulate", sessions_scenario(tmp_path, 4), "--no-report",
+                           "-o", tmp_path / "plain")
+    assert code == 0 and "one draw" not in kvsim_cli.stderr  # type: ignore[attr-defined]
+
+
+def test_an_exact_run_of_a_racing_shape_says_how_to_see_the_spread(kvsim_cli,
+                                                                  tmp_path) -> None:
+    code, _, _ = kvsim_cli("simulate", sessions_scenario(tmp_path, 6, jitter_cv=0.0),
+                           "--no-report", "-o", tmp_path / "o")
+    assert code == 0
+    assert kvsim_cli.stderr.splitlines()[-1].endswith(  # type: ignore[attr-defined]
+        "are one draw; --jitter-replications N with latency.jitter_cv set (kvsim "
+        "calibrate engine measures a server's) shows their spread")
 
 
 def test_bad_jitter_replications_is_one_line_before_any_run(kvsim_cli, tmp_path) -> None:
