@@ -180,11 +180,12 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
 
 def timing_note(sc: Any, requests: Any) -> str:
     """Why this run's reuse and TTFT tail are one draw of a race, and how to see its
-    spread; "" when the shape does not hinge on timing (kvsim.plan.jitter)."""
+    spread; "" when the shape does not hinge on timing (kvsim.plan.jitter) or no session
+    comes back for a second turn."""
     from kvsim.plan.jitter import timing_reason
 
     reason = timing_reason(sc, requests)
-    if not reason:
+    if not reason or not (requests["turn"] > 0).any():
         return ""
     how = ("--jitter-replications N shows their spread" if sc.latency.jittered else
            "--jitter-replications N with latency.jitter_cv set (kvsim calibrate engine "
