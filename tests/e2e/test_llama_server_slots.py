@@ -217,7 +217,9 @@ def _fed_back_misses(exact, players: list[Replayer], runs: list) -> list[str]:
         assert len(per) == SESSIONS * TURNS
         bad = per[~(per["cached_tokens_equal"] & per["computed_prompt_tokens_equal"])]
         print(f"replay {k}: {len(bad)} of {len(per)} requests differ with its timing fed back")
-        known += [f"replay {k} fed back: {len(bad)} requests differ"] if len(bad) else []
+        which = ", ".join(f"{r.request_id} cached {r.cached_tokens_measured:g} measured, "
+                          f"{r.cached_tokens_predicted:g} predicted" for r in bad.itertuples())
+        known += [f"replay {k} fed back: {len(bad)} requests differ ({which})"] if len(bad) else []
         # NOTE: a request whose slot the server chose within a few milliseconds (of a step
         # end, or of another request's arrival) can go either way, and the harness cannot
         # always tell which way it went (fed_back.server_arrivals). Up to 2 of 30 were seen
