@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import inspect
 import os
 import signal
 import sys
@@ -121,20 +122,8 @@ def source_help(target: str) -> str | None:
     if not body.startswith('"""'):
         return None
     close = body.find('"""', 3)
-    return _cleandoc(body[3:close]).split("\f")[0] if close > 0 else None
-
-
-def _cleandoc(doc: str) -> str:
-    """``inspect.cleandoc`` (what click applies to a docstring), without importing
-    ``inspect`` (~30 ms)."""
-    lines = doc.expandtabs().split("\n")
-    margin = min((len(x) - len(x.lstrip()) for x in lines[1:] if x.strip()), default=0)
-    lines = [lines[0].lstrip()] + [x[margin:] for x in lines[1:]]
-    while lines and not lines[0]:
-        lines.pop(0)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return "\n".join(lines)
+    # NOTE: click cleans a docstring with inspect.cleandoc (inspect is imported by click)
+    return inspect.cleandoc(body[3:close]).split("\f")[0] if close > 0 else None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
