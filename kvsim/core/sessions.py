@@ -28,6 +28,7 @@ from kvsim.workload.schema import (
     output_segment,
     prompt_segments,
     system_segments,
+    turn_segment_id,
     turn_segments,
 )
 
@@ -55,14 +56,14 @@ def _turn_pieces(session: Session, i: int) -> TokenSeq:
     """``_seq(turn_segments(session, i))`` without building the pydantic segments.
 
     NOTE: the same ids as :func:`~kvsim.workload.schema.turn_segments` (its prefix, then
-    ``{sid}/t{i}/tool`` and ``{sid}/t{i}/in``); empty ones are left out as ``_seq`` does."""
+    :func:`~kvsim.workload.schema.turn_segment_id`); empty ones are left out as ``_seq`` does."""
     t = session.turns[i]
     sid = session.session_id
     out = [(g.id, 0, g.tokens) for g in t.prefix if g.tokens > 0]
     if t.tool_tokens > 0:
-        out.append((f"{sid}/t{i}/tool", 0, t.tool_tokens))
+        out.append((turn_segment_id(sid, i, "tool"), 0, t.tool_tokens))
     if t.input_tokens > 0:
-        out.append((f"{sid}/t{i}/in", 0, t.input_tokens))
+        out.append((turn_segment_id(sid, i, "in"), 0, t.input_tokens))
     return tuple(out)
 
 
@@ -75,7 +76,7 @@ def make_request(session: Session, i: int, now_s: float,
     sid = session.session_id
     # NOTE: output_segment(session, i).id, without building the segment
     return Request(request_id=f"{sid}#{i}", session_id=sid, turn=i, arrival_s=now_s,
-                   prompt=prompt, output_id=f"{sid}/t{i}/out",
+                   prompt=prompt, output_id=turn_segment_id(sid, i, "out"),
                    max_output_tokens=turn.output_tokens, member=session.member,
                    kind=session.kind)
 
@@ -192,7 +193,7 @@ class SessionChat:
         out = self._head + _turn_pieces(self.session, i)  # NOTE: pieces concatenate
         if self.session.history == "full":
             n = self.session.turns[i].output_tokens  # NOTE: > 0 (the schema's rule)
-            self._head = out + ((f"{self.session.session_id}/t{i}/out", 0, n),)
+            self._head = out + ((turn_segment_id(self.session.session_id, i, "out"), 0, n),)
         return out
 
     def segments(self, i: int) -> list[Segment]:

@@ -208,8 +208,6 @@ class SlotScheduler:
         NOTE: llama-server clears a purged slot without saving it to the RAM cache.
         """
         pool = self.pool
-        if pool.pool_cells - sum([s.n_tokens for s in pool.slots]) >= needed:
-            return True  # NOTE: the common case, without the loop's property calls
         while pool.free_cells < needed:
             victim = pool.lru_idle_with_cache()
             if victim is None:

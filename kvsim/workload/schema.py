@@ -160,15 +160,20 @@ class TraceMeta(FrozenModel):
         return self
 
 
+def turn_segment_id(session_id: str, i: int, part: str) -> str:
+    """The id of turn *i*'s ``part`` segment (``tool``, ``in`` or ``out``; module doc)."""
+    return f"{session_id}/t{i}/{part}"
+
+
 def turn_segments(session: Session, i: int) -> list[Segment]:
     """The new content turn *i* appends: its prefix, tool output and input."""
     t = session.turns[i]
     sid = session.session_id
     segs = list(t.prefix)
     if t.tool_tokens:
-        segs.append(Segment(id=f"{sid}/t{i}/tool", tokens=t.tool_tokens))
+        segs.append(Segment(id=turn_segment_id(sid, i, "tool"), tokens=t.tool_tokens))
     if t.input_tokens:
-        segs.append(Segment(id=f"{sid}/t{i}/in", tokens=t.input_tokens))
+        segs.append(Segment(id=turn_segment_id(sid, i, "in"), tokens=t.input_tokens))
     return segs
 
 
@@ -194,7 +199,8 @@ def prompt_segments(session: Session, i: int) -> list[Segment]:
 
 
 def output_segment(session: Session, i: int) -> Segment:
-    return Segment(id=f"{session.session_id}/t{i}/out", tokens=session.turns[i].output_tokens)
+    return Segment(id=turn_segment_id(session.session_id, i, "out"),
+                   tokens=session.turns[i].output_tokens)
 
 
 def iter_turns(sessions: list[Session]) -> Iterator[tuple[Session, int]]:
