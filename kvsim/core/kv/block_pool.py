@@ -46,8 +46,13 @@ class FreeBlockQueue:
         self.stale = [0] * num_blocks
         self.num_stale = 0
         self.num_free = len(self._q)
-        # NOTE: BlockPool appends to ``_q`` (a release) and marks stale entries (a prefix
-        # hit: ``stale[b] += 1``, ``num_stale``, ``num_free``) itself, on its hot paths
+        # NOTE: BlockPool marks stale entries (a prefix hit: ``stale[b] += 1``,
+        # ``num_stale``, ``num_free``) itself, on its per-block hot path
+
+    def extend(self, blocks: list[int]) -> None:
+        """Append released blocks at the tail, in the order given."""
+        self._q += blocks
+        self.num_free += len(blocks)
 
     def pop_many(self, n: int) -> list[int]:
         """The ``n`` blocks at the head, removed (``n ≤ num_free``)."""
@@ -156,13 +161,7 @@ class BlockPool:
         q = self.free_queue
         if n > q.num_free:
             raise ValueError(f"cannot get {n} blocks, only {self.num_free} free")
-        h = q._head
-        if not q.num_stale and h < _COMPACT_AT:  # NOTE: pop_many's common case, inlined
-            out = q._q[h:h + n]
-            q._head = h + n
-            q.num_free -= n
-        else:
-            out = q.pop_many(n)
+        out = q.pop_many(n)
         rc = self.ref_cnt
         if self._cached_free:
             bh, cached = self.block_hash, self.cached
@@ -241,6 +240,4 @@ class BlockPool:
             else:
                 assert n > 0, "ref_cnt below zero"
         self._cached_free += cached_free
-        q = self.free_queue
-        q._q += freed
-        q.num_free += len(freed)
+        self.free_queue.extend(freed)
