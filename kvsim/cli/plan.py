@@ -178,10 +178,10 @@ def p95_note(n: int, pooled: bool = True) -> str:
             "and do not include it: 'kvsim simulate' runs that seed itself, one more draw")
 
 
-def jitter_note(cv: float, prompt_cv: float | None = None) -> str:
-    """What a plan's intervals hold when the scenario has timing noise."""
-    prompt = ("" if prompt_cv is None or prompt_cv == cv
-              else f" ({prompt_cv:g} on steps that compute prompt tokens)")
+def jitter_note(cv: float, prompt_cv: float) -> str:
+    """What a plan's intervals hold when the scenario has timing noise (``prompt_cv``:
+    the prompt steps' CV, resolved: ``JitterKnobs.prompt_cv``)."""
+    prompt = "" if prompt_cv == cv else f" ({prompt_cv:g} on steps that compute prompt tokens)"
     return (f"timing noise: every run's step times carry latency.jitter_cv {cv:g}{prompt}, "
             "drawn from its own seed, so the intervals include how far the outcomes move "
             "when timing wobbles")

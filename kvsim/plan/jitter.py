@@ -181,10 +181,11 @@ def _value(run: RunOutput, key: str) -> float:
 
 
 def spread_doc(seeds: Sequence[int], cv: float, spreads: Sequence[MetricSpread],
-                prompt_cv: float | None = None) -> dict[str, Any]:
-    """``jitter.json``: the seeds, the CVs, and per metric its values (the run's first),
-    range, median and verdict."""
-    return {"jitter_cv": cv, "jitter_prompt_cv": cv if prompt_cv is None else prompt_cv,
+                prompt_cv: float) -> dict[str, Any]:
+    """``jitter.json``: the seeds, the CVs (``prompt_cv``: the prompt steps', resolved:
+    ``JitterKnobs.prompt_cv``), and per metric its values (the run's first), range,
+    median and verdict."""
+    return {"jitter_cv": cv, "jitter_prompt_cv": prompt_cv,
             "stream": JITTER_STREAM, "seeds": list(seeds),
             "material": {"rate_points": MATERIAL_RATE_POINTS, "relative": MATERIAL_RELATIVE},
             "metrics": {s.key: {"label": s.label, "values": [_json(v) for v in s.values],
