@@ -120,7 +120,7 @@ PUBLISHED_PARAMS: dict[str, Published] = {
     "qwen2.5-vl-7b": Published(7_615_412_224, None, "COUNTED from the config.json shapes, the "
                                "language model only: 28 x (Q/K/V 3584 x (28+4+4) x 128 + their "
                                "biases + O 3584 x 3584 + MLP 3 x 3584 x 18944) + 2 x 152064 x 3584 "
-                               "untied; the 32-block vision tower is not counted"),
+                               "untied; the 32-block vision tower is vision_encoder's"),
     "voxtral-tts-4b": Published(3_428_843_520, None, "COUNTED from the params.json shapes, "
                                      "the text decoder only: 26 x (3072 x (32+8+8) x 128 + 4096 x "
                                      "3072 + 3 x 3072 x 9216) + 131072 x 3072 tied; the "
@@ -144,8 +144,9 @@ PUBLISHED_PARAMS: dict[str, Published] = {
 """Publisher-stated parameter counts (config.json states none)."""
 
 _GDN = "hybrid Gated DeltaNet (linear attention, a fixed state per sequence) 3 : 1 full attention:"
-_QWEN35_EXTRAS = ("vision-language checkpoint (Qwen3_5*ForConditionalGeneration): kvsim sizes "
-                  "the language model; the vision tower and the one-layer MTP head are not "
+_QWEN35_EXTRAS = ("vision-language checkpoint (Qwen3_5*ForConditionalGeneration): params count "
+                  "the language model, vision_encoder the vision tower (vLLM and SGLang load "
+                  "it, a GGUF leaves it to its mmproj file); the one-layer MTP head is not "
                   "counted; DeltaNet state kept in f32 (mamba_ssm_dtype)")
 _NO_WINDOW_LLAMA_CPP = ("llama.cpp ignores this window (it keeps and attends over the full "
                         "context), so under llama.cpp the cache grows like full attention")
@@ -239,8 +240,8 @@ MODELS: tuple[Added, ...] = (
           "MoE: 160 experts per layer, 8 routed per token, no shared expert; 262144 native "
           f"context; the -FP8 checkpoint: {_FP8_BLOCK}"),
     Added("qwen2.5-vl-7b", "Qwen2.5-VL-7B", "Qwen/Qwen2.5-VL-7B(-Instruct); qwen2.5vl:7b",
-          "Qwen2 text geometry (GQA 28/4, Q/K/V biases) of a vision-language checkpoint: kvsim "
-          "sizes the language model, the 32-block vision tower is not counted; "
+          "Qwen2 text geometry (GQA 28/4, Q/K/V biases) of a vision-language checkpoint: params "
+          "count the language model, vision_encoder the 32-block vision tower; "
           "use_sliding_window false; Ollama's tag qwen2.5vl:7b is this model (Ollama's "
           "converter convert/convert_qwen25vl.go reads Qwen2_5_VLForConditionalGeneration)"),
     Added("voxtral-tts-4b", "Voxtral-4B-TTS-2603", "mistralai/Voxtral-4B-TTS-2603",
@@ -324,6 +325,10 @@ def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
         "attention_kind": _attention_kind(cfg, groups), "source": source, "notes": notes})
     if data.get("ssm_state_dtype") is None:   # unset: the field's default, not written
         data.pop("ssm_state_dtype", None)
+    if spec.vision_encoder is None:           # a text checkpoint, or an encoder not sized
+        data.pop("vision_encoder", None)
+    else:                                     # its config's values, not the defaults
+        data["vision_encoder"] = spec.vision_encoder.model_dump(mode="json", exclude_defaults=True)
     ModelSpec.model_validate(data)
     return data
 

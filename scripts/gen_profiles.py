@@ -111,6 +111,14 @@ RECURRENT_STATE = {
     # Mamba-2: nheads*headdim*d_state + (d_conv-1)*(d_inner + 2*ngroups*d_state)
     "Mamba-2-2.7B (pure SSM reference)": (80 * 64 * 128, 3 * (5120 + 2 * 1 * 128)),
 }
+GEMMA3_SIGLIP = {  # google/gemma-3-4b-it config.json vision_config (quoted whole in a public
+    # parser test, code-index file id 54945561017); the Gemma 3 report (table 1) gives the
+    # 4B, 12B and 27B one 417M SigLIP encoder; 896 px / 14 px patches = 4,096 positions
+    "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "patch_size": 14,
+    "position_embeddings": (896 // 14) ** 2, "post_norm": True}
+VISION_ENCODERS = {slug: {**GEMMA3_SIGLIP, "out_hidden_size": hidden} for slug, hidden in
+                   (("gemma-3-4b", 2560), ("gemma-3-12b", 3840), ("gemma-3-27b", 5376))}
+"""Vision-language checkpoints' image encoders (models.csv has no such columns)."""
 MLA_LATENT = {"DeepSeek-V2-Lite": 512 + 64, "DeepSeek-V3": 512 + 64}  # kv_lora_rank + qk_rope
 # Mamba-2 has no positional limit; models.csv says "n/a (recurrent)".
 NO_POSITION_LIMIT_TOKENS = 1048576
@@ -336,6 +344,8 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         "num_experts_active": experts[1],
         "attention_kind": row["attention_kind"],
         "tied_embeddings": MODEL_SLUGS[name] in TIED_EMBEDDINGS,
+        **({"vision_encoder": VISION_ENCODERS[MODEL_SLUGS[name]]}
+           if MODEL_SLUGS[name] in VISION_ENCODERS else {}),
         "source": row["source"],
         "notes": f"{notes} | kv_formula: {row['kv_formula']}".strip(" |"),
     }

@@ -209,6 +209,34 @@ class LayerGroup(FrozenModel):
         return self
 
 
+class VisionEncoder(FrozenModel):
+    """The image encoder (a ViT) and projector of a vision-language checkpoint, from its
+    published ``vision_config``: what it weighs (:func:`kvsim.model.vision.vision_params`).
+
+    Each block is a LayerNorm (or RMSNorm) pair, Q/K/V and output projections with
+    biases and an MLP with biases (gated SwiGLU when ``gated_mlp``).  The projector is,
+    with ``spatial_merge_size`` > 1 (Qwen-VL), a norm and a two-layer MLP over each
+    ``merge x merge`` patch group; else (Gemma 3's SigLIP) an RMSNorm and one linear map.
+    """
+
+    model_config = _FROZEN
+
+    depth: int = Field(gt=0, description="encoder blocks")
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    patch_size: int = Field(gt=0)
+    temporal_patch_size: int = Field(1, gt=0, description="frames one patch spans (Qwen-VL 2)")
+    in_channels: int = Field(3, gt=0)
+    position_embeddings: int = Field(0, ge=0, description="learned absolute positions "
+                                     "(0: rotary positions only)")
+    gated_mlp: bool = False
+    norm_bias: bool = Field(True, description="LayerNorm (weight and bias); False: RMSNorm")
+    patch_bias: bool = True
+    post_norm: bool = Field(False, description="a final norm after the blocks (SigLIP)")
+    spatial_merge_size: int = Field(1, gt=0)
+    out_hidden_size: int = Field(gt=0, description="the language model's hidden size")
+
+
 class ModelSpec(FrozenModel):
     """A model's geometry: what its weights and its KV cache cost."""
 
@@ -238,6 +266,10 @@ class ModelSpec(FrozenModel):
     tied_embeddings: bool | None = Field(
         None, description="the output head shares the token embedding's weights (HF config "
         "tie_word_embeddings); None: not stated, read from the notes ('tied embeddings')")
+    vision_encoder: VisionEncoder | None = Field(
+        None, description="a vision-language checkpoint's image encoder, which vLLM and SGLang "
+        "load beside the language model (a GGUF keeps it in a separate mmproj file); None: "
+        "a text-only checkpoint, or an encoder not sized (the notes say which)")
     source: str
     notes: str = ""
 

@@ -36,6 +36,7 @@ from kvsim.model.hybrid import (
     too_long_refusal,
     vllm_kv_groups,
 )
+from kvsim.model.vision import vision_bytes, vision_params
 from kvsim.model.weights import model_weights, tied_embeddings
 
 if TYPE_CHECKING:
@@ -71,6 +72,17 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
     rows = min(engine.max_num_seqs, tokens)
     sampler = tokens * ACTIVATION_BYTES * h + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     return max(forward, sampler)
+
+
+def vision_notes(model: ModelSpec, engine: str) -> list[str]:
+    """What the weights row holds of a vision-language checkpoint's image encoder."""
+    v = model.vision_encoder
+    if v is None:
+        return []
+    return [(f"{model.name} is a vision-language checkpoint: {engine} loads its image encoder "
+             f"({vision_params(v) / 1e6:,.0f} M parameters, "
+             f"{format_bytes(vision_bytes(model))} in 16-bit) with the weights; its profiling "
+             "pass also runs the encoder on dummy images, which kvsim does not count")]
 
 
 def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: int,
@@ -169,12 +181,13 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     """
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     ws = model_weights(model, weights)
+    weights_b = ws.total_bytes + vision_bytes(model)  # NOTE: the checkpoint's own encoder
     act = paged_activation_bytes(model, engine)
     total = gpu.reported_memory_bytes
     share = int(engine.gpu_memory_utilization * total)
     vllm = profiled_share
     graphs_in = vllm and engine.cuda_graphs_in_budget
-    inside = ws.total_bytes + (act + engine.non_torch_bytes if vllm else 0) \
+    inside = weights_b + (act + engine.non_torch_bytes if vllm else 0) \
         + (engine.cuda_graph_bytes if graphs_in else 0)
     pool = engine.kv_cache_memory_bytes if engine.kv_cache_memory_bytes is not None \
         else share - inside
@@ -195,16 +208,16 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     logs = [f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     if vllm:
-        logs[:0] = _vllm_profile_lines(engine, total, ws.total_bytes, act, pool, blocks)
+        logs[:0] = _vllm_profile_lines(engine, total, weights_b, act, pool, blocks)
     else:
         logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
                        f"max_total_tokens={tokens}, page_size={block}")
-    notes = hybrid_notes(geo, groups, off, per_req, vllm)
+    notes = hybrid_notes(geo, groups, off, per_req, vllm) + vision_notes(model, engine.preset)
     rates = geo.rates(windows_capped=groups is not None)
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=total,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
-        weights_total_bytes=ws.total_bytes, weights_gpu_bytes=ws.total_bytes,
+        weights_total_bytes=weights_b, weights_gpu_bytes=weights_b,
         weights_cpu_bytes=0, gpu_layers=L, num_layers=L, activation_bytes=act,
         engine_overhead_bytes=overhead if vllm else engine.cuda_graph_bytes,
         cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,

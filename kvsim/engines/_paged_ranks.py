@@ -16,7 +16,10 @@ every token.  What a rank holds (docs/reference/engines.md §1.10):
   projections when a layer has fewer KV heads than ranks: each rank then holds one whole
   KV head (``max(1, n_kv // tp)`` heads, replicated); its KV cache holds those heads of
   its stage's layers.  An MLA layer's latent is not split: every rank holds all of it.
-  The profiling pass's MLP activations are ``1/tp`` wide, the hidden states whole.
+  The profiling pass's MLP activations are ``1/tp`` wide, the hidden states whole;
+- the **image encoder** of a vision-language checkpoint (kvsim.model.vision) on the first
+  stage, ``1/tp`` of it per rank (vLLM's default ``mm_encoder_tp_mode`` ``weights`` splits
+  its layers over the tensor ranks, as the language model's).
 
 The engine then takes the **smallest** block count over the ranks for all of them
 (vLLM ``get_kv_cache_configs``; SGLang's ``max_total_num_tokens`` is the minimum over its
@@ -49,6 +52,7 @@ from kvsim.engines.memory import DeviceShare, MemoryBudget, Split
 from kvsim.errors import InputError
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.hybrid import pool_shape, too_long_refusal
+from kvsim.model.vision import vision_bytes
 from kvsim.model.weights import WeightSplit, model_weights
 
 if TYPE_CHECKING:
@@ -135,7 +139,8 @@ def rank_parts(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
     parts = []
     for s, layers in enumerate(pp_partitions(model.num_layers, pp)):
         first, last = s == 0, s == pp - 1
-        w = _rank_weights(ws, model, tp, layers, first, last, pp)
+        w = _rank_weights(ws, model, tp, layers, first, last, pp) \
+            + (vision_bytes(model) // tp if first else 0)  # NOTE: the encoder runs first
         act = _rank_activation(model, engine, tp, last)
         frac = heads * Fraction(layers, model.num_layers)
         parts += [RankPart(s * tp + t, gpus[s * tp + t], s, layers, frac, w, act, last)

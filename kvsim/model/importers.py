@@ -22,11 +22,10 @@ read.  Layer layouts follow ``docs/reference/hardware-and-models.md`` §2:
   MoE / MLP-only layers (``ffn``: no cache); a GGUF's per-layer KV heads and FFN widths
   tell the same apart (no KV heads and no FFN: recurrent).
 
-``params_total`` comes from the GGUF tensor shapes; config.json has no parameter
-count, so it is estimated from the dense/MoE shapes and marked in ``notes``.
+``params_total`` comes from the GGUF tensor shapes; config.json has no parameter count, so
+it is estimated and marked in ``notes``; its ``vision_config``: kvsim.model.vision.
 
-NOTE: every problem with the input file is an InputError naming the file, the
-missing or bad field, and what is expected.
+NOTE: every problem with the input file is an InputError naming the file, field, expectation.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from kvsim.config.files import no_such_file
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, from_validation_error
 from kvsim.model.import_checks import check_gguf_sizes, check_hf_sizes
+from kvsim.model.vision import vision_from_hf
 
 NO_POSITION_LIMIT_TOKENS = 1048576   # same planning cap as the shipped Mamba-2 profile
 
@@ -265,7 +265,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
         "head_dim": hd, "vocab_size": int(cfg["vocab_size"]), "max_context_tokens": int(max_pos),
         "layer_groups": groups, "attention_kind": mtype, "source": f"config.json {p}",
-        "tied_embeddings": _hf_tied(cfg), "notes": notes,
+        "tied_embeddings": _hf_tied(cfg), "notes": notes, "vision_encoder": vision_from_hf(raw),
         "ssm_state_dtype": _SSM_DTYPES.get(str(cfg.get("mamba_ssm_dtype", "")))}, where)
 
 
