@@ -74,15 +74,17 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
     return max(forward, sampler)
 
 
-def vision_notes(model: ModelSpec, engine: str) -> list[str]:
-    """What the weights row holds of a vision-language checkpoint's image encoder."""
+def vision_notes(model: ModelSpec, engine: str, vllm: bool) -> list[str]:
+    """What the weights row holds of a vision-language checkpoint's image encoder (and,
+    on vLLM, what its profiling pass does with it that kvsim does not count)."""
     v = model.vision_encoder
     if v is None:
         return []
+    profiled = ("; vLLM's profiling pass also runs the encoder on dummy images, which kvsim "
+                "does not count") if vllm else ""
     return [(f"{model.name} is a vision-language checkpoint: {engine} loads its image encoder "
              f"({vision_params(v) / 1e6:,.0f} M parameters, "
-             f"{format_bytes(vision_bytes(model))} in 16-bit) with the weights; its profiling "
-             "pass also runs the encoder on dummy images, which kvsim does not count")]
+             f"{format_bytes(vision_bytes(model))} in 16-bit) with the weights{profiled}")]
 
 
 def _paged_failure(gpu: GpuSpec, engine: PagedEngineConfig, short: bool, free: int,
@@ -212,7 +214,8 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     else:
         logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
                        f"max_total_tokens={tokens}, page_size={block}")
-    notes = hybrid_notes(geo, groups, off, per_req, vllm) + vision_notes(model, engine.preset)
+    notes = [*hybrid_notes(geo, groups, off, per_req, vllm),
+             *vision_notes(model, engine.preset, vllm)]
     rates = geo.rates(windows_capped=groups is not None)
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=total,

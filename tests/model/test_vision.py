@@ -85,6 +85,8 @@ def test_paged_engines_load_the_encoder_in_16_bit_and_the_pool_pays_for_it(prese
     assert without.extra["kv_pool_bytes"] - with_v.extra["kv_pool_bytes"] == enc
     assert with_v.num_gpu_blocks < without.num_gpu_blocks
     assert any("image encoder" in n and "16-bit" in n for n in with_v.notes)
+    # only vLLM has a profiling pass that runs the encoder
+    assert any("profiling pass" in n for n in with_v.notes) == (preset == "vllm")
     assert not any("image encoder" in n for n in without.notes)
 
 
