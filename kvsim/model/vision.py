@@ -9,8 +9,9 @@ code-index file id 54697833809), so kvsim counts it at 16 bits in every weight f
 
 The count follows the three layouts named in :class:`kvsim.config.specs.VisionEncoder`;
 it gives 416.9 M for Gemma 3's SigLIP encoder (the Gemma 3 technical report, table 1:
-417 M) and 676.6 M for Qwen2.5-VL's (the Qwen2.5-VL technical report, table 1: 675 M),
-pinned in tests/model/test_vision.py.
+417 M), 676.6 M for Qwen2.5-VL's (the Qwen2.5-VL technical report, table 1: 675 M) and
+460,730,096 for Qwen3.6-27B's (its checkpoint's tensor list: the same), pinned in
+tests/model/test_vision.py.
 """
 
 from __future__ import annotations
