@@ -148,6 +148,12 @@ def _vllm_profile_lines(engine: PagedEngineConfig, total: int, weights: int, act
     return [*lines, f"Available KV cache memory: {pool / gib:.2f} GiB"]
 
 
+def _sglang_pool_line(engine: PagedEngineConfig, tokens: int, page: int) -> str:
+    """What SGLang prints of its pool (§2.1)."""
+    return (f"mem_fraction_static={engine.gpu_memory_utilization}, max_total_tokens={tokens}, "
+            f"page_size={page}")
+
+
 def kv_groups_of(model: ModelSpec, geo: KvGeometry, engine: PagedEngineConfig
                  ) -> tuple[KVCacheGroups | None, str | None]:
     """vLLM's KV cache groups for this engine's release and settings
@@ -207,13 +213,10 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
                              and free < share, free, share, pool, blocks,
                              too_long_refusal(ctx, tokens, groups, per_req, blocks, fit_len))
-    logs = [f"GPU KV cache size: {tokens:,} tokens",
+    logs = [*(_vllm_profile_lines(engine, total, weights_b, act, pool, blocks) if vllm
+              else [_sglang_pool_line(engine, tokens, block)]),
+            f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
-    if vllm:
-        logs[:0] = _vllm_profile_lines(engine, total, weights_b, act, pool, blocks)
-    else:
-        logs.insert(0, f"mem_fraction_static={engine.gpu_memory_utilization}, "
-                       f"max_total_tokens={tokens}, page_size={block}")
     notes = [*hybrid_notes(geo, groups, off, per_req, vllm),
              *vision_notes(model, engine.preset, vllm)]
     rates = geo.rates(windows_capped=groups is not None)
@@ -225,13 +228,20 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
         engine_overhead_bytes=overhead if vllm else engine.cuda_graph_bytes,
         cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
         kv_bytes_per_token=rates.pop("kv_bytes_per_token"), kv_reserved_bytes=reserved,
-        kv_cpu_bytes=0, kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx, parallel=parallel,
-        block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc, log_lines=tuple(logs),
+        kv_cpu_bytes=0, kv_needed_bytes=kv_needed, kv_pool_tokens=tokens, slot_tokens=ctx,
+        parallel=parallel, block_tokens=block, num_gpu_blocks=blocks, max_concurrency=conc,
+        log_lines=tuple(logs),
         notes=tuple(notes), extra={"max_num_seqs": engine.max_num_seqs, "share_bytes": share,
                                    "max_model_len_fit": fit_len, "kv_pool_bytes": pool,
                                    **rates},
         kv_groups=sim_groups(groups), blocks_per_request=per_req or None)
-    if failure is None and b.total_bytes > total:
+    return _settled(b, failure)
+
+
+def _settled(b: MemoryBudget, failure: str | None) -> MemoryBudget:
+    """``b`` with its start-up outcome: ``failure``, else out of memory where its bytes
+    are above the device's."""
+    if failure is None and b.total_bytes > b.device_bytes:
         failure = (f"CUDA out of memory: {format_bytes(b.total_bytes)} needed of "
-                   f"{format_bytes(total)}")
+                   f"{format_bytes(b.device_bytes)}")
     return replace(b, fits=failure is None, failure=failure)

@@ -76,8 +76,8 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     its own rates, the link between them).  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
     ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` (or
-    ``jitter_prompt_cv``) above 0 wraps the model in its timing noise (kvsim.latency.jitter), seeded by ``jitter_seed`` or,
-    unset, the scenario's seed.
+    ``jitter_prompt_cv``) above 0 wraps the model in its timing noise
+    (kvsim.latency.jitter), seeded by ``jitter_seed`` or, unset, the scenario's seed.
     """
     cfg = scenario.latency
     seed = scenario.seed if cfg.jitter_seed is None else cfg.jitter_seed
