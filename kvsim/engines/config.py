@@ -279,7 +279,6 @@ def pool_contexts(raw: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-
 def stale_context(knobs: dict[str, Any], changed: set[str] | Any) -> str | None:
     """The context key of an engine mapping (a dump, a scenario's engine section) that
     setting the knobs ``changed`` makes stale (module NOTE), or None: a change naming
