@@ -109,6 +109,8 @@ ENGINE_ONLY_FLAGS: dict[str, tuple[str, str]] = {
     "hybrid_kv": ("--hybrid-kv", "a hybrid KV cache manager"),
     "ollama_version": ("--ollama-version", "releases with their own defaults"),
     "vllm_version": ("--vllm-version", "releases with their own start-up arithmetic"),
+    "language_model_only": ("--language-model-only",
+                            "a text-only switch that drops a checkpoint's image encoder"),
     **BOX_FLAGS,
 }
 
@@ -155,20 +157,22 @@ def _engine_spec(engine: str, context: dict[str, int], parallel: int | None, kv_
                  gpu_layers: int | None, gpu_util: float | None,
                  hybrid_kv: bool | None = None,
                  ollama_version: str | None = None,
-                 vllm_version: str | None = None) -> dict[str, Any]:
+                 vllm_version: str | None = None,
+                 language_model_only: bool | None = None) -> dict[str, Any]:
     from kvsim.engines.resolve import engine_names, resolve_engine
     if engine not in engine_names():
         raise unknown_name("--engine", engine, engine_names())
     _refuse_foreign_flags(engine, {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                                    "kv_unified": kv_unified, "gpu_util": gpu_util,
                                    "hybrid_kv": hybrid_kv, "ollama_version": ollama_version,
-                                   "vllm_version": vllm_version})
+                                   "vllm_version": vllm_version,
+                                   "language_model_only": language_model_only})
     traits = engine_for(engine)
     spec: dict[str, Any] = {"preset": engine}
     spec.update(context)
     optional = {"flash_attn": flash_attn, "gpu_layers": gpu_layers,
                 "gpu_memory_utilization": gpu_util, "ollama_version": ollama_version,
-                "version": vllm_version,
+                "version": vllm_version, "language_model_only": language_model_only,
                 "disable_hybrid_kv_cache_manager": None if hybrid_kv is None else not hybrid_kv}
     spec.update({k: v for k, v in optional.items() if v is not None})
     if parallel is not None:  # NOTE: vllm/sglang: --max-num-seqs as plan's flags set it
@@ -298,6 +302,9 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
               "a whole max_model_len profiled unless above 32768; from 0.21.0 CUDA graphs "
               "inside the share and gpu_memory_utilization 0.92); default the newest known; a "
               "newer one is refused")
+@click.option("--language-model-only", is_flag=True, default=None,
+              help="vllm: --language-model-only, every image limit 0: a vision-language "
+              "checkpoint's image encoder is neither loaded nor run in the profiling pass")
 @click.option("--display-reserve", default="0", show_default=True,
               help="VRAM used by the desktop / other processes, e.g. '1 GiB'")
 @click.option("--driver-reserve", default="400 MiB", show_default=True,
@@ -312,7 +319,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         ctx_size: str | None, parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
         gpu_util: float | None, hybrid_kv: bool | None, ollama_version: str | None,
-        vllm_version: str | None, display_reserve: str, driver_reserve: str, host_name: str | None,
+        vllm_version: str | None, language_model_only: bool | None, display_reserve: str, driver_reserve: str, host_name: str | None,
         as_json: bool, **split: Any) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.engines.budget import check_host_memory, memory_budget
@@ -342,7 +349,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))
     spec = _engine_spec(engine, _engine_context(engine, ctx, size), par, kv_k or kv,
                         kv_v or kv, kv_unified, flash_attn, ngl, gpu_util, hybrid_kv,
-                        ollama_version, vllm_version)
+                        ollama_version, vllm_version, language_model_only)
     knobs = box_knobs(split, len(gpus))
     _refuse_foreign_flags(engine, {k: True for k in knobs})
     spec.update(knobs)

@@ -217,6 +217,8 @@ class VisionEncoder(FrozenModel):
     biases and an MLP with biases (gated SwiGLU when ``gated_mlp``).  The projector is,
     with ``spatial_merge_size`` > 1 (Qwen-VL), a norm and a two-layer MLP over each
     ``merge x merge`` patch group; else (Gemma 3's SigLIP) an RMSNorm and one linear map.
+    An image is ``max_image_tokens x merge²`` patches with a merger, else
+    ``position_embeddings`` patches (one fixed-size image).
     """
 
     model_config = _FROZEN
@@ -235,6 +237,9 @@ class VisionEncoder(FrozenModel):
     post_norm: bool = Field(False, description="a final norm after the blocks (SigLIP)")
     spatial_merge_size: int = Field(1, gt=0)
     out_hidden_size: int = Field(gt=0, description="the language model's hidden size")
+    max_image_tokens: int = Field(0, ge=0, description="the image processor's largest image "
+                                  "in language-model tokens (0: not known; vLLM's profiling "
+                                  "pass over the encoder is then not sized)")
 
 
 class ModelSpec(FrozenModel):

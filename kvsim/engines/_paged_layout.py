@@ -25,6 +25,12 @@ from typing import TYPE_CHECKING
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.engines.memory import MemoryBudget
+from kvsim.engines.vllm_encoder import (
+    encoder_pass,
+    encoder_peak_bytes,
+    loaded_vision_bytes,
+    with_encoder_pass,
+)
 from kvsim.engines.vllm_releases import vllm_release
 from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.hybrid import (
@@ -74,16 +80,43 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
     return max(forward, sampler)
 
 
-def vision_notes(model: ModelSpec, engine: str, vllm: bool) -> list[str]:
+def _profiled_activation(model: ModelSpec, engine: PagedEngineConfig, vllm: bool
+                         ) -> tuple[int, list[str]]:
+    """The activation peak the share holds, and what vLLM prints of its encoder pass:
+    vLLM's profiling pass runs a vision-language checkpoint's image encoder too
+    (kvsim.engines.vllm_encoder); a given ``activation_bytes`` wins."""
+    act = paged_activation_bytes(model, engine)
+    p = encoder_pass(model, engine) if vllm and engine.activation_bytes is None else None
+    if p is None:
+        return act, []
+    return with_encoder_pass(act, model, engine), [p.log_line()]
+
+
+def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> list[str]:
     """What the weights row holds of a vision-language checkpoint's image encoder (and,
-    on vLLM, what its profiling pass does with it that kvsim does not count)."""
+    on vLLM, what its profiling pass over the encoder takes, kvsim.engines.vllm_encoder)."""
     v = model.vision_encoder
     if v is None:
         return []
-    profiled = ("; vLLM's profiling pass also runs the encoder on dummy images, which kvsim "
-                "does not count") if vllm else ""
-    return [(f"{model.name} is a vision-language checkpoint: {engine} loads its image encoder "
-             f"({vision_params(v) / 1e6:,.0f} M parameters, "
+    if engine.language_model_only:
+        return [f"{model.name} is a vision-language checkpoint: with --language-model-only "
+                f"vLLM builds no image encoder ({format_bytes(vision_bytes(model))} not "
+                "loaded) and profiles none; requests with images are refused"]
+    p = encoder_pass(model, engine) if vllm else None
+    if p is not None:
+        tp = engine.tensor_parallel_size
+        each = f" on each of {tp} tensor ranks" if tp > 1 else ""
+        profiled = (f"; its profiling pass encodes {p.items} dummy image(s) of "
+                    f"{p.tokens_per_item:,} tokens, an activation peak of "
+                    f"{format_bytes(encoder_peak_bytes(model, p, tp))}{each} the KV pool "
+                    "gives up unless the language model's dummy batch needs more (ESTIMATE)")
+    elif vllm:
+        profiled = ("; vLLM's profiling pass also runs the encoder on dummy images, which "
+                    "kvsim does not size here (the largest image is not known, or V0)")
+    else:
+        profiled = ""
+    return [(f"{model.name} is a vision-language checkpoint: {engine.preset} loads its image "
+             f"encoder ({vision_params(v) / 1e6:,.0f} M parameters, "
              f"{format_bytes(vision_bytes(model))} in 16-bit) with the weights{profiled}")]
 
 
@@ -189,11 +222,11 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     """
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     ws = model_weights(model, weights)
-    weights_b = ws.total_bytes + vision_bytes(model)  # NOTE: the checkpoint's own encoder
-    act = paged_activation_bytes(model, engine)
+    weights_b = ws.total_bytes + loaded_vision_bytes(model, engine)  # NOTE: its encoder
+    vllm = profiled_share
+    act, encoder_lines = _profiled_activation(model, engine, vllm)
     total = gpu.reported_memory_bytes
     share = int(engine.gpu_memory_utilization * total)
-    vllm = profiled_share
     graphs_in = vllm and engine.cuda_graphs_in_budget
     inside = weights_b + (act + engine.non_torch_bytes if vllm else 0) \
         + (engine.cuda_graph_bytes if graphs_in else 0)
@@ -213,12 +246,13 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     failure = _paged_failure(gpu, engine, vllm and engine.kv_cache_memory_bytes is None
                              and free < share, free, share, pool, blocks,
                              too_long_refusal(ctx, tokens, groups, per_req, blocks, fit_len))
-    logs = [*(_vllm_profile_lines(engine, total, weights_b, act, pool, blocks) if vllm
+    logs = [*encoder_lines,
+            *(_vllm_profile_lines(engine, total, weights_b, act, pool, blocks) if vllm
               else [_sglang_pool_line(engine, tokens, block)]),
             f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     notes = [*hybrid_notes(geo, groups, off, per_req, vllm),
-             *vision_notes(model, engine.preset, vllm)]
+             *vision_notes(model, engine, vllm)]
     rates = geo.rates(windows_capped=groups is not None)
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=total,

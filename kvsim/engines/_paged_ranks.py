@@ -49,10 +49,10 @@ from kvsim.engines._paged_layout import (
     paged_budget,
 )
 from kvsim.engines.memory import DeviceShare, MemoryBudget, Split
+from kvsim.engines.vllm_encoder import loaded_vision_bytes, with_encoder_pass
 from kvsim.errors import InputError
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.hybrid import pool_shape, too_long_refusal
-from kvsim.model.vision import vision_bytes
 from kvsim.model.weights import WeightSplit, model_weights
 
 if TYPE_CHECKING:
@@ -115,33 +115,35 @@ def _rank_weights(ws: WeightSplit, model: ModelSpec, tp: int, layers: int, first
     return layers * per_layer + edge // tp
 
 
-def _rank_activation(model: ModelSpec, engine: PagedEngineConfig, tp: int, last: bool
-                     ) -> int:
+def _rank_activation(model: ModelSpec, engine: PagedEngineConfig, tp: int, first: bool,
+                     last: bool, vllm: bool) -> int:
     """The profiling pass's peak on one rank (kvsim.engines._paged_layout's estimate with
-    the MLP ``1/tp`` wide; the sampler's full-vocabulary logits on the last stage)."""
+    the MLP ``1/tp`` wide; the sampler's full-vocabulary logits on the last stage; vLLM's
+    pass over the image encoder on the first, kvsim.engines.vllm_encoder)."""
     if engine.activation_bytes is not None:
         return engine.activation_bytes
     tokens, h = engine.max_num_batched_tokens, model.hidden_size
     k = model.num_experts_active or 3
-    forward = tokens * ACTIVATION_BYTES * (3 * mlp_width(model) // tp + k * h)
-    if not last:
-        return forward
-    rows = min(engine.max_num_seqs, tokens)
-    sampler = tokens * ACTIVATION_BYTES * h + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    return max(forward, sampler)
+    act = tokens * ACTIVATION_BYTES * (3 * mlp_width(model) // tp + k * h)
+    if last:
+        rows = min(engine.max_num_seqs, tokens)
+        act = max(act, tokens * ACTIVATION_BYTES * h
+                  + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+    return with_encoder_pass(act, model, engine, tp) if vllm and first else act
 
 
 def rank_parts(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
-               engine: PagedEngineConfig) -> list[RankPart]:
-    """Each rank's part, in CUDA device order (``gpus[stage * tp + t]``)."""
+               engine: PagedEngineConfig, vllm: bool = True) -> list[RankPart]:
+    """Each rank's part, in CUDA device order (``gpus[stage * tp + t]``); ``vllm``: its
+    profiling pass (the encoder's included) sizes the activations."""
     tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
     ws, heads = model_weights(model, weights), kv_head_fraction(model, tp)
     parts = []
     for s, layers in enumerate(pp_partitions(model.num_layers, pp)):
         first, last = s == 0, s == pp - 1
         w = _rank_weights(ws, model, tp, layers, first, last, pp) \
-            + (vision_bytes(model) // tp if first else 0)  # NOTE: the encoder runs first
-        act = _rank_activation(model, engine, tp, last)
+            + (loaded_vision_bytes(model, engine) // tp if first else 0)  # NOTE: stage 0
+        act = _rank_activation(model, engine, tp, first, last, vllm)
         frac = heads * Fraction(layers, model.num_layers)
         parts += [RankPart(s * tp + t, gpus[s * tp + t], s, layers, frac, w, act, last)
                   for t in range(tp)]
@@ -237,7 +239,8 @@ def box_budget(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
                          f"1 GPU for {model.name}: kvsim lays out a model with attention "
                          "layers over several GPUs, not a pure recurrent one")
     pools = [_rank_pool(p, engine, per_block, geo.fixed_bytes, driver, display,
-                        profiled_share) for p in rank_parts(gpus, model, weights, engine)]
+                        profiled_share)
+             for p in rank_parts(gpus, model, weights, engine, profiled_share)]
     blocks = _box_blocks(pools, engine)
     one = paged_budget(gpus[0], model, weights,
                        engine.model_copy(update={"num_gpu_blocks_override": max(1, blocks)}), driver,

@@ -94,6 +94,9 @@ class PagedEngineConfig(FrozenModel):
     version: str | None = Field(
         None, description="vLLM: the release whose start-up arithmetic and defaults apply "
         "(kvsim.engines.vllm_releases), e.g. '0.6.4'; None = the newest described")
+    language_model_only: bool = Field(
+        False, description="vLLM --language-model-only: every item kind's limit 0, so a "
+        "vision-language checkpoint's image encoder is neither built nor profiled (§1.11)")
     cuda_graphs_in_budget: bool = Field(
         False, description="vLLM: CUDA-graph memory is estimated while profiling and taken "
         "out of the gpu_memory_utilization share (0.21.0 on), else it comes on top")

@@ -40,6 +40,9 @@ FOREIGN_KNOBS = (
     ForeignKnob("disable_hybrid_kv_cache_manager", None, (
         "vLLM's hybrid KV cache manager (docs/reference/engines.md §1.7); SGLang has no such "
         "switch")),
+    ForeignKnob("language_model_only", False, (
+        "vLLM's --language-model-only (docs/reference/engines.md §1.11); kvsim loads a "
+        "vision-language checkpoint whole on SGLang")),
     ForeignKnob("non_torch_bytes", 0, (
         "vLLM's profiled non-torch memory inside its budget (docs/reference/engines.md §1.1); "
         "SGLang "

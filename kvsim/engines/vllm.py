@@ -74,6 +74,7 @@ class Vllm(EngineTraits):
                 if e.num_gpu_blocks_override is not None else "",
                 " --disable-hybrid-kv-cache-manager" if e.disable_hybrid_kv_cache_manager is True
                 else "",
+                " --language-model-only" if e.language_model_only else "",
                 f" --tensor-parallel-size {e.tensor_parallel_size}"
                 if e.tensor_parallel_size > 1 else "",
                 f" --pipeline-parallel-size {e.pipeline_parallel_size}"
@@ -99,7 +100,7 @@ class Vllm(EngineTraits):
 # §5)
 ENGINE = Vllm(name="vllm", slot_family=False, lays_out_gpus=True, host_kv_chunked=True, seqs_flag="--max-num-seqs",
               unset_parallel_words="parallel unset: --max-num-seqs {n} (vLLM's default)",
-              settings=frozenset({"gpu_util", "hybrid_kv", "vllm_version",
+              settings=frozenset({"gpu_util", "hybrid_kv", "vllm_version", "language_model_only",
                                   "tensor_parallel_size", "pipeline_parallel_size"}),
               one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
               foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True,

@@ -22,6 +22,12 @@ from kvsim.config.specs import ModelSpec, VisionEncoder
 
 VISION_BYTES_PER_PARAM = 2
 """The encoder's 16-bit weights, whatever the language model's format (module doc)."""
+QWEN_VL_MAX_IMAGE_TOKENS = 16384
+"""The largest image of the Qwen-VL processors, in language-model tokens: Qwen2.5-VL's
+``max_pixels`` 12,845,056 over (14 px x 2)², Qwen3-VL's and Qwen3.5's ``size.longest_edge``
+16,777,216 over (16 px x 2)² (their ``preprocessor_config.json``, e.g. Qwen/Qwen3.5-2B-Base
+and Qwen/Qwen3.6-35B-A3B-FP8 as quoted in public code, code-index file ids 54877551029 and
+66291497997).  ``config.json`` does not carry it."""
 
 
 def vision_params(v: VisionEncoder) -> int:
@@ -43,6 +49,15 @@ def vision_params(v: VisionEncoder) -> int:
     return blocks + patch + positions + post + projector
 
 
+def patches_per_image(v: VisionEncoder) -> int:
+    """Patches the encoder runs for the processor's largest image: ``merge²`` per
+    language-model token with a merger (Qwen-VL), else the fixed image's positions
+    (SigLIP: 896 px / 14 px = 4,096 patches, pooled to 256 tokens)."""
+    if v.spatial_merge_size > 1:
+        return v.max_image_tokens * v.spatial_merge_size ** 2
+    return v.position_embeddings
+
+
 def vision_bytes(model: ModelSpec) -> int:
     """Bytes a paged engine loads for ``model``'s vision encoder (0 for a text model)."""
     v = model.vision_encoder
@@ -58,7 +73,8 @@ def _qwen_vl(vc: dict[str, Any], qwen25: bool) -> dict[str, Any]:
             "position_embeddings": 0 if qwen25 else int(vc.get("num_position_embeddings", 0)),
             "gated_mlp": qwen25, "norm_bias": not qwen25, "patch_bias": not qwen25,
             "spatial_merge_size": int(vc.get("spatial_merge_size", 2)),
-            "out_hidden_size": int(vc["out_hidden_size"])}
+            "out_hidden_size": int(vc["out_hidden_size"]),
+            "max_image_tokens": QWEN_VL_MAX_IMAGE_TOKENS}
 
 
 def vision_from_hf(raw: dict[str, Any]) -> VisionEncoder | None:
@@ -76,7 +92,8 @@ def vision_from_hf(raw: dict[str, Any]) -> VisionEncoder | None:
             text = raw.get("text_config") or {}
             shape = {"depth": int(vc["num_hidden_layers"]), "patch_size": int(vc["patch_size"]),
                      "position_embeddings": side * side, "post_norm": True,
-                     "out_hidden_size": int(text.get("hidden_size") or raw["hidden_size"])}
+                     "out_hidden_size": int(text.get("hidden_size") or raw["hidden_size"]),
+                     "max_image_tokens": int(raw.get("mm_tokens_per_image") or 0)}
         elif top.startswith(("qwen2_5_vl", "qwen3_vl", "qwen3_5")):
             shape = _qwen_vl(vc, top.startswith("qwen2_5_vl"))
         else:

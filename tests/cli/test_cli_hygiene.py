@@ -155,6 +155,8 @@ FRACTION = "vllm and sglang have a memory fraction (gpu_memory_utilization / mem
     ("ollama", ["--no-kv-unified"], UNIFIED), ("vllm", ["--kv-unified"], UNIFIED),
     ("llama.cpp", ["--gpu-util", "0.5"], FRACTION),
     ("sglang", ["--hybrid-kv"], "vllm has a hybrid KV cache manager"),
+    ("llama.cpp", ["--language-model-only"],
+     "vllm has a text-only switch that drops a checkpoint's image encoder"),
 ])
 def test_fit_refuses_flags_the_engine_has_no_setting_for(capsys, engine, args, have):
     code, out, err = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
@@ -166,7 +168,8 @@ def test_fit_refuses_flags_the_engine_has_no_setting_for(capsys, engine, args, h
 
 @pytest.mark.parametrize("engine,flag", [("llama.cpp", "--no-kv-unified"),
                                          ("ollama", "--flash-attn"), ("ollama", "--gpu-layers"),
-                                         ("vllm", "--gpu-util"), ("vllm", "--no-hybrid-kv")])
+                                         ("vllm", "--gpu-util"), ("vllm", "--no-hybrid-kv"),
+                                         ("vllm", "--language-model-only")])
 def test_fit_still_takes_flags_the_engine_has(capsys, engine, flag):
     value = {"--gpu-layers": ["20"], "--gpu-util": ["0.8"]}.get(flag, [])
     code, _, err = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
