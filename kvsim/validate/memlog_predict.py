@@ -46,7 +46,7 @@ _PAGED = {  # the row's knob -> kvsim's PagedEngineConfig key
     "max_running_requests": "max_num_seqs", "max_total_tokens": "max_total_tokens",
     "block_size": "block_tokens", "page_size": "block_tokens",
     "enable_prefix_caching": "enable_prefix_caching",
-    "kv_cache_memory": "kv_cache_memory_bytes",
+    "kv_cache_memory": "kv_cache_memory_bytes", "language_model_only": "language_model_only",
 }
 _SLOT = {  # the same for llama.cpp / Ollama's SlotEngineConfig
     "ctx_size": "context_tokens", "context": "context_tokens", "num_ctx": "context_tokens",

@@ -57,7 +57,7 @@ COUNTS = frozenset({
     "num_ctx", "layers_requested", "num_gpu"})
 FRACTIONS = frozenset({"gpu_memory_utilization", "mem_fraction_static"})
 SWITCHES = frozenset({"enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
-                      "flash_attn", "kv_unified", "fit"})
+                      "flash_attn", "kv_unified", "fit", "language_model_only"})
 NAMES = frozenset({"kv_cache_dtype", "cache_type_k", "cache_type_v", "split_mode",
                    "quantization", "dtype"})
 KNOBS = COUNTS | FRACTIONS | SWITCHES | NAMES | {"kv_cache_memory"}

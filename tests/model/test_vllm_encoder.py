@@ -5,6 +5,7 @@ rows (../shared/measurements/engine-memory-logs.csv, copied to
 docs/reference/measurements/)."""
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from kvsim.engines.vllm_encoder import (
 )
 from kvsim.errors import InputError
 from kvsim.model.vision import patches_per_image, vision_params
-from kvsim.validate.memlog_predict import memory_rows
+from kvsim.validate.memlog_predict import engine_spec, memory_rows
+from kvsim.validate.memlog_text import read_settings
 from kvsim.validate.memlogs import read_memory_rows
 
 PUBLISHED = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements"
@@ -149,3 +151,15 @@ def test_language_model_only_is_vllms_knob():
     assert err.value.field == "engine.language_model_only"
     e = engine_for_gpu({"preset": "vllm", "language_model_only": True}, g, m, "nvfp4")
     assert e.language_model_only is True
+
+
+def test_a_logged_language_model_only_start_up_drops_the_encoder():
+    knobs, _ = read_settings("max_model_len=131072; language_model_only=true", "x")
+    assert knobs == {"max_model_len": 131072, "language_model_only": True}
+    m = {r.id: r for r in read_memory_rows(_csv_rows(), PUBLISHED.name)}["vllm-011"]
+    text = replace(m, settings={**m.settings, "language_model_only": True})
+    spec, notes = engine_spec(text)
+    assert spec["language_model_only"] is True and not any("language" in n for n in notes)
+    kv = [next(r for r in memory_rows(x)[0] if r["metric"] == "kv_tokens")["predicted"]
+          for x in (m, text)]
+    assert kv[1] > kv[0]
