@@ -99,9 +99,9 @@ def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> lis
     if v is None:
         return []
     if engine.language_model_only:
-        return [f"{model.name} is a vision-language checkpoint: with --language-model-only "
-                f"vLLM builds no image encoder ({format_bytes(vision_bytes(model))} not "
-                "loaded) and profiles none; requests with images are refused"]
+        return [(f"{model.name} is a vision-language checkpoint: with --language-model-only "
+                 f"vLLM builds no image encoder ({format_bytes(vision_bytes(model))} not "
+                 "loaded) and profiles none; requests with images are refused")]
     p = encoder_pass(model, engine) if vllm else None
     if p is not None:
         tp = engine.tensor_parallel_size
