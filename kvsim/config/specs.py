@@ -240,6 +240,9 @@ class VisionEncoder(FrozenModel):
     max_image_tokens: int = Field(0, ge=0, description="the image processor's largest image "
                                   "in language-model tokens (0: not known; vLLM's profiling "
                                   "pass over the encoder is then not sized)")
+    video_largest: bool = Field(False, description="vLLM's largest item for this family is "
+                                "a video that grows with max_model_len (Qwen2-VL processing): "
+                                "its profiling pass is then not sized")
 
 
 class ModelSpec(FrozenModel):

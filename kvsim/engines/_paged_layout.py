@@ -110,6 +110,11 @@ def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> lis
                     f"{p.tokens_per_item:,} tokens, an activation peak of "
                     f"{format_bytes(encoder_peak_bytes(model, p, tp))}{each} the KV pool "
                     "gives up unless the language model's dummy batch needs more (ESTIMATE)")
+    elif vllm and v.video_largest:
+        profiled = ("; vLLM's profiling pass also encodes a dummy video as long as "
+                    "max_model_len allows, which kvsim does not size (many GiB at a long "
+                    "context: vLLM PR #25631; --limit-mm-per-prompt '{\"video\": 0}' avoids "
+                    "it): the KV pool here is too large")
     elif vllm:
         profiled = ("; vLLM's profiling pass also runs the encoder on dummy images, which "
                     "kvsim does not size here (the largest image is not known, or V0)")

@@ -33,6 +33,14 @@ With tensor parallelism the encoder's layers are split like the language model's
 (``mm_encoder_tp_mode`` ``weights``): the MLP's width is ``1/tp`` on each rank, the hidden
 states and pixels whole.  vLLM's V0 engine (before 0.8.0) ran its images inside the
 dummy sequences instead; kvsim does not size that.
+
+Not sized either: a family whose largest item is a video (``VisionEncoder.video_largest``).
+For Qwen2-VL processing (Qwen2.5-VL) vLLM's dummy video takes as many frames as fit in
+``max_model_len`` (``_get_max_video_frames``, up to ``_MAX_FRAMES_PER_VIDEO`` 600), so its
+pass grows with the context: vllm-project/vllm PR #25631 measured 5.26 GiB of KV cache for
+Qwen2.5-VL-3B on an A100-40GB by default and 25.05 GiB with ``--limit-mm-per-prompt
+'{"image": 1, "video": 0}'``. This module's per-patch estimate gives 11 GiB of that
+20 GiB difference (Qwen2.5-VL's attention keeps more per patch), too far to ship.
 """
 
 from __future__ import annotations
@@ -77,11 +85,11 @@ class EncoderPass:
 
 def encoder_pass(model: ModelSpec, engine: PagedEngineConfig) -> EncoderPass | None:
     """The dummy image batch vLLM V1 encodes at start-up (module doc); None for a text
-    model, an encoder whose largest image is not known, ``--language-model-only`` or the
-    V0 engine."""
+    model, an encoder whose largest image is not known or whose largest item is a video,
+    ``--language-model-only`` or the V0 engine."""
     v = model.vision_encoder
-    if v is None or not v.max_image_tokens or engine.language_model_only \
-            or vllm_release(engine.version).engine != "V1":
+    if v is None or not v.max_image_tokens or v.video_largest \
+            or engine.language_model_only or vllm_release(engine.version).engine != "V1":
         return None
     t = v.max_image_tokens
     budget = max(engine.max_num_batched_tokens, t)

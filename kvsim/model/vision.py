@@ -74,7 +74,7 @@ def _qwen_vl(vc: dict[str, Any], qwen25: bool) -> dict[str, Any]:
             "gated_mlp": qwen25, "norm_bias": not qwen25, "patch_bias": not qwen25,
             "spatial_merge_size": int(vc.get("spatial_merge_size", 2)),
             "out_hidden_size": int(vc["out_hidden_size"]),
-            "max_image_tokens": QWEN_VL_MAX_IMAGE_TOKENS}
+            "max_image_tokens": QWEN_VL_MAX_IMAGE_TOKENS, "video_largest": qwen25}
 
 
 def vision_from_hf(raw: dict[str, Any]) -> VisionEncoder | None:

@@ -163,3 +163,12 @@ def test_a_logged_language_model_only_start_up_drops_the_encoder():
     kv = [next(r for r in memory_rows(x)[0] if r["metric"] == "kv_tokens")["predicted"]
           for x in (m, text)]
     assert kv[1] > kv[0]
+
+
+def test_a_family_whose_largest_item_is_a_video_is_not_sized():
+    # Qwen2.5-VL: vLLM's dummy video grows with max_model_len (vllm PR #25631)
+    m, e = _engine("qwen2.5-vl-7b", gpu="rtx-4090", context_tokens=32768)
+    assert m.vision_encoder.video_largest and encoder_pass(m, e) is None
+    b = memory_budget(load_gpu("rtx-4090"), m, "nvfp4", e)
+    assert any("dummy video" in n and "does not size" in n for n in b.notes)
+    assert not any(line.startswith("Encoder cache") for line in b.log_lines)
