@@ -39,8 +39,9 @@ For Qwen2-VL processing (Qwen2.5-VL) vLLM's dummy video takes as many frames as 
 ``max_model_len`` (``_get_max_video_frames``, up to ``_MAX_FRAMES_PER_VIDEO`` 600), so its
 pass grows with the context: vllm-project/vllm PR #25631 measured 5.26 GiB of KV cache for
 Qwen2.5-VL-3B on an A100-40GB by default and 25.05 GiB with ``--limit-mm-per-prompt
-'{"image": 1, "video": 0}'``. This module's per-patch estimate gives 11 GiB of that
-20 GiB difference (Qwen2.5-VL's attention keeps more per patch), too far to ship.
+'{"image": 1, "video": 0}'``. This module's per-patch estimate, for the 14-frame
+video of 114,688 tokens that 128,000 tokens of context hold, accounts for 11 GiB of that
+20 GiB difference: too far off to ship.
 """
 
 from __future__ import annotations
