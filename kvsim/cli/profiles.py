@@ -76,7 +76,7 @@ def unset_context(preset: str) -> str:
     words = engine_for(preset).unset_context_words
     if words:
         return words
-    model = SimpleNamespace(max_context_tokens=_MODEL_MAX, layer_groups=())
+    model = SimpleNamespace(max_context_tokens=_MODEL_MAX, layer_groups=(), vision_encoder=None)
     eng = engine_for_gpu(preset, load_gpu("rtx-4090"), model)
     size = getattr(eng, "ctx_size", None)  # NOTE: llama.cpp's -c: the training context
     if (eng.context_tokens if size is None else size) != _MODEL_MAX:

@@ -11,7 +11,7 @@ from kvsim.engines._paged_ranks import box_budget
 from kvsim.engines.base import ForeignKnob
 
 if TYPE_CHECKING:
-    from kvsim.config.specs import GpuSpec, ModelSpec
+    from kvsim.config.specs import GpuSpec, ModelSpec, VisionEncoder
     from kvsim.engines.memory import MemoryBudget
 
 # The paged knobs SGLang lacks (vLLM's): any value but the unused one is refused
@@ -77,6 +77,27 @@ def sglang_gpu_defaults(gpu_memory_bytes: int, tp: int = 1,
     return round((gpu_mib - reserved_mib) / gpu_mib, 3), chunk
 
 
+VIT_BASELINE_SCORE = 24 * 1024**2
+"""SGLang's baseline image encoder, ViT-L/14: 24 layers of width 1024."""
+
+
+def vlm_fraction_factor(v: VisionEncoder | None) -> float:
+    """What SGLang multiplies its default ``mem_fraction_static`` by for a vision-language
+    checkpoint (docs/reference/engines.md §2.1; sgl-project/sglang server_args
+    ``adjust_mem_fraction_for_vlm``): 0.95 × (1 − 0.1 × (L × H² / (24 × 1024²) − 1)),
+    the second factor kept within [0.8, 1.05]; 1 for a text model.
+
+    NOTE: SGLang reads the layer count as ``vision_config.num_hidden_layers``, default
+    24: SigLIP configs (no merger) carry it, the Qwen-VL layouts call it ``depth``, so
+    they count as 24 layers.
+    """
+    if v is None:
+        return 1.0
+    layers = v.depth if v.spatial_merge_size == 1 else 24
+    ratio = layers * v.hidden_size**2 / VIT_BASELINE_SCORE
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
 @dataclass(frozen=True)
 class Sglang(EngineTraits):
     """``sglang.launch_server``: ``--context-length`` per request (§2.1)."""
@@ -102,9 +123,11 @@ class Sglang(EngineTraits):
     def gpu_defaults(self, gpu: GpuSpec, model: ModelSpec | None,
                      given: set[str], ranks: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         """§2.1: ``mem_fraction_static`` and the chunked prefill size by the GPU's memory
-        and the box's ranks (:func:`sglang_gpu_defaults`); the context as every engine
+        and the box's ranks (:func:`sglang_gpu_defaults`), lowered for a vision-language
+        checkpoint (:func:`vlm_fraction_factor`); the context as every engine
         (EngineTraits)."""
         frac, chunk = sglang_gpu_defaults(gpu.memory_bytes, *ranks)
+        frac *= vlm_fraction_factor(model.vision_encoder if model is not None else None)
         return {"gpu_memory_utilization": frac, "max_num_batched_tokens": chunk,
                 **super().gpu_defaults(gpu, model, given)}
 

@@ -11,6 +11,7 @@ import pytest
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.engines.budget import memory_budget
 from kvsim.engines.resolve import engine_for_gpu
+from kvsim.engines.sglang import vlm_fraction_factor
 from kvsim.model.importers import model_from_hf_config
 from kvsim.model.vision import vision_bytes, vision_from_hf, vision_params
 from kvsim.model.weights import model_weights
@@ -85,7 +86,10 @@ def test_paged_engines_load_the_encoder_in_16_bit_and_the_pool_pays_for_it(prese
     # vLLM's profiling pass also encodes dummy images (tests/engines/test_vllm_encoder.py)
     extra = with_v.activation_bytes - without.activation_bytes
     assert (extra > 0) == (preset == "vllm")
-    assert without.extra["kv_pool_bytes"] - with_v.extra["kv_pool_bytes"] == enc + extra
+    # SGLang lowers its default memory share instead (test below)
+    share = without.extra["share_bytes"] - with_v.extra["share_bytes"]
+    assert (share > 0) == (preset == "sglang")
+    assert without.extra["kv_pool_bytes"] - with_v.extra["kv_pool_bytes"] == enc + extra + share
     assert with_v.num_gpu_blocks < without.num_gpu_blocks
     assert any("image encoder" in n and "16-bit" in n for n in with_v.notes)
     # only vLLM has a profiling pass that runs the encoder
@@ -109,3 +113,20 @@ def test_llama_cpp_leaves_the_encoder_to_the_mmproj_file():
     a, b = _budget(gemma, "llama.cpp"), _budget(text, "llama.cpp")
     assert (a.weights_gpu_bytes, a.kv_reserved_bytes) == (b.weights_gpu_bytes,
                                                           b.kv_reserved_bytes)
+
+
+@pytest.mark.parametrize("model,factor", [
+    # SigLIP: 27 layers of 1,152 → ratio 27 x 1152² / (24 x 1024²) = 1.42383
+    ("gemma-3-12b", 0.95 * (1 - 0.1 * (27 * 1152**2 / (24 * 1024**2) - 1))),
+    # a Qwen-VL config names its layers `depth`: SGLang reads 24 → ratio 1152² / 1024²
+    ("qwen3.6-35b-a3b", 0.95 * (1 - 0.1 * (1152**2 / 1024**2 - 1))),
+    ("llama-3.1-8b", 1.0),
+])
+def test_sglang_lowers_its_default_fraction_for_a_vision_language_checkpoint(model, factor):
+    g, m = load_gpu("rtx-4090"), load_model(model)
+    assert vlm_fraction_factor(m.vision_encoder) == pytest.approx(factor)
+    e = engine_for_gpu({"preset": "sglang", "context_tokens": 8192}, g, m, "fp8")
+    assert e.gpu_memory_utilization == pytest.approx(0.847 * factor)   # 24 GiB, TP 1
+    given = engine_for_gpu({"preset": "sglang", "context_tokens": 8192,
+                            "gpu_memory_utilization": 0.8}, g, m, "fp8")
+    assert given.gpu_memory_utilization == 0.8                          # a given one wins
