@@ -212,3 +212,17 @@ def _print_sizes(console: Any, b: Any, z: Sizes) -> None:
     console.print(f"largest context at 85% ({at_ctx}): {largest}  ·  largest parallel "
                   f"at 85% ({pp.session_words(b, z.session_tokens)}): {z.max_par}{suffix}",
                   highlight=False)
+
+
+def context_words(b: Any, eng: Any, traits: Any, typed: bool) -> str:
+    """The title's context: the engine's per-session context, the pool ``--fit`` leaves
+    when the context was left to it, or, on llama.cpp with a context ``typed``, ``-c``
+    over the slots."""
+    if traits.context_scope == "pool" and typed:
+        exact = eng.context_tokens * eng.parallel == eng.ctx_size
+        return (f"context {eng.context_tokens} per session (-c {eng.ctx_size} "
+                + (f"= {eng.context_tokens} x" if exact else "over")
+                + f" {eng.parallel} slots)")
+    if traits.fit_shrinks_context and eng.fit_context:
+        return f"context {b.kv_pool_tokens} ({traits.context_knob} unset: --fit)"
+    return f"context {eng.context_tokens}"

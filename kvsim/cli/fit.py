@@ -32,6 +32,7 @@ import click
 
 from kvsim.cli._fit_box import BOX_FLAGS, GPU_HELP, box_knobs, box_options, load_box
 from kvsim.cli._fit_output import as_json as _as_json
+from kvsim.cli._fit_output import context_words as _context_words
 from kvsim.cli._fit_output import print_table as _print_table
 from kvsim.cli._fit_output import sizes as _sizes
 from kvsim.cli._fit_output import verdict as _verdict
@@ -124,6 +125,25 @@ FIELD_FLAGS = {"engine.context_tokens": "--context", "engine.ctx_size": "--ctx-s
                "engine.cache_type_v": "--kv-v",
                **{f"engine.{k}": flag for k, (flag, _) in BOX_FLAGS.items()}}
 """Engine fields a scenario error names → the fit flag that set them."""
+
+
+def _counts(context: str | None, ctx_size: str | None, parallel: str | None,
+            gpu_layers: str | None, gpu_util: float | None
+            ) -> tuple[int | None, int | None, int | None, int | None]:
+    """``--context``, ``--ctx-size``, ``--parallel`` and ``--gpu-layers`` as numbers, each
+    in its range (and ``--gpu-util`` checked): an InputError naming the flag otherwise."""
+    ctx = _positive(context, "--context")
+    size = _positive(ctx_size, "--ctx-size")
+    par = _positive(parallel, "--parallel")
+    if ctx is not None and par is not None and par > ctx:
+        raise InputError("--parallel", par, f"must not exceed --context ({ctx})")
+    ngl = None if gpu_layers is None else parse_count(gpu_layers, "--gpu-layers")
+    if ngl is not None and not 0 <= ngl <= INT32_MAX:
+        raise InputError("--gpu-layers", gpu_layers, f"between 0 and {INT32_MAX} (-ngl is "
+                         "a 32-bit count; a number above the model's layers = all of them)")
+    if gpu_util is not None and not 0 < gpu_util <= 1:
+        raise InputError("--gpu-util", gpu_util, "a fraction in (0, 1]")
+    return ctx, size, par, ngl
 
 
 @contextmanager
@@ -319,23 +339,13 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
         ctx_size: str | None, parallel: str | None, kv: str | None, kv_k: str | None, kv_v: str | None,
         kv_unified: bool | None, flash_attn: bool | None, gpu_layers: str | None,
         gpu_util: float | None, hybrid_kv: bool | None, ollama_version: str | None,
-        vllm_version: str | None, language_model_only: bool | None, display_reserve: str, driver_reserve: str, host_name: str | None,
-        as_json: bool, **split: Any) -> None:
+        vllm_version: str | None, language_model_only: bool | None, display_reserve: str,
+        driver_reserve: str, host_name: str | None, as_json: bool, **split: Any) -> None:
     """Does this model, context and parallelism fit this card on this engine?"""
     from kvsim.engines.budget import check_host_memory, memory_budget
     from kvsim.engines.resolve import engine_for_gpu
     from kvsim.plan.parallel import parallel_words
-    ctx = _positive(context, "--context")
-    size = _positive(ctx_size, "--ctx-size")
-    par = _positive(parallel, "--parallel")
-    if ctx is not None and par is not None and par > ctx:
-        raise InputError("--parallel", par, f"must not exceed --context ({ctx})")
-    ngl = None if gpu_layers is None else parse_count(gpu_layers, "--gpu-layers")
-    if ngl is not None and not 0 <= ngl <= INT32_MAX:
-        raise InputError("--gpu-layers", gpu_layers, f"between 0 and {INT32_MAX} (-ngl is "
-                         "a 32-bit count; a number above the model's layers = all of them)")
-    if gpu_util is not None and not 0 < gpu_util <= 1:
-        raise InputError("--gpu-util", gpu_util, "a fraction in (0, 1]")
+    ctx, size, par, ngl = _counts(context, ctx_size, parallel, gpu_layers, gpu_util)
     reserves = {"driver_reserve_bytes": parse_bytes(driver_reserve, "--driver-reserve"),
                 "display_reserve_bytes": parse_bytes(display_reserve, "--display-reserve")}
     gpus = load_box(gpu)
@@ -374,14 +384,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     if as_json:
         click.echo(_as_json(b, z, verdict, notes))
         return
-    context = (f"context {b.kv_pool_tokens} ({traits.context_knob} unset: --fit)"
-               if traits.fit_shrinks_context and eng.fit_context
-               else f"context {eng.context_tokens}")
-    if traits.context_scope == "pool" and (ctx is not None or size is not None):
-        exact = eng.context_tokens * eng.parallel == eng.ctx_size
-        context = (f"context {eng.context_tokens} per session (-c {eng.ctx_size} "
-                   + (f"= {eng.context_tokens} x" if exact else "over")
-                   + f" {eng.parallel} slots)")
+    context = _context_words(b, eng, traits, ctx is not None or size is not None)
     title = (f"{m.display_name} ({b.weights_format}) on {gpu_set_display(gpus)} — "
              f"{eng.preset}{_split_words(b)}, "
              f"{context}, {parallel_words(b, par, z.max_num_seqs)}, "
