@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 _DEVICE_LINES = (
-    re.compile(r"^\s*Device \d+: ([^,]+),", re.MULTILINE),          # ggml_cuda_init (CUDA, ROCm)
-    re.compile(r"^ggml_vulkan: \d+ = (.+?) \(", re.MULTILINE),       # ggml_vulkan device list
-    re.compile(r"GPU name:\s+(.+?)\s*$", re.MULTILINE),              # ggml_metal device info
+    re.compile(r"^\s*Device \d+: ([^,]+),", re.M),          # ggml_cuda_init (CUDA, ROCm)
+    re.compile(r"^ggml_vulkan: \d+ = (.+?) \(", re.M),       # ggml_vulkan device list
+    re.compile(r"GPU name:\s+(.+?)\s*$", re.M),              # ggml_metal device info
 )
 
 
