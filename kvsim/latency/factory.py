@@ -81,8 +81,7 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     """
     cfg = scenario.latency
     seed = scenario.seed if cfg.jitter_seed is None else cfg.jitter_seed
-    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, seed,
-                       cfg.jitter_prompt_cv)
+    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, seed, cfg.prompt_cv)
 
 
 def _exact_model(scenario: Any, budget: Any | None) -> LatencyModel:

@@ -87,17 +87,17 @@ class Noise:
 class JitteredLatency:
     """A :class:`~kvsim.latency.base.LatencyModel` whose every step time is the inner
     model's times the next factor of a :class:`Noise` (at ``prompt_cv`` for a step that
-    computes prompt tokens, ``cv`` for the others; ``prompt_cv`` None = ``cv``).
+    computes prompt tokens, ``cv`` for the others: the scenario's resolved
+    ``JitterKnobs.prompt_cv``).
 
     NOTE: ``clamped_steps`` and the spreads are the inner model's (a calibrated model
     counts clamps on itself); a step of no time stays 0 and takes no draw.
     """
 
-    def __init__(self, inner: LatencyModel, cv: float, seed: int,
-                 prompt_cv: float | None = None) -> None:
+    def __init__(self, inner: LatencyModel, cv: float, seed: int, prompt_cv: float) -> None:
         self.inner = inner
         self.cv = cv
-        self.prompt_cv = cv if prompt_cv is None else prompt_cv
+        self.prompt_cv = prompt_cv
         # NOTE: the draws are at the decode CV (at the prompt CV when that one is 0)
         self.noise = Noise(cv if cv > 0 else self.prompt_cv, seed)
         self._decode = _Rescale(self.noise, cv)
@@ -175,10 +175,9 @@ class _Rescale:
         return math.exp(self.mu + self.ratio * (math.log(factor) - self.noise_mu))
 
 
-def with_jitter(model: LatencyModel, cv: float, seed: int, prompt_cv: float | None = None
-                ) -> LatencyModel:
+def with_jitter(model: LatencyModel, cv: float, seed: int, prompt_cv: float) -> LatencyModel:
     """``model`` itself without jitter (``cv`` and ``prompt_cv`` 0), else wrapped in
     :class:`JitteredLatency`."""
-    if cv > 0 or (prompt_cv or 0.0) > 0:
+    if cv > 0 or prompt_cv > 0:
         return JitteredLatency(model, cv, seed, prompt_cv)
     return model

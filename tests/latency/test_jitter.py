@@ -40,7 +40,7 @@ def test_noise_depends_on_the_seed_only_not_on_how_it_is_taken() -> None:
 
 def test_jittered_step_times_scatter_around_the_exact_ones() -> None:
     exact = ConstantLatency(0.02, decode_token_s=0.001)
-    lat = JitteredLatency(exact, 0.15, seed=5)
+    lat = JitteredLatency(exact, 0.15, seed=5, prompt_cv=0.15)
     batch = BatchShape(decode_context=(100, 200))
     dts = np.array([lat.step_time_s(batch) for _ in range(50_000)])
     assert dts.mean() == pytest.approx(exact.step_time_s(batch), rel=0.005)
