@@ -89,7 +89,7 @@ def _profiled_activation(model: ModelSpec, engine: PagedEngineConfig, vllm: bool
     p = encoder_pass(model, engine) if vllm and engine.activation_bytes is None else None
     if p is None:
         return act, []
-    return with_encoder_pass(act, model, engine), [p.log_line()]
+    return with_encoder_pass(act, model, p), [p.log_line()]
 
 
 def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> list[str]:

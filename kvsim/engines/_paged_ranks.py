@@ -49,7 +49,7 @@ from kvsim.engines._paged_layout import (
     paged_budget,
 )
 from kvsim.engines.memory import DeviceShare, MemoryBudget, Split
-from kvsim.engines.vllm_encoder import loaded_vision_bytes, with_encoder_pass
+from kvsim.engines.vllm_encoder import encoder_pass, loaded_vision_bytes, with_encoder_pass
 from kvsim.errors import InputError
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.hybrid import pool_shape, too_long_refusal
@@ -129,7 +129,8 @@ def _rank_activation(model: ModelSpec, engine: PagedEngineConfig, tp: int, first
         rows = min(engine.max_num_seqs, tokens)
         act = max(act, tokens * ACTIVATION_BYTES * h
                   + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT)
-    return with_encoder_pass(act, model, engine, tp) if vllm and first else act
+    return with_encoder_pass(act, model, encoder_pass(model, engine), tp) if vllm and first \
+        else act
 
 
 def rank_parts(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,

@@ -128,12 +128,11 @@ def encoder_cache_bytes(model: ModelSpec, p: EncoderPass) -> int:
     return p.tokens * v.out_hidden_size * ACTIVATION_BYTES
 
 
-def with_encoder_pass(lm_bytes: int, model: ModelSpec, engine: PagedEngineConfig,
+def with_encoder_pass(lm_bytes: int, model: ModelSpec, p: EncoderPass | None,
                       tp: int = 1) -> int:
-    """The profiled activation peak on a rank that runs the encoder: the larger of the
-    encoder's forward and ``lm_bytes`` (the language model's dummy batch) beside the
-    cached outputs; ``lm_bytes`` when vLLM profiles no encoder here."""
-    p = encoder_pass(model, engine)
+    """The profiled activation peak on a rank that runs the encoder pass ``p``
+    (:func:`encoder_pass`): the larger of the encoder's forward and ``lm_bytes`` (the
+    language model's dummy batch) beside the cached outputs; ``lm_bytes`` without one."""
     if p is None:
         return lm_bytes
     return max(encoder_peak_bytes(model, p, tp), lm_bytes + encoder_cache_bytes(model, p))

@@ -87,8 +87,8 @@ def test_the_larger_of_the_encoder_and_the_language_models_batch_beside_its_outp
     peak = encoder_peak_bytes(m, p)
     assert peak == 65536 * 27968
     assert encoder_cache_bytes(m, p) == 16384 * 2048 * 2
-    assert with_encoder_pass(10**8, m, e) == peak
-    assert with_encoder_pass(2 * peak, m, e) == 2 * peak + 16384 * 2048 * 2
+    assert with_encoder_pass(10**8, m, p) == peak
+    assert with_encoder_pass(2 * peak, m, p) == 2 * peak + 16384 * 2048 * 2
 
 
 def test_the_pool_gives_up_the_difference():
