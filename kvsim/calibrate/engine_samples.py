@@ -29,7 +29,6 @@ from kvsim.latency.artifact import (
     CalibrationArtifact,
     LatencyFit,
     TimingPoint,
-    step_features,
 )
 
 if TYPE_CHECKING:
@@ -193,7 +192,7 @@ def _decode_points(samples: EngineSamples, fit: LatencyFit
         for v in vals:
             gaps = np.asarray(v.gaps_s[WARM_UP_GAPS:])
             ctx = max(c, 1) + WARM_UP_GAPS + np.arange(len(gaps))
-            fitted = np.array([step_features(none, none, np.full(b, float(x))) @ coef
+            fitted = np.array([fit.step_features(none, none, np.full(b, float(x))) @ coef
                                for x in ctx])
             per_sample.append((v.round, gaps[gaps > 0] / fitted[gaps > 0]))
         points.append(per_sample)

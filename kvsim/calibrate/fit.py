@@ -7,6 +7,14 @@ all coefficients ≥ 0 so no fitted cost is negative) on *relative* residuals �
 is divided by its measured time — because step times span orders of magnitude and the
 quantity users care about (MAPE) is relative.
 
+The KV knee (``LatencyFit.kv_knee_tokens``): a decode step's cost per KV token read
+can rise once the step reads more than some amount — measured on llama-server's CPU
+backend, four slots at 512 tokens took 5.1 ms a step where the straight line through the
+smaller points gave 4.1 (docs/design/calibration.md). The knee is searched over the
+decode points' own per-step KV sizes (and the midpoints between them), then refined
+between the best one's neighbours; the knee whose fit leaves the least relative error is
+kept, or none when no knee lowers it.
+
 NOTE: the fit error is reported in-sample over the same points (MAPE and worst APE);
 the validity range is the per-step feature range those points covered, which is what
 the calibrated latency model clamps to (or refuses outside of).
@@ -16,9 +24,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from itertools import pairwise
 
 import numpy as np
-from scipy.optimize import lsq_linear
+from scipy.optimize import lsq_linear, minimize_scalar
 
 from kvsim.errors import InputError
 from kvsim.latency.artifact import (
@@ -33,35 +42,79 @@ from kvsim.latency.artifact import (
 
 def fit_one(points: list[TimingPoint], small_chunk_tokens: int = 0) -> LatencyFit:
     """Fit one cache dtype's points (all of the same ``cache_type``); prefill chunks
-    shorter than ``small_chunk_tokens`` get their own attention coefficient."""
+    shorter than ``small_chunk_tokens`` get their own attention coefficient, decode KV
+    beyond the best knee (module doc) its own per-token cost."""
     if not points:
         raise InputError("points", 0, "at least one timing point is needed to fit")
-    x = np.array([point_features(p, small_chunk_tokens) for p in points])
     t = np.array([p.measured_s for p in points])
-    scale = 1.0 / t
-    # NOTE: normalise columns so the solver sees comparable magnitudes; undo afterwards.
-    col = np.abs(x).max(axis=0)
-    col[col == 0] = 1.0
-    res = lsq_linear((x / col) * scale[:, None], np.ones_like(t), bounds=(0.0, np.inf),
-                     method="bvls")
-    coef = res.x / col
+    coef, knee = _best_knee(points, t, small_chunk_tokens)
+    x = np.array([point_features(p, small_chunk_tokens, knee) for p in points])
     ape = np.abs(x @ coef - t) / t
     return LatencyFit(
         cache_type=points[0].cache_type,
         coefficients_s={name: float(v) for name, v in zip(FEATURES, coef)},
         mape=float(ape.mean()), max_ape=float(ape.max()), points=len(points),
-        valid=_valid_ranges(points, small_chunk_tokens),
+        valid=_valid_ranges(points, small_chunk_tokens, knee),
         max_context=max(p.context + (p.steps - 1 if p.kind == "decode" else p.tokens)
                         for p in points),
-        max_batch=max(p.batch for p in points), small_chunk_tokens=small_chunk_tokens)
+        max_batch=max(p.batch for p in points), small_chunk_tokens=small_chunk_tokens,
+        kv_knee_tokens=knee)
 
 
-def _valid_ranges(points: list[TimingPoint], small_chunk_tokens: int
+MIN_GAIN = 1e-9
+"""A knee is kept only if it lowers the fit's cost (half the sum of squared relative
+errors) by more than this: on points a straight line fits, rounding decides nothing."""
+
+
+def knee_candidates(points: list[TimingPoint]) -> list[int]:
+    """The KV knees tried (module doc): every decode point's first and last per-step KV
+    size and the midpoints between neighbours, strictly inside their range (a knee at
+    or below every step's KV would only restate ``decode_kv``)."""
+    sizes = sorted({v for p in points if p.kind == "decode"
+                    for v in (p.batch * p.context, p.batch * (p.context + p.steps - 1))})
+    mids = [(a + b) // 2 for a, b in pairwise(sizes)]
+    return sorted({k for k in sizes + mids if sizes[0] < k < sizes[-1]})
+
+
+def _best_knee(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int
+               ) -> tuple[np.ndarray, int]:
+    """The coefficients and knee of the least cost (0: none): the best candidate, then
+    refined between its neighbours (``scipy.optimize.minimize_scalar``, bounded)."""
+    best = _solve(points, t, small_chunk_tokens, 0)
+    cands = knee_candidates(points)
+    at = -1
+    for i, knee in enumerate(cands):
+        trial = _solve(points, t, small_chunk_tokens, knee)
+        if trial[1] < best[1] - MIN_GAIN and trial[0][-1] > 0:
+            best, at = trial, i
+    if at >= 0:
+        lo, hi = cands[max(at - 1, 0)], cands[min(at + 1, len(cands) - 1)]
+        res = minimize_scalar(lambda k: _solve(points, t, small_chunk_tokens, round(k))[1],
+                              bounds=(lo, hi), method="bounded", options={"xatol": 0.5})
+        trial = _solve(points, t, small_chunk_tokens, round(res.x))
+        if trial[1] < best[1] and trial[0][-1] > 0:
+            best = trial
+    return best[0], best[2]
+
+
+def _solve(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int, knee: int
+           ) -> tuple[np.ndarray, float, int]:
+    """Non-negative least squares on relative residuals: (coefficients, cost, knee)."""
+    x = np.array([point_features(p, small_chunk_tokens, knee) for p in points])
+    # NOTE: normalise columns so the solver sees comparable magnitudes; undo afterwards.
+    col = np.abs(x).max(axis=0)
+    col[col == 0] = 1.0
+    res = lsq_linear((x / col) / t[:, None], np.ones_like(t), bounds=(0.0, np.inf),
+                     method="bvls")
+    return res.x / col, float(res.cost), knee
+
+
+def _valid_ranges(points: list[TimingPoint], small_chunk_tokens: int, knee: int
                   ) -> dict[str, FeatureRange]:
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
     for p in points:
-        for name, (a, b) in point_step_ranges(p, small_chunk_tokens).items():
+        for name, (a, b) in point_step_ranges(p, small_chunk_tokens, knee).items():
             if (p.kind == "prefill") != name.startswith("prefill"):
                 continue  # a decode point says nothing about the prefill range
             lo[name] = min(lo.get(name, a), a)

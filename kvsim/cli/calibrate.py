@@ -230,11 +230,12 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
 
     table = Table(title=f"{art.source} calibration → {output}")
     for col in ("cache type", "points", "MAPE", "max APE", "max context", "max batch",
-                "decode spread p5/p95", "TTFT spread p5/p95"):
+                "decode KV knee", "decode spread p5/p95", "TTFT spread p5/p95"):
         table.add_column(col)
     for f in art.fits.values():
         table.add_row(f.cache_type, str(f.points), f"{100 * f.mape:.1f}%",
                       f"{100 * f.max_ape:.1f}%", str(f.max_context), str(f.max_batch),
+                      f"{f.kv_knee_tokens:,}" if f.kv_knee_tokens else "-",
                       _p5_p95(f.decode_spread), _p5_p95(f.prefill_spread))
     Console().print(table)
     if isinstance(cv := art.settings.get("step_time_cv"), float):

@@ -28,7 +28,7 @@ from kvsim.errors import InputError, from_validation_error
 ARTIFACT_VERSION = 1
 FEATURES: tuple[str, ...] = (
     "step", "prefill_seq", "prefill_token", "prefill_attn", "prefill_attn_small",
-    "decode_seq", "decode_kv")
+    "decode_seq", "decode_kv", "decode_kv_spill")
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -82,17 +82,26 @@ class LatencyFit(BaseModel):
     after_prompt_s: tuple[float, ...] = Field(
         (), description="seconds the k-th decode step after a step that computed prompt "
         "tokens takes above a steady one (k = 0, 1, …); () = none measured")
+    kv_knee_tokens: int = Field(0, ge=0, description="a decode step's KV tokens beyond "
+                                "this many also cost decode_kv_spill each; 0 = no knee")
 
     @model_validator(mode="before")
     @classmethod
-    def _no_split_before(cls, raw: Any) -> Any:
-        """Artifacts written before the short-chunk split: A_small is always 0."""
-        if isinstance(raw, dict) and "prefill_attn_small" not in raw.get("coefficients_s", {}):
-            raw = {**raw, "coefficients_s": {**raw.get("coefficients_s", {}),
-                                             "prefill_attn_small": 0.0}}
-            if isinstance(raw.get("valid"), dict):
-                raw["valid"] = {**raw["valid"], "prefill_attn_small": {"min": 0.0, "max": 0.0}}
+    def _older_features(cls, raw: Any) -> Any:
+        """Artifacts written before a feature existed: its coefficient and range are 0
+        (before the short-chunk split, A_small; before the knee, the KV spill)."""
+        for name in ("prefill_attn_small", "decode_kv_spill"):
+            if isinstance(raw, dict) and name not in raw.get("coefficients_s", {}):
+                raw = {**raw, "coefficients_s": {**raw.get("coefficients_s", {}), name: 0.0}}
+                if isinstance(raw.get("valid"), dict):
+                    raw["valid"] = {**raw["valid"], name: {"min": 0.0, "max": 0.0}}
         return raw
+
+    def step_features(self, prefill_tokens: np.ndarray, prefill_context: np.ndarray,
+                      decode_context: np.ndarray) -> np.ndarray:
+        """:func:`step_features` of one step with this fit's chunk split and knee."""
+        return step_features(prefill_tokens, prefill_context, decode_context,
+                             self.small_chunk_tokens, self.kv_knee_tokens)
 
 
 class KvBytes(BaseModel):
@@ -155,19 +164,32 @@ class CalibrationArtifact(BaseModel):
         return self.fits[cache_type]
 
 
+def kv_spill(kv_tokens: np.ndarray | float, kv_knee_tokens: int) -> np.ndarray | float:
+    """A decode step's KV tokens beyond the knee (0 without one): ``decode_kv_spill``.
+
+    NOTE: with the KV tokens clamped to the measured maximum first, this equals the
+    spill clamped to its own measured maximum (the calibrated model relies on it)."""
+    if kv_knee_tokens <= 0:
+        return np.zeros_like(kv_tokens) if isinstance(kv_tokens, np.ndarray) else 0.0
+    return np.maximum(kv_tokens - kv_knee_tokens, 0.0)
+
+
 def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
-                  decode_context: np.ndarray, small_chunk_tokens: int = 0) -> np.ndarray:
+                  decode_context: np.ndarray, small_chunk_tokens: int = 0,
+                  kv_knee_tokens: int = 0) -> np.ndarray:
     """Feature vector (in :data:`FEATURES` order) of one engine step."""
     p = np.asarray(prefill_tokens, dtype=float)
     c = np.asarray(prefill_context, dtype=float)
     d = np.asarray(decode_context, dtype=float)
     attn = p * (c + p / 2.0)
     small = p < small_chunk_tokens
+    kv = float(d.sum())
     return np.array([1.0, float(p.size), p.sum(), attn[~small].sum(), attn[small].sum(),
-                     float(d.size), d.sum()])
+                     float(d.size), kv, float(kv_spill(kv, kv_knee_tokens))])
 
 
-def point_features(pt: TimingPoint, small_chunk_tokens: int = 0) -> np.ndarray:
+def point_features(pt: TimingPoint, small_chunk_tokens: int = 0,
+                   kv_knee_tokens: int = 0) -> np.ndarray:
     """Summed features of all steps of a point (the model is linear, so sums add)."""
     b, s = pt.batch, pt.steps
     if pt.kind == "prefill":
@@ -176,12 +198,13 @@ def point_features(pt: TimingPoint, small_chunk_tokens: int = 0) -> np.ndarray:
         attn = b * (chunk * (ctx + chunk / 2.0)).sum()
         small = chunk < small_chunk_tokens
         return np.array([s, b * s, b * pt.tokens, 0.0 if small else attn,
-                         attn if small else 0.0, 0.0, 0.0])
-    ctx_sum = s * pt.context + s * (s - 1) / 2.0
-    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, b * ctx_sum])
+                         attn if small else 0.0, 0.0, 0.0, 0.0])
+    kv = b * (pt.context + np.arange(s, dtype=float))
+    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, kv.sum(),
+                     kv_spill(kv, kv_knee_tokens).sum()])
 
 
-def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0
+def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_tokens: int = 0
                       ) -> dict[str, tuple[float, float]]:
     """Per-step feature ranges a point covers (for the validity range)."""
     f = point_features(pt, small_chunk_tokens) / pt.steps
@@ -190,10 +213,11 @@ def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0
         hi = pt.batch * (pt.context + pt.steps - 1)
         return {"prefill_seq": (0, 0), "prefill_token": (0, 0), "prefill_attn": (0, 0),
                 "prefill_attn_small": (0, 0), "decode_seq": (pt.batch, pt.batch),
-                "decode_kv": (lo, hi)}
+                "decode_kv": (lo, hi), "decode_kv_spill": (kv_spill(lo, kv_knee_tokens),
+                                                           kv_spill(hi, kv_knee_tokens))}
     return {"prefill_seq": (f[1], f[1]), "prefill_token": (f[2], f[2]),
             "prefill_attn": (f[3], f[3]), "prefill_attn_small": (f[4], f[4]),
-            "decode_seq": (0, 0), "decode_kv": (0, 0)}
+            "decode_seq": (0, 0), "decode_kv": (0, 0), "decode_kv_spill": (0, 0)}
 
 
 def load_artifact(path: str | Path) -> CalibrationArtifact:

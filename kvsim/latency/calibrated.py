@@ -1,9 +1,10 @@
 """Calibrated latency: step times from a measured, fitted artifact (docs/design/DESIGN.md §3.5).
 
 The artifact (:mod:`kvsim.latency.artifact`) holds, per KV cache dtype, non-negative
-coefficients of a linear step-time model over seven step features (a constant, prefill
+coefficients of a linear step-time model over eight step features (a constant, prefill
 chunks, prefill tokens, prefill attention pairs of long and of short chunks, decoding
-sequences, KV tokens read by decode) and the range of each feature that was actually measured.
+sequences, KV tokens read by decode, and those beyond the fit's KV knee) and the range of
+each feature that was actually measured.
 A step the engine runs as several graphs (``BatchShape.ubatches``: llama.cpp's ubatches)
 pays the constant once per graph: it was measured on one-graph steps, where it is the
 graph's fixed cost (set-up, launch, synchronisation).  The first decode steps after a
@@ -39,13 +40,13 @@ from kvsim.latency.artifact import (
     FEATURES,
     CalibrationArtifact,
     LatencyFit,
+    kv_spill,
     load_artifact,
-    step_features,
 )
 from kvsim.latency.base import BatchShape
 
 OutOfRange = Literal["clamp", "refuse"]
-_SEQ, _KV = FEATURES.index("decode_seq"), FEATURES.index("decode_kv")
+_SEQ, _KV, _SPILL = (FEATURES.index(n) for n in ("decode_seq", "decode_kv", "decode_kv_spill"))
 
 
 @dataclass
@@ -74,12 +75,15 @@ class CalibratedLatencyModel:
 
     @property
     def provenance(self) -> str:
-        """Source, fit error, — once any — the steps clamped to the measured range, and
-        the device the times were measured on (the scenario's GPU is not checked)."""
+        """Source, fit error, the decode KV knee (if the fit has one), — once any — the
+        steps clamped to the measured range, and the device the times were measured on
+        (the scenario's GPU is not checked)."""
         clamped = f", {self.clamped_steps} steps clamped" if self.clamped_steps else ""
         device = f", measured on {self.device}" if self.device else ""
+        knee = self.fit.kv_knee_tokens
+        knee_text = f", decode KV knee {knee:,} tokens" if knee else ""
         return (f"calibrated({self.source or 'artifact'}, {self.fit.cache_type}, "
-                f"MAPE {100 * self.fit.mape:.1f}%{clamped}{device})")
+                f"MAPE {100 * self.fit.mape:.1f}%{knee_text}{clamped}{device})")
 
     @classmethod
     def from_artifact(cls, artifact: CalibrationArtifact, cache_type: str = "f16",
@@ -118,7 +122,7 @@ class CalibratedLatencyModel:
         clamped = bool((c + p > cap).any() or (d > cap).any())
         c = np.minimum(c, np.maximum(cap - p, 0.0))
         d = np.minimum(d, cap)
-        x = step_features(p, c, d, self.fit.small_chunk_tokens)
+        x = self.fit.step_features(p, c, d)
         over = x > self._max
         if over.any() or clamped:
             self._out_of_range(x, over, batch)
@@ -148,7 +152,9 @@ class CalibratedLatencyModel:
             self.clamped_steps += int(clamped.sum())
         kv = np.minimum(kv, self._max[_KV])
         seqs = min(n, self._max[_SEQ])
-        return self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_KV] * kv
+        spill = kv_spill(kv, self.fit.kv_knee_tokens)
+        return (self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_KV] * kv
+                + self._coef[_SPILL] * spill)
 
     def decode_steps_list(self, contexts: Sequence[int], steps: int,
                           kv_read_saved_bytes: float = 0.0) -> list[float] | None:
