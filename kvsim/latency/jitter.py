@@ -90,8 +90,9 @@ class JitteredLatency:
     computes prompt tokens, ``cv`` for the others: the scenario's resolved
     ``JitterKnobs.prompt_cv``).
 
-    NOTE: ``clamped_steps`` and the spreads are the inner model's (a calibrated model
-    counts clamps on itself); a step of no time stays 0 and takes no draw.
+    NOTE: ``clamped_steps`` is the inner model's (a calibrated model counts clamps on
+    itself), and so are its spreads for steps that are not jittered; a step of no time
+    stays 0 and takes no draw.
     """
 
     def __init__(self, inner: LatencyModel, cv: float, seed: int, prompt_cv: float) -> None:
@@ -130,11 +131,15 @@ class JitteredLatency:
 
     @property
     def decode_spread(self) -> tuple[float, ...]:
-        return self.inner.decode_spread
+        """() when decode steps are jittered: their simulated gaps already carry the
+        noise that a calibrated spread stands for in an exact run (kvsim.metrics.spread);
+        carrying both would count it twice."""
+        return () if self.cv > 0 else self.inner.decode_spread
 
     @property
     def prefill_spread(self) -> tuple[float, ...]:
-        return self.inner.prefill_spread
+        """() when prompt steps are jittered (as :attr:`decode_spread`)."""
+        return () if self.prompt_cv > 0 else self.inner.prefill_spread
 
     def step_time_s(self, batch: BatchShape) -> float:
         dt = self.inner.step_time_s(batch)

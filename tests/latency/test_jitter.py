@@ -95,3 +95,22 @@ def test_jitter_cv_outside_its_range_is_refused(value: str) -> None:
     with pytest.raises(InputError) as exc:
         load_scenario("quickstart", [f"latency.jitter_cv={value}"])
     assert "jitter_cv" in exc.value.one_line()
+
+
+def test_jittered_steps_do_not_carry_the_calibrated_spread_again() -> None:
+    """An exact run's percentiles carry the calibration's measured spread; a jittered
+    run's gaps already carry that noise, so its percentiles must not carry it twice."""
+    from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
+    from kvsim.latency.calibrated import CalibratedLatencyModel
+
+    fit = LatencyFit(cache_type="f16", coefficients_s=dict.fromkeys(FEATURES, 1e-3), mape=0.0,
+                     max_ape=0.0, points=1, max_context=10, max_batch=1,
+                     valid={n: FeatureRange(min=0.0, max=1.0) for n in FEATURES[1:]},
+                     decode_spread=(0.8, 1.0, 1.4), prefill_spread=(0.9, 1.0, 1.1))
+    exact = CalibratedLatencyModel(fit)
+    both = JitteredLatency(exact, 0.2, seed=1, prompt_cv=0.1)
+    assert (both.decode_spread, both.prefill_spread) == ((), ())
+    decode_only = JitteredLatency(exact, 0.2, seed=1, prompt_cv=0.0)
+    assert decode_only.decode_spread == () and decode_only.prefill_spread == (0.9, 1.0, 1.1)
+    prompt_only = JitteredLatency(exact, 0.0, seed=1, prompt_cv=0.1)
+    assert prompt_only.decode_spread == (0.8, 1.0, 1.4) and prompt_only.prefill_spread == ()
