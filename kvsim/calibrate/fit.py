@@ -13,7 +13,8 @@ backend, four slots at 512 tokens took 5.1 ms a step where the straight line thr
 smaller points gave 4.1 (docs/design/calibration.md). The knee is searched over the
 decode points' own per-step KV sizes (and the midpoints between them), then refined
 between the best one's neighbours; the knee whose fit leaves the least relative error is
-kept, or none when no knee lowers it.
+kept if it lowers that error by more than noise would (an F test of the two extra
+parameters, p < 0.01), else none.
 
 NOTE: the fit error is reported in-sample over the same points (MAPE and worst APE);
 the validity range is the per-step feature range those points covered, which is what
@@ -79,8 +80,9 @@ def knee_candidates(points: list[TimingPoint]) -> list[int]:
 def _best_knee(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int
                ) -> tuple[np.ndarray, int]:
     """The coefficients and knee of the least cost (0: none): the best candidate, then
-    refined between its neighbours (``scipy.optimize.minimize_scalar``, bounded)."""
-    best = _solve(points, t, small_chunk_tokens, 0)
+    refined between its neighbours (``scipy.optimize.minimize_scalar``, bounded), kept
+    only where it pays (:func:`_knee_pays`)."""
+    best = line = _solve(points, t, small_chunk_tokens, 0)
     cands = knee_candidates(points)
     at = -1
     for i, knee in enumerate(cands):
@@ -94,7 +96,36 @@ def _best_knee(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int
         trial = _solve(points, t, small_chunk_tokens, round(res.x))
         if trial[1] < best[1] and trial[0][-1] > 0:
             best = trial
+    if best[2] and not _knee_pays(points, line[1], best):
+        best = line
     return best[0], best[2]
+
+
+KNEE_ALPHA = 0.01
+"""A knee must lower the residuals more than noise would with this probability (the
+nested-model F test of :func:`_knee_pays`)."""
+
+
+def _knee_pays(points: list[TimingPoint], line_cost: float,
+               knee_fit: tuple[np.ndarray, float, int]) -> bool:
+    """Whether the knee's two extra parameters (its place and its cost) lower the sum of
+    squared relative errors by more than noise would: an F test of the knee fit against
+    the straight line (``scipy.stats.f``, p < :data:`KNEE_ALPHA`).  Points the knee fits
+    exactly keep it (no noise to test against).
+
+    NOTE: the knee is searched for, so the test's p is optimistic (Davies' problem);
+    the small alpha allows for it."""
+    from scipy.stats import f as f_dist
+
+    rss_line, rss_knee = 2 * line_cost, 2 * knee_fit[1]
+    params = int(np.count_nonzero(knee_fit[0])) + 1
+    dof = len(points) - params
+    if rss_knee <= MIN_GAIN:
+        return True
+    if dof <= 0:
+        return False
+    stat = ((rss_line - rss_knee) / 2) / (rss_knee / dof)
+    return bool(f_dist.sf(stat, 2, dof) < KNEE_ALPHA)
 
 
 def _solve(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int, knee: int
