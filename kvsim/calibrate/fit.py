@@ -36,6 +36,8 @@ from kvsim.latency.artifact import (
     FeatureRange,
     LatencyFit,
     TimingPoint,
+    decode_step_kv,
+    kv_spill,
     point_features,
     point_step_ranges,
 )
@@ -82,18 +84,26 @@ def _best_knee(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int
     """The coefficients and knee of the least cost (0: none): the best candidate, then
     refined between its neighbours (``scipy.optimize.minimize_scalar``, bounded), kept
     only where it pays (:func:`_knee_pays`)."""
-    best = line = _solve(points, t, small_chunk_tokens, 0)
+    base = np.array([point_features(p, small_chunk_tokens) for p in points])
+    kv = [decode_step_kv(p) for p in points]
+
+    def solve(knee: int) -> tuple[np.ndarray, float, int]:
+        x = base.copy()
+        x[:, -1] = [kv_spill(k, knee).sum() for k in kv]
+        return (*_solve(x, t), knee)
+
+    best = line = solve(0)
     cands = knee_candidates(points)
     at = -1
     for i, knee in enumerate(cands):
-        trial = _solve(points, t, small_chunk_tokens, knee)
+        trial = solve(knee)
         if trial[1] < best[1] - MIN_GAIN and trial[0][-1] > 0:
             best, at = trial, i
     if at >= 0:
         lo, hi = cands[max(at - 1, 0)], cands[min(at + 1, len(cands) - 1)]
-        res = minimize_scalar(lambda k: _solve(points, t, small_chunk_tokens, round(k))[1],
-                              bounds=(lo, hi), method="bounded", options={"xatol": 0.5})
-        trial = _solve(points, t, small_chunk_tokens, round(res.x))
+        res = minimize_scalar(lambda k: solve(round(k))[1], bounds=(lo, hi),
+                              method="bounded", options={"xatol": 0.5})
+        trial = solve(round(res.x))
         if trial[1] < best[1] and trial[0][-1] > 0:
             best = trial
     if best[2] and not _knee_pays(points, line[1], best):
@@ -128,16 +138,15 @@ def _knee_pays(points: list[TimingPoint], line_cost: float,
     return bool(f_dist.sf(stat, 2, dof) < KNEE_ALPHA)
 
 
-def _solve(points: list[TimingPoint], t: np.ndarray, small_chunk_tokens: int, knee: int
-           ) -> tuple[np.ndarray, float, int]:
-    """Non-negative least squares on relative residuals: (coefficients, cost, knee)."""
-    x = np.array([point_features(p, small_chunk_tokens, knee) for p in points])
+def _solve(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative least squares of times ``t`` on features ``x``, on relative
+    residuals: (coefficients, cost)."""
     # NOTE: normalise columns so the solver sees comparable magnitudes; undo afterwards.
     col = np.abs(x).max(axis=0)
     col[col == 0] = 1.0
     res = lsq_linear((x / col) / t[:, None], np.ones_like(t), bounds=(0.0, np.inf),
                      method="bvls")
-    return res.x / col, float(res.cost), knee
+    return res.x / col, float(res.cost)
 
 
 def _valid_ranges(points: list[TimingPoint], small_chunk_tokens: int, knee: int

@@ -199,9 +199,16 @@ def point_features(pt: TimingPoint, small_chunk_tokens: int = 0,
         small = chunk < small_chunk_tokens
         return np.array([s, b * s, b * pt.tokens, 0.0 if small else attn,
                          attn if small else 0.0, 0.0, 0.0, 0.0])
-    kv = b * (pt.context + np.arange(s, dtype=float))
+    kv = decode_step_kv(pt)
     return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, kv.sum(),
                      kv_spill(kv, kv_knee_tokens).sum()])
+
+
+def decode_step_kv(pt: TimingPoint) -> np.ndarray:
+    """The KV tokens each step of a decode point reads (empty for a prefill point)."""
+    if pt.kind != "decode":
+        return np.empty(0)
+    return pt.batch * (pt.context + np.arange(pt.steps, dtype=float))
 
 
 def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_tokens: int = 0

@@ -100,7 +100,7 @@ def test_measured_four_slot_point_is_met_with_a_knee() -> None:
     coef = np.array([fit.coefficients_s[n] for n in FEATURES])
     assert _decode_ms(coef, fit.kv_knee_tokens, small, four) == pytest.approx(5.05, abs=0.01)
     t = np.array([p.measured_s for p in pts])
-    line = _solve(pts, t, small, 0)[0]
+    line = _solve(np.array([point_features(p, small) for p in pts]), t)[0]
     assert _decode_ms(line, 0, small, four) == pytest.approx(4.05, abs=0.005)
 
 
@@ -120,7 +120,7 @@ def _line_coef(pts: list[TimingPoint]) -> np.ndarray:
     """The straight-line fit of ``pts`` (every decode step's KV at one cost): the fit
     without a knee."""
     t = np.array([p.measured_s for p in pts])
-    return _solve(pts, t, 0, 0)[0]
+    return _solve(np.array([point_features(p) for p in pts]), t)[0]
 
 
 def test_decode_stretch_agrees_with_step_time_across_knee_and_maximum() -> None:
