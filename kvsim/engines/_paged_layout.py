@@ -26,6 +26,7 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.engines.memory import MemoryBudget
 from kvsim.engines.vllm_encoder import (
+    EncoderPass,
     encoder_pass,
     encoder_peak_bytes,
     loaded_vision_bytes,
@@ -80,21 +81,22 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
     return max(forward, sampler)
 
 
-def _profiled_activation(model: ModelSpec, engine: PagedEngineConfig, vllm: bool
-                         ) -> tuple[int, list[str]]:
-    """The activation peak the share holds, and what vLLM prints of its encoder pass:
-    vLLM's profiling pass runs a vision-language checkpoint's image encoder too
-    (kvsim.engines.vllm_encoder); a given ``activation_bytes`` wins."""
+def _profiled_activation(model: ModelSpec, engine: PagedEngineConfig,
+                         p: EncoderPass | None) -> tuple[int, list[str]]:
+    """The activation peak the share holds, and what vLLM prints of its encoder pass
+    ``p`` (kvsim.engines.vllm_encoder: vLLM's profiling pass runs a vision-language
+    checkpoint's image encoder too); a given ``activation_bytes`` wins."""
     act = paged_activation_bytes(model, engine)
-    p = encoder_pass(model, engine) if vllm and engine.activation_bytes is None else None
-    if p is None:
+    if p is None or engine.activation_bytes is not None:
         return act, []
     return with_encoder_pass(act, model, p), [p.log_line()]
 
 
-def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> list[str]:
+def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool,
+                 p: EncoderPass | None) -> list[str]:
     """What the weights row holds of a vision-language checkpoint's image encoder (and,
-    on vLLM, what its profiling pass over the encoder takes, kvsim.engines.vllm_encoder)."""
+    on vLLM, what its profiling pass ``p`` over the encoder takes,
+    kvsim.engines.vllm_encoder)."""
     v = model.vision_encoder
     if v is None:
         return []
@@ -102,7 +104,6 @@ def vision_notes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> lis
         return [(f"{model.name} is a vision-language checkpoint: with --language-model-only "
                  f"vLLM builds no image encoder ({format_bytes(vision_bytes(model))} not "
                  "loaded) and profiles none; requests with images are refused")]
-    p = encoder_pass(model, engine) if vllm else None
     if p is not None:
         tp = engine.tensor_parallel_size
         each = f" on each of {tp} tensor ranks" if tp > 1 else ""
@@ -229,7 +230,8 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     ws = model_weights(model, weights)
     weights_b = ws.total_bytes + loaded_vision_bytes(model, engine)  # NOTE: its encoder
     vllm = profiled_share
-    act, encoder_lines = _profiled_activation(model, engine, vllm)
+    encoder = encoder_pass(model, engine) if vllm else None
+    act, encoder_lines = _profiled_activation(model, engine, encoder)
     total = gpu.reported_memory_bytes
     share = int(engine.gpu_memory_utilization * total)
     graphs_in = vllm and engine.cuda_graphs_in_budget
@@ -257,7 +259,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
             f"GPU KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {ctx:,} tokens per request: {conc:.2f}x"]
     notes = [*hybrid_notes(geo, groups, off, per_req, vllm),
-             *vision_notes(model, engine, vllm)]
+             *vision_notes(model, engine, vllm, encoder)]
     rates = geo.rates(windows_capped=groups is not None)
     b = MemoryBudget(
         engine=engine.preset, allocator="paged", device_bytes=total,
