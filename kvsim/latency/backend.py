@@ -1,9 +1,10 @@
 """Backend-aware sustained rates: spec sheet + backend + weight format -> :class:`GpuRates`.
 
-Each of the roofline's five rates (linear, attention, weight bytes, KV bytes, overhead) comes
-from the card's spec sheet scaled by constants fitted per backend (CUDA, ROCm, Vulkan, Metal,
-SYCL) and, where measured, per vendor on a portable backend (``Vulkan:intel``) and per
-architecture class (``CUDA:ada``, ``Metal:apple-m2``…) — never per card.
+Each of the roofline's five rates (linear, attention, weight bytes, KV bytes, overhead),
+and a prefill's weight re-reads, comes from the card's spec sheet scaled by constants
+fitted per backend (CUDA, ROCm, Vulkan, Metal, SYCL) and, where measured, per vendor on a
+portable backend (``Vulkan:intel``) and per architecture class (``CUDA:ada``,
+``Metal:apple-m2``…) — never per card.
 
 NOTE: the constants live in ``hardware_profiles/speed/constants.yaml``, written by
 ``scripts/fit_speed.py`` from ``docs/reference/measurements``; this module only reads them. They were
@@ -89,6 +90,9 @@ class BackendConstants(FrozenModel):
                                       "time of a step launched kernel by kernel instead of "
                                       "replayed as a CUDA graph (cuda_graphs); ignored on "
                                       "other backends")
+    pp_reread: float = Field(0.0, ge=0, description="prefill: the weights read again "
+                             "per token of a many-token step, at peak bandwidth (a matmul "
+                             "tile re-reads its weights for every tile of tokens; 0: none)")
     moe_eff: float = Field(1.0, gt=0, description="linear layers of MoE models: share of "
                            "the dense rate (experts are many small matmuls)")
 
@@ -268,4 +272,5 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
                     label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)",
                     overhead_batch_s=launched, decode_adds=True,
                     attention_rows_flops_per_s=rows,
-                    rows_below=ROW_KERNEL_ROWS.get(backend, 1))
+                    rows_below=ROW_KERNEL_ROWS.get(backend, 1),
+                    weight_rereads_per_token=c.pp_reread, reread_bytes_per_s=bw)

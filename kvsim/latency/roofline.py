@@ -3,7 +3,9 @@
 A step's weight bytes are every dense tensor plus the routed experts its tokens reach
 (``1 − (1 − k/E)^t``); its FLOPs are ``2 · params`` per token less embedding and head, the head
 once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers take the max of
-compute and memory time, CPU-offloaded layers the same on the host, plus a per-step overhead.
+compute and memory time (a prefill's compute includes the weights its tiles read again,
+``GpuRates.weight_rereads_per_token``), CPU-offloaded layers the same on the host, plus a
+per-step overhead.
 Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
 quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
 host weights to the GPU first (kvsim.latency.offload).  A step the engine runs as several
@@ -93,6 +95,10 @@ class RooflineLatency:
         self.attn_rows_flops_per_s = rates.attention_flops_per_s \
             if rates.attention_rows_flops_per_s is None else rates.attention_rows_flops_per_s
         self.rows_below = rates.rows_below
+        reread_bw = rates.weight_bytes_per_s if rates.reread_bytes_per_s is None \
+            else rates.reread_bytes_per_s
+        # seconds per (weight byte × token) a prefill's tiles spend reading weights again
+        self.reread_s = rates.weight_rereads_per_token / reread_bw
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
         # bytes per token when a sequence's KV is linear in its length (no window,
         # residual or recurrent state): decode sums then need no per-sequence loop
@@ -304,8 +310,10 @@ class RooflineLatency:
         copy_w = self.host_dense_bytes + self.host_expert_bytes * used
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
-        t = max(lin / self.gpu_flops_per_s + att / self._attn_rate(tokens, False),
-                (self.weight_bytes(tokens)[0] + copy_w) / self.gpu_bytes_per_s + kv_time)
+        resident = self.weight_bytes(tokens)[0] + copy_w
+        t = max(lin / self.gpu_flops_per_s + att / self._attn_rate(tokens, False)
+                + self.reread_s * tokens * resident,
+                resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
 
@@ -320,6 +328,8 @@ class RooflineLatency:
         compute = (f * lin - moe) / self.gpu_flops_per_s \
             + f * att / self._attn_rate(tokens, decode)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
+        if not decode:  # a prefill's tiles read the weights again (GpuRates)
+            compute += self.reread_s * tokens * w_gpu
         t = base_s + (compute + memory if decode and self.decode_adds
                       else max(compute, memory))
         t += self.dequant * kv_time_gpu

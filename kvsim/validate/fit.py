@@ -54,14 +54,15 @@ from kvsim.validate.records import Measurement
 PRIOR = {"bw_eff": 0.8, "kv_eff": 0.7, "kv_eff_no_fa": 0.5, "c_vec": 1.0, "c_mat": 1.0,
          "c_pow_pj": 1.0, "attn_eff": 0.6, "attn_eff_no_fa": 0.4, "overhead_s": 5e-4,
          "overhead_per_layer_s": 2e-5, "moe_eff": 0.5, "launch_per_layer_s": 5e-5,
-         "attn_eff_rows": 0.3}
+         "attn_eff_rows": 0.3, "pp_reread": 1.0 / 128}
 """Physical defaults the fit starts from and leans towards (weakly, :data:`PRIOR_WEIGHT`):
 weights stream at ~80 % of peak bandwidth, flash-attention kernels reach ~60 % of the
 matmul rate and read KV at ~70 % (less without flash attention), each FLOP costs ~1 pJ
 at the power limit, a step ~0.5 ms plus ~20 µs per layer of launches (~50 µs more per
 layer on CUDA where a step is not a captured graph: some 20 kernels a layer at a few µs
 of launch each), MoE matmuls half the dense rate, and a per-row attention kernel (decode)
-half the flash-attention rate."""
+half the flash-attention rate; a prefill re-reads its weights once per 128-token tile
+(llama.cpp's MMQ tiles are at most 128 tokens wide) with no help from the cache."""
 PRIOR_WEIGHT = 0.05
 DEVIATION_WEIGHT = 0.5   # a class's or a backend's format departure from the shared value
 LOSS_SCALE = 0.15        # soft_l1: errors beyond ~15 % count less than squared
@@ -116,6 +117,9 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
     compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
+    reread_bw = g.weight_bytes_per_s if g.reread_bytes_per_s is None else g.reread_bytes_per_s
+    compute = compute + np.where(p[:, 5] > 0, 0.0, g.weight_rereads_per_token * p[:, 2]
+                                 * p[:, 4] / reread_bw)
     batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
     over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
     body = np.where((p[:, 5] > 0) & g.decode_adds, compute + memory,
@@ -326,6 +330,8 @@ class _Rows:
         per_row = (p[:, 5] > 0) | (p[:, 4] < self.rows_below[o])
         compute = p[:, 0] / lin[o] + p[:, 1] / np.where(per_row, att_rows[o], att[o])
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
+        compute = compute + np.where(p[:, 5] > 0, 0.0,
+                                     c["pp_reread"][o] * p[:, 2] * p[:, 4] / bw[o])
         body = np.where(p[:, 5] > 0, compute + memory, np.maximum(compute, memory))
         step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body
         seconds = np.bincount(o, weights=step, minlength=len(self.b))

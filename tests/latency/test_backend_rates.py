@@ -158,3 +158,30 @@ def test_shipped_constants_stream_lpddr_like_gddr_and_hbm_slower():
             for t in ("GDDR6", "LPDDR5X", "DDR5", "HBM2e")}
     assert rate["LPDDR5X"] == rate["DDR5"] == rate["GDDR6"]
     assert rate["HBM2e"] < 0.8 * rate["GDDR6"]
+
+
+def test_a_prefill_reads_its_weights_again_per_token_at_peak_bandwidth():
+    # a tiled matmul re-reads its weight tile once per tile of tokens (pp_reread): the
+    # prompt step's compute gains pp_reread x tokens x weight bytes / peak bandwidth; a
+    # decode step reads its weights once, as before
+    from kvsim.latency.base import BatchShape
+    from kvsim.validate.predict import Setup, latency_for
+
+    m = load_model("llama-3.1-8b")
+    reread = consts(backends={"CUDA": ONE.model_copy(update={"pp_reread": 0.01})})
+    prompt = BatchShape(prefill_tokens=(512,), prefill_context=(0,))
+    decode = BatchShape(decode_context=(1000, 2000))
+    extra = {}
+    for name in ("rtx-3060-12gb", "rtx-3060-8gb"):   # 360 vs 240 GB/s, same SMs
+        g = load_gpu(name)
+        r0, r1 = (gpu_rates(g, m, "q4_0", backend="CUDA", constants=k)
+                  for k in (consts(), reread))
+        assert (r0.weight_rereads_per_token, r1.weight_rereads_per_token) == (0.0, 0.01)
+        assert r1.reread_bytes_per_s == g.memory_bandwidth_bytes_per_s
+        s = Setup(g, m, "q4_0", "CUDA", True)
+        t0, t1 = latency_for(s, rates=r0), latency_for(s, rates=r1)
+        weights = t0.weight_bytes(512)[0]
+        extra[name] = t1.step_time_s(prompt) - t0.step_time_s(prompt)
+        assert extra[name] == pytest.approx(0.01 * 512 * weights / g.memory_bandwidth_bytes_per_s)
+        assert t1.step_time_s(decode) == t0.step_time_s(decode)
+    assert extra["rtx-3060-8gb"] == pytest.approx(1.5 * extra["rtx-3060-12gb"])
