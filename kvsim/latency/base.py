@@ -74,6 +74,14 @@ class LatencyModel(Protocol):
     clamped_steps: int | None
 
     @property
+    def predicts_median(self) -> bool:
+        """Whether the step times are measured medians (a calibration: each point the
+        median of its repeats) rather than typical means (a roofline fitted on mean
+        throughputs, a constant): timing noise centres its draws on what the model
+        predicts (kvsim.latency.jitter)."""
+        ...
+
+    @property
     def settle_steps(self) -> int:
         """Decode-only steps after a prompt step (``BatchShape.after_prompt`` below it)
         that the model prices above steady state; fast-forward starts no stretch before

@@ -61,6 +61,7 @@ class CalibratedLatencyModel:
     clamped_steps: int = field(default=0, init=False)
     gpu_bytes_per_s = None  # NOTE: a fit has no bandwidth term (LatencyModel)
     kv_read_token_bytes = 0  # NOTE: nor a per-byte KV read (LatencyModel)
+    predicts_median = True  # NOTE: every point is the median of its repeats (LatencyModel)
 
     def __post_init__(self) -> None:
         self._coef = np.array([self.fit.coefficients_s[n] for n in FEATURES])

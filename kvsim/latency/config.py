@@ -35,7 +35,8 @@ JitterSeed = Annotated[int | None, Field(
 class JitterKnobs(FrozenModel):
     """Base of every latency kind, which takes timing noise (``jitter_cv``,
     ``jitter_prompt_cv``, ``jitter_seed``, last among its keys): each engine step's time
-    times a lognormal draw of mean 1 and coefficient of variation ``jitter_cv`` — or
+    times a lognormal draw of coefficient of variation ``jitter_cv``, centred on the
+    model's prediction (median 1 for a calibration's medians, else mean 1) — or
     ``jitter_prompt_cv``, when set, for a step that computes prompt tokens
     (kvsim.latency.jitter).
 

@@ -18,6 +18,7 @@ class ConstantLatency:
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
     settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
+    predicts_median = False  # NOTE: a typical (mean) step (LatencyModel)
     gpu_bytes_per_s = None  # NOTE: no bandwidth term (LatencyModel)
     kv_read_token_bytes = 0  # NOTE: nor a per-byte KV read (LatencyModel)
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement

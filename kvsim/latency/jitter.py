@@ -1,4 +1,5 @@
-"""Timing noise: any latency model's step times, each times a lognormal draw of mean 1.
+"""Timing noise: any latency model's step times, each times a lognormal draw centred on
+what the model predicts — of mean 1, or of median 1 where its times are measured medians.
 
 A real server does not take the same time twice for the same step (other threads, clocks,
 caches); where several sessions compete for fewer slots, which slot a returning session
@@ -16,6 +17,10 @@ priced step with a nonzero time, in the order steps are priced: the same seed gi
 same run, and the workload's draws are untouched by the noise.  A prompt step's factor is
 the same draw at its own CV (:class:`_Rescale`: the same quantile of its
 lognormal), so setting ``jitter_prompt_cv`` moves no other step's draw.
+NOTE: a calibrated model's step times are medians (each point the median of its repeats:
+``LatencyModel.predicts_median``); a draw of mean 1 would run its timeline below the
+measured median (by ``exp(-σ²/2)``, 1.4 % at CV 0.17), so its factors are taken at median
+1 instead: the same draw times ``exp(σ²/2) = sqrt(1 + CV²)`` (:class:`_Rescale`).
 NOTE: a jittered step cannot be jumped as part of a closed-form decode stretch (its
 steps' noise would have to be drawn in the same order as per-step runs draw it), so a
 jittered run simulates every step (kvsim.api.simulate: ``sim.fidelity`` is then ``step``).
@@ -101,8 +106,9 @@ class JitteredLatency:
         self.prompt_cv = prompt_cv
         # NOTE: the draws are at the decode CV (at the prompt CV when that one is 0)
         self.noise = Noise(cv if cv > 0 else self.prompt_cv, seed)
-        self._decode = _Rescale(self.noise, cv)
-        self._prompt = _Rescale(self.noise, self.prompt_cv)
+        median = inner.predicts_median
+        self._decode = _Rescale(self.noise, cv, median)
+        self._prompt = _Rescale(self.noise, self.prompt_cv, median)
 
     @property
     def provenance(self) -> str:
@@ -120,6 +126,10 @@ class JitteredLatency:
     @property
     def settle_steps(self) -> int:
         return self.inner.settle_steps
+
+    @property
+    def predicts_median(self) -> bool:
+        return self.inner.predicts_median
 
     @property
     def gpu_bytes_per_s(self) -> float | None:
@@ -166,17 +176,21 @@ class JitteredLatency:
 
 class _Rescale:
     """A draw of ``noise`` (lognormal, mean 1, the noise's CV) as the same quantile of the
-    lognormal of mean 1 and CV ``cv``: itself at the noise's CV, 1 at CV 0."""
+    lognormal of CV ``cv`` and mean 1 — or median 1 (``median``: the draw times
+    ``exp(σ²/2)``): itself (times that) at the noise's CV, 1 at CV 0."""
 
-    def __init__(self, noise: Noise, cv: float) -> None:
+    def __init__(self, noise: Noise, cv: float, median: bool = False) -> None:
         self.same = cv == noise.cv
         self.mu, self.sigma = lognormal_params(cv)
         self.ratio = self.sigma / noise.sigma if noise.sigma > 0 else 0.0
         self.noise_mu = noise.mu
+        self.centre = math.sqrt(1.0 + cv * cv) if median else 1.0   # exp(σ²/2)
+        if median:
+            self.mu = 0.0
 
     def __call__(self, factor: float) -> float:
         if self.same:
-            return factor
+            return factor * self.centre
         return math.exp(self.mu + self.ratio * (math.log(factor) - self.noise_mu))
 
 

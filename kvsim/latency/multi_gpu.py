@@ -83,6 +83,7 @@ class MultiGpuLatency:
 
     clamped_steps: int | None = None
     settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
+    predicts_median = False  # NOTE: its ranks' rooflines: means (LatencyModel)
     decode_spread: tuple[float, ...] = ()
     prefill_spread: tuple[float, ...] = ()
 

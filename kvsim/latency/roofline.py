@@ -44,6 +44,7 @@ class RooflineLatency:
 
     clamped_steps: int | None = None  # NOTE: never clamps (LatencyModel)
     settle_steps = 0  # NOTE: every decode step is steady (LatencyModel)
+    predicts_median = False  # NOTE: fitted on mean throughputs (LatencyModel)
     decode_spread: tuple[float, ...] = ()  # NOTE: a model, not a measurement
     prefill_spread: tuple[float, ...] = ()
 

@@ -114,3 +114,38 @@ def test_jittered_steps_do_not_carry_the_calibrated_spread_again() -> None:
     assert decode_only.decode_spread == () and decode_only.prefill_spread == (0.9, 1.0, 1.1)
     prompt_only = JitteredLatency(exact, 0.0, seed=1, prompt_cv=0.1)
     assert prompt_only.decode_spread == (0.8, 1.0, 1.4) and prompt_only.prefill_spread == ()
+
+
+def test_calibrations_predict_medians_rooflines_and_constants_means() -> None:
+    from kvsim.latency.calibrated import CalibratedLatencyModel
+    from kvsim.latency.roofline import RooflineLatency
+
+    assert CalibratedLatencyModel.predicts_median is True
+    assert RooflineLatency.predicts_median is False
+    assert ConstantLatency.predicts_median is False
+
+
+class _MedianModel(ConstantLatency):
+    """A constant model that says its times are measured medians (as a calibration's)."""
+
+    predicts_median = True
+
+
+@pytest.mark.parametrize("prompt_cv", [0.3, 0.1])   # the noise's own CV, and rescaled
+def test_noise_centres_on_the_median_where_the_model_predicts_medians(prompt_cv) -> None:
+    # a calibrated model's points are medians: its jittered steps keep that median (and
+    # run exp(s^2/2) = sqrt(1 + cv^2) above it in the mean); a roofline's keep their mean
+    decode, prompt = BatchShape(decode_context=(10,)), BatchShape(prefill_tokens=(64,),
+                                                                  prefill_context=(0,))
+    for model, centre in ((_MedianModel(0.02, decode_token_s=0.0), np.median),
+                          (ConstantLatency(0.02, decode_token_s=0.0), np.mean)):
+        lat = JitteredLatency(model, 0.3, seed=8, prompt_cv=prompt_cv)
+        assert lat.predicts_median is model.predicts_median
+        d = np.array([lat.step_time_s(decode) for _ in range(40_000)])
+        p = np.array([lat.step_time_s(prompt) for _ in range(40_000)])
+        assert centre(d) == pytest.approx(0.02, rel=0.01)
+        assert centre(p) == pytest.approx(model.step_time_s(prompt), rel=0.01)
+        if model.predicts_median:
+            assert d.mean() == pytest.approx(0.02 * math.sqrt(1 + 0.3 ** 2), rel=0.01)
+        assert d.std(ddof=1) / d.mean() == pytest.approx(0.3, rel=0.05)
+        assert p.std(ddof=1) / p.mean() == pytest.approx(prompt_cv, rel=0.05)
