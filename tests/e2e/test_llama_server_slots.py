@@ -177,12 +177,7 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
     runs = [p.results() for p in players]
     print(f"unit {unit_s:.3f} s")
 
-    # 1. measured reuse inside kvsim's jittered range: at the measured prompt CV, or with
-    # prompt steps at the decode CV. NOTE: kvsim's noise has no request-handling jitter
-    # (HTTP, tokenising: when a request lands between steps), which the prompt CV leaves
-    # out by design (prompt_step_cv); on a quiet machine that CV measured 0.007 and 400
-    # jittered runs all reused 4.1 % while the replays reused 4.1-8.7 % (2026-12-06). The
-    # decode CV on prompt steps stands in for it here, not in the latency figures.
+    # 1. measured reuse inside kvsim's jittered range
     _check_reuse(spread + _jittered(gguf_path, artifact(), trace, prompt_at_decode_cv=True),
                  runs)
 
@@ -218,7 +213,14 @@ def _judged(gguf, artifact, trace, players: list[Replayer]
 
 
 def _check_reuse(jittered: list[dict], runs: list) -> None:
-    """Every replay's prompt-cache reuse inside the range of kvsim's jittered runs."""
+    """Every replay's prompt-cache reuse inside the range of kvsim's jittered runs: its
+    runs at the measured prompt CV and its runs with prompt steps at the decode CV.
+
+    NOTE: kvsim's noise has no request-handling jitter (HTTP, tokenising: when a request
+    lands between steps), which the prompt CV leaves out by design (prompt_step_cv); on a
+    quiet machine that CV measured 0.007 and 400 jittered runs all reused 4.1 % while the
+    replays reused 4.1-8.7 % (2026-12-06). The decode CV on prompt steps stands in for it
+    here, not in the latency figures (docs/design/timing-noise.md)."""
     spread = [s["prefix_hit_rate"] for s in jittered]
     measured = [m.summary["prefix_hit_rate"] for m in runs]
     print(f"reuse measured {[round(v, 4) for v in measured]}, kvsim jittered "
