@@ -67,14 +67,17 @@ def fit_one(points: list[TimingPoint], small_chunk_tokens: int = 0) -> LatencyFi
 MIN_GAIN = 1e-9
 """A knee is kept only if it lowers the fit's cost (half the sum of squared relative
 errors) by more than this: on points a straight line fits, rounding decides nothing."""
+EXACT_RSS = 1e-9
+"""A knee fit whose sum of squared relative errors is at most this fits its points
+exactly: no noise is left to test it against (:func:`_knee_pays`)."""
 
 
 def knee_candidates(points: list[TimingPoint]) -> list[int]:
     """The KV knees tried (module doc): every decode point's first and last per-step KV
     size and the midpoints between neighbours, strictly inside their range (a knee at
     or below every step's KV would only restate ``decode_kv``)."""
-    sizes = sorted({v for p in points if p.kind == "decode"
-                    for v in (p.batch * p.context, p.batch * (p.context + p.steps - 1))})
+    sizes = sorted({int(v) for p in points if p.kind == "decode"
+                    for v in decode_step_kv(p)[[0, -1]]})
     mids = [(a + b) // 2 for a, b in pairwise(sizes)]
     return sorted({k for k in sizes + mids if sizes[0] < k < sizes[-1]})
 
@@ -130,7 +133,7 @@ def _knee_pays(points: list[TimingPoint], line_cost: float,
     rss_line, rss_knee = 2 * line_cost, 2 * knee_fit[1]
     params = int(np.count_nonzero(knee_fit[0])) + 1
     dof = len(points) - params
-    if rss_knee <= MIN_GAIN:
+    if rss_knee <= EXACT_RSS:
         return True
     if dof <= 0:
         return False

@@ -214,14 +214,14 @@ def decode_step_kv(pt: TimingPoint) -> np.ndarray:
 def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_tokens: int = 0
                       ) -> dict[str, tuple[float, float]]:
     """Per-step feature ranges a point covers (for the validity range)."""
-    f = point_features(pt, small_chunk_tokens) / pt.steps
     if pt.kind == "decode":
-        lo = pt.batch * pt.context
-        hi = pt.batch * (pt.context + pt.steps - 1)
+        kv = decode_step_kv(pt)
+        lo, hi = int(kv[0]), int(kv[-1])
         return {"prefill_seq": (0, 0), "prefill_token": (0, 0), "prefill_attn": (0, 0),
                 "prefill_attn_small": (0, 0), "decode_seq": (pt.batch, pt.batch),
                 "decode_kv": (lo, hi), "decode_kv_spill": (kv_spill(lo, kv_knee_tokens),
                                                            kv_spill(hi, kv_knee_tokens))}
+    f = point_features(pt, small_chunk_tokens) / pt.steps
     return {"prefill_seq": (f[1], f[1]), "prefill_token": (f[2], f[2]),
             "prefill_attn": (f[3], f[3]), "prefill_attn_small": (f[4], f[4]),
             "decode_seq": (0, 0), "decode_kv": (0, 0), "decode_kv_spill": (0, 0)}
