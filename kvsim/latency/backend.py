@@ -273,4 +273,4 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
                     overhead_batch_s=launched, decode_adds=True,
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
-                    weight_rereads_per_token=c.pp_reread, reread_bytes_per_s=bw)
+                    reread_s_per_byte_token=c.pp_reread / bw)

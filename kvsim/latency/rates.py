@@ -36,10 +36,10 @@ class GpuRates:
     fewer than ``rows_below`` tokens (kvsim.latency.backend.ROW_KERNEL_ROWS); None:
     ``attention_flops_per_s``."""
     rows_below: int = 1
-    weight_rereads_per_token: float = 0.0
-    """Prefill (any step that is not decode-only): the weights' bytes read again per token
-    of the step, beyond the one pass ``weight_bytes_per_s`` prices — a tiled matmul
-    reads its weight tile once per tile of tokens, and what the cache does not keep
-    comes from memory again. It adds to the step's compute (the tiles wait for it)."""
-    reread_bytes_per_s: float | None = None
-    """The bandwidth those re-reads run at; None: ``weight_bytes_per_s``."""
+    reread_s_per_byte_token: float = 0.0
+    """Prefill (any step that is not decode-only): seconds per weight byte and token of
+    the step spent reading the weights again, beyond the one pass ``weight_bytes_per_s``
+    prices — a tiled matmul reads its weight tile once per tile of tokens, and what the
+    cache does not keep comes from memory again (kvsim.latency.backend: the fitted share
+    re-read per token over peak bandwidth). It adds to the step's compute (the tiles
+    wait for it); 0: no re-reads."""

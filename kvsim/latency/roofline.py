@@ -4,7 +4,7 @@ A step's weight bytes are every dense tensor plus the routed experts its tokens 
 (``1 − (1 − k/E)^t``); its FLOPs are ``2 · params`` per token less embedding and head, the head
 once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers take the max of
 compute and memory time (a prefill's compute includes the weights its tiles read again,
-``GpuRates.weight_rereads_per_token``), CPU-offloaded layers the same on the host, plus a
+``GpuRates.reread_s_per_byte_token``), CPU-offloaded layers the same on the host, plus a
 per-step overhead.
 Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
 quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
@@ -96,10 +96,7 @@ class RooflineLatency:
         self.attn_rows_flops_per_s = rates.attention_flops_per_s \
             if rates.attention_rows_flops_per_s is None else rates.attention_rows_flops_per_s
         self.rows_below = rates.rows_below
-        reread_bw = rates.weight_bytes_per_s if rates.reread_bytes_per_s is None \
-            else rates.reread_bytes_per_s
-        # seconds per (weight byte × token) a prefill's tiles spend reading weights again
-        self.reread_s = rates.weight_rereads_per_token / reread_bw
+        self.reread_s = rates.reread_s_per_byte_token  # a prefill's weights read again
         self.dequant = kv_dequant_factor if kv_quantized else 0.0
         # bytes per token when a sequence's KV is linear in its length (no window,
         # residual or recurrent state): decode sums then need no per-sequence loop

@@ -117,9 +117,8 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
     compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
-    reread_bw = g.weight_bytes_per_s if g.reread_bytes_per_s is None else g.reread_bytes_per_s
-    compute = compute + np.where(p[:, 5] > 0, 0.0, g.weight_rereads_per_token * p[:, 2]
-                                 * p[:, 4] / reread_bw)
+    compute = compute + np.where(p[:, 5] > 0, 0.0, g.reread_s_per_byte_token * p[:, 2]
+                                 * p[:, 4])
     batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
     over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
     body = np.where((p[:, 5] > 0) & g.decode_adds, compute + memory,

@@ -176,8 +176,8 @@ def test_a_prefill_reads_its_weights_again_per_token_at_peak_bandwidth():
         g = load_gpu(name)
         r0, r1 = (gpu_rates(g, m, "q4_0", backend="CUDA", constants=k)
                   for k in (consts(), reread))
-        assert (r0.weight_rereads_per_token, r1.weight_rereads_per_token) == (0.0, 0.01)
-        assert r1.reread_bytes_per_s == g.memory_bandwidth_bytes_per_s
+        assert r0.reread_s_per_byte_token == 0.0
+        assert r1.reread_s_per_byte_token == 0.01 / g.memory_bandwidth_bytes_per_s
         s = Setup(g, m, "q4_0", "CUDA", True)
         t0, t1 = latency_for(s, rates=r0), latency_for(s, rates=r1)
         weights = t0.weight_bytes(512)[0]
