@@ -12,7 +12,7 @@ from kvsim.core.engine import Engine
 from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
 from kvsim.latency.base import LatencyModel
-from kvsim.latency.factory import make_latency_model
+from kvsim.latency.factory import make_arrival_noise, make_latency_model
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
 from kvsim.metrics.results import Results, references_frame, tables_from
@@ -57,12 +57,18 @@ def _slot_cap(scenario: Scenario, sizing: PoolSizing) -> PoolSizing:
     return sizing
 
 
+def _arrival_delays(scenario: Scenario) -> Callable[[int], list[float]] | None:
+    """A session's turn delays (``latency.arrival_delay_s``), None when on time."""
+    noise = make_arrival_noise(scenario)
+    return None if noise is None else noise.take
+
+
 def run_fidelity(scenario: Scenario) -> str:
     """The fidelity a run uses: the scenario's, but ``step`` under timing noise.
 
     NOTE: a jittered step's time is drawn one step at a time, so no decode stretch is
     jumped in closed form (kvsim.latency.jitter); at jitter 0 the scenario's own."""
-    return "step" if scenario.latency.jittered else scenario.sim.fidelity
+    return "step" if scenario.latency.steps_jittered else scenario.sim.fidelity
 
 
 def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | None = None,
@@ -109,7 +115,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
                     sample_interval_s=scenario.sim.sample_interval_s, hooks=(*hooks, runtime),
                     after_failure=scenario.workload.after_failure,
                     max_sim_time_s=scenario.sim.max_sim_time_s, progress=progress,
-                    fidelity=run_fidelity(scenario))
+                    fidelity=run_fidelity(scenario), arrival_delays=_arrival_delays(scenario))
     end_s, stop = engine.run(sessions)
     tables = tables_from(recorder)
     summary = _summary(tables, sizing, scheduler, latency, end_s)

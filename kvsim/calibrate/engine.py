@@ -135,15 +135,22 @@ class _Prober:
 
     async def prefill(self, ctx: int, p: int) -> PrefillSample:
         """One sample: client-side time to first token of P new tokens on C cached
-        ones, with the server's ``cache_n`` and ``prompt_n``."""
+        ones, with the server's ``cache_n`` and ``prompt_n``, how late the client sent it
+        after its pause and the handling the server's ``prompt_ms`` leaves of the time to
+        first token (engine_samples.arrival_delay)."""
         base = self.fresh(ctx)
         if ctx:
             await self.complete(base, 1)
+        t_pause = time.perf_counter()
         await asyncio.sleep(self.grid.idle_s)
         t_send, res = await self.complete(base + self.fresh(p), 1)
         t = res.final["timings"]
-        return PrefillSample(res.token_times_s[0] - t_send, int(t["cache_n"]),
-                             int(t["prompt_n"]), self.round)
+        ttft = res.token_times_s[0] - t_send
+        prompt_ms = t.get("prompt_ms")
+        return PrefillSample(ttft, int(t["cache_n"]), int(t["prompt_n"]), self.round,
+                             late_s=t_send - t_pause - self.grid.idle_s,
+                             handling_s=None if prompt_ms is None
+                             else ttft - float(prompt_ms) / 1000.0)
 
     async def decode(self, batch: int, ctx: int) -> list[DecodeSample]:
         """One sample per sequence of ``batch`` requests decoding in lockstep,

@@ -10,7 +10,9 @@ typical value (:func:`decode_spread`, :func:`prefill_spread`), which the predict
 percentiles carry (:mod:`kvsim.metrics.spread`), and the decode steps' coefficient of
 variation (:func:`step_time_cv`, ``settings.step_time_cv``), which ``latency.jitter_cv``
 replays, and the prompt steps' (:func:`prompt_step_cv`, ``settings.prompt_step_cv``), which
-``latency.jitter_prompt_cv`` replays.
+``latency.jitter_prompt_cv`` replays, and how late requests reach the server
+(:func:`arrival_delay`, ``settings.arrival_delay_s`` / ``arrival_jitter_s``), which
+``latency.arrival_delay_s`` / ``arrival_jitter_s`` replay.
 """
 
 from __future__ import annotations
@@ -38,12 +40,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class PrefillSample:
     """One prompt: client-side time to first token, the server's cached and computed
-    prompt tokens, and the round it was measured in."""
+    prompt tokens, the round it was measured in, and what :func:`arrival_delay` reads:
+    how late the client sent it (``late_s``: after its pause, beyond the pause) and the
+    time to first token the server's own prompt time leaves (``handling_s``: HTTP,
+    tokenising, the first token's way back); None where not measured."""
 
     ttft_s: float
     cache_n: int
     prompt_n: int
     round: int = 0
+    late_s: float | None = None
+    handling_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,34 @@ def prompt_step_cv(samples: EngineSamples) -> float | None:
     return math.sqrt(var) / mean
 
 
+def arrival_delay(samples: EngineSamples) -> tuple[float, float] | None:
+    """``(mean, standard deviation)`` in seconds of how late a request reaches the
+    server beyond its typical handling — ``latency.arrival_delay_s`` / ``arrival_jitter_s``
+    (kvsim.latency.jitter.ArrivalNoise) — over the prompts that measured both parts;
+    None without two such prompts or when the mean is not positive.
+
+    Each prompt's delay is the client's lateness (it sends after a pause: the time past
+    the pause's end, which a closed-loop client's think time also has) plus its handling
+    less the median handling of its round: the typical handling is in the calibrated
+    time to first token already, so only its wobble is a delay.
+    NOTE: measured on this calibration client between prompts to an idle server; a
+    client that does more per turn or runs beside a busy server is later (kvsim replay
+    under the 6-on-4 load: ~2x, docs/design/timing-noise.md).
+    """
+    by_round: dict[int, list[tuple[float, float]]] = {}
+    for vals in samples.prefill.values():
+        for v in vals:
+            if v.late_s is not None and v.handling_s is not None:
+                by_round.setdefault(v.round, []).append((v.late_s, v.handling_s))
+    delays: list[float] = []
+    for vals in by_round.values():
+        mid = statistics.median(h for _, h in vals)
+        delays.extend(late + handling - mid for late, handling in vals)
+    if len(delays) < 2 or (mean := statistics.fmean(delays)) <= 0:
+        return None
+    return mean, statistics.stdev(delays)
+
+
 def _decode_points(samples: EngineSamples, fit: LatencyFit
                    ) -> list[list[tuple[int, np.ndarray]]]:
     """Per decode grid point, each sample's ``(round, gaps over the fitted step)``
@@ -306,13 +341,15 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
 
 def _cv_setting(samples: EngineSamples, fits: dict[str, LatencyFit], cache_type: str
                 ) -> dict[str, float]:
-    """``step_time_cv`` of the grid's cache type's fit and ``prompt_step_cv`` (each left
-    out when not measured)."""
+    """``step_time_cv`` of the grid's cache type's fit, ``prompt_step_cv`` and the
+    arrival delay (``arrival_delay_s``, ``arrival_jitter_s``), each left out when not
+    measured."""
     fit = fits.get(cache_type) or next(iter(fits.values()), None)
     cv = None if fit is None else step_time_cv(samples, fit)
-    prompt = prompt_step_cv(samples)
+    prompt, late = prompt_step_cv(samples), arrival_delay(samples)
     return ({} if cv is None else {"step_time_cv": cv}) | (
-        {} if prompt is None else {"prompt_step_cv": prompt})
+        {} if prompt is None else {"prompt_step_cv": prompt}) | (
+        {} if late is None else {"arrival_delay_s": late[0], "arrival_jitter_s": late[1]})
 
 
 def _with_spread(samples: EngineSamples, fits: dict[str, LatencyFit]) -> dict[str, LatencyFit]:

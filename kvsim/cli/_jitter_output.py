@@ -37,9 +37,8 @@ def report_jitter(sc: Any, res: Any, n: int, out_dir: Path, jobs: int = 1) -> No
     main = RunOutput(dict(res.summary), oom_reason(dict(res.summary), res.requests, res.events))
     spreads = timing_spread(main, runs, timing_reason(sc, res.requests))
     lat = sc.latency
-    prompt = "" if lat.prompt_cv == lat.jitter_cv else f", prompt steps {lat.prompt_cv:g}"
     table = Table(title=f"timing noise: this run and {n} jittered replications "
-                  f"(latency.jitter_cv {lat.jitter_cv:g}{prompt})")
+                  f"({lat.noise_words})")
     for col in ("metric", "this run", "range", "median", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     for s in spreads:
@@ -49,7 +48,7 @@ def report_jitter(sc: Any, res: Any, n: int, out_dir: Path, jobs: int = 1) -> No
     Console().print(table)
     with output_errors("--output", out_dir / "jitter.json"):
         (out_dir / "jitter.json").write_text(
-            json.dumps(spread_doc(seeds, lat.jitter_cv, spreads, lat.prompt_cv),
+            json.dumps(spread_doc(seeds, lat.noise_knobs, spreads),
                        indent=2) + "\n",
             encoding="utf-8")
     click.echo(f"jitter: {out_dir / 'jitter.json'}")

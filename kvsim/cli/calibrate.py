@@ -241,8 +241,19 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
     if isinstance(cv := art.settings.get("step_time_cv"), float):
         prompt = art.settings.get("prompt_step_cv")
         click.echo(_jitter_line(cv, prompt if isinstance(prompt, float) else None))
+    if isinstance(late := art.settings.get("arrival_delay_s"), float):
+        click.echo(_arrival_line(late, float(art.settings.get("arrival_jitter_s", 0.0))))
     for lim in art.limits_reached:
         click.echo(f"limit reached: {lim.what}: {lim.error}", err=True)
+
+
+def _arrival_line(delay_s: float, sd_s: float) -> str:
+    """What the measured arrival delay means for ``latency.arrival_delay_s`` and
+    ``latency.arrival_jitter_s`` (engine_samples.arrival_delay)."""
+    return (f"requests reach the server {delay_s * 1e3:.2f} ms late (sd {sd_s * 1e3:.2f} ms: "
+            "the client's lateness and the server's request handling): set "
+            f"latency.arrival_delay_s: {delay_s:.3g} and latency.arrival_jitter_s: "
+            f"{sd_s:.3g} to replay it (docs/scenarios.md, Timing noise)")
 
 
 def _jitter_line(cv: float, prompt_cv: float | None = None) -> str:

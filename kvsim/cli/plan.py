@@ -178,13 +178,11 @@ def p95_note(n: int, pooled: bool = True) -> str:
             "and do not include it: 'kvsim simulate' runs that seed itself, one more draw")
 
 
-def jitter_note(cv: float, prompt_cv: float) -> str:
-    """What a plan's intervals hold when the scenario has timing noise (``prompt_cv``:
-    the prompt steps' CV, resolved: ``JitterKnobs.prompt_cv``)."""
-    prompt = "" if prompt_cv == cv else f" ({prompt_cv:g} on steps that compute prompt tokens)"
-    return (f"timing noise: every run's step times carry latency.jitter_cv {cv:g}{prompt}, "
-            "drawn from its own seed, so the intervals include how far the outcomes move "
-            "when timing wobbles")
+def jitter_note(noise_words: str) -> str:
+    """What a plan's intervals hold when the scenario has timing noise (``noise_words``:
+    ``JitterKnobs.noise_words``)."""
+    return (f"timing noise: every run's timing carries {noise_words}, drawn from its own "
+            "seed, so the intervals include how far the outcomes move when timing wobbles")
 
 
 KV_POOL_NOTE = ("the vllm/sglang block pool holds fewer than parallel requests at the "
@@ -245,7 +243,7 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
         click.echo(f"note: {line}")
     click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
     if s.latency.jittered:
-        click.echo(f"note: {jitter_note(s.latency.jitter_cv, s.latency.prompt_cv)}")
+        click.echo(f"note: {jitter_note(s.latency.noise_words)}")
     if "binding" in res.table and (res.table["binding"] == "kv_pool").any():
         click.echo(f"note: kv_pool: {KV_POOL_NOTE}")
     for note in res.notes:

@@ -105,7 +105,7 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
               help="also write DIR/report.html (self-contained, interactive)")
 @click.option("--jitter-replications", "jitter_n", type=int, default=None, metavar="N",
               help="after the run, N runs (1-1000) differing only by their timing noise's "
-              "seed (needs latency.jitter_cv or jitter_prompt_cv > 0): prints how far reuse, "
+              "seed (needs latency.jitter_cv, jitter_prompt_cv or arrival_jitter_s > 0): prints how far reuse, "
               "TTFT p95 and failures move and their median, flags those that move "
               "materially, writes DIR/jitter.json")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
@@ -188,7 +188,7 @@ def timing_note(sc: Any, requests: Any) -> str:
     if not reason or not (requests["turn"] > 0).any():
         return ""
     how = ("--jitter-replications N shows their spread" if sc.latency.jittered else
-           "--jitter-replications N with latency.jitter_cv set (kvsim calibrate engine "
-           "measures a server's) shows their spread")
+           "--jitter-replications N with latency.jitter_cv or arrival_jitter_s set "
+           "(kvsim calibrate engine measures a server's) shows their spread")
     return (f"{reason}: which slot a returning session finds free hinges on milliseconds, "
             f"so this run's prompt-cache reuse and TTFT p95 are one draw; {how}")

@@ -1,7 +1,8 @@
 """The SimPy engine: sessions as processes, one driver running the step loop.
 
 A feeder starts sessions lazily at their first ``start_s``; each session submits its turns
-(closed-loop ``think_s`` after the previous answer, open-loop at ``start_s``) through
+(closed-loop ``think_s`` after the previous answer, open-loop at ``start_s``; each turn
+its ``arrival_delays`` draw later when given: ``latency.arrival_delay_s``) through
 :class:`~kvsim.core.sessions.SessionChat`; the driver runs schedule → step time → apply →
 record → hooks; a sampler records KV memory every ``sample_interval_s`` (a step function,
 sleeping while idle). ``fidelity="fast"`` jumps decode stretches (:mod:`kvsim.core.fastforward`).
@@ -64,7 +65,8 @@ class Engine:
                  recorder: Recorder | None = None, sample_interval_s: float = 1.0, hooks: Sequence[StepHook] = (),
                  after_failure: AfterFailure = "new_chat", max_sim_time_s: float | None = None,
                  progress: Callable[[float, int], None] | None = None,
-                 fidelity: str = "fast") -> None:
+                 fidelity: str = "fast",
+                 arrival_delays: Callable[[int], list[float]] | None = None) -> None:
         self.env = simpy.Environment()
         self.scheduler = scheduler
         self.latency = latency
@@ -74,6 +76,7 @@ class Engine:
         self.after_failure = after_failure
         self.max_sim_time_s = max_sim_time_s
         self.progress = progress
+        self.arrival_delays = arrival_delays
         self._done_events: dict[str, simpy.Event] = {}
         self._wake: simpy.Event | None = None
         self._active_sessions = 0
@@ -136,14 +139,16 @@ class Engine:
         chat = SessionChat(s, self.after_failure, request_outcome)
         prev: simpy.Event | None = None
         last: Request | None = None
+        late = self.arrival_delays(len(s.turns)) if self.arrival_delays else None
         for i, turn in enumerate(s.turns):
+            d = late[i] if late else 0.0
             if i > 0 and turn.start_s is None:
                 if prev is not None:
                     yield prev
-                if turn.think_s and not chat.poll(self.env.now):  # NOTE: ends at once
-                    yield self.env.timeout(turn.think_s)
-            elif turn.start_s is not None and turn.start_s > self.env.now:
-                yield self.env.timeout(turn.start_s - self.env.now)
+                if (turn.think_s or d) and not chat.poll(self.env.now):  # NOTE: ends at once
+                    yield self.env.timeout((turn.think_s or 0.0) + d)
+            elif turn.start_s is not None and turn.start_s + d > self.env.now:
+                yield self.env.timeout(turn.start_s + d - self.env.now)
             if not chat.begin(i, self.env.now):
                 self._note_chat(chat, ABANDON_EVENT)
                 break
@@ -152,8 +157,8 @@ class Engine:
                 last = None  # NOTE: a new chat shares only the system prompt's blocks
             nxt = s.turns[i + 1] if i + 1 < len(s.turns) else None
             # NOTE: only a closed-loop next turn waits for this answer (fast-forward bound)
-            follow = (nxt.think_s or 0.0) if nxt is not None and nxt.start_s is None \
-                else math.inf
+            follow = (nxt.think_s or 0.0) + (late[i + 1] if late else 0.0) \
+                if nxt is not None and nxt.start_s is None else math.inf
             req = make_request(s, i, self.env.now, chat.prompt(i))
             seed_block_hashes(req, last)
             last = req

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from kvsim.config.units import FrozenModel, Seconds
+from kvsim.errors import InputError
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -27,6 +34,15 @@ JitterPromptCv = Annotated[float | None, Field(
     None, ge=0, lt=JITTER_CV_MAX, description="the noise's coefficient of variation for "
     "steps that compute prompt tokens, in [0, 1); unset: jitter_cv (a long prompt step "
     "wobbles less than a decode step: `kvsim calibrate engine` prints both)")]
+ArrivalDelay = Annotated[Seconds, Field(
+    ge=0, allow_inf_nan=False, description="seconds between a request's time in the "
+    "workload (its start, or the end of its think time) and the engine taking it: the "
+    "client's own lateness and the server's request handling beyond its typical time; the "
+    "mean of each request's draw (0 = on time; `kvsim calibrate engine` prints a client's)")]
+ArrivalJitter = Annotated[Seconds, Field(
+    ge=0, allow_inf_nan=False, description="standard deviation of that delay (seconds): each "
+    "request's a lognormal draw of mean arrival_delay_s; which slot a returning session finds "
+    "hinges on it (0 = every request arrival_delay_s late)")]
 JitterSeed = Annotated[int | None, Field(
     ge=0, description="seed of the noise's own stream; unset: the scenario's seed (kvsim "
     "simulate --jitter-replications sets one per replication)")]
@@ -38,14 +54,24 @@ class JitterKnobs(FrozenModel):
     times a lognormal draw of coefficient of variation ``jitter_cv``, centred on the
     model's prediction (median 1 for a calibration's medians, else mean 1) — or
     ``jitter_prompt_cv``, when set, for a step that computes prompt tokens
-    (kvsim.latency.jitter).
+    (kvsim.latency.jitter); and each request ``arrival_delay_s`` late on average, with
+    standard deviation ``arrival_jitter_s`` (kvsim.latency.jitter.ArrivalNoise).
 
     NOTE: at the defaults (no jitter) none of the keys is written out, so a scenario
     without jitter dumps, hashes and saves exactly as before the knobs existed.
     """
 
-    # NOTE: each kind declares jitter_cv, jitter_prompt_cv and jitter_seed after its own
-    # keys (declared here, they would be dumped first and change scenario hashes)
+    # NOTE: each kind declares jitter_cv, jitter_prompt_cv, arrival_delay_s,
+    # arrival_jitter_s and jitter_seed after its own keys (declared here, they would be
+    # dumped first and change scenario hashes)
+
+    @model_validator(mode="after")
+    def _check_arrival(self) -> JitterKnobs:
+        if self.arrival_jitter_s > 0 and self.arrival_delay_s <= 0:  # type: ignore[attr-defined]
+            raise InputError("arrival_jitter_s", self.arrival_jitter_s,  # type: ignore[attr-defined]
+                             "0 unless arrival_delay_s > 0 (the delay's mean; its draws "
+                             "are lognormal, never early)")
+        return self
 
     @property
     def prompt_cv(self) -> float:
@@ -54,9 +80,35 @@ class JitterKnobs(FrozenModel):
         return float(cv if prompt is None else prompt)
 
     @property
-    def jittered(self) -> bool:
-        """Whether any step carries timing noise."""
+    def noise_knobs(self) -> dict[str, float]:
+        """The timing noise's knobs, resolved (``jitter_prompt_cv``: :attr:`prompt_cv`)."""
+        return {"jitter_cv": self.jitter_cv,  # type: ignore[attr-defined]
+                "jitter_prompt_cv": self.prompt_cv,
+                "arrival_delay_s": self.arrival_delay_s,  # type: ignore[attr-defined]
+                "arrival_jitter_s": self.arrival_jitter_s}  # type: ignore[attr-defined]
+
+    @property
+    def noise_words(self) -> str:
+        """The timing noise in words, e.g. ``latency.jitter_cv 0.12, prompt steps 0.02,
+        requests 0.65 ms late (sd 0.35 ms)``."""
+        k = self.noise_knobs
+        out = [f"latency.jitter_cv {k['jitter_cv']:g}"]
+        if k["jitter_prompt_cv"] != k["jitter_cv"]:
+            out.append(f"prompt steps {k['jitter_prompt_cv']:g}")
+        if k["arrival_delay_s"] > 0:
+            out.append(f"requests {k['arrival_delay_s'] * 1e3:.3g} ms late (sd "
+                       f"{k['arrival_jitter_s'] * 1e3:.3g} ms)")
+        return ", ".join(out)
+
+    @property
+    def steps_jittered(self) -> bool:
+        """Whether any step carries timing noise (then every step is simulated)."""
         return self.jitter_cv > 0 or self.prompt_cv > 0  # type: ignore[attr-defined]
+
+    @property
+    def jittered(self) -> bool:
+        """Whether the run's timing carries noise: its steps' or its arrivals'."""
+        return self.steps_jittered or self.arrival_jitter_s > 0  # type: ignore[attr-defined]
 
     @model_serializer(mode="wrap")
     def _drop_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -66,6 +118,9 @@ class JitterKnobs(FrozenModel):
                 out.pop("jitter_cv", None)
             if out.get("jitter_prompt_cv") is None:
                 out.pop("jitter_prompt_cv", None)
+            for key in ("arrival_delay_s", "arrival_jitter_s"):
+                if not out.get(key):
+                    out.pop(key, None)
             if out.get("jitter_seed") is None:
                 out.pop("jitter_seed", None)
         return out
@@ -94,6 +149,8 @@ class RooflineConfig(JitterKnobs):
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
+    arrival_delay_s: ArrivalDelay = 0.0
+    arrival_jitter_s: ArrivalJitter = 0.0
     jitter_seed: JitterSeed = None
 
 
@@ -107,6 +164,8 @@ class CalibratedConfig(JitterKnobs):
     out_of_range: Literal["clamp", "refuse"] = "clamp"
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
+    arrival_delay_s: ArrivalDelay = 0.0
+    arrival_jitter_s: ArrivalJitter = 0.0
     jitter_seed: JitterSeed = None
 
 
@@ -120,6 +179,8 @@ class ConstantConfig(JitterKnobs):
     decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
+    arrival_delay_s: ArrivalDelay = 0.0
+    arrival_jitter_s: ArrivalJitter = 0.0
     jitter_seed: JitterSeed = None
     # NOTE: no transfer cost here: every KV copy is priced by the PCIe link model
     # (kvsim.core.link, LinkSpec.latency_s + bytes / bandwidth) whatever the latency kind.

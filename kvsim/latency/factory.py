@@ -14,7 +14,7 @@ from kvsim.latency.box import box_latency
 from kvsim.latency.calibrated import make_calibrated
 from kvsim.latency.config import RooflineConfig
 from kvsim.latency.constant import ConstantLatency
-from kvsim.latency.jitter import with_jitter
+from kvsim.latency.jitter import ArrivalNoise, arrival_noise, with_jitter
 from kvsim.latency.offload import op_offload_for
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
 
@@ -80,8 +80,21 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     (kvsim.latency.jitter), seeded by ``jitter_seed`` or, unset, the scenario's seed.
     """
     cfg = scenario.latency
-    seed = scenario.seed if cfg.jitter_seed is None else cfg.jitter_seed
-    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, seed, cfg.prompt_cv)
+    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, jitter_seed(scenario),
+                       cfg.prompt_cv)
+
+
+def jitter_seed(scenario: Any) -> int:
+    """The seed of a scenario's timing noise: ``latency.jitter_seed``, else its seed."""
+    cfg = scenario.latency
+    return scenario.seed if cfg.jitter_seed is None else cfg.jitter_seed
+
+
+def make_arrival_noise(scenario: Any) -> ArrivalNoise | None:
+    """The scenario's request arrival delays (``latency.arrival_delay_s`` /
+    ``arrival_jitter_s``, kvsim.latency.jitter.ArrivalNoise); None when on time."""
+    cfg = scenario.latency
+    return arrival_noise(cfg.arrival_delay_s, cfg.arrival_jitter_s, jitter_seed(scenario))
 
 
 def _exact_model(scenario: Any, budget: Any | None) -> LatencyModel:

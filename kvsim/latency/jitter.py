@@ -9,7 +9,9 @@ calibrate engine` measures a server's.  ``latency.jitter_prompt_cv``, when set, 
 CV of a step that computes prompt tokens: its time wobbles less than a decode step's (a
 hiccup of a millisecond is a large part of a 2 ms decode step, a small one of a 100 ms
 prompt step), and which slot a session finds hinges on the prompt steps' timing.
-:func:`with_jitter` wraps the scenario's model.
+:func:`with_jitter` wraps the scenario's model.  Requests can also reach the engine late
+(``latency.arrival_delay_s`` / ``arrival_jitter_s``: :class:`ArrivalNoise`), which moves
+those races where the step noise alone would not (docs/design/timing-noise.md).
 
 NOTE: the draws come from their own stream, a ``SeedSequence`` of the jitter seed and the
 name ``latency-jitter`` (the convention of kvsim.workload.generator.stream), one draw per
@@ -37,6 +39,7 @@ import numpy as np
 from kvsim.latency.base import BatchShape, LatencyModel
 
 JITTER_STREAM = "latency-jitter"
+ARRIVAL_STREAM = "arrival-jitter"
 _BLOCK = 4096  # draws taken from the generator at once (same values as one at a time)
 
 
@@ -46,9 +49,9 @@ def lognormal_params(cv: float) -> tuple[float, float]:
     return -sigma2 / 2, math.sqrt(sigma2)
 
 
-def jitter_rng(seed: int) -> np.random.Generator:
+def jitter_rng(seed: int, stream: str = JITTER_STREAM) -> np.random.Generator:
     """The noise's generator for ``seed`` (stable across runs and platforms)."""
-    key = (zlib.crc32(JITTER_STREAM.encode("utf-8")),)
+    key = (zlib.crc32(stream.encode("utf-8")),)
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
@@ -200,3 +203,37 @@ def with_jitter(model: LatencyModel, cv: float, seed: int, prompt_cv: float) -> 
     if cv > 0 or prompt_cv > 0:
         return JitteredLatency(model, cv, seed, prompt_cv)
     return model
+
+
+class ArrivalNoise:
+    """How late each request reaches the engine: lognormal draws of mean ``mean_s`` and
+    standard deviation ``sd_s`` (``latency.arrival_delay_s`` / ``arrival_jitter_s``), or
+    ``mean_s`` itself when ``sd_s`` is 0.
+
+    A real client sends a turn a little after its think time ends (waking up, building
+    the request) and the server takes it up after handling it (HTTP, tokenising): which
+    slot a returning session finds free can hinge on those milliseconds
+    (docs/design/timing-noise.md).
+    NOTE: its own stream (``arrival-jitter`` of the jitter seed); the engine takes a
+    session's draws at once when the session starts (:meth:`take`), in the order sessions
+    start, which both fidelities share: the same seed gives the same delays.
+    """
+
+    def __init__(self, mean_s: float, sd_s: float, seed: int) -> None:
+        if mean_s <= 0:
+            raise ValueError("an arrival delay's mean must be positive")
+        self.mean_s = mean_s
+        sigma2 = math.log1p((sd_s / mean_s) ** 2)
+        self.mu, self.sigma = math.log(mean_s) - sigma2 / 2, math.sqrt(sigma2)
+        self._rng = jitter_rng(seed, ARRIVAL_STREAM) if sd_s > 0 else None
+
+    def take(self, n: int) -> list[float]:
+        """The delays of a session's ``n`` turns, in turn order."""
+        if self._rng is None:
+            return [self.mean_s] * n
+        return self._rng.lognormal(self.mu, self.sigma, n).tolist()
+
+
+def arrival_noise(mean_s: float, sd_s: float, seed: int) -> ArrivalNoise | None:
+    """None when requests arrive on time (``mean_s`` 0), else an :class:`ArrivalNoise`."""
+    return ArrivalNoise(mean_s, sd_s, seed) if mean_s > 0 else None

@@ -2,7 +2,8 @@
 
 :func:`jitter_replications` runs a scenario again under N jitter seeds split from its
 seed (named stream ``jitter-replications``), the workload unchanged — each replication
-differs from the run only by ``latency.jitter_seed`` (kvsim.latency.jitter).
+differs from the run only by ``latency.jitter_seed`` (kvsim.latency.jitter: its step
+noise and its late arrivals).
 :func:`timing_spread` gives, per metric that matters (prompt-cache reuse, TTFT p95,
 failed requests, OOM-class events), its range over the run and its replications and
 whether it moved *materially*: its range (highest − lowest) is at least
@@ -114,8 +115,9 @@ def jitter_seeds(scenario: Scenario, n: int) -> list[int]:
                          f"an integer from 1 to {MAX_JITTER_REPLICATIONS}")
     if not scenario.latency.jittered:
         raise InputError("--jitter-replications", n, "a scenario with timing noise: set "
-                         "latency.jitter_cv (e.g. --set latency.jitter_cv=0.05; kvsim "
-                         "calibrate engine measures a server's)")
+                         "latency.jitter_cv or arrival_jitter_s (e.g. --set "
+                         "latency.jitter_cv=0.05; kvsim calibrate engine measures a "
+                         "server's)")
     return replication_seeds(scenario.seed, n, JITTER_STREAM)
 
 
@@ -180,13 +182,12 @@ def _value(run: RunOutput, key: str) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
-def spread_doc(seeds: Sequence[int], cv: float, spreads: Sequence[MetricSpread],
-                prompt_cv: float) -> dict[str, Any]:
-    """``jitter.json``: the seeds, the CVs (``prompt_cv``: the prompt steps', resolved:
-    ``JitterKnobs.prompt_cv``), and per metric its values (the run's first), range,
-    median and verdict."""
-    return {"jitter_cv": cv, "jitter_prompt_cv": prompt_cv,
-            "stream": JITTER_STREAM, "seeds": list(seeds),
+def spread_doc(seeds: Sequence[int], knobs: dict[str, float],
+                spreads: Sequence[MetricSpread]) -> dict[str, Any]:
+    """``jitter.json``: the seeds, the noise's knobs (``JitterKnobs.noise_knobs``: the
+    CVs, the prompt steps' resolved, and the arrival delay), and per metric its values
+    (the run's first), range, median and verdict."""
+    return {**knobs, "stream": JITTER_STREAM, "seeds": list(seeds),
             "material": {"rate_points": MATERIAL_RATE_POINTS, "relative": MATERIAL_RELATIVE},
             "metrics": {s.key: {"label": s.label, "values": [_json(v) for v in s.values],
                                 "low": _json(s.low), "high": _json(s.high),

@@ -64,8 +64,8 @@ def test_an_exact_run_of_a_racing_shape_says_how_to_see_the_spread(kvsim_cli,
                            "--no-report", "-o", tmp_path / "o")
     assert code == 0
     assert kvsim_cli.stderr.splitlines()[-1].endswith(  # type: ignore[attr-defined]
-        "are one draw; --jitter-replications N with latency.jitter_cv set (kvsim "
-        "calibrate engine measures a server's) shows their spread")
+        "are one draw; --jitter-replications N with latency.jitter_cv or arrival_jitter_s "
+        "set (kvsim calibrate engine measures a server's) shows their spread")
 
 
 def test_bad_jitter_replications_is_one_line_before_any_run(kvsim_cli, tmp_path) -> None:
@@ -91,3 +91,20 @@ def test_worker_processes_give_the_same_replications(kvsim_cli, tmp_path) -> Non
     assert docs[0] == docs[1]
     code, err, _ = kvsim_cli("simulate", sc, "-o", tmp_path / "x", "-j", "0")
     assert (code, err) == (2, "error: --jobs: 0 — between 1 and 1024 worker processes")
+
+
+def test_late_arrivals_alone_are_timing_noise_to_replicate(kvsim_cli, tmp_path) -> None:
+    """Exact step times, requests 20 ms late (sd 20 ms): replications move the race, the
+    table's title names the noise, and jitter.json keeps its knobs."""
+    sc = sessions_scenario(tmp_path, 6, jitter_cv=0.0)
+    code, err, out = kvsim_cli("simulate", sc, "--no-report", "-o", tmp_path / "o",
+                               "--set", "latency.arrival_delay_s=0.02",
+                               "--set", "latency.arrival_jitter_s=0.02",
+                               "--jitter-replications", "8")
+    assert (code, err) == (0, "")
+    assert ("timing noise: this run and 8 jittered replications (latency.jitter_cv 0, "
+            "requests 20 ms late (sd 20 ms))") in " ".join(out.split())
+    doc = json.loads((tmp_path / "o" / "jitter.json").read_text())
+    assert (doc["jitter_cv"], doc["arrival_delay_s"], doc["arrival_jitter_s"]) == (
+        0.0, 0.02, 0.02)
+    assert doc["metrics"]["prefix_hit_rate"]["moved"]

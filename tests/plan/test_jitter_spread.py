@@ -100,6 +100,6 @@ def test_plan_says_its_intervals_include_the_timing_noise(kvsim_cli, tmp_path) -
             "8192", "--parallel", "4", "-n", "2", "-j", "1", "--no-progress"]
     code, err, out = kvsim_cli(*args)
     assert (code, err) == (0, "")
-    assert "note: timing noise: every run's step times carry latency.jitter_cv 0.1" in out
+    assert "note: timing noise: every run's timing carries latency.jitter_cv 0.1" in out
     code, err, out = kvsim_cli(*args, "--set", "latency.jitter_cv=0")
     assert (code, err) == (0, "") and "timing noise" not in out
