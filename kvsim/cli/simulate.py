@@ -182,7 +182,7 @@ def timing_note(sc: Any, requests: Any) -> str:
     """Why this run's reuse and TTFT tail are one draw of a race, and how to see its
     spread; "" when the shape does not hinge on timing (kvsim.plan.jitter) or no session
     comes back for a second turn."""
-    from kvsim.plan.jitter import timing_reason
+    from kvsim.plan.races import timing_reason
 
     reason = timing_reason(sc, requests)
     if not reason or not (requests["turn"] > 0).any():

@@ -33,7 +33,6 @@ from kvsim.errors import InputError
 from kvsim.metrics.failures import CODE_KIND, CODE_WORDS, FAILURE_CODES
 from kvsim.plan.flags import engine_flags
 from kvsim.plan.slo import Constraints, build_constraints, judge
-from kvsim.plan.stats import wilson_interval
 from kvsim.scenario import Scenario, resolve_scenario
 
 DEFAULT_SLOS = ("ttft_p95=2s", "itl_p95=150ms")
@@ -110,6 +109,13 @@ def binding_words(binding: str) -> str:
     return f"{metric.upper()} {pct} over its SLO" if pct else binding
 
 
+ONE_RUN_OOM_CI = {False: (0.0, 0.7934506856227626), True: (0.20654931437723745, 1.0)}
+"""The Wilson 95 % interval of an OOM risk seen in one run (0 or 1 OOM of 1) — what
+``kvsim.plan.stats.wilson_interval(k, 1)`` gives (scipy.stats.binomtest), pinned by
+tests/plan/test_one_run_verdict.py.  NOTE: a single run's verdict needs only these two,
+and importing scipy.stats would add ~0.6 s to every ``kvsim simulate`` (issue 24)."""
+
+
 def run_verdict(summary: dict[str, Any], c: Constraints, requests: Any = None,
                 session_tokens: int | None = None, source: str = "") -> RunVerdict:
     """Judge one run (module doc); ``session_tokens``: what one session may hold, said
@@ -128,14 +134,14 @@ def run_verdict(summary: dict[str, Any], c: Constraints, requests: Any = None,
     binding = v.binding if not v.feasible else max(failed, key=failed.get) if failed else ""
     if binding == "oom_risk":  # NOTE: the memory failure behind it is what to act on
         binding = max((k for k in failed if CODE_KIND[k] == "memory"), key=failed.get)
-    risk = wilson_interval(1 if memory_failed else 0, 1)
+    low, high = ONE_RUN_OOM_CI[bool(memory_failed)]
     head = "meets every target" if meets else \
         f"misses — binding: {binding} ({binding_words(binding)})"
     lines = [f"latency: {latency_words(given, summary)}" + (f" (SLOs: {source})" if source else ""),
              f"memory: peak {format_bytes(summary.get('peak_device_bytes', 0))}, "
              f"{est['device_fraction']:.0%} of the device (line {c.max_device_fraction:.0%}); "
              + ("an OOM-class failure in this run" if memory_failed else "no OOM in this run")
-             + f" (one run: OOM risk 95 % CI {risk.low:.0%}–{risk.high:.0%}; kvsim plan -n 8 "
+             + f" (one run: OOM risk 95 % CI {low:.0%}–{high:.0%}; kvsim plan -n 8 "
              "narrows it)"]
     lines += _detail_lines(summary, requests, session_tokens)
     return RunVerdict(meets, binding, f"verdict: {head}", tuple(lines))

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 
-from kvsim.engines.config import SlotEngineConfig
 from kvsim.errors import InputError
 from kvsim.plan.executor import Executor
+from kvsim.plan.races import peak_open_sessions, timing_reason  # noqa: F401 (re-exported)
 from kvsim.plan.replicate import RunOutput, replication_seeds, run_all
 from kvsim.scenario import Scenario
 
@@ -140,28 +139,6 @@ def _moved(kind: Kind, values: Sequence[float]) -> bool:
         return True
     floor = MATERIAL_RATE_POINTS if kind == "rate" else 0.0
     return hi > lo and hi - lo >= max(MATERIAL_RELATIVE * abs(mid), floor)
-
-
-def peak_open_sessions(requests: pd.DataFrame) -> int:
-    """Most sessions open at once: from a session's first arrival to its last finish."""
-    if not len(requests):
-        return 0
-    g = requests.groupby("session_id")
-    start, end = g["arrival_s"].min(), g["finish_s"].max().fillna(math.inf)
-    # NOTE: an end sorts before a start at the same instant (the slot is free again)
-    events = sorted([(t, 1) for t in start] + [(t, -1) for t in end])
-    return int(max(np.cumsum([d for _, d in events])))
-
-
-def timing_reason(scenario: Scenario, requests: pd.DataFrame) -> str:
-    """The shape that makes a slot engine's outcomes hinge on timing, or ``""``."""
-    eng = scenario.engine
-    if not isinstance(eng, SlotEngineConfig):
-        return ""
-    open_at_once = peak_open_sessions(requests)
-    if open_at_once <= eng.parallel:
-        return ""
-    return f"more sessions than slots ({open_at_once} open at once on {eng.parallel})"
 
 
 def timing_spread(main: RunOutput, runs: Sequence[RunOutput], reason: str = ""

@@ -1,5 +1,5 @@
 """What a command imports: `kvsim --help` and `kvsim fit` stay light, `simulate` imports
-Plotly only for its report (issue 24: a ~1 s import of pandas/scipy for eleven help lines).
+no scipy and Plotly only for its report (issue 24: a ~1 s import of pandas/scipy for eleven help lines).
 
 Each command runs in a fresh interpreter (the test process has imported everything), and
 the modules it ended with are read from ``sys.modules`` there.
@@ -59,9 +59,10 @@ def test_simulate_imports_plotly_only_for_its_report(tmp_path):
     base = ["simulate", "quickstart", "--set", "workload.max_sessions=2"]
     mods, code, _ = _imported([*base, "-o", str(tmp_path / "a"), "--no-report"])
     assert code == 0
-    # the Results are Parquet tables: pandas and pyarrow write them; the verdict's OOM risk
-    # interval is scipy.stats' (kvsim.plan.stats); no plot
-    assert mods == ["pandas", "pyarrow", "scipy", "simpy"]
+    # the Results are Parquet tables: pandas and pyarrow write them; no plot, and no
+    # scipy.stats (~0.6 s): one run's OOM interval is one of two (ONE_RUN_OOM_CI) and its
+    # race note is kvsim.plan.races, not the replications' module
+    assert mods == ["pandas", "pyarrow", "simpy"]
     mods, code, _ = _imported([*base, "-o", str(tmp_path / "b")])
     assert code == 0 and "plotly" in mods
     assert (tmp_path / "b" / "report.html").is_file()
