@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import pandas as pd
 
+from kvsim.calibrate.lateness import client_lateness, turn_lateness
 from kvsim.calibrate.wire import (
     CHECK_TIMEOUT_S,
     MAX_CHECK_TIMEOUT_S,
@@ -357,6 +358,9 @@ class Replayer:
         for key in ("peak_device_bytes", "device_bytes", "peak_device_fraction"):
             summary[key] = math.nan  # not observable from the HTTP side
         summary.update(session_outcomes(frames["events"]))
+        late = client_lateness(turn_lateness(self.rows, self.opts.time_scale))
+        if late is not None:
+            summary.update(client_late_s=late[0], client_late_sd_s=late[1])
         summary.update(replay_url=self.opts.url, replay_api=self.opts.api,
                        replay_after_failure=self.opts.after_failure,
                        transport_errors=len(lost),
