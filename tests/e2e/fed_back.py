@@ -26,7 +26,7 @@ after.
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from kvsim.calibrate.replay import Replayer
@@ -74,11 +74,8 @@ def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str
     ms before a step ended may reach the server after it, its HTTP thread reading and
     tokenizing it meanwhile (seen: 11 ms on a busy machine).  A request that waited for
     a slot is moved within its wait, which changes nothing."""
-    sent = _ties(player, times)
-    ends: list[float] = []
-    for t in sorted(t for ts in times.values() for t in ts):
-        if not ends or t - ends[-1] >= SAME_STEP_S:
-            ends.append(t)
+    ends = _step_ends(times)
+    sent = _ties(player, times, ends)
     out = dict(sent)
     for k, r in enumerate(sorted(sent, key=sent.get)):
         first = times[r][0]
@@ -88,10 +85,21 @@ def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str
     return out
 
 
-def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
+def _step_ends(times: dict[str, list[float]]) -> list[float]:
+    """The server's step ends: its sampled tokens, those closer than SAME_STEP_S one end."""
+    ends: list[float] = []
+    for t in sorted(t for ts in times.values() for t in ts):
+        if not ends or t - ends[-1] >= SAME_STEP_S:
+            ends.append(t)
+    return ends
+
+
+def _ties(player: Replayer, times: dict[str, list[float]], ends: list[float]
+          ) -> dict[str, float]:
     """Each request's send time, reordered as the server took them: among requests sent
     within :data:`TIE_S` of each other, the one whose prompt step ended first came first;
-    those whose prompts ran in one step keep the order they were sent in.
+    those whose prompts ran in one step in the order the server gave them their slots
+    (:func:`_slot_order`).
 
     NOTE: first tokens of one step come out slot by slot (a few tenths of a millisecond
     to over one apart on a busy machine: seen 0.8 ms), so within a step their order is
@@ -104,6 +112,7 @@ def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
             groups[-1].append(r)
         else:
             groups.append([r])
+    taken = _slot_order(player, times, ends)
     out: dict[str, float] = {}
     for g in groups:
         sent = sorted(r.arrival_s for r in g)
@@ -112,9 +121,38 @@ def _ties(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
             first = times[rid(r)][0]
             same = [v for v in step.values() if first - v < MIN_PROMPT_STEP_S]
             step[rid(r)] = min(same) if same else first
-        for r, t in zip(sorted(g, key=lambda r: (step[rid(r)], r.arrival_s)), sent,
-                        strict=True):
+        for r, t in zip(sorted(g, key=lambda r: (step[rid(r)], taken[rid(r)], r.arrival_s)),
+                        sent, strict=True):
             out[rid(r)] = t
+    return out
+
+
+def _slot_order(player: Replayer, times: dict[str, list[float]], ends: list[float]
+                ) -> dict[str, tuple]:
+    """Per request, where the server's slot choice puts it among requests taken at once
+    (the server's ``id_slot`` of each answer).
+
+    A request that found its own history (``cache_n`` > 0: chosen by prefix similarity)
+    takes that slot whenever it comes, so it goes first; the others took the least
+    recently used idle slot in the order they came, so they go in the order of their
+    slots' last release — the step it ended in, then the slot id (one step releases its
+    slots in slot order) — slots never used first, the highest id first (llama-server
+    scans with ``<=``).  NOTE: kvsim's slot pool applies the same rules
+    (kvsim.core.kv.slots.SlotPool.select), so given this order it gives the server's slots.
+    """
+    by_slot: dict[int, list[tuple[float, float]]] = {}  # slot → (first token, last token)
+    for row in player.rows:
+        ts = times[rid(row)]
+        by_slot.setdefault(int(row.res.final["id_slot"]), []).append((ts[0], ts[-1]))
+    out: dict[str, tuple] = {}
+    for row in player.rows:
+        slot, first = int(row.res.final["id_slot"]), times[rid(row)][0]
+        if int(row.res.final["timings"]["cache_n"]) > 0:
+            out[rid(row)] = (0,)
+            continue
+        before = [last for _, last in by_slot[slot] if last < first]
+        step = bisect_right(ends, max(before)) - 1 if before else -1  # its release's step
+        out[rid(row)] = (1, step, slot if before else -slot)
     return out
 
 
