@@ -39,7 +39,7 @@ from kvsim.core.sessions import (
     request_outcome,
     seed_block_hashes,
 )
-from kvsim.core.simclock import next_event_s, schedule_at, schedule_in
+from kvsim.core.simclock import check_clock, next_event_s, schedule_at, schedule_in
 from kvsim.core.step import EngineEvent, MemoryState, Scheduler, StepHook, StepPlan
 from kvsim.core.stretch_memory import Stretch
 from kvsim.errors import InputError, RunStopped
@@ -179,6 +179,7 @@ class Engine:
         done = self.env.event()
         if self._stopping is not None:
             return done  # NOTE: stopping after the step in flight: nothing new enters
+        check_clock(self.env.now, req.request_id)
         self.requests_submitted += 1
         self.recorder.check_capacity(self.requests_submitted)  # over the cap: no row
         self._done_events[req.request_id] = done

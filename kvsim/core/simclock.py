@@ -3,7 +3,7 @@
 Fast-forward (:mod:`kvsim.core.fastforward`) computes instants ahead of the clock and
 must put an event on SimPy's heap at exactly such an instant, and it must know when
 the next pending event fires; SimPy's public API offers neither.  These three
-functions are the only code that reads or writes SimPy's private state
+functions (beside :func:`check_clock`, the clock's range) are the only code that reads or writes SimPy's private state
 (``Environment._queue``, ``Environment._eid``, ``Event._ok`` / ``Event._value``),
 written against SimPy 4's heap entries ``(time, priority, event id, event)``.
 
@@ -18,6 +18,22 @@ import math
 from heapq import heappush
 
 import simpy
+
+from kvsim.errors import InputError
+
+MAX_CLOCK_S = 1e9
+"""The latest instant a request may arrive at (~31.7 years): float64 resolves 1.2e-7 s
+there, far inside any step.  NOTE: at 1e99 s a step's end equals its start and the clock
+stops: a trace time or think time that large ran forever (issue 26, "no hangs")."""
+
+
+def check_clock(now_s: float, request_id: str) -> None:
+    """Refuse a request arriving past :data:`MAX_CLOCK_S` (one line, exit 2)."""
+    if now_s > MAX_CLOCK_S:
+        raise InputError("workload", f"request {request_id} at {now_s:g} s",
+                         f"arrivals before {MAX_CLOCK_S:g} s (~31.7 years), where the "
+                         "clock still resolves a step: keep the trace's start_s and "
+                         "think_s near 0")
 
 
 def next_event_s(env: simpy.Environment, skip: simpy.Event | None) -> float:

@@ -34,15 +34,21 @@ JitterPromptCv = Annotated[float | None, Field(
     None, ge=0, lt=JITTER_CV_MAX, description="the noise's coefficient of variation for "
     "steps that compute prompt tokens, in [0, 1); unset: jitter_cv (a long prompt step "
     "wobbles less than a decode step: `kvsim calibrate engine` prints both)")]
+ARRIVAL_DELAY_MAX_S = 60.0
+"""``arrival_delay_s`` and ``arrival_jitter_s`` are at most this: a client's lateness and a
+server's request handling are milliseconds; a minute is a stalled client, and a longer
+wait between turns is a think time, which the workload holds."""
 ArrivalDelay = Annotated[Seconds, Field(
-    ge=0, allow_inf_nan=False, description="seconds between a request's time in the "
-    "workload (its start, or the end of its think time) and the engine taking it: the "
-    "client's own lateness and the server's request handling beyond its typical time; the "
-    "mean of each request's draw (0 = on time; `kvsim calibrate engine` prints a client's)")]
+    ge=0, le=ARRIVAL_DELAY_MAX_S, allow_inf_nan=False, description="seconds between a "
+    "request's time in the workload (its start, or the end of its think time) and the "
+    "engine taking it: the client's own lateness and the server's request handling beyond "
+    "its typical time; the mean of each request's draw, at most 60 s (0 = on time; `kvsim "
+    "calibrate engine` prints a client's)")]
 ArrivalJitter = Annotated[Seconds, Field(
-    ge=0, allow_inf_nan=False, description="standard deviation of that delay (seconds): each "
-    "request's a lognormal draw of mean arrival_delay_s; which slot a returning session finds "
-    "hinges on it (0 = every request arrival_delay_s late)")]
+    ge=0, le=ARRIVAL_DELAY_MAX_S, allow_inf_nan=False, description="standard deviation of "
+    "that delay (seconds, at most 60): each request's a lognormal draw of mean "
+    "arrival_delay_s; which slot a returning session finds hinges on it (0 = every request "
+    "arrival_delay_s late)")]
 JitterSeed = Annotated[int | None, Field(
     ge=0, description="seed of the noise's own stream; unset: the scenario's seed (kvsim "
     "simulate --jitter-replications sets one per replication)")]

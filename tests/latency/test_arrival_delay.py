@@ -69,6 +69,11 @@ def test_the_keys_unset_change_nothing_and_set_round_trip() -> None:
       "delay's mean; its draws are lognormal, never early)")),
     (["latency.arrival_delay_s=-0.001"],
      "latency.roofline.arrival_delay_s: -0.001 — a duration must be a finite number >= 0"),
+    # NOTE: 1e99 s ran forever before the bound (the clock stops advancing at that size)
+    (["latency.arrival_delay_s=1e99"],
+     "latency.roofline.arrival_delay_s: '1e99' — Input should be less than or equal to 60"),
+    (["latency.arrival_delay_s=1", "latency.arrival_jitter_s=61"],
+     "latency.roofline.arrival_jitter_s: 61 — Input should be less than or equal to 60"),
 ])
 def test_bad_arrival_keys_are_one_line(keys, message) -> None:
     with pytest.raises(InputError) as exc:
