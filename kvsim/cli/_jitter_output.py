@@ -20,7 +20,8 @@ def report_jitter(sc: Any, res: Any, n: int, out_dir: Path, jobs: int = 1) -> No
     from rich.table import Table
 
     from kvsim.plan.executor import make_executor
-    from kvsim.plan.jitter import jitter_replications, spread_doc, timing_reason, timing_spread
+    from kvsim.plan.jitter import jitter_replications, spread_doc, timing_spread
+    from kvsim.plan.races import timing_reason
     from kvsim.plan.replicate import RunOutput, oom_reason
 
     console = Console(stderr=True)

@@ -250,10 +250,11 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
 def _arrival_line(delay_s: float, sd_s: float) -> str:
     """What the measured arrival delay means for ``latency.arrival_delay_s`` and
     ``latency.arrival_jitter_s`` (engine_samples.arrival_delay)."""
+    from kvsim.latency.config import arrival_keys
+
     return (f"requests reach the server {delay_s * 1e3:.2f} ms late (sd {sd_s * 1e3:.2f} ms: "
-            "the client's lateness and the server's request handling): set "
-            f"latency.arrival_delay_s: {delay_s:.3g} and latency.arrival_jitter_s: "
-            f"{sd_s:.3g} to replay it (docs/scenarios.md, Timing noise)")
+            f"the client's lateness and the server's request handling): set "
+            f"{arrival_keys(delay_s, sd_s)} to replay it (docs/scenarios.md, Timing noise)")
 
 
 def _jitter_line(cv: float, prompt_cv: float | None = None) -> str:

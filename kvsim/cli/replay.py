@@ -85,9 +85,11 @@ def replay(trace: str, url: str, api: str, model: str, token_range: str, ban_tok
                f"ITL p50 {s['itl_p50_s'] * 1000:.1f} ms p95 {s['itl_p95_s'] * 1000:.1f} ms")
     if s.get("client_late_s", 0.0) > 0:  # NOTE: a delay a scenario takes (> 0)
         late, sd = s["client_late_s"], s["client_late_sd_s"]
+        from kvsim.latency.config import arrival_keys
+
         click.echo(f"client: turns went out {late * 1000:.2f} ms late (sd {sd * 1000:.2f} ms) "
-                   f"after their start or think time; latency.arrival_delay_s: {late:.3g} and "
-                   f"latency.arrival_jitter_s: {sd:.3g} replay that in a simulation of it")
+                   f"after their start or think time; {arrival_keys(late, sd)} replay that in "
+                   "a simulation of it")
 
 
 def _save(res: Any, out_dir: str) -> Path:

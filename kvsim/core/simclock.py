@@ -3,7 +3,8 @@
 Fast-forward (:mod:`kvsim.core.fastforward`) computes instants ahead of the clock and
 must put an event on SimPy's heap at exactly such an instant, and it must know when
 the next pending event fires; SimPy's public API offers neither.  These three
-functions (beside :func:`check_clock`, the clock's range) are the only code that reads or writes SimPy's private state
+functions (beside :func:`check_clock`, the clock's range) are the only code that reads
+or writes SimPy's private state
 (``Environment._queue``, ``Environment._eid``, ``Event._ok`` / ``Event._value``),
 written against SimPy 4's heap entries ``(time, priority, event id, event)``.
 

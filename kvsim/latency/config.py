@@ -38,6 +38,11 @@ ARRIVAL_DELAY_MAX_S = 60.0
 """``arrival_delay_s`` and ``arrival_jitter_s`` are at most this: a client's lateness and a
 server's request handling are milliseconds; a minute is a stalled client, and a longer
 wait between turns is a think time, which the workload holds."""
+def arrival_keys(delay_s: float, sd_s: float) -> str:
+    """The two scenario keys that replay a measured arrival delay, as a line says them."""
+    return f"latency.arrival_delay_s: {delay_s:.3g} and latency.arrival_jitter_s: {sd_s:.3g}"
+
+
 ArrivalDelay = Annotated[Seconds, Field(
     ge=0, le=ARRIVAL_DELAY_MAX_S, allow_inf_nan=False, description="seconds between a "
     "request's time in the workload (its start, or the end of its think time) and the "
@@ -73,8 +78,9 @@ class JitterKnobs(FrozenModel):
 
     @model_validator(mode="after")
     def _check_arrival(self) -> JitterKnobs:
-        if self.arrival_jitter_s > 0 and self.arrival_delay_s <= 0:  # type: ignore[attr-defined]
-            raise InputError("arrival_jitter_s", self.arrival_jitter_s,  # type: ignore[attr-defined]
+        sd, mean = self.arrival_jitter_s, self.arrival_delay_s  # type: ignore[attr-defined]
+        if sd > 0 and mean <= 0:
+            raise InputError("arrival_jitter_s", sd,
                              "0 unless arrival_delay_s > 0 (the delay's mean; its draws "
                              "are lognormal, never early)")
         return self

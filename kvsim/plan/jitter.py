@@ -27,7 +27,6 @@ import numpy as np
 
 from kvsim.errors import InputError
 from kvsim.plan.executor import Executor
-from kvsim.plan.races import peak_open_sessions, timing_reason  # noqa: F401 (re-exported)
 from kvsim.plan.replicate import RunOutput, replication_seeds, run_all
 from kvsim.scenario import Scenario
 

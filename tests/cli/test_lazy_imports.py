@@ -1,5 +1,6 @@
 """What a command imports: `kvsim --help` and `kvsim fit` stay light, `simulate` imports
-no scipy and Plotly only for its report (issue 24: a ~1 s import of pandas/scipy for eleven help lines).
+no scipy and Plotly only for its report (issue 24: a ~1 s import of pandas/scipy for
+eleven help lines).
 
 Each command runs in a fresh interpreter (the test process has imported everything), and
 the modules it ended with are read from ``sys.modules`` there.

@@ -52,7 +52,7 @@ from test_llama_server import (  # noqa: F401 - the module's fixtures, used by n
 from kvsim.api import simulate
 from kvsim.calibrate.engine import EngineGrid, measure_engine
 from kvsim.calibrate.engine_samples import EngineSamples, engine_artifact
-from kvsim.calibrate.lateness import turn_lateness
+from kvsim.calibrate.lateness import client_lateness, turn_lateness
 from kvsim.calibrate.replay import Replayer, ReplayOptions
 from kvsim.calibrate.validate import compare_requests, compare_results
 from kvsim.latency.artifact import save_artifact
@@ -222,9 +222,10 @@ def _client_lateness(players: list[Replayer]) -> tuple[float, float]:
     """Mean and standard deviation of how late the replays' client sent its turns
     (kvsim.calibrate.lateness), over every replay."""
     late = [x for p in players for x in turn_lateness(p.rows)]
-    print(f"replay client lateness: mean {1e3 * np.mean(late):.2f} ms, sd "
-          f"{1e3 * np.std(late, ddof=1):.2f} ms, max {1e3 * max(late):.2f} ms")
-    return float(np.mean(late)), float(np.std(late, ddof=1))
+    mean, sd = client_lateness(late)
+    print(f"replay client lateness: mean {1e3 * mean:.2f} ms, sd {1e3 * sd:.2f} ms, "
+          f"max {1e3 * max(late):.2f} ms")
+    return mean, sd
 
 
 def _check_reuse(calibrated: list[dict], replayed: list[dict], runs: list) -> None:

@@ -9,13 +9,8 @@ from timing_households import sessions_scenario
 
 from kvsim.api import simulate
 from kvsim.errors import InputError
-from kvsim.plan.jitter import (
-    jitter_replications,
-    jitter_seeds,
-    peak_open_sessions,
-    timing_reason,
-    timing_spread,
-)
+from kvsim.plan.jitter import jitter_replications, jitter_seeds, timing_spread
+from kvsim.plan.races import peak_open_sessions, timing_reason
 from kvsim.plan.replicate import RunOutput, replicate
 from kvsim.plan.search import PlanGrid, search
 from kvsim.plan.slo import build_constraints
