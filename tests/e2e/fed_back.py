@@ -20,7 +20,9 @@ milliseconds.
 Arrivals are the send times, corrected where the server's own output shows it took a
 request otherwise (:func:`server_arrivals`): requests sent within a few milliseconds of
 each other reach it in either order, and one sent just before a step ended may reach it
-after.
+after, and requests whose prompts the server computed in one step arrive together, in
+the order its slot choices say (kvsim, idle, would otherwise start a step with the first
+alone).
 """
 
 from __future__ import annotations
@@ -73,7 +75,21 @@ def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str
     from ``E'`` — so it arrives no earlier than just after ``E'``: a request sent a few
     ms before a step ended may reach the server after it, its HTTP thread reading and
     tokenizing it meanwhile (seen: 11 ms on a busy machine).  A request that waited for
-    a slot is moved within its wait, which changes nothing."""
+    a slot is moved within its wait, which changes nothing.  Last, requests whose
+    prompts the server computed in one step arrive together (:func:`_together`)."""
+    return _together(_taken(player, times), times)
+
+
+def arrival_rank(player: Replayer, times: dict[str, list[float]]) -> dict[str, int]:
+    """Each request's place in the order the server took them: by its arrival before
+    the requests of one step are put together (:func:`_taken`, which orders those as
+    the server's slot choices say, :func:`_slot_order`)."""
+    taken = _taken(player, times)
+    return {r: k for k, r in enumerate(sorted(taken, key=lambda r: (taken[r], r)))}
+
+
+def _taken(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
+    """:func:`server_arrivals` before :func:`_together`."""
     ends = _step_ends(times)
     sent = _ties(player, times, ends)
     out = dict(sent)
@@ -83,6 +99,34 @@ def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str
         if i >= 2 and sent[r] <= ends[i - 2] < ends[i - 1]:
             out[r] = ends[i - 2] + 1e-7 * (k + 1)  # NOTE: keeps the order they were sent in
     return out
+
+
+def _together(arrivals: dict[str, float], times: dict[str, list[float]]) -> dict[str, float]:
+    """``arrivals`` with the requests whose prompts one server step computed (first
+    tokens closer than :data:`MIN_PROMPT_STEP_S`) all arriving when the last of them did.
+
+    NOTE: the server had every one of them when that step started; kvsim, idle when the
+    first arrives, would start a step with it alone, and the slots of the two steps are
+    then released a step apart (seen: s5#3 and s1#4 sent 1.7 ms apart to an idle server
+    that took both into one step; the next LRU choice then took s5's slot). Requests
+    arriving at one instant reach kvsim in an order SimPy does not promise:
+    :func:`simulate_fed_back` puts them in :func:`arrival_rank` order."""
+    out = dict(arrivals)
+    group: list[str] = []
+    for r in sorted(arrivals, key=lambda r: times[r][0]):
+        if group and times[r][0] - times[group[0]][0] >= MIN_PROMPT_STEP_S:
+            _merge(out, group)
+            group = []
+        group.append(r)
+    _merge(out, group)
+    return out
+
+
+def _merge(out: dict[str, float], group: list[str]) -> None:
+    """Every request of ``group`` arrives when the last of them did."""
+    last = max(out[r] for r in group)
+    for r in group:
+        out[r] = last
 
 
 def _step_ends(times: dict[str, list[float]]) -> list[float]:
@@ -222,13 +266,23 @@ def simulate_fed_back(scenario: Any, player: Replayer):
     from kvsim import api
 
     model = FedBackSteps(token_times(player))
+    rank = arrival_rank(player, model.times)
     build = api.make_scheduler
+
+    def in_order(waiting) -> None:
+        """Requests that arrived at one instant in the server's order (:func:`_together`):
+        the queue sorted by arrival, then rank (stable: otherwise first come, first served)."""
+        if len(waiting) > 1:
+            queue = sorted(waiting, key=lambda r: (r.arrival_s, rank.get(r.request_id, 0)))
+            waiting.clear()
+            waiting.extend(queue)
 
     def make_scheduler(*args: Any, **kw: Any):
         sched = build(*args, **kw)
         plain = sched.schedule
 
         def schedule(now_s: float):
+            in_order(sched.waiting)
             model.plan, model.now_s = plain(now_s), now_s
             return model.plan
 

@@ -207,7 +207,8 @@ TTFT_FAIL = 0.3
 """A TTFT p95 this far from the replays' median fails (the known miss is below it)."""
 MAX_RACES = 2
 """Requests of one replay (of 30) that may differ with the server's timing fed back (a
-known miss, listed): 0 or 1 in most replays, 2 in one of ~20 on 2026-12-06."""
+known miss, listed): 0 or 1 in most replays, 2 in one of ~20 on 2026-12-06, before the
+harness put requests of one server step together (every recorded replay matches since)."""
 
 
 def _judged(gguf, artifact, trace, players: list[Replayer]
@@ -271,15 +272,12 @@ def _fed_back_misses(exact, players: list[Replayer], runs: list) -> list[str]:
         # end, or of another request's arrival) can go either way, and the harness cannot
         # always tell which way it went (fed_back.server_arrivals). Up to 2 of 30 were seen
         # while the harness ordered prompts of one step by their first tokens (which come
-        # out slot by slot); keeping their send order, nine recorded replays matched every
-        # request, and of ~20 on 2026-12-06 one had 2 requests differ. Since then prompts
-        # of one step go in the order the server's slot choices say (fed_back._slot_order:
-        # a recorded miss of 1 request gone, 14 other replays unchanged). What is left
-        # (s5#4 in about 1 replay in 5): two requests sent ~1.7 ms apart to an idle server
-        # that took both into one step, where kvsim, idle, starts a step with the first;
-        # their slots are then released a step apart and the next LRU choice differs.
-        # Same-instant arrivals would reach kvsim in an order the harness does not set
-        # (tried: it moved the miss elsewhere); left.
+        # out slot by slot). Since then prompts of one step go in the order the server's
+        # slot choices say (fed_back._slot_order), and requests the server took into one
+        # step arrive together, in that order (fed_back._together: two requests sent
+        # 1.7 ms apart to an idle server, which kvsim had run in two steps, releasing their
+        # slots a step apart). The 12 replays recorded on 2026-12-06 then all match, the
+        # two that missed (1 and 3 requests) included.
         # Up to MAX_RACES is a known miss, listed; more is a failure
         assert len(bad) <= MAX_RACES, bad.to_string()
     return known
