@@ -38,11 +38,6 @@ ARRIVAL_DELAY_MAX_S = 60.0
 """``arrival_delay_s`` and ``arrival_jitter_s`` are at most this: a client's lateness and a
 server's request handling are milliseconds; a minute is a stalled client, and a longer
 wait between turns is a think time, which the workload holds."""
-def arrival_keys(delay_s: float, sd_s: float) -> str:
-    """The two scenario keys that replay a measured arrival delay, as a line says them."""
-    return f"latency.arrival_delay_s: {delay_s:.3g} and latency.arrival_jitter_s: {sd_s:.3g}"
-
-
 ArrivalDelay = Annotated[Seconds, Field(
     ge=0, le=ARRIVAL_DELAY_MAX_S, allow_inf_nan=False, description="seconds between a "
     "request's time in the workload (its start, or the end of its think time) and the "
@@ -57,6 +52,11 @@ ArrivalJitter = Annotated[Seconds, Field(
 JitterSeed = Annotated[int | None, Field(
     ge=0, description="seed of the noise's own stream; unset: the scenario's seed (kvsim "
     "simulate --jitter-replications sets one per replication)")]
+
+
+def arrival_keys(delay_s: float, sd_s: float) -> str:
+    """The two scenario keys that replay a measured arrival delay, as a line says them."""
+    return f"latency.arrival_delay_s: {delay_s:.3g} and latency.arrival_jitter_s: {sd_s:.3g}"
 
 
 class JitterKnobs(FrozenModel):

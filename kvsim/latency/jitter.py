@@ -223,8 +223,8 @@ class ArrivalNoise:
         if mean_s <= 0:
             raise ValueError("an arrival delay's mean must be positive")
         self.mean_s = mean_s
-        sigma2 = math.log1p((sd_s / mean_s) ** 2)
-        self.mu, self.sigma = math.log(mean_s) - sigma2 / 2, math.sqrt(sigma2)
+        mu, self.sigma = lognormal_params(sd_s / mean_s)  # NOTE: of mean 1, scaled below
+        self.mu = math.log(mean_s) + mu
         self._rng = jitter_rng(seed, ARRIVAL_STREAM) if sd_s > 0 else None
 
     def take(self, n: int) -> list[float]:

@@ -1,7 +1,10 @@
 """How late `kvsim replay`'s client sends its turns (kvsim.calibrate.lateness): the arrival
 delay a simulation of that replay takes (latency.arrival_delay_s / arrival_jitter_s)."""
 
+import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -46,10 +49,6 @@ def test_a_replay_reports_its_clients_lateness() -> None:
 
 
 def test_the_cli_prints_the_keys_a_simulation_of_the_replay_takes(tmp_path) -> None:
-    import json
-    import subprocess
-    import sys
-
     trace = tmp_path / "t.jsonl"
     lines = [{"trace_meta": {}}] + [
         {"session_id": f"s{i}", "turns": [{"start_s": 0.01 * i, "input_tokens": 5,

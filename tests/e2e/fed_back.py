@@ -27,6 +27,7 @@ alone).
 
 from __future__ import annotations
 
+import math
 import statistics
 from bisect import bisect_left, bisect_right
 from typing import Any
@@ -66,8 +67,10 @@ MIN_PROMPT_STEP_S = 0.005
 tiny model take 20 ms or more): a token within it before a first token is of that step."""
 
 
-def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
-    """Each request's arrival as the server took it, by request id.
+def server_arrivals(player: Replayer, times: dict[str, list[float]]
+                    ) -> tuple[dict[str, float], dict[str, int]]:
+    """Each request's arrival as the server took it, and its rank in the server's order
+    (which :func:`simulate_fed_back` gives requests arriving at one instant), by id.
 
     Requests sent together are ordered as the server took them (:func:`_ties`).  Then a
     request whose prompt step started at a step end ``E`` (the server was busy) reached
@@ -76,57 +79,46 @@ def server_arrivals(player: Replayer, times: dict[str, list[float]]) -> dict[str
     ms before a step ended may reach the server after it, its HTTP thread reading and
     tokenizing it meanwhile (seen: 11 ms on a busy machine).  A request that waited for
     a slot is moved within its wait, which changes nothing.  Last, requests whose
-    prompts the server computed in one step arrive together (:func:`_together`)."""
-    return _together(_taken(player, times), times)
-
-
-def arrival_rank(player: Replayer, times: dict[str, list[float]]) -> dict[str, int]:
-    """Each request's place in the order the server took them: by its arrival before
-    the requests of one step are put together (:func:`_taken`, which orders those as
-    the server's slot choices say, :func:`_slot_order`)."""
-    taken = _taken(player, times)
-    return {r: k for k, r in enumerate(sorted(taken, key=lambda r: (taken[r], r)))}
-
-
-def _taken(player: Replayer, times: dict[str, list[float]]) -> dict[str, float]:
-    """:func:`server_arrivals` before :func:`_together`."""
-    ends = _step_ends(times)
-    sent = _ties(player, times, ends)
+    prompts the server computed in one step arrive together (:func:`_together`); the
+    rank keeps the order set before that (:func:`_slot_order`'s within a step)."""
+    ends, steps = _step_ends(times), _prompt_steps(times)
+    sent = _ties(player, times, ends, steps)
     out = dict(sent)
     for k, r in enumerate(sorted(sent, key=sent.get)):
         first = times[r][0]
         i = bisect_left(ends, first - MIN_PROMPT_STEP_S)  # ends[i - 1]: the step before
         if i >= 2 and sent[r] <= ends[i - 2] < ends[i - 1]:
             out[r] = ends[i - 2] + 1e-7 * (k + 1)  # NOTE: keeps the order they were sent in
+    rank = {r: k for k, r in enumerate(sorted(out, key=lambda r: (out[r], r)))}
+    return _together(out, steps), rank
+
+
+def _prompt_steps(times: dict[str, list[float]]) -> dict[str, float]:
+    """Each request's prompt step, named by the earliest first token of it: first tokens
+    closer than :data:`MIN_PROMPT_STEP_S` to that one are of the same step."""
+    out: dict[str, float] = {}
+    step = -math.inf
+    for r in sorted(times, key=lambda r: times[r][0]):
+        if times[r][0] - step >= MIN_PROMPT_STEP_S:
+            step = times[r][0]
+        out[r] = step
     return out
 
 
-def _together(arrivals: dict[str, float], times: dict[str, list[float]]) -> dict[str, float]:
-    """``arrivals`` with the requests whose prompts one server step computed (first
-    tokens closer than :data:`MIN_PROMPT_STEP_S`) all arriving when the last of them did.
+def _together(arrivals: dict[str, float], steps: dict[str, float]) -> dict[str, float]:
+    """``arrivals`` with the requests whose prompts one server step computed (``steps``:
+    :func:`_prompt_steps`) all arriving when the last of them did.
 
     NOTE: the server had every one of them when that step started; kvsim, idle when the
     first arrives, would start a step with it alone, and the slots of the two steps are
     then released a step apart (seen: s5#3 and s1#4 sent 1.7 ms apart to an idle server
     that took both into one step; the next LRU choice then took s5's slot). Requests
     arriving at one instant reach kvsim in an order SimPy does not promise:
-    :func:`simulate_fed_back` puts them in :func:`arrival_rank` order."""
-    out = dict(arrivals)
-    group: list[str] = []
-    for r in sorted(arrivals, key=lambda r: times[r][0]):
-        if group and times[r][0] - times[group[0]][0] >= MIN_PROMPT_STEP_S:
-            _merge(out, group)
-            group = []
-        group.append(r)
-    _merge(out, group)
-    return out
-
-
-def _merge(out: dict[str, float], group: list[str]) -> None:
-    """Every request of ``group`` arrives when the last of them did."""
-    last = max(out[r] for r in group)
-    for r in group:
-        out[r] = last
+    :func:`simulate_fed_back` puts them in :func:`server_arrivals`' rank order."""
+    last: dict[float, float] = {}
+    for r, t in arrivals.items():
+        last[steps[r]] = max(t, last.get(steps[r], -math.inf))
+    return {r: last[steps[r]] for r in arrivals}
 
 
 def _step_ends(times: dict[str, list[float]]) -> list[float]:
@@ -138,8 +130,8 @@ def _step_ends(times: dict[str, list[float]]) -> list[float]:
     return ends
 
 
-def _ties(player: Replayer, times: dict[str, list[float]], ends: list[float]
-          ) -> dict[str, float]:
+def _ties(player: Replayer, times: dict[str, list[float]], ends: list[float],
+          steps: dict[str, float]) -> dict[str, float]:
     """Each request's send time, reordered as the server took them: among requests sent
     within :data:`TIE_S` of each other, the one whose prompt step ended first came first;
     those whose prompts ran in one step in the order the server gave them their slots
@@ -160,12 +152,7 @@ def _ties(player: Replayer, times: dict[str, list[float]], ends: list[float]
     out: dict[str, float] = {}
     for g in groups:
         sent = sorted(r.arrival_s for r in g)
-        step: dict[str, float] = {}  # each request's step: the earliest first token of it
-        for r in sorted(g, key=lambda r: times[rid(r)][0]):
-            first = times[rid(r)][0]
-            same = [v for v in step.values() if first - v < MIN_PROMPT_STEP_S]
-            step[rid(r)] = min(same) if same else first
-        for r, t in zip(sorted(g, key=lambda r: (step[rid(r)], taken[rid(r)], r.arrival_s)),
+        for r, t in zip(sorted(g, key=lambda r: (steps[rid(r)], taken[rid(r)], r.arrival_s)),
                         sent, strict=True):
             out[rid(r)] = t
     return out
@@ -204,10 +191,9 @@ def rid(row) -> str:
     return f"{row.session.session_id}#{row.turn}"
 
 
-def open_loop(player: Replayer) -> list[Session]:
-    """The replayed sessions with every turn arriving when the server took it
-    (:func:`server_arrivals`)."""
-    sent = server_arrivals(player, token_times(player))
+def open_loop(player: Replayer, sent: dict[str, float]) -> list[Session]:
+    """The replayed sessions with every turn arriving at ``sent`` (by request id: when
+    the server took it, :func:`server_arrivals`)."""
     sessions = {r.session.session_id: r.session for r in player.rows}
     out = []
     for sid, s in sessions.items():
@@ -266,7 +252,7 @@ def simulate_fed_back(scenario: Any, player: Replayer):
     from kvsim import api
 
     model = FedBackSteps(token_times(player))
-    rank = arrival_rank(player, model.times)
+    sent, rank = server_arrivals(player, model.times)
     build = api.make_scheduler
 
     def in_order(waiting) -> None:
@@ -294,6 +280,6 @@ def simulate_fed_back(scenario: Any, player: Replayer):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(api, "make_scheduler", make_scheduler)
         mp.setattr(api, "make_latency_model", lambda sc, budget=None: model)
-        results = api.simulate(stepwise, sessions=open_loop(player))
+        results = api.simulate(stepwise, sessions=open_loop(player, sent))
     assert model.unmatched == 0, f"{model.unmatched} steps sampled no measured token"
     return results
