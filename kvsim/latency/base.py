@@ -39,9 +39,10 @@ class BatchShape:
     splits the step (llama.cpp's ubatches, kvsim.engines.llama_cpp.llama_ubatches): each
     a BatchShape of the tokens it computes; together they are this step's tokens, a
     prompt chunk split over several of them at its growing context.  () = one graph.
-    NOTE: a model prices each graph's fixed cost (a calibrated step constant, a
-    roofline's overhead and weight read) once per graph; the sampled outputs and
-    per-sequence costs stay the step's.
+    NOTE: a model prices each graph's fixed cost once per graph: a calibrated model
+    prices each graph as the one-graph step of its shape (its constant, the set-up of
+    each sequence it holds a piece of), a roofline each graph's overhead and weight read
+    (its sampled outputs where a prompt ends).
 
     ``after_prompt``: a decode-only step's place after the engine's last step that
     computed prompt tokens (0 = the first decode step after it; -1 = not counted, or

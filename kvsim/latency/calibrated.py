@@ -6,8 +6,13 @@ chunks, prefill tokens, prefill attention pairs of long and of short chunks, dec
 sequences, KV tokens read by decode, and those beyond the fit's KV knee) and the range of
 each feature that was actually measured.
 A step the engine runs as several graphs (``BatchShape.ubatches``: llama.cpp's ubatches)
-pays the constant once per graph: it was measured on one-graph steps, where it is the
-graph's fixed cost (set-up, launch, synchronisation).  The first decode steps after a
+costs the sum of its graphs, each priced as the one-graph step of its own shape: the
+points were measured on one-graph steps, so a graph pays the constant (set-up, launch,
+synchronisation), the set-up of each sequence it computes a piece of, and its pieces'
+attention at their own size class (a prompt's last piece of a few dozen tokens takes the
+small-chunk path).  Measured on llama-server (docs/design/calibration.md): a step of one
+decode and three whole prompts of ~386 tokens, six graphs, took 0.33-0.34 s where the
+sum of its graphs prices 0.33 s and the whole step priced as one graph 0.28 s.  The first decode steps after a
 step that computed prompt tokens (``BatchShape.after_prompt`` k below
 :attr:`~CalibratedLatencyModel.settle_steps`) add the measured ``after_prompt_s[k]``;
 decode stretches start after them, so ``decode_steps_s`` prices steady steps only.
@@ -116,23 +121,31 @@ class CalibratedLatencyModel:
 
     # -- LatencyModel protocol -------------------------------------------------------
     def step_time_s(self, batch: BatchShape) -> float:
+        # NOTE: a step run as several graphs costs each graph as the one-graph step of its
+        # shape (how the points were measured): its constant, each of its sequences'
+        # set-up, its chunks' attention at their own size class (module doc)
+        graphs = batch.ubatches or (batch,)
+        times, clamped = zip(*(self._graph_s(g) for g in graphs), strict=True)
+        if any(clamped):
+            self._out_of_range(batch)
+        t = float(sum(times))
+        k = batch.after_prompt
+        return t + self._after_prompt[k] if 0 <= k < len(self._after_prompt) else t
+
+    def _graph_s(self, graph: BatchShape) -> tuple[float, bool]:
+        """One graph's time and whether it was clamped to the measured range."""
         cap = self.fit.max_context
-        p = np.asarray(batch.prefill_tokens, dtype=float)
-        c = np.asarray(batch.prefill_context, dtype=float)
-        d = np.asarray(batch.decode_context, dtype=float)
+        p = np.asarray(graph.prefill_tokens, dtype=float)
+        c = np.asarray(graph.prefill_context, dtype=float)
+        d = np.asarray(graph.decode_context, dtype=float)
         clamped = bool((c + p > cap).any() or (d > cap).any())
         c = np.minimum(c, np.maximum(cap - p, 0.0))
         d = np.minimum(d, cap)
         x = self.fit.step_features(p, c, d)
         over = x > self._max
-        if over.any() or clamped:
-            self._out_of_range(x, over, batch)
+        if over.any():
             x = np.minimum(x, self._max)
-        # NOTE: the features add over a step's graphs; the step constant is per graph
-        graphs = max(len(batch.ubatches), 1)
-        t = float(x @ self._coef) + (graphs - 1) * float(self._coef[0])
-        k = batch.after_prompt
-        return t + self._after_prompt[k] if 0 <= k < len(self._after_prompt) else t
+        return float(x @ self._coef), clamped or bool(over.any())
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:
@@ -170,7 +183,7 @@ class CalibratedLatencyModel:
         return float(nbytes) / self.h2d_bytes_per_s
 
     # -- out of range ----------------------------------------------------------------
-    def _out_of_range(self, x: np.ndarray, over: np.ndarray, batch: BatchShape) -> None:
+    def _out_of_range(self, batch: BatchShape) -> None:
         if self.out_of_range == "refuse":
             self._refuse(batch)
         self.clamped_steps += 1

@@ -1,7 +1,7 @@
 """llama.cpp runs one step's batch as ubatches, one graph each (kvsim.engines.llama_cpp.
 llama_ubatches): a decode beside another slot's prompt, or decoding slots whose ids are
-not consecutive, run as several graphs on per-slot streams, and a calibrated model pays
-its step constant once per graph."""
+not consecutive, run as several graphs on per-slot streams, and a calibrated model prices
+each graph as the one-graph step of its shape."""
 
 import pytest
 from core_helpers import req
@@ -111,3 +111,37 @@ def test_a_calibrated_step_pays_its_constant_once_per_graph() -> None:
     # adds the 4 ms constant
     assert model.step_time_s(one) == pytest.approx(0.009203)
     assert model.step_time_s(two) == pytest.approx(0.013203)
+
+
+def test_each_graph_is_priced_as_the_one_graph_step_of_its_shape() -> None:
+    """A 100-token prompt run as two graphs (60 tokens, then 40 on those 60) pays each
+    graph's constant and sequence set-up, and each piece's attention at its own size class
+    (both under the 64-token small-chunk tile: 3 us a pair), where the whole step priced as
+    one graph took one set-up and the large-chunk rate (1 us a pair) for 100 tokens."""
+    coef = dict.fromkeys(FEATURES, 0.0) | {"step": 4e-3, "prefill_seq": 5e-3,
+                                           "prefill_token": 1e-5, "prefill_attn": 1e-6,
+                                           "prefill_attn_small": 3e-6}
+    fit = LatencyFit(cache_type="f16", coefficients_s=coef, mape=0.0, max_ape=0.0, points=1,
+                     max_context=8192, max_batch=4, small_chunk_tokens=64,
+                     valid={n: FeatureRange(min=0, max=1e12) for n in FEATURES})
+    model = CalibratedLatencyModel(fit)
+    whole = BatchShape(prefill_tokens=(100,), prefill_context=(0,))
+    split = BatchShape(prefill_tokens=(100,), prefill_context=(0,),
+                       ubatches=(BatchShape((60,), (0,)), BatchShape((40,), (60,))))
+    # one graph: 4 + 5 + 100 x 0.01 + 100 x 50 pairs x 1 us = 15 ms
+    assert model.step_time_s(whole) == pytest.approx(0.015)
+    # 4 + 5 + 0.6 + 60 x 30 x 3 us (5.4) = 15 ms, then 4 + 5 + 0.4 + 40 x 80 x 3 us (9.6)
+    # = 19 ms
+    assert model.step_time_s(split) == pytest.approx(0.034)
+    assert model.clamped_steps == 0
+
+
+def test_a_step_is_counted_clamped_once_whatever_its_graphs() -> None:
+    fit = _fit().model_copy(update={"valid": {n: FeatureRange(min=0, max=100)
+                                              for n in FEATURES}})
+    model = CalibratedLatencyModel(fit)
+    split = BatchShape(prefill_tokens=(300,), prefill_context=(0,),
+                       ubatches=(BatchShape((150,), (0,)), BatchShape((150,), (150,))))
+    # each graph's 150 tokens clamped at the measured 100: 4 ms + 100 x 10 us, twice
+    assert model.step_time_s(split) == pytest.approx(2 * 0.005)
+    assert model.clamped_steps == 1

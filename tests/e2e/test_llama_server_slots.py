@@ -17,9 +17,10 @@ as tests/e2e/test_llama_server.py (one calibration round before each replay):
   `kvsim simulate --jitter-replications` gives for an outcome that hinges on timing —
   are within ±15 % of the median of three replays (of six when the first three miss: a
   busy machine's replays swing by more than the band): steps that put one slot's prompt
-  beside other slots' decodes run as several ubatches (docs/reference/engines.md §3.5),
-  the first decode steps after a prompt step run slower (``after_prompt_s``), and the
-  simulation prices both.
+  beside other slots' decodes, or several slots' prompts together, run as several
+  ubatches (docs/reference/engines.md §3.5), each priced as the one-graph step of its
+  shape (docs/design/calibration.md), and the first decode steps after a prompt step run
+  slower (``after_prompt_s``); the simulation prices both.
 
 NOTE: why the jittered median, not the one exact run: this shape's TTFT p95 is the
 second-slowest of 30 requests, and those are the turns that find their slot taken
