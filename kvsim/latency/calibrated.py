@@ -11,11 +11,12 @@ points were measured on one-graph steps, so a graph pays the constant (set-up, l
 synchronisation), the set-up of each sequence it computes a piece of, and its pieces'
 attention at their own size class (a prompt's last piece of a few dozen tokens takes the
 small-chunk path).  Measured on llama-server (docs/design/calibration.md): a step of one
-decode and three whole prompts of ~386 tokens, six graphs, took 0.33-0.34 s where the
-sum of its graphs prices 0.33 s and the whole step priced as one graph 0.28 s.  The first decode steps after a
-step that computed prompt tokens (``BatchShape.after_prompt`` k below
-:attr:`~CalibratedLatencyModel.settle_steps`) add the measured ``after_prompt_s[k]``;
-decode stretches start after them, so ``decode_steps_s`` prices steady steps only.
+decode and three whole prompts of ~386 tokens, six graphs, took 0.33 s on a replay's
+server (0.32-0.36 s on an idle one); the sum of its graphs prices 0.33 s, the whole step
+as one graph 0.28 s.  The first decode steps after a step that computed prompt tokens
+(``BatchShape.after_prompt`` k below :attr:`~CalibratedLatencyModel.settle_steps`) add the
+measured ``after_prompt_s[k]``; decode stretches start after them, so ``decode_steps_s``
+prices steady steps only.
 
 Outside that range the model never extrapolates silently.  With
 ``out_of_range="clamp"`` (default) each sequence's context is clamped to the largest
@@ -124,11 +125,13 @@ class CalibratedLatencyModel:
         # NOTE: a step run as several graphs costs each graph as the one-graph step of its
         # shape (how the points were measured): its constant, each of its sequences'
         # set-up, its chunks' attention at their own size class (module doc)
-        graphs = batch.ubatches or (batch,)
-        times, clamped = zip(*(self._graph_s(g) for g in graphs), strict=True)
-        if any(clamped):
+        if batch.ubatches:
+            priced = [self._graph_s(g) for g in batch.ubatches]
+            t, clamped = sum(t for t, _ in priced), any(c for _, c in priced)
+        else:
+            t, clamped = self._graph_s(batch)
+        if clamped:
             self._out_of_range(batch)
-        t = float(sum(times))
         k = batch.after_prompt
         return t + self._after_prompt[k] if 0 <= k < len(self._after_prompt) else t
 
