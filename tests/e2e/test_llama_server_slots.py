@@ -71,7 +71,10 @@ JITTER_RUNS = 400
 noisy estimate of kvsim's support: one recorded replay reused 14.8 % of prompt tokens
 where 40 jittered runs reached 14.5 % at most and 100–400 runs 20.6 % (1 % of them above
 it); on 2026-12-06 200 runs of four fresh calibrations reached 14.5 / 17.8 / 17.8 / 20.6 %,
-while one replay of that day reused 17.8 %."""
+while one replay of that day reused 17.8 %.  Later that day one run failed here: one of
+six replays reused 20.6 % where the 800 runs reached 17.8 %; of the 108 replays recorded
+that day and the day before (72 in test runs, 36 kept for docs/design/timing-noise.md) two
+reused 20.6 %, so the server reaches that outcome more often than kvsim's draws do (docs/design/timing-noise.md, "The slow part measured")."""
 SERVER_ARGS = ("-c", str(SLOTS * 2048), "-np", str(SLOTS), "--cache-ram", "0")
 # covers the replay: whole prompts recomputed after a session lost its slot (up to 646
 # tokens; two such in one step up to 1,292 in all), follow-ups of ~70 new tokens on up to
