@@ -62,6 +62,7 @@ class EngineGrid:
     repeats: int = 3
     decode_repeats: int = 3  # decode requests per point per round (cheap, and noisy)
     n_batch: int = 2048
+    n_ubatch: int = 512  # NOTE: the server's -ub: it runs a longer prompt as several graphs
     idle_s: float = 0.25
     ram_cache: bool = True
     cache_type: str = "f16"
@@ -80,6 +81,7 @@ class EngineGrid:
                                    ("--repeats", self.repeats, 1),
                                    ("--decode-repeats", self.decode_repeats, 1),
                                    ("n_batch", self.n_batch, 1),
+                                   ("n_ubatch", self.n_ubatch, 1),
                                    ("--small-chunk-tokens", self.small_chunk_tokens, 0)):
             if not _is_int(value) or value < least:
                 raise InputError(flag, value, f"an integer >= {least}")

@@ -117,14 +117,17 @@ def _ram_cache_fit(samples: list[tuple[int, float, float]]) -> tuple[float, floa
 
 
 def _points(samples: EngineSamples, grid: EngineGrid) -> list[TimingPoint]:
-    """One point per grid entry: the median over its samples."""
+    """One point per grid entry: the median over its samples; a prompt longer than the
+    server's ``n_ubatch`` ran as several graphs, which its point says
+    (``TimingPoint.ubatch_tokens``)."""
     points = []
     for vals in samples.prefill.values():
         cache_n, prompt_n = statistics.median_low([(v.cache_n, v.prompt_n) for v in vals])
         points.append(TimingPoint(
             kind="prefill", cache_type=grid.cache_type, batch=1, context=cache_n,
             tokens=prompt_n, steps=math.ceil(prompt_n / grid.n_batch),
-            measured_s=statistics.median(v.ttft_s for v in vals), repeats=len(vals)))
+            measured_s=statistics.median(v.ttft_s for v in vals), repeats=len(vals),
+            ubatch_tokens=grid.n_ubatch))
     for (b, c), vals in samples.decode.items():
         steps = max(1, min(v.steps for v in vals))
         points.append(TimingPoint(
@@ -334,7 +337,8 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
               "batch": [b for b in grid.batches if b <= slots],
               "cache_type": [grid.cache_type]},
         settings={"repeats": samples.rounds, "decode_tokens": grid.decode_tokens,
-                  "n_batch": grid.n_batch, "slots": slots, "slot_ctx": slot_ctx,
+                  "n_batch": grid.n_batch, "n_ubatch": grid.n_ubatch, "slots": slots,
+                  "slot_ctx": slot_ctx,
                   **extra, **_cv_setting(samples, fits, grid.cache_type)},
         points=tuple(points), fits=fits)
 

@@ -40,6 +40,9 @@ class TimingPoint(BaseModel):
     ``kind="decode"``: ``batch`` sequences, each starting at ``context`` tokens, decode
     ``steps`` tokens one step at a time (context grows by one per step).
     ``measured_s`` is the total wall time of those steps.
+    NOTE: with ``ubatch_tokens``, a chunk-step's features are those of its graphs, each a
+    one-graph step (:func:`point_features`), as the calibrated model prices a step the
+    engine splits (kvsim.latency.calibrated).
     """
 
     model_config = _FROZEN
@@ -51,6 +54,9 @@ class TimingPoint(BaseModel):
     steps: int = Field(1, gt=0)
     measured_s: float = Field(gt=0)
     repeats: int = Field(1, gt=0, description="measurements the median was taken over")
+    ubatch_tokens: int = Field(0, ge=0, description="prefill only: the engine ran each "
+                               "chunk-step as graphs of at most this many tokens "
+                               "(llama.cpp's n_ubatch); 0 = one graph a chunk-step")
 
 
 class FeatureRange(BaseModel):
@@ -190,18 +196,46 @@ def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
 
 def point_features(pt: TimingPoint, small_chunk_tokens: int = 0,
                    kv_knee_tokens: int = 0) -> np.ndarray:
-    """Summed features of all steps of a point (the model is linear, so sums add)."""
+    """Summed features of all steps of a point (the model is linear, so sums add); a
+    prefill chunk-step the engine split (``ubatch_tokens``) adds its graphs' features."""
     b, s = pt.batch, pt.steps
     if pt.kind == "prefill":
         chunk = pt.tokens / s
-        ctx = pt.context + chunk * np.arange(s)
-        attn = b * (chunk * (ctx + chunk / 2.0)).sum()
-        small = chunk < small_chunk_tokens
-        return np.array([s, b * s, b * pt.tokens, 0.0 if small else attn,
-                         attn if small else 0.0, 0.0, 0.0, 0.0])
+        if pt.ubatch_tokens and b * chunk > pt.ubatch_tokens:
+            return _graph_features(pt, small_chunk_tokens)
+        return _chunk_features(pt, small_chunk_tokens)
     kv = decode_step_kv(pt)
     return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, kv.sum(),
                      kv_spill(kv, kv_knee_tokens).sum()])
+
+
+def _chunk_features(pt: TimingPoint, small_chunk_tokens: int) -> np.ndarray:
+    """A prefill point's features with each chunk-step one graph."""
+    b, s = pt.batch, pt.steps
+    chunk = pt.tokens / s
+    ctx = pt.context + chunk * np.arange(s)
+    attn = b * (chunk * (ctx + chunk / 2.0)).sum()
+    small = chunk < small_chunk_tokens
+    return np.array([s, b * s, b * pt.tokens, 0.0 if small else attn,
+                     attn if small else 0.0, 0.0, 0.0, 0.0])
+
+
+def _graph_features(pt: TimingPoint, small_chunk_tokens: int) -> np.ndarray:
+    """A prefill point's features with each chunk-step cut into graphs of at most
+    ``ubatch_tokens`` tokens, each sequence's piece ``ubatch_tokens // batch`` at most
+    (llama.cpp's split of equal pieces), each graph a one-graph step."""
+    b, s = pt.batch, pt.steps
+    chunk = pt.tokens / s
+    most = max(pt.ubatch_tokens // b, 1)
+    out = np.zeros(len(FEATURES))
+    for k in range(s):
+        done = 0.0
+        while done < chunk:
+            piece = min(float(most), chunk - done)
+            out += step_features(np.full(b, piece), np.full(b, pt.context + chunk * k + done),
+                                 np.empty(0), small_chunk_tokens)
+            done += piece
+    return out
 
 
 def decode_step_kv(pt: TimingPoint) -> np.ndarray:
@@ -221,7 +255,7 @@ def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_toke
                 "prefill_attn_small": (0, 0), "decode_seq": (pt.batch, pt.batch),
                 "decode_kv": (lo, hi), "decode_kv_spill": (kv_spill(lo, kv_knee_tokens),
                                                            kv_spill(hi, kv_knee_tokens))}
-    f = point_features(pt, small_chunk_tokens) / pt.steps
+    f = _chunk_features(pt, small_chunk_tokens) / pt.steps
     return {"prefill_seq": (f[1], f[1]), "prefill_token": (f[2], f[2]),
             "prefill_attn": (f[3], f[3]), "prefill_attn_small": (f[4], f[4]),
             "decode_seq": (0, 0), "decode_kv": (0, 0), "decode_kv_spill": (0, 0)}
