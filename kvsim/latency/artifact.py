@@ -247,7 +247,10 @@ def decode_step_kv(pt: TimingPoint) -> np.ndarray:
 
 def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_tokens: int = 0
                       ) -> dict[str, tuple[float, float]]:
-    """Per-step feature ranges a point covers (for the validity range)."""
+    """Per-step feature ranges a point covers (for the validity range).
+
+    NOTE: a chunk-step the engine split into graphs (``ubatch_tokens``) counts whole: its
+    graphs' features lie inside it, and a scheduler without ubatches prices it whole."""
     if pt.kind == "decode":
         kv = decode_step_kv(pt)
         lo, hi = int(kv[0]), int(kv[-1])
