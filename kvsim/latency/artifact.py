@@ -222,8 +222,12 @@ def _chunk_features(pt: TimingPoint, small_chunk_tokens: int) -> np.ndarray:
 
 def _graph_features(pt: TimingPoint, small_chunk_tokens: int) -> np.ndarray:
     """A prefill point's features with each chunk-step cut into graphs of at most
-    ``ubatch_tokens`` tokens, each sequence's piece ``ubatch_tokens // batch`` at most
-    (llama.cpp's split of equal pieces), each graph a one-graph step."""
+    ``ubatch_tokens`` tokens, each sequence's piece ``ubatch_tokens // batch`` at most,
+    each graph a one-graph step.
+
+    NOTE: kvsim.engines.llama_cpp.llama_ubatches' split for ``batch`` equal sequences on
+    consecutive slots (pinned by tests/calibrate/test_ubatch_points.py); restated here on
+    fractional chunks rather than imported: this data module knows no engine."""
     b, s = pt.batch, pt.steps
     chunk = pt.tokens / s
     most = max(pt.ubatch_tokens // b, 1)

@@ -145,10 +145,9 @@ class CalibratedLatencyModel:
         c = np.minimum(c, np.maximum(cap - p, 0.0))
         d = np.minimum(d, cap)
         x = self.fit.step_features(p, c, d)
-        over = x > self._max
-        if over.any():
+        if over := bool((x > self._max).any()):
             x = np.minimum(x, self._max)
-        return float(x @ self._coef), clamped or bool(over.any())
+        return float(x @ self._coef), clamped or over
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:

@@ -76,3 +76,20 @@ def test_fitted_as_one_graph_the_split_points_are_priced_off() -> None:
     graphs = _graphs(1280, 0)
     priced = model.step_time_s(BatchShape((1280,), (0,), ubatches=tuple(graphs)))
     assert abs(priced / _true_s(graphs) - 1) > 0.01
+
+
+@pytest.mark.parametrize(("batch", "tokens"), [(1, 1280), (2, 700), (4, 530), (3, 400)])
+def test_a_points_graphs_are_llama_cpps_split(batch: int, tokens: int) -> None:
+    """The point's graphs are the ubatches llama.cpp cuts ``batch`` equal prompts on
+    slots 0..batch-1 into."""
+    pt = TimingPoint(kind="prefill", cache_type="f16", batch=batch, context=64,
+                     tokens=tokens, measured_s=1.0, ubatch_tokens=UBATCH)
+    want = np.zeros(len(FEATURES))
+    done = [0] * batch
+    for part in llama_ubatches([(i, tokens) for i in range(batch)], UBATCH, False):
+        ctx = [64 + done[i] for i, _ in part]
+        want += step_features(np.array([n for _, n in part], dtype=float),
+                              np.array(ctx, dtype=float), np.empty(0), SMALL)
+        for i, n in part:
+            done[i] += n
+    assert point_features(pt, SMALL).tolist() == pytest.approx(want.tolist(), rel=1e-12)
