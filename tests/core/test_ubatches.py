@@ -7,8 +7,8 @@ import pytest
 from core_helpers import req
 
 from kvsim.core.slot_scheduler import SlotScheduler
-from kvsim.engines.llama_cpp import llama_ubatches
 from kvsim.engines import engine_for
+from kvsim.engines.llama_cpp import llama_ubatches
 from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
 from kvsim.latency.base import BatchShape
 from kvsim.latency.calibrated import CalibratedLatencyModel
