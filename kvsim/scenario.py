@@ -49,6 +49,7 @@ from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError, from_validation_error
 from kvsim.latency.config import LatencyConfig, RooflineConfig
 from kvsim.metrics.accuracy import AccuracyConfig
+from kvsim.model.names import model_slug
 from kvsim.policies import PolicyConfig
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -292,7 +293,8 @@ def resolve_scenario(raw: dict[str, Any], base_dir: Path | None = None) -> Scena
         if data[key] is None:
             del data[key]
     data.update(_resolve_gpus(data))
-    data["model"] = _resolve_named(data, "model", load_model)
+    data["model"] = _resolve_named(data, "model",
+                                   lambda name: load_model(model_slug(name, "model")))
     gpu = data["gpu"]
     data.update(_resolve_host(data, gpu))
     link_name = data.get("link", getattr(gpu, "default_link", None))

@@ -16,7 +16,8 @@ from kvsim.config.catalog import load_gpu
 from kvsim.config.gpu_set import gpu_items
 from kvsim.errors import InputError
 
-GPU_HELP = ("GPU profile slug, e.g. rtx-4090; several GPUs in one box as '2x rtx-3090' or "
+GPU_HELP = ("GPU profile slug, e.g. rtx-4090, or the name drivers print ('NVIDIA GeForce "
+            "RTX 4090'); several GPUs in one box as '2x rtx-3090' or "
             "'rtx-3090+rtx-3060-12gb' (device 0 first)")
 
 BOX_FLAGS: dict[str, tuple[str, str]] = {

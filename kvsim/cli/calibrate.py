@@ -68,6 +68,7 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
     from kvsim.calibrate.kernels import KernelGrid, calibrate_kernels
     from kvsim.calibrate.torch_model import KV_DTYPES
     from kvsim.config.catalog import load_model
+    from kvsim.model.names import model_slug
 
     types = _names(cache_types, "--cache-types", KV_DTYPES)
     if layers <= 0 or repeats <= 0:
@@ -75,7 +76,7 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
     grid = KernelGrid(batches=_ints(batches, "--batches"), contexts=_ints(contexts, "--contexts"),
                       prefill_tokens=_ints(prefill, "--prefill"), cache_types=types,
                       repeats=repeats)
-    spec = load_model(model)
+    spec = load_model(model_slug(model, "--model"))
     check_output("--output", output, folder=False)
     art = calibrate_kernels(spec, device, layers, grid, threads=threads)
     _save(art, output)

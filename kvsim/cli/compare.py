@@ -47,8 +47,9 @@ DEFAULT_SLO_NOTE = ("the SLOs of every card: --slo, else the scenario's slo sect
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--gpus", default=None, help="compare these GPU profiles (comma-separated; "
-              "a box of several cards as 2x NAME or NAME+NAME, priced as their sum)")
+@click.option("--gpus", default=None, help="compare these GPU profiles (comma-separated slugs "
+              "or printed names; a box of several cards as 2x NAME or NAME+NAME, priced as "
+              "their sum)")
 @constraint_options
 @functools.partial(grid_options, out_help=OUT_HELP)
 def compare(inputs: tuple[str, ...], gpus: str | None, sets: tuple[str, ...],

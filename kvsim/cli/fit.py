@@ -46,6 +46,7 @@ from kvsim.config.gpu_set import gpu_set_display
 from kvsim.config.units import format_bytes, parse_bytes, parse_count
 from kvsim.engines import engine_for, registered_engines
 from kvsim.errors import InputError, unknown_name
+from kvsim.model.names import model_slug
 from kvsim.model.weights import check_weights_for, weight_format, weight_format_names
 
 QUANT_OK_WITHOUT_FA = ("f16", "bf16", "f32")
@@ -266,7 +267,9 @@ def _check_reserves(gpu: Any, reserves: dict[str, int], typed: str) -> None:
 @click.command()
 @click.option("--gpu", required=True, help=GPU_HELP)
 @click.option("--model", "model_name", required=True,
-              help="model profile slug (llama-3.1-8b) or path to a model YAML")
+              help="model profile slug (llama-3.1-8b), a Hugging Face repo id or Ollama tag "
+              "naming a catalogue model (meta-llama/Llama-3.1-8B-Instruct, llama3.1:8b), or "
+              "path to a model YAML")
 @click.option("--weights", default="q4_k_m", show_default=True,
               help="weight format: " + ", ".join(WEIGHT_FORMATS))
 @click.option("--engine", default="llama.cpp", show_default=True,
@@ -353,7 +356,7 @@ def fit(gpu: str, model_name: str, weights: str, engine: str, context: str | Non
     for card in gpus:
         _check_reserves(card, reserves, display_reserve)
     host, host_notes = _fit_host(g, host_name)
-    m = load_model(model_name)
+    m = load_model(model_slug(model_name, "--model"))
     check_weights_for(m, weights, "--weights")
     _check_kv_types(engine, ("--kv-k" if kv_k else "--kv", kv_k or kv),
                     ("--kv-v" if kv_v else "--kv", kv_v or kv))

@@ -140,11 +140,27 @@ def show_cmd(name: str) -> None:
     documents."""
     kinds = [k for k in KINDS if name.lower() in list_names(k)]
     if not kinds:
+        kinds, name = _printed_name(name)
+    if not kinds:
         find_any(name)  # raises: unknown name, the closest ones
     for i, kind in enumerate(kinds):
         if i:
             click.echo("---")
         _show_one(kind, name, others=[k[:-1] for k in kinds if k != kind])
+
+
+def _printed_name(name: str) -> tuple[list[str], str]:
+    """``(["gpus"], slug)`` or ``(["models"], slug)`` for a name as drivers, Hugging Face
+    or Ollama print it (``NVIDIA GeForce RTX 4090``, ``qwen2.5:14b``); ``([], name)``
+    when it names neither."""
+    from kvsim.config.gpu_names import gpu_slugs
+    from kvsim.model.names import model_slug
+
+    gpus = gpu_slugs(name, "name")
+    if len(gpus) == 1 and gpus[0] != name:
+        return ["gpus"], gpus[0]
+    model = model_slug(name, "name")
+    return (["models"], model) if model != name else ([], name)
 
 
 def _show_one(kind: str, name: str, others: list[str]) -> None:

@@ -51,6 +51,17 @@ def _root() -> Path:
     return data_root("hardware_profiles")
 
 
+def has_profile(kind: str, name: str) -> bool:
+    """Is ``name`` the slug of a shipped profile of ``kind`` (case as the loader reads it)?"""
+    return (_root() / kind / f"{name.lower()}.yaml").is_file()
+
+
+def names_a_file(name: str) -> bool:
+    """Does ``name`` read as a file path rather than a name: a ``.yaml`` profile, another
+    file type kvsim knows (:data:`FILE_SUFFIXES`), or an existing path?"""
+    return name.lower().endswith((".yaml", ".yml", *FILE_SUFFIXES)) or Path(name).exists()
+
+
 def list_names(kind: str) -> list[str]:
     """Slugs of every shipped profile of one kind, sorted."""
     if kind not in KINDS:

@@ -31,7 +31,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from kvsim.config.catalog import list_names, load_gpu
+from kvsim.config.catalog import has_profile, list_names, load_gpu, names_a_file
+from kvsim.errors import InputError
 
 _NOISE = frozenset({"nvidia", "geforce", "amd", "radeon", "instinct", "tesla", "intel",
                     "apple", "graphics", "gpu", "igpu", "generation", "the"})
@@ -263,3 +264,22 @@ def resolve_gpu(text: str) -> GpuMatch:
         return GpuMatch(None, total, f"several kinds of device in {raw!r}: "
                         f"{', '.join(str(k) for k in kinds)}")
     return GpuMatch(kinds[0], total)
+
+
+def gpu_slugs(text: str, field: str) -> list[str]:
+    """What a user typed for a card (``--gpu``, a scenario's ``gpu``) as profile names,
+    one per device: a slug or a profile path as given; a printed name (``NVIDIA GeForce
+    RTX 4090``, ``Apple M3 Max (40-core GPU)``, llama-bench's ``gpu_info``) as the
+    profile it names (module docstring).
+
+    NOTE: an ambiguous name is an InputError naming ``field`` and saying what to add; an
+    unknown one is returned as given, so the catalogue's own error (closest slugs) names it.
+    """
+    if has_profile("gpus", text) or names_a_file(text):
+        return [text]
+    m = resolve_gpu(text)
+    if m.slug is not None:
+        return [m.slug] * m.count
+    if m.reason.startswith(("ambiguous", "several kinds")):
+        raise InputError(field, text, m.reason)
+    return [text]

@@ -3,7 +3,8 @@
 A scenario's ``gpu`` (and ``kvsim fit --gpu``, a ``kvsim compare --gpus`` candidate) is
 one GPU profile name, ``N x NAME`` (``2x rtx-3090``), names joined by ``+``
 (``rtx-3090+rtx-3060``; ``2x rtx-3090+rtx-3060``), or, in YAML, a list of names or inline
-profiles.  :func:`gpu_items` turns any of these into the list of cards in device order
+profiles.  A name is a slug or what drivers and tools print (``NVIDIA GeForce RTX 3090``:
+kvsim.config.gpu_names.gpu_slugs).  :func:`gpu_items` turns any of these into the list of cards in device order
 (CUDA device 0 first).
 
 The link between the cards is a ``gpu_links`` profile (``hardware_profiles/gpu_links/``:
@@ -24,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from kvsim.config.gpu_names import gpu_slugs
 from kvsim.config.specs import GpuLinkSpec, GpuSpec
 from kvsim.errors import InputError
 
@@ -43,8 +45,9 @@ def _one_part(part: str, field: str, whole: str) -> list[str]:
 
 
 def gpu_items(value: Any, field: str = "gpu") -> list[Any]:
-    """The cards ``value`` names, in device order: profile names (str) or inline
-    profiles (mappings / GpuSpec) as given; InputError for an empty or oversized set."""
+    """The cards ``value`` names, in device order: profile slugs or paths (str; a printed
+    name resolved to its slug) or inline profiles (mappings / GpuSpec) as given;
+    InputError for an empty or oversized set, or an ambiguous printed name."""
     if isinstance(value, (list, tuple)):
         items: list[Any] = []
         for v in value:
@@ -54,7 +57,8 @@ def gpu_items(value: Any, field: str = "gpu") -> list[Any]:
         if any(not p.strip() for p in parts):
             raise InputError(field, value, "GPU profile names joined by '+', each one "
                              "NAME or N x NAME (e.g. 2x rtx-3090+rtx-3060)")
-        items = [name for p in parts for name in _one_part(p, field, value)]
+        items = [slug for p in parts for name in _one_part(p, field, value)
+                 for slug in gpu_slugs(name, field)]
     else:
         items = [value]
     if not items:

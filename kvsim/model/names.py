@@ -32,12 +32,12 @@ import functools
 import re
 from dataclasses import dataclass
 
-from kvsim.config.catalog import list_names, load_model
+from kvsim.config.catalog import has_profile, list_names, load_model, names_a_file
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError
 from kvsim.model.weights import model_weights
 
-__all__ = ["ModelMatch", "resolve_model"]
+__all__ = ["ModelMatch", "model_slug", "resolve_model"]
 
 PARAM_TOLERANCE = 0.02
 """``n_params`` selects a catalogue model within 2 % of its ``params_total``."""
@@ -270,3 +270,24 @@ def resolve_model(text: str, *, n_params: int | None = None,
             return ModelMatch(None, fmt, f"unknown: {shown!r} names no catalogue model"
                               f"{fmt_note}")
     return ModelMatch(None, fmt, f"unknown: no model name in {shown!r}{fmt_note}")
+
+
+def model_slug(text: str, field: str) -> str:
+    """What a user typed for a model (``--model``, a scenario's ``model``) as a profile
+    name: a slug or a file path as given; a printed name (a Hugging Face repo id
+    ``meta-llama/Llama-3.1-8B-Instruct``, an Ollama tag ``qwen2.5:14b``) as the catalogue
+    model it names (module docstring).
+
+    NOTE: the weight format a name may carry is not taken (``--weights`` / ``weights``
+    say it); an ambiguous name is an InputError naming ``field``; an unknown one is
+    returned as given, so the catalogue's own error (closest slugs, or what a file path
+    should be) names it.
+    """
+    if has_profile("models", text) or names_a_file(text):
+        return text
+    m = resolve_model(text)
+    if m.slug is not None:
+        return m.slug
+    if m.reason.startswith("ambiguous"):
+        raise InputError(field, text, m.reason)
+    return text
