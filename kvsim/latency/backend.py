@@ -26,6 +26,7 @@ from kvsim.config.files import read_yaml
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import FrozenModel
 from kvsim.errors import InputError
+from kvsim.latency.rates import matmul_flops
 from kvsim.latency.roofline import GpuRates
 
 BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL")
@@ -199,7 +200,7 @@ def matrix_rate(gpu: GpuSpec, backend: str, quantized: bool) -> float:
     if backend in ("CUDA", "ROCm") and quantized and int8 \
             and gpu.architecture not in _NO_INT8_MMA:
         return int8
-    return gpu.fp16_tensor_flops
+    return matmul_flops(gpu, gpu.fp16_tensor_flops)
 
 
 SM_ISSUE_FLOPS_PER_CLOCK = 256.0
@@ -258,7 +259,8 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     power = board_power_w(gpu)
     lin = scale.pp_scale * f_pp * moe / compute_seconds_per_flop(
         c, vec, matrix_rate(gpu, backend, quantized), power)
-    att16 = 1.0 / compute_seconds_per_flop(c, vec, gpu.fp16_tensor_flops, power)
+    att16 = 1.0 / compute_seconds_per_flop(c, vec, matmul_flops(gpu, gpu.fp16_tensor_flops),
+                                            power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)
     rows = att16 * c.attn_eff_rows
     bw = gpu.memory_bandwidth_bytes_per_s * k.memory_bw.get(memory_kind(gpu), 1.0)

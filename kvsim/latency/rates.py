@@ -8,6 +8,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.config.specs import GpuSpec
+
+SLOW_FP16 = 0.5
+"""A part whose 16-bit rate is below this share of its FP32 rate has no fast FP16 (GP102,
+GP104, GP106 Pascal: 1/64 of FP32): ggml runs its GEMMs and attention in FP32 there
+(ggml-cuda ``common.cuh`` ``fast_fp16_hardware_available``: not compute capability 6.1;
+``mmq.cu`` ``ggml_cuda_should_use_mmq``: dp4a MMQ on the vector ALUs, no tensor cores)."""
+
+
+def matmul_flops(gpu: GpuSpec, fp16_flops: float) -> float:
+    """The FLOP/s a GEMM or attention runs at: ``fp16_flops`` (the spec sheet's 16-bit
+    rate), or the FP32 rate on a part without fast FP16 (:data:`SLOW_FP16`).
+
+    NOTE: the P40's published llama 7B Q4_0 pp512 (ggml-org/llama.cpp PR #4766, 912 t/s)
+    is ~12 TFLOP/s of its linear layers: its FP32 rate (11.8), not its dp4a int8 rate (47)."""
+    fp32 = gpu.fp32_flops or 0.0
+    return fp32 if fp16_flops < SLOW_FP16 * fp32 else fp16_flops
+
 
 @dataclass(frozen=True)
 class GpuRates:
