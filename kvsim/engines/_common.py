@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvsim.engines._gpu_checks import check_parallel_sizes, check_split
-from kvsim.engines.base import BudgetOf, ForeignKnob, UbatchSplit
+from kvsim.engines.base import BudgetOf, DeviceRule, ForeignKnob, UbatchSplit
 from kvsim.errors import InputError
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class EngineTraits:
     unset_context_words: str = ""
     one_cache_type_section: str = ""
     foreign_knobs: tuple[ForeignKnob, ...] = ()
+    refuses_devices: tuple[DeviceRule, ...] = ()
     ignores_quant_cache_without_flash_attn: bool = False
     shifts_mla_context: bool = True
     hybrid_off_with_kv_connector: bool = False
@@ -74,6 +75,12 @@ class EngineTraits:
         pp = given.get("pipeline_parallel_size", 1)
         ok = isinstance(pp, int) and not isinstance(pp, bool) and pp > 0 and n_gpus % pp == 0
         return {"tensor_parallel_size": n_gpus // pp} if ok else {}
+
+    def check_device(self, gpu: GpuSpec) -> None:
+        for rule in self.refuses_devices:
+            if gpu.vendor.lower() == rule.vendor and gpu.architecture in rule.architectures:
+                raise InputError("engine", self.name, f"does not run on {gpu.name} "
+                                 f"({gpu.display_name}, {gpu.architecture}): {rule.why}")
 
     def check_gpus(self, cfg: Any, n_gpus: int) -> None:
         if self.slot_family:

@@ -28,6 +28,17 @@ BudgetOf = Callable[[dict[str, Any]], "MemoryBudget"]
 (:meth:`Engine.release_defaults`' ``budget_of``)."""
 
 
+class DeviceRule(NamedTuple):
+    """Cards an engine does not run on: a vendor's architectures, and why (the engine's
+    own requirement, with its source)."""
+
+    vendor: str
+    """Lower case, as ``GpuSpec.vendor`` lower-cased (``nvidia``)."""
+    architectures: frozenset[str]
+    """``GpuSpec.architecture`` values the rule refuses."""
+    why: str
+
+
 class ForeignKnob(NamedTuple):
     """A knob of a config family one of its engines lacks (a paged knob on the other
     paged engine, llama.cpp's ``ctx_size`` on Ollama): any value but ``unset`` is refused
@@ -127,6 +138,11 @@ class Engine(Protocol):
     def check_release(self, version: str | None) -> None:
         """Refuse a slot config's ``ollama_version`` the engine cannot follow (InputError):
         a malformed release on Ollama, any release on an engine without one."""
+        ...
+
+    def check_device(self, gpu: GpuSpec) -> None:
+        """Refuse a card the engine does not run on (InputError naming ``engine``; the
+        engine's ``refuses_devices`` rules, e.g. vLLM on a Pascal card)."""
         ...
 
     def check_gpus(self, cfg: Any, n_gpus: int) -> None:

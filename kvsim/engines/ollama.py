@@ -94,7 +94,10 @@ ENGINE = Ollama(name="ollama", slot_family=True, lays_out_gpus=True,
                 ignores_quant_cache_without_flash_attn=True, shifts_mla_context=False,
                 foreign_knobs=(ForeignKnob("ctx_size", None, "Ollama has no -c; "
                                            "context_tokens is num_ctx, per slot (the "
-                                           "runner gets num_ctx x parallel)"),))
+                                           "runner gets num_ctx x parallel); a llama.cpp "
+                                           "scenario switched to Ollama: set the engine "
+                                           "alone (engine=ollama) or engine.ctx_size=null "
+                                           "and engine.context_tokens"),))
 
 
 def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngineConfig,

@@ -48,6 +48,8 @@ def engine_for_gpu(spec: str | dict[str, Any], gpu: GpuSpec, model: Any = None,
     unset = {k for k, v in given.items() if v is None}  # NOTE: null = not set (resolve_engine)
     given = {k: v for k, v in given.items() if k not in unset}
     engine = find_engine(given.get("preset"))
+    for card in (gpu, *more_gpus) if engine is not None else ():
+        engine.check_device(card)
     split = {} if engine is None else engine.split_defaults(given, 1 + len(more_gpus))
     fill = {} if engine is None else {
         **engine.gpu_defaults(gpu, model, set(given), _ranks({**split, **given})), **split}

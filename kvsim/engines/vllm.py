@@ -11,7 +11,7 @@ from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_ranks import box_budget
-from kvsim.engines.base import BudgetOf, ForeignKnob
+from kvsim.engines.base import BudgetOf, DeviceRule, ForeignKnob
 from kvsim.engines.vllm_releases import (
     VLLM_LATEST,
     known_vllm_release,
@@ -96,6 +96,14 @@ class Vllm(EngineTraits):
         return paged_notes(s, gguf_tokenizer=True)
 
 
+PRE_VOLTA = DeviceRule(
+    "nvidia", frozenset({"pascal", "maxwell", "kepler"}),
+    "vLLM needs an NVIDIA GPU of compute capability 7.0 or newer (docs.vllm.ai, "
+    "installation: 'GPU: compute capability 7.0 or higher', 7.5 in its newest docs; "
+    "docs/reference/engines.md §1); llama.cpp and Ollama run on it")
+"""vLLM's CUDA requirement; its every release's installation page states at least 7.0."""
+
+
 # NOTE: with LMCache, save_unfull_chunk=false, save_decode_cache=false (docs/reference/engines.md
 # §5)
 ENGINE = Vllm(name="vllm", slot_family=False, lays_out_gpus=True, host_kv_chunked=True, seqs_flag="--max-num-seqs",
@@ -104,6 +112,7 @@ ENGINE = Vllm(name="vllm", slot_family=False, lays_out_gpus=True, host_kv_chunke
                                   "tensor_parallel_size", "pipeline_parallel_size"}),
               one_cache_type_flag="--kv-cache-dtype", one_cache_type_section="§1.5",
               foreign_knobs=FOREIGN_KNOBS, hybrid_off_with_kv_connector=True,
+              refuses_devices=(PRE_VOLTA,),
               # NOTE: vllm-project/vllm entrypoints/openai serving: "'max_tokens' ... is too
               # large: M. This model's maximum context length is C tokens and your request
               # has N input tokens (M > C - N)"

@@ -113,7 +113,9 @@ def test_ollama_has_no_ctx_size():
         resolve_engine({"preset": "ollama", "ctx_size": 8192})
     assert exc.value.one_line() == (
         "engine.ctx_size: 8192 — not a knob of the ollama preset: Ollama has no -c; "
-        "context_tokens is num_ctx, per slot (the runner gets num_ctx x parallel)")
+        "context_tokens is num_ctx, per slot (the runner gets num_ctx x parallel); a "
+        "llama.cpp scenario switched to Ollama: set the engine alone (engine=ollama) or "
+        "engine.ctx_size=null and engine.context_tokens")
 
 
 def test_fit_context_prints_minus_c_as_before(kvsim_cli):
