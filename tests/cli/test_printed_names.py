@@ -32,16 +32,16 @@ def test_fit_answers_a_printed_name_as_its_slug(kvsim_cli, gpu, model, slug_gpu,
 
 @pytest.mark.parametrize("args,line", [
     (["--gpu", "NVIDIA GeForce RTX 3080", "--model", "llama-3.1-8b"],
-     "error: --gpu: 'NVIDIA GeForce RTX 3080' — ambiguous: 'NVIDIA GeForce RTX 3080' is sold "
-     "with 10 or 12 GB; name the memory, e.g. 'NVIDIA GeForce RTX 3080 12GB'"),
+     ("error: --gpu: 'NVIDIA GeForce RTX 3080' — ambiguous: 'NVIDIA GeForce RTX 3080' is "
+      "sold with 10 or 12 GB; name the memory, e.g. 'NVIDIA GeForce RTX 3080 12GB'")),
     (["--gpu", "rtx-4090", "--model", "llama 7B"],
-     "error: --model: 'llama 7B' — ambiguous: llama.cpp model_type 'llama 7B' fits "
-     "llama-2-7b, mistral-7b-v0.1, mistral-7b-v0.3"),
+     ("error: --model: 'llama 7B' — ambiguous: llama.cpp model_type 'llama 7B' fits "
+      "llama-2-7b, mistral-7b-v0.1, mistral-7b-v0.3")),
     (["--gpu", "RTX 9999", "--model", "llama-3.1-8b"],
      "error: gpu: 'RTX 9999' — unknown; closest: rtx-5090, rtx-4090, rtx-3090"),
     (["--gpu", "rtx-4090", "--model", "meta-llama/Llama-9-1B"],
-     "error: model: 'meta-llama/Llama-9-1B' — a model profile slug (kvsim profiles list "
-     "models) or a profile .yaml file (file not found)"),
+     ("error: model: 'meta-llama/Llama-9-1B' — a model profile slug (kvsim profiles list "
+      "models) or a profile .yaml file (file not found)")),
 ])
 def test_names_that_fit_several_or_none_are_one_line(kvsim_cli, args, line):
     assert kvsim_cli("fit", *args)[:2] == (2, line)
