@@ -54,7 +54,7 @@ def box_options(f: Any) -> Any:
 
 def load_box(text: str) -> tuple[Any, ...]:
     """The GPU profiles ``--gpu`` names, device 0 first."""
-    return tuple(load_gpu(name) for name in gpu_items(text, "--gpu"))
+    return tuple(load_gpu(c) if isinstance(c, str) else c for c in gpu_items(text, "--gpu"))
 
 
 def box_knobs(given: dict[str, Any], n_gpus: int) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from kvsim.cli._fit_output import sizes as _sizes
 from kvsim.cli._fit_output import verdict as _verdict
 from kvsim.config.catalog import (
     check_host_matches,
+    has_profile,
     load_host,
     load_model,
     unified_host,
@@ -252,6 +253,10 @@ def _fit_host(gpu: Any, host_name: str | None) -> tuple[Any, list[str]]:
     host = unified_host(gpu)
     note = (f"host: {host.name}, the GPU's own {format_bytes(host.memory_bytes)} of unified "
             "memory (no separate host RAM; --host unset)")
+    if gpu.vendor.lower() == "apple" and has_profile("gpus", gpu.name):
+        # NOTE: every Apple chip is sold with several memories; the profile has the largest
+        note += (f"; the profile's memory is the largest configuration sold, a smaller one "
+                 f"is --gpu {gpu.name}-<N>gb")
     return host, [note]
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.config.catalog import KINDS, find_any, list_names, load_raw
-from kvsim.config.specs import ModelSpec
+from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes
 from kvsim.engines import engine_for
 from kvsim.errors import InputError
@@ -140,7 +140,14 @@ def show_cmd(name: str) -> None:
     documents."""
     kinds = [k for k in KINDS if name.lower() in list_names(k)]
     if not kinds:
-        kinds, name = _printed_name(name)
+        kinds, found = _printed_name(name)
+        if isinstance(found, GpuSpec):  # a unified-memory machine's smaller configuration
+            click.echo(f"# gpu profile '{found.name}' (a configuration of a catalogue "
+                       "profile, made from the name)")
+            click.echo(yaml.safe_dump(found.model_dump(mode="json"), sort_keys=False,
+                                      allow_unicode=True, width=100), nl=False)
+            return
+        name = found
     if not kinds:
         find_any(name)  # raises: unknown name, the closest ones
     for i, kind in enumerate(kinds):
@@ -149,14 +156,14 @@ def show_cmd(name: str) -> None:
         _show_one(kind, name, others=[k[:-1] for k in kinds if k != kind])
 
 
-def _printed_name(name: str) -> tuple[list[str], str]:
+def _printed_name(name: str) -> tuple[list[str], str | GpuSpec]:
     """``(["gpus"], slug)`` or ``(["models"], slug)`` for a name as drivers, Hugging Face
     or Ollama print it (``NVIDIA GeForce RTX 4090``, ``qwen2.5:14b``); ``([], name)``
     when it names neither."""
-    from kvsim.config.gpu_names import gpu_slugs
+    from kvsim.config.gpu_names import gpu_profiles
     from kvsim.model.names import model_slug
 
-    gpus = gpu_slugs(name, "name")
+    gpus = gpu_profiles(name, "name")
     if len(gpus) == 1 and gpus[0] != name:
         return ["gpus"], gpus[0]
     model = model_slug(name, "name")

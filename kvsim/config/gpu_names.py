@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from kvsim.config.catalog import has_profile, list_names, load_gpu, names_a_file
+from kvsim.config.specs import GpuSpec
 from kvsim.errors import InputError
 
 _NOISE = frozenset({"nvidia", "geforce", "amd", "radeon", "instinct", "tesla", "intel",
@@ -266,11 +267,13 @@ def resolve_gpu(text: str) -> GpuMatch:
     return GpuMatch(kinds[0], total)
 
 
-def gpu_slugs(text: str, field: str) -> list[str]:
-    """What a user typed for a card (``--gpu``, a scenario's ``gpu``) as profile names,
-    one per device: a slug or a profile path as given; a printed name (``NVIDIA GeForce
-    RTX 4090``, ``Apple M3 Max (40-core GPU)``, llama-bench's ``gpu_info``) as the
-    profile it names (module docstring).
+def gpu_profiles(text: str, field: str) -> list[str | GpuSpec]:
+    """What a user typed for a card (``--gpu``, a scenario's ``gpu``) as profiles, one per
+    device: a slug or a profile path as given; a printed name (``NVIDIA GeForce RTX
+    4090``, ``Apple M3 Max (40-core GPU)``, llama-bench's ``gpu_info``) as the slug it
+    names (module docstring); a unified-memory machine named with a smaller memory than
+    its profile's largest configuration (``Apple M2 Max (38-core GPU) 32GB``,
+    ``apple-m2-max-38c-32gb``) as that configuration (:func:`unified_config`).
 
     NOTE: an ambiguous name is an InputError naming ``field`` and saying what to add; an
     unknown one is returned as given, so the catalogue's own error (closest slugs) names it.
@@ -279,7 +282,25 @@ def gpu_slugs(text: str, field: str) -> list[str]:
         return [text]
     m = resolve_gpu(text)
     if m.slug is not None:
+        gib = _query(text).memory_gib
+        g = load_gpu(m.slug)
+        if g.unified_memory and gib is not None and gib < g.memory_bytes / 2**30 - 0.5:
+            return [unified_config(g, gib)] * m.count
         return [m.slug] * m.count
     if m.reason.startswith(("ambiguous", "several kinds")):
         raise InputError(field, text, m.reason)
     return [text]
+
+
+def unified_config(g: GpuSpec, gib: float) -> GpuSpec:
+    """A unified-memory profile (its largest configuration) with ``gib`` GiB of memory:
+    the GPU's default share scaled with it (Apple's 70 %, docs/reference/
+    hardware-and-models.md §4), named ``<slug>-<N>gb`` (which resolves to it again)."""
+    mem = round(gib * 2**30)
+    limit = g.gpu_memory_limit_bytes
+    return g.model_copy(update={
+        "name": f"{g.name}-{gib:g}gb", "display_name": f"{g.display_name} {gib:g} GB",
+        "memory_bytes": mem,
+        "gpu_memory_limit_bytes": None if limit is None else int(limit * mem / g.memory_bytes),
+        "notes": f"{g.notes} | this configuration: {gib:g} GB of unified memory (the "
+                 f"profile {g.name} is the largest, {g.memory_bytes / 2**30:g} GB)"})

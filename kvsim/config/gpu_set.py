@@ -3,9 +3,9 @@
 A scenario's ``gpu`` (and ``kvsim fit --gpu``, a ``kvsim compare --gpus`` candidate) is
 one GPU profile name, ``N x NAME`` (``2x rtx-3090``), names joined by ``+``
 (``rtx-3090+rtx-3060``; ``2x rtx-3090+rtx-3060``), or, in YAML, a list of names or inline
-profiles.  A name is a slug or what drivers and tools print (``NVIDIA GeForce RTX 3090``:
-kvsim.config.gpu_names.gpu_slugs).  :func:`gpu_items` turns any of these into the list of cards in device order
-(CUDA device 0 first).
+profiles.  A name is a slug or what drivers and tools print (``NVIDIA GeForce RTX 3090``,
+``Apple M2 Max (38-core GPU) 32GB``: kvsim.config.gpu_names.gpu_profiles).  :func:`gpu_items`
+turns any of these into the list of cards in device order (CUDA device 0 first).
 
 The link between the cards is a ``gpu_links`` profile (``hardware_profiles/gpu_links/``:
 PCIe with P2P or staged through host RAM, NVLink bridges).  Unnamed, it is
@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from kvsim.config.gpu_names import gpu_slugs
+from kvsim.config.gpu_names import gpu_profiles
 from kvsim.config.specs import GpuLinkSpec, GpuSpec
 from kvsim.errors import InputError
 
@@ -57,8 +57,8 @@ def gpu_items(value: Any, field: str = "gpu") -> list[Any]:
         if any(not p.strip() for p in parts):
             raise InputError(field, value, "GPU profile names joined by '+', each one "
                              "NAME or N x NAME (e.g. 2x rtx-3090+rtx-3060)")
-        items = [slug for p in parts for name in _one_part(p, field, value)
-                 for slug in gpu_slugs(name, field)]
+        items = [card for p in parts for name in _one_part(p, field, value)
+                 for card in gpu_profiles(name, field)]
     else:
         items = [value]
     if not items:

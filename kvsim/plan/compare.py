@@ -71,8 +71,9 @@ def with_gpu(scenario: Scenario, gpu: str) -> Scenario:
 def parse_gpus(text: str) -> list[str]:
     """The candidates of ``--gpus A,B,C``: each one card or a set (``2x rtx-3090``,
     ``rtx-3090+rtx-3060-12gb``; kvsim.config.gpu_set), written back as kvsim labels it."""
-    names = [gpu_set_label(gpu_items(g.strip(), "--gpus")) for g in text.split(",")
-             if g.strip()]
+    names = [gpu_set_label([c if isinstance(c, str) else c.name
+                            for c in gpu_items(g.strip(), "--gpus")])
+             for g in text.split(",") if g.strip()]
     if not names:
         raise InputError("--gpus", text, "a comma-separated list of GPU profile names "
                          "(a box of several: 2x NAME or NAME+NAME)")

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from kvsim.config.gpu_names import gpu_slugs
+from kvsim.config.catalog import load_gpu
+from kvsim.config.gpu_names import gpu_profiles
 from kvsim.errors import InputError
 from kvsim.model.names import model_slug
 from kvsim.plan.compare import parse_gpus
@@ -81,15 +82,15 @@ def test_profiles_show_a_printed_name(kvsim_cli):
     assert (code, err) == (0, "") and out.startswith("# model profile 'qwen2.5-14b'\n")
 
 
-def test_gpu_slugs_one_per_device_and_paths_untouched(tmp_path):
-    assert gpu_slugs("rtx-4090", "gpu") == ["rtx-4090"]
-    assert gpu_slugs("NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3090", "gpu") == \
+def test_gpu_profiles_one_per_device_and_paths_untouched(tmp_path):
+    assert gpu_profiles("rtx-4090", "gpu") == ["rtx-4090"]
+    assert gpu_profiles("NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3090", "gpu") == \
         ["rtx-3090", "rtx-3090"]  # llama-bench's gpu_info of a two-card box
     mine = tmp_path / "my-card.yaml"
-    assert gpu_slugs(str(mine), "gpu") == [str(mine)]  # the loader says it is missing
-    assert gpu_slugs("no such card", "gpu") == ["no such card"]  # the loader's closest
+    assert gpu_profiles(str(mine), "gpu") == [str(mine)]  # the loader says it is missing
+    assert gpu_profiles("no such card", "gpu") == ["no such card"]  # the loader's closest
     with pytest.raises(InputError, match=r"^gpu: .* — several kinds of device"):
-        gpu_slugs("NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 4090", "gpu")
+        gpu_profiles("NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 4090", "gpu")
 
 
 def test_model_slug_keeps_slugs_files_and_unknowns():
@@ -97,3 +98,23 @@ def test_model_slug_keeps_slugs_files_and_unknowns():
     assert model_slug("x.gguf", "model") == "x.gguf"  # the loader: import it first
     assert model_slug("llama-3.1-9b", "model") == "llama-3.1-9b"  # the loader's closest
     assert model_slug("mistralai/Mistral-7B-Instruct-v0.3", "model") == "mistral-7b-v0.3"
+
+
+def test_a_unified_machine_named_with_its_memory_is_that_configuration(kvsim_cli):
+    # the catalogue's Apple profiles are the largest configuration (96 GB for an M2 Max);
+    # a 32 GB machine said so must get 32 GB, and its GPU the same 70 % share
+    big = load_gpu("apple-m2-max-38c")
+    [small] = gpu_profiles("Apple M2 Max (38-core GPU) 32GB", "gpu")
+    assert (small.name, small.memory_bytes, small.gpu_memory_limit_bytes) == (
+        "apple-m2-max-38c-32gb", 32 * 2**30,
+        int(big.gpu_memory_limit_bytes * 32 * 2**30 / big.memory_bytes))
+    assert gpu_profiles(small.name, "gpu") == [small]  # its own name resolves to it again
+    assert gpu_profiles("apple-m2-max-38c 96GB", "gpu") == ["apple-m2-max-38c"]
+    assert gpu_profiles("NVIDIA GeForce RTX 3060 12GB", "gpu") == ["rtx-3060-12gb"]
+    doc = _fit_json(kvsim_cli, "Apple M2 Max (38-core GPU) 32GB", "qwen2.5-32b")
+    assert doc == _fit_json(kvsim_cli, "apple-m2-max-38c-32gb", "qwen2.5-32b")
+    assert doc["device_bytes"] == small.gpu_memory_limit_bytes
+    assert _fit_json(kvsim_cli, "apple-m2-max-38c", "qwen2.5-32b")["device_bytes"] == \
+        big.gpu_memory_limit_bytes
+    assert parse_gpus("Apple M2 Max (38-core GPU) 32GB,rtx-3090") == [
+        "apple-m2-max-38c-32gb", "rtx-3090"]
