@@ -29,8 +29,10 @@ def _is_gguf(w: str) -> bool:
 
 
 def _repo(s: Any) -> str:
-    # NOTE: catalogue repos may note variants in parentheses: "org/Model(-Instruct)"
-    return re.sub(r"\(.*?\)", "", s.model.hf_repo).strip() or s.model.name
+    # NOTE: catalogue repos may note variants in parentheses ("org/Model(-Instruct)") and
+    # list other checkpoints of the same geometry after ";": the first is the model's own
+    first = s.model.hf_repo.split(";")[0]
+    return re.sub(r"\(.*?\)", "", first).strip() or s.model.name
 
 
 # llama.cpp: experts-only formats (kvsim.model.weights) whose GGUF files share a name

@@ -56,7 +56,9 @@ cache are llama-server's own defaults (§3.4), not the Go runners' (§4.5)."""
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 _ARCHS = ((r"qwen3[-_.]?next", "qwen3next"), (r"qwen3[-_.]?vl", "qwen3vl"),
           (r"qwen3(?![\d.])", "qwen3"), (r"gemma[-_]?3(?![\dn])", "gemma3"),
-          (r"gpt[-_]?oss", "gptoss"), (r"llama[-_]?4", "llama4"), (r"deepseek", "deepseek2"))
+          (r"gpt[-_]?oss", "gptoss"), (r"llama[-_]?4", "llama4"),
+          # NOTE: DeepSeek-V2/V3 (and R1, V3's geometry); R1's distills are Qwen2 / Llama
+          (r"deepseek[-_]?(?:v\d|r1(?![-_]distill))", "deepseek2"))
 
 
 def parse_ollama_version(text: Any, field: str = "engine.ollama_version") -> Version:

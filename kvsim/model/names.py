@@ -78,6 +78,13 @@ _PHI3_SIZE_BY_LAYERS = {24: "1b", 32: "3b", 40: "14b"}   # llama.cpp llm_type fo
 _SIZE_OF = {"deepseek-v2-lite": "16b", "deepseek-v3": "671b"}   # llama.cpp deepseek2 types
 # the Apple Silicon scoreboard (llama.cpp #4167) writes Llama 2 as "LLaMA 7B v2"
 _LLAMA_V = re.compile(r"\bllama[ -]?(\d+(?:\.\d+)?b)[ -]?v(\d)\b", re.IGNORECASE)
+# Ollama library tags whose name is not the model's: deepseek-r1:<size> is a DeepSeek-R1
+# distill (ollama.com/library/deepseek-r1; the DeepSeek-R1 model card lists the six); the
+# 8b tag is left out (its model changed with R1-0528) and the 671b one is R1 itself
+_OLLAMA_TAGS = {"1.5b": "DeepSeek-R1-Distill-Qwen-1.5B", "7b": "DeepSeek-R1-Distill-Qwen-7B",
+                "14b": "DeepSeek-R1-Distill-Qwen-14B", "32b": "DeepSeek-R1-Distill-Qwen-32B",
+                "70b": "DeepSeek-R1-Distill-Llama-70B"}
+_OLLAMA_R1 = re.compile(r"^(?:library/)?deepseek-r1:(\d+(?:\.\d+)?b)\b(.*)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,8 @@ def resolve_model(text: str, *, n_params: int | None = None,
     """
     shown = text or ""
     text = _LLAMA_V.sub(lambda m: f"llama-{m[2]}-{m[1]}", shown)
+    if (r1 := _OLLAMA_R1.match(text.strip())) and r1[1].lower() in _OLLAMA_TAGS:
+        text = _OLLAMA_TAGS[r1[1].lower()] + r1[2]
     fmt, fmt_note = _weight_format(text)
     hedge = "; the text hedges ('probably')" if "probably" in text.lower() else ""
     families = _family_words()

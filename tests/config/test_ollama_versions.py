@@ -141,7 +141,8 @@ def test_architectures_from_the_catalogue():
     names = {"qwen3-8b": "qwen3", "qwen3-30b-a3b": "qwen3moe", "qwen3-next-80b-a3b":
              "qwen3next", "gemma-3-27b": "gemma3", "gemma-2-9b": "", "gpt-oss-120b": "gptoss",
              "llama-4-scout-17b-16e": "llama4", "deepseek-v2-lite": "deepseek2",
-             "llama-3.1-8b": "", "qwen2.5-32b": ""}
+             "llama-3.1-8b": "", "qwen2.5-32b": "", "deepseek-v3": "deepseek2",
+             "deepseek-r1-distill-qwen-7b": ""}  # the distills are qwen2 / llama GGUFs
     assert {n: ollama_arch(load_model(n)) for n in names} == names
 
 

@@ -50,6 +50,17 @@ RESOLVED = [
     ("openai/gpt-oss-20b MXFP4", "gpt-oss-20b", "mxfp4"),
     # a fine-tune carries its base model's geometry
     ("CognitiveComputations/dolphin-qwen2:72b-v2.9.2-q4_k_s", "qwen2-72b", "q4_k_s"),
+    # DeepSeek-R1's distills are their base models' geometry (its model card), also under
+    # Ollama's deepseek-r1:<size> tags; Llama 3.3 70B is Llama 3.1 70B's
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "llama-3.1-8b", None),
+    ("DeepSeek-R1-Distill-Qwen-14B-Q4_K_M.gguf", "qwen2.5-14b", "q4_k_m"),
+    ("deepseek-r1:1.5b", "deepseek-r1-distill-qwen-1.5b", None),
+    ("deepseek-r1:7b", "deepseek-r1-distill-qwen-7b", None),
+    ("deepseek-r1:14b", "qwen2.5-14b", None),
+    ("deepseek-r1:32b-qwen-distill-q8_0", "qwen2.5-32b", "q8_0"),
+    ("library/deepseek-r1:70b", "llama-3.1-70b", None),
+    ("llama3.3:70b", "llama-3.1-70b", None),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b", None),
     ("Qwen3MoeForCausalLM (Qwen/Qwen3-30B-A3B-Instruct per PR text; inferred)",
      "qwen3-30b-a3b", None),
     # llama-bench model_type strings with one catalogue model of that type
@@ -131,7 +142,7 @@ def test_llama_bench_model_size_picks_the_model():
 @pytest.mark.parametrize("text", [
     "Qwen2.5-Coder-14B-Instruct",               # neither qwen2.5-coder-7b nor qwen2.5-14b
     "qwen2.5vl:3b",                             # a VL model is not qwen2.5-3b, nor the 7B VL
-    "Qwen2.5-Math-7B", "Qwen3-VL-235B-A22B-Instruct", "DeepSeek-R1-Distill-Llama-8B",
+    "Qwen2.5-Math-7B", "Qwen3-VL-235B-A22B-Instruct", "deepseek-r1:8b",  # R1-0528 moved it
     "Phi-3-medium-128k-instruct", "Phi-4-multimodal-instruct", "google/gemma-4-E4B-it",
     "Nemotron-3-Super-120B-A12B", "Qwen3.5-27B",   # neither Nano nor Qwen3.6/3.8
     "mistralai/Voxtral-Mini-4B-Realtime-2602", "Kimi-Linear-48B-A3B-Instruct",

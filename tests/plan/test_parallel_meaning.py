@@ -118,6 +118,17 @@ def test_paged_flags_name_the_checkpoint_of_the_weights(weights, preset, model_a
     assert len(got) == len(notes) and all(n in g for n, g in zip(notes, got))
 
 
+@pytest.mark.parametrize("model,repo", [("jamba-v0.1", "ai21labs/Jamba-v0.1"),
+                                        ("qwen2.5-32b", "Qwen/Qwen2.5-32B")])
+def test_the_checkpoint_is_the_models_own_repo_not_its_same_geometry_list(model, repo):
+    # hf_repo lists other checkpoints of the same geometry after ';' (AI21-Jamba-1.5-Mini,
+    # DeepSeek-R1-Distill-Qwen-32B): vllm serve takes the first
+    s = resolve_scenario({"gpu": "h100-sxm5-80gb", "model": model, "weights": "bf16",
+                          "engine": {"preset": "vllm", "context_tokens": 8192},
+                          "workload": {"preset": "family-4", "days": 0.1}})
+    assert engine_flags(s).startswith(f"vllm serve {repo} --max-model-len")
+
+
 def test_awq_note_says_why_no_quantization_flag():
     s = configure(awq_vllm(), 8192, 2, None, None, 0.85)
     assert flag_notes(s) == [(
