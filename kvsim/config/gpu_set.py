@@ -34,14 +34,15 @@ MAX_GPUS = 16
 _COUNT = re.compile(r"^\s*(\d+)\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE)
 
 
-def _one_part(part: str, field: str, whole: str) -> list[str]:
+def _one_part(part: str, field: str, whole: str) -> list[Any]:
+    """The cards one ``+`` part names: ``NAME`` or ``N x NAME``, the name resolved once."""
     m = _COUNT.match(part)
     if m is None:
-        return [part.strip()]
+        return gpu_profiles(part.strip(), field)
     n = int(m.group(1))
     if not 1 <= n <= MAX_GPUS:
         raise InputError(field, whole, f"a GPU count from 1 to {MAX_GPUS} before 'x NAME'")
-    return [m.group(2)] * n
+    return gpu_profiles(m.group(2), field) * n
 
 
 def gpu_items(value: Any, field: str = "gpu") -> list[Any]:
@@ -57,8 +58,7 @@ def gpu_items(value: Any, field: str = "gpu") -> list[Any]:
         if any(not p.strip() for p in parts):
             raise InputError(field, value, "GPU profile names joined by '+', each one "
                              "NAME or N x NAME (e.g. 2x rtx-3090+rtx-3060)")
-        items = [card for p in parts for name in _one_part(p, field, value)
-                 for card in gpu_profiles(name, field)]
+        items = [card for p in parts for card in _one_part(p, field, value)]
     else:
         items = [value]
     if not items:

@@ -259,8 +259,8 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     power = board_power_w(gpu)
     lin = scale.pp_scale * f_pp * moe / compute_seconds_per_flop(
         c, vec, matrix_rate(gpu, backend, quantized), power)
-    att16 = 1.0 / compute_seconds_per_flop(c, vec, matmul_flops(gpu, gpu.fp16_tensor_flops),
-                                            power)
+    # NOTE: attention multiplies 16-bit Q, K, V: an unquantized matmul's rate
+    att16 = 1.0 / compute_seconds_per_flop(c, vec, matrix_rate(gpu, backend, False), power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)
     rows = att16 * c.attn_eff_rows
     bw = gpu.memory_bandwidth_bytes_per_s * k.memory_bw.get(memory_kind(gpu), 1.0)

@@ -16,7 +16,7 @@ from kvsim.latency.config import RooflineConfig
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.jitter import ArrivalNoise, arrival_noise, with_jitter
 from kvsim.latency.offload import op_offload_for
-from kvsim.latency.rates import matmul_flops
+from kvsim.latency.rates import peak_rates
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
 
 PEAK_OVERHEAD_S = 0.004
@@ -50,10 +50,8 @@ def _device_rates(scenario: Any, gpu: Any) -> GpuRates:
     r = backend_rates(scenario, gpu)
     if r is not None:
         return r
-    flops = matmul_flops(gpu, gpu.fp16_fp32acc_tensor_flops) * gpu.compute_efficiency
-    bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
     step = scenario.latency.step_overhead_s
-    return GpuRates(flops, flops, bw, bw, PEAK_OVERHEAD_S if step is None else step)
+    return peak_rates(gpu, PEAK_OVERHEAD_S if step is None else step)
 
 
 def bench_latency(scenario: Any, budget: Any | None = None) -> LatencyModel:

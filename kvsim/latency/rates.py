@@ -61,3 +61,11 @@ class GpuRates:
     cache does not keep comes from memory again (kvsim.latency.backend: the fitted share
     re-read per token over peak bandwidth). It adds to the step's compute (the tiles
     wait for it); 0: no re-reads."""
+
+
+def peak_rates(gpu: GpuSpec, overhead_s: float) -> GpuRates:
+    """The plain roofline's rates (``latency: {rates: peak}``): one FLOP rate and one
+    bandwidth, the card's peaks times its planning efficiencies."""
+    flops = matmul_flops(gpu, gpu.fp16_fp32acc_tensor_flops) * gpu.compute_efficiency
+    bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
+    return GpuRates(flops, flops, bw, bw, overhead_s)

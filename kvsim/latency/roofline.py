@@ -28,7 +28,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
-from kvsim.latency.rates import GpuRates, matmul_flops
+from kvsim.latency.rates import GpuRates, peak_rates
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -77,9 +77,7 @@ class RooflineLatency:
                         if g.window_tokens is not None]
         self.geometry = geometry
         if rates is None:  # the plain roofline: one FLOP rate and one bandwidth
-            flops = matmul_flops(gpu, gpu.fp16_fp32acc_tensor_flops) * gpu.compute_efficiency
-            bw = gpu.memory_bandwidth_bytes_per_s * gpu.bandwidth_efficiency
-            rates = GpuRates(flops, flops, bw, bw, step_overhead_s)
+            rates = peak_rates(gpu, step_overhead_s)
         else:
             self.provenance = rates.label or self.provenance
         self.gpu_flops_per_s = rates.linear_flops_per_s

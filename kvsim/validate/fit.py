@@ -47,7 +47,6 @@ from kvsim.latency.backend import (
     vector_rate,
     vendor_class,
 )
-from kvsim.latency.rates import matmul_flops
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement
@@ -274,7 +273,7 @@ class _Rows:
         self.vec = np.array([vector_rate(x) for x in g])
         self.mat = np.array([matrix_rate(x, b, r.family not in ("f16", "f32"))
                              for x, b, r in zip(g, be, rows)])
-        self.mat16 = np.array([matmul_flops(x, x.fp16_tensor_flops) for x in g])
+        self.mat16 = np.array([matrix_rate(x, b, False) for x, b in zip(g, be)])
         self.bw = np.array([x.memory_bandwidth_bytes_per_s for x in g])
         self.mem = self._idx(space, [f"mem.{memory_kind(x)}" for x in g])
         self.inv_power = np.array([1.0 / (board_power_w(x) or math.inf) for x in g])
