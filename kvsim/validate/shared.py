@@ -46,6 +46,7 @@ KNOWN = {  # every column each layout has (docs/reference/measurements/README.md
     "memory-logs": set(MEMORY_LOGS) | {"vram_total", "model", "weight_format", "settings",
                                        "latency_figures", "source", "date", "notes"},
 }
+_BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU")
 _NUM = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:\.\d+)?")
 
 
@@ -119,6 +120,16 @@ def read_scoreboard(rows: list[dict[str, str]], origin: str) -> tuple[list[Measu
     return meas, skipped
 
 
+def _long_backend(engine: str, gpu: str) -> str:
+    """The backend a long-format row ran on: named in parentheses after the engine
+    ("llama.cpp llama-bench (ROCm)"), else Metal on an Apple device and CUDA elsewhere
+    (the rows of ``speed-vs-load.csv`` name none)."""
+    named = re.search(r"\(([^)]*)\)\s*$", engine or "")
+    if named and backend_name(named.group(1)) in _BACKENDS:
+        return backend_name(named.group(1))
+    return "Metal" if "apple" in gpu.lower() else "CUDA"
+
+
 def _long_row(row: dict[str, str]) -> Measurement | Skipped:
     """One row of speed-vs-load.csv (module docstring)."""
     rid, metric, engine = row["id"], row["metric"], row["engine"]
@@ -141,7 +152,7 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
                 model_size_bytes=int(float(size.group(1)) * 2**30) if size else None,
                 weight_format=row.get("weight_format", ""), flash_attn=fa,
                 n_ubatch=int(ub) if ub else 512, source=row.get("source", ""),
-                backend="Metal" if "apple" in row["gpu"].lower() else "CUDA",
+                backend=_long_backend(engine, row["gpu"]),
                 kv_type=(row.get("kv_type") or "f16").split(" ")[0],
                 cuda_graphs_since=PUBLISHED_GRAPHS_SINCE)
     m = re.match(r"(pp|tg)(\d+)_tps", metric)

@@ -49,6 +49,29 @@ def test_speed_vs_load_depth_batched_and_single_stream_rows():
     assert len(meas) + len(skipped) == 232
 
 
+def test_long_rows_take_the_backend_their_engine_names():
+    """A long-format row names its backend after the engine ("llama.cpp llama-bench
+    (ROCm)"); without one it is Metal on an Apple device and CUDA elsewhere."""
+    head = ("id,engine,gpu,model,weight_format,kv_type,settings,context_or_depth,"
+            "batch_or_concurrency,metric,value,unit,source,notes\n")
+    rows = ["R1,llama.cpp llama-bench (ROCm),AMD Radeon RX 7900 XTX,Llama 3.1 8B,Q4_K_M,f16,"
+            "-ub 512 -fa 1,4096,1,tg64_tps,98.67,tok/s,s,",
+            "R2,llama.cpp llama-bench (HIP),AMD Radeon RX 7900 XTX,Llama 3.1 8B,Q4_K_M,f16,,0,1,"
+            "pp512_tps,3000,tok/s,s,",
+            "R3,llama.cpp llama-batched-bench (Vulkan),NVIDIA GeForce RTX 4090,Llama 3.1 8B,Q4_0,"
+            "f16,PP=512 TG=128,512,8,S_TG_tps,800,tok/s,s,",
+            "R4,llama.cpp llama-bench (patched),Apple M2 Max,Llama 2 7B,Q4_0,f16,,0,1,"
+            "tg128_tps,60,tok/s,s,",
+            "R5,llama.cpp llama-bench,NVIDIA GeForce RTX 4090,Llama 2 7B,Q4_0,f16,,0,1,"
+            "tg128_tps,150,tok/s,s,"]
+    meas, skipped = read_shared_csv(head + "\n".join(rows) + "\n", "prs.csv")
+    assert skipped == []
+    got = {m.id: (m.backend, m.kind, m.depth, m.batch, m.n_ubatch) for m in meas}
+    assert got == {"R1": ("ROCm", "depth", 4096, 1, 512), "R2": ("ROCm", "single", 0, 1, 512),
+                   "R3": ("Vulkan", "parallel", 512, 8, 512),
+                   "R4": ("Metal", "single", 0, 1, 512), "R5": ("CUDA", "single", 0, 1, 512)}
+
+
 def test_memory_logs_are_memory_measurements():
     meas, skipped = _read("engine-memory-logs.csv")
     assert len(meas) == 34 and skipped == []  # kvsim.validate.memlogs (test_memlogs.py)
