@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Fit kvsim's backend speed constants on published measurements; print LODO errors.
 
-    python scripts/fit_speed.py --measurements docs/reference/measurements \
+    python scripts/fit_speed.py [--measurements FOLDER ...] \
         -o hardware_profiles/speed/constants.yaml [--no-lodo]
 
-Reads every file in the measurements folder the way ``kvsim validate`` does, fits
+Reads every file in the measurements folders (default: docs/reference/measurements, the
+shared files; docs/reference/measurements-prs is a held-out set, checked with ``kvsim
+validate``) the way ``kvsim validate`` does, fits
 :class:`kvsim.latency.backend.SpeedConstants` (kvsim.validate.fit: scipy least squares
 on log errors), then refits once per device without it and predicts it
 (leave-one-device-out).  Prints both error tables per (kind, backend, metric) and
@@ -21,12 +23,14 @@ from pathlib import Path
 
 import yaml
 
-from kvsim.validate.fit import fit_constants, leave_one_device_out, log_errors, make_row
+from kvsim.validate.fit import fit_constants, log_errors, make_row
+from kvsim.validate.lodo import leave_one_device_out
 from kvsim.validate.predict import setup_for
 from kvsim.validate.records import Skipped
 from kvsim.validate.run import Validation, read_files
 
 REPO = Path(__file__).resolve().parents[1]
+MEASUREMENTS = [REPO / "docs" / "reference" / "measurements"]
 
 
 def summary_of(rows: list, errs: dict[str, float]) -> list[dict]:
@@ -50,7 +54,10 @@ def show(title: str, summary: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--measurements", type=Path, default=REPO / "docs" / "reference" / "measurements")
+    ap.add_argument("--measurements", type=Path, nargs="+", default=MEASUREMENTS,
+                    help="folders whose *.csv files are fitted on (default: "
+                    "docs/reference/measurements, the shared files; "
+                    "docs/reference/measurements-prs is held out: kvsim validate it)")
     ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
                     / "constants.yaml")
     ap.add_argument("--no-lodo", action="store_true", help="skip leave-one-device-out")
@@ -59,7 +66,7 @@ def main() -> None:
     ap.add_argument("--rows", type=Path, help="write every row's in-sample and LODO "
                     "relative error here (CSV)")
     args = ap.parse_args()
-    files = sorted(args.measurements.glob("*.csv"))
+    files = sorted(f for folder in args.measurements for f in folder.glob("*.csv"))
     meas, skipped, problems = read_files(files)
     rows, unusable = [], list(skipped)
     for m in meas:

@@ -96,6 +96,11 @@ class BackendConstants(FrozenModel):
                              "tile re-reads its weights for every tile of tokens; 0: none)")
     moe_eff: float = Field(1.0, gt=0, description="linear layers of MoE models: share of "
                            "the dense rate (experts are many small matmuls)")
+    c_small: float = Field(0.0, ge=0, description="linear layers of a step of 2 to "
+                           "SMALL_BATCH_TOKENS tokens (matrix-vector kernels): vector-ALU "
+                           "FLOPs per FLOP, adding to the weight read; 0: no such regime")
+    tile_tokens: float = Field(0.0, ge=0, description="a tiled matmul step's per-step "
+                               "work, in tokens of linear compute (GpuRates.tile_tokens)")
 
 
 class ClassScale(FrozenModel):
@@ -163,6 +168,18 @@ graphs when an ADD node's batch dimension exceeds 1; ggml/src/ggml-cuda/ggml-cud
 ``check_node_graph_compatibility``; graphs since llama.cpp PR #6766, 2024-05), and only
 on the architectures from ``since`` on: Volta and newer today, Ampere and newer in
 builds before PR #25749 (2026-07); never Pascal and older."""
+
+
+SMALL_BATCH_TOKENS = 8
+"""The most columns (tokens of a step) llama.cpp's GPU backends multiply with their
+matrix-vector kernels instead of tiled matmuls (GpuRates.small_flops_per_s):
+ggml-cuda's ``MMVQ_MAX_BATCH_SIZE`` and ``MMVF_MAX_BATCH_SIZE`` (HIP builds share
+them), ggml-vulkan's ``mul_mat_vec_max_cols``. ggml-cpu has no such switch (1)."""
+
+
+def small_batch_tokens(backend: str) -> int:
+    """:data:`SMALL_BATCH_TOKENS` on a GPU backend, 1 (no matrix-vector regime) on CPU."""
+    return 1 if backend == "CPU" else SMALL_BATCH_TOKENS
 
 
 ROW_KERNEL_ROWS = {"CPU": 64}
@@ -273,6 +290,8 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     return GpuRates(lin, att, w_bw, kv_bw, overhead if graphs else launched,
                     label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)",
                     overhead_batch_s=launched, decode_adds=True,
+                    small_flops_per_s=vec / c.c_small if c.c_small else None,
+                    small_tokens=small_batch_tokens(backend), tile_tokens=c.tile_tokens,
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
                     reread_s_per_byte_token=c.pp_reread / bw)

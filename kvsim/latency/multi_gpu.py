@@ -42,6 +42,7 @@ import numpy as np
 
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import experts_used_fraction, ubatch_split
+from kvsim.latency.rates import linear_factor, linear_rate, times_add
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
 
@@ -106,7 +107,7 @@ class MultiGpuLatency:
         self.overhead_s = max(s.rates.overhead_s for st in stages for s in st)
         self.overhead_batch_s = max(s.rates.overhead_s if s.rates.overhead_batch_s is None
                                     else s.rates.overhead_batch_s for st in stages for s in st)
-        self.graph_max_tokens, self.adds = base.graph_max_tokens, base.decode_adds
+        self.graph_max_tokens = base.graph_max_tokens
         w = weights
         self.dense_bytes = w.num_layers * (w.per_layer_bytes - w.expert_bytes_per_layer)
         self.expert_bytes = w.num_layers * w.expert_bytes_per_layer
@@ -117,10 +118,11 @@ class MultiGpuLatency:
         ``graph_max_tokens``, launched kernels above (RooflineLatency.overhead)."""
         return self.overhead_s if tokens <= self.graph_max_tokens else self.overhead_batch_s
 
-    def _join(self, compute: Any, memory: Any, decode: bool) -> Any:
-        """A part's time: compute + memory for a decode-only step where the rates say
-        so (GpuRates.decode_adds), else the larger."""
-        return compute + memory if decode and self.adds else np.maximum(compute, memory)
+    @staticmethod
+    def _join(compute: Any, memory: Any, adds: bool) -> Any:
+        """A part's time: compute + memory where the rates say they add
+        (kvsim.latency.rates.times_add), else the larger."""
+        return compute + memory if adds else np.maximum(compute, memory)
 
     def _part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
               used: float, host: bool = False, decode: bool = False) -> Any:
@@ -134,10 +136,11 @@ class MultiGpuLatency:
         r = s.rates
         kv_t = kvb / r.kv_bytes_per_s
         flops = (lin + att) / r.linear_flops_per_s if host else \
-            lin / r.linear_flops_per_s + att / r.attention_flops_per_s
+            lin / linear_rate(r, tokens) * linear_factor(r, tokens) \
+            + att / r.attention_flops_per_s
         mem = wts / r.weight_bytes_per_s + kv_t
-        return (np.maximum(flops, mem) if host else self._join(flops, mem, decode)) \
-            + b.dequant * kv_t
+        return (np.maximum(flops, mem) if host else
+                self._join(flops, mem, times_add(r, tokens, decode))) + b.dequant * kv_t
 
     def _row_part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
                   used: float, decode: bool = False) -> tuple[Any, Any]:
@@ -145,13 +148,14 @@ class MultiGpuLatency:
         b, r = self.base, s.rates
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
-        mat = self._join(lin / r.linear_flops_per_s,
+        adds = times_add(r, tokens, decode)
+        mat = self._join(lin / linear_rate(r, tokens) * linear_factor(r, tokens),
                          (s.layer * self.dense_bytes + s.head * self.weights.head_bytes)
-                         / r.weight_bytes_per_s, decode)
+                         / r.weight_bytes_per_s, adds)
         kv_t = s.kv * kv / r.kv_bytes_per_s
         home = self._join(s.attn * pairs * b.pair_flops / r.attention_flops_per_s,
                           s.expert * used * self.expert_bytes / r.weight_bytes_per_s + kv_t,
-                          decode)
+                          adds)
         return mat, home + b.dequant * kv_t
 
     # -- what crosses the link -------------------------------------------------------

@@ -54,6 +54,20 @@ class GpuRates:
     fewer than ``rows_below`` tokens (kvsim.latency.backend.ROW_KERNEL_ROWS); None:
     ``attention_flops_per_s``."""
     rows_below: int = 1
+    small_flops_per_s: float | None = None
+    """Linear-layer FLOP/s of a step of 2 to ``small_tokens`` tokens, prefill or
+    decode: the matrix-vector kernels every llama.cpp GPU backend runs for so few
+    columns (ggml-cuda ``MMVQ_MAX_BATCH_SIZE`` / ``MMVF_MAX_BATCH_SIZE``, 8: ``mmvq.cu``,
+    ``mmvf.cu``; Vulkan's ``mul_mat_vec`` up to 8 columns; Metal's ``mul_mv_ext``)
+    dequantise on the vector ALUs, once per column, and their time adds to the weight
+    read as a decode's does (``decode_adds``); None: no such regime. A one-token step
+    keeps ``linear_flops_per_s``: its one column's work hides in the weight read."""
+    small_tokens: int = 0
+    tile_tokens: float = 0.0
+    """A step the tiled matmul kernels run (more tokens than ``small_tokens``, 2 or more)
+    pays this many tokens' more linear compute: work done once per weight tile whatever
+    the step's token count (MMQ loads and dequantises a weight tile once per tile of up
+    to 128 tokens, so a 16-token step pays it for 16 tokens' work); 0: none."""
     reread_s_per_byte_token: float = 0.0
     """Prefill (any step that is not decode-only): seconds per weight byte and token of
     the step spent reading the weights again, beyond the one pass ``weight_bytes_per_s``
@@ -61,6 +75,28 @@ class GpuRates:
     cache does not keep comes from memory again (kvsim.latency.backend: the fitted share
     re-read per token over peak bandwidth). It adds to the step's compute (the tiles
     wait for it); 0: no re-reads."""
+
+
+def linear_rate(rates: GpuRates, tokens: float) -> float:
+    """The linear-layer FLOP/s of a step of ``tokens`` tokens (GpuRates.small_flops_per_s)."""
+    if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
+        return rates.small_flops_per_s
+    return rates.linear_flops_per_s
+
+
+def linear_factor(rates: GpuRates, tokens: float) -> float:
+    """The linear-layer time of a step of ``tokens`` tokens over its FLOPs' time at
+    :func:`linear_rate`: ``1 + tile_tokens / tokens`` on the tiled path, else 1."""
+    if rates.tile_tokens and tokens > max(rates.small_tokens, 1):
+        return 1.0 + rates.tile_tokens / tokens
+    return 1.0
+
+
+def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:
+    """Whether a step's GPU compute and memory time add (a decode-only step, or a step
+    the matrix-vector kernels run, where ``decode_adds``) rather than overlap."""
+    small = rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens
+    return rates.decode_adds and (decode or small)
 
 
 def peak_rates(gpu: GpuSpec, overhead_s: float) -> GpuRates:

@@ -28,7 +28,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
-from kvsim.latency.rates import GpuRates, peak_rates
+from kvsim.latency.rates import GpuRates, linear_factor, linear_rate, peak_rates, times_add
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -80,6 +80,7 @@ class RooflineLatency:
             rates = peak_rates(gpu, step_overhead_s)
         else:
             self.provenance = rates.label or self.provenance
+        self.rates = rates
         self.gpu_flops_per_s = rates.linear_flops_per_s
         self.attn_flops_per_s = rates.attention_flops_per_s
         self.gpu_bytes_per_s = rates.weight_bytes_per_s
@@ -183,8 +184,8 @@ class RooflineLatency:
         f, moe = self.gpu_fraction, nf * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        compute = (f * lin - moe) / self.gpu_flops_per_s \
-            + f * att / self.attn_rows_flops_per_s
+        compute = (f * lin - moe) / linear_rate(self.rates, nf) \
+            * linear_factor(self.rates, nf) + f * att / self.attn_rows_flops_per_s
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         t_gpu = compute + memory if self.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
@@ -317,17 +318,18 @@ class RooflineLatency:
                  base_s: float, decode: bool = False) -> float:
         """``base_s`` plus the GPU layers' roofline time plus the host layers' CPU time
         (``lin``: linear-layer and head FLOPs, ``att``: attention FLOPs; ``decode``: a
-        decode-only step, whose GPU times add where ``decode_adds``)."""
+        decode-only step; its GPU times add where ``decode_adds``, and so do a step's
+        the matrix-vector kernels run: GpuRates.small_flops_per_s)."""
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        compute = (f * lin - moe) / self.gpu_flops_per_s \
-            + f * att / self._attn_rate(tokens, decode)
+        compute = (f * lin - moe) / linear_rate(self.rates, tokens) \
+            * linear_factor(self.rates, tokens) + f * att / self._attn_rate(tokens, decode)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
-        if not decode:  # a prefill's tiles read the weights again (GpuRates)
+        adds = times_add(self.rates, tokens, decode)
+        if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)
             compute += self.reread_s * tokens * w_gpu
-        t = base_s + (compute + memory if decode and self.decode_adds
-                      else max(compute, memory))
+        t = base_s + (compute + memory if adds else max(compute, memory))
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
@@ -354,7 +356,8 @@ class RooflineLatency:
                     for tok in range(total + n, total + n * steps + 1, n)]
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
-        gflops, gbw, dq = self.gpu_flops_per_s, self.gpu_bytes_per_s, self.dequant
+        gflops, gbw, dq = linear_rate(self.rates, nf), self.gpu_bytes_per_s, self.dequant
+        tile = linear_factor(self.rates, nf)
         aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
@@ -366,7 +369,7 @@ class RooflineLatency:
             kv = float(lkv * tok) - saved
             att = float(full * tok) * pf
             kv_time_gpu = f * kv / kvbw
-            compute = (f * lin - moe) / gflops + f * att / aflops
+            compute = (f * lin - moe) / gflops * tile + f * att / aflops
             t_gpu = compute + (w_gpu + kv_time_gpu) if adds else \
                 max(compute, w_gpu + kv_time_gpu)
             t_cpu = 0.0

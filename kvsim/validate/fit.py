@@ -12,8 +12,8 @@ sensible split:
   (F16 = 1), and a backend's own departure from them where 2+ of its devices ran it;
 - per architecture class with rows from 2+ devices: a prefill and a bandwidth scale.
 
-:func:`leave_one_device_out` refits without each device in turn and predicts it: the
-error a card that is in no file would see.
+:func:`kvsim.validate.lodo.leave_one_device_out` refits without each device in turn and
+predicts it: the error a card that is in no file would see.
 
 NOTE: the fit evaluates all rows at once (:class:`_Rows`); it implements the formula of
 :func:`kvsim.latency.backend.gpu_rates` and the roofline's step time over the terms of
@@ -44,6 +44,7 @@ from kvsim.latency.backend import (
     gpu_rates,
     matrix_rate,
     memory_kind,
+    small_batch_tokens,
     vector_rate,
     vendor_class,
 )
@@ -54,7 +55,7 @@ from kvsim.validate.records import Measurement
 PRIOR = {"bw_eff": 0.8, "kv_eff": 0.7, "kv_eff_no_fa": 0.5, "c_vec": 1.0, "c_mat": 1.0,
          "c_pow_pj": 1.0, "attn_eff": 0.6, "attn_eff_no_fa": 0.4, "overhead_s": 5e-4,
          "overhead_per_layer_s": 2e-5, "moe_eff": 0.5, "launch_per_layer_s": 5e-5,
-         "attn_eff_rows": 0.3, "pp_reread": 1.0 / 128}
+         "attn_eff_rows": 0.3, "pp_reread": 1.0 / 128, "c_small": 1.0, "tile_tokens": 64.0}
 """Physical defaults the fit starts from and leans towards (weakly, :data:`PRIOR_WEIGHT`):
 weights stream at ~80 % of peak bandwidth, flash-attention kernels reach ~60 % of the
 matmul rate and read KV at ~70 % (less without flash attention), each FLOP costs ~1 pJ
@@ -62,7 +63,12 @@ at the power limit, a step ~0.5 ms plus ~20 µs per layer of launches (~50 µs m
 layer on CUDA where a step is not a captured graph: some 20 kernels a layer at a few µs
 of launch each), MoE matmuls half the dense rate, and a per-row attention kernel (decode)
 half the flash-attention rate; a prefill re-reads its weights once per 128-token tile
-(llama.cpp's MMQ tiles are at most 128 tokens wide) with no help from the cache."""
+(llama.cpp's MMQ tiles are at most 128 tokens wide) with no help from the cache; a step
+of 2 to 8 tokens (matrix-vector kernels) dequantises and multiplies at the vector ALUs'
+peak, one pass per token, after the weight read; a tiled step pays half a 128-token
+tile's compute once (``tile_tokens``: the shared files, all at 512-token micro-batches,
+hardly move it; 64 was picked on docs/reference/measurements-prs' micro-batch sweeps,
+docs/design/speed-model.md)."""
 PRIOR_WEIGHT = 0.05
 DEVIATION_WEIGHT = 0.5   # a class's or a backend's format departure from the shared value
 LOSS_SCALE = 0.15        # soft_l1: errors beyond ~15 % count less than squared
@@ -115,14 +121,17 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     rows = g.attention_flops_per_s if g.attention_rows_flops_per_s is None \
         else g.attention_rows_flops_per_s
     att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
-    compute = p[:, 0] / g.linear_flops_per_s + p[:, 1] / att
+    small = (p[:, 4] > 1) & (p[:, 4] <= g.small_tokens) & (g.small_flops_per_s is not None)
+    tiled = (p[:, 4] > max(g.small_tokens, 1)) * g.tile_tokens / p[:, 4]
+    compute = p[:, 0] / np.where(small, g.small_flops_per_s or 1.0, g.linear_flops_per_s) \
+        * (1.0 + tiled) + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
-    compute = compute + np.where(p[:, 5] > 0, 0.0, g.reread_s_per_byte_token * p[:, 2]
-                                 * p[:, 4])
+    adds = ((p[:, 5] > 0) | small) & g.decode_adds
+    compute = compute + np.where((p[:, 5] > 0) | adds, 0.0,
+                                 g.reread_s_per_byte_token * p[:, 2] * p[:, 4])
     batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
     over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
-    body = np.where((p[:, 5] > 0) & g.decode_adds, compute + memory,
-                    np.maximum(compute, memory))
+    body = np.where(adds, compute + memory, np.maximum(compute, memory))
     return float(np.sum(over + body))
 
 
@@ -281,6 +290,7 @@ class _Rows:
         self.cuda = np.array([b == "CUDA" for b in be])
         self.graphs = np.array([r.setup.cuda_graphs for r in rows])
         self.rows_below = np.array([ROW_KERNEL_ROWS.get(b, 1) for b in be], dtype=float)
+        self.small_max = np.array([small_batch_tokens(b) for b in be], dtype=float)
         self.moe = np.array([bool(r.setup.model.num_experts) for r in rows])
         self.fa = np.array([r.setup.flash_attn for r in rows])
         self.b = np.array([space.backends.index(x) for x in be])
@@ -327,11 +337,16 @@ class _Rows:
         o, p = self.owner, self.parts
         one = np.where(self.graphs, over, launched)  # a one-token step: a graph or not
         per_row = (p[:, 5] > 0) | (p[:, 4] < self.rows_below[o])
-        compute = p[:, 0] / lin[o] + p[:, 1] / np.where(per_row, att_rows[o], att[o])
+        small = (p[:, 4] > 1) & (p[:, 4] <= self.small_max[o])  # matrix-vector (GpuRates)
+        lin_s = np.where(small, (self.vec / c["c_small"])[o], lin[o])
+        tiled = (p[:, 4] > np.maximum(self.small_max[o], 1)) * c["tile_tokens"][o] / p[:, 4]
+        compute = p[:, 0] / lin_s * (1.0 + tiled) \
+            + p[:, 1] / np.where(per_row, att_rows[o], att[o])
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
-        compute = compute + np.where(p[:, 5] > 0, 0.0,
+        adds = (p[:, 5] > 0) | small
+        compute = compute + np.where(adds, 0.0,
                                      c["pp_reread"][o] * p[:, 2] * p[:, 4] / bw[o])
-        body = np.where(p[:, 5] > 0, compute + memory, np.maximum(compute, memory))
+        body = np.where(adds, compute + memory, np.maximum(compute, memory))
         step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body
         seconds = np.bincount(o, weights=step, minlength=len(self.b))
         return -np.log(seconds) - self.log_meas
@@ -371,28 +386,3 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
     sol = least_squares(resid, x0, method="trf", x_scale=1.0,
                         bounds=(np.full(len(x0), LOW), np.full(len(x0), HIGH)))
     return space.constants(sol.x, fitted_on)
-
-
-def leave_one_device_out(rows: Sequence[Row], full: SpeedConstants,
-                         jobs: int = 1) -> dict[str, float]:
-    """Row id -> log error when its device was left out of the fit (warm-started at
-    ``full``, leaning towards the physical defaults only: nothing of the left-out
-    device reaches its prediction); ``jobs`` > 1 fits the folds in that many processes
-    (the same folds, the same answers)."""
-    devices = sorted({r.device for r in rows})
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(jobs) as pool:
-            folds = pool.map(_held_out, [rows] * len(devices), devices,
-                             [full] * len(devices))
-            return {k: v for fold in folds for k, v in fold.items()}
-    return {k: v for dev in devices for k, v in _held_out(rows, dev, full).items()}
-
-
-def _held_out(rows: Sequence[Row], device: str, full: SpeedConstants) -> dict[str, float]:
-    """One fold: fit without ``device``, then its rows' log errors."""
-    train = [r for r in rows if r.device != device]
-    test = [r for r in rows if r.device == device]
-    k = fit_constants(train, start=full)
-    return {r.m.id: float(e) for r, e in zip(test, log_errors(test, k))}

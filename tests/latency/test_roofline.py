@@ -236,3 +236,60 @@ def test_a_decode_step_adds_compute_to_memory_where_the_rates_say_so() -> None:
         steps = adds.decode_steps_s(np.array(ctx), 4)
         assert list(steps) == adds.decode_steps_list(ctx, 4)
         assert steps[0] == adds.step_time_s(BatchShape(decode_context=tuple(ctx)))
+
+
+def test_steps_of_few_tokens_run_matrix_vector_kernels_where_the_rates_say_so() -> None:
+    """GpuRates.small_flops_per_s: a step of 2 to ``small_tokens`` tokens, a prompt
+    chunk or a decode of several sequences, multiplies at that rate and its time adds to
+    the weight read, with no tile re-reads (llama.cpp's matrix-vector kernels up to 8
+    columns); one token more takes the tiled path; the decode paths agree."""
+    from kvsim.latency.roofline import GpuRates
+
+    kw = dict(linear_flops_per_s=82.6e12, attention_flops_per_s=82.6e12,
+              weight_bytes_per_s=856.8e9, kv_bytes_per_s=856.8e9, overhead_s=0.0,
+              decode_adds=True, reread_s_per_byte_token=1e-15)
+    tiled = _roofline(rates=GpuRates(**kw))
+    mv = _roofline(rates=GpuRates(**kw, small_flops_per_s=20e12, small_tokens=8))
+    eight = BatchShape(prefill_tokens=(8,), prefill_context=(0,))
+    lin, att, w, kv = mv.gpu_parts(eight)
+    assert mv.step_time_s(eight) == pytest.approx(
+        lin / 20e12 + att / 82.6e12 + w / 856.8e9 + kv / 856.8e9, rel=1e-12)
+    assert tiled.step_time_s(eight) == pytest.approx(
+        max(lin / 82.6e12 + att / 82.6e12 + 1e-15 * 8 * w, w / 856.8e9 + kv / 856.8e9),
+        rel=1e-12)
+    nine = BatchShape(prefill_tokens=(9,), prefill_context=(0,))
+    assert mv.step_time_s(nine) == tiled.step_time_s(nine)
+    # ~2 ms of matrix-vector work on top of the ~5.5 ms weight read at 8 tokens
+    assert mv.step_time_s(eight) - tiled.step_time_s(eight) == pytest.approx(
+        lin / 20e12 + att / 82.6e12, rel=1e-9)
+    for ctx in ([999], [10, 500, 999], list(range(100, 1000, 100))):
+        steps = mv.decode_steps_s(np.array(ctx), 4)
+        assert list(steps) == mv.decode_steps_list(ctx, 4)
+        assert steps[0] == mv.step_time_s(BatchShape(decode_context=tuple(ctx)))
+        small = 1 < len(ctx) <= 8          # one token: its work hides in the weight read
+        assert (steps[0] > tiled.step_time_s(BatchShape(decode_context=tuple(ctx)))) == small
+
+
+def test_a_tiled_step_pays_its_per_tile_work_once() -> None:
+    """GpuRates.tile_tokens: a step on the tiled path (more than ``small_tokens``
+    tokens) prices its linear FLOPs as if it had that many tokens more; the matrix-vector
+    steps and a one-token decode do not; the decode paths agree."""
+    from kvsim.latency.roofline import GpuRates
+
+    kw = dict(linear_flops_per_s=82.6e12, attention_flops_per_s=82.6e12,
+              weight_bytes_per_s=856.8e9, kv_bytes_per_s=856.8e9, overhead_s=0.0,
+              decode_adds=True, small_flops_per_s=20e12, small_tokens=8)
+    plain, tiled = _roofline(rates=GpuRates(**kw)), _roofline(rates=GpuRates(**kw,
+                                                                       tile_tokens=64.0))
+    for n in (16, 512):
+        b = BatchShape(prefill_tokens=(n,), prefill_context=(0,))
+        lin, att, w, kv = tiled.gpu_parts(b)
+        assert tiled.step_time_s(b) == pytest.approx(
+            max(lin / 82.6e12 * (1 + 64 / n) + att / 82.6e12, w / 856.8e9 + kv / 856.8e9),
+            rel=1e-12)
+    for ctx in ([999], [10, 500, 999], list(range(100, 1700, 100))):
+        steps = tiled.decode_steps_s(np.array(ctx), 3)
+        assert list(steps) == tiled.decode_steps_list(ctx, 3)
+        assert steps[0] == tiled.step_time_s(BatchShape(decode_context=tuple(ctx)))
+        dec = BatchShape(decode_context=tuple(ctx))
+        assert (tiled.step_time_s(dec) > plain.step_time_s(dec)) == (len(ctx) > 8)

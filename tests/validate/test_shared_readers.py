@@ -72,6 +72,27 @@ def test_long_rows_take_the_backend_their_engine_names():
                    "R4": ("Metal", "single", 0, 1, 512), "R5": ("CUDA", "single", 0, 1, 512)}
 
 
+def test_pull_request_tables_read_whole_with_their_backends():
+    """docs/reference/measurements-prs: every row read, named backend, resolvable setup."""
+    from collections import Counter
+
+    from kvsim.validate.predict import setup_for
+    from kvsim.validate.records import Skipped
+
+    path = MEAS.parent / "measurements-prs" / "llamacpp-prs.csv"
+    meas, skipped = read_shared_csv(path.read_text(encoding="utf-8"), path.name)
+    assert skipped == [] and len(meas) == 372
+    assert Counter(m.backend for m in meas) == {"ROCm": 149, "CUDA": 136, "Vulkan": 81,
+                                                 "SYCL": 6}
+    by_id = {m.id: m for m in meas}
+    r = by_id["PRC010"]                       # RTX 3090, pp512 @ d32768, -ub 2
+    assert (r.metric, r.n_prompt, r.depth, r.n_ubatch, r.flash_attn, r.value) == \
+        ("pp_tps", 512, 32768, 2, True, 160.48)
+    assert (by_id["PRR001"].n_prompt, by_id["PRV040"].backend) == (2048, "SYCL")
+    unresolved = [(m.id, s.reason) for m in meas if isinstance(s := setup_for(m), Skipped)]
+    assert unresolved == []
+
+
 def test_memory_logs_are_memory_measurements():
     meas, skipped = _read("engine-memory-logs.csv")
     assert len(meas) == 34 and skipped == []  # kvsim.validate.memlogs (test_memlogs.py)

@@ -8,6 +8,7 @@ import pytest
 from kvsim.config.catalog import load_gpu, load_model
 from kvsim.latency.backend import load_constants
 from kvsim.validate import fit as F
+from kvsim.validate.lodo import leave_one_device_out
 from kvsim.validate.predict import Setup, predicted_tps
 from kvsim.validate.records import Measurement
 
@@ -23,7 +24,9 @@ def _rows(constants=None):
         for mi, m in enumerate(MODELS):
             fmt = ("q4_0", "f16", "q8_0")[(gi + mi) % 3]
             for metric, shape in (("pp_tps", dict(n_prompt=512)), ("tg_tps", dict(n_gen=16)),
-                                  ("tg_tps", dict(n_gen=8, depth=4096, batch=4))):
+                                  ("tg_tps", dict(n_gen=8, depth=4096, batch=4)),
+                                  # 4-token graphs: the matrix-vector kernels' regime
+                                  ("pp_tps", dict(n_prompt=64, n_ubatch=4))):
                 meas = Measurement(id=f"{g}/{m}/{metric}/{len(rows)}", gpu=g, backend=backend,
                                    model=m, weight_format=fmt, metric=metric, value=1.0,
                                    flash_attn=bool(mi % 2), **shape)
@@ -72,7 +75,7 @@ def test_leave_one_device_out_predicts_each_device_without_it(monkeypatch):
         return real(train, **kw)
 
     monkeypatch.setattr(F, "fit_constants", spy)
-    out = F.leave_one_device_out(rows, load_constants())
+    out = leave_one_device_out(rows, load_constants())
     assert set(out) == {r.m.id for r in rows}
     assert [len(s) for s in seen] == [len(GPUS) - 1] * len(GPUS)
     assert all(len(s | {g}) == len(GPUS) for s, g in zip(seen, sorted(GPUS)))
