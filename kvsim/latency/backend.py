@@ -182,6 +182,12 @@ def small_batch_tokens(backend: str) -> int:
     return 1 if backend == "CPU" else SMALL_BATCH_TOKENS
 
 
+def tiles(backend: str) -> bool:
+    """Whether the backend's matmuls pay a per-tile cost (GpuRates.tile_tokens): the GPU
+    backends' tiled kernels (MMQ and its ports); not ggml-cpu's row-by-row dot products."""
+    return backend != "CPU"
+
+
 ROW_KERNEL_ROWS = {"CPU": 64}
 """Steps of fewer tokens than this run attention one query row at a time, as a decode
 does on every backend: ggml-cpu's flash attention takes its tiled path
@@ -291,7 +297,8 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
                     label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)",
                     overhead_batch_s=launched, decode_adds=True,
                     small_flops_per_s=vec / c.c_small if c.c_small else None,
-                    small_tokens=small_batch_tokens(backend), tile_tokens=c.tile_tokens,
+                    small_tokens=small_batch_tokens(backend),
+                    tile_tokens=c.tile_tokens if tiles(backend) else 0.0,
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
                     reread_s_per_byte_token=c.pp_reread / bw)

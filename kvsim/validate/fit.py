@@ -45,6 +45,7 @@ from kvsim.latency.backend import (
     matrix_rate,
     memory_kind,
     small_batch_tokens,
+    tiles,
     vector_rate,
     vendor_class,
 )
@@ -291,6 +292,7 @@ class _Rows:
         self.graphs = np.array([r.setup.cuda_graphs for r in rows])
         self.rows_below = np.array([ROW_KERNEL_ROWS.get(b, 1) for b in be], dtype=float)
         self.small_max = np.array([small_batch_tokens(b) for b in be], dtype=float)
+        self.tiles = np.array([tiles(b) for b in be])
         self.moe = np.array([bool(r.setup.model.num_experts) for r in rows])
         self.fa = np.array([r.setup.flash_attn for r in rows])
         self.b = np.array([space.backends.index(x) for x in be])
@@ -339,7 +341,8 @@ class _Rows:
         per_row = (p[:, 5] > 0) | (p[:, 4] < self.rows_below[o])
         small = (p[:, 4] > 1) & (p[:, 4] <= self.small_max[o])  # matrix-vector (GpuRates)
         lin_s = np.where(small, (self.vec / c["c_small"])[o], lin[o])
-        tiled = (p[:, 4] > np.maximum(self.small_max[o], 1)) * c["tile_tokens"][o] / p[:, 4]
+        tiled = (p[:, 4] > np.maximum(self.small_max[o], 1)) & self.tiles[o]
+        tiled = tiled * c["tile_tokens"][o] / p[:, 4]
         compute = p[:, 0] / lin_s * (1.0 + tiled) \
             + p[:, 1] / np.where(per_row, att_rows[o], att[o])
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]

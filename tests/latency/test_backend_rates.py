@@ -185,3 +185,22 @@ def test_a_prefill_reads_its_weights_again_per_token_at_peak_bandwidth():
         assert extra[name] == pytest.approx(0.01 * 512 * weights / g.memory_bandwidth_bytes_per_s)
         assert t1.step_time_s(decode) == t0.step_time_s(decode)
     assert extra["rtx-3060-8gb"] == pytest.approx(1.5 * extra["rtx-3060-12gb"])
+
+
+def test_matrix_vector_and_tile_terms_on_gpu_backends_not_on_cpu():
+    """c_small prices a 2-8-token step's linear FLOPs at the vector rate over c_small on
+    every GPU backend; tile_tokens reaches the tiled path's rates; ggml-cpu has neither
+    switch (kvsim.latency.backend.small_batch_tokens, tiles); c_small 0 turns the regime
+    off (constants fitted before it)."""
+    from kvsim.latency.backend import SMALL_BATCH_TOKENS, vector_rate
+
+    g, m = load_gpu("rtx-3090"), load_model("llama-3.1-8b")
+    both = ONE.model_copy(update={"c_small": 2.0, "tile_tokens": 32.0})
+    k = consts(backends={"CUDA": both, "ROCm": both, "CPU": both})
+    cuda = gpu_rates(g, m, "q4_0", backend="CUDA", constants=k)
+    assert cuda.small_flops_per_s == pytest.approx(vector_rate(g) / 2.0)
+    assert (cuda.small_tokens, cuda.tile_tokens) == (SMALL_BATCH_TOKENS, 32.0)
+    cpu = gpu_rates(g, m, "q4_0", backend="CPU", constants=k)
+    assert (cpu.small_tokens, cpu.tile_tokens) == (1, 0.0)
+    off = gpu_rates(g, m, "q4_0", backend="CUDA", constants=consts())
+    assert (off.small_flops_per_s, off.tile_tokens) == (None, 0.0)
