@@ -86,7 +86,12 @@ def linear_rate(rates: GpuRates, tokens: float) -> float:
 
 def linear_factor(rates: GpuRates, tokens: float) -> float:
     """The linear-layer time of a step of ``tokens`` tokens over its FLOPs' time at
-    :func:`linear_rate`: ``1 + tile_tokens / tokens`` on the tiled path, else 1."""
+    :func:`linear_rate`: ``1 + tile_tokens / tokens`` on the tiled path; on the
+    matrix-vector path ``(tokens - 1) / tokens``: the first column's work hides in the
+    weight read, as a one-token step's does, and each further column adds its own;
+    else 1."""
+    if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
+        return (tokens - 1.0) / tokens
     if rates.tile_tokens and tokens > max(rates.small_tokens, 1):
         return 1.0 + rates.tile_tokens / tokens
     return 1.0

@@ -124,8 +124,9 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
     small = (p[:, 4] > 1) & (p[:, 4] <= g.small_tokens) & (g.small_flops_per_s is not None)
     tiled = (p[:, 4] > max(g.small_tokens, 1)) * g.tile_tokens / p[:, 4]
+    factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4], 1.0 + tiled)  # rates.linear_factor
     compute = p[:, 0] / np.where(small, g.small_flops_per_s or 1.0, g.linear_flops_per_s) \
-        * (1.0 + tiled) + p[:, 1] / att
+        * factor + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
     adds = ((p[:, 5] > 0) | small) & g.decode_adds
     compute = compute + np.where((p[:, 5] > 0) | adds, 0.0,
@@ -343,8 +344,8 @@ class _Rows:
         lin_s = np.where(small, (self.vec / c["c_small"])[o], lin[o])
         tiled = (p[:, 4] > np.maximum(self.small_max[o], 1)) & self.tiles[o]
         tiled = tiled * c["tile_tokens"][o] / p[:, 4]
-        compute = p[:, 0] / lin_s * (1.0 + tiled) \
-            + p[:, 1] / np.where(per_row, att_rows[o], att[o])
+        factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4], 1.0 + tiled)
+        compute = p[:, 0] / lin_s * factor + p[:, 1] / np.where(per_row, att_rows[o], att[o])
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
         adds = (p[:, 5] > 0) | small
         compute = compute + np.where(adds, 0.0,
