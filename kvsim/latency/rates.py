@@ -6,9 +6,14 @@ NOTE: a frozen value type; None fields fall back to the field named in their doc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvsim.config.specs import GpuSpec
+
+TILE_TOKENS_MAX = 128
+"""The widest tile of tokens llama.cpp's MMQ kernels run (``mmq_x`` up to 128): a step
+pays its per-tile work once per 128 tokens (GpuRates.tile_tokens)."""
 
 SLOW_FP16 = 0.5
 """A part whose 16-bit rate is below this share of its FP32 rate has no fast FP16 (GP102,
@@ -65,9 +70,10 @@ class GpuRates:
     small_tokens: int = 0
     tile_tokens: float = 0.0
     """A step the tiled matmul kernels run (more tokens than ``small_tokens``, 2 or more)
-    pays this many tokens' more linear compute: work done once per weight tile whatever
-    the step's token count (MMQ loads and dequantises a weight tile once per tile of up
-    to 128 tokens, so a 16-token step pays it for 16 tokens' work); 0: none."""
+    pays this many tokens' more linear compute per :data:`TILE_TOKENS_MAX` tokens or
+    part of them: work done once per tile of tokens whatever its width (MMQ loads and
+    dequantises each weight tile once per tile of up to 128 tokens, so a 16-token step
+    pays for a whole tile's set-up with 16 tokens' work); 0: none."""
     reread_s_per_byte_token: float = 0.0
     """Prefill (any step that is not decode-only): seconds per weight byte and token of
     the step spent reading the weights again, beyond the one pass ``weight_bytes_per_s``
@@ -86,14 +92,14 @@ def linear_rate(rates: GpuRates, tokens: float) -> float:
 
 def linear_factor(rates: GpuRates, tokens: float) -> float:
     """The linear-layer time of a step of ``tokens`` tokens over its FLOPs' time at
-    :func:`linear_rate`: ``1 + tile_tokens / tokens`` on the tiled path; on the
+    :func:`linear_rate`: ``1 + tile_tokens × ⌈tokens / 128⌉ / tokens`` on the tiled path; on the
     matrix-vector path ``(tokens - 1) / tokens``: the first column's work hides in the
     weight read, as a one-token step's does, and each further column adds its own;
     else 1."""
     if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
         return (tokens - 1.0) / tokens
     if rates.tile_tokens and tokens > max(rates.small_tokens, 1):
-        return 1.0 + rates.tile_tokens / tokens
+        return 1.0 + rates.tile_tokens * math.ceil(tokens / TILE_TOKENS_MAX) / tokens
     return 1.0
 
 

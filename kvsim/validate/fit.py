@@ -49,6 +49,7 @@ from kvsim.latency.backend import (
     vector_rate,
     vendor_class,
 )
+from kvsim.latency.rates import TILE_TOKENS_MAX
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement
@@ -123,7 +124,8 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
         else g.attention_rows_flops_per_s
     att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
     small = (p[:, 4] > 1) & (p[:, 4] <= g.small_tokens) & (g.small_flops_per_s is not None)
-    tiled = (p[:, 4] > max(g.small_tokens, 1)) * g.tile_tokens / p[:, 4]
+    tiled = (p[:, 4] > max(g.small_tokens, 1)) * g.tile_tokens \
+        * np.ceil(p[:, 4] / TILE_TOKENS_MAX) / p[:, 4]
     factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4], 1.0 + tiled)  # rates.linear_factor
     compute = p[:, 0] / np.where(small, g.small_flops_per_s or 1.0, g.linear_flops_per_s) \
         * factor + p[:, 1] / att
@@ -343,7 +345,7 @@ class _Rows:
         small = (p[:, 4] > 1) & (p[:, 4] <= self.small_max[o])  # matrix-vector (GpuRates)
         lin_s = np.where(small, (self.vec / c["c_small"])[o], lin[o])
         tiled = (p[:, 4] > np.maximum(self.small_max[o], 1)) & self.tiles[o]
-        tiled = tiled * c["tile_tokens"][o] / p[:, 4]
+        tiled = tiled * c["tile_tokens"][o] * np.ceil(p[:, 4] / TILE_TOKENS_MAX) / p[:, 4]
         factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4], 1.0 + tiled)
         compute = p[:, 0] / lin_s * factor + p[:, 1] / np.where(per_row, att_rows[o], att[o])
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]

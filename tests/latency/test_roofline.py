@@ -273,8 +273,9 @@ def test_steps_of_few_tokens_run_matrix_vector_kernels_where_the_rates_say_so() 
 
 def test_a_tiled_step_pays_its_per_tile_work_once() -> None:
     """GpuRates.tile_tokens: a step on the tiled path (more than ``small_tokens``
-    tokens) prices its linear FLOPs as if it had that many tokens more; the matrix-vector
-    steps and a one-token decode do not; the decode paths agree."""
+    tokens) prices its linear FLOPs as if it had that many tokens more per 128-token
+    tile (TILE_TOKENS_MAX); the matrix-vector steps and a one-token decode do not; the
+    decode paths agree."""
     from kvsim.latency.roofline import GpuRates
 
     kw = dict(linear_flops_per_s=82.6e12, attention_flops_per_s=82.6e12,
@@ -282,12 +283,12 @@ def test_a_tiled_step_pays_its_per_tile_work_once() -> None:
               decode_adds=True, small_flops_per_s=20e12, small_tokens=8)
     plain, tiled = _roofline(rates=GpuRates(**kw)), _roofline(rates=GpuRates(**kw,
                                                                        tile_tokens=64.0))
-    for n in (16, 512):
+    for n, tiles in ((16, 1), (128, 1), (129, 2), (512, 4)):
         b = BatchShape(prefill_tokens=(n,), prefill_context=(0,))
         lin, att, w, kv = tiled.gpu_parts(b)
         assert tiled.step_time_s(b) == pytest.approx(
-            max(lin / 82.6e12 * (1 + 64 / n) + att / 82.6e12, w / 856.8e9 + kv / 856.8e9),
-            rel=1e-12)
+            max(lin / 82.6e12 * (1 + 64 * tiles / n) + att / 82.6e12,
+                w / 856.8e9 + kv / 856.8e9), rel=1e-12)
     for ctx in ([999], [10, 500, 999], list(range(100, 1700, 100))):
         steps = tiled.decode_steps_s(np.array(ctx), 3)
         assert list(steps) == tiled.decode_steps_list(ctx, 3)

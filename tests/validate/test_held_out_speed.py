@@ -15,12 +15,12 @@ PRS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements
 BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/validation.md
     ("single", "CUDA", "tg_tps"): (0.18, 0.80),
     ("single", "CUDA", "pp_tps"): (0.32, 3.0),
-    ("single", "ROCm", "tg_tps"): (0.15, 0.26),
-    ("single", "ROCm", "pp_tps"): (0.29, 0.65),
+    ("single", "ROCm", "tg_tps"): (0.15, 0.27),
+    ("single", "ROCm", "pp_tps"): (0.32, 0.70),
     ("single", "Vulkan", "tg_tps"): (0.20, 1.2),
     ("single", "Vulkan", "pp_tps"): (0.34, 3.7),
     ("depth", "CUDA", "pp_tps"): (0.27, 3.5),
-    ("depth", "ROCm", "pp_tps"): (0.50, 0.70),
+    ("depth", "ROCm", "pp_tps"): (0.50, 0.88),
 }
 
 
@@ -39,10 +39,10 @@ def test_held_out_errors_stay_within_what_the_docs_report(summary, key):
     assert s["median_abs_rel_err"] <= median and s["p90_abs_rel_err"] <= p90, s
 
 
-@pytest.mark.parametrize(("backend", "bound"), [("ROCm", 0.20), ("CUDA", 0.40)])
+@pytest.mark.parametrize(("backend", "bound"), [("ROCm", 0.21), ("CUDA", 0.40)])
 def test_steps_of_a_few_tokens_take_the_matrix_vector_price(backend, bound):
     """The micro-batch sweeps' 2-8-token prompt steps (GpuRates.small_flops_per_s):
-    median |error| 17 % on ROCm (29 rows) and 36 % on CUDA (38), where the tiled-path
+    median |error| 19 % on ROCm (29 rows) and 35 % on CUDA (38), where the tiled-path
     price gave 21.5 % and 42.7 % (docs/design/speed-model.md)."""
     meas, _ = read_shared_csv(PRS.read_text(encoding="utf-8"), PRS.name)
     small = [m for m in meas if m.backend == backend and m.metric == "pp_tps"
