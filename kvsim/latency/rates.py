@@ -103,6 +103,17 @@ def linear_factor(rates: GpuRates, tokens: float) -> float:
     return 1.0
 
 
+def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
+    """:func:`linear_rate`, :func:`linear_factor` and whether the step is on the
+    matrix-vector path, in one call (a per-step hot path: RooflineLatency)."""
+    if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
+        return rates.small_flops_per_s, (tokens - 1.0) / tokens, True
+    if rates.tile_tokens and tokens > max(rates.small_tokens, 1):
+        return rates.linear_flops_per_s, \
+            1.0 + rates.tile_tokens * math.ceil(tokens / TILE_TOKENS_MAX) / tokens, False
+    return rates.linear_flops_per_s, 1.0, False
+
+
 def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:
     """Whether a step's GPU compute and memory time add (a decode-only step, or a step
     the matrix-vector kernels run, where ``decode_adds``) rather than overlap."""

@@ -28,7 +28,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
-from kvsim.latency.rates import GpuRates, linear_factor, linear_rate, peak_rates, times_add
+from kvsim.latency.rates import GpuRates, linear_factor, linear_rate, linear_terms, peak_rates
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -323,10 +323,10 @@ class RooflineLatency:
         f, moe = self.gpu_fraction, tokens * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        compute = (f * lin - moe) / linear_rate(self.rates, tokens) \
-            * linear_factor(self.rates, tokens) + f * att / self._attn_rate(tokens, decode)
+        rate, factor, small = linear_terms(self.rates, tokens)
+        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
-        adds = times_add(self.rates, tokens, decode)
+        adds = self.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
         if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)
             compute += self.reread_s * tokens * w_gpu
         t = base_s + (compute + memory if adds else max(compute, memory))

@@ -295,3 +295,17 @@ def test_a_tiled_step_pays_its_per_tile_work_once() -> None:
         assert steps[0] == tiled.step_time_s(BatchShape(decode_context=tuple(ctx)))
         dec = BatchShape(decode_context=tuple(ctx))
         assert (tiled.step_time_s(dec) > plain.step_time_s(dec)) == (len(ctx) > 8)
+
+
+def test_the_per_step_linear_terms_equal_their_parts() -> None:
+    """kvsim.latency.rates.linear_terms (the per-step path) returns exactly
+    linear_rate, linear_factor and the matrix-vector test, for every regime."""
+    from kvsim.latency.rates import linear_factor, linear_rate, linear_terms, times_add
+    from kvsim.latency.roofline import GpuRates
+
+    for r in (GpuRates(8e13, 8e13, 9e11, 9e11, 0.0),
+              GpuRates(8e13, 8e13, 9e11, 9e11, 0.0, decode_adds=True, small_flops_per_s=2e13,
+                       small_tokens=8, tile_tokens=30.0)):
+        for t in (1, 2, 7, 8, 9, 100, 128, 129, 512, 2048):
+            assert linear_terms(r, t) == (linear_rate(r, t), linear_factor(r, t),
+                                          times_add(r, t, False))
