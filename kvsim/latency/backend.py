@@ -99,8 +99,9 @@ class BackendConstants(FrozenModel):
     c_small: float = Field(0.0, ge=0, description="linear layers of a step of 2 to "
                            "SMALL_BATCH_TOKENS tokens (matrix-vector kernels): vector-ALU "
                            "FLOPs per FLOP, adding to the weight read; 0: no such regime")
-    tile_tokens: float = Field(0.0, ge=0, description="a tiled matmul step's per-step "
-                               "work, in tokens of linear compute (GpuRates.tile_tokens)")
+    tile_tokens: float = Field(0.0, ge=0, description="a tiled matmul step's work per "
+                               "128-token tile, in tokens of linear compute "
+                               "(GpuRates.tile_tokens)")
 
 
 class ClassScale(FrozenModel):

@@ -83,29 +83,14 @@ class GpuRates:
     wait for it); 0: no re-reads."""
 
 
-def linear_rate(rates: GpuRates, tokens: float) -> float:
-    """The linear-layer FLOP/s of a step of ``tokens`` tokens (GpuRates.small_flops_per_s)."""
-    if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
-        return rates.small_flops_per_s
-    return rates.linear_flops_per_s
-
-
-def linear_factor(rates: GpuRates, tokens: float) -> float:
-    """The linear-layer time of a step of ``tokens`` tokens over its FLOPs' time at
-    :func:`linear_rate`: ``1 + tile_tokens × ⌈tokens / 128⌉ / tokens`` on the tiled path; on the
-    matrix-vector path ``(tokens - 1) / tokens``: the first column's work hides in the
-    weight read, as a one-token step's does, and each further column adds its own;
-    else 1."""
-    if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
-        return (tokens - 1.0) / tokens
-    if rates.tile_tokens and tokens > max(rates.small_tokens, 1):
-        return 1.0 + rates.tile_tokens * math.ceil(tokens / TILE_TOKENS_MAX) / tokens
-    return 1.0
-
-
 def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
-    """:func:`linear_rate`, :func:`linear_factor` and whether the step is on the
-    matrix-vector path, in one call (a per-step hot path: RooflineLatency)."""
+    """(linear FLOP/s, time factor, matrix-vector step) of a step of ``tokens`` tokens.
+
+    On the matrix-vector path (2 to ``small_tokens`` tokens, GpuRates.small_flops_per_s)
+    the factor is ``(tokens - 1) / tokens``: the first column's work hides in the weight
+    read, as a one-token step's does, and each further column adds its own; on the tiled
+    path it is ``1 + tile_tokens * ceil(tokens / TILE_TOKENS_MAX) / tokens``; else 1.
+    NOTE: a per-step hot path (RooflineLatency); the numpy decode path uses the same."""
     if rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens:
         return rates.small_flops_per_s, (tokens - 1.0) / tokens, True
     if rates.tile_tokens and tokens > max(rates.small_tokens, 1):
@@ -114,11 +99,20 @@ def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
     return rates.linear_flops_per_s, 1.0, False
 
 
+def linear_rate(rates: GpuRates, tokens: float) -> float:
+    """The linear-layer FLOP/s of a step of ``tokens`` tokens (:func:`linear_terms`)."""
+    return linear_terms(rates, tokens)[0]
+
+
+def linear_factor(rates: GpuRates, tokens: float) -> float:
+    """A step's linear time over its FLOPs' time at :func:`linear_rate` (:func:`linear_terms`)."""
+    return linear_terms(rates, tokens)[1]
+
+
 def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:
     """Whether a step's GPU compute and memory time add (a decode-only step, or a step
     the matrix-vector kernels run, where ``decode_adds``) rather than overlap."""
-    small = rates.small_flops_per_s is not None and 1 < tokens <= rates.small_tokens
-    return rates.decode_adds and (decode or small)
+    return rates.decode_adds and (decode or linear_terms(rates, tokens)[2])
 
 
 def peak_rates(gpu: GpuSpec, overhead_s: float) -> GpuRates:

@@ -241,8 +241,9 @@ def test_a_decode_step_adds_compute_to_memory_where_the_rates_say_so() -> None:
 def test_steps_of_few_tokens_run_matrix_vector_kernels_where_the_rates_say_so() -> None:
     """GpuRates.small_flops_per_s: a step of 2 to ``small_tokens`` tokens, a prompt
     chunk or a decode of several sequences, multiplies all but one column's FLOPs at that
-    rate and its time adds to the weight read, with no tile re-reads (llama.cpp's matrix-vector kernels up to 8
-    columns); one token more takes the tiled path; the decode paths agree."""
+    rate and its time adds to the weight read, with no tile re-reads (llama.cpp's
+    matrix-vector kernels up to 8 columns); one token more takes the tiled path; the
+    decode paths agree."""
     from kvsim.latency.roofline import GpuRates
 
     kw = dict(linear_flops_per_s=82.6e12, attention_flops_per_s=82.6e12,
