@@ -42,9 +42,15 @@ import numpy as np
 
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import experts_used_fraction, ubatch_split
-from kvsim.latency.rates import linear_factor, linear_rate, times_add
+from kvsim.latency.rates import linear_terms, times_add
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
+
+def _linear_s(rates: GpuRates, flops: Any, tokens: float) -> Any:
+    """Seconds of a step's linear-layer FLOPs on one GPU (kvsim.latency.rates.linear_terms)."""
+    rate, factor, _ = linear_terms(rates, tokens)
+    return flops / rate * factor
+
 
 ROW_PRODUCTS_PER_LAYER = 7          # ESTIMATE: Q, K, V, O, gate, up, down
 ROW_INPUT_BYTES_PER_VALUE = 1.0625  # q8_1: 36 B per 32 values (ggml-common.h block_q8_1)
@@ -136,8 +142,7 @@ class MultiGpuLatency:
         r = s.rates
         kv_t = kvb / r.kv_bytes_per_s
         flops = (lin + att) / r.linear_flops_per_s if host else \
-            lin / linear_rate(r, tokens) * linear_factor(r, tokens) \
-            + att / r.attention_flops_per_s
+            _linear_s(r, lin, tokens) + att / r.attention_flops_per_s
         mem = wts / r.weight_bytes_per_s + kv_t
         return (np.maximum(flops, mem) if host else
                 self._join(flops, mem, times_add(r, tokens, decode))) + b.dequant * kv_t
@@ -149,7 +154,7 @@ class MultiGpuLatency:
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
         adds = times_add(r, tokens, decode)
-        mat = self._join(lin / linear_rate(r, tokens) * linear_factor(r, tokens),
+        mat = self._join(_linear_s(r, lin, tokens),
                          (s.layer * self.dense_bytes + s.head * self.weights.head_bytes)
                          / r.weight_bytes_per_s, adds)
         kv_t = s.kv * kv / r.kv_bytes_per_s

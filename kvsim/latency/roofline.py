@@ -28,7 +28,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
-from kvsim.latency.rates import GpuRates, linear_factor, linear_rate, linear_terms, peak_rates
+from kvsim.latency.rates import GpuRates, linear_terms, peak_rates
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -81,7 +81,6 @@ class RooflineLatency:
         else:
             self.provenance = rates.label or self.provenance
         self.rates = rates
-        self.gpu_flops_per_s = rates.linear_flops_per_s
         self.attn_flops_per_s = rates.attention_flops_per_s
         self.gpu_bytes_per_s = rates.weight_bytes_per_s
         self.kv_bytes_per_s = rates.kv_bytes_per_s
@@ -184,8 +183,8 @@ class RooflineLatency:
         f, moe = self.gpu_fraction, nf * self.cpu_linear_flops_per_token
         w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
-        compute = (f * lin - moe) / linear_rate(self.rates, nf) \
-            * linear_factor(self.rates, nf) + f * att / self.attn_rows_flops_per_s
+        rate, factor, _ = linear_terms(self.rates, nf)
+        compute = (f * lin - moe) / rate * factor + f * att / self.attn_rows_flops_per_s
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         t_gpu = compute + memory if self.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
@@ -308,7 +307,7 @@ class RooflineLatency:
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
         resident = self.weight_bytes(tokens)[0] + copy_w
-        t = max(lin / self.gpu_flops_per_s + att / self._attn_rate(tokens, False)
+        t = max(lin / self.rates.linear_flops_per_s + att / self._attn_rate(tokens, False)
                 + self.reread_s * tokens * resident,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
@@ -356,8 +355,8 @@ class RooflineLatency:
                     for tok in range(total + n, total + n * steps + 1, n)]
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
-        gflops, gbw, dq = linear_rate(self.rates, nf), self.gpu_bytes_per_s, self.dequant
-        tile = linear_factor(self.rates, nf)
+        gflops, factor, _ = linear_terms(self.rates, nf)
+        gbw, dq = self.gpu_bytes_per_s, self.dequant
         aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
@@ -369,7 +368,7 @@ class RooflineLatency:
             kv = float(lkv * tok) - saved
             att = float(full * tok) * pf
             kv_time_gpu = f * kv / kvbw
-            compute = (f * lin - moe) / gflops * tile + f * att / aflops
+            compute = (f * lin - moe) / gflops * factor + f * att / aflops
             t_gpu = compute + (w_gpu + kv_time_gpu) if adds else \
                 max(compute, w_gpu + kv_time_gpu)
             t_cpu = 0.0

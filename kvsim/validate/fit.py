@@ -49,7 +49,7 @@ from kvsim.latency.backend import (
     vector_rate,
     vendor_class,
 )
-from kvsim.latency.rates import TILE_TOKENS_MAX
+from kvsim.latency.rates import TILE_TOKENS_MAX, linear_terms
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement
@@ -123,12 +123,10 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     rows = g.attention_flops_per_s if g.attention_rows_flops_per_s is None \
         else g.attention_rows_flops_per_s
     att = np.where((p[:, 5] > 0) | (p[:, 4] < g.rows_below), rows, g.attention_flops_per_s)
-    small = (p[:, 4] > 1) & (p[:, 4] <= g.small_tokens) & (g.small_flops_per_s is not None)
-    tiled = (p[:, 4] > max(g.small_tokens, 1)) * g.tile_tokens \
-        * np.ceil(p[:, 4] / TILE_TOKENS_MAX) / p[:, 4]
-    factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4], 1.0 + tiled)  # rates.linear_factor
-    compute = p[:, 0] / np.where(small, g.small_flops_per_s or 1.0, g.linear_flops_per_s) \
-        * factor + p[:, 1] / att
+    terms = [linear_terms(g, t) for t in p[:, 4]]  # the roofline's own definition
+    rate, factor = (np.array([x[i] for x in terms]) for i in (0, 1))
+    small = np.array([x[2] for x in terms], dtype=bool)
+    compute = p[:, 0] / rate * factor + p[:, 1] / att
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
     adds = ((p[:, 5] > 0) | small) & g.decode_adds
     compute = compute + np.where((p[:, 5] > 0) | adds, 0.0,

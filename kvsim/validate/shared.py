@@ -27,6 +27,7 @@ import io
 import re
 
 from kvsim.errors import InputError
+from kvsim.latency.backend import BACKENDS
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_rows
 from kvsim.validate.records import Measurement, Skipped
 
@@ -46,7 +47,6 @@ KNOWN = {  # every column each layout has (docs/reference/measurements/README.md
     "memory-logs": set(MEMORY_LOGS) | {"vram_total", "model", "weight_format", "settings",
                                        "latency_figures", "source", "date", "notes"},
 }
-_BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU")
 _NUM = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:\.\d+)?")
 
 
@@ -125,7 +125,7 @@ def _long_backend(engine: str, gpu: str) -> str:
     ("llama.cpp llama-bench (ROCm)"), else Metal on an Apple device and CUDA elsewhere
     (the rows of ``speed-vs-load.csv`` name none)."""
     named = re.search(r"\(([^)]*)\)\s*$", engine or "")
-    if named and backend_name(named.group(1)) in _BACKENDS:
+    if named and backend_name(named.group(1)) in (*BACKENDS, "CPU"):
         return backend_name(named.group(1))
     return "Metal" if "apple" in gpu.lower() else "CUDA"
 
