@@ -307,7 +307,8 @@ class RooflineLatency:
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
         resident = self.weight_bytes(tokens)[0] + copy_w
-        t = max(lin / self.rates.linear_flops_per_s + att / self._attn_rate(tokens, False)
+        rate, factor, _ = linear_terms(self.rates, tokens)
+        t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
                 + self.reread_s * tokens * resident,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time

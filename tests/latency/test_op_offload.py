@@ -219,3 +219,19 @@ def test_quickstart_70b_on_a_4090_is_plausible() -> None:
     assert 8.3 < prefill < 11.0 and 2.0 < prefill - copy_s < 4.0
     decode = lat.step_time_s(BatchShape(decode_context=(1000,)))
     assert lat.cpu_weight_bytes / 89.6e9 < decode < 0.3
+
+
+def test_an_offloaded_ubatch_pays_the_tiled_paths_per_tile_work() -> None:
+    """An op-offloaded 512-token ubatch runs the GPU's tiled matmuls like any other
+    prompt step: its linear FLOPs take GpuRates.tile_tokens' share (4 tiles of 128:
+    1 + 64 x 4 / 512 = 1.5), the copy and the weight read do not."""
+    from kvsim.latency.roofline import GpuRates
+
+    rates = dict(linear_flops_per_s=100e12, attention_flops_per_s=100e12,
+                 weight_bytes_per_s=1e12, kv_bytes_per_s=1e12, overhead_s=0.001)
+    plain = _toy(rates=GpuRates(**rates))
+    tiled = _toy(rates=GpuRates(**rates, tile_tokens=64.0))
+    step = BatchShape((1024,), (0,))
+    lin = 1024 * 8_995_904_000 + 2_048_000
+    assert tiled.step_time_s(step) - plain.step_time_s(step) == pytest.approx(
+        0.5 * lin / 100e12, rel=1e-9)
