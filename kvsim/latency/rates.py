@@ -99,16 +99,6 @@ def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
     return rates.linear_flops_per_s, 1.0, False
 
 
-def linear_rate(rates: GpuRates, tokens: float) -> float:
-    """The linear-layer FLOP/s of a step of ``tokens`` tokens (:func:`linear_terms`)."""
-    return linear_terms(rates, tokens)[0]
-
-
-def linear_factor(rates: GpuRates, tokens: float) -> float:
-    """A step's linear time over its FLOPs' time at :func:`linear_rate` (:func:`linear_terms`)."""
-    return linear_terms(rates, tokens)[1]
-
-
 def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:
     """Whether a step's GPU compute and memory time add (a decode-only step, or a step
     the matrix-vector kernels run, where ``decode_adds``) rather than overlap."""

@@ -298,15 +298,23 @@ def test_a_tiled_step_pays_its_per_tile_work_once() -> None:
         assert (tiled.step_time_s(dec) > plain.step_time_s(dec)) == (len(ctx) > 8)
 
 
-def test_the_per_step_linear_terms_equal_their_parts() -> None:
-    """kvsim.latency.rates.linear_terms (the per-step path) returns exactly
-    linear_rate, linear_factor and the matrix-vector test, for every regime."""
-    from kvsim.latency.rates import linear_factor, linear_rate, linear_terms, times_add
+def test_the_linear_terms_of_each_regime() -> None:
+    """kvsim.latency.rates.linear_terms: (rate, factor, matrix-vector) by the docstring's
+    formulas — one token and the plain roofline untouched, 2-8 tokens at the vector rate
+    less the first column, above that the matmul rate with a tile's set-up per 128
+    tokens — and times_add says which steps add compute to memory."""
+    from kvsim.latency.rates import linear_terms, times_add
     from kvsim.latency.roofline import GpuRates
 
-    for r in (GpuRates(8e13, 8e13, 9e11, 9e11, 0.0),
-              GpuRates(8e13, 8e13, 9e11, 9e11, 0.0, decode_adds=True, small_flops_per_s=2e13,
-                       small_tokens=8, tile_tokens=30.0)):
-        for t in (1, 2, 7, 8, 9, 100, 128, 129, 512, 2048):
-            assert linear_terms(r, t) == (linear_rate(r, t), linear_factor(r, t),
-                                          times_add(r, t, False))
+    plain = GpuRates(8e13, 8e13, 9e11, 9e11, 0.0)
+    both = GpuRates(8e13, 8e13, 9e11, 9e11, 0.0, decode_adds=True, small_flops_per_s=2e13,
+                    small_tokens=8, tile_tokens=30.0)
+    for t in (1, 2, 9, 512):
+        assert linear_terms(plain, t) == (8e13, 1.0, False)
+        assert not times_add(plain, t, False) and not times_add(plain, t, True)
+    assert linear_terms(both, 1) == (8e13, 1.0, False)
+    assert [linear_terms(both, t) for t in (2, 8)] == [(2e13, 0.5, True), (2e13, 7 / 8, True)]
+    assert [linear_terms(both, t)[1] for t in (9, 128, 129, 512)] == \
+        [1 + 30 / 9, 1 + 30 / 128, 1 + 60 / 129, 1 + 120 / 512]
+    assert [times_add(both, t, False) for t in (1, 2, 8, 9)] == [False, True, True, False]
+    assert times_add(both, 9, True)
