@@ -5,8 +5,8 @@
         -o hardware_profiles/speed/constants.yaml [--no-lodo]
 
 Reads every file in the measurements folders (default: docs/reference/measurements, the
-shared files; docs/reference/measurements-prs is a held-out set, checked with ``kvsim
-validate``) the way ``kvsim validate`` does, fits
+shared files, and docs/reference/measurements-sweeps, depth sweeps on GDDR cards;
+docs/reference/measurements-prs is a held-out set, checked with ``kvsim validate``) the way ``kvsim validate`` does, fits
 :class:`kvsim.latency.backend.SpeedConstants` (kvsim.validate.fit: scipy least squares
 on log errors), then refits once per device without it and predicts it
 (leave-one-device-out).  Prints both error tables per (kind, backend, metric) and
@@ -30,7 +30,8 @@ from kvsim.validate.records import Skipped
 from kvsim.validate.run import Validation, read_files
 
 REPO = Path(__file__).resolve().parents[1]
-MEASUREMENTS = [REPO / "docs" / "reference" / "measurements"]
+MEASUREMENTS = [REPO / "docs" / "reference" / "measurements",
+                REPO / "docs" / "reference" / "measurements-sweeps"]
 
 
 def summary_of(rows: list, errs: dict[str, float]) -> list[dict]:
@@ -56,7 +57,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measurements", type=Path, nargs="+", default=MEASUREMENTS,
                     help="folders whose *.csv files are fitted on (default: "
-                    "docs/reference/measurements, the shared files; "
+                    "docs/reference/measurements, the shared files, and "
+                    "docs/reference/measurements-sweeps; "
                     "docs/reference/measurements-prs is held out: kvsim validate it)")
     ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
                     / "constants.yaml")
@@ -98,9 +100,9 @@ def main() -> None:
     if args.rows:
         _write_rows(args.rows, rows, log_errors(rows, full), {} if args.no_lodo else lodo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Written by scripts/fit_speed.py from docs/reference/measurements; do not edit by "
-              "hand: re-run the script.\n# errors: leave-one-device-out, per "
-              "kind/backend/metric.\n")
+    header = ("# Written by scripts/fit_speed.py from docs/reference/measurements and "
+              "measurements-sweeps; do not edit by hand: re-run the script.\n"
+              "# errors: leave-one-device-out, per kind/backend/metric.\n")
     args.out.write_text(header + yaml.safe_dump(_rounded(out), sort_keys=False),
                         encoding="utf-8")
     print(f"\nwrote {args.out}")

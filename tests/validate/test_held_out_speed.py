@@ -28,7 +28,7 @@ BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/vali
 def summary() -> dict[tuple[str, str, str], dict]:
     meas, skipped = read_shared_csv(PRS.read_text(encoding="utf-8"), PRS.name)
     v = validate(meas)
-    assert skipped == [] and v.skipped == [] and len(v.rows) == 372
+    assert skipped == [] and v.skipped == [] and len(v.rows) == 359
     return {(s["kind"], s["backend"], s["metric"]): s for s in v.summary()}
 
 

@@ -73,7 +73,8 @@ def test_long_rows_take_the_backend_their_engine_names():
 
 
 def test_pull_request_tables_read_whole_with_their_backends():
-    """docs/reference/measurements-prs: every row read, named backend, resolvable setup."""
+    """docs/reference/measurements-prs and -sweeps: every row read, named backend,
+    resolvable setup."""
     from collections import Counter
 
     from kvsim.validate.predict import setup_for
@@ -81,15 +82,21 @@ def test_pull_request_tables_read_whole_with_their_backends():
 
     path = MEAS.parent / "measurements-prs" / "llamacpp-prs.csv"
     meas, skipped = read_shared_csv(path.read_text(encoding="utf-8"), path.name)
-    assert skipped == [] and len(meas) == 372
-    assert Counter(m.backend for m in meas) == {"ROCm": 149, "CUDA": 136, "Vulkan": 81,
+    assert skipped == [] and len(meas) == 359
+    assert Counter(m.backend for m in meas) == {"ROCm": 149, "CUDA": 123, "Vulkan": 81,
                                                  "SYCL": 6}
     by_id = {m.id: m for m in meas}
-    r = by_id["PRC010"]                       # RTX 3090, pp512 @ d32768, -ub 2
+    assert (by_id["PRR001"].n_prompt, by_id["PRV040"].backend) == (2048, "SYCL")
+    sweeps = MEAS.parent / "measurements-sweeps" / "llamacpp-depth-sweeps.csv"
+    moved, skipped = read_shared_csv(sweeps.read_text(encoding="utf-8"), sweeps.name)
+    assert skipped == [] and len(moved) == 13 and {m.backend for m in moved} == {"CUDA"}
+    assert not {m.id for m in moved} & set(by_id)   # moved, not copied
+    assert {m.n_ubatch for m in moved} == {1, 16, 32, 64, 128, 256, 512}
+    r = by_id["PRC010"]                       # RTX 3090, pp512 @ d32768, -ub 2: held out
     assert (r.metric, r.n_prompt, r.depth, r.n_ubatch, r.flash_attn, r.value) == \
         ("pp_tps", 512, 32768, 2, True, 160.48)
-    assert (by_id["PRR001"].n_prompt, by_id["PRV040"].backend) == (2048, "SYCL")
-    unresolved = [(m.id, s.reason) for m in meas if isinstance(s := setup_for(m), Skipped)]
+    unresolved = [(m.id, s.reason) for m in meas + moved
+                  if isinstance(s := setup_for(m), Skipped)]
     assert unresolved == []
 
 
