@@ -11,6 +11,7 @@ from kvsim.errors import InputError
 
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
+    from kvsim.model.geometry import KvGeometry
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ class EngineTraits:
 
     def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
         return None
+
+    def attention_geometry(self, cfg: Any, geo: KvGeometry) -> KvGeometry:
+        return geo
 
     def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:
         """ggml-cuda captures one-token steps only (kvsim.latency.backend.cuda_graphs):

@@ -45,14 +45,23 @@ def check_quant_k(model: ModelSpec, geo: KvGeometry) -> None:
                              "use f16 or bf16")
 
 
+def swa_ring_cells(window_tokens: int, n_ubatch: int, seqs: int = 1,
+                   stream_cells: int | None = None) -> int:
+    """Cells of one stream of llama.cpp's SWA cache (§3.3): the window of each of the
+    ``seqs`` sequences sharing the stream, plus a ubatch, at most the stream's
+    ``stream_cells``, padded to 256 (llama_kv_cache_iswa's ``size_swa``)."""
+    want = window_tokens * seqs + n_ubatch
+    return pad_to(want if stream_cells is None else min(stream_cells, want), 256)
+
+
 def _slot_kv_bytes(geo: KvGeometry, n_ctx: int, n_ctx_seq: int, parallel: int,
                    unified: bool, n_ubatch: int) -> tuple[int, list[int]]:
     """KV bytes of llama.cpp's cache (§3.1, §3.3) and the SWA cell counts."""
     total = geo.full_bytes_per_token * n_ctx
     swa_cells = []
     for w in geo.windowed:
-        per_stream = pad_to(min(n_ctx_seq, (w.window_tokens or 0) * (parallel if unified else 1)
-                              + n_ubatch), 256)
+        per_stream = swa_ring_cells(w.window_tokens or 0, n_ubatch,
+                                    parallel if unified else 1, n_ctx_seq)
         cells = per_stream if unified else per_stream * parallel
         swa_cells.append(cells)
         total += w.bytes_per_token * cells

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 if TYPE_CHECKING:
     from kvsim.config.specs import GpuSpec, ModelSpec
     from kvsim.engines.memory import MemoryBudget
+    from kvsim.model.geometry import KvGeometry
 
 
 UbatchSplit = Callable[[Sequence[tuple[int, int]]], list[list[tuple[int, int]]]]
@@ -201,6 +202,12 @@ class Engine(Protocol):
     def ubatch_split(self, cfg: Any) -> UbatchSplit | None:
         """How a slot engine with config ``cfg`` splits one step's batch into graphs run
         one after another (llama.cpp's ubatches), or None: every step is one graph."""
+        ...
+
+    def attention_geometry(self, cfg: Any, geo: KvGeometry) -> KvGeometry:
+        """``geo`` as the engine's attention kernels read it with config ``cfg`` (the
+        latency model's KV reads and attended pairs): ``geo`` itself unless a kernel
+        walks more cells than a layer's window (llama.cpp's SWA ring)."""
         ...
 
     def graph_max_tokens(self, cfg: Any, gpu: GpuSpec) -> int:

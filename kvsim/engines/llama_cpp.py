@@ -16,10 +16,17 @@ from kvsim.engines._gpu_checks import check_split
 from kvsim.engines._llama_buffers import read_llama_buffers
 from kvsim.engines._log_patterns import FLOAT, mib_bytes
 from kvsim.engines._slot_box import box_budget, box_of, fit_box, main_gpu_budget
-from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget, slot_layout
+from kvsim.engines._slot_layout import (
+    check_quant_k,
+    mib,
+    pad_to,
+    slot_budget,
+    slot_layout,
+    swa_ring_cells,
+)
 from kvsim.engines.base import UbatchSplit
 from kvsim.engines.memory import MIB, MemoryBudget
-from kvsim.model.geometry import kv_geometry
+from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.weights import model_weights, weight_format
 
 if TYPE_CHECKING:
@@ -40,6 +47,13 @@ class LlamaCpp(EngineTraits):
 
     def unified_pool(self, cfg: Any) -> bool:
         return cfg.allocator == "unified"
+
+    def attention_geometry(self, cfg: Any, geo: KvGeometry) -> KvGeometry:
+        """Per-slot streams read each sliding-window layer's whole SWA ring
+        (:func:`swa_read_geometry`); the ``-kvu`` pool is left at the window (NOTE: its
+        kernels walk every slot's cells, which kvsim does not price yet:
+        docs/design/speed-model.md)."""
+        return geo if self.unified_pool(cfg) else swa_read_geometry(geo, cfg.n_ubatch)
 
     def ubatch_split(self, cfg: Any) -> UbatchSplit:
         """llama_decode's split of a step's batch into ubatches (:func:`llama_ubatches`)."""
@@ -99,6 +113,21 @@ class LlamaCpp(EngineTraits):
             return llama_cpp_box_budget((gpu, *more_gpus), model, weights, cfg, driver,
                                         display)
         return llama_cpp_budget(gpu, model, weights, cfg, driver, display)
+
+
+def swa_read_geometry(geo: KvGeometry, n_ubatch: int) -> KvGeometry:
+    """``geo`` as llama.cpp's flash attention reads it on one sequence's stream: a
+    sliding-window layer walks its SWA ring (window + ``n_ubatch`` cells, padded to 256:
+    :func:`~kvsim.engines._slot_layout.swa_ring_cells`) once the sequence has filled it.
+
+    NOTE: the graph's KV view is ``get_n_kv()`` cells: the highest cell in use plus one,
+    padded to 256 (src/llama-kv-cache.cpp). The ring frees cells that fall out of the
+    window, but it places new tokens from its head onwards and wraps, so the highest cell
+    in use reaches the ring's end. The masked cells are read and multiplied like live
+    ones. Measured on a DGX Spark (Gemma 3 4B, ``-ub 2048``): deep and batched decode
+    was priced 14-57 % too fast at the window, and 2-16 % at the ring
+    (docs/design/speed-model.md)."""
+    return geo.windows_read_as(lambda w: swa_ring_cells(w, n_ubatch))
 
 
 def llama_ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int, unified: bool

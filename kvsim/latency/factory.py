@@ -121,10 +121,12 @@ def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
 
     eng, cfg = scenario.engine, scenario.latency
     geom = kv_geometry(scenario.model, eng.cache_type_k, eng.cache_type_v)
+    engine = engine_for(eng.preset)
     quant = cache_type(eng.cache_type_k).quantized or cache_type(eng.cache_type_v,
                                                                  role="v").quantized
     return RooflineLatency(
-        gpu=scenario.gpu, host=scenario.host, model=scenario.model, geometry=geom,
+        gpu=scenario.gpu, host=scenario.host, model=scenario.model,
+        geometry=engine.attention_geometry(eng, geom),
         weights=model_weights(scenario.model, scenario.weights),
         gpu_layers=None if budget is None else budget.gpu_layers,
         step_overhead_s=overhead_s, rates=rates,
@@ -133,4 +135,4 @@ def _roofline(scenario: Any, budget: Any | None, rates: GpuRates | None,
         kv_quantized=quant, head_on_gpu=None if budget is None else budget.head_on_gpu,
         cpu_expert_layers=0 if budget is None else budget.cpu_expert_layers,
         op_offload=op_offload_for(scenario),
-        graph_max_tokens=engine_for(eng.preset).graph_max_tokens(eng, scenario.gpu))
+        graph_max_tokens=engine.graph_max_tokens(eng, scenario.gpu))

@@ -26,7 +26,8 @@ pages — that is the engine's job (kvsim.engines.budget, kvsim.core).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsim.config.specs import ATTENTION_KINDS, LayerGroup, ModelSpec
@@ -127,6 +128,18 @@ class KvGeometry:
                 if capped else 0,
                 "kv_windowed_at_full_length": bool(self.windowed) and not capped,
                 "kv_recurrent_bytes_per_seq": self.recurrent_bytes_per_seq}
+
+    def windows_read_as(self, cells: Callable[[int], int]) -> KvGeometry:
+        """This geometry with each sliding group's window replaced by ``cells(window)``.
+
+        The latency model reads and attends a windowed layer's cells through its groups
+        (kvsim.latency.roofline). An engine whose attention kernel walks more cells than
+        the window passes its own count here, as llama.cpp's SWA ring does
+        (kvsim.engines.llama_cpp.swa_read_geometry). Chunked groups are unchanged.
+        NOTE: for reads only; memory comes from the engine's layout, never from this."""
+        return replace(self, groups=tuple(
+            replace(g, window_tokens=cells(g.window_tokens))
+            if g.kind == "sliding" and g.window_tokens else g for g in self.groups))
 
     def bytes_for_tokens(self, n_tokens: int) -> int:
         """Exact bytes of one sequence holding ``n_tokens`` tokens (plus its state)."""

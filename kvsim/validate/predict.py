@@ -14,7 +14,9 @@ and :func:`predicted_tps` prices them with the backend-aware roofline
 the simulator runs.
 
 NOTE: every weight layer is on the GPU (the published runs use ``-ngl 99``); KV is the
-measurement's cache type (f16 unless it says otherwise).
+measurement's cache type (f16 unless it says otherwise), one stream per sequence (both
+tools' default), so a sliding-window layer reads its SWA ring
+(kvsim.engines.llama_cpp.swa_read_geometry).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from kvsim.config.catalog import DEFAULT_HOST, load_gpu, load_host, load_model
 from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.engines.llama_cpp import swa_read_geometry
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS, SpeedConstants, cuda_graphs, gpu_rates
 from kvsim.latency.base import BatchShape
@@ -51,6 +54,7 @@ class Setup:
     kv_type: str = "f16"
     cuda_graphs: bool = True   # one-token steps replay as CUDA graphs (CUDA backend)
     file_bytes: int | None = None  # the model file's size as the tool printed it
+    n_ubatch: int = 512        # -ub: sizes the SWA ring a windowed layer reads
 
 
 def _weight_format(m: Measurement, from_name: str | None) -> str | None:
@@ -99,7 +103,8 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
     if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
         return Skipped(m.id, "a test of 0 tokens")
     return Setup(gpu, model, fmt, m.backend, bool(m.flash_attn), kv,
-                 cuda_graphs(gpu, m.backend, m.cuda_graphs_since), m.model_size_bytes)
+                 cuda_graphs(gpu, m.backend, m.cuda_graphs_since), m.model_size_bytes,
+                 m.n_ubatch or DEFAULT_UBATCH)
 
 
 def step_batches(m: Measurement) -> list[BatchShape]:
@@ -142,7 +147,7 @@ def latency_for(s: Setup, constants: SpeedConstants | None = None,
     quant = cache_type(s.kv_type).quantized
     return RooflineLatency(
         gpu=s.gpu, host=load_host(DEFAULT_HOST), model=s.model,
-        geometry=kv_geometry(s.model, s.kv_type, s.kv_type),
+        geometry=swa_read_geometry(kv_geometry(s.model, s.kv_type, s.kv_type), s.n_ubatch),
         weights=setup_weights(s), head_on_gpu=True,
         kv_quantized=quant,
         rates=rates or gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend,
