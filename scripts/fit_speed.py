@@ -6,7 +6,8 @@
 
 Reads every file in the measurements folders (default: docs/reference/measurements, the
 shared files, and docs/reference/measurements-sweeps, depth sweeps on GDDR cards;
-docs/reference/measurements-prs is a held-out set, checked with ``kvsim validate``) the way ``kvsim validate`` does, fits
+docs/reference/measurements-prs is a held-out set, checked with ``kvsim validate``) the
+way ``kvsim validate`` does, fits
 :class:`kvsim.latency.backend.SpeedConstants` (kvsim.validate.fit: scipy least squares
 on log errors), then refits once per device without it and predicts it
 (leave-one-device-out).  Prints both error tables per (kind, backend, metric) and

@@ -124,8 +124,8 @@ def swa_read_geometry(geo: KvGeometry, n_ubatch: int) -> KvGeometry:
     padded to 256 (src/llama-kv-cache.cpp). The ring frees cells that fall out of the
     window, but it places new tokens from its head onwards and wraps, so the highest cell
     in use reaches the ring's end. The masked cells are read and multiplied like live
-    ones. Measured on a DGX Spark (Gemma 3 4B, ``-ub 2048``): deep and batched decode
-    was priced 14-57 % too fast at the window, and 2-16 % at the ring
+    ones. Measured on a DGX Spark (Gemma 3 4B, ``-ub 2048``, 8,192 tokens and deeper):
+    decode priced at the window was 14-57 % too fast, at the ring within 7 %
     (docs/design/speed-model.md)."""
     return geo.windows_read_as(lambda w: swa_ring_cells(w, n_ubatch))
 
