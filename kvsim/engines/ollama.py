@@ -17,9 +17,15 @@ from kvsim.engines._slot_box import box_budget, box_of, device_parts
 from kvsim.engines._slot_devices import Placement, free_shares, place, split_points
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget
 from kvsim.engines.base import BudgetOf, ForeignKnob
-from kvsim.engines.llama_cpp import LLAMA_MAX_SEQ, llama_cpp_box_budget, llama_cpp_budget
+from kvsim.engines.llama_cpp import (
+    LLAMA_MAX_SEQ,
+    llama_cpp_box_budget,
+    llama_cpp_budget,
+    swa_read_geometry,
+)
 from kvsim.engines.memory import MemoryBudget, OllamaEstimate
 from kvsim.engines.ollama_releases import (
+    OLLAMA_ERA_D,
     OLLAMA_LATEST,
     OLLAMA_NUM_CTX_TIERS,
     known_ollama_release,
@@ -27,7 +33,7 @@ from kvsim.engines.ollama_releases import (
     ollama_llama_server,
     ollama_memory_mode,
 )
-from kvsim.model.geometry import kv_geometry
+from kvsim.model.geometry import KvGeometry, kv_geometry
 from kvsim.model.weights import model_weights
 
 if TYPE_CHECKING:
@@ -57,6 +63,14 @@ class Ollama(EngineTraits):
 
     def check_release(self, version: str | None) -> None:
         known_ollama_release(version, "ollama_version")
+
+    def attention_geometry(self, cfg: Any, geo: KvGeometry) -> KvGeometry:
+        """Era D runs llama-server on per-slot streams (§4.4): a sliding-window layer
+        reads its SWA ring (kvsim.engines.llama_cpp.swa_read_geometry). The Go runners
+        of eras A-C keep their own window cache, left at the window (not checked)."""
+        if known_ollama_release(cfg.ollama_version) >= OLLAMA_ERA_D:
+            return swa_read_geometry(geo, cfg.n_ubatch)
+        return geo
 
     def release_defaults(self, merged: dict[str, Any], given: set[str],
                          gpu: GpuSpec | None, model: ModelSpec | None, weights: str | None,

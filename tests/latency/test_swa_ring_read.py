@@ -41,13 +41,20 @@ def test_only_sliding_groups_read_more_than_their_window():
 
 
 def test_per_slot_streams_read_the_ring_and_the_unified_pool_the_window():
+    """llama-server on per-slot streams and Ollama from era D (which starts llama-server
+    with -np): the ring; the -kvu pool and Ollama's own Go runners: the window."""
     geo = kv_geometry(load_model(GEMMA))
     eng = engine_for("llama.cpp")
     slots = eng.attention_geometry(SimpleNamespace(allocator="slots", n_ubatch=512), geo)
     pool = eng.attention_geometry(SimpleNamespace(allocator="unified", n_ubatch=512), geo)
     assert slots.groups[1].window_tokens == 1536 and pool is geo
-    ollama = engine_for("ollama").attention_geometry(SimpleNamespace(n_ubatch=512), geo)
-    assert ollama is geo
+    # Ollama's era D starts llama-server with an explicit -np: per-slot streams
+    ollama = engine_for("ollama")
+    era_d = ollama.attention_geometry(SimpleNamespace(ollama_version="0.33.0", n_ubatch=512),
+                                      geo)
+    go_runner = ollama.attention_geometry(
+        SimpleNamespace(ollama_version="0.12.11", n_ubatch=512), geo)
+    assert era_d.groups[1].window_tokens == 1536 and go_runner is geo
 
 
 @pytest.mark.parametrize(("ubatch", "ring"), [(512, 1536), (2048, 3072)])
@@ -72,3 +79,9 @@ def test_a_scenario_on_per_slot_streams_prices_the_ring():
     assert slots.geometry.groups[1].window_tokens == 1536
     step = BatchShape(decode_context=(8192,))
     assert slots.step_time_s(step) > pool.step_time_s(step)
+    ollama = ["engine=ollama", "model=gemma-3-4b", "weights=q4_0"]
+    latest = make_latency_model(load_scenario("quickstart", ollama))
+    era_c = make_latency_model(load_scenario("quickstart", ollama + [
+        "engine.ollama_version=0.12.11"]))
+    assert (latest.geometry.groups[1].window_tokens,
+            era_c.geometry.groups[1].window_tokens) == (1536, 1024)
