@@ -85,8 +85,9 @@ def main() -> None:
     full = fit_constants(rows, fitted_on=f"{len(rows)} rows, {len(devices)} devices "
                          f"({', '.join(f.name for f in files)})")
     print(f"fit: {time.perf_counter() - t0:.1f} s")
+    fitted = log_errors(rows, full)
     show("in-sample (all devices in the fit)",
-         summary_of(rows, {r.m.id: e for r, e in zip(rows, log_errors(rows, full))}))
+         summary_of(rows, {r.m.id: e for r, e in zip(rows, fitted)}))
     out = full.model_dump()
     if not args.no_lodo:
         t0 = time.perf_counter()
@@ -99,11 +100,11 @@ def main() -> None:
                           ("n", "median_abs_rel_err", "p90_abs_rel_err", "median_rel_err")}
                          for s in summ}
     if args.rows:
-        _write_rows(args.rows, rows, log_errors(rows, full), {} if args.no_lodo else lodo)
+        _write_rows(args.rows, rows, fitted, {} if args.no_lodo else lodo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Written by scripts/fit_speed.py from docs/reference/measurements and "
-              "measurements-sweeps; do not edit by hand: re-run the script.\n"
-              "# errors: leave-one-device-out, per kind/backend/metric.\n")
+    read = " and ".join(_shown(f) for f in args.measurements)
+    header = (f"# Written by scripts/fit_speed.py from {read}; do not edit by hand: re-run "
+              "the script.\n# errors: leave-one-device-out, per kind/backend/metric.\n")
     args.out.write_text(header + yaml.safe_dump(_rounded(out), sort_keys=False),
                         encoding="utf-8")
     print(f"\nwrote {args.out}")
@@ -119,6 +120,14 @@ def _write_rows(path: Path, rows: list, fitted, lodo: dict[str, float]) -> None:
             fh.write(f"{m.id},{m.kind},{m.backend},{m.metric},{s.gpu.name},{s.model.name},"
                      f"{s.weight_format},{m.n_prompt},{m.n_gen},{m.depth},{m.batch},"
                      f"{m.value},{math.expm1(e):.4f},{lo}\n")
+
+
+def _shown(folder: Path) -> str:
+    """A measurements folder as the constants' header names it (repository-relative)."""
+    try:
+        return folder.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return folder.as_posix()
 
 
 def _rounded(x: object) -> object:

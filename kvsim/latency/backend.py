@@ -179,14 +179,11 @@ them), ggml-vulkan's ``mul_mat_vec_max_cols``. ggml-cpu has no such switch (1)."
 
 
 def small_batch_tokens(backend: str) -> int:
-    """:data:`SMALL_BATCH_TOKENS` on a GPU backend, 1 (no matrix-vector regime) on CPU."""
+    """:data:`SMALL_BATCH_TOKENS` on a GPU backend, 1 on CPU. NOTE: the one switch of
+    both GPU kernel regimes: a backend with matrix-vector kernels (more than 1) also
+    runs tiled matmuls that pay a per-tile cost (GpuRates.tile_tokens: MMQ and its
+    ports); ggml-cpu's row-by-row dot products have neither."""
     return 1 if backend == "CPU" else SMALL_BATCH_TOKENS
-
-
-def tiles(backend: str) -> bool:
-    """Whether the backend's matmuls pay a per-tile cost (GpuRates.tile_tokens): the GPU
-    backends' tiled kernels (MMQ and its ports); not ggml-cpu's row-by-row dot products."""
-    return backend != "CPU"
 
 
 ROW_KERNEL_ROWS = {"CPU": 64}
@@ -294,12 +291,13 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     launched = overhead + c.launch_per_layer_s * model.num_layers if backend == "CUDA" \
         else overhead
     graphs = cuda_graphs(gpu, backend) if graphs is None else graphs
+    small = small_batch_tokens(backend)
     return GpuRates(lin, att, w_bw, kv_bw, overhead if graphs else launched,
                     label=f"roofline({gpu.name}, {model.name}, {weight_format}, {backend} fit)",
                     overhead_batch_s=launched, decode_adds=True,
                     small_flops_per_s=vec / c.c_small if c.c_small else None,
-                    small_tokens=small_batch_tokens(backend),
-                    tile_tokens=c.tile_tokens if tiles(backend) else 0.0,
+                    small_tokens=small,
+                    tile_tokens=c.tile_tokens if small > 1 else 0.0,
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
                     reread_s_per_byte_token=c.pp_reread / bw)

@@ -46,15 +46,15 @@ from kvsim.latency.rates import linear_terms, times_add
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
 
+ROW_PRODUCTS_PER_LAYER = 7          # ESTIMATE: Q, K, V, O, gate, up, down
+ROW_INPUT_BYTES_PER_VALUE = 1.0625  # q8_1: 36 B per 32 values (ggml-common.h block_q8_1)
+F32_BYTES = 4
+
+
 def _linear_s(rates: GpuRates, flops: Any, tokens: float) -> Any:
     """Seconds of a step's linear-layer FLOPs on one GPU (kvsim.latency.rates.linear_terms)."""
     rate, factor, _ = linear_terms(rates, tokens)
     return flops / rate * factor
-
-
-ROW_PRODUCTS_PER_LAYER = 7          # ESTIMATE: Q, K, V, O, gate, up, down
-ROW_INPUT_BYTES_PER_VALUE = 1.0625  # q8_1: 36 B per 32 values (ggml-common.h block_q8_1)
-F32_BYTES = 4
 
 
 @dataclass(frozen=True)

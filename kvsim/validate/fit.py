@@ -45,7 +45,6 @@ from kvsim.latency.backend import (
     matrix_rate,
     memory_kind,
     small_batch_tokens,
-    tiles,
     vector_rate,
     vendor_class,
 )
@@ -293,7 +292,7 @@ class _Rows:
         self.graphs = np.array([r.setup.cuda_graphs for r in rows])
         self.rows_below = np.array([ROW_KERNEL_ROWS.get(b, 1) for b in be], dtype=float)
         self.small_max = np.array([small_batch_tokens(b) for b in be], dtype=float)
-        self.tiles = np.array([tiles(b) for b in be])
+        self.tiles = self.small_max > 1   # backend.small_batch_tokens: one switch
         self.moe = np.array([bool(r.setup.model.num_experts) for r in rows])
         self.fa = np.array([r.setup.flash_attn for r in rows])
         self.b = np.array([space.backends.index(x) for x in be])

@@ -190,7 +190,7 @@ def test_a_prefill_reads_its_weights_again_per_token_at_peak_bandwidth():
 def test_matrix_vector_and_tile_terms_on_gpu_backends_not_on_cpu():
     """c_small prices a 2-8-token step's linear FLOPs at the vector rate over c_small on
     every GPU backend; tile_tokens reaches the tiled path's rates; ggml-cpu has neither
-    switch (kvsim.latency.backend.small_batch_tokens, tiles); c_small 0 turns the regime
+    switch (kvsim.latency.backend.small_batch_tokens); c_small 0 turns the regime
     off (constants fitted before it)."""
     from kvsim.latency.backend import SMALL_BATCH_TOKENS, vector_rate
 
