@@ -4,8 +4,9 @@ One versioned JSON file per device × model (``calibration/DEVICE__MODEL.json``)
 with ``latency: {kind: calibrated, path: ...}``: where it was measured, the raw timing points,
 measured KV bytes, bandwidths and quantization costs, per cache dtype the fitted step-time
 coefficients with their MAPE and validity ranges, and the limits a run reached. The step-time
-model is linear in seven non-negative coefficients over :func:`step_features` (prefill chunks
-shorter than ``small_chunk_tokens`` get their own attention coefficient).
+model is linear in nine non-negative coefficients over :func:`step_features` (prefill chunks
+shorter than ``small_chunk_tokens`` get their own attention coefficient; a decode step of
+two or more sequences pays ``decode_multi`` once).
 
 NOTE: artifacts are frozen pydantic models; unknown keys are rejected and the format version
 is checked on load, so an old artifact fails loudly instead of mis-predicting.
@@ -28,7 +29,7 @@ from kvsim.errors import InputError, from_validation_error
 ARTIFACT_VERSION = 1
 FEATURES: tuple[str, ...] = (
     "step", "prefill_seq", "prefill_token", "prefill_attn", "prefill_attn_small",
-    "decode_seq", "decode_kv", "decode_kv_spill")
+    "decode_seq", "decode_multi", "decode_kv", "decode_kv_spill")
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -95,8 +96,9 @@ class LatencyFit(BaseModel):
     @classmethod
     def _older_features(cls, raw: Any) -> Any:
         """Artifacts written before a feature existed: its coefficient and range are 0
-        (before the short-chunk split, A_small; before the knee, the KV spill)."""
-        for name in ("prefill_attn_small", "decode_kv_spill"):
+        (before the short-chunk split, A_small; before the knee, the KV spill; before
+        the multi-sequence step, decode_multi)."""
+        for name in ("prefill_attn_small", "decode_multi", "decode_kv_spill"):
             if isinstance(raw, dict) and name not in raw.get("coefficients_s", {}):
                 raw = {**raw, "coefficients_s": {**raw.get("coefficients_s", {}), name: 0.0}}
                 if isinstance(raw.get("valid"), dict):
@@ -183,7 +185,12 @@ def kv_spill(kv_tokens: np.ndarray | float, kv_knee_tokens: int) -> np.ndarray |
 def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
                   decode_context: np.ndarray, small_chunk_tokens: int = 0,
                   kv_knee_tokens: int = 0) -> np.ndarray:
-    """Feature vector (in :data:`FEATURES` order) of one engine step."""
+    """Feature vector (in :data:`FEATURES` order) of one engine step.
+
+    NOTE: ``decode_multi`` is 1 for a step that decodes two or more sequences: on
+    llama-server's CPU backend the second decoding slot cost ~1.4 ms a step and each one
+    after it ~0.25 ms (docs/design/timing-noise.md, "Two slots cost more than twice
+    one"); a linear ``decode_seq`` alone priced two slots 30 % short."""
     p = np.asarray(prefill_tokens, dtype=float)
     c = np.asarray(prefill_context, dtype=float)
     d = np.asarray(decode_context, dtype=float)
@@ -191,7 +198,8 @@ def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
     small = p < small_chunk_tokens
     kv = float(d.sum())
     return np.array([1.0, float(p.size), p.sum(), attn[~small].sum(), attn[small].sum(),
-                     float(d.size), kv, float(kv_spill(kv, kv_knee_tokens))])
+                     float(d.size), float(d.size >= 2), kv,
+                     float(kv_spill(kv, kv_knee_tokens))])
 
 
 def point_features(pt: TimingPoint, small_chunk_tokens: int = 0,
@@ -205,7 +213,7 @@ def point_features(pt: TimingPoint, small_chunk_tokens: int = 0,
             return _graph_features(pt, small_chunk_tokens)
         return _chunk_features(pt, small_chunk_tokens)
     kv = decode_step_kv(pt)
-    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, kv.sum(),
+    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, s * float(b >= 2), kv.sum(),
                      kv_spill(kv, kv_knee_tokens).sum()])
 
 
@@ -217,7 +225,7 @@ def _chunk_features(pt: TimingPoint, small_chunk_tokens: int) -> np.ndarray:
     attn = b * (chunk * (ctx + chunk / 2.0)).sum()
     small = chunk < small_chunk_tokens
     return np.array([s, b * s, b * pt.tokens, 0.0 if small else attn,
-                     attn if small else 0.0, 0.0, 0.0, 0.0])
+                     attn if small else 0.0, 0.0, 0.0, 0.0, 0.0])
 
 
 def _graph_features(pt: TimingPoint, small_chunk_tokens: int) -> np.ndarray:
@@ -258,14 +266,17 @@ def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_toke
     if pt.kind == "decode":
         kv = decode_step_kv(pt)
         lo, hi = int(kv[0]), int(kv[-1])
+        multi = float(pt.batch >= 2)
         return {"prefill_seq": (0, 0), "prefill_token": (0, 0), "prefill_attn": (0, 0),
                 "prefill_attn_small": (0, 0), "decode_seq": (pt.batch, pt.batch),
+                "decode_multi": (multi, multi),
                 "decode_kv": (lo, hi), "decode_kv_spill": (kv_spill(lo, kv_knee_tokens),
                                                            kv_spill(hi, kv_knee_tokens))}
     f = _chunk_features(pt, small_chunk_tokens) / pt.steps
     return {"prefill_seq": (f[1], f[1]), "prefill_token": (f[2], f[2]),
             "prefill_attn": (f[3], f[3]), "prefill_attn_small": (f[4], f[4]),
-            "decode_seq": (0, 0), "decode_kv": (0, 0), "decode_kv_spill": (0, 0)}
+            "decode_seq": (0, 0), "decode_multi": (0, 0), "decode_kv": (0, 0),
+            "decode_kv_spill": (0, 0)}
 
 
 def load_artifact(path: str | Path) -> CalibrationArtifact:

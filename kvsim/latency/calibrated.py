@@ -1,9 +1,10 @@
 """Calibrated latency: step times from a measured, fitted artifact (docs/design/DESIGN.md §3.5).
 
 The artifact (:mod:`kvsim.latency.artifact`) holds, per KV cache dtype, non-negative
-coefficients of a linear step-time model over eight step features (a constant, prefill
+coefficients of a linear step-time model over nine step features (a constant, prefill
 chunks, prefill tokens, prefill attention pairs of long and of short chunks, decoding
-sequences, KV tokens read by decode, and those beyond the fit's KV knee) and the range of
+sequences, whether two or more decode, KV tokens read by decode, and those beyond the
+fit's KV knee) and the range of
 each feature that was actually measured.
 A step the engine runs as several graphs (``BatchShape.ubatches``: llama.cpp's ubatches)
 costs the sum of its graphs, each priced as the one-graph step of its own shape: the
@@ -52,7 +53,8 @@ from kvsim.latency.artifact import (
 from kvsim.latency.base import BatchShape
 
 OutOfRange = Literal["clamp", "refuse"]
-_SEQ, _KV, _SPILL = (FEATURES.index(n) for n in ("decode_seq", "decode_kv", "decode_kv_spill"))
+_SEQ, _MULTI, _KV, _SPILL = (FEATURES.index(n) for n in (
+    "decode_seq", "decode_multi", "decode_kv", "decode_kv_spill"))
 
 
 @dataclass
@@ -168,9 +170,10 @@ class CalibratedLatencyModel:
             self.clamped_steps += int(clamped.sum())
         kv = np.minimum(kv, self._max[_KV])
         seqs = min(n, self._max[_SEQ])
+        multi = min(float(n >= 2), self._max[_MULTI])
         spill = kv_spill(kv, self.fit.kv_knee_tokens)
-        return (self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_KV] * kv
-                + self._coef[_SPILL] * spill)
+        return (self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_MULTI] * multi
+                + self._coef[_KV] * kv + self._coef[_SPILL] * spill)
 
     def decode_steps_list(self, contexts: Sequence[int], steps: int,
                           kv_read_saved_bytes: float = 0.0) -> list[float] | None:

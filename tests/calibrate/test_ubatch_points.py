@@ -12,7 +12,7 @@ from kvsim.latency.artifact import FEATURES, TimingPoint, point_features, step_f
 from kvsim.latency.base import BatchShape
 from kvsim.latency.calibrated import CalibratedLatencyModel
 
-TRUE = np.array([1e-3, 4e-3, 2e-4, 1e-8, 3e-8, 2e-4, 1e-7, 0.0])  # FEATURES order
+TRUE = np.array([1e-3, 4e-3, 2e-4, 1e-8, 3e-8, 2e-4, 6e-4, 1e-7, 0.0])  # FEATURES order
 SMALL = 64
 UBATCH = 512
 
@@ -39,7 +39,7 @@ def _points(ubatch_tokens: int) -> list[TimingPoint]:
     for b in (1, 2, 4):
         for c in (100, 1000):
             kv = b * (c + np.arange(30))
-            t = 30 * (TRUE[0] + b * TRUE[5]) + TRUE[6] * kv.sum()
+            t = 30 * (TRUE[0] + b * TRUE[5] + (b >= 2) * TRUE[6]) + TRUE[7] * kv.sum()
             pts.append(TimingPoint(kind="decode", cache_type="f16", batch=b, context=c,
                                    steps=30, measured_s=float(t)))
     return pts
@@ -51,9 +51,9 @@ def test_a_split_point_adds_its_graphs() -> None:
     f = point_features(pt, SMALL)
     # graphs of 512, 512 and 256 tokens: three constants and set-ups; the attention pairs
     # are the whole prompt's (512·256 + 512·768 + 256·1152 = 1280·640)
-    assert f.tolist() == [3.0, 3.0, 1280.0, 1280 * 640.0, 0.0, 0.0, 0.0, 0.0]
+    assert f.tolist() == [3.0, 3.0, 1280.0, 1280 * 640.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     whole = point_features(pt.model_copy(update={"ubatch_tokens": 0}), SMALL)
-    assert whole.tolist() == [1.0, 1.0, 1280.0, 1280 * 640.0, 0.0, 0.0, 0.0, 0.0]
+    assert whole.tolist() == [1.0, 1.0, 1280.0, 1280 * 640.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     # a prompt that fits one ubatch is one graph either way
     short = pt.model_copy(update={"tokens": 512})
     assert point_features(short, SMALL).tolist()[:2] == [1.0, 1.0]
