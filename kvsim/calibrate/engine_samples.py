@@ -10,7 +10,9 @@ typical value (:func:`decode_spread`, :func:`prefill_spread`), which the predict
 percentiles carry (:mod:`kvsim.metrics.spread`), and the decode steps' coefficient of
 variation (:func:`step_time_cv`, ``settings.step_time_cv``), which ``latency.jitter_cv``
 replays, and the prompt steps' (:func:`prompt_step_cv`, ``settings.prompt_step_cv``), which
-``latency.jitter_prompt_cv`` replays, and how late requests reach the server
+``latency.jitter_prompt_cv`` replays, and the machine's speed from round to round
+(:func:`run_speed_cv`, ``settings.run_speed_cv``), which ``latency.jitter_run_cv``
+replays, and how late requests reach the server
 (:func:`arrival_delay`, ``settings.arrival_delay_s`` / ``arrival_jitter_s``), which
 ``latency.arrival_delay_s`` / ``arrival_jitter_s`` replay.
 """
@@ -167,6 +169,32 @@ def step_time_cv(samples: EngineSamples, fit: LatencyFit) -> float | None:
     if ratios.size < 2:
         return None
     return float(np.std(ratios, ddof=1) / np.mean(ratios))
+
+
+MIN_SPEED_ROUNDS = 3
+"""Rounds :func:`run_speed_cv` needs: the CV of two values says little."""
+
+
+def run_speed_cv(samples: EngineSamples, fit: LatencyFit) -> float | None:
+    """The coefficient of variation of the machine's speed from one round to the next:
+    each round's median decode gap over its point's median (the round factor that
+    :func:`_ratios` divides out), their CV over the rounds; what ``latency.jitter_run_cv``
+    replays (one draw per run, kvsim.latency.jitter).  None under
+    :data:`MIN_SPEED_ROUNDS` rounds.
+
+    NOTE: rounds taken between the replays they predict (the e2e tests) measure the
+    drift between those replays; rounds taken back to back measure little of it."""
+    by_round: dict[int, list[np.ndarray]] = {}
+    for per_sample in _decode_points(samples, fit):
+        per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
+        if per_sample:
+            mid = float(np.median(np.concatenate([r for _, r in per_sample])))
+            for rnd, r in per_sample:
+                by_round.setdefault(rnd, []).append(r / mid)
+    factors = [float(np.median(np.concatenate(v))) for v in by_round.values()]
+    if len(factors) < MIN_SPEED_ROUNDS:
+        return None
+    return statistics.stdev(factors) / statistics.fmean(factors)
 
 
 def prompt_step_cv(samples: EngineSamples) -> float | None:
@@ -345,13 +373,15 @@ def engine_artifact(samples: EngineSamples, grid: EngineGrid) -> CalibrationArti
 
 def _cv_setting(samples: EngineSamples, fits: dict[str, LatencyFit], cache_type: str
                 ) -> dict[str, float]:
-    """``step_time_cv`` of the grid's cache type's fit, ``prompt_step_cv`` and the
-    arrival delay (``arrival_delay_s``, ``arrival_jitter_s``), each left out when not
-    measured."""
+    """``step_time_cv`` and ``run_speed_cv`` of the grid's cache type's fit,
+    ``prompt_step_cv`` and the arrival delay (``arrival_delay_s``, ``arrival_jitter_s``),
+    each left out when not measured."""
     fit = fits.get(cache_type) or next(iter(fits.values()), None)
     cv = None if fit is None else step_time_cv(samples, fit)
+    run = None if fit is None else run_speed_cv(samples, fit)
     prompt, late = prompt_step_cv(samples), arrival_delay(samples)
     return ({} if cv is None else {"step_time_cv": cv}) | (
+        {} if run is None else {"run_speed_cv": run}) | (
         {} if prompt is None else {"prompt_step_cv": prompt}) | (
         {} if late is None else {"arrival_delay_s": late[0], "arrival_jitter_s": late[1]})
 

@@ -242,6 +242,8 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
     if isinstance(cv := art.settings.get("step_time_cv"), float):
         prompt = art.settings.get("prompt_step_cv")
         click.echo(_jitter_line(cv, prompt if isinstance(prompt, float) else None))
+    if isinstance(run := art.settings.get("run_speed_cv"), float):
+        click.echo(_run_line(run, int(art.settings.get("repeats", 0))))
     if isinstance(late := art.settings.get("arrival_delay_s"), float):
         click.echo(_arrival_line(late, float(art.settings.get("arrival_jitter_s", 0.0))))
     for lim in art.limits_reached:
@@ -256,6 +258,17 @@ def _arrival_line(delay_s: float, sd_s: float) -> str:
     return (f"requests reach the server {delay_s * 1e3:.2f} ms late (sd {sd_s * 1e3:.2f} ms: "
             f"the client's lateness and the server's request handling): set "
             f"{arrival_keys(delay_s, sd_s)} to replay it (docs/scenarios.md, Timing noise)")
+
+
+def _run_line(cv: float, rounds: int) -> str:
+    """What the rounds' speed drift means for ``latency.jitter_run_cv`` (below
+    JITTER_CV_MAX, kvsim.latency.config)."""
+    from kvsim.latency.config import JITTER_CV_MAX
+
+    value = f"{cv:.3f}" if cv < JITTER_CV_MAX else "0.99"
+    return (f"run-to-run speed CV {cv:.3f} over {rounds} rounds: set latency.jitter_run_cv: "
+            f"{value} to replay how far this machine's speed drifts between runs "
+            "(docs/scenarios.md, Timing noise)")
 
 
 def _jitter_line(cv: float, prompt_cv: float | None = None) -> str:

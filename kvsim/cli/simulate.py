@@ -105,7 +105,8 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
               help="also write DIR/report.html (self-contained, interactive)")
 @click.option("--jitter-replications", "jitter_n", type=int, default=None, metavar="N",
               help="after the run, N runs (1-1000) differing only by their timing noise's "
-              "seed (needs latency.jitter_cv, jitter_prompt_cv or arrival_jitter_s > 0): "
+              "seed (needs latency.jitter_cv, jitter_prompt_cv, jitter_run_cv or "
+              "arrival_jitter_s > 0): "
               "prints how far reuse, TTFT p95 and failures move and their median, flags "
               "those that move materially, writes DIR/jitter.json")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,

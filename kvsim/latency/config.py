@@ -34,6 +34,10 @@ JitterPromptCv = Annotated[float | None, Field(
     None, ge=0, lt=JITTER_CV_MAX, description="the noise's coefficient of variation for "
     "steps that compute prompt tokens, in [0, 1); unset: jitter_cv (a long prompt step "
     "wobbles less than a decode step: `kvsim calibrate engine` prints both)")]
+JitterRunCv = Annotated[float, Field(
+    0.0, ge=0, lt=JITTER_CV_MAX, description="coefficient of variation of a whole run's "
+    "speed, in [0, 1): one lognormal factor per run on every step, the drift of a machine "
+    "from one run to the next (0 = none; `kvsim calibrate engine` prints its rounds')")]
 ARRIVAL_DELAY_MAX_S = 60.0
 """``arrival_delay_s`` and ``arrival_jitter_s`` are at most this: a client's lateness and a
 server's request handling are milliseconds; a minute is a stalled client, and a longer
@@ -61,18 +65,19 @@ def arrival_keys(delay_s: float, sd_s: float) -> str:
 
 class JitterKnobs(FrozenModel):
     """Base of every latency kind, which takes timing noise (``jitter_cv``,
-    ``jitter_prompt_cv``, ``jitter_seed``, last among its keys): each engine step's time
-    times a lognormal draw of coefficient of variation ``jitter_cv``, centred on the
-    model's prediction (median 1 for a calibration's medians, else mean 1) — or
-    ``jitter_prompt_cv``, when set, for a step that computes prompt tokens
-    (kvsim.latency.jitter); and each request ``arrival_delay_s`` late on average, with
-    standard deviation ``arrival_jitter_s`` (kvsim.latency.jitter.ArrivalNoise).
+    ``jitter_prompt_cv``, ``jitter_run_cv``, ``jitter_seed``, last among its keys): each
+    engine step's time times a lognormal draw of coefficient of variation ``jitter_cv``,
+    centred on the model's prediction (median 1 for a calibration's medians, else mean
+    1) — or ``jitter_prompt_cv``, when set, for a step that computes prompt tokens — and
+    times one draw per run of CV ``jitter_run_cv`` (kvsim.latency.jitter); and each
+    request ``arrival_delay_s`` late on average, with standard deviation
+    ``arrival_jitter_s`` (kvsim.latency.jitter.ArrivalNoise).
 
     NOTE: at the defaults (no jitter) none of the keys is written out, so a scenario
     without jitter dumps, hashes and saves exactly as before the knobs existed.
     """
 
-    # NOTE: each kind declares jitter_cv, jitter_prompt_cv, arrival_delay_s,
+    # NOTE: each kind declares jitter_cv, jitter_prompt_cv, jitter_run_cv, arrival_delay_s,
     # arrival_jitter_s and jitter_seed after its own keys (declared here, they would be
     # dumped first and change scenario hashes)
 
@@ -96,6 +101,7 @@ class JitterKnobs(FrozenModel):
         """The timing noise's knobs, resolved (``jitter_prompt_cv``: :attr:`prompt_cv`)."""
         return {"jitter_cv": self.jitter_cv,  # type: ignore[attr-defined]
                 "jitter_prompt_cv": self.prompt_cv,
+                "jitter_run_cv": self.jitter_run_cv,  # type: ignore[attr-defined]
                 "arrival_delay_s": self.arrival_delay_s,  # type: ignore[attr-defined]
                 "arrival_jitter_s": self.arrival_jitter_s}  # type: ignore[attr-defined]
 
@@ -107,6 +113,8 @@ class JitterKnobs(FrozenModel):
         out = [f"latency.jitter_cv {k['jitter_cv']:g}"]
         if k["jitter_prompt_cv"] != k["jitter_cv"]:
             out.append(f"prompt steps {k['jitter_prompt_cv']:g}")
+        if k["jitter_run_cv"] > 0:
+            out.append(f"run speed {k['jitter_run_cv']:g}")
         if k["arrival_delay_s"] > 0:
             out.append(f"requests {k['arrival_delay_s'] * 1e3:.3g} ms late (sd "
                        f"{k['arrival_jitter_s'] * 1e3:.3g} ms)")
@@ -119,8 +127,10 @@ class JitterKnobs(FrozenModel):
 
     @property
     def jittered(self) -> bool:
-        """Whether the run's timing carries noise: its steps' or its arrivals'."""
-        return self.steps_jittered or self.arrival_jitter_s > 0  # type: ignore[attr-defined]
+        """Whether the run's timing carries noise: its steps', its speed's or its
+        arrivals'."""
+        return (self.steps_jittered or self.jitter_run_cv > 0  # type: ignore[attr-defined]
+                or self.arrival_jitter_s > 0)  # type: ignore[attr-defined]
 
     @model_serializer(mode="wrap")
     def _drop_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -130,6 +140,8 @@ class JitterKnobs(FrozenModel):
                 out.pop("jitter_cv", None)
             if out.get("jitter_prompt_cv") is None:
                 out.pop("jitter_prompt_cv", None)
+            if not out.get("jitter_run_cv"):
+                out.pop("jitter_run_cv", None)
             for key in ("arrival_delay_s", "arrival_jitter_s"):
                 if not out.get(key):
                     out.pop(key, None)
@@ -161,6 +173,7 @@ class RooflineConfig(JitterKnobs):
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
+    jitter_run_cv: JitterRunCv = 0.0
     arrival_delay_s: ArrivalDelay = 0.0
     arrival_jitter_s: ArrivalJitter = 0.0
     jitter_seed: JitterSeed = None
@@ -176,6 +189,7 @@ class CalibratedConfig(JitterKnobs):
     out_of_range: Literal["clamp", "refuse"] = "clamp"
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
+    jitter_run_cv: JitterRunCv = 0.0
     arrival_delay_s: ArrivalDelay = 0.0
     arrival_jitter_s: ArrivalJitter = 0.0
     jitter_seed: JitterSeed = None
@@ -191,6 +205,7 @@ class ConstantConfig(JitterKnobs):
     decode_token_s: Seconds = Field(0.0, ge=0, description="added per decoded token")
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
+    jitter_run_cv: JitterRunCv = 0.0
     arrival_delay_s: ArrivalDelay = 0.0
     arrival_jitter_s: ArrivalJitter = 0.0
     jitter_seed: JitterSeed = None

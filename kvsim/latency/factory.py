@@ -75,12 +75,12 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     its own rates, the link between them).  llama.cpp and
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
     ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` (or
-    ``jitter_prompt_cv``) above 0 wraps the model in its timing noise
+    ``jitter_prompt_cv``, ``jitter_run_cv``) above 0 wraps the model in its timing noise
     (kvsim.latency.jitter), seeded by ``jitter_seed`` or, unset, the scenario's seed.
     """
     cfg = scenario.latency
     return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, jitter_seed(scenario),
-                       cfg.prompt_cv)
+                       cfg.prompt_cv, cfg.jitter_run_cv)
 
 
 def jitter_seed(scenario: Any) -> int:

@@ -9,6 +9,10 @@ calibrate engine` measures a server's.  ``latency.jitter_prompt_cv``, when set, 
 CV of a step that computes prompt tokens: its time wobbles less than a decode step's (a
 hiccup of a millisecond is a large part of a 2 ms decode step, a small one of a 100 ms
 prompt step), and which slot a session finds hinges on the prompt steps' timing.
+``latency.jitter_run_cv`` is the CV of a whole run's speed: one lognormal factor per run
+(its own stream, ``latency-run-speed``) on every step, the drift of a machine from one
+run to the next (clocks, heat, neighbours) that a calibration's rounds show and a
+single run's step noise does not (docs/design/timing-noise.md, "Runs differ in speed").
 :func:`with_jitter` wraps the scenario's model.  Requests can also reach the engine late
 (``latency.arrival_delay_s`` / ``arrival_jitter_s``: :class:`ArrivalNoise`), which moves
 those races where the step noise alone would not (docs/design/timing-noise.md).
@@ -40,6 +44,7 @@ from kvsim.latency.base import BatchShape, LatencyModel
 
 JITTER_STREAM = "latency-jitter"
 ARRIVAL_STREAM = "arrival-jitter"
+RUN_STREAM = "latency-run-speed"
 _BLOCK = 4096  # draws taken from the generator at once (same values as one at a time)
 
 
@@ -92,31 +97,48 @@ class Noise:
         self._pos = 0
 
 
+def run_speed_factor(cv: float, seed: int, median: bool) -> float:
+    """A run's speed factor: one lognormal draw of CV ``cv`` from the ``latency-run-speed``
+    stream of ``seed``, of median 1 (``median``: the model predicts medians) or mean 1;
+    1 at CV 0."""
+    if cv <= 0:
+        return 1.0
+    mu, sigma = lognormal_params(cv)
+    return float(jitter_rng(seed, RUN_STREAM).lognormal(0.0 if median else mu, sigma))
+
+
 class JitteredLatency:
     """A :class:`~kvsim.latency.base.LatencyModel` whose every step time is the inner
     model's times the next factor of a :class:`Noise` (at ``prompt_cv`` for a step that
     computes prompt tokens, ``cv`` for the others: the scenario's resolved
-    ``JitterKnobs.prompt_cv``).
+    ``JitterKnobs.prompt_cv``) and times the run's speed factor (``run_cv``:
+    :func:`run_speed_factor`).
 
     NOTE: ``clamped_steps`` is the inner model's (a calibrated model counts clamps on
     itself), and so are its spreads for steps that are not jittered; a step of no time
-    stays 0 and takes no draw.
+    stays 0 and takes no draw.  With ``cv`` and ``prompt_cv`` 0 every step's factor is
+    the run's, exactly, so decode stretches may still be jumped.
     """
 
-    def __init__(self, inner: LatencyModel, cv: float, seed: int, prompt_cv: float) -> None:
+    def __init__(self, inner: LatencyModel, cv: float, seed: int, prompt_cv: float,
+                 run_cv: float = 0.0) -> None:
         self.inner = inner
         self.cv = cv
         self.prompt_cv = prompt_cv
+        self.run_cv = run_cv
         # NOTE: the draws are at the decode CV (at the prompt CV when that one is 0)
         self.noise = Noise(cv if cv > 0 else self.prompt_cv, seed)
         median = inner.predicts_median
-        self._decode = _Rescale(self.noise, cv, median)
-        self._prompt = _Rescale(self.noise, self.prompt_cv, median)
+        self.run_factor = run_speed_factor(run_cv, seed, median)
+        self._decode = _Rescale(self.noise, cv, median, self.run_factor)
+        self._prompt = _Rescale(self.noise, self.prompt_cv, median, self.run_factor)
 
     @property
     def provenance(self) -> str:
         prompt = "" if self.prompt_cv == self.cv else f", prompt steps {self.prompt_cv:g}"
-        return f"{self.inner.provenance} + jitter CV {self.cv:g}{prompt}"
+        run = (f", run speed CV {self.run_cv:g} (this run x{self.run_factor:.3f})"
+               if self.run_cv > 0 else "")
+        return f"{self.inner.provenance} + jitter CV {self.cv:g}{prompt}{run}"
 
     @property
     def clamped_steps(self) -> int | None:
@@ -180,16 +202,18 @@ class JitteredLatency:
 class _Rescale:
     """A draw of ``noise`` (lognormal, mean 1, the noise's CV) as the same quantile of the
     lognormal of CV ``cv`` and mean 1 — or median 1 (``median``: the draw times
-    ``exp(σ²/2)``): itself (times that) at the noise's CV, 1 at CV 0."""
+    ``exp(σ²/2)``): itself (times that) at the noise's CV, 1 at CV 0; times ``run``
+    (the run's speed factor)."""
 
-    def __init__(self, noise: Noise, cv: float, median: bool = False) -> None:
+    def __init__(self, noise: Noise, cv: float, median: bool = False, run: float = 1.0) -> None:
         self.same = cv == noise.cv
         self.mu, self.sigma = lognormal_params(cv)
         self.ratio = self.sigma / noise.sigma if noise.sigma > 0 else 0.0
         self.noise_mu = noise.mu
-        self.centre = math.sqrt(1.0 + cv * cv) if median else 1.0   # exp(σ²/2)
+        self.centre = (math.sqrt(1.0 + cv * cv) if median else 1.0) * run  # exp(σ²/2)
         if median:
             self.mu = 0.0
+        self.mu += math.log(run)
 
     def __call__(self, factor: float) -> float:
         if self.same:
@@ -197,11 +221,12 @@ class _Rescale:
         return math.exp(self.mu + self.ratio * (math.log(factor) - self.noise_mu))
 
 
-def with_jitter(model: LatencyModel, cv: float, seed: int, prompt_cv: float) -> LatencyModel:
-    """``model`` itself without jitter (``cv`` and ``prompt_cv`` 0), else wrapped in
-    :class:`JitteredLatency`."""
-    if cv > 0 or prompt_cv > 0:
-        return JitteredLatency(model, cv, seed, prompt_cv)
+def with_jitter(model: LatencyModel, cv: float, seed: int, prompt_cv: float,
+                run_cv: float = 0.0) -> LatencyModel:
+    """``model`` itself without jitter (``cv``, ``prompt_cv`` and ``run_cv`` 0), else
+    wrapped in :class:`JitteredLatency`."""
+    if cv > 0 or prompt_cv > 0 or run_cv > 0:
+        return JitteredLatency(model, cv, seed, prompt_cv, run_cv)
     return model
 
 

@@ -113,7 +113,7 @@ def jitter_seeds(scenario: Scenario, n: int) -> list[int]:
                          f"an integer from 1 to {MAX_JITTER_REPLICATIONS}")
     if not scenario.latency.jittered:
         raise InputError("--jitter-replications", n, "a scenario with timing noise: set "
-                         "latency.jitter_cv or arrival_jitter_s (e.g. --set "
+                         "latency.jitter_cv, jitter_run_cv or arrival_jitter_s (e.g. --set "
                          "latency.jitter_cv=0.05; kvsim calibrate engine measures a "
                          "server's)")
     return replication_seeds(scenario.seed, n, JITTER_STREAM)

@@ -15,6 +15,7 @@ from kvsim.calibrate.engine_samples import (
     EngineSamples,
     PrefillSample,
     prompt_step_cv,
+    run_speed_cv,
     step_time_cv,
 )
 from kvsim.calibrate.wire import TokenSpace
@@ -51,6 +52,31 @@ def test_cv_of_the_gaps_leaves_out_the_fit_error_and_the_rounds_speed() -> None:
         decode[(b, c)] = vals
     cv = step_time_cv(EngineSamples(props={}, decode=decode), FIT)
     assert cv == pytest.approx(0.12, rel=0.06)
+
+
+def _drifting(speeds: list[float]) -> EngineSamples:
+    """Decode samples of rounds that ran at ``speeds``, step noise CV 0.15 and a fit error
+    of their own per point."""
+    rng = np.random.default_rng(11)
+    decode = {}
+    for b, c, fit_error in ((1, 10, 1.0), (2, 40, 1.3)):
+        vals = []
+        for rnd, speed in enumerate(speeds):
+            for _ in range(5):
+                ctx = c + np.arange(104)
+                fitted = 1e-3 + b * 2e-4 + b * 1e-6 * ctx
+                gaps = fitted * fit_error * speed * _noisy(rng, 0.15, len(ctx))
+                vals.append(DecodeSample(0.0, len(ctx), tuple(gaps.tolist()), rnd))
+        decode[(b, c)] = vals
+    return EngineSamples(props={}, decode=decode, rounds=len(speeds))
+
+
+def test_run_speed_cv_is_the_rounds_drift_not_the_steps_noise() -> None:
+    speeds = [1.0, 1.2, 0.85, 1.1, 0.95, 1.05]
+    want = float(np.std(speeds, ddof=1) / np.mean(speeds))  # 0.119
+    assert run_speed_cv(_drifting(speeds), FIT) == pytest.approx(want, rel=0.05)
+    assert run_speed_cv(_drifting([1.0] * 6), FIT) < 0.01  # the step noise is not drift
+    assert run_speed_cv(_drifting([1.0, 1.3]), FIT) is None  # two rounds say too little
 
 
 def _prompts(rng: np.random.Generator, typical_s: dict[int, tuple[float, float]],
@@ -133,3 +159,15 @@ def test_a_cv_above_what_a_scenario_takes_is_said_so() -> None:
     assert _jitter_line(0.3, 1.2).startswith(
         "step-time CV 0.300: set latency.jitter_cv: 0.300 and latency.jitter_prompt_cv: 0.99 "
         "(prompt steps measured 1.200) to replay")
+
+
+def test_the_rounds_drift_is_printed_as_the_key_a_scenario_takes() -> None:
+    from kvsim.cli.calibrate import _run_line
+
+    line = _run_line(0.115, 6)
+    assert line == ("run-to-run speed CV 0.115 over 6 rounds: set latency.jitter_run_cv: "
+                    "0.115 to replay how far this machine's speed drifts between runs "
+                    "(docs/scenarios.md, Timing noise)")
+    assert load_scenario("quickstart", ["latency.jitter_run_cv=0.115"]).latency.jitter_run_cv \
+        == 0.115
+    assert "latency.jitter_run_cv: 0.99 " in _run_line(1.4, 3)

@@ -51,7 +51,7 @@ def test_a_key_the_kind_lacks_is_still_an_error():
     assert exc.value.one_line() == (
         "latency.roofline.step_s: 0.03 — not a key here; allowed: kind, backend, rates, "
         "constants, step_overhead_s, kv_dequant_factor, jitter_cv, jitter_prompt_cv, "
-        "arrival_delay_s, arrival_jitter_s, jitter_seed")
+        "jitter_run_cv, arrival_delay_s, arrival_jitter_s, jitter_seed")
 
 
 def test_simulate_with_one_latency_key(kvsim_cli, tmp_path):
