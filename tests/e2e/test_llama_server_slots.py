@@ -9,18 +9,20 @@ as tests/e2e/test_llama_server.py (one calibration round before each replay):
 
 - every replay's prompt-cache reuse lies inside the range kvsim's jittered replications
   give (``latency.jitter_cv`` = the calibration's ``step_time_cv``, ``jitter_prompt_cv``
-  = its ``prompt_step_cv``, ``arrival_delay_s`` / ``arrival_jitter_s`` = its own);
+  = its ``prompt_step_cv``, ``jitter_run_cv`` = its rounds' ``run_speed_cv``,
+  ``arrival_delay_s`` / ``arrival_jitter_s`` = its own);
 - fed the server's own timing back (every turn sent when the replay sent it, every step
   ending when the server's did: tests/e2e/fed_back.py), kvsim's ``cache_n`` and
   ``prompt_n`` equal the server's for every request of every replay;
 - TTFT and inter-token p95 — the median of kvsim's jittered replications, the figure
   `kvsim simulate --jitter-replications` gives for an outcome that hinges on timing —
   are within ±15 % of the median of three replays (of six when the first three miss: a
-  busy machine's replays swing by more than the band): steps that put one slot's prompt
-  beside other slots' decodes, or several slots' prompts together, run as several
-  ubatches (docs/reference/engines.md §3.5), each priced as the one-graph step of its
-  shape (docs/design/calibration.md), and the first decode steps after a prompt step run
-  slower (``after_prompt_s``); the simulation prices both.
+  busy machine's replays swing by more than the band), else a known miss; a TTFT p95
+  fails where the replays' median is improbable under the jittered runs (FAIL_P). Steps
+  that put one slot's prompt beside other slots' decodes, or several slots' prompts
+  together, run as several ubatches (docs/reference/engines.md §3.5), each priced as the
+  one-graph step of its shape (docs/design/calibration.md), and the first decode steps
+  after a prompt step run slower (``after_prompt_s``); the simulation prices both.
 
 NOTE: why the jittered median, not the one exact run: this shape's TTFT p95 is the
 second-slowest of 30 requests, and those are the turns that find their slot taken
@@ -42,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fed_back import simulate_fed_back
+from scipy.stats import monte_carlo_test
 from test_llama_server import (  # noqa: F401 - the module's fixtures, used by name
     SPACE,
     _serve,
@@ -117,7 +120,7 @@ def _sessions(unit_s: float) -> list[Session]:
 
 def _scenario(gguf, artifact, trace, **noise: float | None):
     """The replay's scenario on the calibration ``artifact``; ``noise``: latency keys
-    (jitter_cv, jitter_prompt_cv, arrival_delay_s, arrival_jitter_s)."""
+    (jitter_cv, jitter_prompt_cv, jitter_run_cv, arrival_delay_s, arrival_jitter_s)."""
     return resolve_scenario({
         "gpu": "rtx-4090", "model": model_from_gguf(gguf), "weights": "f16",
         "engine": {"preset": "llama.cpp", "allocator": "slots",
@@ -130,7 +133,8 @@ def _scenario(gguf, artifact, trace, **noise: float | None):
 def _jittered(gguf, artifact, trace, arrival: tuple[float, float] | None = None
               ) -> list[dict]:
     """Summaries of kvsim's JITTER_RUNS jittered replications, at the noise the
-    calibration measured: its steps' CVs and how late its requests reached the server
+    calibration measured: its steps' CVs, its rounds' speed drift (taken between the
+    replays, so the drift between replays) and how late its requests reached the server
     (``arrival``: this mean and standard deviation instead).
     NOTE: a machine busy enough to stall the server measures a CV of 1 or more, more than
     latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says so)."""
@@ -138,10 +142,12 @@ def _jittered(gguf, artifact, trace, arrival: tuple[float, float] | None = None
     cv, prompt = art.settings["step_time_cv"], art.settings.get("prompt_step_cv")
     late, sd = arrival or (art.settings.get("arrival_delay_s"),
                            art.settings.get("arrival_jitter_s"))
-    print(f"step_time_cv {cv:.3f}, prompt_step_cv {prompt}, arrival_delay_s {late}, "
-          f"arrival_jitter_s {sd}")
+    run = art.settings.get("run_speed_cv")
+    print(f"step_time_cv {cv:.3f}, prompt_step_cv {prompt}, run_speed_cv {run}, "
+          f"arrival_delay_s {late}, arrival_jitter_s {sd}")
     sc = _scenario(gguf, path, trace, jitter_cv=min(cv, 0.99),
                    jitter_prompt_cv=None if prompt is None else min(prompt, 0.99),
+                   jitter_run_cv=None if run is None else min(run, 0.99),
                    arrival_delay_s=late, arrival_jitter_s=sd)
     return [r.summary for r in jitter_replications(sc, JITTER_RUNS)[1]]
 
@@ -195,26 +201,30 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
     known = _fed_back_misses(_scenario(gguf_path, path, trace), players, runs)
 
     # 3. TTFT and inter-token p95 within ±15 % of the median of the replays; a miss is
-    # kept visible as a known miss, a TTFT p95 more than TTFT_FAIL off is a failure
-    # (recorded runs and this VM's 1-3x speed swings: docs/design/timing-noise.md)
-    assert not {m: e for m, e in misses.items()
-                if m.startswith("ttft") and abs(e) > TTFT_FAIL}, misses
-    known += [f"{m} {e:+.0%}" for m, e in misses.items()]
-    if known:  # NOTE: kept visible rather than loosened (TTFT_FAIL, docs/testing.md)
+    # kept visible as a known miss; a TTFT p95 whose replays' median kvsim's jittered
+    # runs make implausible is a failure (FAIL_P; recorded runs and this VM's speed
+    # swings: docs/design/timing-noise.md)
+    assert not {m: (e, p) for m, (e, p) in misses.items()
+                if m.startswith("ttft") and p < FAIL_P}, misses
+    known += [f"{m} {e:+.0%} (p {p:.2f})" for m, (e, p) in misses.items()]
+    if known:  # NOTE: kept visible rather than loosened (FAIL_P, docs/testing.md)
         pytest.xfail("known misses: " + "; ".join(known))
 
 
-TTFT_FAIL = 0.3
-"""A TTFT p95 this far from the replays' median fails (the known miss is below it).
+FAIL_P = 0.01
+"""A TTFT p95 fails where the replays' median is this improbable under kvsim's own
+jittered runs: the two-sided p of a Monte Carlo test (``scipy.stats.monte_carlo_test``)
+of that median against as many runs drawn from the jittered ones.
 
-NOTE: known misses: the inter-token p95 of multi-slot decode steps swings with this 2-core
+NOTE: why a test, not a band: this shape's TTFT p95 is the second slowest of 30
+requests, and a replay's is one draw of its races: replays of one run measured 0.14 to
+0.33 s (2026-12-06), so the median of three moves by ~15 % from one set of replays to the
+next with no error in kvsim at all, and a fixed ±30 % band failed runs whose every
+replay lay inside kvsim's range (docs/design/timing-noise.md, "Judging a p95 that is one
+draw").  The ±15 % band stays, as a known miss (xfail), so a drift stays visible.
+Known misses: the inter-token p95 of multi-slot decode steps swings with this 2-core
 machine's load (+19 ... +63 % and -19 % in four runs; -16 and -22 % in two of seven on
-2026-12-06, the replays' client streaming beside the one-thread server); TTFT p95 was
-+17 ... +23 % off in 3 of 12 runs while steps of several graphs were priced as one graph,
-and since each graph is priced within ±15 % in six of seven runs (-2.1 ... +5.7 % where
-printed) and +21 % in one,
-whose replays fell on the race's low side (docs/design/timing-noise.md, last section;
-issue 26)."""
+2026-12-06, the replays' client streaming beside the one-thread server)."""
 MAX_RACES = 2
 """Requests of one replay (of 30) that may differ with the server's timing fed back (a
 known miss, listed): 0 or 1 in most replays, 2 in one of ~20 on 2026-12-06, before the
@@ -294,9 +304,10 @@ def _fed_back_misses(exact, players: list[Replayer], runs: list) -> list[str]:
 
 
 def _latency_misses(gguf, artifact, trace, players: list[Replayer], jittered: list[dict]
-                    ) -> dict[str, float]:
+                    ) -> dict[str, tuple[float, float]]:
     """p95 TTFT and inter-token latency — the median of kvsim's jittered replications —
-    outside ±15 % of the replays' median (p50s and the one exact run printed beside)."""
+    outside ±15 % of the replays' median, each with the p of that median under the
+    jittered runs (:func:`_predictive_p`; p50s and the one exact run printed beside)."""
     exact = simulate(_scenario(gguf, artifact, trace))
     print(exact.summary["latency_model"])
     runs = [p.results() for p in players]
@@ -306,10 +317,24 @@ def _latency_misses(gguf, artifact, trace, players: list[Replayer], jittered: li
         med = float(np.median([e["measured"] for e in each]))
         predicted = float(np.median([s[metric] for s in jittered]))
         rel = predicted / med - 1
+        p = _predictive_p([s[metric] for s in jittered], [e["measured"] for e in each])
         print(f"{metric}: measured {[round(e['measured'], 4) for e in each]} median "
               f"{med:.4f} over {len(runs)} replays, predicted {predicted:.4f} ({rel:+.1%}; "
-              f"one exact run {each[0]['predicted']:.4f}, "
+              f"p {p:.3f}; one exact run {each[0]['predicted']:.4f}, "
               f"{each[0]['predicted'] / med - 1:+.1%})")
         if metric.endswith("p95_s") and abs(rel) > 0.15:
-            misses[metric] = rel
+            misses[metric] = (rel, p)
     return misses
+
+
+def _predictive_p(jittered: list[float], measured: list[float]) -> float:
+    """Two-sided p of the replays' median under kvsim's jittered runs: how often the
+    median of as many runs, drawn (with replacement) from the jittered ones, lies as far
+    from theirs (``scipy.stats.monte_carlo_test``, a fixed seed: the same runs give the
+    same p)."""
+    pool = np.asarray(jittered, dtype=float)
+    rng = np.random.default_rng(0)
+    res = monte_carlo_test(np.asarray(measured, dtype=float),
+                           lambda size: rng.choice(pool, size=size), np.median,
+                           vectorized=True, n_resamples=9999)
+    return float(res.pvalue)
