@@ -5,7 +5,8 @@ Six sessions of five turns, each with its own system prompt, on ``--parallel 4 -
 0``: which slot a returning session finds free — and so how much of its history the server
 reuses — depends on which request finishes first, a matter of milliseconds; replays of
 the same sessions reuse different amounts.  Checked, on the same server build and tiny GGUF
-as tests/e2e/test_llama_server.py (one calibration round before each replay):
+as tests/e2e/test_llama_server.py (one calibration round on each replay's server after
+it replays, and one on a server of its own first, which sizes the sessions' spacing):
 
 - every replay's prompt-cache reuse lies inside the range kvsim's jittered replications
   give (``latency.jitter_cv`` = the calibration's ``step_time_cv``, ``jitter_prompt_cv``
@@ -77,7 +78,8 @@ it); on 2026-12-06 200 runs of four fresh calibrations reached 14.5 / 17.8 / 17.
 while one replay of that day reused 17.8 %.  Later that day one run failed here: one of
 six replays reused 20.6 % where the 800 runs reached 17.8 %; of the 108 replays recorded
 that day and the day before (72 in test runs, 36 kept for docs/design/timing-noise.md) two
-reused 20.6 %, so the server reaches that outcome more often than kvsim's draws do (docs/design/timing-noise.md, "The slow part measured")."""
+reused 20.6 %, so the server reaches that outcome more often than kvsim's draws do
+(docs/design/timing-noise.md, "The slow part measured")."""
 SERVER_ARGS = ("-c", str(SLOTS * 2048), "-np", str(SLOTS), "--cache-ram", "0")
 # covers the replay: whole prompts recomputed after a session lost its slot (up to 646
 # tokens; two such in one step up to 1,292 in all), follow-ups of ~70 new tokens on up to
@@ -133,8 +135,8 @@ def _scenario(gguf, artifact, trace, **noise: float | None):
 def _jittered(gguf, artifact, trace, arrival: tuple[float, float] | None = None
               ) -> list[dict]:
     """Summaries of kvsim's JITTER_RUNS jittered replications, at the noise the
-    calibration measured: its steps' CVs, its rounds' speed drift (taken between the
-    replays, so the drift between replays) and how late its requests reached the server
+    calibration measured: its steps' CVs, its rounds' speed drift (one round on each
+    replay's server, so the drift between replays) and how late its requests reached the server
     (``arrival``: this mean and standard deviation instead).
     NOTE: a machine busy enough to stall the server measures a CV of 1 or more, more than
     latency.jitter_cv takes: the widest noise kvsim takes then (calibrate says so)."""
@@ -165,11 +167,20 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
         return save_artifact(art, tmp_path / f"engine{len(samples)}.json"), art
 
     def pairs(n: int, sessions: list[Session]) -> None:
-        """n × (one calibration round, one replay on a fresh server): the machine's speed
-        drifts, so the rounds are spread over the replays (test_llama_server.py)."""
+        """n × (a fresh server: one replay, then one calibration round on it): the
+        machine's speed drifts, and one server process runs at another speed than the
+        next, so each replay's server gives the pooled rounds one of its own; the round
+        comes after the replay, which starts on a fresh server as before (a round run
+        first, its slots erased, left the server choosing other slots than with its
+        timing fed back for 3 requests in 9 replays, against 1 in 21 before).
+
+        NOTE: until 2026-12-06 the rounds ran on one long-lived server between the
+        replays; prompt steps fed back from the six replays of one run were priced
+        1.06-1.15x their measured time in every replay (one-slot decode steps
+        0.92-1.26x), another run's 0.89-1.18x: more drift between server processes
+        than the rounds on one process showed (run_speed_cv 0.10;
+        docs/design/timing-noise.md)."""
         for _ in range(n):
-            if len(samples) == len(players):
-                samples.append(measure_engine(cal.url, GRID))
             with _serve(server_bin, gguf_path, tmp_path / f"replay{len(players)}.log",
                         *SERVER_ARGS, "--slot-save-path", str(tmp_path)) as srv:
                 _warm_up(srv.url)
@@ -177,19 +188,20 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
                 asyncio.run(player.run(sessions))
                 assert player.lost is None, player.lost
                 players.append(player)
+                samples.append(measure_engine(srv.url, GRID))
 
     with _serve(server_bin, gguf_path, tmp_path / "calibrate.log", *SERVER_ARGS) as cal:
         samples.append(measure_engine(cal.url, GRID))
-        write_trace(trace, _sessions(1.0), TraceMeta(source="test"))
-        first = simulate(_scenario(gguf_path, artifact()[0], trace)).requests
-        unit_s = max(0.25, 4.0 * float(first["e2e_s"].median()))
-        sessions = _sessions(unit_s)
-        write_trace(trace, sessions, TraceMeta(source="test"))
+    write_trace(trace, _sessions(1.0), TraceMeta(source="test"))
+    first = simulate(_scenario(gguf_path, artifact()[0], trace)).requests
+    unit_s = max(0.25, 4.0 * float(first["e2e_s"].median()))
+    sessions = _sessions(unit_s)
+    write_trace(trace, sessions, TraceMeta(source="test"))
+    pairs(REPLAYS, sessions)
+    path, spread, misses = _judged(gguf_path, artifact(), trace, players)
+    if misses:  # a busy machine's replays swing by more than the band: three more
         pairs(REPLAYS, sessions)
         path, spread, misses = _judged(gguf_path, artifact(), trace, players)
-        if misses:  # a busy machine's replays swing by more than the band: three more
-            pairs(REPLAYS, sessions)
-            path, spread, misses = _judged(gguf_path, artifact(), trace, players)
     runs = [p.results() for p in players]
     print(f"unit {unit_s:.3f} s")
 
