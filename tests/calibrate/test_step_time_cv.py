@@ -38,37 +38,30 @@ def _noisy(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:
     return rng.lognormal(-sigma**2 / 2, sigma, n)
 
 
-def test_cv_of_the_gaps_leaves_out_the_fit_error_and_the_rounds_speed() -> None:
-    rng = np.random.default_rng(7)
-    decode = {}
-    for b, c, fit_error in ((1, 10, 1.0), (2, 40, 1.3)):
-        vals = []
-        for rnd, speed in ((0, 1.0), (1, 1.6)):  # the second round ran 60 % slower
-            for _ in range(20):
-                ctx = c + np.arange(104)
-                fitted = 1e-3 + b * 2e-4 + b * 1e-6 * ctx
-                gaps = fitted * fit_error * speed * _noisy(rng, 0.12, len(ctx))
-                vals.append(DecodeSample(0.0, len(ctx), tuple(gaps.tolist()), rnd))
-        decode[(b, c)] = vals
-    cv = step_time_cv(EngineSamples(props={}, decode=decode), FIT)
-    assert cv == pytest.approx(0.12, rel=0.06)
-
-
-def _drifting(speeds: list[float]) -> EngineSamples:
-    """Decode samples of rounds that ran at ``speeds``, step noise CV 0.15 and a fit error
-    of their own per point."""
-    rng = np.random.default_rng(11)
+def _decodes(speeds: list[float], cv: float, per_round: int, seed: int) -> EngineSamples:
+    """Decode samples of rounds that ran at ``speeds`` (``per_round`` sequences each),
+    step noise of CV ``cv`` and a fit error of their own per point."""
+    rng = np.random.default_rng(seed)
     decode = {}
     for b, c, fit_error in ((1, 10, 1.0), (2, 40, 1.3)):
         vals = []
         for rnd, speed in enumerate(speeds):
-            for _ in range(5):
+            for _ in range(per_round):
                 ctx = c + np.arange(104)
                 fitted = 1e-3 + b * 2e-4 + b * 1e-6 * ctx
-                gaps = fitted * fit_error * speed * _noisy(rng, 0.15, len(ctx))
+                gaps = fitted * fit_error * speed * _noisy(rng, cv, len(ctx))
                 vals.append(DecodeSample(0.0, len(ctx), tuple(gaps.tolist()), rnd))
         decode[(b, c)] = vals
     return EngineSamples(props={}, decode=decode, rounds=len(speeds))
+
+
+def test_cv_of_the_gaps_leaves_out_the_fit_error_and_the_rounds_speed() -> None:
+    samples = _decodes([1.0, 1.6], 0.12, 20, seed=7)  # the second round ran 60 % slower
+    assert step_time_cv(samples, FIT) == pytest.approx(0.12, rel=0.06)
+
+
+def _drifting(speeds: list[float]) -> EngineSamples:
+    return _decodes(speeds, 0.15, 5, seed=11)
 
 
 def test_run_speed_cv_is_the_rounds_drift_not_the_steps_noise() -> None:
