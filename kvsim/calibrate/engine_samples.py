@@ -182,8 +182,9 @@ def run_speed_cv(samples: EngineSamples, fit: LatencyFit) -> float | None:
     replays (one draw per run, kvsim.latency.jitter).  None under
     :data:`MIN_SPEED_ROUNDS` rounds.
 
-    NOTE: rounds taken between the replays they predict (the e2e tests) measure the
-    drift between those replays; rounds taken back to back measure little of it."""
+    NOTE: rounds taken on the servers and at the times of the runs they predict (the e2e
+    tests: one round on each replay's server) measure the drift between those runs;
+    rounds taken back to back on one server measure little of it."""
     by_round: dict[int, list[np.ndarray]] = {}
     for per_sample in _decode_points(samples, fit):
         per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
