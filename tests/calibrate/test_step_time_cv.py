@@ -122,7 +122,7 @@ def test_the_cli_prints_the_cv_a_scenario_takes(tmp_path: Path) -> None:
     with FakeLlama(slot_tokens=200, gap_cv=0.1) as srv:
         r = subprocess.run([sys.executable, "-m", "kvsim", "calibrate", "engine", "--url",
                             srv.url, "--prompts", "8", "--contexts", "0,64", "--batches", "1",
-                            "--decode-tokens", "30", "--repeats", "2", "--token-range",
+                            "--decode-tokens", "30", "--repeats", "3", "--token-range",
                             "300:900", "-o", str(out)], capture_output=True, text=True,
                            timeout=120, check=False)
     assert r.returncode == 0, r.stderr
@@ -134,6 +134,9 @@ def test_the_cli_prints_the_cv_a_scenario_takes(tmp_path: Path) -> None:
                     "(docs/scenarios.md, Timing noise)")
     sc = load_scenario("quickstart", [f"latency.jitter_cv={cv:.3f}"])
     assert sc.latency.jitter_cv == pytest.approx(cv, abs=5e-4)
+    run = settings["run_speed_cv"]  # three rounds: their drift is measured and printed
+    assert f"run-to-run speed CV {run:.3f} over 3 rounds: set latency.jitter_run_cv: " \
+        f"{run:.3f} to replay" in r.stdout
 
 
 def test_a_cv_above_what_a_scenario_takes_is_said_so() -> None:
