@@ -95,7 +95,8 @@ def kernels(model: str, device: str, layers: int, batches: str, contexts: str, p
 @click.option("--batches", default="1,2,4", show_default=True, help="parallel decodes")
 @click.option("--decode-tokens", type=int, default=48, show_default=True)
 @click.option("--repeats", type=int, default=3, show_default=True,
-              help="rounds over the whole grid (each visits every point once)")
+              help="rounds over the whole grid (each visits every point once); from 3 on, "
+              "their spread is printed as latency.jitter_run_cv")
 @click.option("--decode-repeats", type=int, default=3, show_default=True,
               help="decode requests per point per round")
 @click.option("--small-chunk-tokens", type=int, default=64, show_default=True,
