@@ -185,14 +185,8 @@ def run_speed_cv(samples: EngineSamples, fit: LatencyFit) -> float | None:
     NOTE: rounds taken on the servers and at the times of the runs they predict (the e2e
     tests: one round on each replay's server) measure the drift between those runs;
     rounds taken back to back on one server measure little of it."""
-    by_round: dict[int, list[np.ndarray]] = {}
-    for per_sample in _decode_points(samples, fit):
-        per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
-        if per_sample:
-            mid = float(np.median(np.concatenate([r for _, r in per_sample])))
-            for rnd, r in per_sample:
-                by_round.setdefault(rnd, []).append(r / mid)
-    factors = [float(np.median(np.concatenate(v))) for v in by_round.values()]
+    by_round = _over_point_medians(_decode_points(samples, fit))
+    factors = [float(np.median(np.concatenate([r for r, _ in v]))) for v in by_round.values()]
     if len(factors) < MIN_SPEED_ROUNDS:
         return None
     return statistics.stdev(factors) / statistics.fmean(factors)
@@ -319,6 +313,22 @@ def _weighted_ratios(points: list[list[tuple[int, np.ndarray]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_ratios`, and each ratio's weight: its point's median (seconds, when the
     samples are times)."""
+    ratios, weights = [], []
+    for vals in _over_point_medians(points).values():
+        r = np.concatenate([v for v, _ in vals])
+        if r.size:
+            ratios.append(r / np.median(r))
+            weights.append(np.concatenate([np.full(v.size, w) for v, w in vals]))
+    if not ratios:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(ratios), np.concatenate(weights)
+
+
+def _over_point_medians(points: list[list[tuple[int, np.ndarray]]]
+                        ) -> dict[int, list[tuple[np.ndarray, float]]]:
+    """Per round, each of its samples' ratios over its grid point's median (over all
+    rounds), with that median: the fit's error at the point taken out, the round's
+    speed left in (what :func:`_weighted_ratios` and :func:`run_speed_cv` read)."""
     by_round: dict[int, list[tuple[np.ndarray, float]]] = {}
     for per_sample in points:
         per_sample = [(rnd, r) for rnd, r in per_sample if r.size]
@@ -327,15 +337,7 @@ def _weighted_ratios(points: list[list[tuple[int, np.ndarray]]]
         mid = float(np.median(np.concatenate([r for _, r in per_sample])))
         for rnd, r in per_sample:
             by_round.setdefault(rnd, []).append((r / mid, mid))
-    ratios, weights = [], []
-    for vals in by_round.values():
-        r = np.concatenate([v for v, _ in vals])
-        if r.size:
-            ratios.append(r / np.median(r))
-            weights.append(np.concatenate([np.full(v.size, w) for v, w in vals]))
-    if not ratios:
-        return np.empty(0), np.empty(0)
-    return np.concatenate(ratios), np.concatenate(weights)
+    return by_round
 
 
 def _quantiles(ratios: np.ndarray) -> tuple[float, ...]:

@@ -54,7 +54,7 @@ class Setup:
     kv_type: str = "f16"
     cuda_graphs: bool = True   # one-token steps replay as CUDA graphs (CUDA backend)
     file_bytes: int | None = None  # the model file's size as the tool printed it
-    n_ubatch: int = 512        # -ub: sizes the SWA ring a windowed layer reads
+    n_ubatch: int = DEFAULT_UBATCH  # -ub: sizes the SWA ring a windowed layer reads
 
 
 def _weight_format(m: Measurement, from_name: str | None) -> str | None:

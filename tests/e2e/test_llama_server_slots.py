@@ -167,19 +167,11 @@ def test_more_sessions_than_slots(server_bin, gguf_path, tmp_path) -> None:  # n
         return save_artifact(art, tmp_path / f"engine{len(samples)}.json"), art
 
     def pairs(n: int, sessions: list[Session]) -> None:
-        """n × (a fresh server: one replay, then one calibration round on it): the
-        machine's speed drifts, and one server process runs at another speed than the
-        next, so each replay's server gives the pooled rounds one of its own; the round
-        comes after the replay, which starts on a fresh server as before (a round run
-        first, its slots erased, left the server choosing other slots than with its
-        timing fed back for 3 requests in 9 replays, against 1 in 21 before).
-
-        NOTE: until 2026-12-06 the rounds ran on one long-lived server between the
-        replays; prompt steps fed back from the six replays of one run were priced
-        1.06-1.15x their measured time in every replay (one-slot decode steps
-        0.92-1.26x), another run's 0.89-1.18x: more drift between server processes
-        than the rounds on one process showed (run_speed_cv 0.10;
-        docs/design/timing-noise.md)."""
+        """n × (a fresh server: one replay, then one calibration round on it): one
+        server process runs at another speed than the next, so each replay's server
+        gives the pooled rounds one of its own; after the replay, which so starts on a
+        fresh server (a round first disturbed the slot choices: docs/design/
+        timing-noise.md, "Calibrate the server that replays")."""
         for _ in range(n):
             with _serve(server_bin, gguf_path, tmp_path / f"replay{len(players)}.log",
                         *SERVER_ARGS, "--slot-save-path", str(tmp_path)) as srv:

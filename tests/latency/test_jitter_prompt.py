@@ -85,12 +85,14 @@ def test_prompt_noise_alone_is_timing_noise() -> None:
     assert not load_scenario("quickstart", SMALL).latency.jittered
 
 
+@pytest.mark.parametrize("key", ["jitter_prompt_cv", "jitter_run_cv"])
 @pytest.mark.parametrize("value", ["1", "-0.1", "nan"])
-def test_jitter_prompt_cv_outside_its_range_is_refused(value: str) -> None:
+def test_a_cv_key_outside_its_range_is_refused(key: str, value: str) -> None:
+    """latency.jitter_prompt_cv and jitter_run_cv (tests/latency/test_jitter_run.py)."""
     with pytest.raises(InputError) as exc:
-        load_scenario("quickstart", [f"latency.jitter_prompt_cv={value}"])
+        load_scenario("quickstart", [f"latency.{key}={value}"])
     line = exc.value.one_line()
-    assert "jitter_prompt_cv: " in line and value in line and "\n" not in line
+    assert f"{key}: " in line and value in line and "\n" not in line
 
 
 def test_lognormal_params_give_mean_one() -> None:
