@@ -300,4 +300,5 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
                     tile_tokens=c.tile_tokens if small > 1 else 0.0,
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
-                    reread_s_per_byte_token=c.pp_reread / bw)
+                    reread_s_per_byte_token=c.pp_reread / bw,
+                    expert_tiles=backend == "CUDA")

@@ -262,4 +262,4 @@ def decode_terms(base: RooflineLatency, contexts: np.ndarray, steps: int, saved:
                 (base._linear_kv * tokens).astype(np.float64) - saved)
     c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
     pairs = np.sum(base._attended(c + 1, np.ones_like(c)), axis=0)
-    return pairs, np.sum(base.kv_bytes(c + 1), axis=0) - saved
+    return pairs, np.sum(base.geometry.bytes_for_token_array(c + 1), axis=0) - saved

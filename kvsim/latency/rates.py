@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from kvsim.config.specs import GpuSpec
+from kvsim.latency.offload import experts_used_fraction
 
 TILE_TOKENS_MAX = 128
 """The widest tile of tokens llama.cpp's MMQ kernels run (``mmq_x`` up to 128): a step
@@ -81,6 +82,10 @@ class GpuRates:
     cache does not keep comes from memory again (kvsim.latency.backend: the fitted share
     re-read per token over peak bandwidth). It adds to the step's compute (the tiles
     wait for it); 0: no re-reads."""
+    expert_tiles: bool = False
+    """A tiled step's routed experts each pay ``tile_tokens`` per tile of their own
+    tokens (:func:`expert_tile_excess`): CUDA's MMQ with expert ids; False: the dense
+    factor for every FLOP."""
 
 
 def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
@@ -97,6 +102,28 @@ def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
         return rates.linear_flops_per_s, \
             1.0 + rates.tile_tokens * math.ceil(tokens / TILE_TOKENS_MAX) / tokens, False
     return rates.linear_flops_per_s, 1.0, False
+
+
+def expert_tile_excess(rates: GpuRates, tokens: float, pick: float) -> float:
+    """What a tiled step's routed-expert FLOPs cost beyond :func:`linear_terms`' factor,
+    as a factor on them: 0 unless the step is tiled and the model routes (``pick = k/E``).
+
+    The tiled kernels run an MoE layer expert by expert (ggml-cuda's MMQ with expert ids),
+    so every used expert pays ``tile_tokens`` per tile of *its own* tokens: a step of
+    ``t`` tokens gives each of the ``E · (1 − (1 − k/E)^t)`` experts it reaches
+    ``t_e = t · k / used`` tokens on average, and its expert FLOPs take the factor
+    ``1 + tile_tokens · ⌈t_e / 128⌉ / t_e`` where the dense ones take ``t``'s. A
+    512-token micro-batch of a 32-expert top-4 model gives each expert 64 tokens; a
+    64-token one 8 (docs/design/speed-model.md, "Experts tile their own tokens").
+    NOTE: no new constant: the dense tiles' ``tile_tokens``."""
+    if not rates.expert_tiles or not rates.tile_tokens or pick <= 0.0 \
+            or tokens <= max(rates.small_tokens, 1):
+        return 0.0
+    per = tokens * pick / experts_used_fraction(int(tokens), pick)
+    if per <= rates.small_tokens:
+        return 0.0
+    return rates.tile_tokens * (math.ceil(per / TILE_TOKENS_MAX) / per
+                                - math.ceil(tokens / TILE_TOKENS_MAX) / tokens)
 
 
 def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
-from kvsim.latency.rates import GpuRates, linear_terms, peak_rates
+from kvsim.latency.rates import GpuRates, expert_tile_excess, linear_terms, peak_rates
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -69,8 +69,12 @@ class RooflineLatency:
         self.head_flops_per_output = 2.0 * vh
         # MoE experts in system RAM (llama.cpp --fit): a token computes k/E of them on the
         # CPU (2 FLOPs per parameter); their layers' attention and KV stay on the GPU
-        self.cpu_linear_flops_per_token = 2.0 * self.expert_pick * cpu_expert_layers \
-            * weights.expert_bytes_per_layer * 8 / weights.bits_per_weight
+        expert_flops = 2.0 * self.expert_pick * weights.expert_bytes_per_layer * 8 \
+            / weights.bits_per_weight   # a token's routed-expert FLOPs in one layer
+        self.cpu_linear_flops_per_token = expert_flops * cpu_expert_layers
+        # routed-expert FLOPs of a token on the GPU (all layers: an offloaded ubatch)
+        self.gpu_expert_flops_per_token = expert_flops * (layers - cpu_expert_layers)
+        self.all_expert_flops_per_token = expert_flops * model.num_layers
         self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
         self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
@@ -147,18 +151,6 @@ class RooflineLatency:
         self.op_offload = op_offload if has_host else None
 
     # -- vectorised pieces -----------------------------------------------------
-    def kv_bytes(self, n: np.ndarray) -> np.ndarray:
-        """Bytes of KV held by sequences of ``n`` tokens (== geometry.bytes_for_tokens)."""
-        g = self.geometry
-        n = np.asarray(n, dtype=np.int64)
-        total = np.where(n > 0, g.recurrent_bytes_per_seq, 0).astype(np.float64)
-        for grp in g.groups:
-            held = n if grp.window_tokens is None else np.minimum(n, grp.window_tokens)
-            resid = np.minimum(held, g.residual_tokens)
-            total = total + (held - resid) * grp.bytes_per_token \
-                + resid * grp.residual_bytes_per_token
-        return total
-
     @staticmethod
     def _keys(a: np.ndarray, w: float) -> np.ndarray:
         """Sum over positions ``q = 1..a`` of ``min(q, w)`` keys attended."""
@@ -184,7 +176,8 @@ class RooflineLatency:
         w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
         rate, factor, _ = linear_terms(self.rates, nf)
-        compute = (f * lin - moe) / rate * factor + f * att / self.attn_rows_flops_per_s
+        compute = (f * lin - moe) / rate * factor + f * att / self.attn_rows_flops_per_s \
+            + self._expert_excess_s(nf, self.gpu_expert_flops_per_token, rate)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         t_gpu = compute + memory if self.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
@@ -200,6 +193,12 @@ class RooflineLatency:
         than ``rows_below`` tokens, the tiled kernel's otherwise."""
         return self.attn_rows_flops_per_s if decode or tokens < self.rows_below \
             else self.attn_flops_per_s
+
+    def _expert_excess_s(self, tokens: float, flops_per_token: float, rate: float) -> float:
+        """Seconds a tiled step's routed experts spend on their own tiles beyond the
+        dense factor (kvsim.latency.rates.expert_tile_excess); 0 for a dense model."""
+        x = expert_tile_excess(self.rates, tokens, self.expert_pick) if flops_per_token else 0.0
+        return tokens * flops_per_token * x / rate if x else 0.0
 
     def overhead(self, tokens: float) -> float:
         """The fixed time of a step of ``tokens`` tokens: replayed as a captured graph up
@@ -309,6 +308,7 @@ class RooflineLatency:
         resident = self.weight_bytes(tokens)[0] + copy_w
         rate, factor, _ = linear_terms(self.rates, tokens)
         t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
+                + self._expert_excess_s(tokens, self.all_expert_flops_per_token, rate)
                 + self.reread_s * tokens * resident,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
@@ -324,7 +324,8 @@ class RooflineLatency:
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
         rate, factor, small = linear_terms(self.rates, tokens)
-        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode)
+        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode) \
+            + self._expert_excess_s(tokens, self.gpu_expert_flops_per_token, rate)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         adds = self.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
         if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)
@@ -357,6 +358,7 @@ class RooflineLatency:
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
         gflops, factor, _ = linear_terms(self.rates, nf)
+        excess = self._expert_excess_s(nf, self.gpu_expert_flops_per_token, gflops)
         gbw, dq = self.gpu_bytes_per_s, self.dequant
         aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
@@ -369,7 +371,7 @@ class RooflineLatency:
             kv = float(lkv * tok) - saved
             att = float(full * tok) * pf
             kv_time_gpu = f * kv / kvbw
-            compute = (f * lin - moe) / gflops * factor + f * att / aflops
+            compute = (f * lin - moe) / gflops * factor + f * att / aflops + excess
             t_gpu = compute + (w_gpu + kv_time_gpu) if adds else \
                 max(compute, w_gpu + kv_time_gpu)
             t_cpu = 0.0
@@ -392,5 +394,5 @@ class RooflineLatency:
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
         ones = np.ones_like(c)
         pairs = np.sum(self._attended(c + 1, ones), axis=0)
-        kv = np.sum(self.kv_bytes(c + 1), axis=0) - saved
+        kv = np.sum(self.geometry.bytes_for_token_array(c + 1), axis=0) - saved
         return self._times(len(contexts), pairs, kv)

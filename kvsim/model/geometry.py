@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from kvsim.config.specs import ATTENTION_KINDS, LayerGroup, ModelSpec
 from kvsim.model.dtypes import CacheType, cache_type
 
@@ -150,6 +152,18 @@ class KvGeometry:
             held = n_tokens if g.window_tokens is None else min(n_tokens, g.window_tokens)
             resid = min(held, self.residual_tokens)
             total += (held - resid) * g.bytes_per_token + resid * g.residual_bytes_per_token
+        return total
+
+    def bytes_for_token_array(self, n: np.ndarray) -> np.ndarray:
+        """:meth:`bytes_for_tokens` of every element of ``n`` (float64; the same values:
+        integer-exact below 2**53).  NOTE: the latency models' numpy decode path."""
+        n = np.asarray(n, dtype=np.int64)
+        total = np.where(n > 0, self.recurrent_bytes_per_seq, 0).astype(np.float64)
+        for g in self.groups:
+            held = n if g.window_tokens is None else np.minimum(n, g.window_tokens)
+            resid = np.minimum(held, self.residual_tokens)
+            total = total + (held - resid) * g.bytes_per_token \
+                + resid * g.residual_bytes_per_token
         return total
 
 

@@ -33,9 +33,7 @@ from scipy.optimize import least_squares
 
 from kvsim.errors import InputError
 from kvsim.latency.backend import (
-    FORMAT_FAMILIES,
     ROW_KERNEL_ROWS,
-    BackendConstants,
     ClassScale,
     SpeedConstants,
     arch_class,
@@ -48,43 +46,13 @@ from kvsim.latency.backend import (
     vector_rate,
     vendor_class,
 )
-from kvsim.latency.rates import TILE_TOKENS_MAX, linear_terms
+from kvsim.latency.rates import TILE_TOKENS_MAX, expert_tile_excess, linear_terms
 from kvsim.latency.roofline import GpuRates
+from kvsim.validate.fit_space import HIGH, KEYS, LOW, _Space
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement
 
-PRIOR = {"bw_eff": 0.8, "kv_eff": 0.7, "kv_eff_no_fa": 0.5, "c_vec": 1.0, "c_mat": 1.0,
-         "c_pow_pj": 1.0, "attn_eff": 0.6, "attn_eff_no_fa": 0.4, "overhead_s": 5e-4,
-         "overhead_per_layer_s": 2e-5, "moe_eff": 0.5, "launch_per_layer_s": 5e-5,
-         "attn_eff_rows": 0.3, "pp_reread": 1.0 / 128, "c_small": 1.0, "tile_tokens": 64.0}
-"""Physical defaults the fit starts from and leans towards (weakly, :data:`PRIOR_WEIGHT`):
-weights stream at ~80 % of peak bandwidth, flash-attention kernels reach ~60 % of the
-matmul rate and read KV at ~70 % (less without flash attention), each FLOP costs ~1 pJ
-at the power limit, a step ~0.5 ms plus ~20 µs per layer of launches (~50 µs more per
-layer on CUDA where a step is not a captured graph: some 20 kernels a layer at a few µs
-of launch each), MoE matmuls half the dense rate, and a per-row attention kernel (decode)
-half the flash-attention rate; a prefill re-reads its weights once per 128-token tile
-(llama.cpp's MMQ tiles are at most 128 tokens wide) with no help from the cache; a step
-of 2 to 8 tokens (matrix-vector kernels) dequantises and multiplies at the vector ALUs'
-peak, one pass per token, after the weight read; a tiled step pays half a 128-token
-tile's compute once (``tile_tokens``: the shared files, all at 512-token micro-batches,
-hardly move it; 64 was picked on docs/reference/measurements-prs' micro-batch sweeps,
-docs/design/speed-model.md)."""
-PRIOR_WEIGHT = 0.05
-DEVIATION_WEIGHT = 0.5   # a class's or a backend's format departure from the shared value
 LOSS_SCALE = 0.15        # soft_l1: errors beyond ~15 % count less than squared
-FITTED_MEMORY_KINDS = ("hbm",)
-"""Memory kinds with a bandwidth factor of their own (GDDR is the reference): HBM parts
-reach a smaller share of their peak at one token than GDDR ones (a matrix-vector product
-keeps too few reads in flight for the wide stacks). LPDDR and DDR share GDDR's factor: a
-fitted LPDDR factor came out above 1 — confounded with the backends, since Apple's Metal
-has no GDDR part to tell the two apart — and carried from Strix Halo to DGX Spark on CUDA
-as a 16–24 % too fast decode (docs/design/speed-model.md)."""
-SHARED_FALLBACK = {"SYCL": "Vulkan", "default": "Vulkan"}
-"""Backends with no rows of their own borrow a fitted one's constants (Intel's SYCL
-path and anything unnamed: Vulkan, the portable backend)."""
-LOW, HIGH = -14.0, 6.0  # bounds of every log-constant
-KEYS = tuple(PRIOR)
 
 
 @dataclass(frozen=True)
@@ -93,8 +61,9 @@ class Row:
 
     m: Measurement
     setup: Setup
-    parts: np.ndarray   # (steps, 6): linear FLOPs, attention FLOPs, weight bytes, KV bytes,
-    #                     tokens in the step, 1 for a decode-only step
+    parts: np.ndarray   # (steps, 8): linear FLOPs, attention FLOPs, weight bytes, KV bytes,
+    #                     tokens in the step, 1 for a decode-only step, the routed experts'
+    #                     FLOPs (part of the linear ones), their pick share k/E
     tokens: int
 
     @property
@@ -108,7 +77,8 @@ class Row:
 
 def make_row(m: Measurement, s: Setup) -> Row:
     unit = latency_for(s, rates=GpuRates(1.0, 1.0, 1.0, 1.0, 0.0))
-    parts = np.array([(*unit.gpu_parts(b), b.num_tokens, not b.prefill_tokens)
+    parts = np.array([(*unit.gpu_parts(b), b.num_tokens, not b.prefill_tokens,
+                       b.num_tokens * unit.gpu_expert_flops_per_token, unit.expert_pick)
                       for b in step_batches(m)], dtype=np.float64)
     return Row(m, s, parts, tokens_measured(m))
 
@@ -125,7 +95,8 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     terms = [linear_terms(g, t) for t in p[:, 4]]  # the roofline's own definition
     rate, factor = (np.array([x[i] for x in terms]) for i in (0, 1))
     small = np.array([x[2] for x in terms], dtype=bool)
-    compute = p[:, 0] / rate * factor + p[:, 1] / att
+    excess = np.array([expert_tile_excess(g, t, pick) for t, pick in p[:, [4, 7]]])
+    compute = p[:, 0] / rate * factor + p[:, 1] / att + p[:, 6] * excess / rate
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
     adds = ((p[:, 5] > 0) | small) & g.decode_adds
     compute = compute + np.where((p[:, 5] > 0) | adds, 0.0,
@@ -140,110 +111,6 @@ def log_errors(rows: Sequence[Row], k: SpeedConstants) -> np.ndarray:
     """log(predicted / measured) tokens/s per row."""
     return np.array([math.log(r.tokens / row_seconds(r, k) / r.m.value) for r in rows])
 
-
-class _Space:
-    """The fitted parameters as a vector of logs, and back to SpeedConstants.
-
-    ``prior``: the constants the fit leans towards and keeps for whatever its rows do
-    not fit (formats, backends and classes they lack); None: :data:`PRIOR` for every
-    backend, factor 1 for every format."""
-
-    def __init__(self, rows: Sequence[Row], prior: SpeedConstants | None = None) -> None:
-        self.prior = prior
-        self.backends = sorted({r.setup.backend for r in rows})
-        self.fams = sorted({r.family for r in rows} - {"f16"})
-        self.classes = _with_two_devices(rows, lambda r: arch_class(r.setup.gpu,
-                                                                    r.setup.backend)) \
-            + _vendor_classes(rows)
-        self.pairs = [p for p in _with_two_devices(rows, lambda r: f"{r.setup.backend}:"
-                                                   f"{r.family}") if len(self.backends) > 1]
-        kinds = _with_two_devices(rows, lambda r: f"mem:{memory_kind(r.setup.gpu)}")
-        self.kinds = [k.partition(":")[2] for k in kinds
-                      if k.partition(":")[2] in FITTED_MEMORY_KINDS]
-        self.names = [f"{b}.{k}" for b in self.backends for k in KEYS] \
-            + [f"mem.{m}" for m in self.kinds] \
-            + [f"fmt_bw.{f}" for f in self.fams] + [f"fmt_pp.{f}" for f in self.fams] \
-            + [f"dev_bw.{p}" for p in self.pairs] + [f"dev_pp.{p}" for p in self.pairs] \
-            + [f"cls.{c}.{k}" for c in self.classes for k in ("pp_scale", "bw_scale")]
-        self.index = {n: i for i, n in enumerate(self.names)}
-        self.x_prior = self.vector(prior)
-        self.weights = np.array([DEVIATION_WEIGHT if n.startswith(("cls.", "dev_", "mem."))
-                                 else PRIOR_WEIGHT for n in self.names])
-
-    def vector(self, k: SpeedConstants | None) -> np.ndarray:
-        """``k`` (None: the physical defaults) as this space's vector of logs."""
-        x = np.zeros(len(self.names))
-        for i, n in enumerate(self.names):
-            head, _, key = n.partition(".")
-            if head in ("fmt_bw", "fmt_pp"):
-                table = {} if k is None else (k.format_bw if head == "fmt_bw" else k.format_pp)
-                x[i] = math.log(table.get(key, 1.0))
-            elif head in ("dev_bw", "dev_pp") and k is not None:
-                table = k.format_bw if head == "dev_bw" else k.format_pp
-                fam = key.partition(":")[2]
-                x[i] = math.log(table.get(key, table.get(fam, 1.0)) / table.get(fam, 1.0))
-            elif head == "mem":
-                x[i] = math.log(1.0 if k is None else k.memory_bw.get(key, 1.0))
-            elif head == "cls":
-                cls, _, attr = key.rpartition(".")
-                scale = ClassScale() if k is None else k.classes.get(cls, ClassScale())
-                x[i] = math.log(getattr(scale, attr))
-            elif head in self.backends:
-                has = k is not None and (head in k.backends or "default" in k.backends)
-                value = getattr(k.backend(head), key) if has else PRIOR[key]
-                x[i] = math.log(value if value > 0 else PRIOR[key])
-        return np.clip(x, LOW, HIGH)
-
-    def constants(self, x: np.ndarray, fitted_on: str = "") -> SpeedConstants:
-        v = dict(zip(self.names, np.exp(x)))
-        base = self.prior
-        backends = dict(base.backends) if base else {}
-        # NOTE: the launch overhead exists on CUDA only (cuda_graphs): 0 elsewhere
-        backends.update({b: BackendConstants(**{k: float(v[f"{b}.{k}"]) if b == "CUDA" or
-                                                k != "launch_per_layer_s" else 0.0
-                                                for k in KEYS})
-                         for b in self.backends})
-        for alias, src in SHARED_FALLBACK.items():
-            if alias not in backends and src in backends:
-                backends[alias] = backends[src]
-        tables = {}
-        for head, dev in (("fmt_bw", "dev_bw"), ("fmt_pp", "dev_pp")):
-            old = (base.format_bw if head == "fmt_bw" else base.format_pp) if base else {}
-            t = {f: float(v.get(f"{head}.{f}", old.get(f, 1.0))) for f in FORMAT_FAMILIES}
-            # NOTE: a backend's factor is its deviation times the shared one: a prior's
-            # deviation that is not refitted keeps its ratio to the refitted shared value
-            for key, val in old.items():
-                fam = key.partition(":")[2]
-                if fam and key not in self.pairs:
-                    t[key] = t.get(fam, 1.0) * val / old.get(fam, 1.0)
-            t.update({p: t[p.partition(":")[2]] * float(v[f"{dev}.{p}"]) for p in self.pairs})
-            tables[head] = t
-        classes = dict(base.classes) if base else {}
-        classes.update({c: ClassScale(pp_scale=float(v[f"cls.{c}.pp_scale"]),
-                                      bw_scale=float(v[f"cls.{c}.bw_scale"]))
-                        for c in self.classes})
-        mem = {**(base.memory_bw if base else {}),
-               **{m: float(v[f"mem.{m}"]) for m in self.kinds}}
-        return SpeedConstants(backends=backends, format_bw=tables["fmt_bw"],
-                              format_pp=tables["fmt_pp"], classes=classes, memory_bw=mem,
-                              fitted_on=fitted_on)
-
-
-def _vendor_classes(rows: Sequence[Row]) -> list[str]:
-    """Vendor classes of backends whose rows come from 2+ vendors (else the backend's
-    own constants are that vendor's), each with 2+ devices."""
-    vendors: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        vendors[r.setup.backend].add(r.setup.gpu.vendor.lower())
-    multi = [r for r in rows if len(vendors[r.setup.backend]) > 1]
-    return _with_two_devices(multi, lambda r: vendor_class(r.setup.gpu, r.setup.backend))
-
-
-def _with_two_devices(rows: Sequence[Row], key) -> list[str]:  # type: ignore[no-untyped-def]
-    devs: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        devs[key(r)].add(r.device)
-    return sorted(c for c, d in devs.items() if len(d) >= 2 and ":" in c)
 
 
 def _fixed_factors(rows: Sequence[Row], space: _Space
@@ -308,6 +175,8 @@ class _Rows:
                      for k in ("pp_scale", "bw_scale")}
         self.fixed_pp, self.fixed_bw, self.fixed_mem = _fixed_factors(rows, space)
         self.parts = np.concatenate([r.parts for r in rows])
+        self.expert_excess = _expert_excess(self.parts) * np.repeat(
+            self.cuda, [len(r.parts) for r in rows])  # GpuRates.expert_tiles
         self.owner = np.repeat(np.arange(len(rows)), [len(r.parts) for r in rows])
         self.log_meas = np.log([r.m.value / r.tokens for r in rows])  # log(1 / seconds)
         self.nb = len(space.backends)
@@ -342,9 +211,11 @@ class _Rows:
         small = (p[:, 4] > 1) & (p[:, 4] <= self.small_max[o])  # matrix-vector (GpuRates)
         lin_s = np.where(small, (self.vec / c["c_small"])[o], lin[o])
         tiled = (p[:, 4] > np.maximum(self.small_max[o], 1)) & self.tiles[o]
-        tiled = tiled * c["tile_tokens"][o] * np.ceil(p[:, 4] / TILE_TOKENS_MAX) / p[:, 4]
-        factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4], 1.0 + tiled)
-        compute = p[:, 0] / lin_s * factor + p[:, 1] / np.where(per_row, att_rows[o], att[o])
+        tile = tiled * c["tile_tokens"][o]
+        factor = np.where(small, (p[:, 4] - 1.0) / p[:, 4],
+                          1.0 + tile * np.ceil(p[:, 4] / TILE_TOKENS_MAX) / p[:, 4])
+        compute = p[:, 0] / lin_s * factor + p[:, 1] / np.where(per_row, att_rows[o], att[o]) \
+            + p[:, 6] / lin_s * tile * self.expert_excess
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
         adds = (p[:, 5] > 0) | small
         compute = compute + np.where(adds, 0.0,
@@ -353,6 +224,16 @@ class _Rows:
         step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body
         seconds = np.bincount(o, weights=step, minlength=len(self.b))
         return -np.log(seconds) - self.log_meas
+
+
+def _expert_excess(p: np.ndarray) -> np.ndarray:
+    """Per step, :func:`kvsim.latency.rates.expert_tile_excess` over ``tile_tokens``
+    (tiles of each used expert's tokens less the step's, per token); 0 for dense steps."""
+    t, pick = p[:, 4], p[:, 7]
+    used = 1.0 - (1.0 - pick) ** np.floor(t)
+    per = np.where(pick > 0, t * pick / np.where(used > 0, used, 1.0), 1.0)
+    return np.where((pick > 0) & (per > 8), np.ceil(per / TILE_TOKENS_MAX) / per
+                    - np.ceil(t / TILE_TOKENS_MAX) / t, 0.0)
 
 
 def row_weights(rows: Sequence[Row]) -> np.ndarray:

@@ -71,7 +71,7 @@ def test_kv_bytes_match_geometry_and_decode_stretch_matches_steps(model: str) ->
     r = _roofline(model, kv="q8_0")  # all three are in the catalogue: no skip
     assert r.geometry.model_name == model
     ns = np.array([0, 1, 17, 1023, 4096, 70000])
-    assert r.kv_bytes(ns).tolist() == [r.geometry.bytes_for_tokens(int(n)) for n in ns]
+    assert r.geometry.bytes_for_token_array(ns).tolist() == [r.geometry.bytes_for_tokens(int(n)) for n in ns]
     ctx = np.array([10, 500, 3000])
     fast = r.decode_steps_s(ctx, 64)
     slow = [r.step_time_s(BatchShape(decode_context=tuple(int(c) + j for c in ctx)))
