@@ -42,7 +42,7 @@ import numpy as np
 
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import experts_used_fraction, ubatch_split
-from kvsim.latency.rates import linear_terms, times_add
+from kvsim.latency.rates import expert_tile_excess, linear_terms, times_add
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
 
@@ -142,10 +142,20 @@ class MultiGpuLatency:
         r = s.rates
         kv_t = kvb / r.kv_bytes_per_s
         flops = (lin + att) / r.linear_flops_per_s if host else \
-            _linear_s(r, lin, tokens) + att / r.attention_flops_per_s
+            _linear_s(r, lin, tokens) + att / r.attention_flops_per_s \
+            + self._expert_tiles_s(s, tokens, decode)
         mem = wts / r.weight_bytes_per_s + kv_t
         return (np.maximum(flops, mem) if host else
                 self._join(flops, mem, times_add(r, tokens, decode))) + b.dequant * kv_t
+
+    def _expert_tiles_s(self, s: Share, tokens: float, decode: bool) -> float:
+        """A prompt step's routed experts on this GPU's share of the layers, tiling their
+        own tokens (kvsim.latency.rates.expert_tile_excess; RooflineLatency: none in a
+        decode-only step)."""
+        b, r = self.base, s.rates
+        x = 0.0 if decode else expert_tile_excess(r, tokens, b.expert_pick)
+        return s.layer * tokens * b.all_expert_flops_per_token * x / r.linear_flops_per_s \
+            if x else 0.0
 
     def _row_part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
                   used: float, decode: bool = False) -> tuple[Any, Any]:
@@ -154,7 +164,7 @@ class MultiGpuLatency:
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
         adds = times_add(r, tokens, decode)
-        mat = self._join(_linear_s(r, lin, tokens),
+        mat = self._join(_linear_s(r, lin, tokens) + self._expert_tiles_s(s, tokens, decode),
                          (s.layer * self.dense_bytes + s.head * self.weights.head_bytes)
                          / r.weight_bytes_per_s, adds)
         kv_t = s.kv * kv / r.kv_bytes_per_s
@@ -261,5 +271,5 @@ def decode_terms(base: RooflineLatency, contexts: np.ndarray, steps: int, saved:
         return ((base.full_layers * tokens).astype(np.float64),
                 (base._linear_kv * tokens).astype(np.float64) - saved)
     c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
-    pairs = np.sum(base._attended(c + 1, np.ones_like(c)), axis=0)
+    pairs = np.sum(base.geometry.attended_pairs(c + 1, np.ones_like(c)), axis=0)
     return pairs, np.sum(base.geometry.bytes_for_token_array(c + 1), axis=0) - saved

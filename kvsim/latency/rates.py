@@ -115,13 +115,12 @@ def expert_tile_excess(rates: GpuRates, tokens: float, pick: float) -> float:
     ``1 + tile_tokens · ⌈t_e / 128⌉ / t_e`` where the dense ones take ``t``'s. A
     512-token micro-batch of a 32-expert top-4 model gives each expert 64 tokens; a
     64-token one 8 (docs/design/speed-model.md, "Experts tile their own tokens").
-    NOTE: no new constant: the dense tiles' ``tile_tokens``."""
+    NOTE: no new constant: the dense tiles' ``tile_tokens``. Prompt steps only: the
+    roofline charges no decode-only step with it (measured batched decode shows none)."""
     if not rates.expert_tiles or not rates.tile_tokens or pick <= 0.0 \
             or tokens <= max(rates.small_tokens, 1):
         return 0.0
     per = tokens * pick / experts_used_fraction(int(tokens), pick)
-    if per <= rates.small_tokens:
-        return 0.0
     return rates.tile_tokens * (math.ceil(per / TILE_TOKENS_MAX) / per
                                 - math.ceil(tokens / TILE_TOKENS_MAX) / tokens)
 

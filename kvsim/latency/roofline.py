@@ -94,7 +94,6 @@ class RooflineLatency:
         self.overhead_batch_s = rates.overhead_s if rates.overhead_batch_s is None \
             else rates.overhead_batch_s
         self.graph_max_tokens = graph_max_tokens
-        self.decode_adds = rates.decode_adds
         self.attn_rows_flops_per_s = rates.attention_flops_per_s \
             if rates.attention_rows_flops_per_s is None else rates.attention_rows_flops_per_s
         self.rows_below = rates.rows_below
@@ -150,20 +149,6 @@ class RooflineLatency:
         has_host = self.host_dense_bytes + self.host_expert_bytes > 0
         self.op_offload = op_offload if has_host else None
 
-    # -- vectorised pieces -----------------------------------------------------
-    @staticmethod
-    def _keys(a: np.ndarray, w: float) -> np.ndarray:
-        """Sum over positions ``q = 1..a`` of ``min(q, w)`` keys attended."""
-        return np.where(a <= w, a * (a + 1) / 2.0, w * (w + 1) / 2.0 + (a - w) * w)
-
-    def _attended(self, ctx_after: np.ndarray, new: np.ndarray) -> np.ndarray:
-        """Layer-weighted query-key pairs for ``new`` tokens ending at ``ctx_after``."""
-        c0 = ctx_after - new
-        pairs = self.full_layers * (new * c0 + new * (new + 1) / 2.0)
-        for w, layers in self.windows:
-            pairs = pairs + layers * (self._keys(ctx_after, w) - self._keys(c0, w))
-        return pairs
-
     def _times(self, n: int, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
         """Decode step times of ``n`` sequences for arrays of (attention pairs, KV bytes)."""
         nf = float(n)
@@ -176,10 +161,9 @@ class RooflineLatency:
         w_gpu, w_cpu = self.weight_bytes(n)
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
         rate, factor, _ = linear_terms(self.rates, nf)
-        compute = (f * lin - moe) / rate * factor + f * att / self.attn_rows_flops_per_s \
-            + self._expert_excess_s(nf, self.gpu_expert_flops_per_token, rate)
+        compute = (f * lin - moe) / rate * factor + f * att / self.attn_rows_flops_per_s
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
-        t_gpu = compute + memory if self.decode_adds else np.maximum(compute, memory)
+        t_gpu = compute + memory if self.rates.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
         if f < 1.0 or self.cpu_linear_flops_per_token:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
@@ -287,7 +271,7 @@ class RooflineLatency:
             share = size / tokens
             if off.offloads(size):
                 t += count * self._offloaded_s(size, lin * share, att * share, kv_read,
-                                               off.link_bytes_per_s)
+                                               off.link_bytes_per_s, decode)
             else:  # a short last ubatch: host layers (and head) on the CPU
                 t += count * self._split_s(float(size), lin * share, att * share, kv_read,
                                            0.0, decode)
@@ -297,7 +281,7 @@ class RooflineLatency:
         return t if on_cpu else t + self.host_head_bytes / self.cpu_bytes_per_s
 
     def _offloaded_s(self, tokens: int, lin: float, att: float, kv_read: float,
-                     link_bytes_per_s: float) -> float:
+                     link_bytes_per_s: float, decode: bool) -> float:
         """One ubatch with every layer on the GPU: copy the host weights (experts: the
         share routed to) and the host layers' KV over the link, then compute — the
         scheduler issues the copy on the GPU's stream before the split, so they add."""
@@ -308,7 +292,8 @@ class RooflineLatency:
         resident = self.weight_bytes(tokens)[0] + copy_w
         rate, factor, _ = linear_terms(self.rates, tokens)
         t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
-                + self._expert_excess_s(tokens, self.all_expert_flops_per_token, rate)
+                + (0.0 if decode else self._expert_excess_s(
+                    tokens, self.all_expert_flops_per_token, rate))
                 + self.reread_s * tokens * resident,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
@@ -324,10 +309,11 @@ class RooflineLatency:
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
         rate, factor, small = linear_terms(self.rates, tokens)
-        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode) \
-            + self._expert_excess_s(tokens, self.gpu_expert_flops_per_token, rate)
+        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode)
+        if not decode:  # a prompt's experts tile their own tokens (rates.expert_tile_excess)
+            compute += self._expert_excess_s(tokens, self.gpu_expert_flops_per_token, rate)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
-        adds = self.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
+        adds = self.rates.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
         if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)
             compute += self.reread_s * tokens * w_gpu
         t = base_s + (compute + memory if adds else max(compute, memory))
@@ -358,12 +344,11 @@ class RooflineLatency:
         lin = nf * self.linear_flops_per_token + nf * self.head_flops_per_output
         pf, f = self.pair_flops, self.gpu_fraction
         gflops, factor, _ = linear_terms(self.rates, nf)
-        excess = self._expert_excess_s(nf, self.gpu_expert_flops_per_token, gflops)
         gbw, dq = self.gpu_bytes_per_s, self.dequant
         aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
-        over, adds = self.overhead(n), self.decode_adds
+        over, adds = self.overhead(n), self.rates.decode_adds
         out = []
         moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
             self.cpu_linear_flops_per_token
@@ -371,7 +356,7 @@ class RooflineLatency:
             kv = float(lkv * tok) - saved
             att = float(full * tok) * pf
             kv_time_gpu = f * kv / kvbw
-            compute = (f * lin - moe) / gflops * factor + f * att / aflops + excess
+            compute = (f * lin - moe) / gflops * factor + f * att / aflops
             t_gpu = compute + (w_gpu + kv_time_gpu) if adds else \
                 max(compute, w_gpu + kv_time_gpu)
             t_cpu = 0.0
@@ -393,6 +378,6 @@ class RooflineLatency:
                                (self._linear_kv * tokens).astype(np.float64) - saved)
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
         ones = np.ones_like(c)
-        pairs = np.sum(self._attended(c + 1, ones), axis=0)
+        pairs = np.sum(self.geometry.attended_pairs(c + 1, ones), axis=0)
         kv = np.sum(self.geometry.bytes_for_token_array(c + 1), axis=0) - saved
         return self._times(len(contexts), pairs, kv)

@@ -166,6 +166,25 @@ class KvGeometry:
                 + resid * g.residual_bytes_per_token
         return total
 
+    def attended_pairs(self, ctx_after: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Layer-weighted query-key pairs of ``new`` tokens ending at ``ctx_after``: a
+        full-attention layer's tokens attend every key before them, a sliding one's at
+        most its window.  NOTE: the latency models' numpy decode path (the scalar twin
+        is kvsim.latency.roofline's ``_shape``): the same floats, element by element."""
+        c0 = ctx_after - new
+        full = sum(g.layers for g in self.groups if g.window_tokens is None)
+        pairs = full * (new * c0 + new * (new + 1) / 2.0)
+        for g in self.groups:
+            if g.window_tokens is not None:
+                w = g.window_tokens
+                pairs = pairs + g.layers * (_keys(ctx_after, w) - _keys(c0, w))
+        return pairs
+
+
+def _keys(a: np.ndarray, w: float) -> np.ndarray:
+    """Sum over positions ``q = 1..a`` of ``min(q, w)`` keys attended."""
+    return np.where(a <= w, a * (a + 1) / 2.0, w * (w + 1) / 2.0 + (a - w) * w)
+
 
 def _attn_layer_bytes(g: LayerGroup, k: CacheType, v: CacheType) -> int:
     if g.kind == "mla":

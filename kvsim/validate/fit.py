@@ -95,7 +95,8 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     terms = [linear_terms(g, t) for t in p[:, 4]]  # the roofline's own definition
     rate, factor = (np.array([x[i] for x in terms]) for i in (0, 1))
     small = np.array([x[2] for x in terms], dtype=bool)
-    excess = np.array([expert_tile_excess(g, t, pick) for t, pick in p[:, [4, 7]]])
+    excess = np.array([0.0 if d else expert_tile_excess(g, t, pick)  # prompt steps only
+                       for t, d, pick in p[:, [4, 5, 7]]])
     compute = p[:, 0] / rate * factor + p[:, 1] / att + p[:, 6] * excess / rate
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
     adds = ((p[:, 5] > 0) | small) & g.decode_adds
@@ -228,11 +229,12 @@ class _Rows:
 
 def _expert_excess(p: np.ndarray) -> np.ndarray:
     """Per step, :func:`kvsim.latency.rates.expert_tile_excess` over ``tile_tokens``
-    (tiles of each used expert's tokens less the step's, per token); 0 for dense steps."""
+    (tiles of each used expert's tokens less the step's, per token); 0 for dense and
+    decode-only steps."""
     t, pick = p[:, 4], p[:, 7]
     used = 1.0 - (1.0 - pick) ** np.floor(t)
     per = np.where(pick > 0, t * pick / np.where(used > 0, used, 1.0), 1.0)
-    return np.where((pick > 0) & (per > 8), np.ceil(per / TILE_TOKENS_MAX) / per
+    return np.where((pick > 0) & (p[:, 5] == 0), np.ceil(per / TILE_TOKENS_MAX) / per
                     - np.ceil(t / TILE_TOKENS_MAX) / t, 0.0)
 
 
