@@ -169,11 +169,15 @@ def _amount(value: Any, unit: Any) -> str:
 
 
 def _test(r: dict[str, Any]) -> str:
+    from kvsim.validate.predict import DEFAULT_UBATCH
+
     name = f"pp{r['n_prompt']}" if r["metric"] == "pp_tps" else f"tg{r['n_gen']}"
     if r["depth"]:
         name += f" @ d{r['depth']}"
     if r["batch"] > 1:
         name += f" x{r['batch']}"
+    if r.get("n_ubatch") not in (None, DEFAULT_UBATCH):  # llama-bench -ub: a micro-batch sweep
+        name += f" ub{r['n_ubatch']}"
     return name
 
 

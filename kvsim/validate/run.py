@@ -110,7 +110,7 @@ def prediction_row(m: Measurement, s: Setup, pred: float) -> dict[str, object]:
     return {"id": m.id, "kind": m.kind, "backend": m.backend, "metric": m.metric,
             "gpu": s.gpu.name, "model": s.model.name, "weights": s.weight_format,
             "n_prompt": m.n_prompt, "n_gen": m.n_gen, "depth": m.depth, "batch": m.batch,
-            "flash_attn": s.flash_attn, "measured_tps": m.value, "predicted_tps": pred,
+            "n_ubatch": m.n_ubatch, "flash_attn": s.flash_attn, "measured_tps": m.value, "predicted_tps": pred,
             "rel_err": (pred - m.value) / m.value}
 
 

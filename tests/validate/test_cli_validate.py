@@ -193,3 +193,24 @@ def test_speed_vs_load_rows_with_other_units_or_metrics(kvsim_cli, tmp_path):
               "be tok/s)",
         "U2": "metric 'energy_j': not a prefill or decode throughput kvsim predicts",
         "U3": "value 'n/a' is not a number"}
+
+
+def test_a_micro_batch_sweep_names_each_rows_micro_batch(kvsim_cli, tmp_path):
+    # llama-bench -ub 64,512 prints an n_ubatch column; rows that differ only in it are
+    # told apart: "n_ubatch" in the JSON, "ub64" in the table's test (the default 512
+    # is not written)
+    f = tmp_path / "sweep.md"
+    f.write_text("""\
+  Device 0: NVIDIA GeForce RTX 5090, compute capability 12.0, VMM: yes
+| model                          |       size |     params | backend    | ngl | n_ubatch |            test |                  t/s |
+| ------------------------------ | ---------: | ---------: | ---------- | --: | -------: | --------------: | -------------------: |
+| llama 7B Q4_0                  |   3.56 GiB |     6.74 B | CUDA       |  99 |       64 |           pp512 |      8000.00 ± 20.00 |
+| llama 7B Q4_0                  |   3.56 GiB |     6.74 B | CUDA       |  99 |      512 |           pp512 |     14000.00 ± 20.00 |
+""", encoding="utf-8")
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    rows = json.loads(out)["rows"]
+    assert [r["n_ubatch"] for r in rows] == [64, 512]
+    assert rows[0]["predicted_tps"] < rows[1]["predicted_tps"]   # a tile a 64-token step
+    code, _, table = kvsim_cli("validate", f)
+    assert code == 0 and "pp512 ub64" in table and "pp512 ub512" not in table
