@@ -2,8 +2,9 @@
 
 :func:`fit_constants` finds the :class:`SpeedConstants` that minimise a robust loss
 (``soft_l1``) of log(predicted / measured) tokens/s with ``scipy.optimize.least_squares``,
-with a weak pull of every constant towards a physical default (:data:`PRIOR`) or, for
-a card's own calibration, towards the shipped constants — so what a set of rows
+with a weak pull of every constant towards a physical default
+(:data:`kvsim.validate.fit_space.PRIOR`) or, for a card's own calibration, towards the
+shipped constants — so what a set of rows
 cannot separate (one model size cannot split fixed from per-layer overhead) keeps a
 sensible split:
 

@@ -150,7 +150,7 @@ def test_a_step_of_more_than_one_token_is_launched_kernel_by_kernel_on_cuda():
 def test_shipped_constants_stream_lpddr_like_gddr_and_hbm_slower():
     # the shipped fit gives HBM a factor of its own and LPDDR/DDR none: a card that differs
     # only in its memory type streams weights at the same rate on LPDDR as on GDDR (a fitted
-    # LPDDR factor was confounded with the backends: kvsim/validate/fit.FITTED_MEMORY_KINDS)
+    # LPDDR factor was confounded with the backends: kvsim/validate/fit_space.FITTED_MEMORY_KINDS)
     g, m = load_gpu("rtx-3060-12gb"), load_model("llama-3.1-8b")
     assert memory_kind(g) == "gddr"
     rate = {t: gpu_rates(g.model_copy(update={"memory_type": t}), m, "q4_0",
