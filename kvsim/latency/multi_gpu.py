@@ -57,6 +57,13 @@ def _linear_s(rates: GpuRates, flops: Any, tokens: float) -> Any:
     return flops / rate * factor
 
 
+def _reread_s(rates: GpuRates, tokens: float, weight_bytes: float, skip: bool) -> float:
+    """A prompt step's tiles reading this GPU's weights again (GpuRates.
+    reread_s_per_byte_token, as RooflineLatency prices one card); 0 where ``skip`` (a
+    decode-only step, or one whose times add)."""
+    return 0.0 if skip else rates.reread_s_per_byte_token * tokens * weight_bytes
+
+
 @dataclass(frozen=True)
 class Share:
     """One GPU's part of every step: shares of the model's work it does."""
@@ -145,8 +152,11 @@ class MultiGpuLatency:
             _linear_s(r, lin, tokens) + att / r.attention_flops_per_s \
             + self._expert_tiles_s(s, tokens, decode)
         mem = wts / r.weight_bytes_per_s + kv_t
-        return (np.maximum(flops, mem) if host else
-                self._join(flops, mem, times_add(r, tokens, decode))) + b.dequant * kv_t
+        if host:
+            return np.maximum(flops, mem) + b.dequant * kv_t
+        adds = times_add(r, tokens, decode)
+        return self._join(flops + _reread_s(r, tokens, wts, decode or adds), mem, adds) \
+            + b.dequant * kv_t
 
     def _expert_tiles_s(self, s: Share, tokens: float, decode: bool) -> float:
         """A prompt step's routed experts on this GPU's share of the layers, tiling their
@@ -164,9 +174,10 @@ class MultiGpuLatency:
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
         adds = times_add(r, tokens, decode)
-        mat = self._join(_linear_s(r, lin, tokens) + self._expert_tiles_s(s, tokens, decode),
-                         (s.layer * self.dense_bytes + s.head * self.weights.head_bytes)
-                         / r.weight_bytes_per_s, adds)
+        rows = s.layer * self.dense_bytes + s.head * self.weights.head_bytes
+        mat = self._join(_linear_s(r, lin, tokens) + self._expert_tiles_s(s, tokens, decode)
+                         + _reread_s(r, tokens, rows, decode or adds),
+                         rows / r.weight_bytes_per_s, adds)
         kv_t = s.kv * kv / r.kv_bytes_per_s
         home = self._join(s.attn * pairs * b.pair_flops / r.attention_flops_per_s,
                           s.expert * used * self.expert_bytes / r.weight_bytes_per_s + kv_t,
