@@ -186,6 +186,13 @@ def small_batch_tokens(backend: str) -> int:
     return 1 if backend == "CPU" else SMALL_BATCH_TOKENS
 
 
+def per_expert_tiles(backend: str) -> bool:
+    """Whether a backend's tiled kernels run an MoE layer expert by expert, each paying
+    its own tiles (GpuRates.expert_tiles): CUDA's MMQ with expert ids. ROCm sends batches
+    of 64+ tokens to hipBLAS (``ggml_cuda_should_use_mmq``); the others are not measured."""
+    return backend == "CUDA"
+
+
 ROW_KERNEL_ROWS = {"CPU": 64}
 """Steps of fewer tokens than this run attention one query row at a time, as a decode
 does on every backend: ggml-cpu's flash attention takes its tiled path
@@ -301,4 +308,4 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
                     reread_s_per_byte_token=c.pp_reread / bw,
-                    expert_tiles=backend == "CUDA")
+                    expert_tiles=per_expert_tiles(backend))

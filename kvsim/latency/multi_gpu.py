@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from kvsim.latency.base import BatchShape
-from kvsim.latency.offload import experts_used_fraction, ubatch_split
-from kvsim.latency.rates import expert_tile_excess, linear_terms, times_add
+from kvsim.latency.offload import ubatch_split
+from kvsim.latency.rates import expert_tile_s, experts_used_fraction, linear_terms, times_add
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
 
@@ -162,10 +162,9 @@ class MultiGpuLatency:
         """A prompt step's routed experts on this GPU's share of the layers, tiling their
         own tokens (kvsim.latency.rates.expert_tile_excess; RooflineLatency: none in a
         decode-only step)."""
-        b, r = self.base, s.rates
-        x = 0.0 if decode else expert_tile_excess(r, tokens, b.expert_pick)
-        return s.layer * tokens * b.all_expert_flops_per_token * x / r.linear_flops_per_s \
-            if x else 0.0
+        b = self.base
+        return 0.0 if decode else expert_tile_s(
+            s.rates, tokens, b.expert_pick, s.layer * tokens * b.all_expert_flops_per_token)
 
     def _row_part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
                   used: float, decode: bool = False) -> tuple[Any, Any]:

@@ -47,16 +47,6 @@ def ubatch_split(tokens: int, ubatch_tokens: int) -> tuple[tuple[int, int], ...]
     return tuple((size, n) for size, n in ((ubatch_tokens, full), (rest, 1)) if n and size)
 
 
-def experts_used_fraction(tokens: int, pick_fraction: float) -> float:
-    """Expected share of an MoE layer's experts that ``tokens`` tokens route to, each
-    token picking ``k`` of ``E`` (``pick_fraction = k/E``): ``1 − (1 − k/E)^tokens``.
-    Uniform routing is the planning assumption; real routers are skewed, which lowers
-    the share only for small ubatches."""
-    if pick_fraction <= 0.0:
-        return 0.0
-    return 1.0 - (1.0 - pick_fraction) ** tokens
-
-
 def op_offload_for(scenario: Any) -> OpOffload | None:
     """The scenario's op offload, or None when its engine would not offload.
 

@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 from kvsim.config.specs import GpuSpec
-from kvsim.latency.offload import experts_used_fraction
 
 TILE_TOKENS_MAX = 128
 """The widest tile of tokens llama.cpp's MMQ kernels run (``mmq_x`` up to 128): a step
@@ -104,6 +103,16 @@ def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
     return rates.linear_flops_per_s, 1.0, False
 
 
+def experts_used_fraction(tokens: int, pick_fraction: float) -> float:
+    """Expected share of an MoE layer's experts that ``tokens`` tokens route to, each
+    token picking ``k`` of ``E`` (``pick_fraction = k/E``): ``1 − (1 − k/E)^tokens``.
+    Uniform routing is the planning assumption; real routers are skewed, which lowers
+    the share only for small ubatches."""
+    if pick_fraction <= 0.0:
+        return 0.0
+    return 1.0 - (1.0 - pick_fraction) ** tokens
+
+
 def expert_tile_excess(rates: GpuRates, tokens: float, pick: float) -> float:
     """What a tiled step's routed-expert FLOPs cost beyond :func:`linear_terms`' factor,
     as a factor on them: 0 unless the step is tiled and the model routes (``pick = k/E``).
@@ -123,6 +132,14 @@ def expert_tile_excess(rates: GpuRates, tokens: float, pick: float) -> float:
     per = tokens * pick / experts_used_fraction(int(tokens), pick)
     return rates.tile_tokens * (math.ceil(per / TILE_TOKENS_MAX) / per
                                 - math.ceil(tokens / TILE_TOKENS_MAX) / tokens)
+
+
+def expert_tile_s(rates: GpuRates, tokens: float, pick: float, expert_flops: float) -> float:
+    """Seconds a prompt step's routed-expert FLOPs (``expert_flops``, of ``tokens``
+    tokens picking ``pick = k/E``) spend on their own tiles beyond the dense factor
+    (:func:`expert_tile_excess`, at the tiled path's rate); 0 for a dense model."""
+    x = expert_tile_excess(rates, tokens, pick) if expert_flops else 0.0
+    return expert_flops * x / rates.linear_flops_per_s if x else 0.0
 
 
 def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:

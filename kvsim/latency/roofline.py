@@ -27,8 +27,14 @@ import numpy as np
 
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.latency.base import BatchShape
-from kvsim.latency.offload import OpOffload, experts_used_fraction, ubatch_split
-from kvsim.latency.rates import GpuRates, expert_tile_excess, linear_terms, peak_rates
+from kvsim.latency.offload import OpOffload, ubatch_split
+from kvsim.latency.rates import (
+    GpuRates,
+    expert_tile_s,
+    experts_used_fraction,
+    linear_terms,
+    peak_rates,
+)
 from kvsim.model.geometry import KvGeometry
 from kvsim.model.weights import WeightSplit
 
@@ -67,16 +73,8 @@ class RooflineLatency:
         edges = vh if weights.tied else 2.0 * vh   # embedding + head (tied: one tensor)
         self.linear_flops_per_token = 2.0 * max(0.0, model.params_active - edges)
         self.head_flops_per_output = 2.0 * vh
-        # MoE experts in system RAM (llama.cpp --fit): a token computes k/E of them on the
-        # CPU (2 FLOPs per parameter); their layers' attention and KV stay on the GPU
-        expert_flops = 2.0 * self.expert_pick * weights.expert_bytes_per_layer * 8 \
-            / weights.bits_per_weight   # a token's routed-expert FLOPs in one layer
-        self.cpu_linear_flops_per_token = expert_flops * cpu_expert_layers
-        # routed-expert FLOPs of a token on the GPU (all layers: an offloaded ubatch)
-        self.gpu_expert_flops_per_token = expert_flops * (layers - cpu_expert_layers)
-        self.all_expert_flops_per_token = expert_flops * model.num_layers
         self.pair_flops = 4.0 * model.num_attention_heads * model.head_dim
-        self.full_layers = sum(g.layers for g in geometry.groups if g.window_tokens is None)
+        self.full_layers = geometry.full_layers
         self.windows = [(g.window_tokens, g.layers) for g in geometry.groups
                         if g.window_tokens is not None]
         self.geometry = geometry
@@ -105,8 +103,7 @@ class RooflineLatency:
             and not geometry.recurrent_bytes_per_seq
         self._linear_kv = sum(grp.bytes_per_token for grp in geometry.groups) if simple else None
         # bytes one old token adds to every step's read: the full-attention layers'
-        self.kv_read_token_bytes = sum(grp.bytes_per_token for grp in geometry.groups
-                                       if grp.window_tokens is None)
+        self.kv_read_token_bytes = geometry.full_bytes_per_token
         self._host_weights(model, weights, layers, on_gpu, cpu_expert_layers, op_offload)
 
     def _step_weights(self, model: ModelSpec, weights: WeightSplit, layers: int,
@@ -126,6 +123,13 @@ class RooflineLatency:
         self.cpu_expert_bytes = (host_layers + cpu_expert_layers) * expert
         # a one-token step's reads (one decoding sequence): k/E of the experts
         self.gpu_weight_bytes, self.cpu_weight_bytes = self.weight_bytes(1)
+        # a token's routed-expert FLOPs (2 a parameter): experts in system RAM (llama.cpp
+        # --fit) on the CPU, their layers' attention and KV on the GPU; on the GPU; in
+        # every layer (an offloaded ubatch runs them all on the GPU)
+        flops = 2.0 * self.expert_pick * expert * 8 / weights.bits_per_weight
+        self.cpu_linear_flops_per_token = flops * cpu_expert_layers
+        self.gpu_expert_flops_per_token = flops * (layers - cpu_expert_layers)
+        self.all_expert_flops_per_token = flops * model.num_layers
 
     def weight_bytes(self, tokens: int) -> tuple[float, float]:
         """(GPU, host) weight bytes one graph of ``tokens`` tokens reads: the dense parts
@@ -177,12 +181,6 @@ class RooflineLatency:
         than ``rows_below`` tokens, the tiled kernel's otherwise."""
         return self.attn_rows_flops_per_s if decode or tokens < self.rows_below \
             else self.attn_flops_per_s
-
-    def _expert_excess_s(self, tokens: float, flops_per_token: float, rate: float) -> float:
-        """Seconds a tiled step's routed experts spend on their own tiles beyond the
-        dense factor (kvsim.latency.rates.expert_tile_excess); 0 for a dense model."""
-        x = expert_tile_excess(self.rates, tokens, self.expert_pick) if flops_per_token else 0.0
-        return tokens * flops_per_token * x / rate if x else 0.0
 
     def overhead(self, tokens: float) -> float:
         """The fixed time of a step of ``tokens`` tokens: replayed as a captured graph up
@@ -292,8 +290,8 @@ class RooflineLatency:
         resident = self.weight_bytes(tokens)[0] + copy_w
         rate, factor, _ = linear_terms(self.rates, tokens)
         t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
-                + (0.0 if decode else self._expert_excess_s(
-                    tokens, self.all_expert_flops_per_token, rate))
+                + (0.0 if decode else expert_tile_s(
+                    self.rates, tokens, self.expert_pick, tokens * self.all_expert_flops_per_token))
                 + self.reread_s * tokens * resident,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
@@ -311,7 +309,8 @@ class RooflineLatency:
         rate, factor, small = linear_terms(self.rates, tokens)
         compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode)
         if not decode:  # a prompt's experts tile their own tokens (rates.expert_tile_excess)
-            compute += self._expert_excess_s(tokens, self.gpu_expert_flops_per_token, rate)
+            compute += expert_tile_s(self.rates, tokens, self.expert_pick,
+                                     tokens * self.gpu_expert_flops_per_token)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         adds = self.rates.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
         if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)

@@ -90,6 +90,11 @@ class KvGeometry:
         return sum(g.bytes_per_token for g in self.groups if g.window_tokens is None)
 
     @property
+    def full_layers(self) -> int:
+        """Layers whose tokens attend every key before them (no window)."""
+        return sum(g.layers for g in self.groups if g.window_tokens is None)
+
+    @property
     def windowed(self) -> tuple[GroupBytes, ...]:
         return tuple(g for g in self.groups if g.window_tokens is not None)
 
@@ -172,8 +177,7 @@ class KvGeometry:
         most its window.  NOTE: the latency models' numpy decode path (the scalar twin
         is kvsim.latency.roofline's ``_shape``): the same floats, element by element."""
         c0 = ctx_after - new
-        full = sum(g.layers for g in self.groups if g.window_tokens is None)
-        pairs = full * (new * c0 + new * (new + 1) / 2.0)
+        pairs = self.full_layers * (new * c0 + new * (new + 1) / 2.0)
         for g in self.groups:
             if g.window_tokens is not None:
                 w = g.window_tokens

@@ -43,13 +43,14 @@ from kvsim.latency.backend import (
     gpu_rates,
     matrix_rate,
     memory_kind,
+    per_expert_tiles,
     small_batch_tokens,
     vector_rate,
     vendor_class,
 )
 from kvsim.latency.rates import TILE_TOKENS_MAX, expert_tile_excess, linear_terms
 from kvsim.latency.roofline import GpuRates
-from kvsim.validate.fit_space import HIGH, KEYS, LOW, _Space
+from kvsim.validate.fit_space import HIGH, KEYS, LOW, FitSpace
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement
 
@@ -115,7 +116,7 @@ def log_errors(rows: Sequence[Row], k: SpeedConstants) -> np.ndarray:
 
 
 
-def _fixed_factors(rows: Sequence[Row], space: _Space
+def _fixed_factors(rows: Sequence[Row], space: FitSpace
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row, the prior's (prefill, weight-bandwidth, memory) factors that are not
     fitted parameters: formats, backend deviations, class scales and memory kinds the
@@ -146,7 +147,7 @@ def _fixed_factors(rows: Sequence[Row], space: _Space
 class _Rows:
     """Every row's spec-sheet rates, parameter indices and steps, as arrays."""
 
-    def __init__(self, rows: Sequence[Row], space: _Space) -> None:
+    def __init__(self, rows: Sequence[Row], space: FitSpace) -> None:
         g = [r.setup.gpu for r in rows]
         be = [r.setup.backend for r in rows]
         self.vec = np.array([vector_rate(x) for x in g])
@@ -177,14 +178,14 @@ class _Rows:
                      for k in ("pp_scale", "bw_scale")}
         self.fixed_pp, self.fixed_bw, self.fixed_mem = _fixed_factors(rows, space)
         self.parts = np.concatenate([r.parts for r in rows])
-        self.expert_excess = _expert_excess(self.parts) * np.repeat(
-            self.cuda, [len(r.parts) for r in rows])  # GpuRates.expert_tiles
         self.owner = np.repeat(np.arange(len(rows)), [len(r.parts) for r in rows])
+        own = np.array([per_expert_tiles(b) for b in be])  # GpuRates.expert_tiles
+        self.expert_excess = _expert_excess(self.parts) * own[self.owner]
         self.log_meas = np.log([r.m.value / r.tokens for r in rows])  # log(1 / seconds)
         self.nb = len(space.backends)
 
     @staticmethod
-    def _idx(space: _Space, names: list[str]) -> np.ndarray:
+    def _idx(space: FitSpace, names: list[str]) -> np.ndarray:
         return np.array([space.index.get(n, -1) for n in names])
 
     def log_errors(self, x: np.ndarray) -> np.ndarray:
@@ -258,7 +259,7 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
     prior)."""
     if not rows:
         raise InputError("measurements", "none", "at least one predictable row to fit on")
-    space = _Space(rows, prior)
+    space = FitSpace(rows, prior)
     arrays = _Rows(rows, space)
     x0 = space.x_prior if start is None else space.vector(start)
     n = len(rows)

@@ -58,7 +58,7 @@ LOW, HIGH = -14.0, 6.0  # bounds of every log-constant
 KEYS = tuple(PRIOR)
 
 
-class _Space:
+class FitSpace:
     """The fitted parameters as a vector of logs, and back to SpeedConstants.
 
     ``prior``: the constants the fit leans towards and keeps for whatever its rows do

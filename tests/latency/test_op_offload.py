@@ -20,12 +20,8 @@ import pytest
 
 from kvsim.config.specs import GpuSpec, HostSpec, LayerGroup, ModelSpec
 from kvsim.latency.base import BatchShape
-from kvsim.latency.offload import (
-    OpOffload,
-    experts_used_fraction,
-    op_offload_for,
-    ubatch_split,
-)
+from kvsim.latency.offload import OpOffload, op_offload_for, ubatch_split
+from kvsim.latency.rates import experts_used_fraction
 from kvsim.latency.roofline import RooflineLatency
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.weights import WeightSplit

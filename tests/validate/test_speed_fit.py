@@ -38,7 +38,7 @@ def _rows(constants=None):
 def test_vectorised_errors_equal_the_validate_path():
     rows = _rows()
     k = load_constants()
-    space = F._Space(rows, k)
+    space = F.FitSpace(rows, k)
     fast = F._Rows(rows, space).log_errors(space.vector(k))
     slow = F.log_errors(rows, space.constants(space.vector(k)))
     assert np.allclose(fast, slow, rtol=0, atol=1e-9)
