@@ -139,7 +139,7 @@ class _Prober:
         """One sample: client-side time to first token of P new tokens on C cached
         ones, with the server's ``cache_n`` and ``prompt_n``, how late the client sent it
         after its pause and the handling the server's ``prompt_ms`` leaves of the time to
-        first token (engine_samples.arrival_delay)."""
+        first token (engine_noise.arrival_delay)."""
         base = self.fresh(ctx)
         if ctx:
             await self.complete(base, 1)

@@ -253,7 +253,7 @@ def _print_fits(art, output: str) -> None:  # type: ignore[no-untyped-def]
 
 def _arrival_line(delay_s: float, sd_s: float) -> str:
     """What the measured arrival delay means for ``latency.arrival_delay_s`` and
-    ``latency.arrival_jitter_s`` (engine_samples.arrival_delay)."""
+    ``latency.arrival_jitter_s`` (engine_noise.arrival_delay)."""
     from kvsim.latency.config import arrival_keys
 
     return (f"requests reach the server {delay_s * 1e3:.2f} ms late (sd {sd_s * 1e3:.2f} ms: "

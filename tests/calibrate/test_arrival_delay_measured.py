@@ -5,7 +5,8 @@ handling (settings.arrival_delay_s / arrival_jitter_s), which a scenario replays
 import pytest
 
 from kvsim.calibrate.engine import EngineGrid, measure_engine
-from kvsim.calibrate.engine_samples import EngineSamples, PrefillSample, arrival_delay
+from kvsim.calibrate.engine_noise import arrival_delay
+from kvsim.calibrate.engine_samples import EngineSamples, PrefillSample
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.cli.calibrate import _arrival_line
 from kvsim.scenario import load_scenario

@@ -15,13 +15,12 @@ from kvsim.calibrate.engine import (
     measure_engine,
     ram_cache_link,
 )
+from kvsim.calibrate.engine_noise import decode_spread, prefill_spread
 from kvsim.calibrate.engine_samples import (
     DecodeSample,
     EngineSamples,
     PrefillSample,
-    decode_spread,
     engine_artifact,
-    prefill_spread,
 )
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.errors import InputError

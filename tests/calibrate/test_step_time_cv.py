@@ -10,14 +10,8 @@ import numpy as np
 import pytest
 
 from kvsim.calibrate.engine import EngineGrid, calibrate_engine
-from kvsim.calibrate.engine_samples import (
-    DecodeSample,
-    EngineSamples,
-    PrefillSample,
-    prompt_step_cv,
-    run_speed_cv,
-    step_time_cv,
-)
+from kvsim.calibrate.engine_noise import prompt_step_cv, run_speed_cv, step_time_cv
+from kvsim.calibrate.engine_samples import DecodeSample, EngineSamples, PrefillSample
 from kvsim.calibrate.wire import TokenSpace
 from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
 from kvsim.scenario import load_scenario

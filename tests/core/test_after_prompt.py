@@ -6,7 +6,8 @@ scheduler), and fast-forward starts no stretch before them."""
 import pytest
 from core_helpers import req
 
-from kvsim.calibrate.engine_samples import DecodeSample, EngineSamples, after_prompt_excess
+from kvsim.calibrate.engine_noise import after_prompt_excess
+from kvsim.calibrate.engine_samples import DecodeSample, EngineSamples
 from kvsim.core.slot_scheduler import SlotScheduler
 from kvsim.latency.artifact import FEATURES, FeatureRange, LatencyFit
 from kvsim.latency.base import BatchShape
