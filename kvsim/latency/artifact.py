@@ -182,15 +182,21 @@ def kv_spill(kv_tokens: np.ndarray | float, kv_knee_tokens: int) -> np.ndarray |
     return np.maximum(kv_tokens - kv_knee_tokens, 0.0)
 
 
+def decode_multi(sequences: int) -> float:
+    """The ``decode_multi`` feature of a step decoding ``sequences`` sequences: 1 for two
+    or more.
+
+    NOTE: on llama-server's CPU backend the second decoding slot cost ~1.4 ms a step and
+    each one after it ~0.25 ms (docs/design/timing-noise.md, "Two slots cost more than
+    twice one"); a linear ``decode_seq`` alone priced two slots 30 % short."""
+    return float(sequences >= 2)
+
+
 def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
                   decode_context: np.ndarray, small_chunk_tokens: int = 0,
                   kv_knee_tokens: int = 0) -> np.ndarray:
-    """Feature vector (in :data:`FEATURES` order) of one engine step.
-
-    NOTE: ``decode_multi`` is 1 for a step that decodes two or more sequences: on
-    llama-server's CPU backend the second decoding slot cost ~1.4 ms a step and each one
-    after it ~0.25 ms (docs/design/timing-noise.md, "Two slots cost more than twice
-    one"); a linear ``decode_seq`` alone priced two slots 30 % short."""
+    """Feature vector (in :data:`FEATURES` order) of one engine step (``decode_multi``:
+    :func:`decode_multi`)."""
     p = np.asarray(prefill_tokens, dtype=float)
     c = np.asarray(prefill_context, dtype=float)
     d = np.asarray(decode_context, dtype=float)
@@ -198,7 +204,7 @@ def step_features(prefill_tokens: np.ndarray, prefill_context: np.ndarray,
     small = p < small_chunk_tokens
     kv = float(d.sum())
     return np.array([1.0, float(p.size), p.sum(), attn[~small].sum(), attn[small].sum(),
-                     float(d.size), float(d.size >= 2), kv,
+                     float(d.size), decode_multi(d.size), kv,
                      float(kv_spill(kv, kv_knee_tokens))])
 
 
@@ -213,7 +219,7 @@ def point_features(pt: TimingPoint, small_chunk_tokens: int = 0,
             return _graph_features(pt, small_chunk_tokens)
         return _chunk_features(pt, small_chunk_tokens)
     kv = decode_step_kv(pt)
-    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, s * float(b >= 2), kv.sum(),
+    return np.array([s, 0.0, 0.0, 0.0, 0.0, b * s, s * decode_multi(b), kv.sum(),
                      kv_spill(kv, kv_knee_tokens).sum()])
 
 
@@ -266,7 +272,7 @@ def point_step_ranges(pt: TimingPoint, small_chunk_tokens: int = 0, kv_knee_toke
     if pt.kind == "decode":
         kv = decode_step_kv(pt)
         lo, hi = int(kv[0]), int(kv[-1])
-        multi = float(pt.batch >= 2)
+        multi = decode_multi(pt.batch)
         return {"prefill_seq": (0, 0), "prefill_token": (0, 0), "prefill_attn": (0, 0),
                 "prefill_attn_small": (0, 0), "decode_seq": (pt.batch, pt.batch),
                 "decode_multi": (multi, multi),

@@ -7,8 +7,9 @@ portable backend (``Vulkan:intel``) and per architecture class (``CUDA:ada``,
 ``Metal:apple-m2``…) — never per card.
 
 NOTE: the constants live in ``hardware_profiles/speed/constants.yaml``, written by
-``scripts/fit_speed.py`` from ``docs/reference/measurements``; this module only reads them. They were
-fitted on llama.cpp measurements; other engines use them as the best available estimate.
+``scripts/fit_speed.py`` from ``docs/reference/measurements``; this module only reads
+them. They were fitted on llama.cpp measurements; other engines use them as the best
+available estimate.
 Design: docs/design/speed-model.md (the rate formulas, the fit and its errors).
 """
 
@@ -33,8 +34,8 @@ BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL")
 Backend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL"]
 FORMAT_FAMILIES = ("f16", "f32", "q8_0", "q4_0", "kquant", "iquant", "mxfp4", "other")
 _FAMILY = {"f32": "f32", "f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0",
-           "q4_k_m": "kquant", "q5_k_m": "kquant", "q6_k": "kquant", "iq4_xs": "iquant", "mxfp4": "mxfp4",
-           "mxfp4_moe": "mxfp4"}
+           "q4_k_m": "kquant", "q5_k_m": "kquant", "q6_k": "kquant", "iq4_xs": "iquant",
+           "mxfp4": "mxfp4", "mxfp4_moe": "mxfp4"}
 _NO_INT8_MMA = frozenset({"pascal", "volta"})
 _VENDOR_BACKEND = {"nvidia": "CUDA", "amd": "ROCm", "apple": "Metal", "intel": "Vulkan"}
 

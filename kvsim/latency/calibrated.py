@@ -47,6 +47,7 @@ from kvsim.latency.artifact import (
     FEATURES,
     CalibrationArtifact,
     LatencyFit,
+    decode_multi,
     kv_spill,
     load_artifact,
 )
@@ -170,7 +171,7 @@ class CalibratedLatencyModel:
             self.clamped_steps += int(clamped.sum())
         kv = np.minimum(kv, self._max[_KV])
         seqs = min(n, self._max[_SEQ])
-        multi = min(float(n >= 2), self._max[_MULTI])
+        multi = min(decode_multi(int(n)), self._max[_MULTI])
         spill = kv_spill(kv, self.fit.kv_knee_tokens)
         return (self._coef[0] + self._coef[_SEQ] * seqs + self._coef[_MULTI] * multi
                 + self._coef[_KV] * kv + self._coef[_SPILL] * spill)

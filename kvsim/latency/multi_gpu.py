@@ -42,7 +42,7 @@ import numpy as np
 
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import ubatch_split
-from kvsim.latency.rates import expert_tile_s, experts_used_fraction, linear_terms, times_add
+from kvsim.latency.rates import expert_tile_s, experts_used_fraction, linear_terms
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
 
@@ -51,10 +51,11 @@ ROW_INPUT_BYTES_PER_VALUE = 1.0625  # q8_1: 36 B per 32 values (ggml-common.h bl
 F32_BYTES = 4
 
 
-def _linear_s(rates: GpuRates, flops: Any, tokens: float) -> Any:
-    """Seconds of a step's linear-layer FLOPs on one GPU (kvsim.latency.rates.linear_terms)."""
-    rate, factor, _ = linear_terms(rates, tokens)
-    return flops / rate * factor
+def _linear(rates: GpuRates, lin: Any, tokens: float, decode: bool) -> tuple[Any, bool]:
+    """(seconds of a step's linear-layer FLOPs ``lin`` on one GPU, whether its compute and
+    memory times add): kvsim.latency.rates.linear_terms and times_add from one call."""
+    rate, factor, mv = linear_terms(rates, tokens)
+    return lin / rate * factor, rates.decode_adds and (decode or mv)
 
 
 def _reread_s(rates: GpuRates, tokens: float, weight_bytes: float, skip: bool) -> float:
@@ -148,13 +149,12 @@ class MultiGpuLatency:
         kvb = s.kv * kv
         r = s.rates
         kv_t = kvb / r.kv_bytes_per_s
-        flops = (lin + att) / r.linear_flops_per_s if host else \
-            _linear_s(r, lin, tokens) + att / r.attention_flops_per_s \
-            + self._expert_tiles_s(s, tokens, decode)
         mem = wts / r.weight_bytes_per_s + kv_t
         if host:
-            return np.maximum(flops, mem) + b.dequant * kv_t
-        adds = times_add(r, tokens, decode)
+            return np.maximum((lin + att) / r.linear_flops_per_s, mem) + b.dequant * kv_t
+        lin_s, adds = _linear(r, lin, tokens, decode)
+        flops = lin_s + att / r.attention_flops_per_s \
+            + self._expert_tiles_s(s, tokens, decode)
         return self._join(flops + _reread_s(r, tokens, wts, decode or adds), mem, adds) \
             + b.dequant * kv_t
 
@@ -172,9 +172,9 @@ class MultiGpuLatency:
         b, r = self.base, s.rates
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
-        adds = times_add(r, tokens, decode)
+        lin_s, adds = _linear(r, lin, tokens, decode)
         rows = s.layer * self.dense_bytes + s.head * self.weights.head_bytes
-        mat = self._join(_linear_s(r, lin, tokens) + self._expert_tiles_s(s, tokens, decode)
+        mat = self._join(lin_s + self._expert_tiles_s(s, tokens, decode)
                          + _reread_s(r, tokens, rows, decode or adds),
                          rows / r.weight_bytes_per_s, adds)
         kv_t = s.kv * kv / r.kv_bytes_per_s
