@@ -208,6 +208,23 @@ def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
         expert_bytes_per_layer=int(experts * expert_bytes), tied=tied)
 
 
+def format_for_file(model: ModelSpec, fmt: str, file_bytes: int) -> str:
+    """Of ``fmt`` and the formats that differ from it only in the width of the tensors
+    that are not routed experts (``mxfp4``: the rest bf16; ``mxfp4_moe``: q8_0), the one
+    whose size of ``model`` is closest to a file of ``file_bytes``.
+
+    NOTE: llama.cpp names a GGUF's type by its experts ("MXFP4 MoE"), and a table that
+    copies it says "MXFP4"; the file's printed size tells the rest apart: ggml-org's
+    gpt-oss-20b is 11.27 GiB, 11.23 with q8_0 beside the experts, 12.80 with bf16."""
+    wf = weight_format(fmt)
+    if not wf.experts_only or not model.num_experts:
+        return wf.name
+    kin = [f.name for f in _FORMATS.values()
+           if f.experts_only and f.bits_per_weight == wf.bits_per_weight]
+    return min(kin, key=lambda f: (abs(model_weights(model, f).total_bytes - file_bytes),
+                                   f != wf.name))
+
+
 def _layer_expert_params(model: ModelSpec, per_layer: float) -> float:
     """One layer's routed experts: the count-based share, at most what the layer holds
     beyond its attention projections (0 for a dense model)."""

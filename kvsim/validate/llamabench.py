@@ -369,7 +369,8 @@ def weight_format(model_type: str) -> str:
     """The weights' quantisation from llama-bench's model_type ("<arch> <size> <ftype>").
 
     "llama 7B Q4_0" -> "Q4_0", "Q4_K - Medium" -> "Q4_K_M", "all F32" -> "F32",
-    "IQ2_XXS - 2.0625 bpw" -> "IQ2_XXS", "MXFP4 MoE" -> "MXFP4"; "" when none is named."""
+    "IQ2_XXS - 2.0625 bpw" -> "IQ2_XXS", "MXFP4 MoE" -> "MXFP4_MOE" (llama.cpp's
+    MXFP4_MOE file type); "" when none is named."""
     ftype = re.sub(r"\((?:guessed)\)\s*|\b(?:mostly|all)\s+", "", model_type)
     m = _QUANT.search(ftype)
     if not m:
@@ -377,6 +378,8 @@ def weight_format(model_type: str) -> str:
     base, rest = m.group(0), ftype[m.end():].lower()
     if base == "IQ3_S" and rest.startswith(" mix"):
         return "IQ3_M"
+    if base == "MXFP4" and rest.startswith(" moe"):
+        return "MXFP4_MOE"
     size = re.match(r"\s*-\s*(small|medium|large)\b", rest)
     if size and not (base == "Q2_K" and size.group(1) == "medium"):
         return base + _SIZE_SUFFIX[size.group(1)]

@@ -36,7 +36,12 @@ from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.dtypes import cache_type
 from kvsim.model.geometry import kv_geometry
 from kvsim.model.names import resolve_model
-from kvsim.model.weights import WeightSplit, model_weights, weight_format_names
+from kvsim.model.weights import (
+    WeightSplit,
+    format_for_file,
+    model_weights,
+    weight_format_names,
+)
 from kvsim.validate.records import Measurement, Skipped
 
 DEFAULT_UBATCH = 512
@@ -58,8 +63,12 @@ class Setup:
 
 
 def _weight_format(m: Measurement, from_name: str | None) -> str | None:
+    """The row's weight format, else the one its model name states; the name's where it
+    refines the row's ("MXFP4 MoE" in the name, "MXFP4" in the column)."""
     text = (m.weight_format or from_name or "").strip().lower().replace("-", "_")
     text = {"q4_k_medium": "q4_k_m", "q4_k___medium": "q4_k_m", "fp16": "f16"}.get(text, text)
+    if from_name and text and from_name.startswith(text + "_"):
+        text = from_name
     return text if text in weight_format_names() else None
 
 
@@ -95,6 +104,8 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
     if fmt is None:
         return Skipped(m.id, f"weight format {m.weight_format!r}: one of "
                        + ", ".join(weight_format_names()))
+    if m.model_size_bytes:  # NOTE: an experts-only format's other tensors, by file size
+        fmt = format_for_file(model, fmt, m.model_size_bytes)
     kv = (m.kv_type or "f16").lower()
     try:
         cache_type(kv)

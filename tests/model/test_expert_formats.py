@@ -27,7 +27,7 @@ from kvsim.config.catalog import load_gpu, load_model
 from kvsim.engines.budget import memory_budget
 from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError
-from kvsim.model.weights import model_weights, weight_format
+from kvsim.model.weights import format_for_file, model_weights, weight_format
 
 GB = 10**9
 
@@ -113,3 +113,27 @@ def test_fit_names_its_own_flag_for_an_experts_only_format_on_a_dense_model(kvsi
     assert (rc, out) == (2, "")
     assert err == ("error: --weights: 'mxfp4' — quantises MoE experts only, and llama-3.1-8b "
                    "has none; use a whole-model format (bf16, q8_0, q4_k_m, ...)")
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("model", "printed_gib", "fmt"), [
+    # llama-bench's size column for ggml-org's GGUFs (../shared/measurements/
+    # speed-vs-load.csv SL0011, SL0021): 11.27 GiB is 12,101,014,487 B, 0.4 % above the
+    # q8_0-beside-the-experts total (12,056,865,792) and 12 % below the bf16 one
+    ("gpt-oss-20b", 11.27, "mxfp4_moe"),
+    ("gpt-oss-120b", 59.02, "mxfp4_moe"),
+    # a file of the bf16 layout (e.g. a converter's F16 output): 13.74 GB = 12.80 GiB
+    ("gpt-oss-20b", 12.80, "mxfp4"),
+])
+def test_the_printed_file_size_says_what_sits_beside_the_experts(model, printed_gib, fmt):
+    m = load_model(model)
+    for named in ("mxfp4", "mxfp4_moe"):
+        assert format_for_file(m, named, int(printed_gib * GIB)) == fmt
+
+
+def test_a_whole_model_format_or_a_dense_model_keeps_its_format():
+    assert format_for_file(load_model("gpt-oss-20b"), "q4_0", 11 * GIB) == "q4_0"
+    assert format_for_file(load_model("llama-3.1-8b"), "q4_k_m", 4 * GIB) == "q4_k_m"
+    assert format_for_file(load_model("llama-3.1-8b"), "mxfp4", 4 * GIB) == "mxfp4"

@@ -258,7 +258,7 @@ def test_backends_normalise_to_the_gpu_backend(raw: str, backend: str) -> None:
     ("llama 8B Q5_K - Small", "Q5_K_S"), ("llama 8B Q3_K - Large", "Q3_K_L"),
     ("llama 8B Q2_K - Medium", "Q2_K"), ("llama ?B all F32", "F32"), ("llama 8B F16", "F16"),
     ("llama 8B BF16", "BF16"), ("llama 8B IQ2_XXS - 2.0625 bpw", "IQ2_XXS"),
-    ("llama 8B IQ3_S mix - 3.66 bpw", "IQ3_M"), ("gpt-oss 20B MXFP4 MoE", "MXFP4"),
+    ("llama 8B IQ3_S mix - 3.66 bpw", "IQ3_M"), ("gpt-oss 20B MXFP4 MoE", "MXFP4_MOE"),
     ("llama 7B mostly Q4_0", "Q4_0"), ("llama 8B (guessed) Q8_0", "Q8_0"),
     ("qwen3moe 30B.A3B Q6_K", "Q6_K"), ("llama 8B TQ1_0 - 1.69 bpw ternary", "TQ1_0"),
     ("", "")])

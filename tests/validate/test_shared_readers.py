@@ -134,3 +134,29 @@ def test_published_rows_ran_builds_without_cuda_graphs_on_turing():
     # the one-token step: launched on the published build, a graph on today's
     old, new = latency_for(setup_for(turing)), latency_for(today)
     assert old.overhead(1) == old.overhead(2) > new.overhead(1)
+
+
+def test_gpt_oss_ggufs_are_sized_as_llama_cpp_writes_them():
+    """ggml-org's gpt-oss GGUFs carry q8_0 beside their MXFP4 experts (llama.cpp's
+    MXFP4_MOE file type, "MXFP4 MoE" in llama-bench's model type): the shared file's rows
+    say "MXFP4" and print the file's size (11.27 / 59.02 GiB), the held-out ones name the
+    type. Read with bf16 beside the experts and scaled to 11.27 GiB, a one-token step read
+    3.26 GB where the file holds 2.57 to read, and the fitted MXFP4 bandwidth factor rose
+    to 1.37 to make up for it (docs/design/speed-model.md)."""
+    from dataclasses import replace
+
+    from kvsim.validate.predict import setup_for
+
+    shared = {m.id: m for m in _read("speed-vs-load.csv")[0]}
+    for rid in ("SL0011", "SL0012", "SL0021", "SL0088"):  # 20b and 120b, pp and tg
+        assert shared[rid].weight_format == "MXFP4"
+        assert setup_for(shared[rid]).weight_format == "mxfp4_moe"
+    path = MEAS.parent / "measurements-prs" / "llamacpp-prs.csv"
+    prs = {m.id: m for m in read_shared_csv(path.read_text(encoding="utf-8"), path.name)[0]}
+    assert setup_for(prs["PRC053"]).weight_format == "mxfp4_moe"
+    # without a size, the type the model cell names refines the column's "MXFP4"
+    unsized = replace(prs["PRC053"], model_size_bytes=None)
+    assert (unsized.model, unsized.weight_format) == \
+        ("gpt-oss-20b (gpt-oss 20B MXFP4 MoE)", "MXFP4")
+    assert setup_for(unsized).weight_format == "mxfp4_moe"
+    assert setup_for(replace(unsized, model="gpt-oss-20b")).weight_format == "mxfp4"
