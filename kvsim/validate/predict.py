@@ -38,6 +38,7 @@ from kvsim.model.geometry import kv_geometry
 from kvsim.model.names import resolve_model
 from kvsim.model.weights import (
     WeightSplit,
+    check_weights_for,
     format_for_file,
     model_weights,
     weight_format_names,
@@ -106,6 +107,10 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
                        + ", ".join(weight_format_names()))
     if m.model_size_bytes:  # NOTE: an experts-only format's other tensors, by file size
         fmt = format_for_file(model, fmt, m.model_size_bytes)
+    try:
+        check_weights_for(model, fmt)
+    except InputError as e:  # an experts-only format on a dense model: this row only
+        return Skipped(m.id, f"weight format {fmt!r}: {e.allowed}")
     kv = (m.kv_type or "f16").lower()
     try:
         cache_type(kv)

@@ -214,3 +214,24 @@ def test_a_micro_batch_sweep_names_each_rows_micro_batch(kvsim_cli, tmp_path):
     assert rows[0]["predicted_tps"] < rows[1]["predicted_tps"]   # a tile a 64-token step
     code, _, table = kvsim_cli("validate", f)
     assert code == 0 and "pp512 ub64" in table and "pp512 ub512" not in table
+
+
+def test_an_experts_only_format_on_a_dense_model_skips_that_row_only(kvsim_cli, tmp_path):
+    """MXFP4 quantises routed experts: a dense model's row under it is skipped with the
+    reason, the other rows still validated (it ended the whole run with exit 2 before)."""
+    with open(MEAS / "speed-vs-load.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    oss = next(r for r in rows if r["id"] == "SL0012")  # gpt-oss-20b tg32, 11.27 GiB
+    dense = dict(oss, id="D1", model="Llama 3.1 8B (llama 8B MXFP4 MoE, 4.50 GiB)")
+    f = tmp_path / "sl.csv"
+    with open(f, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, list(oss))
+        w.writeheader()
+        w.writerows([oss, dense])
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert [(r["id"], r["weights"]) for r in doc["rows"]] == [("SL0012", "mxfp4_moe")]
+    assert doc["skipped"] == [{"id": "D1", "reason": (
+        "weight format 'mxfp4_moe': quantises MoE experts only, and llama-3.1-8b has none; "
+        "use a whole-model format (bf16, q8_0, q4_k_m, ...)")}]
