@@ -21,6 +21,7 @@ tools' default), so a sliding-window layer reads its SWA ring
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,15 @@ from kvsim.model.weights import (
 from kvsim.validate.records import Measurement, Skipped
 
 DEFAULT_UBATCH = 512
+MAX_TEST_TOKENS = 1 << 24
+"""A test's prompt, generated and cached tokens: at most 16,777,216 (above every
+catalogue model's context)."""
+MAX_TEST_BATCH = 1 << 16
+"""Sequences of one test (llama-batched-bench's ``-npl``): at most 65,536."""
+MAX_TEST_STEPS = 1 << 20
+"""Engine steps one test is priced in (its prompt over its micro-batches, or its
+generated tokens): at most 1,048,576, so a row cannot keep ``kvsim validate`` busy for
+hours."""
 
 
 @dataclass(frozen=True)
@@ -111,16 +121,42 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
         check_weights_for(model, fmt)
     except InputError as e:  # an experts-only format on a dense model: this row only
         return Skipped(m.id, f"weight format {fmt!r}: {e.allowed}")
+    if m.model_size_bytes and not 0.5 <= m.model_size_bytes / model_weights(
+            model, fmt).total_bytes <= 2.0:
+        own = model_weights(model, fmt).total_bytes / 2**30
+        return Skipped(m.id, f"model file {m.model_size_bytes / 2**30:,.2f} GiB: more than "
+                       f"2x from {model.name} in {fmt} ({own:,.2f} GiB)")
     kv = (m.kv_type or "f16").lower()
     try:
         cache_type(kv)
     except InputError:
         return Skipped(m.id, f"KV cache type {m.kv_type!r} unknown to kvsim")
-    if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
-        return Skipped(m.id, "a test of 0 tokens")
+    problem = _test_problem(m)
+    if problem:
+        return Skipped(m.id, problem)
     return Setup(gpu, model, fmt, m.backend, bool(m.flash_attn), kv,
                  cuda_graphs(gpu, m.backend, m.cuda_graphs_since), m.model_size_bytes,
                  m.n_ubatch or DEFAULT_UBATCH)
+
+
+def _test_problem(m: Measurement) -> str | None:
+    """Why ``m``'s test cannot be priced (a measured speed that is not a finite number
+    above 0, a count outside its range, more engine steps than MAX_TEST_STEPS), else
+    None."""
+    if not (math.isfinite(m.value) and m.value > 0):
+        return f"measured value {m.value!r}: a finite number of tokens/s above 0"
+    for name, count in (("n_prompt", m.n_prompt), ("n_gen", m.n_gen), ("depth", m.depth)):
+        if not 0 <= count <= MAX_TEST_TOKENS:
+            return f"{name} {count!r}: 0 to {MAX_TEST_TOKENS:,} tokens"
+    if not 1 <= m.batch <= MAX_TEST_BATCH:
+        return f"batch {m.batch!r}: 1 to {MAX_TEST_BATCH:,} sequences"
+    if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
+        return "a test of 0 tokens"
+    ub = max(m.n_ubatch or DEFAULT_UBATCH, 1)
+    steps = m.n_gen if m.metric == "tg_tps" else -(-m.batch * m.n_prompt // ub) + m.batch
+    if steps > MAX_TEST_STEPS:
+        return f"a test of {steps:,} engine steps: at most {MAX_TEST_STEPS:,}"
+    return None
 
 
 def step_batches(m: Measurement) -> list[BatchShape]:

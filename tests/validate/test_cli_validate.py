@@ -235,3 +235,35 @@ def test_an_experts_only_format_on_a_dense_model_skips_that_row_only(kvsim_cli, 
     assert doc["skipped"] == [{"id": "D1", "reason": (
         "weight format 'mxfp4_moe': quantises MoE experts only, and llama-3.1-8b has none; "
         "use a whole-model format (bf16, q8_0, q4_k_m, ...)")}]
+
+
+def test_rows_that_cannot_be_priced_are_skipped_with_the_field(kvsim_cli, tmp_path):
+    """A measured speed of 0 divided the run by zero (a traceback); a count outside its
+    range, a test of more engine steps than kvsim prices or a file size more than 2x from
+    the model's is one skipped row naming it, the good row still validated."""
+    with open(MEAS / "speed-vs-load.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    tg = next(r for r in rows if r["id"] == "SL0004")   # qwen2.5-coder-7b tg32 @ d4096
+    pp = next(r for r in rows if r["id"] == "SL0003")   # pp2048 @ d4096, -ub 2048
+    oss = next(r for r in rows if r["id"] == "SL0012")  # gpt-oss-20b, 11.27 GiB
+    bad = [dict(tg, id="V0", value="0"), dict(tg, id="VN", value="-5"),
+           dict(tg, id="DN", context_or_depth="-100"),
+           dict(pp, id="PB", metric="pp99999999_tps"),
+           dict(pp, id="ST", metric="pp4000000_tps", settings="llama-bench -ub 1"),
+           dict(oss, id="FS", model="gpt-oss-20b (MoE, 0.01 GiB)")]
+    f = tmp_path / "sl.csv"
+    with open(f, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, list(tg))
+        w.writeheader()
+        w.writerows([tg, *bad])
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert [r["id"] for r in doc["rows"]] == ["SL0004"]
+    assert {s["id"]: s["reason"] for s in doc["skipped"]} == {
+        "V0": "measured value 0.0: a finite number of tokens/s above 0",
+        "VN": "measured value -5.0: a finite number of tokens/s above 0",
+        "DN": "depth -100: 0 to 16,777,216 tokens",
+        "PB": "n_prompt 99999999: 0 to 16,777,216 tokens",
+        "ST": "a test of 4,000,001 engine steps: at most 1,048,576",
+        "FS": "model file 0.01 GiB: more than 2x from gpt-oss-20b in mxfp4_moe (11.23 GiB)"}
