@@ -200,7 +200,20 @@ def _shared_file_sizes(meas: list[Measurement]) -> list[Measurement]:
 
 def read_memory_logs(rows: list[dict[str, str]], origin: str
                      ) -> tuple[list[MemoryMeasurement], list[Skipped]]:
-    return read_memory_rows(rows, origin), []
+    """Every row that reads; a row with a bad number is a skipped row naming the row and
+    the field (the others still validated). InputError when no row reads."""
+    meas: list[MemoryMeasurement] = []
+    skipped: list[Skipped] = []
+    first: InputError | None = None
+    for row in rows:
+        try:
+            meas += read_memory_rows([row], origin)
+        except InputError as exc:
+            first = first or exc
+            skipped.append(Skipped((row.get("id") or "").strip() or origin, exc.one_line()))
+    if first is not None and not meas:
+        raise first
+    return meas, skipped
 
 
 def read_shared_csv(text: str, origin: str

@@ -274,6 +274,23 @@ def test_bad_number_is_one_line_naming_field_and_value(tmp_path, kvsim_cli, cell
     assert f"{field}: '{value}'" in kvsim_cli.stderr
 
 
+def test_a_bad_number_skips_its_row_and_the_others_are_validated(tmp_path, kvsim_cli):
+    """One row's bad setting used to drop the whole file (exit 2, nothing validated)."""
+    good = ("m-1,vllm,,1x NVIDIA GeForce RTX 3090,,Llama-3.1-8B,bf16,max_model_len=8192,"
+            "GPU KV cache size=1000 tokens,,,,")
+    bad = ("m-2,vllm,,1x NVIDIA GeForce RTX 3090,,Llama-3.1-8B,bf16,"
+           '"gpu_memory_utilization=0",GPU KV cache size=1000 tokens,,,,')
+    f = tmp_path / "two.csv"
+    f.write_text(HEADER + good + "\n" + bad + "\n", encoding="utf-8")
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert {r["id"] for r in doc["rows"]} == {"m-1"}
+    assert doc["skipped"] == [{"id": "m-2", "reason": (
+        "m-2.settings.gpu_memory_utilization: '0' — a memory fraction in (0, 1] such as 0.9 "
+        "(or 'default')")}]
+
+
 def test_bad_printed_figure_and_empty_file(tmp_path, kvsim_cli):
     f = _one_row(tmp_path, 'm-2,vllm,,1x NVIDIA GeForce RTX 3090,,Llama-3.1-8B,bf16,,'
                  '"GPU KV cache size=lots",,,,')
