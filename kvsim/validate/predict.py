@@ -150,9 +150,11 @@ def _test_problem(m: Measurement) -> str | None:
             return f"{name} {count!r}: 0 to {MAX_TEST_TOKENS:,} tokens"
     if not 1 <= m.batch <= MAX_TEST_BATCH:
         return f"batch {m.batch!r}: 1 to {MAX_TEST_BATCH:,} sequences"
+    if m.n_ubatch is not None and m.n_ubatch < 1:  # NOTE: step_batches would never end
+        return f"n_ubatch {m.n_ubatch!r}: at least 1 token"
     if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
         return "a test of 0 tokens"
-    ub = max(m.n_ubatch or DEFAULT_UBATCH, 1)
+    ub = m.n_ubatch or DEFAULT_UBATCH
     steps = m.n_gen if m.metric == "tg_tps" else -(-m.batch * m.n_prompt // ub) + m.batch
     if steps > MAX_TEST_STEPS:
         return f"a test of {steps:,} engine steps: at most {MAX_TEST_STEPS:,}"

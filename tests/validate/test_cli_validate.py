@@ -267,3 +267,24 @@ def test_rows_that_cannot_be_priced_are_skipped_with_the_field(kvsim_cli, tmp_pa
         "PB": "n_prompt 99999999: 0 to 16,777,216 tokens",
         "ST": "a test of 4,000,001 engine steps: at most 1,048,576",
         "FS": "model file 0.01 GiB: more than 2x from gpt-oss-20b in mxfp4_moe (11.23 GiB)"}
+
+
+def test_a_negative_micro_batch_is_skipped_not_an_endless_loop(kvsim_cli, tmp_path):
+    """llama-bench JSON with ``n_ubatch`` -1 split its prompt into steps forever (the
+    step loop never ran out of room); 0 and -1 are skipped rows naming the field."""
+    base = {"gpu_info": "NVIDIA GeForce RTX 3090", "backends": "CUDA",
+            "model_filename": "llama-2-7b.Q4_0.gguf", "model_type": "llama 7B Q4_0",
+            "model_size": 3825065984, "model_n_params": 6738415616, "n_batch": 2048,
+            "n_ubatch": 512, "type_k": "f16", "type_v": "f16", "n_gpu_layers": 99,
+            "flash_attn": True, "n_prompt": 512, "n_gen": 0, "n_depth": 0,
+            "avg_ts": 4000.0, "build_commit": "abc1234"}
+    f = tmp_path / "bench.jsonl"
+    f.write_text("\n".join(json.dumps(dict(base, n_ubatch=u)) for u in (512, 0, -1)) + "\n",
+                 encoding="utf-8")
+    code, err, out = kvsim_cli("validate", f, "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert [r["id"] for r in doc["rows"]] == ["bench.jsonl:1"]
+    assert doc["skipped"] == [
+        {"id": "bench.jsonl:2", "reason": "n_ubatch 0: at least 1 token"},
+        {"id": "bench.jsonl:3", "reason": "n_ubatch -1: at least 1 token"}]
