@@ -135,7 +135,9 @@ def engine(url: str, cache_type: str, token_range: str, ban_tokens: str, prompts
 @calibrate.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--model", help="the model the runs used: a profile name, a profile YAML, the "
-              "GGUF file or its config.json (default: resolved from the output's model name)")
+              "GGUF file or its config.json (default: resolved from the output's model name); "
+              "a GGUF's header, or a name carrying the format (llama-3.1-8b-Q4_K_M), gives "
+              "the weight format to rows that name none (llama-batched-bench's)")
 @click.option("--gpu", help="the card the runs used (default: llama-bench's gpu_info); "
               "unset for a CPU-only run, whose device is --host's CPU")
 @click.option("--host", default="desktop-64gb", show_default=True,
@@ -152,7 +154,7 @@ def bench(files: tuple[str, ...], model: str | None, gpu: str | None, host: str,
 
     from kvsim.calibrate.bench import fit_bench
     from kvsim.latency.bench_artifact import save_bench_artifact
-    from kvsim.validate.names import device_spec, model_spec
+    from kvsim.validate.names import device_spec, model_spec, with_file_format
     from kvsim.validate.run import read_files
 
     check_output("--output", output, folder=False)
@@ -165,6 +167,7 @@ def bench(files: tuple[str, ...], model: str | None, gpu: str | None, host: str,
     first = meas[0]
     dev = device_spec(gpu or first.gpu or None, backend=first.backend, host=host)
     mod = model_spec(model or first.model)
+    meas = with_file_format(meas, model)
     art = fit_bench(meas, device=dev, model=mod, sources=tuple(Path(f).name for f in files))
     with output_errors("--output", output):
         save_bench_artifact(art, output)

@@ -40,7 +40,9 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 @click.option("--gpu", help="the device every row ran on (a profile name or a printed name): "
               "for output that names none, or an Apple chip without its GPU-core count "
               "(a memory log keeps its number of GPUs)")
-@click.option("--model", help="the model every row ran (a profile name or a GGUF file name)")
+@click.option("--model", help="the model every row ran: a profile name (one carrying the "
+              "weight format, llama-3.1-8b-Q4_K_M, gives it to rows that name none: "
+              "llama-batched-bench's) or a GGUF file (its header gives it)")
 @click.option("--constants", type=click.Path(path_type=Path), help="speed constants YAML "
               "(default: the fitted ones shipped with kvsim; `kvsim calibrate bench` writes "
               "a card's own)")
@@ -56,7 +58,7 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
              constants: Path | None, calibration: Path | None, host: str, as_json: bool,
              rows: bool, report: Path | None) -> None:
-    from kvsim.validate.names import device_spec, model_spec
+    from kvsim.validate.names import device_spec, model_spec, with_file_format
     from kvsim.validate.run import read_inputs
     from kvsim.validate.run import validate as run_validate
 
@@ -73,6 +75,7 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
         art = load_bench_artifact(calibration)
         gpu_spec, consts = art.device, art.constants
     meas, skipped, problems = read_inputs(list(files))
+    meas = with_file_format(meas, model)
     for p in problems:
         click.echo(f"warning: {p}", err=True)
     if not meas and not skipped:

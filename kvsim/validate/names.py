@@ -9,7 +9,10 @@ NOTE: an unknown or ambiguous name is an InputError naming the flag.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from kvsim.config.catalog import load_gpu, load_host, load_model
 from kvsim.config.files import no_such_file
@@ -17,6 +20,10 @@ from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.model.names import resolve_model
+from kvsim.model.weights import weight_format_names
+from kvsim.validate.records import Measurement
+
+R = TypeVar("R")
 
 
 def model_spec(text: str, flag: str = "--model") -> ModelSpec:
@@ -34,6 +41,37 @@ def model_spec(text: str, flag: str = "--model") -> ModelSpec:
     if m.slug is None:
         raise InputError(flag, text, m.reason)
     return load_model(m.slug)
+
+
+def gguf_weight_format(text: str) -> str | None:
+    """The weight format a GGUF file's header names (``general.file_type``:
+    ``MOSTLY_Q4_K_M`` -> ``q4_k_m``, ``MOSTLY_MXFP4_MOE`` -> ``mxfp4_moe``); None for
+    another file, a header naming none, or a type kvsim does not model."""
+    if not text.lower().endswith(".gguf") or not Path(text).is_file():
+        return None
+    try:
+        from gguf import GGUFReader, LlamaFileType
+
+        field = GGUFReader(text, "r").fields.get("general.file_type")
+        name = LlamaFileType(int(field.contents())).name if field is not None else ""
+    except Exception:  # noqa: BLE001 - model_spec has already read this header
+        return None
+    fmt = re.sub(r"^(?:MOSTLY|ALL)_", "", name).lower()
+    return fmt if fmt in weight_format_names() else None
+
+
+def with_file_format(rows: list[R], model_text: str | None) -> list[R]:
+    """``rows`` with the weight format ``--model`` states — a GGUF file's header, or the
+    name ("llama-3.1-8b-Q4_K_M") — on every speed row that names none
+    (llama-batched-bench prints no model): the rest unchanged."""
+    if not model_text:
+        return rows
+    fmt = gguf_weight_format(model_text) if model_text.lower().endswith(".gguf") \
+        else resolve_model(model_text).weight_format
+    if fmt is None:
+        return rows
+    return [replace(r, weight_format=fmt) if isinstance(r, Measurement)
+            and not r.weight_format else r for r in rows]
 
 
 def cpu_device(host: HostSpec) -> GpuSpec:

@@ -112,6 +112,10 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
                named_format: str | None = None) -> Setup | Skipped:
     """``m`` on given profiles (its weight format from the row, else ``named_format``)."""
     fmt = _weight_format(m, named_format)
+    if fmt is None and not (m.weight_format or named_format):
+        return Skipped(m.id, "weight format not shown (llama-batched-bench prints no "
+                       "model): give --model a GGUF file, or a name that carries it "
+                       "(llama-3.1-8b-Q4_K_M)")
     if fmt is None:
         return Skipped(m.id, f"weight format {m.weight_format!r}: one of "
                        + ", ".join(weight_format_names()))

@@ -288,3 +288,30 @@ def test_a_negative_micro_batch_is_skipped_not_an_endless_loop(kvsim_cli, tmp_pa
     assert doc["skipped"] == [
         {"id": "bench.jsonl:2", "reason": "n_ubatch 0: at least 1 token"},
         {"id": "bench.jsonl:3", "reason": "n_ubatch -1: at least 1 token"}]
+
+
+def test_batched_bench_rows_take_the_weight_format_of_the_model_gguf(kvsim_cli, tmp_path):
+    """llama-batched-bench prints no model: a ``--model`` GGUF's header names the file
+    type (``general.file_type`` ALL_F32 here), which its rows take, as they take one a
+    model name carries; a bare profile name gives none, and the rows say so."""
+    from kvsim.calibrate.tiny_gguf import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    bench = HERE / "data" / "batched_pps.jsonl"
+    code, err, out = kvsim_cli("validate", bench, "--gpu", "rtx-4090", "--model", gguf,
+                               "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["rows"] and doc["skipped"] == []
+    assert {r["weights"] for r in doc["rows"]} == {"f32"}
+    _, _, out = kvsim_cli("validate", bench, "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                          "--json")
+    doc = json.loads(out)
+    assert doc["rows"] == [] and doc["skipped"]
+    assert {s["reason"] for s in doc["skipped"]} == {
+        "weight format not shown (llama-batched-bench prints no model): give --model a GGUF "
+        "file, or a name that carries it (llama-3.1-8b-Q4_K_M)"}
+    _, _, out = kvsim_cli("validate", bench, "--gpu", "rtx-4090", "--model",
+                          "llama-3.1-8b-Q4_K_M", "--json")
+    doc = json.loads(out)
+    assert doc["rows"] and {r["weights"] for r in doc["rows"]} == {"q4_k_m"}
