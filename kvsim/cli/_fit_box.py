@@ -14,6 +14,7 @@ import click
 
 from kvsim.config.catalog import load_gpu
 from kvsim.config.gpu_set import gpu_items
+from kvsim.engines.config import MAX_SPLIT_SHARE
 from kvsim.errors import InputError
 
 GPU_HELP = ("GPU profile slug, e.g. rtx-4090, or the name drivers print ('NVIDIA GeForce "
@@ -75,8 +76,8 @@ def _shares(text: str) -> list[float]:
         shares = [float(x) for x in str(text).split(",")]
     except ValueError:
         shares = []
-    if not shares or any(not s >= 0 for s in shares) or sum(shares) <= 0:
-        raise InputError("--tensor-split", text, "one non-negative share per GPU, "
+    if not shares or any(not 0 <= s <= MAX_SPLIT_SHARE for s in shares) or sum(shares) <= 0:
+        raise InputError("--tensor-split", text, "one share per GPU from 0 to 1e30, "
                          "comma-separated, not all 0 (e.g. '3,1')")
     return shares
 

@@ -52,6 +52,10 @@ from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.base import Engine
 from kvsim.errors import InputError
 
+MAX_SPLIT_SHARE = 1e30
+"""A --tensor-split share: at most 1e30 (llama.cpp reads them as 32-bit floats and sums
+them; larger ones overflow)."""
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -226,10 +230,12 @@ class SlotEngineConfig(FrozenModel):
                 "attention: the real server refuses it ('V cache quantization requires "
                 "flash_attn'); set flash_attn or use an f16 V cache")
         engine.check_release(self.ollama_version)
-        if self.tensor_split is not None and (any(x < 0 for x in self.tensor_split)
-                                              or sum(self.tensor_split) <= 0):
+        if self.tensor_split is not None and (
+                any(not 0 <= x <= MAX_SPLIT_SHARE for x in self.tensor_split)
+                or sum(self.tensor_split) <= 0):
             raise InputError("tensor_split", list(self.tensor_split), "one share per GPU, "
-                             "each >= 0, summing to more than 0 (proportions: 3,1 = 75 % / 25 %)")
+                             "each from 0 to 1e30, summing to more than 0 (proportions: "
+                             "3,1 = 75 % / 25 %)")
         if self.allocator == "slots" and self.ctx_size is None \
                 and self.parallel > self.context_tokens:
             raise InputError("parallel", self.parallel,

@@ -136,3 +136,21 @@ def test_ollama_eras_b_c_pack_onto_the_fewest_gpus():
 def test_split_knobs_that_do_not_match_the_box_are_one_line():
     with pytest.raises(InputError, match="one share per GPU: 2 value"):
         _box({"ctx_size": 8192, "tensor_split": [1, 1, 1]})
+
+
+@pytest.mark.parametrize("shares", [[1e308, 1e308], [-1, 2], [0, 0]])
+def test_split_shares_a_32_bit_float_cannot_hold_are_one_line(shares):
+    # llama.cpp reads --tensor-split as 32-bit floats and sums them: 1e308 overflowed
+    # kvsim's float32 cumulative sum (a RuntimeWarning and a layout of NaN split points)
+    with pytest.raises(InputError, match="each from 0 to 1e30, summing to more than 0"):
+        _box({"ctx_size": 8192, "tensor_split": shares})
+    with pytest.raises(InputError, match="tensor_split.0: inf — Input should be a finite"):
+        _box({"ctx_size": 8192, "tensor_split": [float("inf"), 1]})
+
+
+def test_fit_refuses_a_share_above_1e30(kvsim_cli):
+    rc, err, out = kvsim_cli("fit", "--gpu", "2x rtx-3090", "--model", "llama-3.1-8b",
+                             "--tensor-split", "1e308,1e308")
+    assert (rc, out) == (2, "")
+    assert err == ("error: --tensor-split: '1e308,1e308' — one share per GPU from 0 to "
+                   "1e30, comma-separated, not all 0 (e.g. '3,1')")
