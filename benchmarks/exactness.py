@@ -30,8 +30,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from core_speed import MOON_SCENARIO, MOONCAKE  # NOTE: the same trace and scenario
+
 HERE = Path(__file__).resolve().parent
-MOONCAKE = "/work/shared/traces/mooncake-fast25/synthetic_trace.jsonl"
 _DAY = ["workload.days=1"]
 _SMALL_POOL = ["engine.kv_cache_memory_bytes=1 GiB", "engine.context_tokens=8192"]
 CASES: dict[str, tuple[str, list[str]]] = {
@@ -94,10 +95,8 @@ def child(case: str) -> None:
     scenario, sets = CASES[name]
     sets = [*sets, f"sim.fidelity={fidelity or 'fast'}"]
     if name.startswith("moon-"):
-        sc = resolve_scenario({"name": "mooncake", "gpu": "h100-sxm5-80gb",
-                               "model": "llama-3.1-8b", "weights": "bf16",
-                               "engine": {"preset": "vllm", "context_tokens": 131072},
-                               "workload": {}, "sim": {"fidelity": fidelity or "fast"}})
+        sc = resolve_scenario({**MOON_SCENARIO, "workload": {},
+                               "sim": {"fidelity": fidelity or "fast"}})
     else:
         sc = load_scenario(scenario, sets)
     print("DIGEST " + json.dumps(_digest(simulate(sc, sessions=_sessions(name)))))

@@ -163,8 +163,8 @@ class MultiGpuLatency:
         own tokens (kvsim.latency.rates.expert_tile_excess; RooflineLatency: none in a
         decode-only step)."""
         b = self.base
-        return 0.0 if decode else expert_tile_s(
-            s.rates, tokens, b.expert_pick, s.layer * tokens * b.all_expert_flops_per_token)
+        return expert_tile_s(s.rates, tokens, b.expert_pick,
+                             s.layer * tokens * b.all_expert_flops_per_token, decode)
 
     def _row_part(self, s: Share, tokens: float, outputs: float, pairs: Any, kv: Any,
                   used: float, decode: bool = False) -> tuple[Any, Any]:
@@ -262,24 +262,9 @@ class MultiGpuLatency:
             return np.array([self.step_time_s(BatchShape(decode_context=tuple(
                 int(c) + j for c in contexts), kv_read_saved_bytes=kv_read_saved_bytes))
                 for j in range(steps)], dtype=np.float64)
-        pairs, kv = decode_terms(self.base, contexts, steps, kv_read_saved_bytes)
+        pairs, kv = self.base.decode_terms(contexts, steps, kv_read_saved_bytes)
         return self._overhead(n) + self._graph_s(float(n), float(n), pairs, kv, decode=True)
 
     def decode_steps_list(self, contexts: Sequence[int], steps: int,
                           kv_read_saved_bytes: float = 0.0) -> list[float] | None:
         return None
-
-
-def decode_terms(base: RooflineLatency, contexts: np.ndarray, steps: int, saved: float
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(layer-weighted attention pairs, KV bytes read) of ``steps`` decode steps of a fixed
-    batch, as :meth:`RooflineLatency.decode_steps_s` forms them (the same integer sums,
-    so the per-step and stretch paths agree)."""
-    if base._linear_kv is not None:
-        ctx = np.asarray(contexts, dtype=np.int64)
-        tokens = int(ctx.sum()) + len(ctx) * np.arange(1, steps + 1, dtype=np.int64)
-        return ((base.full_layers * tokens).astype(np.float64),
-                (base._linear_kv * tokens).astype(np.float64) - saved)
-    c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
-    pairs = np.sum(base.geometry.attended_pairs(c + 1, np.ones_like(c)), axis=0)
-    return pairs, np.sum(base.geometry.bytes_for_token_array(c + 1), axis=0) - saved

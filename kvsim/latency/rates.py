@@ -124,8 +124,8 @@ def expert_tile_excess(rates: GpuRates, tokens: float, pick: float) -> float:
     ``1 + tile_tokens · ⌈t_e / 128⌉ / t_e`` where the dense ones take ``t``'s. A
     512-token micro-batch of a 32-expert top-4 model gives each expert 64 tokens; a
     64-token one 8 (docs/design/speed-model.md, "Experts tile their own tokens").
-    NOTE: no new constant: the dense tiles' ``tile_tokens``. Prompt steps only: the
-    roofline charges no decode-only step with it (measured batched decode shows none)."""
+    NOTE: no new constant: the dense tiles' ``tile_tokens``. Prompt steps only
+    (:func:`expert_tile_s`)."""
     if not rates.expert_tiles or not rates.tile_tokens or pick <= 0.0 \
             or tokens <= max(rates.small_tokens, 1):
         return 0.0
@@ -134,11 +134,13 @@ def expert_tile_excess(rates: GpuRates, tokens: float, pick: float) -> float:
                                 - math.ceil(tokens / TILE_TOKENS_MAX) / tokens)
 
 
-def expert_tile_s(rates: GpuRates, tokens: float, pick: float, expert_flops: float) -> float:
+def expert_tile_s(rates: GpuRates, tokens: float, pick: float, expert_flops: float,
+                  decode: bool) -> float:
     """Seconds a prompt step's routed-expert FLOPs (``expert_flops``, of ``tokens``
     tokens picking ``pick = k/E``) spend on their own tiles beyond the dense factor
-    (:func:`expert_tile_excess`, at the tiled path's rate); 0 for a dense model."""
-    x = expert_tile_excess(rates, tokens, pick) if expert_flops else 0.0
+    (:func:`expert_tile_excess`, at the tiled path's rate); 0 for a dense model and for
+    a decode-only step (measured batched decode pays none)."""
+    x = expert_tile_excess(rates, tokens, pick) if expert_flops and not decode else 0.0
     return expert_flops * x / rates.linear_flops_per_s if x else 0.0
 
 

@@ -290,8 +290,8 @@ class RooflineLatency:
         resident = self.weight_bytes(tokens)[0] + copy_w
         rate, factor, _ = linear_terms(self.rates, tokens)
         t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
-                + (0.0 if decode else expert_tile_s(
-                    self.rates, tokens, self.expert_pick, tokens * self.all_expert_flops_per_token))
+                + expert_tile_s(self.rates, tokens, self.expert_pick,
+                                tokens * self.all_expert_flops_per_token, decode)
                 + self.reread_s * tokens * resident,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
@@ -307,10 +307,9 @@ class RooflineLatency:
         w_gpu, w_cpu = self.weight_bytes(int(tokens))
         kv_time_gpu = f * kv_read / self.kv_bytes_per_s
         rate, factor, small = linear_terms(self.rates, tokens)
-        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode)
-        if not decode:  # a prompt's experts tile their own tokens (rates.expert_tile_excess)
-            compute += expert_tile_s(self.rates, tokens, self.expert_pick,
-                                     tokens * self.gpu_expert_flops_per_token)
+        compute = (f * lin - moe) / rate * factor + f * att / self._attn_rate(tokens, decode) \
+            + expert_tile_s(self.rates, tokens, self.expert_pick,
+                            tokens * self.gpu_expert_flops_per_token, decode)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         adds = self.rates.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
         if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)
@@ -369,14 +368,21 @@ class RooflineLatency:
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,
                        kv_read_saved_bytes: float = 0.0) -> np.ndarray:
-        saved = kv_read_saved_bytes  # NOTE: subtracted as step_time_s does: same floats
-        if self._linear_kv is not None:  # integer sums, as in step_time_s: same floats
+        pairs, kv = self.decode_terms(contexts, steps, kv_read_saved_bytes)
+        return self._times(len(contexts), pairs, kv)
+
+    def decode_terms(self, contexts: np.ndarray, steps: int, saved: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """(layer-weighted attention pairs, KV bytes read less ``saved``) of ``steps``
+        decode steps of a fixed batch (the multi-GPU box prices the same terms).
+
+        NOTE: integer sums where the KV is linear, as step_time_s forms them, and
+        ``saved`` subtracted last: the per-step and stretch paths get the same floats."""
+        if self._linear_kv is not None:
             ctx = np.asarray(contexts, dtype=np.int64)
             tokens = int(ctx.sum()) + len(ctx) * np.arange(1, steps + 1, dtype=np.int64)
-            return self._times(len(ctx), (self.full_layers * tokens).astype(np.float64),
-                               (self._linear_kv * tokens).astype(np.float64) - saved)
+            return ((self.full_layers * tokens).astype(np.float64),
+                    (self._linear_kv * tokens).astype(np.float64) - saved)
         c = np.asarray(contexts, dtype=np.float64)[:, None] + np.arange(steps)[None, :]
-        ones = np.ones_like(c)
-        pairs = np.sum(self.geometry.attended_pairs(c + 1, ones), axis=0)
-        kv = np.sum(self.geometry.bytes_for_token_array(c + 1), axis=0) - saved
-        return self._times(len(contexts), pairs, kv)
+        pairs = np.sum(self.geometry.attended_pairs(c + 1, np.ones_like(c)), axis=0)
+        return pairs, np.sum(self.geometry.bytes_for_token_array(c + 1), axis=0) - saved

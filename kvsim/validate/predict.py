@@ -39,7 +39,6 @@ from kvsim.model.geometry import kv_geometry
 from kvsim.model.names import resolve_model
 from kvsim.model.weights import (
     WeightSplit,
-    check_weights_for,
     format_for_file,
     model_weights,
     weight_format_names,
@@ -122,14 +121,12 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
     if m.model_size_bytes:  # NOTE: an experts-only format's other tensors, by file size
         fmt = format_for_file(model, fmt, m.model_size_bytes)
     try:
-        check_weights_for(model, fmt)
+        own = model_weights(model, fmt).total_bytes
     except InputError as e:  # an experts-only format on a dense model: this row only
         return Skipped(m.id, f"weight format {fmt!r}: {e.allowed}")
-    if m.model_size_bytes and not 0.5 <= m.model_size_bytes / model_weights(
-            model, fmt).total_bytes <= 2.0:
-        own = model_weights(model, fmt).total_bytes / 2**30
+    if m.model_size_bytes and not 0.5 <= m.model_size_bytes / own <= 2.0:
         return Skipped(m.id, f"model file {m.model_size_bytes / 2**30:,.2f} GiB: more than "
-                       f"2x from {model.name} in {fmt} ({own:,.2f} GiB)")
+                       f"2x from {model.name} in {fmt} ({own / 2**30:,.2f} GiB)")
     kv = (m.kv_type or "f16").lower()
     try:
         cache_type(kv)
