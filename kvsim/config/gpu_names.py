@@ -55,6 +55,10 @@ class GpuMatch:
     slug: str | None
     count: int
     reason: str = ""
+    candidates: tuple[str, ...] = ()
+    """When ``reason`` is "ambiguous" and the string names one kind of device: the
+    profiles that fit it, in catalogue order (a caller whose answer is the same for
+    each may take any)."""
 
 
 @dataclass(frozen=True)
@@ -196,26 +200,30 @@ def _unknown(text: str, q: _Query, named: list[str], idx: _Index) -> str:
     return f"unknown GPU {text!r} (closest: {hint})"
 
 
-def _resolve_one(text: str) -> tuple[str | None, str]:
-    """(slug, "") for one device name, or (None, why)."""
+def _resolve_one(text: str) -> tuple[str | None, str, tuple[str, ...]]:
+    """(slug, "", ()) for one device name, or (None, why, the profiles that fit an
+    ambiguous one)."""
     idx = _index()
     q = _query(text)
     if not q.tokens:
-        return None, f"unknown GPU {text!r}: no device model named"
+        return None, f"unknown GPU {text!r}: no device model named", ()
     entries = _candidates(q, idx)
     named = list(dict.fromkeys(e.slug for e in entries))
     fit = list(dict.fromkeys(e.slug for e in entries if _fits(e, q, idx.profiles[e.slug])))
     if len(fit) == 1:
-        return fit[0], ""
+        return fit[0], "", ()
     if fit:
-        return None, _ambiguous(text, q, fit, idx)
+        return None, _ambiguous(text, q, fit, idx), tuple(fit)
     lacking = list(dict.fromkeys(e.slug for e in entries
                                  if _fits(e, q, idx.profiles[e.slug], strict=False)))
     if len(lacking) == 1 and (q.memory_gib is not None or q.cores is not None):
-        return lacking[0], ""  # the qualifier it states leaves one variant ("M3 Max 128GB")
+        return lacking[0], "", ()  # the qualifier it states leaves one variant ("M3 Max 128GB")
     if lacking:  # they fit once the string names the qualifier it leaves out
-        return None, _ambiguous(text, q, lacking, idx)
-    return None, _unknown(text, q, named, idx)
+        # NOTE: one profile lacking the qualifier is no candidate: the name also
+        # names cards kvsim does not have ("RTX 2060": the 6 GB card)
+        return None, _ambiguous(text, q, lacking, idx), \
+            tuple(lacking) if len(lacking) > 1 else ()
+    return None, _unknown(text, q, named, idx), ()
 
 
 def _split(text: str) -> list[str]:
@@ -246,20 +254,23 @@ def resolve_gpu(text: str) -> GpuMatch:
     if raw.lower() in _index().profiles:
         return GpuMatch(raw.lower(), 1)
     devices: list[tuple[int, str | None, str]] = []
+    fits: list[tuple[str, ...]] = []
     first = ""
     for part in _split(raw):
         n, body = _count(part)
-        slug, why = _resolve_one(body)
+        slug, why, fit = _resolve_one(body)
         first = first or why
         if slug is None and why.startswith("unknown") and not set(_words(body)) & _MARKERS:
             continue  # a remark ("all slots PCIe Gen4 x16", "250W cap"), not a device
         devices.append((n, slug, why))
+        fits.append(fit)
     total = sum(n for n, _, _ in devices)
     if not devices:
         return GpuMatch(None, 0, first or f"unknown GPU {raw!r}: no device model named")
     failed = next((why for _, slug, why in devices if slug is None), "")
     if failed:
-        return GpuMatch(None, total, failed)
+        one_kind = len(set(fits)) == 1 and all(slug is None for _, slug, _ in devices)
+        return GpuMatch(None, total, failed, fits[0] if one_kind else ())
     kinds = list(dict.fromkeys(slug for _, slug, _ in devices))
     if len(kinds) > 1:
         return GpuMatch(None, total, f"several kinds of device in {raw!r}: "

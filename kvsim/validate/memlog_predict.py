@@ -245,7 +245,49 @@ def memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None = None,
                 model: ModelSpec | None = None) -> tuple[list[dict[str, object]],
                                                          list[Skipped]]:
     """One row per printed figure and the start-up outcome, and the figures (or the whole
-    row) kvsim cannot compare, each with the reason."""
+    row) kvsim cannot compare, each with the reason.
+
+    NOTE: a row whose GPU name fits several profiles (``m.gpu_candidates``) is compared
+    only when each of them gives every figure and the outcome alike (:func:`_alike`)."""
+    if gpu is None and not m.gpus and m.gpu_candidates:
+        return _alike(m, model)
+    return _memory_rows(m, gpu, model)
+
+
+def _alike(m: MemoryMeasurement, model: ModelSpec | None
+           ) -> tuple[list[dict[str, object]], list[Skipped]]:
+    """The rows of the first candidate GPU when every candidate predicts the same figures
+    and outcome (what tells them apart, a form factor or a link, is not in the memory
+    arithmetic of this start-up); else the row skipped, saying where they part."""
+    runs = {s: _memory_rows(m, load_gpu(s), model) for s in m.gpu_candidates}
+    seen = {s: tuple((r["metric"], r["device"], r["predicted"]) for r in rows)
+            + tuple(k.reason for k in skipped) for s, (rows, skipped) in runs.items()}
+    first = m.gpu_candidates[0]
+    said = f", {m.gpu_memory_said}" if m.gpu_memory_said else ""
+    if len(set(seen.values())) > 1:
+        parts = "; ".join(f"{s}: {_gist(runs[s])}" for s in m.gpu_candidates)
+        return [], [Skipped(m.id, f"{m.gpu_reason}{said}; they lay this start-up out "
+                                  f"differently ({parts})")]
+    rows, skipped = runs[first]
+    how = (f"GPU {m.gpu_as_printed!r}{said}: sized as {first}" if len(runs) == 1 else
+           f"GPU {m.gpu_as_printed!r}{said} fits {', '.join(m.gpu_candidates)}, which lay "
+           f"this start-up out alike: sized as {first}")
+    return [{**r, "notes": [*r["notes"], how]} for r in rows], skipped  # type: ignore[list-item]
+
+
+def _gist(run: tuple[list[dict[str, object]], list[Skipped]]) -> str:
+    """A candidate's first predicted figure, or why it has none."""
+    rows, skipped = run
+    if rows:
+        r = rows[0]
+        return f"{r['metric']} {r['predicted']:,.6g}" if isinstance(r["predicted"], float) \
+            else f"{r['metric']} {r['predicted']}"
+    return skipped[0].reason if skipped else "nothing to compare"
+
+
+def _memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None,
+                 model: ModelSpec | None) -> tuple[list[dict[str, object]], list[Skipped]]:
+    """:func:`memory_rows` for the row's own devices, or ``gpu`` in their place."""
     got = layout_of(m, gpu, model)
     if isinstance(got, Skipped):
         return [], [got]

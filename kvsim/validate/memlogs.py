@@ -34,6 +34,10 @@ NOTE: a row is never dropped: what cannot be resolved is kept as a reason
 NOTE: an unstated weights format "ollama default quant" is Q4_K_M (the Ollama library's
 default tag for its models), "unquantized 16-bit" is bf16 (vLLM's ``dtype auto`` on the
 bf16 checkpoints these rows serve; f16 has the same bytes).
+NOTE: a GPU name that fits several profiles ("NVIDIA A100") keeps them as
+``gpu_candidates``, narrowed to the memory size the ``vram_total`` cell states (printed
+or inferred: :func:`gpu_candidates`); the prediction uses them only when every one lays
+the start-up out alike (kvsim.validate.memlog_predict).
 NOTE: what a row states of its run beyond the settings column is read too: a box "(model
 on CUDA0 only)" is that one card (:func:`gpus_named`); notes saying flash attention failed
 ("quantized KV needs FA which failed with --split-mode layer") mean the run had none
@@ -45,7 +49,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kvsim.config.catalog import list_names
+from kvsim.config.catalog import list_names, load_gpu
 from kvsim.config.gpu_names import resolve_gpu
 from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.resolve import resolve_engine
@@ -84,6 +88,8 @@ class MemoryMeasurement:
     notes: str = ""
     date: str = ""                  # the row's date as written (ISO, perhaps only YYYY-MM)
     stated: tuple[str, ...] = ()    # settings read from the notes (module NOTE)
+    gpu_candidates: tuple[str, ...] = ()  # profiles an ambiguous name fits (module NOTE)
+    gpu_memory_said: str = ""       # how the vram_total cell narrowed them ("": it did not)
     settings: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -130,6 +136,28 @@ def gpus_named(text: str) -> tuple[tuple[str, ...], str, int]:
     if g.count == 0 or "no device model named" in g.reason:
         return (), f"GPU not named ({text!r} names no device model)", g.count
     return (), g.reason, g.count
+
+
+_VRAM = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB)\b", re.IGNORECASE)
+_DRIVER_SHARE = 0.9
+"""A device's memory as stated may sit below its profile's size by this share: a driver
+reports a total a few per cent under the nominal size (an 80 GB card's
+``total_gpu_memory`` 79.2 GiB), and "80GB" read as decimal gigabytes is 74.5 GiB."""
+
+
+def gpu_candidates(text: str, vram: str) -> tuple[tuple[str, ...], str]:
+    """(the profiles an ambiguous device name fits, narrowed to the memory size the
+    ``vram`` cell states; how it was narrowed, "" when it was not): () when the name
+    resolves, is unknown, or names several kinds of device."""
+    fit = resolve_gpu(text).candidates
+    m = _VRAM.search(vram or "")
+    if not fit or not m:
+        return fit, ""
+    gib = float(m.group(1)) * (1.0 if m.group(2).lower() == "gib" else 1e9 / 2**30)
+    sized = tuple(s for s in fit
+                  if _DRIVER_SHARE <= gib / (load_gpu(s).memory_bytes / 2**30) <= 1.0 + 1e-9)
+    inferred = " (which says it is inferred)" if re.search(r"infer|assum", vram, re.I) else ""
+    return sized, f"{m.group(0)} from the vram_total cell{inferred}"
 
 
 def _short_name(text: str) -> str:
@@ -207,6 +235,8 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
     settings, stated = _stated_settings(settings, row.get("notes", "") or "")
     figures, unread = _figures(row.get("printed_figures", ""), rid, engine, settings)
     gpus, gpu_reason, gpu_count = gpus_named(row.get("gpu", ""))
+    candidates, said = gpu_candidates(row.get("gpu", ""), row.get("vram_total", "")) \
+        if not gpus and gpu_reason.startswith("ambiguous") else ((), "")
     model, fmt, model_reason = model_named(row.get("model", ""))
     weights, weights_reason = weights_named(row.get("weight_format", ""), fmt)
     notes = row.get("notes", "") or ""
@@ -220,7 +250,8 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
         weights_reason=weights_reason, figures=figures,
         startup=startup_outcome(notes, row.get("printed_figures", "")), remarks=remarks,
         unread=unread, source=row.get("source", ""), notes=notes,
-        date=(row.get("date") or "").strip(), stated=stated, settings=settings)
+        date=(row.get("date") or "").strip(), stated=stated, settings=settings,
+        gpu_candidates=candidates, gpu_memory_said=said)
 
 
 def read_memory_rows(rows: list[dict[str, str]], origin: str) -> list[MemoryMeasurement]:

@@ -182,7 +182,8 @@ def test_memory_in_the_name_picks_the_variant(text, slug):
 def test_apple_family_names_need_the_core_count():
     m = resolve_gpu("Apple M2 Max")
     assert m == GpuMatch(None, 1, "ambiguous: 'Apple M2 Max' is sold with 30- or 38-core "
-                         "GPUs; name the core count, e.g. 'Apple M2 Max (38-core GPU)'")
+                         "GPUs; name the core count, e.g. 'Apple M2 Max (38-core GPU)'",
+                         ("apple-m2-max-30c", "apple-m2-max-38c"))
     assert resolve_gpu("Apple M2 Max (30-core GPU)").slug == "apple-m2-max-30c"
     assert resolve_gpu("Apple M4 Max (36-core GPU)").reason.startswith(
         "unknown GPU 'Apple M4 Max (36-core GPU)': kvsim has apple-m4-max")
@@ -199,6 +200,19 @@ def test_a_name_sold_with_several_memory_sizes_needs_the_size():
     assert resolve_gpu("RTX 4090 48GB").reason == (
         "unknown GPU 'RTX 4090 48GB': kvsim has rtx-4090 (GeForce RTX 4090), not a 48 GB "
         "variant")
+
+
+@pytest.mark.parametrize("text, candidates", [
+    ("4x NVIDIA H100", ("h100-nvl", "h100-pcie-80gb", "h100-sxm5-80gb")),
+    ("NVIDIA A100 80GB", ("a100-80gb-pcie", "a100-80gb-sxm4")),
+    ("NVIDIA GeForce RTX 3060", ("rtx-3060-12gb", "rtx-3060-8gb")),
+    ("RTX 2060", ()),                       # the 6 GB card is not catalogued
+    ("2x NVIDIA H100, 1x RTX 3090", ()),    # not one kind of device
+    ("NVIDIA H20", ()),                     # unknown
+    ("RTX 3090", ()),                       # resolved
+])
+def test_an_ambiguous_name_lists_the_profiles_it_fits(text, candidates):
+    assert resolve_gpu(text).candidates == candidates
 
 
 @pytest.mark.parametrize("text, slug, count", [

@@ -14,7 +14,7 @@ from kvsim.engines.resolve import engine_for_gpu
 from kvsim.errors import InputError
 from kvsim.validate.memlog_predict import engine_spec, memory_rows
 from kvsim.validate.memlog_text import read_figures, read_settings
-from kvsim.validate.memlogs import MemoryMeasurement, read_memory_rows
+from kvsim.validate.memlogs import MemoryMeasurement, gpu_candidates, read_memory_rows
 from kvsim.validate.run import read_files, read_inputs, validate
 
 HERE = Path(__file__).resolve().parent
@@ -310,3 +310,57 @@ def test_gpu_and_model_flags_stand_in_for_unnamed_ones(kvsim_cli):
     assert why["vllm-022"] == "weights format not shown in the log"  # GPU and model given
     rows = json.loads(out)["rows"]   # the 2 GPUs the text names stay 2 x the --gpu given
     assert {r["gpu"] for r in rows if r["id"] == "llamacpp-008"} == {"2x rtx-3090"}
+
+
+@pytest.mark.parametrize("gpu, vram, candidates, said", [
+    ("4x NVIDIA H100", "not printed (H100 80GB class assumed; inferred)",
+     ("h100-pcie-80gb", "h100-sxm5-80gb"),
+     "80GB from the vram_total cell (which says it is inferred)"),
+    ("NVIDIA A100", "total_gpu_memory=79.22GiB (printed)", ("a100-80gb-pcie", "a100-80gb-sxm4"),
+     "79.22GiB from the vram_total cell"),
+    ("NVIDIA H100", "94GB", ("h100-nvl",), "94GB from the vram_total cell"),
+    ("NVIDIA H100", "not printed", ("h100-nvl", "h100-pcie-80gb", "h100-sxm5-80gb"), ""),
+    ("NVIDIA A100", "24 GB", (), "24 GB from the vram_total cell"),   # no A100 has 24 GB
+    ("RTX 3090", "24 GB", (), ""),                                    # resolved
+])
+def test_the_stated_memory_narrows_an_ambiguous_gpu(gpu, vram, candidates, said):
+    assert gpu_candidates(gpu, vram) == (candidates, said)
+
+
+def test_candidates_that_lay_the_start_up_out_alike_are_compared():
+    # vllm-009: "1x NVIDIA A100", "80GB class inferred": the PCIe and SXM4 A100 80GB hold
+    # the same memory, and nothing else of theirs enters a one-GPU vLLM start-up
+    m = _read(PUBLISHED)["vllm-009"]
+    assert (m.gpus, m.gpu_candidates) == ((), ("a100-80gb-pcie", "a100-80gb-sxm4"))
+    rows, skipped = memory_rows(m)
+    sxm4, _ = memory_rows(m, load_gpu("a100-80gb-sxm4"))
+    assert [(r["metric"], r["predicted"]) for r in rows] == \
+        [(r["metric"], r["predicted"]) for r in sxm4]
+    assert {r["metric"] for r in rows} == {"kv_bytes", "weights_bytes"}
+    assert rows[0]["gpu"] == "a100-80gb-pcie" and rows[0]["notes"][-1] == (
+        "GPU '1x NVIDIA A100', 80GB from the vram_total cell (which says it is inferred) "
+        "fits a100-80gb-pcie, a100-80gb-sxm4, which lay this start-up out alike: sized as "
+        "a100-80gb-pcie")
+
+
+def test_candidates_that_part_skip_the_row_with_each_ones_figure():
+    # vllm-010: "1x NVIDIA H100", memory not printed: the NVL's 94 GB hold more KV
+    m = _read(PUBLISHED)["vllm-010"]
+    rows, skipped = memory_rows(m)
+    nvl, _ = memory_rows(m, load_gpu("h100-nvl"))
+    pcie, _ = memory_rows(m, load_gpu("h100-pcie-80gb"))
+    kv = {r["metric"]: r["predicted"] for r in nvl}["kv_tokens"]
+    assert kv > {r["metric"]: r["predicted"] for r in pcie}["kv_tokens"]
+    assert rows == [] and [s.id for s in skipped] == ["vllm-010"]
+    assert skipped[0].reason.startswith(f"{m.gpu_reason}; they lay this start-up out "
+                                        f"differently (h100-nvl: kv_tokens {kv:,.6g}; ")
+
+
+def test_a_stated_memory_that_leaves_one_profile_names_it(tmp_path):
+    f = _one_row(tmp_path, 'x-1,vllm,0.11.0,1x NVIDIA H100,94GB,meta-llama/Llama-3.1-8B-Instruct,'
+                 'BF16,gpu_memory_utilization=0.9,GPU KV cache size=500000 tokens,,me,2026-01,')
+    m = _read(f)["x-1"]
+    rows, skipped = memory_rows(m)
+    assert skipped == [] and rows[0]["gpu"] == "h100-nvl"
+    assert rows[0]["notes"][-1] == ("GPU '1x NVIDIA H100', 94GB from the vram_total cell: "
+                                    "sized as h100-nvl")
