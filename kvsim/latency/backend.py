@@ -34,8 +34,14 @@ BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL")
 Backend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL"]
 FORMAT_FAMILIES = ("f16", "f32", "q8_0", "q4_0", "kquant", "iquant", "mxfp4", "other")
 _FAMILY = {"f32": "f32", "f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0",
-           "q4_k_m": "kquant", "q5_k_m": "kquant", "q6_k": "kquant", "iq4_xs": "iquant",
-           "mxfp4": "mxfp4", "mxfp4_moe": "mxfp4"}
+           "q4_k_m": "kquant", "q4_k_s": "kquant", "q5_k_m": "kquant", "q6_k": "kquant",
+           "iq4_xs": "iquant", "iq4_nl": "iquant", "mxfp4": "mxfp4", "mxfp4_moe": "mxfp4"}
+PP_FALLBACK = {"iquant": "q4_0"}
+"""A family without a fitted prefill factor of its own takes this family's: ggml-cuda's
+MMQ loads IQ4_NL and IQ4_XS tiles as 4-bit values, expands them to int8 through their
+lookup table, and multiplies them with the int8 product the legacy quants use
+(``mmq.cuh``: ``mmq_type_traits`` of both types use ``vec_dot_q8_0_q8_1_mma``): Q4_0's
+loads and product, not Q8_0's twice as many bytes a tile."""
 _NO_INT8_MMA = frozenset({"pascal", "volta"})
 _VENDOR_BACKEND = {"nvidia": "CUDA", "amd": "ROCm", "apple": "Metal", "intel": "Vulkan"}
 
@@ -131,8 +137,11 @@ class SpeedConstants(FrozenModel):
 
     def format_factors(self, backend: str, family: str) -> tuple[float, float]:
         """(weight-streaming, prefill) factors of a format family on a backend: the
-        backend's own where fitted, else the shared ones, else 1."""
+        backend's own where fitted, else the shared ones, else (prefill) those of its
+        :data:`PP_FALLBACK` family, else 1."""
         bw = self.format_bw.get(f"{backend}:{family}", self.format_bw.get(family, 1.0))
+        if f"{backend}:{family}" not in self.format_pp and family not in self.format_pp:
+            family = PP_FALLBACK.get(family, family)
         pp = self.format_pp.get(f"{backend}:{family}", self.format_pp.get(family, 1.0))
         return bw, pp
 

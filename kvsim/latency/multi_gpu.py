@@ -155,7 +155,9 @@ class MultiGpuLatency:
         lin_s, adds = _linear(r, lin, tokens, decode)
         flops = lin_s + att / r.attention_flops_per_s \
             + self._expert_tiles_s(s, tokens, decode)
-        return self._join(flops + _reread_s(r, tokens, wts, decode or adds), mem, adds) \
+        own = s.layer * self.dense_bytes + s.expert * b.expert_pick * self.expert_bytes + \
+            s.head * self.weights.head_bytes  # a token's own weights (RooflineLatency)
+        return self._join(flops + _reread_s(r, tokens, own, decode or adds), mem, adds) \
             + b.dequant * kv_t
 
     def _expert_tiles_s(self, s: Share, tokens: float, decode: bool) -> float:

@@ -4,7 +4,8 @@ A step's weight bytes are every dense tensor plus the routed experts its tokens 
 (``1 − (1 − k/E)^t``); its FLOPs are ``2 · params`` per token less embedding and head, the head
 once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers take the max of
 compute and memory time (a prefill's compute includes the weights its tiles read again,
-``GpuRates.reread_s_per_byte_token``), CPU-offloaded layers the same on the host, plus a
+``GpuRates.reread_s_per_byte_token``: a token's own, the dense ones and k/E of the
+experts'), CPU-offloaded layers the same on the host, plus a
 per-step overhead.
 Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
 quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
@@ -123,6 +124,10 @@ class RooflineLatency:
         self.cpu_expert_bytes = (host_layers + cpu_expert_layers) * expert
         # a one-token step's reads (one decoding sequence): k/E of the experts
         self.gpu_weight_bytes, self.cpu_weight_bytes = self.weight_bytes(1)
+        # NOTE: what a prefill's tiles read again is a token's own weights: every dense
+        # byte, k/E of the routed experts' (each expert re-reads its weights per tile of
+        # *its* tokens, t·k/E of them), not every expert the step reaches
+        self.gpu_reread_bytes = self.gpu_dense_bytes + self.expert_pick * self.gpu_expert_bytes
         # a token's routed-expert FLOPs (2 a parameter): experts in system RAM (llama.cpp
         # --fit) on the CPU, their layers' attention and KV on the GPU; on the GPU; in
         # every layer (an offloaded ubatch runs them all on the GPU)
@@ -288,11 +293,13 @@ class RooflineLatency:
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
         resident = self.weight_bytes(tokens)[0] + copy_w
+        reread = self.gpu_reread_bytes + self.host_dense_bytes \
+            + self.expert_pick * self.host_expert_bytes  # NOTE: a token's own (_weights)
         rate, factor, _ = linear_terms(self.rates, tokens)
         t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
                 + expert_tile_s(self.rates, tokens, self.expert_pick,
                                 tokens * self.all_expert_flops_per_token, decode)
-                + self.reread_s * tokens * resident,
+                + self.reread_s * tokens * reread,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
@@ -312,8 +319,8 @@ class RooflineLatency:
                             tokens * self.gpu_expert_flops_per_token, decode)
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         adds = self.rates.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
-        if not (decode or adds):  # a prefill's tiles read the weights again (GpuRates)
-            compute += self.reread_s * tokens * w_gpu
+        if not (decode or adds):  # a prefill's tiles read a token's weights again (GpuRates)
+            compute += self.reread_s * tokens * self.gpu_reread_bytes
         t = base_s + (compute + memory if adds else max(compute, memory))
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:

@@ -63,9 +63,10 @@ class Row:
 
     m: Measurement
     setup: Setup
-    parts: np.ndarray   # (steps, 8): linear FLOPs, attention FLOPs, weight bytes, KV bytes,
+    parts: np.ndarray   # (steps, 9): linear FLOPs, attention FLOPs, weight bytes, KV bytes,
     #                     tokens in the step, 1 for a decode-only step, the routed experts'
-    #                     FLOPs (part of the linear ones), their pick share k/E
+    #                     FLOPs (part of the linear ones), their pick share k/E, the bytes a
+    #                     prefill token's tiles read again (RooflineLatency.gpu_reread_bytes)
     tokens: int
 
     @property
@@ -80,7 +81,8 @@ class Row:
 def make_row(m: Measurement, s: Setup) -> Row:
     unit = latency_for(s, rates=GpuRates(1.0, 1.0, 1.0, 1.0, 0.0))
     parts = np.array([(*unit.gpu_parts(b), b.num_tokens, not b.prefill_tokens,
-                       b.num_tokens * unit.gpu_expert_flops_per_token, unit.expert_pick)
+                       b.num_tokens * unit.gpu_expert_flops_per_token, unit.expert_pick,
+                       unit.gpu_reread_bytes)
                       for b in step_batches(m)], dtype=np.float64)
     return Row(m, s, parts, tokens_measured(m))
 
@@ -103,7 +105,7 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     memory = p[:, 2] / g.weight_bytes_per_s + p[:, 3] / g.kv_bytes_per_s
     adds = ((p[:, 5] > 0) | small) & g.decode_adds
     compute = compute + np.where((p[:, 5] > 0) | adds, 0.0,
-                                 g.reread_s_per_byte_token * p[:, 2] * p[:, 4])
+                                 g.reread_s_per_byte_token * p[:, 8] * p[:, 4])
     batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
     over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
     body = np.where(adds, compute + memory, np.maximum(compute, memory))
@@ -222,7 +224,7 @@ class _Rows:
         memory = p[:, 2] / w_bw[o] + p[:, 3] / kv_bw[o]
         adds = (p[:, 5] > 0) | small
         compute = compute + np.where(adds, 0.0,
-                                     c["pp_reread"][o] * p[:, 2] * p[:, 4] / bw[o])
+                                     c["pp_reread"][o] * p[:, 8] * p[:, 4] / bw[o])
         body = np.where(adds, compute + memory, np.maximum(compute, memory))
         step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body
         seconds = np.bincount(o, weights=step, minlength=len(self.b))

@@ -126,7 +126,10 @@ class FitSpace:
         tables = {}
         for head, dev in (("fmt_bw", "dev_bw"), ("fmt_pp", "dev_pp")):
             old = (base.format_bw if head == "fmt_bw" else base.format_pp) if base else {}
-            t = {f: float(v.get(f"{head}.{f}", old.get(f, 1.0))) for f in FORMAT_FAMILIES}
+            # NOTE: a family neither fitted nor in the prior is left out, so its
+            # factors fall back (SpeedConstants.format_factors: PP_FALLBACK, else 1)
+            t = {f: float(v.get(f"{head}.{f}", old.get(f, 1.0))) for f in FORMAT_FAMILIES
+                 if f == "f16" or f"{head}.{f}" in v or f in old}
             # NOTE: a backend's factor is its deviation times the shared one: a prior's
             # deviation that is not refitted keeps its ratio to the refitted shared value
             for key, val in old.items():

@@ -84,8 +84,9 @@ def test_names_of_backends_formats_and_memories():
     assert default_backend(load_gpu("rx-7900-xtx")) == "ROCm"
     assert default_backend(load_gpu("apple-m2-ultra")) == "Metal"
     assert default_backend(load_gpu("arc-a770-16gb")) == "Vulkan"
-    assert [format_family(f) for f in ("Q4_K_M", "q6_k", "bf16", "mxfp4_moe", "awq")] == \
-        ["kquant", "kquant", "f16", "mxfp4", "other"]
+    assert [format_family(f) for f in ("Q4_K_M", "q4_k_s", "q6_k", "bf16", "mxfp4_moe",
+                                       "iq4_nl", "iq4_xs", "awq")] == \
+        ["kquant", "kquant", "kquant", "f16", "mxfp4", "iquant", "iquant", "other"]
     assert [memory_kind(load_gpu(n)) for n in ("h100-sxm5-80gb", "rtx-4090", "apple-m3-max")] \
         == ["hbm", "gddr", "lpddr"]
 
@@ -185,6 +186,41 @@ def test_a_prefill_reads_its_weights_again_per_token_at_peak_bandwidth():
         assert extra[name] == pytest.approx(0.01 * 512 * weights / g.memory_bandwidth_bytes_per_s)
         assert t1.step_time_s(decode) == t0.step_time_s(decode)
     assert extra["rtx-3060-8gb"] == pytest.approx(1.5 * extra["rtx-3060-12gb"])
+
+
+def test_a_moe_prefill_rereads_a_tokens_own_weights_not_every_expert():
+    # each expert re-reads its weights once per tile of *its* tokens (t x k/E of them), so
+    # a prompt token's re-read is the dense bytes and k/E of the experts'; the one pass
+    # over every expert the step reaches stays in the weight read
+    from kvsim.latency.base import BatchShape
+    from kvsim.validate.predict import Setup, latency_for
+
+    g, m = load_gpu("rtx-3090"), load_model("qwen3-30b-a3b")
+    reread = consts(backends={"CUDA": ONE.model_copy(update={"pp_reread": 0.01})})
+    r0, r1 = (gpu_rates(g, m, "q4_k_m", backend="CUDA", constants=k)
+              for k in (consts(), reread))
+    s = Setup(g, m, "q4_k_m", "CUDA", True)
+    t0, t1 = latency_for(s, rates=r0), latency_for(s, rates=r1)
+    prompt = BatchShape(prefill_tokens=(2048,), prefill_context=(0,))
+    own = t0.gpu_dense_bytes + (8 / 128) * t0.gpu_expert_bytes  # top-8 of 128 experts
+    assert t0.gpu_reread_bytes == own < 0.2 * t0.weight_bytes(2048)[0]
+    assert t1.step_time_s(prompt) - t0.step_time_s(prompt) == pytest.approx(
+        0.01 * 2048 * own / g.memory_bandwidth_bytes_per_s)
+    # a dense model's own weights are all of them (the test above)
+    dense = latency_for(Setup(g, load_model("llama-3.1-8b"), "q4_0", "CUDA", True), rates=r0)
+    assert dense.gpu_reread_bytes == dense.weight_bytes(2048)[0]
+
+
+def test_an_iquant_without_a_prefill_factor_takes_q4_0s():
+    # ggml-cuda's MMQ loads IQ4_NL / IQ4_XS tiles as 4-bit values and multiplies them with
+    # the legacy quants' int8 product (kvsim.latency.backend.PP_FALLBACK); a fitted iquant
+    # factor wins; streaming keeps 1
+    k = consts(format_bw={"q4_0": 1.1}, format_pp={"q4_0": 0.7, "CUDA:q4_0": 0.6, "q8_0": 0.5})
+    assert k.format_factors("CUDA", "iquant") == (1.0, 0.6)
+    assert k.format_factors("Metal", "iquant") == (1.0, 0.7)
+    own = consts(format_pp={"q4_0": 0.7, "iquant": 0.9})
+    assert own.format_factors("CUDA", "iquant") == (1.0, 0.9)
+    assert consts().format_factors("CUDA", "iquant") == (1.0, 1.0)
 
 
 def test_matrix_vector_and_tile_terms_on_gpu_backends_not_on_cpu():

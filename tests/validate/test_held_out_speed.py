@@ -14,13 +14,13 @@ PRS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements
 
 BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/validation.md
     ("single", "CUDA", "tg_tps"): (0.18, 0.80),
-    ("single", "CUDA", "pp_tps"): (0.32, 1.6),
+    ("single", "CUDA", "pp_tps"): (0.30, 1.25),
     ("single", "ROCm", "tg_tps"): (0.15, 0.27),
-    ("single", "ROCm", "pp_tps"): (0.32, 0.70),
+    ("single", "ROCm", "pp_tps"): (0.30, 0.60),
     ("single", "Vulkan", "tg_tps"): (0.20, 1.2),
-    ("single", "Vulkan", "pp_tps"): (0.34, 3.7),
-    ("depth", "CUDA", "pp_tps"): (0.27, 3.5),
-    ("depth", "ROCm", "pp_tps"): (0.50, 0.88),
+    ("single", "Vulkan", "pp_tps"): (0.34, 3.4),
+    ("depth", "CUDA", "pp_tps"): (0.22, 2.2),
+    ("depth", "ROCm", "pp_tps"): (0.36, 0.90),
 }
 
 
