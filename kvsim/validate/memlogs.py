@@ -156,7 +156,7 @@ def gpu_candidates(text: str, vram: str) -> tuple[tuple[str, ...], str]:
     gib = float(m.group(1)) * (1.0 if m.group(2).lower() == "gib" else 1e9 / 2**30)
     sized = tuple(s for s in fit
                   if _DRIVER_SHARE <= gib / (load_gpu(s).memory_bytes / 2**30) <= 1.0 + 1e-9)
-    inferred = " (which says it is inferred)" if re.search(r"infer|assum", vram, re.I) else ""
+    inferred = " (which says it is inferred)" if re.search(r"infer|assum", vram, re.IGNORECASE) else ""
     return sized, f"{m.group(0)} from the vram_total cell{inferred}"
 
 

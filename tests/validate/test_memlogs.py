@@ -332,7 +332,7 @@ def test_candidates_that_lay_the_start_up_out_alike_are_compared():
     # the same memory, and nothing else of theirs enters a one-GPU vLLM start-up
     m = _read(PUBLISHED)["vllm-009"]
     assert (m.gpus, m.gpu_candidates) == ((), ("a100-80gb-pcie", "a100-80gb-sxm4"))
-    rows, skipped = memory_rows(m)
+    rows, _ = memory_rows(m)
     sxm4, _ = memory_rows(m, load_gpu("a100-80gb-sxm4"))
     assert [(r["metric"], r["predicted"]) for r in rows] == \
         [(r["metric"], r["predicted"]) for r in sxm4]
