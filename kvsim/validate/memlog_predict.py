@@ -263,7 +263,7 @@ def _alike(m: MemoryMeasurement, model: ModelSpec | None
     seen = {s: tuple((r["metric"], r["device"], r["predicted"]) for r in rows)
             + tuple(k.reason for k in skipped) for s, (rows, skipped) in runs.items()}
     first = m.gpu_candidates[0]
-    said = f", {m.gpu_memory_said}" if m.gpu_memory_said else ""
+    said = f" ({m.gpu_memory_said})" if m.gpu_memory_said else ""
     if len(set(seen.values())) > 1:
         parts = "; ".join(f"{s}: {_gist(runs[s])}" for s in m.gpu_candidates)
         return [], [Skipped(m.id, f"{m.gpu_reason}{said}; they lay this start-up out "

@@ -145,19 +145,42 @@ reports a total a few per cent under the nominal size (an 80 GB card's
 ``total_gpu_memory`` 79.2 GiB), and "80GB" read as decimal gigabytes is 74.5 GiB."""
 
 
+_GUESS = re.compile(r"\b(?:inferred|likely)\b", re.IGNORECASE)
+
+
+def _inferred_names(text: str) -> list[str]:
+    """Device names a cell gives in parentheses as its writer's inference: "1x 80GB-class
+    GPU (total_gpu_memory 79.22GiB; H100/A100 inferred)" → ["H100", "A100"]."""
+    out: list[str] = []
+    for group in re.findall(r"\(([^()]*)\)", text or ""):
+        for part in re.split(r"[;,]", group):
+            if _GUESS.search(part):
+                out += [n.strip() for n in _GUESS.sub(" ", part).split("/") if n.strip()]
+    return out
+
+
+def _fitting(name: str) -> tuple[str, ...]:
+    g = resolve_gpu(name)
+    return (g.slug,) if g.slug is not None else g.candidates
+
+
 def gpu_candidates(text: str, vram: str) -> tuple[tuple[str, ...], str]:
-    """(the profiles an ambiguous device name fits, narrowed to the memory size the
-    ``vram`` cell states; how it was narrowed, "" when it was not): () when the name
+    """(the profiles an ambiguous device name fits — or, where the cell names no device,
+    those its parenthesised inference names — narrowed to the memory size the ``vram``
+    cell states; how they were found, "" for a plain ambiguous name): () when the name
     resolves, is unknown, or names several kinds of device."""
-    fit = resolve_gpu(text).candidates
+    fit, how = resolve_gpu(text).candidates, []
+    if not fit and resolve_gpu(text).slug is None and (names := _inferred_names(text)):
+        fit = tuple(dict.fromkeys(s for n in names for s in _fitting(n)))
+        how.append(f"{'/'.join(names)} as the gpu cell infers")
     m = _VRAM.search(vram or "")
-    if not fit or not m:
-        return fit, ""
-    gib = float(m.group(1)) * (1.0 if m.group(2).lower() == "gib" else 1e9 / 2**30)
-    sized = tuple(s for s in fit
-                  if _DRIVER_SHARE <= gib / (load_gpu(s).memory_bytes / 2**30) <= 1.0 + 1e-9)
-    inferred = " (which says it is inferred)" if re.search(r"infer|assum", vram, re.IGNORECASE) else ""
-    return sized, f"{m.group(0)} from the vram_total cell{inferred}"
+    if fit and m:
+        gib = float(m.group(1)) * (1.0 if m.group(2).lower() == "gib" else 1e9 / 2**30)
+        fit = tuple(s for s in fit
+                    if _DRIVER_SHARE <= gib / (load_gpu(s).memory_bytes / 2**30) <= 1 + 1e-9)
+        guess = " (which says it is inferred)" if re.search(r"infer|assum", vram, re.IGNORECASE) else ""
+        how.append(f"{m.group(0)} from the vram_total cell{guess}")
+    return fit, ", ".join(how)
 
 
 def _short_name(text: str) -> str:
@@ -236,7 +259,7 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
     figures, unread = _figures(row.get("printed_figures", ""), rid, engine, settings)
     gpus, gpu_reason, gpu_count = gpus_named(row.get("gpu", ""))
     candidates, said = gpu_candidates(row.get("gpu", ""), row.get("vram_total", "")) \
-        if not gpus and gpu_reason.startswith("ambiguous") else ((), "")
+        if not gpus and gpu_reason.startswith(("ambiguous", "GPU not named (")) else ((), "")
     model, fmt, model_reason = model_named(row.get("model", ""))
     weights, weights_reason = weights_named(row.get("weight_format", ""), fmt)
     notes = row.get("notes", "") or ""

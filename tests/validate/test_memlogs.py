@@ -338,7 +338,7 @@ def test_candidates_that_lay_the_start_up_out_alike_are_compared():
         [(r["metric"], r["predicted"]) for r in sxm4]
     assert {r["metric"] for r in rows} == {"kv_bytes", "weights_bytes"}
     assert rows[0]["gpu"] == "a100-80gb-pcie" and rows[0]["notes"][-1] == (
-        "GPU '1x NVIDIA A100', 80GB from the vram_total cell (which says it is inferred) "
+        "GPU '1x NVIDIA A100' (80GB from the vram_total cell (which says it is inferred)) "
         "fits a100-80gb-pcie, a100-80gb-sxm4, which lay this start-up out alike: sized as "
         "a100-80gb-pcie")
 
@@ -362,5 +362,20 @@ def test_a_stated_memory_that_leaves_one_profile_names_it(tmp_path):
     m = _read(f)["x-1"]
     rows, skipped = memory_rows(m)
     assert skipped == [] and rows[0]["gpu"] == "h100-nvl"
-    assert rows[0]["notes"][-1] == ("GPU '1x NVIDIA H100', 94GB from the vram_total cell: "
+    assert rows[0]["notes"][-1] == ("GPU '1x NVIDIA H100' (94GB from the vram_total cell): "
                                     "sized as h100-nvl")
+
+
+def test_a_cell_naming_no_device_is_read_by_the_inference_it_states():
+    # vllm-020: "1x 80GB-class GPU (total_gpu_memory 79.22GiB; H100/A100 inferred)": the
+    # four 80 GB H100 / A100 parts hold the same memory, so the row is compared
+    m = _read(PUBLISHED)["vllm-020"]
+    assert m.gpus == () and m.gpu_candidates == (
+        "h100-pcie-80gb", "h100-sxm5-80gb", "a100-80gb-pcie", "a100-80gb-sxm4")
+    assert m.gpu_memory_said == ("H100/A100 as the gpu cell infers, 79.22GiB from the "
+                                 "vram_total cell")
+    rows, _ = memory_rows(m)
+    by = {r["metric"]: r for r in rows}
+    assert set(by) == {"kv_bytes", "weights_bytes", "compute_bytes"}
+    assert by["weights_bytes"]["rel_err"] == pytest.approx(0.0, abs=1e-3)
+    assert gpu_candidates("1x NVIDIA GPU (model not stated)", "") == ((), "")
