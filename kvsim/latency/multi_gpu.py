@@ -144,8 +144,7 @@ class MultiGpuLatency:
         lin = s.layer * tokens * b.linear_flops_per_token + s.head * outputs * \
             b.head_flops_per_output
         att = s.attn * pairs * b.pair_flops
-        wts = s.layer * self.dense_bytes + s.expert * used * self.expert_bytes + \
-            s.head * self.weights.head_bytes
+        wts = self._weight_bytes(s, used)
         kvb = s.kv * kv
         r = s.rates
         kv_t = kvb / r.kv_bytes_per_s
@@ -155,10 +154,15 @@ class MultiGpuLatency:
         lin_s, adds = _linear(r, lin, tokens, decode)
         flops = lin_s + att / r.attention_flops_per_s \
             + self._expert_tiles_s(s, tokens, decode)
-        own = s.layer * self.dense_bytes + s.expert * b.expert_pick * self.expert_bytes + \
-            s.head * self.weights.head_bytes  # a token's own weights (RooflineLatency)
+        own = self._weight_bytes(s, b.expert_pick)  # a token's own (RooflineLatency)
         return self._join(flops + _reread_s(r, tokens, own, decode or adds), mem, adds) \
             + b.dequant * kv_t
+
+    def _weight_bytes(self, s: Share, expert_share: Any) -> Any:
+        """The weight bytes of GPU share ``s`` with ``expert_share`` of the routed experts
+        (a step's: those its tokens reach; a token's own: k/E)."""
+        return s.layer * self.dense_bytes + s.expert * expert_share * self.expert_bytes + \
+            s.head * self.weights.head_bytes
 
     def _expert_tiles_s(self, s: Share, tokens: float, decode: bool) -> float:
         """A prompt step's routed experts on this GPU's share of the layers, tiling their

@@ -122,12 +122,11 @@ class RooflineLatency:
         self.cpu_dense_bytes = host_layers * dense + (0 if head_on_gpu else head)
         self.gpu_expert_bytes = (layers - cpu_expert_layers) * expert
         self.cpu_expert_bytes = (host_layers + cpu_expert_layers) * expert
-        # a one-token step's reads (one decoding sequence): k/E of the experts
+        # a one-token step's reads (one decoding sequence): k/E of the experts — a token's
+        # own weights, which is also what a prefill's tiles read again per token (each
+        # expert re-reads its weights per tile of *its* tokens, t·k/E of them), not every
+        # expert the step reaches
         self.gpu_weight_bytes, self.cpu_weight_bytes = self.weight_bytes(1)
-        # NOTE: what a prefill's tiles read again is a token's own weights: every dense
-        # byte, k/E of the routed experts' (each expert re-reads its weights per tile of
-        # *its* tokens, t·k/E of them), not every expert the step reaches
-        self.gpu_reread_bytes = self.gpu_dense_bytes + self.expert_pick * self.gpu_expert_bytes
         # a token's routed-expert FLOPs (2 a parameter): experts in system RAM (llama.cpp
         # --fit) on the CPU, their layers' attention and KV on the GPU; on the GPU; in
         # every layer (an offloaded ubatch runs them all on the GPU)
@@ -155,6 +154,10 @@ class RooflineLatency:
         self.host_dense_bytes = host_layers * (weights.per_layer_bytes - expert)
         self.host_expert_bytes = (host_layers + cpu_expert_layers) * expert
         self.host_head_bytes = 0 if head_on_gpu else weights.head_bytes
+        # what an offloaded ubatch's tiles read again per token: a token's own weights,
+        # the copied host layers' too (_step_weights)
+        self.offload_reread_bytes = self.gpu_weight_bytes + self.host_dense_bytes \
+            + self.expert_pick * self.host_expert_bytes
         has_host = self.host_dense_bytes + self.host_expert_bytes > 0
         self.op_offload = op_offload if has_host else None
 
@@ -293,13 +296,11 @@ class RooflineLatency:
         copy_kv = (1 - self.gpu_fraction) * kv_read
         kv_time = kv_read / self.kv_bytes_per_s
         resident = self.weight_bytes(tokens)[0] + copy_w
-        reread = self.gpu_reread_bytes + self.host_dense_bytes \
-            + self.expert_pick * self.host_expert_bytes  # NOTE: a token's own (_weights)
         rate, factor, _ = linear_terms(self.rates, tokens)
         t = max(lin / rate * factor + att / self._attn_rate(tokens, False)
                 + expert_tile_s(self.rates, tokens, self.expert_pick,
                                 tokens * self.all_expert_flops_per_token, decode)
-                + self.reread_s * tokens * reread,
+                + self.reread_s * tokens * self.offload_reread_bytes,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
         return t + (copy_w + copy_kv) / link_bytes_per_s
@@ -320,7 +321,7 @@ class RooflineLatency:
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         adds = self.rates.decode_adds and (decode or small)  # kvsim.latency.rates.times_add
         if not (decode or adds):  # a prefill's tiles read a token's weights again (GpuRates)
-            compute += self.reread_s * tokens * self.gpu_reread_bytes
+            compute += self.reread_s * tokens * self.gpu_weight_bytes
         t = base_s + (compute + memory if adds else max(compute, memory))
         t += self.dequant * kv_time_gpu
         if f < 1.0 or self.cpu_linear_flops_per_token:

@@ -66,7 +66,7 @@ class Row:
     parts: np.ndarray   # (steps, 9): linear FLOPs, attention FLOPs, weight bytes, KV bytes,
     #                     tokens in the step, 1 for a decode-only step, the routed experts'
     #                     FLOPs (part of the linear ones), their pick share k/E, the bytes a
-    #                     prefill token's tiles read again (RooflineLatency.gpu_reread_bytes)
+    #                     prefill token's tiles read again (RooflineLatency.gpu_weight_bytes)
     tokens: int
 
     @property
@@ -82,7 +82,7 @@ def make_row(m: Measurement, s: Setup) -> Row:
     unit = latency_for(s, rates=GpuRates(1.0, 1.0, 1.0, 1.0, 0.0))
     parts = np.array([(*unit.gpu_parts(b), b.num_tokens, not b.prefill_tokens,
                        b.num_tokens * unit.gpu_expert_flops_per_token, unit.expert_pick,
-                       unit.gpu_reread_bytes)
+                       unit.gpu_weight_bytes)
                       for b in step_batches(m)], dtype=np.float64)
     return Row(m, s, parts, tokens_measured(m))
 

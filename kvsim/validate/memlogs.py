@@ -169,8 +169,9 @@ def gpu_candidates(text: str, vram: str) -> tuple[tuple[str, ...], str]:
     those its parenthesised inference names — narrowed to the memory size the ``vram``
     cell states; how they were found, "" for a plain ambiguous name): () when the name
     resolves, is unknown, or names several kinds of device."""
-    fit, how = resolve_gpu(text).candidates, []
-    if not fit and resolve_gpu(text).slug is None and (names := _inferred_names(text)):
+    g = resolve_gpu(text)
+    fit, how = g.candidates, []
+    if not fit and g.slug is None and (names := _inferred_names(text)):
         fit = tuple(dict.fromkeys(s for n in names for s in _fitting(n)))
         how.append(f"{'/'.join(names)} as the gpu cell infers")
     m = _VRAM.search(vram or "")

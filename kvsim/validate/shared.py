@@ -28,7 +28,7 @@ import re
 
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS
-from kvsim.validate.memlogs import MemoryMeasurement, read_memory_rows
+from kvsim.validate.memlogs import MemoryMeasurement, read_memory_row
 from kvsim.validate.records import Measurement, Skipped
 
 PUBLISHED_GRAPHS_SINCE = "ampere"
@@ -207,7 +207,7 @@ def read_memory_logs(rows: list[dict[str, str]], origin: str
     first: InputError | None = None
     for row in rows:
         try:
-            meas += read_memory_rows([row], origin)
+            meas.append(read_memory_row(row, origin))
         except InputError as exc:
             first = first or exc
             skipped.append(Skipped((row.get("id") or "").strip() or origin, exc.one_line()))

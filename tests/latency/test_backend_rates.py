@@ -203,12 +203,12 @@ def test_a_moe_prefill_rereads_a_tokens_own_weights_not_every_expert():
     t0, t1 = latency_for(s, rates=r0), latency_for(s, rates=r1)
     prompt = BatchShape(prefill_tokens=(2048,), prefill_context=(0,))
     own = t0.gpu_dense_bytes + (8 / 128) * t0.gpu_expert_bytes  # top-8 of 128 experts
-    assert t0.gpu_reread_bytes == own < 0.2 * t0.weight_bytes(2048)[0]
+    assert t0.gpu_weight_bytes == own < 0.2 * t0.weight_bytes(2048)[0]
     assert t1.step_time_s(prompt) - t0.step_time_s(prompt) == pytest.approx(
         0.01 * 2048 * own / g.memory_bandwidth_bytes_per_s)
     # a dense model's own weights are all of them (the test above)
     dense = latency_for(Setup(g, load_model("llama-3.1-8b"), "q4_0", "CUDA", True), rates=r0)
-    assert dense.gpu_reread_bytes == dense.weight_bytes(2048)[0]
+    assert dense.gpu_weight_bytes == dense.weight_bytes(2048)[0]
 
 
 def test_an_iquant_without_a_prefill_factor_takes_q4_0s():
