@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kvsim.config.catalog import load_gpu
+from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import SpeedConstants
@@ -128,10 +130,29 @@ def validate(measurements: list[Measurement | MemoryMeasurement], *,
             continue
         s = setup_for(m, gpu=gpu, model=model)
         if isinstance(s, Skipped):
-            v.skipped.append(s)
+            v.skipped.append(_with_candidates(s, m, model, constants) if gpu is None else s)
             continue
         v.rows.append(prediction_row(m, s, predicted_tps(m, s, constants)))
     return v
+
+
+def _with_candidates(s: Skipped, m: Measurement, model: ModelSpec | None,
+                     constants: SpeedConstants | None) -> Skipped:
+    """An ambiguous card's skipped row with what kvsim predicts on each profile the name
+    fits ("…: name which one; kvsim predicts 3,247.9 t/s as tesla-v100-pcie-32gb,
+    3,647.3 t/s as tesla-v100-sxm2-32gb; measured 3,042.6"): the row stays out of the
+    summary, since which card ran is not known."""
+    if not s.reason.startswith("ambiguous"):
+        return s
+    preds = []
+    for slug in resolve_gpu(m.gpu).candidates:
+        c = setup_for(m, gpu=load_gpu(slug), model=model)
+        if not isinstance(c, Skipped):
+            preds.append(f"{predicted_tps(m, c, constants):,.1f} t/s as {slug}")
+    if not preds:
+        return s
+    return Skipped(s.id, f"{s.reason}; kvsim predicts {', '.join(preds)}; measured "
+                         f"{m.value:,.1f}")
 
 
 def _quantile(values: np.ndarray, q: float) -> float:

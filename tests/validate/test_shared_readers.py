@@ -160,3 +160,32 @@ def test_gpt_oss_ggufs_are_sized_as_llama_cpp_writes_them():
         ("gpt-oss-20b (gpt-oss 20B MXFP4 MoE)", "MXFP4")
     assert setup_for(unsized).weight_format == "mxfp4_moe"
     assert setup_for(replace(unsized, model="gpt-oss-20b")).weight_format == "mxfp4"
+
+
+def test_an_ambiguous_card_is_skipped_with_each_profiles_prediction():
+    # SB044 "NVIDIA H100 80GB": PCIe or SXM5 is not said, so the row stays out of the
+    # summary; its reason gives what kvsim predicts on each, beside the measured value
+    from dataclasses import replace
+
+    from kvsim.config.catalog import load_gpu
+    from kvsim.validate.predict import predicted_tps, setup_for
+    from kvsim.validate.run import validate
+
+    meas, _ = _read("llamabench-scoreboard.csv")
+    sb044 = [m for m in meas if m.id.startswith("SB044:")]
+    v = validate(sb044)
+    assert v.rows == [] and [s.id for s in v.skipped] == ["SB044:pp", "SB044:tg"]
+    tg = next(m for m in sb044 if m.id == "SB044:tg")
+    pcie, sxm5 = (predicted_tps(tg, setup_for(tg, gpu=load_gpu(g))) for g in
+                  ("h100-pcie-80gb", "h100-sxm5-80gb"))
+    assert v.skipped[1].reason == (
+        "ambiguous: 'NVIDIA H100 80GB' matches h100-pcie-80gb (H100 PCIe 80GB), "
+        "h100-sxm5-80gb (H100 SXM5 80GB): name which one; kvsim predicts "
+        f"{pcie:,.1f} t/s as h100-pcie-80gb, {sxm5:,.1f} t/s as h100-sxm5-80gb; "
+        "measured 267.8")
+    assert pcie < tg.value < sxm5
+    # a name kvsim does not know keeps its reason as it was
+    unknown = next(m for m in meas if m.id == "SB001:tg")
+    v = validate([replace(unknown, gpu="NVIDIA H20")])
+    assert v.skipped[0].reason.startswith("unknown GPU 'NVIDIA H20'")
+    assert "kvsim predicts" not in v.skipped[0].reason
