@@ -9,7 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kvsim.core.kv.block_pool import BlockPool
 from kvsim.core.kv.host_pool import HostBlockPool
 from kvsim.core.kv.manager import KVCacheManager
-from kvsim.core.kv.prefix import RUN_STEP, block_hashes, extend_block_hashes
+from kvsim.core.kv.prefix import block_hashes, extend_block_hashes
 from kvsim.core.requests import Request
 
 
@@ -259,7 +259,7 @@ def _keys_token_by_token(seq: tuple, bt: int) -> list[int]:
     merge each block's consecutive tokens of one segment into a piece."""
     tokens = [(sid, i) for sid, s, e in seq for i in range(s, e)]
     keys: list[int] = []
-    parent, prev = None, None
+    parent = None
     for b in range(len(tokens) // bt):
         pieces: list[tuple[str, int, int]] = []
         for sid, i in tokens[b * bt:(b + 1) * bt]:
@@ -267,14 +267,10 @@ def _keys_token_by_token(seq: tuple, bt: int) -> list[int]:
                 pieces[-1] = (sid, pieces[-1][1], i + 1)
             else:
                 pieces.append((sid, i, i + 1))
-        # NOTE: a block inside one piece right after the block before it in that piece
-        # continues the run: the previous key plus RUN_STEP (kvsim.core.kv.prefix)
-        one = pieces[0][:2] if len(pieces) == 1 else None
-        if one is not None and prev == (one[0], one[1] - bt):
-            parent = (parent + RUN_STEP) % 2**64
-        else:
-            parent = hash((parent, *one) if one else (parent, tuple(pieces)))
-        prev = one
+        # NOTE: a block inside one piece is keyed by that piece's id and start alone
+        # (kvsim.core.kv.prefix)
+        one = len(pieces) == 1
+        parent = hash((parent, *pieces[0][:2]) if one else (parent, tuple(pieces)))
         keys.append(parent)
     return keys
 
@@ -334,14 +330,3 @@ def test_a_request_that_needs_the_null_block_fails_instead_of_waiting_forever() 
         assert [rid for rid, r in rows.items() if r[18]] == failed
         assert [e[3] for e in eng.recorder.events if e[1] == "fail"] == \
             ["needs 128 KV blocks, 127 hold KV"] * len(failed)
-
-
-def test_a_run_continues_across_pieces_of_one_segment() -> None:
-    # the same tokens as one piece or as two contiguous pieces of one segment: the same
-    # keys, the blocks after the first continuing one run (+ RUN_STEP each)
-    bt = 16
-    whole = block_hashes((("s", 0, 64),), bt)
-    assert block_hashes((("s", 0, 32), ("s", 32, 64)), bt) == whole
-    assert [(b - a) % 2**64 for a, b in zip(whole, whole[1:])] == [RUN_STEP] * 3
-    # a gap in the segment starts a new run
-    assert block_hashes((("s", 0, 32), ("s", 48, 80)), bt)[2] != whole[2]
