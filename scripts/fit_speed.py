@@ -22,8 +22,10 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
+from kvsim.metrics.summary import PERCENTILE_METHOD
 from kvsim.validate.fit import fit_constants, log_errors, make_row
 from kvsim.validate.lodo import leave_one_device_out
 from kvsim.validate.predict import setup_for
@@ -42,6 +44,20 @@ def summary_of(rows: list, errs: dict[str, float]) -> list[dict]:
             v.rows.append({"kind": r.m.kind, "backend": r.m.backend, "metric": r.m.metric,
                            "rel_err": math.exp(errs[r.m.id]) - 1.0})
     return v.summary()
+
+
+def signed_spread(rows: list, errs: dict[str, float]) -> dict[tuple, dict[str, float]]:
+    """Per (kind, backend, metric): the 10th and 90th percentiles of the signed relative
+    error (kvsim's speed over the measured, minus 1) — the band ``kvsim simulate`` reruns a
+    scenario at (kvsim.latency.speed_band)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r.m.id in errs:
+            groups.setdefault((r.m.kind, r.m.backend, r.m.metric), []).append(
+                math.expm1(errs[r.m.id]))
+    return {key: {f"p{q}_rel_err": round(float(np.quantile(e, q / 100,
+                                                             method=PERCENTILE_METHOD)), 4)
+                  for q in (10, 90)} for key, e in groups.items()}
 
 
 def show(title: str, summary: list[dict]) -> None:
@@ -95,9 +111,11 @@ def main() -> None:
         print(f"\nleave-one-device-out: {time.perf_counter() - t0:.1f} s")
         summ = summary_of(rows, lodo)
         show("leave-one-device-out (each device predicted by a fit without it)", summ)
+        spread = signed_spread(rows, lodo)
         out["errors"] = {f"{s['kind']}/{s['backend']}/{s['metric']}":
-                         {k: round(float(s[k]), 4) for k in
-                          ("n", "median_abs_rel_err", "p90_abs_rel_err", "median_rel_err")}
+                         {**{k: round(float(s[k]), 4) for k in
+                             ("n", "median_abs_rel_err", "p90_abs_rel_err", "median_rel_err")},
+                          **spread[(s["kind"], s["backend"], s["metric"])]}
                          for s in summ}
     if args.rows:
         _write_rows(args.rows, rows, fitted, {} if args.no_lodo else lodo)

@@ -9,6 +9,7 @@ import click
 
 from kvsim.cli._output import check_output, output_errors, plotlyjs_option
 from kvsim.cli._run_output import print_summary, print_verdict
+from kvsim.cli._speed_band_output import check_band, report_speed_band, speed_note
 from kvsim.errors import InputError
 
 # --set keys that leave a scenario's own description true (with their sub-keys)
@@ -111,6 +112,11 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
               "those that move materially, writes DIR/jitter.json")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
               help="worker processes for --jitter-replications, 1-1024 (1 = in-process)")
+@click.option("--speed-band", is_flag=True, default=False,
+              help="after the run, rerun it at both ends of the speed model's error on "
+              "cards left out of its fit (the 10th and 90th percentiles of its backend, "
+              "leave-one-device-out; a fitted roofline only): prints TTFT, ITL and E2E p95, "
+              "failures and preemptions at each end, writes DIR/speed_band.json")
 @click.option("--slo", "slos", multiple=True, metavar="METRIC_PCT=DURATION",
               help="latency SLO the verdict judges, e.g. ttft_p95=2s (repeatable; default: "
               "the scenario's slo section, else ttft_p95=2s and itl_p95=150ms)")
@@ -119,8 +125,8 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
               "re-simulate it (same seed) to say how it comes out")
 @plotlyjs_option
 def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str | None,
-             report: bool, jitter_n: int | None, jobs: int, slos: tuple[str, ...],
-             advice: bool, plotlyjs: str) -> None:
+             report: bool, jitter_n: int | None, jobs: int, speed_band: bool,
+             slos: tuple[str, ...], advice: bool, plotlyjs: str) -> None:
     """Simulate SCENARIO (a YAML file or a bundled scenario name), save its Results
     (Parquet tables, summary.json, scenario.json, meta.json) and an HTML report in
     DIR. Prints a verdict first (the SLOs met or not, memory, OOM risk, why requests
@@ -137,6 +143,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     sc = described(load_scenario(scenario, overrides), sets)
     constraints, source = constraints_for(sc, slos)
     check_jitter_options(sc, jitter_n, jobs)  # NOTE: before the run
+    if speed_band:
+        check_band(sc)
     check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
     console = Console(stderr=True)
@@ -171,6 +179,10 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         click.echo(f"warning: {note}", err=True)
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)
+    if speed_band:
+        report_speed_band(sc, res, path)
+    elif note := speed_note(sc):
+        click.echo(f"note: {note}", err=True)
     if jitter_n is not None:
         from kvsim.cli._jitter_output import report_jitter
 

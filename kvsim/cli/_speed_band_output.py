@@ -1,0 +1,104 @@
+"""``kvsim simulate``'s speed-model band: the note every fitted-roofline run prints, and
+``--speed-band``: the scenario rerun at both ends, printed and saved as speed_band.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kvsim.cli._output import output_errors
+from kvsim.errors import InputError
+from kvsim.latency.speed_band import ENDS, speed_band
+
+if TYPE_CHECKING:
+    from kvsim.latency.speed_band import SpeedBand
+
+# (summary key, label, kind): what the band's runs are compared on
+BAND_METRICS = (("ttft_p95_s", "TTFT p95", "latency"), ("itl_p95_s", "ITL p95", "latency"),
+                ("e2e_p95_s", "E2E p95", "latency"), ("failed_requests", "failed", "count"),
+                ("preemptions", "preemptions", "count"))
+
+
+def speed_note(sc: Any) -> str:
+    """How far the scenario's speed model ran from cards it did not see, in one line
+    (``""`` where it has no band: kvsim.latency.speed_band)."""
+    band = speed_band(sc)
+    if band is None:
+        return ""
+    return (f"speed model: cards left out of its {band.backend} fit ran, 8 in 10 of "
+            f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
+            f"{band.speed_words()} (hardware_profiles/speed/constants.yaml); --speed-band "
+            "reruns this scenario at both ends, kvsim calibrate bench on your card "
+            "replaces the estimate with measurements")
+
+
+def check_band(sc: Any) -> SpeedBand:
+    """The scenario's band for ``--speed-band``; InputError (before any run) without one."""
+    band = speed_band(sc)
+    if band is None:
+        lat = sc.latency
+        what = (f"latency.kind {lat.kind}" if lat.kind != "roofline" else
+                f"latency.rates {lat.rates}" if lat.rates != "backend" else
+                "a backend whose fitted constants carry no error percentiles")
+        raise InputError("--speed-band", what,
+                         "needs a roofline with fitted backend constants (latency.kind "
+                         "roofline, rates backend on CUDA, ROCm, Vulkan or Metal); a "
+                         "calibrated model is the card's own measurements, with no band")
+    return band
+
+
+def _text(value: Any, kind: str) -> str:
+    from kvsim.config.units import format_latency
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format_latency(float(value)) if kind == "latency" else f"{int(value):,}"
+
+
+def band_runs(sc: Any, band: SpeedBand) -> dict[str, dict[str, Any]]:
+    """The scenario's summary at each end of the band (kvsim.api.simulate's
+    ``step_scale``), only the compared metrics."""
+    from kvsim.api import simulate as run
+
+    out = {}
+    for end in ENDS:
+        summary = run(sc, step_scale=band.factors(end)).summary
+        out[end] = {key: summary.get(key) for key, _, _ in BAND_METRICS}
+    return out
+
+
+def band_doc(band: SpeedBand, main: dict[str, Any], runs: dict[str, dict[str, Any]]
+             ) -> dict[str, Any]:
+    """speed_band.json: the band's factors and each metric as predicted and at each end."""
+    factors = {end: dict(zip(("decode", "prompt"), band.factors(end))) for end in ENDS}
+    return {"backend": band.backend, "step_time_factors": factors,
+            "rows": {"decode": band.decode_rows, "prompt": band.prompt_rows},
+            "metrics": {key: {"predicted": main.get(key), **{e: runs[e][key] for e in ENDS}}
+                        for key, _, _ in BAND_METRICS}}
+
+
+def report_speed_band(sc: Any, res: Any, out_dir: Path) -> None:
+    """Rerun ``sc`` (whose run gave ``res``) at both ends of its band, print each metric
+    as predicted and at each end, and write ``out_dir/speed_band.json``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    band = check_band(sc)
+    runs = band_runs(sc, band)
+    table = Table(title=f"speed band: cards left out of the {band.backend} fit ran at "
+                  f"{band.speed_words()} (8 in 10)")
+    for col in ("metric", "as predicted", "fast end", "slow end"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for key, label, kind in BAND_METRICS:
+        table.add_row(label, _text(res.summary.get(key), kind),
+                      *(_text(runs[end][key], kind) for end in ENDS))
+    Console().print(table)
+    path = out_dir / "speed_band.json"
+    with output_errors("--output", path):
+        path.write_text(json.dumps(band_doc(band, dict(res.summary), runs), indent=2) + "\n",
+                        encoding="utf-8")
+    click.echo(f"speed band: {path}")

@@ -1,0 +1,60 @@
+"""`kvsim simulate`'s speed band: the note on a fitted roofline's error for unseen cards,
+`--speed-band` (the run at both ends, speed_band.json), and the refusal without a band."""
+
+import json
+
+from kvsim.config.units import format_latency
+from kvsim.latency.speed_band import speed_band
+from kvsim.scenario import load_scenario
+
+SMALL = ["--set", "workload.max_sessions=6", "--no-report", "--no-advice"]
+
+
+def test_a_fitted_roofline_run_says_how_far_unseen_cards_ran(kvsim_cli, tmp_path) -> None:
+    code, err, _ = kvsim_cli("simulate", "quickstart", *SMALL, "-o", tmp_path / "r")
+    assert (code, err) == (0, "")
+    band = speed_band(load_scenario("quickstart", ["workload.max_sessions=6"]))
+    note = next(ln for ln in kvsim_cli.stderr.splitlines()  # type: ignore[attr-defined]
+                if ln.startswith("note: speed model"))
+    assert note == (
+        f"note: speed model: cards left out of its CUDA fit ran, 8 in 10 of "
+        f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
+        f"{band.speed_words()} (hardware_profiles/speed/constants.yaml); --speed-band reruns "
+        "this scenario at both ends, kvsim calibrate bench on your card replaces the "
+        "estimate with measurements")
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["latency_fit_prompt_speed_p10"] == 1 / band.prompt[1]
+
+
+def test_speed_band_reruns_at_both_ends_and_saves_them(kvsim_cli, tmp_path) -> None:
+    code, err, out = kvsim_cli("simulate", "quickstart", *SMALL, "--speed-band",
+                               "-o", tmp_path / "r")
+    assert (code, err) == (0, "")
+    doc = json.loads((tmp_path / "r" / "speed_band.json").read_text())
+    ttft = doc["metrics"]["ttft_p95_s"]
+    row = next(ln for ln in out.splitlines() if ln.startswith("│ TTFT p95"))
+    assert [c.strip() for c in row.strip("│").split("│")[1:]] == [
+        format_latency(ttft[k]) for k in ("predicted", "fast", "slow")]
+    band = speed_band(load_scenario("quickstart", ["workload.max_sessions=6"]))
+    assert doc["step_time_factors"] == {
+        "fast": {"decode": band.decode[0], "prompt": band.prompt[0]},
+        "slow": {"decode": band.decode[1], "prompt": band.prompt[1]}}
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    for key in ("ttft_p95_s", "itl_p95_s", "e2e_p95_s"):
+        m = doc["metrics"][key]
+        assert m["predicted"] == summary[key]
+        assert m["fast"] < m["predicted"] < m["slow"], key
+    assert not any(ln.startswith("note: speed model")  # the band itself is shown instead
+                   for ln in kvsim_cli.stderr.splitlines())  # type: ignore[attr-defined]
+
+
+def test_speed_band_without_a_fitted_roofline_is_refused_before_the_run(kvsim_cli,
+                                                                       tmp_path) -> None:
+    code, err, _ = kvsim_cli("simulate", "quickstart", *SMALL, "--speed-band",
+                             "--set", "latency.rates=peak", "-o", tmp_path / "r")
+    assert code == 2
+    assert err == ("error: --speed-band: 'latency.rates peak' — needs a roofline with fitted "
+                   "backend constants (latency.kind roofline, rates backend on CUDA, ROCm, "
+                   "Vulkan or Metal); a calibrated model is the card's own measurements, "
+                   "with no band")
+    assert not (tmp_path / "r").exists()
