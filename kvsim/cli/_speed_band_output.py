@@ -36,6 +36,23 @@ def speed_note(sc: Any) -> str:
             "replaces the estimate with measurements")
 
 
+def bands_note(scenarios: dict[str, Any]) -> str:
+    """The speed model's band for each backend among ``scenarios`` (name → scenario: the
+    cards a plan or a comparison ran on), in one line; ``""`` when none has one."""
+    by_backend: dict[str, tuple[SpeedBand, list[str]]] = {}
+    for name, sc in scenarios.items():
+        band = speed_band(sc)
+        if band is not None:
+            by_backend.setdefault(band.backend, (band, []))[1].append(name)
+    if not by_backend:
+        return ""
+    parts = [f"{band.ratio_words()} on {backend} ({', '.join(names)})"
+             for backend, (band, names) in by_backend.items()]
+    return ("speed model: cards left out of its fit ran, 8 in 10, at " + "; ".join(parts)
+            + " of kvsim's speed: a p95 near its target may land on either side (kvsim "
+            "simulate --speed-band reruns a setting at both ends)")
+
+
 def check_band(sc: Any) -> SpeedBand:
     """The scenario's band for ``--speed-band``; InputError (before any run) without one."""
     band = speed_band(sc)

@@ -20,6 +20,7 @@ from click.core import ParameterSource
 
 from kvsim.cli._output import check_output, output_errors
 from kvsim.cli._plan_common import constraint_options, maybe_report, print_table
+from kvsim.cli._speed_band_output import bands_note
 from kvsim.cli.plan import (
     build_grid,
     grid_options,
@@ -90,8 +91,8 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
     def one(sg: Any, cons: Any, gr: Any) -> Any:
         return run_search(sg, cons, gr, opts, label=sg.gpu.name)
 
-    res = compare_gpus(s, names, c, grid, search_fn=one,
-                       scenarios=on_each_gpu(scenario, list(sets), names))
+    per_gpu = on_each_gpu(scenario, list(sets), names)
+    res = compare_gpus(s, names, c, grid, search_fn=one, scenarios=per_gpu)
     for _, row in res.table.iterrows():
         click.echo(f"verdict {row['gpu']}: {row['verdict']}")
     click.echo(f"  targets ({source}): " + "; ".join(c.describe()))
@@ -101,6 +102,8 @@ def _gpus(scenario: str, names: list[str], sets: tuple[str, ...], opts: dict[str
         if row["grid_notes"]:
             click.echo(f"note: {row['gpu']}: {row['grid_notes']}")
     click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
+    if note := bands_note(per_gpu):
+        click.echo(f"note: {note}")
     click.echo("note: max par = the largest parallel of any feasible point, each session "
                "guaranteed its full context (on vllm/sglang the KV pool holds that many "
                "max_model_len requests); USD/session = price / max par; device GiB = "

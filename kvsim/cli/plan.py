@@ -24,6 +24,7 @@ from kvsim.cli._plan_common import (
     print_table,
     progress_bar,
 )
+from kvsim.cli._speed_band_output import bands_note
 from kvsim.config.files import load_yaml, parse_yaml
 from kvsim.config.units import format_latency, parse_count
 from kvsim.errors import InputError
@@ -242,6 +243,8 @@ def plan(scenario: str, sets: tuple[str, ...], **opts: Any) -> None:
     for line in [*res.grid_notes, *identical_rows(res.table)]:
         click.echo(f"note: {line}")
     click.echo(f"note: {p95_note(opts['replications'], was_pooled)}")
+    if note := bands_note({s.gpu.name: s}):
+        click.echo(f"note: {note}")
     if s.latency.jittered:
         click.echo(f"note: {jitter_note(s.latency.noise_words)}")
     if "binding" in res.table and (res.table["binding"] == "kv_pool").any():

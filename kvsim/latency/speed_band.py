@@ -51,13 +51,16 @@ class SpeedBand:
         i = ENDS.index(end)
         return self.decode[i], self.prompt[i]
 
-    def speed_words(self) -> str:
+    def ratio_words(self) -> str:
         """The band as measured over predicted speeds, e.g. "decode 0.88–1.12× and prompt
-        processing 0.60–1.18× kvsim's speed"."""
+        processing 0.60–1.18×"."""
         def ratio(f: tuple[float, float]) -> str:
             return f"{1 / f[1]:.2f}–{1 / f[0]:.2f}×"
-        return (f"decode {ratio(self.decode)} and prompt processing {ratio(self.prompt)} "
-                "kvsim's speed")
+        return f"decode {ratio(self.decode)} and prompt processing {ratio(self.prompt)}"
+
+    def speed_words(self) -> str:
+        """:meth:`ratio_words` "kvsim's speed"."""
+        return f"{self.ratio_words()} kvsim's speed"
 
     def summary(self) -> dict[str, float]:
         """The band as summary keys (``latency_fit_*``: the report's scenario card shows

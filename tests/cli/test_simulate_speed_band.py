@@ -58,3 +58,22 @@ def test_speed_band_without_a_fitted_roofline_is_refused_before_the_run(kvsim_cl
                    "Vulkan or Metal); a calibrated model is the card's own measurements, "
                    "with no band")
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_and_compare_name_each_backend_s_band_once() -> None:
+    from kvsim.cli._speed_band_output import bands_note
+
+    def on(gpu: str, *sets: str):
+        return load_scenario("quickstart", [f"gpu={gpu}", *sets])
+
+    cuda = speed_band(on("rtx-3090"))
+    rocm = speed_band(on("rx-7900-xtx"))
+    note = bands_note({"rtx-3090": on("rtx-3090"), "rx-7900-xtx": on("rx-7900-xtx"),
+                       "rtx-4090": on("rtx-4090"),
+                       "rtx-a6000": on("rtx-a6000", "latency.rates=peak")})
+    assert note == (
+        f"speed model: cards left out of its fit ran, 8 in 10, at {cuda.ratio_words()} on "
+        f"CUDA (rtx-3090, rtx-4090); {rocm.ratio_words()} on ROCm (rx-7900-xtx) of kvsim's "
+        "speed: a p95 near its target may land on either side (kvsim simulate --speed-band "
+        "reruns a setting at both ends)")
+    assert bands_note({"rtx-a6000": on("rtx-a6000", "latency.rates=peak")}) == ""
