@@ -13,7 +13,7 @@ from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.factory import make_arrival_noise, make_latency_model
-from kvsim.latency.speed_band import ScaledLatency, speed_band
+from kvsim.latency.speed_band import speed_band
 from kvsim.metrics import records as records_mod
 from kvsim.metrics.records import Recorder
 from kvsim.metrics.results import Results, references_frame, tables_from
@@ -74,8 +74,7 @@ def run_fidelity(scenario: Scenario) -> str:
 
 def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | None = None,
              sessions: Iterable[Session] | None = None, hooks: Sequence[StepHook] = (),
-             sizing: PoolSizing | None = None,
-             step_scale: tuple[float, float] | None = None) -> Results:
+             sizing: PoolSizing | None = None) -> Results:
     """Simulate ``scenario`` and return its :class:`Results`.
 
     A trace file that holds more sessions than the request cap
@@ -85,9 +84,8 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
 
     ``sessions`` replaces the scenario's workload (tests, replays); ``sizing`` replaces
     the memory budget (tests); ``hooks`` are policy hooks called after every step;
-    ``progress(now_s, requests_done)`` is called at every memory sample; ``step_scale``
-    ``(decode, prompt)`` multiplies the latency model's step times (one end of its speed
-    band, kvsim.latency.speed_band), else the summary carries the band itself.
+    ``progress(now_s, requests_done)`` is called at every memory sample.  A fitted
+    roofline's summary carries its speed band (kvsim.latency.speed_band).
     """
     budget = None
     if sizing is None:
@@ -96,8 +94,6 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     sizing = _slot_cap(scenario, sizing)
     check_pool(scenario.engine, sizing, link=scenario.link, host=scenario.host)
     latency = make_latency_model(scenario, budget)
-    if step_scale is not None:
-        latency = ScaledLatency(latency, *step_scale)
     if sessions is None:
         from kvsim.workload import load_workload
         from kvsim.workload.loader import check_trace_size
@@ -128,7 +124,7 @@ def simulate(scenario: Scenario, *, progress: Callable[[float, int], None] | Non
     summary.update(runtime.summary())
     if budget is not None:
         summary.update(weights_residency(scenario, budget))
-    if step_scale is None and (band := speed_band(scenario)) is not None:
+    if (band := speed_band(scenario)) is not None:
         summary.update(band.summary())
     if stop is not None:
         summary["stopped_at_s"] = end_s

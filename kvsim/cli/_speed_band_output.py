@@ -29,6 +29,12 @@ def speed_note(sc: Any) -> str:
     band = speed_band(sc)
     if band is None:
         return ""
+    end = sc.latency.speed_band
+    if end != "none":
+        decode, prompt = band.factors(end)
+        return (f"speed model: this run is at the {end} end of its {band.backend} band "
+                f"(latency.speed_band): decode steps x{decode:.3g}, prompt steps "
+                f"x{prompt:.3g} the predicted time")
     return (f"speed model: cards left out of its {band.backend} fit ran, 8 in 10 of "
             f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
             f"{band.speed_words()} (hardware_profiles/speed/constants.yaml); --speed-band "
@@ -56,6 +62,10 @@ def bands_note(scenarios: dict[str, Any]) -> str:
 def check_band(sc: Any) -> SpeedBand:
     """The scenario's band for ``--speed-band``; InputError (before any run) without one."""
     band = speed_band(sc)
+    if band is not None and sc.latency.speed_band != "none":
+        raise InputError("--speed-band", f"latency.speed_band {sc.latency.speed_band}",
+                         "latency.speed_band none: the flag reruns a scenario as "
+                         "predicted at both ends")
     if band is None:
         lat = sc.latency
         what = (f"latency.kind {lat.kind}" if lat.kind != "roofline" else
@@ -76,14 +86,19 @@ def _text(value: Any, kind: str) -> str:
     return format_latency(float(value)) if kind == "latency" else f"{int(value):,}"
 
 
-def band_runs(sc: Any, band: SpeedBand) -> dict[str, dict[str, Any]]:
-    """The scenario's summary at each end of the band (kvsim.api.simulate's
-    ``step_scale``), only the compared metrics."""
+def at_end(sc: Any, end: str) -> Any:
+    """``sc`` at one end of its speed band (``latency.speed_band``)."""
+    return sc.model_copy(update={"latency": sc.latency.model_copy(
+        update={"speed_band": end})})
+
+
+def band_runs(sc: Any) -> dict[str, dict[str, Any]]:
+    """The scenario's summary at each end of its band, only the compared metrics."""
     from kvsim.api import simulate as run
 
     out = {}
     for end in ENDS:
-        summary = run(sc, step_scale=band.factors(end)).summary
+        summary = run(at_end(sc, end)).summary
         out[end] = {key: summary.get(key) for key, _, _ in BAND_METRICS}
     return out
 
@@ -105,7 +120,7 @@ def report_speed_band(sc: Any, res: Any, out_dir: Path) -> None:
     from rich.table import Table
 
     band = check_band(sc)
-    runs = band_runs(sc, band)
+    runs = band_runs(sc)
     table = Table(title=f"speed band: cards left out of the {band.backend} fit ran at "
                   f"{band.speed_words()} (8 in 10)")
     for col in ("metric", "as predicted", "fast end", "slow end"):

@@ -147,6 +147,8 @@ class JitterKnobs(FrozenModel):
                     out.pop(key, None)
             if out.get("jitter_seed") is None:
                 out.pop("jitter_seed", None)
+            if out.get("speed_band") == "none":  # NOTE: RooflineConfig's, as the above
+                out.pop("speed_band", None)
         return out
 
 
@@ -171,6 +173,11 @@ class RooflineConfig(JitterKnobs):
     kv_dequant_factor: float = Field(
         0.25, ge=0, description="quantized KV: dequant time as a fraction of its read time "
         "(planning assumption, kvsim.latency.roofline; 0 = fused kernels)")
+    speed_band: Literal["none", "fast", "slow"] = Field(
+        "none", description="run at one end of the speed model's error on cards its fit "
+        "left out (rates: backend): slow = every step as long as on a card at the 90th "
+        "percentile of that error, fast = the 10th (kvsim.latency.speed_band); none = as "
+        "predicted")
     jitter_cv: JitterCv = 0.0
     jitter_prompt_cv: JitterPromptCv = None
     jitter_run_cv: JitterRunCv = 0.0

@@ -79,8 +79,27 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     (kvsim.latency.jitter), seeded by ``jitter_seed`` or, unset, the scenario's seed.
     """
     cfg = scenario.latency
-    return with_jitter(_exact_model(scenario, budget), cfg.jitter_cv, jitter_seed(scenario),
-                       cfg.prompt_cv, cfg.jitter_run_cv)
+    model = _exact_model(scenario, budget)
+    if cfg.kind == "roofline" and cfg.speed_band != "none":
+        model = at_band_end(scenario, model)
+    return with_jitter(model, cfg.jitter_cv, jitter_seed(scenario), cfg.prompt_cv,
+                       cfg.jitter_run_cv)
+
+
+def at_band_end(scenario: Any, model: LatencyModel) -> LatencyModel:
+    """``model`` with its step times at the end of the speed band that
+    ``latency.speed_band`` names (kvsim.latency.speed_band); InputError where the
+    scenario's model has no band."""
+    from kvsim.errors import InputError
+    from kvsim.latency.speed_band import ScaledLatency, speed_band
+
+    cfg = scenario.latency
+    band = speed_band(scenario)
+    if band is None:
+        raise InputError("latency.speed_band", cfg.speed_band,
+                         "none unless the roofline runs on fitted backend constants "
+                         "(rates: backend) whose errors name its backend")
+    return ScaledLatency(model, *band.factors(cfg.speed_band))
 
 
 def jitter_seed(scenario: Any) -> int:

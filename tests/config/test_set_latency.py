@@ -50,7 +50,7 @@ def test_a_key_the_kind_lacks_is_still_an_error():
         load_scenario("quickstart", ["latency.step_s=0.03"])  # constant's key, not roofline's
     assert exc.value.one_line() == (
         "latency.roofline.step_s: 0.03 — not a key here; allowed: kind, backend, rates, "
-        "constants, step_overhead_s, kv_dequant_factor, jitter_cv, jitter_prompt_cv, "
+        "constants, step_overhead_s, kv_dequant_factor, speed_band, jitter_cv, jitter_prompt_cv, "
         "jitter_run_cv, arrival_delay_s, arrival_jitter_s, jitter_seed")
 
 

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from kvsim.api import simulate
+from kvsim.errors import InputError
 from kvsim.latency.backend import load_constants
 from kvsim.latency.base import BatchShape
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.factory import make_latency_model
 from kvsim.latency.speed_band import ScaledLatency, band_from_errors, speed_band
-from kvsim.scenario import load_scenario
+from kvsim.scenario import load_scenario, resolve_scenario, scenario_hash
 
 EXACT = ConstantLatency(0.02, prefill_token_s=1e-4, decode_token_s=0.001)
 PROMPT = BatchShape(prefill_tokens=(300,), prefill_context=(0,), decode_context=(50,))
@@ -79,15 +80,28 @@ def test_a_run_at_either_end_keeps_fast_forward_exact_and_moves_latency_its_way(
     sc = load_scenario("quickstart", SMALL)
     plain = simulate(sc)
     assert plain.summary["latency_fit_decode_speed_p10"] == 1 / speed_band(sc).decode[1]
-    same = simulate(sc, step_scale=(1.0, 1.0))
-    assert same.requests.equals(plain.requests)
-    assert "latency_fit_decode_speed_p10" not in same.summary  # a rerun, not the estimate
-    step = sc.model_copy(update={"sim": sc.sim.model_copy(update={"fidelity": "step"})})
-    slow = simulate(sc, step_scale=(1.2, 1.5)).requests
-    np.testing.assert_allclose(slow["ttft_s"].to_numpy(float),
-                               simulate(step, step_scale=(1.2, 1.5)).requests["ttft_s"]
-                               .to_numpy(float), rtol=1e-9)
-    fast = simulate(sc, step_scale=(0.8, 0.6)).requests
+    none = load_scenario("quickstart", SMALL + ["latency.speed_band=none"])
+    assert scenario_hash(none) == scenario_hash(sc)
+    assert "speed_band" not in none.model_dump(mode="json")["latency"]
+    slow_sc = load_scenario("quickstart", SMALL + ["latency.speed_band=slow"])
+    assert scenario_hash(slow_sc) != scenario_hash(sc)
+    assert resolve_scenario(slow_sc.model_dump(mode="json")) == slow_sc
+    slow = simulate(slow_sc)
+    decode, prompt = speed_band(sc).factors("slow")
+    assert slow.summary["latency_model"] == (
+        f"{plain.summary['latency_model']} x{decode:.3g} decode, x{prompt:.3g} prompt step time")
+    step = slow_sc.model_copy(update={"sim": slow_sc.sim.model_copy(
+        update={"fidelity": "step"})})
+    np.testing.assert_allclose(slow.requests["ttft_s"].to_numpy(float),
+                               simulate(step).requests["ttft_s"].to_numpy(float), rtol=1e-9)
+    fast = simulate(load_scenario("quickstart", SMALL + ["latency.speed_band=fast"]))
     for col in ("ttft_s", "e2e_s"):
-        a, b, c = (r[col].to_numpy(float) for r in (fast, plain.requests, slow))
+        a, b, c = (r.requests[col].to_numpy(float) for r in (fast, plain, slow))
         assert np.nanmedian(a) < np.nanmedian(b) < np.nanmedian(c)
+
+
+def test_an_end_without_a_band_is_refused_in_one_line() -> None:
+    sc = load_scenario("quickstart", SMALL + ["latency.rates=peak", "latency.speed_band=slow"])
+    with pytest.raises(InputError, match="latency.speed_band") as exc:
+        simulate(sc)
+    assert "rates: backend" in str(exc.value)
