@@ -44,19 +44,27 @@ def speed_note(sc: Any) -> str:
 
 def bands_note(scenarios: dict[str, Any]) -> str:
     """The speed model's band for each backend among ``scenarios`` (name → scenario: the
-    cards a plan or a comparison ran on), in one line; ``""`` when none has one."""
-    by_backend: dict[str, tuple[SpeedBand, list[str]]] = {}
+    cards a plan or a comparison ran on), in one line; ``""`` when none has one.  Where
+    the scenarios run at an end of it (``latency.speed_band``), the line says that."""
+    groups: dict[tuple[str, str], tuple[SpeedBand, list[str]]] = {}
     for name, sc in scenarios.items():
         band = speed_band(sc)
         if band is not None:
-            by_backend.setdefault(band.backend, (band, []))[1].append(name)
-    if not by_backend:
+            key = (band.backend, sc.latency.speed_band)
+            groups.setdefault(key, (band, []))[1].append(name)
+    if not groups:
         return ""
+    if all(end != "none" for _, end in groups):
+        return "speed model: run at " + "; ".join(
+            f"the {end} end of its band on {backend} ({', '.join(names)}: decode steps "
+            f"x{band.factors(end)[0]:.3g}, prompt steps x{band.factors(end)[1]:.3g} the "
+            "predicted time)" for (backend, end), (band, names) in groups.items())
     parts = [f"{band.ratio_words()} on {backend} ({', '.join(names)})"
-             for backend, (band, names) in by_backend.items()]
+             for (backend, _), (band, names) in groups.items()]
     return ("speed model: cards left out of its fit ran, 8 in 10, at " + "; ".join(parts)
             + " of kvsim's speed: a p95 near its target may land on either side (kvsim "
-            "simulate --speed-band reruns a setting at both ends)")
+            "simulate --speed-band reruns a setting at both ends; --set "
+            "latency.speed_band=slow plans for the slow one)")
 
 
 def check_band(sc: Any) -> SpeedBand:

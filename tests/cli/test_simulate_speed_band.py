@@ -75,5 +75,11 @@ def test_plan_and_compare_name_each_backend_s_band_once() -> None:
         f"speed model: cards left out of its fit ran, 8 in 10, at {cuda.ratio_words()} on "
         f"CUDA (rtx-3090, rtx-4090); {rocm.ratio_words()} on ROCm (rx-7900-xtx) of kvsim's "
         "speed: a p95 near its target may land on either side (kvsim simulate --speed-band "
-        "reruns a setting at both ends)")
+        "reruns a setting at both ends; --set latency.speed_band=slow plans for the slow "
+        "one)")
     assert bands_note({"rtx-a6000": on("rtx-a6000", "latency.rates=peak")}) == ""
+    slow = bands_note({"rtx-3090": on("rtx-3090", "latency.speed_band=slow")})
+    decode, prompt = cuda.factors("slow")
+    assert slow == (f"speed model: run at the slow end of its band on CUDA (rtx-3090: "
+                    f"decode steps x{decode:.3g}, prompt steps x{prompt:.3g} the predicted "
+                    "time)")
