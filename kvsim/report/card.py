@@ -68,6 +68,12 @@ def latency_provenance(config: dict[str, Any], summary: dict[str, Any]) -> dict[
     for key, value in summary.items():
         if key.startswith("latency_fit_"):
             prov[key] = value
+    band = [summary.get(f"latency_fit_{m}_speed_p{q}") for m in ("decode", "prompt")
+            for q in (10, 90)]
+    if None not in band:  # NOTE: kvsim.latency.speed_band.SpeedBand.summary
+        prov["speed on cards the fit left out (8 in 10)"] = (
+            f"decode {band[0]:.2f}–{band[1]:.2f}×, prompt processing {band[2]:.2f}–"
+            f"{band[3]:.2f}× kvsim's")
     return prov
 
 

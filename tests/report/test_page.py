@@ -103,6 +103,15 @@ def test_card_shows_calibrated_fit_error() -> None:
     assert "MAPE 6.1%" in lat["model"] and lat["latency_fit_mape"] == 0.061
 
 
+def test_card_says_the_speed_band_in_words() -> None:
+    run = make_run()
+    run.summary.update(latency_fit_decode_speed_p10=0.88, latency_fit_decode_speed_p90=1.1,
+                       latency_fit_prompt_speed_p10=0.584, latency_fit_prompt_speed_p90=1.335)
+    lat = card_data(run)["latency"]
+    assert lat["speed on cards the fit left out (8 in 10)"] == (
+        "decode 0.88–1.10×, prompt processing 0.58–1.33× kvsim's")
+
+
 def test_card_shows_the_recall_proxy_summary() -> None:
     """docs/policies.md: the report gives recall_mean, recall_worst and
     recall_share_below_0_5, as summary.json does."""
