@@ -123,3 +123,47 @@ class LatencyModel(Protocol):
         """:meth:`decode_steps_s` as the same floats in scalar Python (short stretches),
         or None where the model has no scalar path (the caller uses numpy)."""
         ...
+
+
+class WrappedLatency:
+    """Base of a latency model that changes another's step times (timing noise, a speed
+    band's end): what the engine reads besides the times is the inner model's.
+
+    NOTE: ``clamped_steps`` is the inner model's (a calibrated model counts clamps on
+    itself); a subclass defines ``provenance`` and the three step-time methods.
+    """
+
+    def __init__(self, inner: LatencyModel) -> None:
+        self.inner = inner
+
+    @property
+    def clamped_steps(self) -> int | None:
+        return self.inner.clamped_steps
+
+    @clamped_steps.setter
+    def clamped_steps(self, value: int | None) -> None:
+        self.inner.clamped_steps = value
+
+    @property
+    def settle_steps(self) -> int:
+        return self.inner.settle_steps
+
+    @property
+    def predicts_median(self) -> bool:
+        return self.inner.predicts_median
+
+    @property
+    def gpu_bytes_per_s(self) -> float | None:
+        return self.inner.gpu_bytes_per_s
+
+    @property
+    def kv_read_token_bytes(self) -> int:
+        return self.inner.kv_read_token_bytes
+
+    @property
+    def decode_spread(self) -> tuple[float, ...]:
+        return self.inner.decode_spread
+
+    @property
+    def prefill_spread(self) -> tuple[float, ...]:
+        return self.inner.prefill_spread

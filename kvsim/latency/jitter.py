@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvsim.latency.base import BatchShape, LatencyModel
+from kvsim.latency.base import BatchShape, LatencyModel, WrappedLatency
 
 JITTER_STREAM = "latency-jitter"
 ARRIVAL_STREAM = "arrival-jitter"
@@ -107,7 +107,7 @@ def run_speed_factor(cv: float, seed: int, median: bool) -> float:
     return float(jitter_rng(seed, RUN_STREAM).lognormal(0.0 if median else mu, sigma))
 
 
-class JitteredLatency:
+class JitteredLatency(WrappedLatency):
     """A :class:`~kvsim.latency.base.LatencyModel` whose every step time is the inner
     model's times the next factor of a :class:`Noise` (at ``prompt_cv`` for a step that
     computes prompt tokens, ``cv`` for the others: the scenario's resolved
@@ -122,7 +122,7 @@ class JitteredLatency:
 
     def __init__(self, inner: LatencyModel, cv: float, seed: int, prompt_cv: float,
                  run_cv: float = 0.0) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cv = cv
         self.prompt_cv = prompt_cv
         self.run_cv = run_cv
@@ -139,30 +139,6 @@ class JitteredLatency:
         run = (f", run speed CV {self.run_cv:g} (this run x{self.run_factor:.3f})"
                if self.run_cv > 0 else "")
         return f"{self.inner.provenance} + jitter CV {self.cv:g}{prompt}{run}"
-
-    @property
-    def clamped_steps(self) -> int | None:
-        return self.inner.clamped_steps
-
-    @clamped_steps.setter
-    def clamped_steps(self, value: int | None) -> None:
-        self.inner.clamped_steps = value
-
-    @property
-    def settle_steps(self) -> int:
-        return self.inner.settle_steps
-
-    @property
-    def predicts_median(self) -> bool:
-        return self.inner.predicts_median
-
-    @property
-    def gpu_bytes_per_s(self) -> float | None:
-        return self.inner.gpu_bytes_per_s
-
-    @property
-    def kv_read_token_bytes(self) -> int:
-        return self.inner.kv_read_token_bytes
 
     @property
     def decode_spread(self) -> tuple[float, ...]:

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # NOTE: numpy-free at import (kvsim simulate --help imports this)
-    import numpy as np
+from kvsim.latency.base import BatchShape, LatencyModel, WrappedLatency
 
-    from kvsim.latency.base import BatchShape, LatencyModel
+if TYPE_CHECKING:
+    import numpy as np
 
 ENDS = ("fast", "slow")
 """The band's two ends: kvsim's speed at the 10th and at the 90th percentile of its error."""
@@ -95,7 +95,7 @@ def speed_band(scenario: Any) -> SpeedBand | None:
     return band_from_errors(load_constants(cfg.constants).errors, backend)
 
 
-class ScaledLatency:
+class ScaledLatency(WrappedLatency):
     """A :class:`~kvsim.latency.base.LatencyModel` whose steps take ``prompt`` times the
     inner model's time when they compute prompt tokens, ``decode`` times it otherwise.
 
@@ -106,7 +106,7 @@ class ScaledLatency:
     def __init__(self, inner: LatencyModel, decode: float, prompt: float) -> None:
         if decode <= 0 or prompt <= 0:
             raise ValueError("step-time factors must be positive")
-        self.inner = inner
+        super().__init__(inner)
         self.decode = decode
         self.prompt = prompt
 
@@ -114,38 +114,6 @@ class ScaledLatency:
     def provenance(self) -> str:
         return (f"{self.inner.provenance} x{self.decode:.3g} decode, x{self.prompt:.3g} "
                 "prompt step time")
-
-    @property
-    def clamped_steps(self) -> int | None:
-        return self.inner.clamped_steps
-
-    @clamped_steps.setter
-    def clamped_steps(self, value: int | None) -> None:
-        self.inner.clamped_steps = value
-
-    @property
-    def settle_steps(self) -> int:
-        return self.inner.settle_steps
-
-    @property
-    def predicts_median(self) -> bool:
-        return self.inner.predicts_median
-
-    @property
-    def gpu_bytes_per_s(self) -> float | None:
-        return self.inner.gpu_bytes_per_s
-
-    @property
-    def kv_read_token_bytes(self) -> int:
-        return self.inner.kv_read_token_bytes
-
-    @property
-    def decode_spread(self) -> tuple[float, ...]:
-        return self.inner.decode_spread
-
-    @property
-    def prefill_spread(self) -> tuple[float, ...]:
-        return self.inner.prefill_spread
 
     def step_time_s(self, batch: BatchShape) -> float:
         return self.inner.step_time_s(batch) * (self.prompt if batch.prefill_tokens
