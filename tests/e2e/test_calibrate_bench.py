@@ -77,6 +77,13 @@ def _kvsim(*args: str) -> subprocess.CompletedProcess[str]:
 # ggml-cpu runs a decode's attention (and a micro-batch below 64 rows) one query row at a
 # time, 2-4x slower per pair than its tiled path, and the fit gave both one rate
 # (kvsim.latency.backend.ROW_KERNEL_ROWS, attn_eff_rows; docs/design/speed-model.md).
+# A lead (2026-12-07, later; -ub 256, one thread): the cost of a prompt's attention per
+# pair grows once a layer's KV (512 B a cell for this model) outgrows the 1 MiB L2 a
+# core has here: 16-18 ns per pair and layer up to 2,048 cells, 23-26 ns from 2,304 on,
+# in one sweep of d 0-3072 (a second sweep was too noisy to tell). The fit's corners sit
+# at 256-640 cells (d0) and 2.1k-2.6k (d2048), the held-out setting at 1,280, inside L2:
+# kvsim, with one attention rate, prices it ~8 % slow. A fresh-clone CI run failed here
+# on 2026-12-07 (median round -11.5 %, spread ±3.9 %) and passed when rerun (-8.1 %).
 def test_calibrated_card_predicts_held_out_llama_bench_runs(bench: Path, tmp_path: Path):
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
     fits, helds = [], []
