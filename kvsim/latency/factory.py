@@ -76,7 +76,9 @@ def make_latency_model(scenario: Any, budget: Any | None = None) -> LatencyModel
     Ollama behind a PCIe link also get op offload (kvsim.latency.offload): large
     ubatches run their host-resident layers on the GPU.  A ``jitter_cv`` (or
     ``jitter_prompt_cv``, ``jitter_run_cv``) above 0 wraps the model in its timing noise
-    (kvsim.latency.jitter), seeded by ``jitter_seed`` or, unset, the scenario's seed.
+    (kvsim.latency.jitter), seeded by ``jitter_seed`` or, unset, the scenario's seed; a
+    roofline's ``speed_band`` (fast, slow) scales its steps to that end of its band first
+    (:func:`at_band_end`).
     """
     cfg = scenario.latency
     model = _exact_model(scenario, budget)
