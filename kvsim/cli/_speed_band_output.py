@@ -121,14 +121,27 @@ def band_doc(band: SpeedBand, main: dict[str, Any], runs: dict[str, dict[str, An
                         for key, _, _ in BAND_METRICS}}
 
 
-def report_speed_band(sc: Any, res: Any, out_dir: Path) -> None:
-    """Rerun ``sc`` (whose run gave ``res``) at both ends of its band, print each metric
-    as predicted and at each end, and write ``out_dir/speed_band.json``."""
+def band_line(sc: Any, runs: dict[str, dict[str, Any]]) -> str:
+    """The verdict's line for a run's band (its report shows it too): TTFT and ITL p95
+    and failures at the fast and the slow end."""
+    band = check_band(sc)
+
+    def ends(key: str, kind: str) -> str:
+        return " … ".join(_text(runs[end][key], kind) for end in ENDS)
+    return (f"speed band (8 in 10 cards left out of the {band.backend} fit: "
+            f"{band.ratio_words()} kvsim's speed): TTFT p95 {ends('ttft_p95_s', 'latency')}, "
+            f"ITL p95 {ends('itl_p95_s', 'latency')}, failed "
+            f"{ends('failed_requests', 'count')} from the fast end to the slow one")
+
+
+def report_speed_band(sc: Any, res: Any, out_dir: Path, runs: dict[str, dict[str, Any]]
+                      ) -> None:
+    """Print each metric of ``sc``'s run (``res``) as predicted and at each end of its
+    band (``runs``: :func:`band_runs`), and write ``out_dir/speed_band.json``."""
     from rich.console import Console
     from rich.table import Table
 
     band = check_band(sc)
-    runs = band_runs(sc)
     table = Table(title=f"speed band: cards left out of the {band.backend} fit ran at "
                   f"{band.speed_words()} (8 in 10)")
     for col in ("metric", "as predicted", "fast end", "slow end"):

@@ -9,7 +9,13 @@ import click
 
 from kvsim.cli._output import check_output, output_errors, plotlyjs_option
 from kvsim.cli._run_output import print_summary, print_verdict
-from kvsim.cli._speed_band_output import check_band, report_speed_band, speed_note
+from kvsim.cli._speed_band_output import (
+    band_line,
+    band_runs,
+    check_band,
+    report_speed_band,
+    speed_note,
+)
 from kvsim.errors import InputError
 
 # --set keys that leave a scenario's own description true (with their sub-keys)
@@ -59,9 +65,11 @@ def residency_note(summary: dict[str, Any], scenario: dict[str, Any]) -> str:
             "disk bandwidth); summary.json: weights_exceed_host_ram")
 
 
-def show_verdict(sc: Any, res: Any, constraints: Any, source: str, advice: bool) -> Any:
+def show_verdict(sc: Any, res: Any, constraints: Any, source: str, advice: bool,
+                 extra: Sequence[str] = ()) -> Any:
     """Print the run's verdict (kvsim.plan.advice) and, with ``advice``, the change that
-    would help most, re-simulated; returns the verdict with the change's words."""
+    would help most, re-simulated, then ``extra`` lines; returns the verdict with the
+    change's words."""
     from kvsim.api import scenario_budget
     from kvsim.api import simulate as run
     from kvsim.plan.advice import advise, run_verdict
@@ -76,7 +84,8 @@ def show_verdict(sc: Any, res: Any, constraints: Any, source: str, advice: bool)
         change, why_none = advise(sc, res.summary, constraints, v.binding,
                                   simulate=lambda alt: dict(run(alt).summary))
     lines = [*v.details, *([f"change that helps most — {change.text()}"] if change else []),
-             *([f"no change found: {why_none}"] if why_none and change is None else [])]
+             *([f"no change found: {why_none}"] if why_none and change is None else []),
+             *extra]
     print_verdict(v.headline, lines)
     return {"headline": v.headline, "details": lines, "meets": v.meets}
 
@@ -159,7 +168,9 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         res = run(sc, progress=progress)
     with output_errors("--output", out_dir):
         path = res.save(out_dir)
-    verdict = show_verdict(sc, res, constraints, source, advice and res.stopped is None)
+    runs = band_runs(sc) if speed_band else None  # NOTE: before the verdict, which says it
+    verdict = show_verdict(sc, res, constraints, source, advice and res.stopped is None,
+                           [band_line(sc, runs)] if runs else [])
     print_summary(res.summary, f"{sc.name} — {res.summary['latency_model']}")
     click.echo(f"results: {path}")
     if report:
@@ -179,8 +190,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         click.echo(f"warning: {note}", err=True)
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)
-    if speed_band:
-        report_speed_band(sc, res, path)
+    if runs:
+        report_speed_band(sc, res, path, runs)
     elif note := speed_note(sc):
         click.echo(f"note: {note}", err=True)
     if jitter_n is not None:

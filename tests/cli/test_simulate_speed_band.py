@@ -35,6 +35,9 @@ def test_speed_band_reruns_at_both_ends_and_saves_them(kvsim_cli, tmp_path) -> N
     row = next(ln for ln in out.splitlines() if ln.startswith("│ TTFT p95"))
     assert [c.strip() for c in row.strip("│").split("│")[1:]] == [
         format_latency(ttft[k]) for k in ("predicted", "fast", "slow")]
+    # the verdict says it too (and so does the report, which shows the verdict's lines)
+    line = next(ln for ln in out.splitlines() if ln.startswith("  speed band (8 in 10"))
+    assert f"TTFT p95 {format_latency(ttft['fast'])} … {format_latency(ttft['slow'])}" in line
     band = speed_band(load_scenario("quickstart", ["workload.max_sessions=6"]))
     assert doc["step_time_factors"] == {
         "fast": {"decode": band.decode[0], "prompt": band.prompt[0]},
