@@ -37,9 +37,31 @@ def speed_note(sc: Any) -> str:
                 f"x{prompt:.3g} the predicted time")
     return (f"speed model: cards left out of its {band.backend} fit ran, 8 in 10 of "
             f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
-            f"{band.speed_words()} (hardware_profiles/speed/constants.yaml); --speed-band "
-            "reruns this scenario at both ends, kvsim calibrate bench on your card "
-            "replaces the estimate with measurements")
+            f"{band.speed_words()} (hardware_profiles/speed/constants.yaml)"
+            f"{engine_caveat([sc])}; --speed-band reruns this scenario at both ends, kvsim "
+            f"calibrate {_calibrator(sc)} on your card replaces the estimate with "
+            "measurements")
+
+
+def _calibrator(sc: Any) -> str:
+    """The ``kvsim calibrate`` command that measures this scenario's engine's speed:
+    llama-bench for llama.cpp and Ollama, torch kernels for the paged engines."""
+    from kvsim.engines.config import SlotEngineConfig
+
+    return "bench" if isinstance(sc.engine, SlotEngineConfig) else "kernels"
+
+
+def engine_caveat(scenarios: Any) -> str:
+    """``""``, or what the band leaves out for engines other than llama.cpp and Ollama:
+    the constants are fitted on llama.cpp measurements (kvsim.latency.backend)."""
+    from kvsim.engines.config import SlotEngineConfig
+
+    other = sorted({sc.engine.preset for sc in scenarios
+                    if not isinstance(sc.engine, SlotEngineConfig)})
+    if not other:
+        return ""
+    return (f"; those measurements are llama.cpp's: {' and '.join(other)}'s own kernels are "
+            "in none of them, so the band is a floor there")
 
 
 def bands_note(scenarios: dict[str, Any]) -> str:
@@ -62,9 +84,9 @@ def bands_note(scenarios: dict[str, Any]) -> str:
     parts = [f"{band.ratio_words()} on {backend} ({', '.join(names)})"
              for (backend, _), (band, names) in groups.items()]
     return ("speed model: cards left out of its fit ran, 8 in 10, at " + "; ".join(parts)
-            + " of kvsim's speed: a p95 near its target may land on either side (kvsim "
-            "simulate --speed-band reruns a setting at both ends; --set "
-            "latency.speed_band=slow plans for the slow one)")
+            + f" of kvsim's speed{engine_caveat(scenarios.values())}: a p95 near its target "
+            "may land on either side (kvsim simulate --speed-band reruns a setting at both "
+            "ends; --set latency.speed_band=slow plans for the slow one)")
 
 
 def check_band(sc: Any) -> SpeedBand:

@@ -86,3 +86,15 @@ def test_plan_and_compare_name_each_backend_s_band_once() -> None:
     assert slow == (f"speed model: run at the slow end of its band on CUDA (rtx-3090: "
                     f"decode steps x{decode:.3g}, prompt steps x{prompt:.3g} the predicted "
                     "time)")
+
+
+def test_on_vllm_the_note_says_the_band_is_llama_cpp_s(kvsim_cli, tmp_path) -> None:
+    code, err, _ = kvsim_cli("simulate", "family-4-vllm", "--set", "workload.days=0.05",
+                             "--no-report", "--no-advice", "-o", tmp_path / "r")
+    assert (code, err) == (0, "")
+    note = next(ln for ln in kvsim_cli.stderr.splitlines()  # type: ignore[attr-defined]
+                if ln.startswith("note: speed model"))
+    assert ("; those measurements are llama.cpp's: vllm's own kernels are in none of them, "
+            "so the band is a floor there;") in note
+    assert note.endswith("kvsim calibrate kernels on your card replaces the estimate with "
+                         "measurements")
