@@ -1,5 +1,7 @@
-"""``kvsim simulate``'s speed-model band: the note every fitted-roofline run prints, and
-``--speed-band``: the scenario rerun at both ends, printed and saved as speed_band.json."""
+"""The speed model's band as commands say it (kvsim.latency.speed_band): the note a
+fitted-roofline ``simulate`` prints (:func:`speed_note`) and ``plan`` / ``compare --gpus``
+print per backend (:func:`bands_note`), and ``simulate --speed-band``: the scenario rerun
+at both ends (:func:`band_runs`), a verdict line, a table and speed_band.json."""
 
 from __future__ import annotations
 
