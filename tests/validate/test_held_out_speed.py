@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.validate.run import validate
+from kvsim.latency.backend import load_constants
+from kvsim.latency.speed_band import band_from_errors
+from kvsim.validate.run import Validation, validate
 from kvsim.validate.shared import read_shared_csv
 
 PRS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements-prs" \
@@ -25,11 +27,16 @@ BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/vali
 
 
 @pytest.fixture(scope="module")
-def summary() -> dict[tuple[str, str, str], dict]:
+def held_out() -> Validation:
     meas, skipped = read_shared_csv(PRS.read_text(encoding="utf-8"), PRS.name)
     v = validate(meas)
     assert skipped == [] and v.skipped == [] and len(v.rows) == 359
-    return {(s["kind"], s["backend"], s["metric"]): s for s in v.summary()}
+    return v
+
+
+@pytest.fixture(scope="module")
+def summary(held_out: Validation) -> dict[tuple[str, str, str], dict]:
+    return {(s["kind"], s["backend"], s["metric"]): s for s in held_out.summary()}
 
 
 @pytest.mark.parametrize("key", sorted(BOUNDS))
@@ -49,3 +56,22 @@ def test_steps_of_a_few_tokens_take_the_matrix_vector_price(backend, bound):
              and 1 < m.n_ubatch <= 8]
     errs = sorted(abs(float(r["rel_err"])) for r in validate(small).rows)
     assert len(errs) >= 25 and errs[len(errs) // 2] <= bound, errs
+
+
+def test_the_band_a_user_is_shown_holds_two_in_three_held_out_rows(held_out):
+    """kvsim.latency.speed_band's 10th-90th percentile band (leave-one-device-out on the
+    fitted files) against the held-out one-sequence rows: 202 of 300 inside it (67 %,
+    where 80 % would be a band as wide as these rows need; CUDA decode 6 of 17: MoE decode
+    on 2025 builds). docs/design/speed-model.md says so; a refit that narrows the band
+    has to keep it."""
+    errors, inside, n = load_constants().errors, 0, 0
+    for r in held_out.rows:
+        band = band_from_errors(errors, str(r["backend"])) if r["kind"] == "single" else None
+        if band is None:
+            continue
+        ends = band.decode if r["metric"] == "tg_tps" else band.prompt
+        # NOTE: a row's rel_err is kvsim's speed over the measured, minus 1: the step-time
+        # factor it implies is 1 + rel_err
+        n += 1
+        inside += ends[0] <= 1 + float(r["rel_err"]) <= ends[1]
+    assert n == 300 and inside / n >= 0.62, (inside, n)
