@@ -124,8 +124,9 @@ def check_jitter_options(sc: Any, jitter_n: int | None, jobs: int) -> None:
 @click.option("--speed-band", is_flag=True, default=False,
               help="after the run, rerun it at both ends of the speed model's error on "
               "cards left out of its fit (the 10th and 90th percentiles of its backend, "
-              "leave-one-device-out; a fitted roofline only): prints TTFT, ITL and E2E p95, "
-              "failures and preemptions at each end, writes DIR/speed_band.json")
+              "leave-one-device-out; a fitted roofline only): the verdict and a table give "
+              "TTFT, ITL and E2E p95, failures and preemptions at each end; writes "
+              "DIR/speed_band.json")
 @click.option("--slo", "slos", multiple=True, metavar="METRIC_PCT=DURATION",
               help="latency SLO the verdict judges, e.g. ttft_p95=2s (repeatable; default: "
               "the scenario's slo section, else ttft_p95=2s and itl_p95=150ms)")
