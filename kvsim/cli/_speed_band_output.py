@@ -145,11 +145,9 @@ def band_doc(band: SpeedBand, main: dict[str, Any], runs: dict[str, dict[str, An
                         for key, _, _ in BAND_METRICS}}
 
 
-def band_line(sc: Any, runs: dict[str, dict[str, Any]]) -> str:
+def band_line(band: SpeedBand, runs: dict[str, dict[str, Any]]) -> str:
     """The verdict's line for a run's band (its report shows it too): TTFT and ITL p95
     and failures at the fast and the slow end."""
-    band = check_band(sc)
-
     def ends(key: str, kind: str) -> str:
         return " … ".join(_text(runs[end][key], kind) for end in ENDS)
     return (f"speed band (8 in 10 cards left out of the {band.backend} fit: "
@@ -158,14 +156,13 @@ def band_line(sc: Any, runs: dict[str, dict[str, Any]]) -> str:
             f"{ends('failed_requests', 'count')} from the fast end to the slow one")
 
 
-def report_speed_band(sc: Any, res: Any, out_dir: Path, runs: dict[str, dict[str, Any]]
-                      ) -> None:
-    """Print each metric of ``sc``'s run (``res``) as predicted and at each end of its
-    band (``runs``: :func:`band_runs`), and write ``out_dir/speed_band.json``."""
+def report_speed_band(band: SpeedBand, res: Any, out_dir: Path,
+                      runs: dict[str, dict[str, Any]]) -> None:
+    """Print each metric of a run (``res``) as predicted and at each end of its ``band``
+    (``runs``: :func:`band_runs`), and write ``out_dir/speed_band.json``."""
     from rich.console import Console
     from rich.table import Table
 
-    band = check_band(sc)
     table = Table(title=f"speed band: cards left out of the {band.backend} fit ran at "
                   f"{band.speed_words()} (8 in 10)")
     for col in ("metric", "as predicted", "fast end", "slow end"):

@@ -153,8 +153,7 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
     sc = described(load_scenario(scenario, overrides), sets)
     constraints, source = constraints_for(sc, slos)
     check_jitter_options(sc, jitter_n, jobs)  # NOTE: before the run
-    if speed_band:
-        check_band(sc)
+    band = check_band(sc) if speed_band else None
     check_output("--output", out_dir, folder=True)
     total = sc.sim.max_sim_time_s or (sc.workload.days * 86400.0 if sc.workload.preset else None)
     console = Console(stderr=True)
@@ -169,9 +168,9 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         res = run(sc, progress=progress)
     with output_errors("--output", out_dir):
         path = res.save(out_dir)
-    runs = band_runs(sc) if speed_band else None  # NOTE: before the verdict, which says it
+    runs = band_runs(sc) if band else None  # NOTE: before the verdict, which says it
     verdict = show_verdict(sc, res, constraints, source, advice and res.stopped is None,
-                           [band_line(sc, runs)] if runs else [])
+                           [band_line(band, runs)] if band and runs else [])
     print_summary(res.summary, f"{sc.name} — {res.summary['latency_model']}")
     click.echo(f"results: {path}")
     if report:
@@ -191,8 +190,8 @@ def simulate(scenario: str, sets: tuple[str, ...], out_dir: str, fidelity: str |
         click.echo(f"warning: {note}", err=True)
     if note := residency_note(res.summary, res.scenario):
         click.echo(f"warning: {note}", err=True)
-    if runs:
-        report_speed_band(sc, res, path, runs)
+    if band and runs:
+        report_speed_band(band, res, path, runs)
     elif note := speed_note(sc):
         click.echo(f"note: {note}", err=True)
     if jitter_n is not None:
