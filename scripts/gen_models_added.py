@@ -323,8 +323,10 @@ def profile(entry: Added, config_dir: Path = CONFIGS) -> dict[str, Any]:
         "num_experts": experts or None,
         "num_experts_active": _experts_active(cfg) if experts else None,
         "attention_kind": _attention_kind(cfg, groups), "source": source, "notes": notes})
-    if data.get("ssm_state_dtype") is None:   # unset: the field's default, not written
-        data.pop("ssm_state_dtype", None)
+    for key in ("ssm_state_dtype", "ffn_intermediate_size", "moe_intermediate_size",
+                "released_expert_format"):
+        if data.get(key) is None:             # unset: the field's default, not written
+            data.pop(key, None)
     if spec.vision_encoder is None:           # a text checkpoint, or an encoder not sized
         data.pop("vision_encoder", None)
     else:                                     # its config's values, not the defaults

@@ -30,12 +30,14 @@ from typing import Any
 
 import yaml
 from profile_tables import (
+    FFN_WIDTHS,
     GPU_SLUGS,
     LINKS,
     MLA_LATENT,
     MODEL_SLUGS,
     NO_POSITION_LIMIT_TOKENS,
     RECURRENT_STATE,
+    RELEASED_EXPERT_FORMAT,
     TIED_EMBEDDINGS,
     VISION_ENCODERS,
 )
@@ -269,9 +271,26 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         "tied_embeddings": MODEL_SLUGS[name] in TIED_EMBEDDINGS,
         **({"vision_encoder": VISION_ENCODERS[MODEL_SLUGS[name]]}
            if MODEL_SLUGS[name] in VISION_ENCODERS else {}),
-        "source": row["source"],
+        **_ffn_fields(MODEL_SLUGS[name]),
+        "source": row["source"] + _ffn_source(MODEL_SLUGS[name]),
         "notes": f"{notes} | kv_formula: {row['kv_formula']}".strip(" |"),
     }
+
+
+def _ffn_fields(slug: str) -> dict[str, Any]:
+    """FFN widths and a released expert format where recorded (FFN_WIDTHS), else none."""
+    ff, moe, _ = FFN_WIDTHS.get(slug, (None, None, ""))
+    out: dict[str, Any] = {"ffn_intermediate_size": ff} if ff else {}
+    if moe:
+        out["moe_intermediate_size"] = moe
+    if slug in RELEASED_EXPERT_FORMAT:
+        out["released_expert_format"] = RELEASED_EXPERT_FORMAT[slug]
+    return out
+
+
+def _ffn_source(slug: str) -> str:
+    src = FFN_WIDTHS.get(slug, (None, None, ""))[2]
+    return f"; FFN widths: {src}" if src else ""
 
 
 

@@ -52,6 +52,26 @@ TIED_EMBEDDINGS = frozenset({  # HF config tie_word_embeddings (Gemma's and mamb
     "gemma-2-9b", "gemma-2-27b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b",  # configs
     "llama-3.2-1b", "llama-3.2-3b", "qwen3-4b", "mamba-2-2.7b"})  # default it to true)
 """Models whose output head is the token embedding (models.csv has no such column)."""
+_LLM_PROF = "citsjtu2020/LLM-Prof sglang/Model_Config.md @8434c8d (verbatim config.json)"
+FFN_WIDTHS = {  # slug: (intermediate_size, moe_intermediate_size, source)
+    "llama-3.1-8b": (14336, None, _LLM_PROF), "llama-3.2-3b": (8192, None, _LLM_PROF),
+    "qwen2.5-7b": (18944, None, _LLM_PROF), "qwen2.5-14b": (13824, None, _LLM_PROF),
+    "qwen2.5-32b": (27648, None, _LLM_PROF), "qwen3-4b": (9728, None, _LLM_PROF),
+    "qwen3-8b": (12288, None, _LLM_PROF), "qwen3-14b": (17408, None, _LLM_PROF),
+    "qwen3-32b": (25600, None, _LLM_PROF), "qwen3-30b-a3b": (6144, 768, _LLM_PROF),
+    "qwen2.5-72b": (29568, None, "models.csv source (the config copy's intermediate_size)"),
+    "deepseek-v2-lite": (10944, 1408, "a full DeepseekV2Config print of "
+                         "deepseek-ai/DeepSeek-V2-Lite (public code index file id 62526029280)"),
+    "gpt-oss-20b": (2880, 2880, "AI-Hypercomputer/maxtext configs/models/gpt-oss-20b.yml "
+                    "(base_mlp_dim, base_moe_mlp_dim)"),
+    "gpt-oss-120b": (2880, 2880, "AI-Hypercomputer/maxtext configs/models/gpt-oss-20b.yml "
+                     "(the 120b shares the widths)"),
+}
+"""FFN widths of models.csv models (it has no such column): the down projections' rows,
+which set a GGUF k-quant's fallback (kvsim.model.gguf_mix). A model not here has none
+recorded, and kvsim takes its widths as multiples of 256."""
+RELEASED_EXPERT_FORMAT = {"gpt-oss-20b": "mxfp4", "gpt-oss-120b": "mxfp4"}
+"""Routed experts released quantised (models.csv gpt-oss notes: MXFP4 experts)."""
 MODEL_SLUGS = {
     "Llama-3.1-8B": "llama-3.1-8b", "Llama-3.1-70B": "llama-3.1-70b",
     "Llama-3.2-1B": "llama-3.2-1b", "Llama-3.2-3B": "llama-3.2-3b",

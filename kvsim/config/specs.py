@@ -267,6 +267,16 @@ class ModelSpec(FrozenModel):
     num_experts_active: int | None = Field(None, gt=0, description="MoE: routed experts "
                                            "each token uses")
     attention_kind: str = ""
+    ffn_intermediate_size: int | None = Field(
+        None, gt=0, description="the dense MLP's (or shared expert's) hidden width (HF "
+        "intermediate_size): the rows of its down projection, which a GGUF k-quant stores "
+        "in a wider type when not a multiple of 256; None: not recorded, taken as one")
+    moe_intermediate_size: int | None = Field(
+        None, gt=0, description="one routed expert's hidden width (HF "
+        "moe_intermediate_size); None: not recorded, ffn_intermediate_size's rule")
+    released_expert_format: Literal["mxfp4"] | None = Field(
+        None, description="the routed experts' format in the released checkpoint, which "
+        "GGUF files of it keep (gpt-oss: mxfp4); None: 16-bit")
     ssm_state_dtype: str | None = Field(
         None, description="the dtype the config asks recurrent (SSM / linear-attention) "
         "state to be kept in (HF mamba_ssm_dtype: f32, bf16, f16); None: the model's 16-bit "

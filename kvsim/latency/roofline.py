@@ -130,7 +130,7 @@ class RooflineLatency:
         # a token's routed-expert FLOPs (2 a parameter): experts in system RAM (llama.cpp
         # --fit) on the CPU, their layers' attention and KV on the GPU; on the GPU; in
         # every layer (an offloaded ubatch runs them all on the GPU)
-        flops = 2.0 * self.expert_pick * expert * 8 / weights.bits_per_weight
+        flops = 2.0 * self.expert_pick * expert * 8 / weights.expert_bits
         self.cpu_linear_flops_per_token = flops * cpu_expert_layers
         self.gpu_expert_flops_per_token = flops * (layers - cpu_expert_layers)
         self.all_expert_flops_per_token = flops * model.num_layers

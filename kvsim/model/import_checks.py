@@ -1,5 +1,6 @@
 """Checks of a model file's sizes before the importers (:mod:`kvsim.model.importers`) use
-them: every size a positive integer, every per-layer list one valid entry per layer.
+them: every size a positive integer, every per-layer list one valid entry per layer; and
+the figures the importers derive from checked sizes (FFN widths, a parameter estimate).
 
 NOTE: each failure is an InputError naming the key as ``FILE.KEY`` (``config.json
 'NAME'.hidden_size``, ``gguf 'NAME'.llama.block_count``), its value and what is allowed.
@@ -25,7 +26,8 @@ HF_SIZES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "d_mode
 
 NOTE: the importer reads ``value or default``, so a 0 would silently become the default,
 and a string or fraction would crash or be truncated."""
-HF_COUNTS = ("attn_layer_offset", "num_experts", "num_local_experts", "n_routed_experts")
+HF_COUNTS = ("attn_layer_offset", "num_experts", "num_local_experts", "n_routed_experts",
+             "shared_expert_intermediate_size")
 """config.json counts the importer reads: each a non-negative integer when present."""
 
 
@@ -73,9 +75,10 @@ def _check_hf_lists(cfg: dict[str, Any], where: str) -> None:
 GGUF_SIZES = ("block_count", "embedding_length", "context_length", "vocab_size",
               "attention.key_length", "attention.value_length", "attention.kv_lora_rank",
               "rope.dimension_count", "attention.sliding_window", "ssm.inner_size",
-              "ssm.state_size", "ssm.conv_kernel", "ssm.group_count", "ssm.time_step_rank")
+              "ssm.state_size", "ssm.conv_kernel", "ssm.group_count", "ssm.time_step_rank",
+              "expert_feed_forward_length")
 GGUF_PER_LAYER = ("attention.head_count", "attention.head_count_kv",
-                  "attention.sliding_window_pattern")
+                  "attention.sliding_window_pattern", "feed_forward_length")
 
 
 def check_gguf_sizes(f: dict[str, Any], arch: str, where: str) -> None:
@@ -107,3 +110,27 @@ def check_gguf_sizes(f: dict[str, Any], arch: str, where: str) -> None:
     if isinstance(heads, list) and not any(heads):
         raise InputError(f"{where}.{arch}.attention.head_count", short_value(heads),
                          "at least one layer with attention heads")
+
+
+def ffn_widths(dense: Any, expert: Any) -> dict[str, int | None]:
+    """The profile's FFN widths from a checked config or header: the dense (or shared
+    expert's) and one routed expert's; the widest of a per-layer list (0 for a layer
+    without one), None where absent."""
+    def widest(value: Any) -> int | None:
+        widths = [int(v) for v in (value if isinstance(value, list) else [value]) if v]
+        return max(widths) if widths else None
+    return {"ffn_intermediate_size": widest(dense), "moe_intermediate_size": widest(expert)}
+
+
+def hf_param_estimate(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd: int,
+                      tied: bool | None) -> float:
+    """Estimated parameter count of a checked config.json (attention + gated MLP or
+    experts + embeddings; a tied head counted once)."""
+    attn = hidden * heads * hd * 2 + 2 * hidden * kv * hd
+    inter = cfg.get("intermediate_size") or 4 * hidden
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get(
+        "n_routed_experts") or 0
+    mlp = 3 * hidden * (cfg.get("moe_intermediate_size") or inter) * experts if experts \
+        else 3 * hidden * inter
+    embed = cfg["vocab_size"] * hidden * (1 if tied else 2)
+    return float(n * (attn + mlp) + embed)

@@ -40,7 +40,9 @@ from pydantic import ValidationError
 from kvsim.config.files import no_such_file
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, from_validation_error
-from kvsim.model.import_checks import check_gguf_sizes, check_hf_sizes
+from kvsim.model.import_checks import (
+    check_gguf_sizes, check_hf_sizes, ffn_widths, hf_param_estimate,
+)
 from kvsim.model.vision import vision_from_hf
 
 NO_POSITION_LIMIT_TOKENS = 1048576   # same planning cap as the shipped Mamba-2 profile
@@ -175,18 +177,6 @@ def _hf_kinds(cfg: dict[str, Any], mtype: str, n: int) -> tuple[list[str], int |
     return ["sliding"] * n, window
 
 
-def _hf_params(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd: int) -> float:
-    """Estimated parameter count (attention + gated MLP or experts + embeddings)."""
-    attn = hidden * heads * hd * 2 + 2 * hidden * kv * hd
-    inter = cfg.get("intermediate_size") or 4 * hidden
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get(
-        "n_routed_experts") or 0
-    mlp = 3 * hidden * (cfg.get("moe_intermediate_size") or inter) * experts if experts \
-        else 3 * hidden * inter
-    embed = cfg["vocab_size"] * hidden * (1 if _hf_tied(cfg) else 2)
-    return float(n * (attn + mlp) + embed)
-
-
 def _hf_tied(cfg: dict[str, Any]) -> bool | None:
     """``tie_word_embeddings`` from the config; unset, the model class's default: True
     for the Gemma families (their configs leave the key out), unknown (None) else."""
@@ -255,7 +245,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
             _need(cfg, ("max_position_embeddings",), where)
         max_pos = NO_POSITION_LIMIT_TOKENS
         notes += f"; no positional limit, {NO_POSITION_LIMIT_TOKENS} is a planning cap"
-    params = _hf_params(cfg, n, hidden, heads, kv, hd)
+    params = hf_param_estimate(cfg, n, hidden, heads, kv, hd, _hf_tied(cfg))
     repo, named = _hf_repo(raw, p, cfg, params)
     slug = name or slugify(repo.split("/")[-1] if "/" in repo else repo)
     notes += f"; name from {named}" if name is None else ""
@@ -266,6 +256,8 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         "head_dim": hd, "vocab_size": int(cfg["vocab_size"]), "max_context_tokens": int(max_pos),
         "layer_groups": groups, "attention_kind": mtype, "source": f"config.json {p}",
         "tied_embeddings": _hf_tied(cfg), "notes": notes, "vision_encoder": vision_from_hf(raw),
+        **ffn_widths(cfg.get("intermediate_size") or cfg.get("shared_expert_intermediate_size"),
+                     cfg.get("moe_intermediate_size")),
         "ssm_state_dtype": _SSM_DTYPES.get(str(cfg.get("mamba_ssm_dtype", "")))}, where)
 
 
@@ -381,7 +373,9 @@ def model_from_gguf(path: str | Path, name: str | None = None) -> ModelSpec:
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv,
         "head_dim": hk, "vocab_size": int(vocab), "max_context_tokens": int(ctx),
         "layer_groups": groups, "attention_kind": arch, "source": f"GGUF header {p.name}",
-        "tied_embeddings": tied, "notes": notes}, where)
+        "tied_embeddings": tied, "notes": notes, **ffn_widths(
+            f.get(f"{arch}.feed_forward_length"), f.get(f"{arch}.expert_feed_forward_length"))
+    }, where)
 
 
 def import_model(path: str | Path, name: str | None = None) -> ModelSpec:

@@ -2,8 +2,9 @@
 
 Bits per weight come from the format's block layout where uniform and from llama.cpp's
 published per-model measurements where a mix. AWQ/GPTQ/FP8 keep the token embedding and
-output head at 16 bits (``embed_bits_per_weight``); GGUF formats size every tensor at the
-format's bpw. Experts-only formats (``mxfp4``, ``mxfp4_moe``: ``other_bits_per_weight`` set)
+output head at 16 bits (``embed_bits_per_weight``); a GGUF file type is sized tensor class
+by tensor class as llama-quantize writes it (:func:`gguf_weights`, kvsim.model.gguf_mix),
+its nominal bpw only naming it. Experts-only formats (``mxfp4``, ``mxfp4_moe``: ``other_bits_per_weight`` set)
 quantise routed MoE experts only. :class:`WeightSplit` splits ``num_layers`` equal layers
 from the embedding and head for llama.cpp ``-ngl`` / Ollama placement.
 
@@ -21,6 +22,9 @@ from dataclasses import dataclass, replace
 
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, unknown_name
+from kvsim.model.gguf_mix import (
+    FILE_TYPES, TYPE_BITS, attention_classes, head_type, layer_rest_classes, stored_type,
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,13 @@ class WeightSplit:
     num_layers: int
     expert_bytes_per_layer: int = 0  # MoE: one layer's routed experts (part of per_layer)
     tied: bool = False            # the output head is the token embedding's tensor
+    # the routed experts' own width where it differs from ``bits_per_weight`` (a GGUF mix)
+    expert_bits_per_weight: float | None = None
+
+    @property
+    def expert_bits(self) -> float:
+        """Bits per routed-expert weight (expert bytes -> parameters)."""
+        return self.expert_bits_per_weight or self.bits_per_weight
 
     def scaled_to(self, total_bytes: int) -> WeightSplit:
         """The same split with every part scaled so the checkpoint is ``total_bytes``: a
@@ -113,6 +124,8 @@ class WeightSplit:
         f = total_bytes / self.total_bytes
         return replace(self, total_bytes=int(total_bytes),
                        bits_per_weight=self.bits_per_weight * f,
+                       expert_bits_per_weight=(self.expert_bits_per_weight * f
+                                               if self.expert_bits_per_weight else None),
                        per_layer_bytes=round(self.per_layer_bytes * f),
                        non_repeating_bytes=round(self.non_repeating_bytes * f),
                        embedding_bytes=round(self.embedding_bytes * f),
@@ -184,14 +197,14 @@ def check_weights_for(model: ModelSpec, fmt: str, field: str = "weights") -> Wei
 
 
 def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
-    """Bytes of ``model``'s weights in format ``fmt``: ``params_total * bpw / 8``, or for an
+    """Bytes of ``model``'s weights in format ``fmt``: a GGUF file type as llama-quantize
+    lays it out (:func:`gguf_weights`); else ``params_total * bpw / 8``, or for an
     experts-only format the routed experts at ``bpw`` and the rest at its other width."""
     wf = check_weights_for(model, fmt)
+    if wf.name in FILE_TYPES:
+        return gguf_weights(model, wf.name)
     tied = tied_embeddings(model)
-    embed = float(model.vocab_size * model.hidden_size)
-    head = 0.0 if tied else embed
-    non_rep = min(embed + head, model.params_total * 0.5)
-    embed_params = min(embed, non_rep)
+    embed_params, non_rep = _edge_params(model, tied)
     per_layer = (model.params_total - non_rep) / model.num_layers
     experts = _layer_expert_params(model, per_layer)
     expert_bytes = wf.bits_per_weight / 8
@@ -206,6 +219,42 @@ def model_weights(model: ModelSpec, fmt: str) -> WeightSplit:
         per_layer_bytes=per_layer_b, non_repeating_bytes=non_rep_b,
         embedding_bytes=int(embed_params * edge_bytes), num_layers=model.num_layers,
         expert_bytes_per_layer=int(experts * expert_bytes), tied=tied)
+
+
+def gguf_weights(model: ModelSpec, ftype: str) -> WeightSplit:
+    """``model`` in the GGUF file type ``ftype``, each class of tensor in the type
+    llama-quantize gives it (kvsim.model.gguf_mix); ``bits_per_weight`` is the layers'
+    average, ``expert_bits_per_weight`` the routed experts'."""
+    tied = tied_embeddings(model)
+    embed_params, non_rep = _edge_params(model, tied)
+    h, n = model.hidden_size, model.num_layers
+    layer_params = model.params_total - non_rep
+    attn = attention_classes(model, ftype, layer_params)
+    experts = _layer_expert_params(model, layer_params / n) * n
+    rest = layer_rest_classes(model, ftype, layer_params - sum(c.params for c in attn),
+                              experts)
+    layers = attn + rest
+    layer_bytes = sum(c.bytes for c in layers)
+    expert_bytes = sum(c.bytes for c in layers if c.experts)
+    head = head_type(ftype, h)
+    embed_type = head if tied else stored_type(FILE_TYPES[ftype], h)
+    embed_b = int(embed_params * TYPE_BITS[embed_type] / 8)
+    non_rep_b = embed_b + int((non_rep - embed_params) * TYPE_BITS[head] / 8)
+    per_layer_b = int(layer_bytes / n)
+    return WeightSplit(
+        format=ftype, bits_per_weight=layer_bytes * 8 / layer_params,
+        total_bytes=per_layer_b * n + non_rep_b, per_layer_bytes=per_layer_b,
+        non_repeating_bytes=non_rep_b, embedding_bytes=embed_b, num_layers=n,
+        expert_bytes_per_layer=int(expert_bytes / n), tied=tied,
+        expert_bits_per_weight=expert_bytes * 8 / experts if experts else None)
+
+
+def _edge_params(model: ModelSpec, tied: bool) -> tuple[float, float]:
+    """(token embedding, embedding + untied head) parameters, the two at most half the
+    model (a toy profile's vocabulary may say more than it holds)."""
+    embed = float(model.vocab_size * model.hidden_size)
+    non_rep = min(embed + (0.0 if tied else embed), model.params_total * 0.5)
+    return min(embed, non_rep), non_rep
 
 
 def format_for_file(model: ModelSpec, fmt: str, file_bytes: int) -> str:

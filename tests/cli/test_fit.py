@@ -42,22 +42,29 @@ def test_reproduces_llama_server_kv_buffer(capsys, tiny, kv, mib):
 def test_json_fields(capsys):
     # Llama-3.1-8B q4_k_m on an RTX 4090 (24 GiB = 25,769,803,776 B), --context 8192 --parallel 4 (-c 32768), q8_0 KV:
     #   KV     2 x 32 x 8 x 128 x 34/32 = 69,632 B/token (docs/reference/engines.md §0: 68 KiB)
-    #   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params x 0.605 B (4.84 bpw)
-    #          = 131,952,898 B; head 525,336,576 x 0.605 = 317,828,628 B
-    #   weights on GPU 32 x 131,952,898 + 317,828,628 = 4,540,321,364 (embedding on the CPU)
-    #   weights total  4,540,321,364 + 317,828,628 (embedding)     = 4,858,149,992
+    #   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params: Q, O 4,096^2 and
+    #          K, V 4,096 x 1,024 = 41,943,040; gate + up 2/3 of the other 176,160,924 =
+    #          117,440,616, down 1/3 = 58,720,308. All Q4_K (4.5 bpw, 0.5625 B) = 122,683,479.75,
+    #          and in Q4_K_M's 16 "more bits" layers of 32 (0-3, 6, 9, ..., 27, 28-31) attn_v and
+    #          ffn_down are Q6_K (6.5625 bpw, +2.0625): (4,194,304 + 58,720,308) / 2 x 2.0625 / 8
+    #          = 8,110,086.70 -> 130,793,566 B
+    #          head Q6_K 525,336,576 x 0.8203125 = 430,940,160 B; embedding Q4_K x 0.5625
+    #          = 295,501,824 B
+    #   weights on GPU 32 x 130,793,566 + 430,940,160 = 4,616,334,272 (embedding on the CPU)
+    #   weights total  4,616,334,272 + 295,501,824 (embedding)     = 4,911,836,096
     #   compute buffer 512 x 128,256 x 4 + 512 x 4,096 x 16        =   296,222,720
     #          + F16 mask of one slot's stream 8,192 x 512 x 2      =     8,388,608
-    #   total  400 MiB 419,430,400 + 4,540,321,364 + 304,611,328 + 32,768 x 69,632
-    #          = 7,546,064,468  -> 7,546,064,468 / 25,769,803,776 = 0.2928
-    #   85 %   int(0.85 x 25,769,803,776) = 21,904,333,209 -> headroom 14,358,268,741
-    #   max context: each cell of -c costs 69,632 KV + 1,024 mask / 4 slots = 69,888 B:
-    #          (21,904,333,209.6 - 5,255,974,484) / 69,888 = 238,214.8 cells, in steps
-    #          of 4 slots x 256 = 1024 -> 232 x 1024 = 237,568
+    #   total  400 MiB 419,430,400 + 4,616,334,272 + 304,611,328 + 32,768 x 69,632
+    #          = 7,622,077,376  -> 7,622,077,376 / 25,769,803,776 = 0.2958
+    #   85 %   int(0.85 x 25,769,803,776) = 21,904,333,209 -> headroom 14,282,255,833
+    #   max context: each cell of -c costs 69,632 KV + 1,024 mask / 4 slots = 69,888 B;
+    #          fixed 419,430,400 + 4,616,334,272 + 296,222,720 = 5,331,987,392:
+    #          (21,904,333,209.6 - 5,331,987,392) / 69,888 = 237,127.2 cells, in steps
+    #          of 4 slots x 256 = 1024 -> 231 x 1024 = 236,544
     #   max parallel, each session keeping its 8,192 tokens (-c = 8,192 x p, as plan):
-    #          5,255,974,484 + one stream's mask 8,388,608 = 5,264,363,092 fixed, and
+    #          5,331,987,392 + one stream's mask 8,388,608 = 5,340,376,000 fixed, and
     #          8,192 x 69,632 = 570,425,344 a session:
-    #          (21,904,333,209.6 - 5,264,363,092) / 570,425,344 = 29.17 -> 29
+    #          (21,904,333,209.6 - 5,340,376,000) / 570,425,344 = 29.04 -> 29
     # (per-slot streams: --no-kv-unified, as a scenario's engine.allocator: slots)
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "8192",
@@ -69,15 +76,15 @@ def test_json_fields(capsys):
     assert d["slot_tokens"] == 8192 and d["allocator"] == "slots"
     assert d["device_bytes"] == 24 * 2**30 and d["fits"] is True
     assert (d["driver_reserve_bytes"], d["display_reserve_bytes"]) == (419_430_400, 0)
-    assert d["weights_gpu_bytes"] == 4_540_321_364
-    assert (d["weights_total_bytes"], d["weights_cpu_bytes"]) == (4_858_149_992, 317_828_628)
+    assert d["weights_gpu_bytes"] == 4_616_334_272
+    assert (d["weights_total_bytes"], d["weights_cpu_bytes"]) == (4_911_836_096, 295_501_824)
     # compute buffer 296,222,720 + one slot stream's F16 mask 8192 x 512 x 2 = 8,388,608
     assert d["activation_bytes"] == 304_611_328 and d["engine_overhead_bytes"] == 0
-    assert d["total_bytes"] == 7_546_064_468
-    assert d["device_fraction"] == pytest.approx(0.2928, abs=1e-4)
-    assert d["headroom_to_85_bytes"] == 14_358_268_741
+    assert d["total_bytes"] == 7_622_077_376
+    assert d["device_fraction"] == pytest.approx(0.2958, abs=1e-4)
+    assert d["headroom_to_85_bytes"] == 14_282_255_833
     assert (d["gpu_layers"], d["num_layers"]) == (32, 32)
-    assert d["max_context_at_85"] == 237_568
+    assert d["max_context_at_85"] == 236_544
     assert d["max_parallel_at_85"] == 29
 
 

@@ -5,32 +5,38 @@ By hand (85 % line; 400 MiB driver reserve = 419,430,400 B; weights, compute buf
 and KV bytes per token are the ones fit prints for the given layout):
 
 RTX 4090, 24 GiB = 25,769,803,776 B: line 0.85 x that = 21,904,333,209.6 B.
-Llama-3.1-8B Q4_K_M: weights on the GPU 4,540,321,364 B; compute buffer 296,222,720 B;
+Llama-3.1-8B Q4_K_M: weights on the GPU 4,616,334,272 B (32 layers x 130,793,566 + Q6_K head
+430,940,160; tests/cli/test_fit.py::test_json_fields derives them); compute buffer 296,222,720 B;
 q8_0 KV 69,632 B/token; -c 32768 --parallel 4 -> 8,192 tokens per session, so at p
 sessions -c = 8,192 p and KV = 8,192 p x 69,632 = 570,425,344 p.
   per-slot streams: + one stream's F16 mask 8,192 x 512 x 2 = 8,388,608 (any p)
-    total = 419,430,400 + 4,540,321,364 + 296,222,720 + 8,388,608 + 570,425,344 p
-          = 5,264,363,092 + 570,425,344 p
-    (21,904,333,209.6 - 5,264,363,092) / 570,425,344 = 29.17 -> 29
-    (p = 29: 21,806,698,068 <= line; p = 30: 22,377,123,412 > line)
+    total = 419,430,400 + 4,616,334,272 + 296,222,720 + 8,388,608 + 570,425,344 p
+          = 5,340,376,000 + 570,425,344 p
+    (21,904,333,209.6 - 5,340,376,000) / 570,425,344 = 29.04 -> 29
+    (p = 29: 21,882,710,976 <= line; p = 30: 22,453,136,320 > line)
   unified (-kvu): + the mask over all of -c, 8,192 p x 512 x 2 = 8,388,608 p
-    total = 5,255,974,484 + 578,813,952 p
-    (21,904,333,209.6 - 5,255,974,484) / 578,813,952 = 28.76 -> 28
-    (p = 28: 21,462,765,140 <= line; p = 29: 22,041,579,092 > line)
+    total = 5,331,987,392 + 578,813,952 p
+    (21,904,333,209.6 - 5,331,987,392) / 578,813,952 = 28.63 -> 28
+    (p = 28: 21,538,778,048 <= line; p = 29: 22,117,592,000 > line)
   Before: 128 = 32768 / 256, sessions of one 256-token pad unit sharing a fixed -c.
 
 Apple M4 Max (the finding): GPU share 96,207,267,430 B, line 81,776,177,315.5 B.
-Llama-3.1-70B Q4_K_M: weights 42,077,342,697 B, compute buffer 329,777,152 B, f16 KV
-327,680 B/token + unified mask 1,024 B/token; -c 32768 --parallel 2 -> 16,384 per
-session:  total = 419,430,400 + 42,077,342,697 + 329,777,152 + 16,384 p x 328,704
-              = 42,826,550,249 + 5,385,486,336 p
-  (81,776,177,315.5 - 42,826,550,249) / 5,385,486,336 = 7.23 -> 7 (was 128)
+Llama-3.1-70B Q4_K_M: weights 41,903,136,880 B on the GPU: 80 layers of
+(70.6e9 - 2 x 128,256 x 8,192) / 80 = 856,233,171.2 params, all Q4_K (0.5625 B) =
+481,631,158.8 B, + Q6_K (+2.0625 bpw) attn_v and ffn_down in the 40 "more bits" layers,
+(8,388,608 + 235,079,409.07) / 2 x 2.0625 / 8 = 31,384,549.07 -> 513,015,707 B a layer;
+80 x 513,015,707 + Q6_K head 1,050,673,152 x 0.8203125 = 41,041,256,560 + 861,880,320.
+Compute buffer 329,777,152 B, f16 KV 327,680 B/token + unified mask 1,024 B/token;
+-c 32768 --parallel 2 -> 16,384 per session:
+          total = 419,430,400 + 41,903,136,880 + 329,777,152 + 16,384 p x 328,704
+              = 42,652,344,432 + 5,385,486,336 p
+  (81,776,177,315.5 - 42,652,344,432) / 5,385,486,336 = 7.26 -> 7 (was 128)
 
 Ollama (num_ctx is per slot: the runner gets num_ctx x p cells, as before): RTX 4090,
 Llama-3.1-8B Q4_K_M, num_ctx 16384, f16 KV 131,072 B/token, graph 312,999,936 B:
-  total = 419,430,400 + 4,540,321,364 + 312,999,936 + 16,384 p x 131,072
-        = 5,272,751,700 + 2,147,483,648 p;  (21,904,333,209.6 - 5,272,751,700)
-        / 2,147,483,648 = 7.74 -> 7
+  total = 419,430,400 + 4,616,334,272 + 312,999,936 + 16,384 p x 131,072
+        = 5,348,764,608 + 2,147,483,648 p;  (21,904,333,209.6 - 5,348,764,608)
+        / 2,147,483,648 = 7.71 -> 7
 """
 
 import json
@@ -60,8 +66,8 @@ LLAMA_8B = ("--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--engine", "llama.c
 
 
 @pytest.mark.parametrize("alloc,best,at_best,over", [
-    (("--no-kv-unified",), 29, 21_806_698_068, 22_377_123_412),
-    ((), 28, 21_462_765_140, 22_041_579_092),
+    (("--no-kv-unified",), 29, 21_882_710_976, 22_453_136_320),
+    ((), 28, 21_538_778_048, 22_117_592_000),
 ])
 def test_llama_cpp_largest_parallel_keeps_each_sessions_context(alloc, best, at_best, over):
     d = fit_json(*LLAMA_8B, "--context", "8192", "--parallel", "4", *alloc)
@@ -82,8 +88,8 @@ def test_the_findings_example_prints_sessions_of_full_context():
     assert "bounded by -c" not in flat and "(context as given)" not in flat
     d = fit_json("--gpu", "apple-m4-max", "--model", "llama-3.1-70b", "--context",
                  "16384", "--parallel", "7")
-    assert d["total_bytes"] == 42_826_550_249 + 7 * 5_385_486_336 == 80_524_954_601
-    assert d["total_bytes"] <= 0.85 * d["device_bytes"] < 42_826_550_249 + 8 * 5_385_486_336
+    assert d["total_bytes"] == 42_652_344_432 + 7 * 5_385_486_336 == 80_350_748_784
+    assert d["total_bytes"] <= 0.85 * d["device_bytes"] < 42_652_344_432 + 8 * 5_385_486_336
 
 
 def test_ollama_largest_parallel_keeps_num_ctx_per_slot():
@@ -92,8 +98,8 @@ def test_ollama_largest_parallel_keeps_num_ctx_per_slot():
     d = fit_json(*args, "--parallel", "2")
     assert (d["session_tokens"], d["max_parallel_at_85"]) == (16384, 7)
     at, nxt = fit_json(*args, "--parallel", "7"), fit_json(*args, "--parallel", "8")
-    assert (at["total_bytes"], nxt["total_bytes"]) == (5_272_751_700 + 7 * 2_147_483_648,
-                                                       5_272_751_700 + 8 * 2_147_483_648)
+    assert (at["total_bytes"], nxt["total_bytes"]) == (5_348_764_608 + 7 * 2_147_483_648,
+                                                       5_348_764_608 + 8 * 2_147_483_648)
     assert at["total_bytes"] <= LINE_4090 < nxt["total_bytes"]
     assert "(num_ctx 16,384 per session): 7" in fit_text(*args, "--parallel", "2")
 

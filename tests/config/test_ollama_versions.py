@@ -172,18 +172,23 @@ def test_the_audit_fit_on_an_old_release_ignores_q8_0():
     # 256 x 2 = 147,456 B/token.  Eras B/C place qwen3 by measured sizes; era A (v0.11.4)
     # by the estimator (§4.2): KV 131,072 x 147,456 = 19,327,352,832 (536,870,912/layer),
     # graph (32/8) x KV / 6 = 12,884,901,888, reserve 457 MiB + graph = 13,364,101,120;
-    # a q4_k_m layer (8.19e9 - 2 x 151,936 x 4,096) / 36 x 0.605 = 116,720,302 B; with the
-    # layer llm/memory.go charges "as a buffer", layer k+1 goes on while 24 GiB > reserve +
-    # (k + 2) x 653,591,214: 17 layers (reserve + 18 layers = 25,128,742,972; 19 would be
-    # 25,782,334,186 > 25,769,803,776)
+    # a q4_k_m layer (kvsim.model.gguf_mix): (8.19e9 - 2 x 151,936 x 4,096) / 36
+    # = 192,926,119.1 params: Q, K, O 4096 x (32 + 8 + 32) x 128 = 37,748,736 at Q4_K
+    # 4.5 bpw = 21,233,664 B; V 4,194,304 and ffn_down Q6_K 6.5625 in 18 of 36 layers
+    # (use_more_bits), Q4_K in the rest = 5.53125 bpw: V 2,899,968 B; FFN 150,983,079.1
+    # = 2/3 gate/up at 4.5 + 1/3 down at 5.53125 = 4.84375 bpw: 91,415,536.2 B
+    # -> 115,549,168 B; with the layer llm/memory.go charges "as a buffer", layer k+1 goes
+    # on while 24 GiB > reserve + (k + 2) x (115,549,168 + 536,870,912 = 652,420,080):
+    # 18 layers (reserve + 19 layers = 25,760,082,640; 19 would be 26,412,502,720
+    # > 25,769,803,776)
     spec = ollama("0.11.4", context_tokens=32768, parallel=4, cache_type_k="q8_0",
                   cache_type_v="q8_0")
     e = engine_for_gpu(spec, RTX4090, QWEN3_8B)
     assert (e.flash_attn, e.cache_type_v, e.ignored_cache_type) == (False, "f16", "q8_0")
     b = memory_budget(RTX4090, QWEN3_8B, "q4_k_m", e)
     assert (b.estimate.graph_bytes, b.estimate.reserve_bytes) == (12 * GIB, 13_364_101_120)
-    assert b.gpu_layers == 17 and b.weights_gpu_bytes == 17 * 116_720_302
-    assert b.estimate.total_bytes == 13_364_101_120 + 18 * 653_591_214 == 25_128_742_972
+    assert b.gpu_layers == 18 and b.weights_gpu_bytes == 18 * 115_549_168
+    assert b.estimate.total_bytes == 13_364_101_120 + 19 * 652_420_080 == 25_760_082_640
     assert any("q8_0 ignored" in n for n in b.notes)
 
 
@@ -206,36 +211,40 @@ def _q32(version: str, **reserves):
 
 
 def test_measured_layouts_place_by_true_sizes():
-    # qwen2.5-32b q4_k_m (a layer 292,506,767 B; tests/model/test_budget.py), num_ctx 8192,
+    # qwen2.5-32b q4_k_m (a layer 290,705,879 B; tests/model/test_budget.py), num_ctx 8192,
     # q8_0 with flash attention, 12 GiB.  Era A (§4.2) counts q8_0 as 1 B: KV/layer 8192 x
     # 256 x 8 = 16,777,216, graph 5 x 64 x 16,777,216 / 6 = 894,784,853 -> 36 layers (and
     # the one charged as a buffer: tests/model/test_budget.py).
     # Era C (§4.3): true q8_0 KV/layer 8192 x 2,176 = 17,825,792 and the real compute
-    # buffer: reserve 457 MiB + compute, then as many layers as fit (the output layer
-    # first; all do not, so again without it)
+    # buffer: reserve 457 MiB + compute 361,758,720 = 840,957,952, then as many layers as
+    # fit (the output layer first; all do not, so again without it):
+    # (12 GiB - 840,957,952) / (290,705,879 + 17,825,792 = 308,531,671) = 39.04 -> 39
     a, c = _q32("0.11.4"), _q32("0.12.11")
     assert (a.gpu_layers, a.estimate.graph_bytes) == (36, 894_784_853)
     reserve = 457 * MIB + c.activation_bytes
-    per_layer = 292_506_767 + 17_825_792
+    per_layer = 290_705_879 + 17_825_792
     assert c.estimate.reserve_bytes == reserve and c.estimate.graph_bytes == c.activation_bytes
-    assert c.gpu_layers == (12 * GIB - reserve) // per_layer == 38
-    assert c.kv_reserved_bytes == 38 * 17_825_792
+    assert c.gpu_layers == (12 * GIB - reserve) // per_layer == 39
+    assert c.kv_reserved_bytes == 39 * 17_825_792
     assert c.estimate.kv_bytes == 64 * 17_825_792  # memory.required.kv: the whole model
     assert not any("under-counts" in n for n in c.notes)
     assert any("under-counts" in n for n in a.notes)
 
 
 def test_measured_layouts_back_off_where_the_estimator_runs_out_of_memory():
-    # a 1300 MiB driver reserve: era A's 36 layers need 1,363,148,800 + 36 x (292,506,767 +
-    # 17,825,792) + the compute buffer 361,758,720 = 12,896,879,644 > 12 GiB -> cudaMalloc
-    # fails; era C backs off (§4.3): 38 layers fail, 10 % of free VRAM set aside:
-    # floor((12 GiB x 0.9 - reserve) / 310,332,559) = 34 layers, which fit
-    driver = 1300 * MIB
+    # a 1400 MiB driver reserve: era A's 36 layers need 1,468,006,400 + 36 x (290,705,879 +
+    # 17,825,792) + the compute buffer 361,758,720 = 12,936,905,276 > 12 GiB -> cudaMalloc
+    # fails; era C backs off (§4.3): 39 layers fail, 10 % of free VRAM set aside:
+    # floor((12 GiB x 0.9 - reserve) / 308,531,671) = 34 layers, which fit
+    # (1,468,006,400 + 34 x 308,531,671 + 361,758,720 = 12,319,841,934).  The reserve was
+    # 1300 MiB with the old flat 4.84 bpw layers; with these the 36 layers need 12,832,047,676
+    # there and fit, so era A runs out of memory only above 1350.4 MiB
+    driver = 1400 * MIB
     a, c = _q32("0.11.4", driver_reserve_bytes=driver), \
         _q32("0.12.11", driver_reserve_bytes=driver)
     assert c.activation_bytes == 361_758_720
     assert a.gpu_layers == 36 and not a.fits and "cudaMalloc failed" in a.failure
-    reserve, per_layer = 457 * MIB + c.activation_bytes, 292_506_767 + 17_825_792
+    reserve, per_layer = 457 * MIB + c.activation_bytes, 290_705_879 + 17_825_792
     assert c.gpu_layers == (12 * GIB * 9 // 10 - reserve) // per_layer == 34 and c.fits
     assert c.total_bytes == driver + 34 * per_layer + c.activation_bytes
 
@@ -257,11 +266,13 @@ def test_era_d_slots_are_llama_servers():
     ("0.1.48", "llama-3.1-8b", "q4_k_m", "rtx-4090", 1),   # opt-in: 1
     # auto (v0.1.49-v0.9.6): 4 (2 from v0.6.7) if it fits whole by the §4.2 estimate:
     # llama-3.1-8b at 4 x 2048 = 2 x 4096 = 8192 cells: KV 8192 x 256 x 8 x 2 x 32 =
-    # 1,073,741,824, graph 4 x KV / 6 = 715,827,882, + 457 MiB + all weights 4,858,149,992
-    # = 7,126,918,930 B < 24 GiB
+    # 1,073,741,824, graph 4 x KV / 6 = 715,827,882, + 457 MiB + all weights 4,911,836,096
+    # (32 x 130,793,566 + embedding 295,501,824 + head 430,940,160: tests/model/test_budget.py)
+    # = 7,180,605,034 B < 24 GiB
     ("0.6.6", "llama-3.1-8b", "q4_k_m", "rtx-4090", 4),
     ("0.6.7", "llama-3.1-8b", "q4_k_m", "rtx-4090", 2),
-    # qwen2.5-32b's weights alone (64 x 292,506,767 + 2 x 471,033,446) exceed 12 GiB
+    # qwen2.5-32b's weights alone (64 x 290,705,879 + embedding 437,944,320 + head
+    # 638,668,800 = 19,681,789,376) exceed 12 GiB
     ("0.6.7", "qwen2.5-32b", "q4_k_m", "rtx-3060-12gb", 1),
     ("0.9.7", "llama-3.1-8b", "q4_k_m", "rtx-4090", 1),    # default 1, no auto
 ])

@@ -20,36 +20,43 @@ def _roofline(model: str, weights: str) -> RooflineLatency:
                            weights=model_weights(m, weights), step_overhead_s=0.004)
 
 
-# Qwen3-30B-A3B q4_k_m (4.84 bpw = 0.605 B/param; docs/reference/models.csv: 30.5e9 total, 48
-# layers, hidden 2048, vocab 151,936, 32 x 128 query and 4 KV heads, 128 experts, 8 active):
-#   embedding = head = 151,936 x 2048 = 311,164,928 params -> int(x 0.605) = 188,254,781 B
-#   layer (30.5e9 - 622,329,856) / 48 = 622,451,461.3 params -> 376,583,134 B
-#   attention 2048 x 128 x (2 x 32 + 2 x 4) = 18,874,368 params; the count-based experts
-#   (128 x 27.2e9 / 120 / 48 = 604.4 M) exceed the 603,577,093.3 left, so the experts are
-#   603,577,093.3 params -> 365,164,141 B a layer, dense 376,583,134 - 365,164,141
-#   = 11,418,993 B a layer
-#   dense read: 48 x 11,418,993 + 188,254,781 = 736,366,445 B; experts 48 x 365,164,141
-#   = 17,527,878,768 B
-QWEN_DENSE, QWEN_EXPERTS = 736_366_445, 17_527_878_768
+# Qwen3-30B-A3B q4_k_m (docs/reference/models.csv: 30.5e9 total, 48 layers, hidden 2048,
+# vocab 151,936, 32 x 128 query and 4 KV heads, 128 experts of width 768, 8 active), each
+# tensor in llama-quantize's type: Q4_K 4.5 bpw = 0.5625 B, and Q6_K 6.5625 bpw (+2.0625)
+# for the head and for attn_v and ffn_down in the 24 "more bits" layers of 48 (0-5, 8, 11,
+# ..., 41, 42-47), half of them:
+#   head 151,936 x 2048 = 311,164,928 params x 0.8203125 B = 255,252,480 B (the embedding,
+#   Q4_K, is never read whole)
+#   layer (30.5e9 - 622,329,856) / 48 = 622,451,461.3 params
+#   attention Q, O 2048 x 4096 and K, V 2048 x 512 = 18,874,368 params; the count-based
+#   experts (128 x 27.2e9 / 120 / 48 = 604.4 M) exceed the 603,577,093.3 left, so the
+#   experts are 603,577,093.3 params: x 0.5625 = 339,512,115 B, + Q6_K on half the down
+#   projections (a third of them, rows 768 = 3 x 256) 100,596,182.2 x 2.0625 / 8
+#   = 25,934,953.2 -> 365,447,068 B a layer (4.84375 bpw)
+#   dense: attention 18,874,368 x 0.5625 = 10,616,832 + half of V 524,288 x 2.0625 / 8
+#   = 135,168 -> 10,752,000 B a layer
+#   dense read: 48 x 10,752,000 + 255,252,480 = 771,348,480 B; experts 48 x 365,447,068
+#   = 17,541,459,264 B
+QWEN_DENSE, QWEN_EXPERTS = 771_348_480, 17_541_459_264
 
 
 def test_qwen3_moe_decode_reads_dense_whole_and_the_routed_experts() -> None:
     r = _roofline("qwen3-30b-a3b", "q4_k_m")
     assert (r.gpu_dense_bytes, r.gpu_expert_bytes) == (QWEN_DENSE, QWEN_EXPERTS)
-    # one token: 8/128 of the experts = 1,095,492,423 B -> 1,831,858,868 B
-    assert r.weight_bytes(1)[0] == pytest.approx(1_831_858_868, rel=1e-15)
+    # one token: 8/128 of the experts = 1,096,341,204 B -> 1,867,689,684 B
+    assert r.weight_bytes(1)[0] == pytest.approx(1_867_689_684, rel=1e-15)
     # 8 tokens: 1 - (15/16)^8 = 1 - 2,562,890,625 / 4,294,967,296 of the experts
     used8 = 1 - Fraction(15, 16) ** 8
     assert used8 == Fraction(1_732_076_671, 4_294_967_296)
-    read8 = QWEN_DENSE + float(QWEN_EXPERTS * used8)          # 7,805,018,617 B
-    assert read8 == pytest.approx(7.805018617e9, rel=1e-9)
+    read8 = QWEN_DENSE + float(QWEN_EXPERTS * used8)          # 7,845,477,402 B
+    assert read8 == pytest.approx(7.845477402e9, rel=1e-9)
     assert r.weight_bytes(8)[0] == pytest.approx(read8, rel=1e-14)
     # a decode step of 8 at 999 + 1 tokens: KV 8 x 1000 x 98,304 B (2 x 48 x 4 x 128 x 2)
-    # = 786,432,000 B; (7,805,018,617 + 786,432,000) / 856.8e9 + 4 ms = 14.0275 ms
+    # = 786,432,000 B; (7,845,477,402 + 786,432,000) / 856.8e9 + 4 ms = 14.0746 ms
     # (compute 8 x 2 x 3.3e9 / 82.6e12 = 0.64 ms, below it)
     t8 = r.step_time_s(BatchShape(decode_context=(999,) * 8))
     assert t8 == pytest.approx(0.004 + (read8 + 786_432_000) / 856.8e9, rel=1e-12)
-    assert t8 == pytest.approx(0.0140275, rel=1e-5)
+    assert t8 == pytest.approx(0.0140746, rel=1e-5)
     # a 2048-token prompt routes to every expert: 1 - (15/16)^2048 = 1 to 1e-57
     assert r.weight_bytes(2048)[0] == pytest.approx(QWEN_DENSE + QWEN_EXPERTS, rel=1e-15)
 

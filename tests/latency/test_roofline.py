@@ -21,15 +21,20 @@ def _roofline(model: str = "llama-3.1-8b", gpu: str = "rtx-4090", kv: str = "f16
 
 
 # Llama-3.1-8B q4_k_m on an RTX 4090, by hand:
-#   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params x 0.605 B (4.84 bpw)
-#          = 131,952,898 B; output head 525,336,576 x 0.605 = 317,828,628 B
+#   layer  (8.03e9 - 2 x 128,256 x 4,096) / 32 = 218,103,964 params in llama-quantize's
+#          Q4_K_M mix: all Q4_K (4.5 bpw, 0.5625 B) = 122,683,479.75 B, and attn_v (4,096 x
+#          1,024 = 4,194,304) and ffn_down (a third of the 176,160,924 beyond Q/K/V/O,
+#          58,720,308) Q6_K (6.5625 bpw, +2.0625) in the 16 "more bits" layers of 32:
+#          (4,194,304 + 58,720,308) / 2 x 2.0625 / 8 = 8,110,086.70 -> 130,793,566 B
+#          (WeightSplit.per_layer_bytes); output head Q6_K 525,336,576 x 0.8203125
+#          = 430,940,160 B (WeightSplit.head_bytes)
 #   read per step (the token embedding is a row lookup, not streamed):
-#          32 x 131,952,898 + 317,828,628 = 4,540,321,364 B
+#          32 x 130,793,566 + 430,940,160 = 4,616,334,272 B
 #   sustained bandwidth 1008 GB/s (docs/reference/gpus.csv) x 0.85 (GpuSpec default;
 # docs/reference/hardware-and-models.md          §1: sustained is 80-92 % of peak) = 856.8e9 B/s
 #   tensor FLOP/s 165.2e12 (docs/reference/gpus.csv FP16 dense, FP32 accumulate) x 0.5 = 82.6e12
-LAYER_Q4, HEAD_Q4 = 131_952_898, 317_828_628
-WEIGHTS_READ = 4_540_321_364
+LAYER_Q4, HEAD_Q4 = 130_793_566, 430_940_160
+WEIGHTS_READ = 4_616_334_272
 GPU_BPS = 856.8e9
 GPU_FLOPS = 82.6e12
 
@@ -40,10 +45,10 @@ def test_single_decode_is_weights_plus_kv_over_bandwidth() -> None:
     r = _roofline(step_overhead_s=0.004)
     assert WEIGHTS_READ == 32 * LAYER_Q4 + HEAD_Q4
     assert r.gpu_weight_bytes == WEIGHTS_READ
-    # KV 1000 x 131,072 = 131,072,000 B; (4,540,321,364 + 131,072,000) / 856.8e9 = 5.4521 ms
+    # KV 1000 x 131,072 = 131,072,000 B; (4,616,334,272 + 131,072,000) / 856.8e9 = 5.5409 ms
     # (compute: (2 x 8.03e9 + 32 x 1000 x 16,384) / 82.6e12 = 0.20 ms, below it)
-    expected = 0.004 + 4_671_393_364 / 856.8e9
-    assert expected == pytest.approx(0.0094521398, rel=1e-8)
+    expected = 0.004 + 4_747_406_272 / 856.8e9
+    assert expected == pytest.approx(0.0095408570, rel=1e-8)
     assert r.step_time_s(BatchShape(decode_context=(999,))) == pytest.approx(expected, rel=1e-12)
 
 
@@ -57,8 +62,8 @@ def test_long_prefill_is_compute_bound_with_quadratic_attention() -> None:
     #          x 2048 = 28,587,322,769,408; head 2 x 525,336,576 = 1,050,673,152 once;
     # attention 4 x 32 heads x 128 x 32 layers = 524,288 FLOPs per pair,
     #   2048 x 2049 / 2 = 2,098,176 pairs -> 1,100,048,498,688 FLOPs
-    # total 29,688,421,941,248 / 82.6e12 = 0.35942 s (memory: (4,540,321,364 + 2048 x
-    # 131,072) / 856.8e9 = 5.6 ms, below it)
+    # total 29,688,421,941,248 / 82.6e12 = 0.35942 s (memory: (4,616,334,272 + 2048 x
+    # 131,072) / 856.8e9 = 5.7 ms, below it)
     flops = 28_587_322_769_408 + 1_050_673_152 + 1_100_048_498_688
     assert flops == 29_688_421_941_248
     expected = flops / GPU_FLOPS
@@ -94,13 +99,15 @@ def test_quantized_kv_pays_dequant_and_offload_slows_decode() -> None:
     # 16 of 32 layers on the CPU: each half of the weights and of the KV streams at
     # its own memory's bandwidth (the output head stays on the CPU with partial offload).
     # f16 KV of 100 tokens = 13,107,200 B, half on each side (6,553,600 B):
-    #   GPU 16 x 131,952,898 + 6,553,600 = 2,117,799,968 B at 856.8e9 B/s  =  2.4718 ms
-    #   CPU 16 x 131,952,898 + 317,828,628 + 6,553,600 = 2,435,628,596 B at 89.6e9 B/s
-    #       (desktop-64gb: 2 ch x 8 B x 5600 MT/s)                      = 27.1834 ms
+    #   GPU 16 x 130,793,566 + 6,553,600 = 2,099,250,656 B at 856.8e9 B/s  =  2.4501 ms
+    #   CPU 16 x 130,793,566 + 430,940,160 + 6,553,600 = 2,530,190,816 B at 89.6e9 B/s
+    #       (desktop-64gb: 2 ch x 8 B x 5600 MT/s)                      = 28.2387 ms
     #   (CPU compute: 0.5 x (2 x 8.03e9 + 32 x 100 x 16,384) / 0.5e12 = 16.1 ms, below it)
     off = _roofline(gpu_layers=16).step_time_s(BatchShape(decode_context=(99,)))
-    expected = 0.004 + 2_117_799_968 / GPU_BPS + 2_435_628_596 / 89.6e9
-    assert expected == pytest.approx(0.03365511, rel=1e-7)
+    assert 2_099_250_656 == 16 * LAYER_Q4 + 6_553_600
+    assert 2_530_190_816 == 16 * LAYER_Q4 + HEAD_Q4 + 6_553_600
+    expected = 0.004 + 2_099_250_656 / GPU_BPS + 2_530_190_816 / 89.6e9
+    assert expected == pytest.approx(0.03468884, rel=1e-7)
     assert off == pytest.approx(expected, rel=1e-12)
 
 
@@ -112,14 +119,20 @@ def test_constant_model() -> None:
 
 def test_partial_offload_streams_the_head_where_the_budget_put_it() -> None:
     # qwen2.5-32b q4_k_m, 8k context, RTX 3060 12GB: llama.cpp --fit puts the output head
-    # (471,033,446 B) and 32 of 64 layers (292,506,767 B each) on the GPU
-    # (tests/model/test_budget.py); an explicit -ngl 32 leaves the head on the CPU.  The
-    # model is dense (params_active == params_total): every byte is read per step.
+    # and 32 of 64 layers on the GPU (tests/model/test_budget.py); an explicit -ngl 32
+    # leaves the head on the CPU.  The model is dense (params_active == params_total):
+    # every byte is read per step.  In llama-quantize's Q4_K_M mix:
+    #   head Q6_K 152,064 x 5,120 = 778,567,680 params x 0.8203125 B = 638,668,800 B
+    #   layer (32.5e9 - 2 x 778,567,680) / 64 = 483,482,260 params, all Q4_K x 0.5625 B
+    #   = 271,958,771.25 B, + Q6_K (+2.0625 bpw) attn_v (5,120 x 1,024 = 5,242,880) and
+    #   ffn_down (a third of the 420,567,700 beyond Q/K/V/O, 140,189,233.3; rows 27,648 =
+    #   108 x 256) in the 32 "more bits" layers of 64: (5,242,880 + 140,189,233.3) / 2
+    #   x 2.0625 / 8 = 18,747,108.36 -> 290,705,879 B
     from kvsim.engines.budget import memory_budget
     from kvsim.latency.factory import make_latency_model
     from kvsim.scenario import resolve_scenario
 
-    head, layer = 471_033_446, 292_506_767
+    head, layer = 638_668_800, 290_705_879
     for ngl, gpu_bytes, cpu_bytes in ((None, head + 32 * layer, 32 * layer),
                                       (32, 32 * layer, head + 32 * layer)):
         engine = {"preset": "llama.cpp", "ctx_size": 8192,
@@ -160,23 +173,23 @@ def test_moe_experts_in_ram_are_read_and_computed_on_the_cpu() -> None:
 def test_a_step_of_several_graphs_pays_each_graphs_overhead_and_weights() -> None:
     """llama.cpp runs decoding slots 0 and 2 on per-slot streams as two ubatches
     (kvsim.engines.llama_cpp.llama_ubatches): each reads every weight.  One decode at 999
-    tokens is 9.4521398 ms (test above); as one graph two of them read the weights once:
-    0.004 + (4,540,321,364 + 2 x 131,072,000) / 856.8e9 = 9.6051 ms; as two graphs
-    2 x 9.4521398 = 18.9043 ms."""
+    tokens is 9.5408570 ms (test above); as one graph two of them read the weights once:
+    0.004 + (4,616,334,272 + 2 x 131,072,000) / 856.8e9 = 9.6938 ms; as two graphs
+    2 x 9.5408570 = 19.0817 ms."""
     r = _roofline(step_overhead_s=0.004)
     one = BatchShape(decode_context=(999, 999))
     two = BatchShape(decode_context=(999, 999), ubatches=(BatchShape(decode_context=(999,)),
                                                           BatchShape(decode_context=(999,))))
-    assert r.step_time_s(one) == pytest.approx(0.004 + 4_802_465_364 / GPU_BPS, rel=1e-12)
-    assert r.step_time_s(two) == pytest.approx(2 * 0.0094521398, rel=1e-8)
+    assert r.step_time_s(one) == pytest.approx(0.004 + 4_878_478_272 / GPU_BPS, rel=1e-12)
+    assert r.step_time_s(two) == pytest.approx(2 * 0.0095408570, rel=1e-8)
 
 
 def test_a_prompt_split_over_graphs_samples_once_at_its_end() -> None:
     """A decode beside a 2048-token prompt on per-slot streams: graph 1 is the decode and
     the prompt's first token, graph 2 the prompt's other 2047 tokens, which end the prompt
     and sample its first answer token (the output head runs there, not in graph 1).
-      graph 1, memory-bound: 0.004 + (4,540,321,364 + 1000 x 131,072 + 1 x 131,072) B
-               / 856.8e9 = 9.4522928 ms
+      graph 1, memory-bound: 0.004 + (4,616,334,272 + 1000 x 131,072 + 1 x 131,072) B
+               / 856.8e9 = 9.5410100 ms
       graph 2, compute-bound: layers 2047 x 13,958,653,696 = 28,573,364,115,712, head
                1,050,673,152, attention 524,288 x (2047 x 1 + 2047 x 2048 / 2)
                = 524,288 x 2,098,175 = 1,100,047,974,400: 29,674,462,763,264 / 82.6e12
@@ -184,7 +197,8 @@ def test_a_prompt_split_over_graphs_samples_once_at_its_end() -> None:
     r = _roofline(step_overhead_s=0.004)
     step = BatchShape((2048,), (0,), (999,), ubatches=(BatchShape((1,), (0,), (999,)),
                                                        BatchShape((2047,), (1,))))
-    g1 = 0.004 + (4_540_321_364 + 1000 * 131_072 + 131_072) / GPU_BPS
+    g1 = 0.004 + (4_616_334_272 + 1000 * 131_072 + 131_072) / GPU_BPS
+    assert g1 == pytest.approx(0.0095410100, rel=1e-8)
     flops = 28_573_364_115_712 + 1_050_673_152 + 1_100_047_974_400
     assert flops == 29_674_462_763_264
     assert r.step_time_s(step) == pytest.approx(g1 + 0.004 + flops / GPU_FLOPS, rel=1e-12)
@@ -223,11 +237,11 @@ def test_a_decode_step_adds_compute_to_memory_where_the_rates_say_so() -> None:
     overlap, adds = _roofline(rates=GpuRates(**kw)), _roofline(rates=GpuRates(**kw,
                                                                       decode_adds=True))
     dec = BatchShape(decode_context=(999,))
-    # the first test's step: memory 4,671,393,364 B / 856.8e9 = 5.45214 ms; compute
+    # the first test's step: memory 4,747,406,272 B / 856.8e9 = 5.54086 ms; compute
     # layers 2 x (8.03e9 - 2 x 525,336,576) = 13,958,653,696, head 2 x 525,336,576
     # = 1,050,673,152, attention 32 x 1000 pairs x 16,384 = 524,288,000:
     #   15,533,614,848 FLOPs / 82.6e12 = 0.188058 ms
-    memory, compute = 4_671_393_364 / 856.8e9, 15_533_614_848 / 82.6e12
+    memory, compute = 4_747_406_272 / 856.8e9, 15_533_614_848 / 82.6e12
     assert overlap.step_time_s(dec) == pytest.approx(memory, rel=1e-12)
     assert adds.step_time_s(dec) == pytest.approx(memory + compute, rel=1e-12)
     pre = BatchShape(prefill_tokens=(512,), prefill_context=(0,))

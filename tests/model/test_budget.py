@@ -137,17 +137,26 @@ def test_ollama_estimate_undercounts_q8_0():
 
 
 # Qwen2.5-32B (docs/reference/models.csv: 32.5e9 params, 64 layers, hidden 5120, vocab 152064, 40 q
-# / 8 kv heads, head dim 128, untied embeddings) in q4_k_m (4.84 bpw = 0.605 B/param,
-# llama.cpp quantize README) on an RTX 3060 12GB (12 GiB = 12,884,901,888 B), by hand:
+# / 8 kv heads, head dim 128, untied embeddings) in q4_k_m as llama-quantize lays it out
+# (kvsim.model.gguf_mix: Q4_K 4.5 bpw, Q6_K 6.5625 bpw) on an RTX 3060 12GB
+# (12 GiB = 12,884,901,888 B), by hand:
 #   embedding = output head = 152064 x 5120 = 778,567,680 params
-#                                 -> int(x 0.605) = 471,033,446 B each (head on GPU last)
-#   per layer  (32.5e9 - 2 x 778,567,680) / 64 = 483,482,260 params -> 292,506,767 B
+#     token embedding Q4_K: x 4.5 / 8     = 437,944,320 B (stays on the CPU)
+#     output head Q6_K:     x 6.5625 / 8  = 638,668,800 B (on the GPU last)
+#   per layer  (32.5e9 - 2 x 778,567,680) / 64 = 483,482,260 params:
+#     Q, K, O 5120 x (40 + 8 + 40) x 128 = 57,671,680 at Q4_K 4.5 bpw   =  32,440,320 B
+#     V and ffn_down Q6_K in 32 of 64 layers (use_more_bits), Q4_K in the rest: 5.53125 bpw
+#     V 5120 x 8 x 128 = 5,242,880 x 5.53125 / 8                        =   3,624,960 B
+#     FFN 483,482,260 - 62,914,560 = 420,567,700: gate/up 2/3 at 4.5, down 1/3 at 5.53125
+#       = 4.84375 bpw -> 420,567,700 x 4.84375 / 8                    = 254,640,599.6 B
+#     -> 290,705,879.6 -> 290,705,879 B
 #   f16 KV     2 x 64 x 8 x 128 x 2 = 262,144 B/token (docs/reference/models.csv) = 4,096
 # B/token/layer
 Q32_VRAM = 12 * GIB
 Q32_LAYERS = 64
-Q32_LAYER_W = 292_506_767
-Q32_HEAD_W = 471_033_446
+Q32_LAYER_W = 290_705_879
+Q32_EMBED_W = 437_944_320
+Q32_HEAD_W = 638_668_800
 Q32_KV_TOKEN_LAYER = 262_144 // 64
 
 
@@ -175,26 +184,26 @@ def test_ollama_spills_layers_when_weights_do_not_fit():
     #   kv_total  4096 x (128+128) x 8 x 2 x 64          = 1,073,741,824 (16,777,216/layer)
     #   graph     (40 // 8) x kv_total // 6              =   894,784,853
     #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + graph = 1,373,984,085
-    #   per layer 292,506,767 + 16,777,216               =   309,283,983
+    #   per layer 290,705,879 + 16,777,216               =   307,483,095
     # llm/memory.go charges the GPU 457 MiB and one layer "as a buffer" first, then takes
     # layer k+1 while 12 GiB > 457 MiB + (k+1) layers + graph + one more layer:
-    #   36 layers: reserve + 37 x per_layer = 12,817,491,456 < 12 GiB; the 37th would need
-    #   reserve + 38 x per_layer = 13,126,775,439 > 12 GiB.  memory.required.partial is the
+    #   36 layers: reserve + 37 x per_layer = 12,750,858,600 < 12 GiB; the 37th would need
+    #   reserve + 38 x per_layer = 13,058,341,695 > 12 GiB.  memory.required.partial is the
     #   GPU's charge, reserve + 37 layers (the buffer and 36); .full adds the 28 layers and
-    #   the head that overflowed.
+    #   the head that overflowed.  The CPU keeps 28 layers, the embedding and the head.
     kv_layer = 4096 * (128 + 128) * 8 * 2
     reserve = 457 * MIB + 40 // 8 * kv_layer * Q32_LAYERS // 6
     per_layer = Q32_LAYER_W + kv_layer
-    assert (kv_layer, reserve, per_layer) == (16_777_216, 1_373_984_085, 309_283_983)
+    assert (kv_layer, reserve, per_layer) == (16_777_216, 1_373_984_085, 307_483_095)
     assert reserve + 37 * per_layer < Q32_VRAM < reserve + 38 * per_layer
     eng = resolve_engine({"preset": "ollama", "context_tokens": 4096,
                           "ollama_version": "0.11.4"})  # era A: the estimator places layers
     b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
     assert b.gpu_layers == 36 and b.estimate.gpu_layers == 36
-    assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_817_491_456
+    assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_750_858_600
     assert b.estimate.full_bytes == b.estimate.total_bytes + 28 * per_layer + Q32_HEAD_W
     assert b.estimate.kv_bytes == 64 * kv_layer      # memory.required.kv: the whole model's
-    assert b.weights_cpu_bytes == 28 * Q32_LAYER_W + 2 * Q32_HEAD_W
+    assert b.weights_cpu_bytes == 28 * Q32_LAYER_W + Q32_EMBED_W + Q32_HEAD_W
     # num_gpu 38 starts the runner with -ngl 38 whatever the estimate counted
     more = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m",
                          eng.model_copy(update={"gpu_layers": 38}))
@@ -213,11 +222,11 @@ def _llama_fit_case(gpu_layers=None):
 #              512 x 152064 x 4 + 512 x 5120 x 16 = 353,370,112
 #              + the F16 attention mask, n_kv x n_ubatch (unified: n_kv = -c)
 #              8192 x 512 x 2 = 8,388,608                          =    781,189,120
-#   per layer  292,506,767 weights + 8192 x 4,096 KV (33,554,432) =   326,061,199
-#   head-less  (11,811,160,064 - 781,189,120) / 326,061,199 = 33.83 -> at most 33 layers
+#   per layer  290,705,879 weights + 8192 x 4,096 KV (33,554,432) =   324,260,311
+#   head-less  (11,811,160,064 - 781,189,120) / 324,260,311 = 34.02 -> at most 34 layers
 #   output layer first (§3.6 "filling layers from the back (output layer first)";
 #   llama.cpp i_gpu_start = n_layer + 1 - ngl puts layer n_layer = output on the GPU first):
-#              (11,811,160,064 - 781,189,120 - 471,033,446) / 326,061,199 = 32.38 -> 32
+#              (11,811,160,064 - 781,189,120 - 638,668,800) / 324,260,311 = 32.05 -> 32
 LLAMA_FIT_TARGET = 12 * GIB - 1024 * MIB
 LLAMA_FIXED = 400 * MIB + 512 * 152064 * 4 + 512 * 5120 * 16 + 8192 * 512 * 2
 LLAMA_PER_LAYER = Q32_LAYER_W + 8192 * Q32_KV_TOKEN_LAYER
@@ -225,13 +234,15 @@ LLAMA_PER_LAYER = Q32_LAYER_W + 8192 * Q32_KV_TOKEN_LAYER
 
 def test_llama_cpp_auto_layers_leave_fit_target():
     assert (LLAMA_FIT_TARGET, LLAMA_FIXED, LLAMA_PER_LAYER) == (
-        11_811_160_064, 781_189_120, 326_061_199)
+        11_811_160_064, 781_189_120, 324_260_311)
     b = _llama_fit_case()
     assert b.fits and b.total_bytes <= LLAMA_FIT_TARGET
-    # hand bounds: 32 layers fit even with the output head on the GPU, 34 never fit
+    # hand bounds: 32 layers fit even with the output head on the GPU (33 with it do
+    # not); without the head 34 fit and 35 never fit: 32 (head first) or 34 (head last)
     assert LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
-    assert LLAMA_FIXED + 34 * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
-    assert b.gpu_layers in (32, 33)
+    assert LLAMA_FIXED + 34 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
+    assert LLAMA_FIXED + 35 * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
+    assert b.gpu_layers in (32, 34)
     assert b.kv_reserved_bytes == b.gpu_layers * 8192 * Q32_KV_TOKEN_LAYER
     # the most that fit: one more layer after the output head breaks the 1 GiB target
     assert LLAMA_FIXED + Q32_HEAD_W + (b.gpu_layers + 1) * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
@@ -245,7 +256,7 @@ def test_llama_cpp_fit_offloads_output_layer_first():
     b = _llama_fit_case()
     assert b.gpu_layers == 32
     assert b.weights_gpu_bytes == Q32_HEAD_W + 32 * Q32_LAYER_W
-    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER == 11_686_180_934
+    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER == 11_796_187_872
 
 
 def test_quantized_k_needs_head_dim_multiple_of_block():
@@ -258,17 +269,23 @@ def test_quantized_k_needs_head_dim_multiple_of_block():
 
 # llama-server, Llama-3.1-8B q4_k_m with all 32 layers on the GPU, flash attention on:
 #   embedding = head = 128,256 x 4,096 = 525,336,576 params (untied)
-#   per layer (8.03e9 - 2 x 525,336,576) / 32 = 218,103,964 params
-#   q4_k_m 4.84 bpw = 0.605 B/param: layer 131,952,898.22 -> 131,952,898 B,
-#                                    head  317,828,628.48 -> 317,828,628 B
-#   weights on GPU (the token embedding stays on the CPU)
-#              32 x 131,952,898 + 317,828,628                       = 4,540,321,364
+#   per layer (8.03e9 - 2 x 525,336,576) / 32 = 218,103,964 params, q4_k_m as
+#   llama-quantize lays it out (kvsim.model.gguf_mix):
+#     Q, K, O 4096 x (32 + 8 + 32) x 128 = 37,748,736 at Q4_K 4.5 bpw    =  21,233,664 B
+#     V and ffn_down Q6_K 6.5625 bpw in 16 of 32 layers (use_more_bits), Q4_K 4.5 in
+#     the rest: 5.53125 bpw; V 4096 x 8 x 128 = 4,194,304 x 5.53125 / 8 =   2,899,968 B
+#     FFN 218,103,964 - 41,943,040 = 176,160,924: gate/up 2/3 at 4.5, down 1/3 at
+#       5.53125 = 4.84375 bpw -> x 4.84375 / 8                         = 106,659,934.5 B
+#     layer 130,793,566.5 -> 130,793,566 B
+#   head Q6_K 525,336,576 x 6.5625 / 8                                  =   430,940,160 B
+#   weights on GPU (the token embedding, Q4_K, stays on the CPU)
+#              32 x 130,793,566 + 430,940,160                       = 4,616,334,272
 #   compute buffer (compute_buffer.py ESTIMATE, -ub 512, FA on: no KQ term)
 #              512 x 128,256 x 4 + 512 x 4,096 x 16 = 262,668,288 + 33,554,432 = 296,222,720
 #              + the F16 mask n_kv x 512 x 2 = 1,024 B per cell of one stream
 #              (kvsim.model.compute_buffer): with the context, below
-#   fixed      400 MiB CUDA context 419,430,400 + 4,540,321,364 + 296,222,720 = 5,255,974,484
-LLAMA8_Q4_FIXED = 5_255_974_484
+#   fixed      400 MiB CUDA context 419,430,400 + 4,616,334,272 + 296,222,720 = 5,331,987,392
+LLAMA8_Q4_FIXED = 5_331_987_392
 
 
 def test_searches_find_the_boundary():
@@ -276,30 +293,30 @@ def test_searches_find_the_boundary():
     #   0.85 x 25,769,803,776 = 21,904,333,209.6 B
     #   each cell of n_ctx: 131,072 KV + the mask's 1,024 B per cell of one slot's
     #   stream / 4 slots = 131,328 B
-    #   room (21,904,333,209.6 - 5,255,974,484) / 131,328 = 126,769.3 cells
+    #   room (21,904,333,209.6 - 5,331,987,392) / 131,328 = 126,190.4 cells
     #   -c is split into 4 slots padded to 256, so n_ctx moves in steps of 4 x 256 = 1024:
-    #   floor(126,769.3 / 1024) x 1024 = 123 x 1024 = 125,952 (4 x 31,488)
+    #   floor(126,190.4 / 1024) x 1024 = 123 x 1024 = 125,952 (4 x 31,488)
     m, eng = load_model("llama-3.1-8b"), llama(ctx_size=32768, parallel=4,
                                                allocator="slots")
     assert max_context_at(GPU, m, "q4_k_m", eng) == 125_952
     ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 125_952}))
     over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 126_976}))
     assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (125_952, 31_488, 32)
-    # 5,255,974,484 + 125,952 x 131,328 = 21,796,998,740 <= 21,904,333,209.6
-    assert ok.total_bytes == LLAMA8_Q4_FIXED + 125_952 * 131_328 == 21_796_998_740
-    # 5,255,974,484 + 126,976 x 131,328 = 21,931,478,612 >  21,904,333,209.6
+    # 5,331,987,392 + 125,952 x 131,328 = 21,873,011,648 <= 21,904,333,209.6
+    assert ok.total_bytes == LLAMA8_Q4_FIXED + 125_952 * 131_328 == 21_873_011_648
+    # 5,331,987,392 + 126,976 x 131,328 = 22,007,491,520 >  21,904,333,209.6
     assert over.kv_pool_tokens == 126_976
-    assert over.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_328 == 21_931_478_612
+    assert over.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_328 == 22_007_491_520
     big = eng.model_copy(update={"ctx_size": 65536})
     p = max_parallel_at(GPU, m, "q4_k_m", big)
     # slots split -c, so more slots only add padding; at -c 65536 every split fits, and the
     # search stops at one 256-token pad unit per slot: 65,536 / 256 = 256 slots
     assert p == 65536 // 256 == 256
     at_p = memory_budget(GPU, m, "q4_k_m", big.model_copy(update={"parallel": p}))
-    # 256 slots of 256 cells = 65,536 cells: 5,255,974,484 + 65,536 x 131,072
-    # + one slot's mask 256 x 512 x 2 = 262,144 -> 13,846,171,220
+    # 256 slots of 256 cells = 65,536 cells: 5,331,987,392 + 65,536 x 131,072
+    # + one slot's mask 256 x 512 x 2 = 262,144 -> 13,922,184,128
     assert (at_p.slot_tokens, at_p.kv_pool_tokens) == (256, 65_536)
-    assert at_p.total_bytes == 13_846_171_220 and at_p.fits and at_p.gpu_layers == 32
+    assert at_p.total_bytes == 13_922_184_128 and at_p.fits and at_p.gpu_layers == 32
 
 
 def test_unified_memory_budgets_against_the_default_gpu_limit():
@@ -349,23 +366,23 @@ def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
     # unified pool): the whole 131,072-token context fits a 24 GiB card with 1 GiB
     # left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the largest multiple
     # of 256 that leaves the 1 GiB target free (§3.6); each cell costs 132,096 B
-    # fixed part (weights, compute buffer, CUDA context) = LLAMA8_Q4_FIXED 5,255,974,484:
-    #   24 GiB: 5,255,974,484 + 131,072 x 132,096 = 22,570,061,396 <= 23 GiB 24,696,061,952
+    # fixed part (weights, compute buffer, CUDA context) = LLAMA8_Q4_FIXED 5,331,987,392:
+    #   24 GiB: 5,331,987,392 + 131,072 x 132,096 = 22,646,074,304 <= 23 GiB 24,696,061,952
     #   16 GiB: room 17,179,869,184 - 1,073,741,824 = 16,106,127,360;
-    #           (16,106,127,360 - 5,255,974,484) / 132,096 = 82,138.4 tokens
-    #           -> largest multiple of 256: 320 x 256 = 81,920
-    #           (321 x 256 = 82,176 -> 16,111,095,380 > 16,106,127,360)
+    #           (16,106,127,360 - 5,331,987,392) / 132,096 = 81,563.0 tokens
+    #           -> largest multiple of 256: 318 x 256 = 81,408
+    #           (319 x 256 = 81,664 -> 16,119,475,136 > 16,106,127,360)
     g, m = load_gpu(gpu), load_model("llama-3.1-8b")
     b = memory_budget(g, m, "q4_k_m", engine_for_gpu("llama.cpp", g, m))
     assert b.gpu_layers == 32
     if not shrunk:
         assert b.kv_pool_tokens == 131_072
-        assert b.total_bytes == LLAMA8_Q4_FIXED + 131_072 * 132_096 == 22_570_061_396
+        assert b.total_bytes == LLAMA8_Q4_FIXED + 131_072 * 132_096 == 22_646_074_304
         return
-    assert b.kv_pool_tokens == 81_920
-    # KV 81,920 x 131,072 = 10,737,418,240; 5,255,974,484 + 81,920 x 132,096 = 16,077,278,804
-    assert b.kv_reserved_bytes == 81_920 * 131_072 == 10_737_418_240
-    assert b.total_bytes == 16_077_278_804
+    assert b.kv_pool_tokens == 81_408
+    # KV 81,408 x 131,072 = 10,670,309,376; 5,331,987,392 + 81,408 x 132,096 = 16,085,658,560
+    assert b.kv_reserved_bytes == 81_408 * 131_072 == 10_670_309_376
+    assert b.total_bytes == 16_085_658_560
     assert any("--fit shrank the context" in n for n in b.notes)
 
 

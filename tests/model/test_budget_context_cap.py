@@ -34,26 +34,28 @@ def test_unified_pool_of_8_slots_on_a_5090_goes_past_the_model_maximum():
     # --parallel 8 --kv q8_0 said "FITS — peak 69.2%" and then "largest context 131072"
     #   q8_0 KV: 32 layers x 8 kv heads x 128 x 2 (K, V) x 34/32 B = 69,632 B per token
     #   + the F16 mask of the one unified stream, 512 x 2 = 1,024 B per cell -> 70,656 B
-    #   fixed: 400 MiB CUDA context 419,430,400 + weights 4,540,321,364 + compute buffer
-    #          296,222,720 = 5,255,974,484
+    #   fixed: 400 MiB CUDA context 419,430,400 + weights 4,616,334,272 (32 q4_k_m layers
+    #          of 130,793,566 B and the Q6_K head 430,940,160 B, the token embedding on the
+    #          CPU: tests/model/test_budget.py LLAMA8_Q4_FIXED) + compute buffer
+    #          296,222,720 = 5,331,987,392
     #   85 % of 32 GiB = 0.85 x 34,359,738,368 = 29,205,777,612.8
-    #   (29,205,777,612.8 - 5,255,974,484) / 70,656 = 338,963.5 cells
-    #   -c padded to 256: 1,324 x 256 = 338,944 (42,368 per session), under the cap
+    #   (29,205,777,612.8 - 5,331,987,392) / 70,656 = 337,887.7 cells
+    #   -c padded to 256: 1,319 x 256 = 337,664 (42,208 per session), under the cap
     #   8 x 131,072 = 1,048,576
     gpu, m = load_gpu("rtx-5090"), load_model("llama-3.1-8b")
     eng = resolve_engine({"preset": "llama.cpp", "ctx_size": 262144, "parallel": 8,
                           "cache_type_k": "q8_0", "cache_type_v": "q8_0",
                           "flash_attn": True})
     best = max_context_at(gpu, m, "q4_k_m", eng)
-    assert best == 338_944
+    assert best == 337_664
     at = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": best}))
-    # 5,255,974,484 + 338,944 x 70,656 = 29,204,401,748 <= 29,205,777,612.8
-    assert at.total_bytes == 29_204_401_748
-    over = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": 339_200}))
-    # + 256 x 70,656 = 18,087,936 -> 29,222,489,684 > the line
-    assert over.total_bytes == 29_222_489_684
+    # 5,331,987,392 + 337,664 x 70,656 = 29,189,974,976 <= 29,205,777,612.8
+    assert at.total_bytes == 29_189_974_976
+    over = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": 337_920}))
+    # + 256 x 70,656 = 18,087,936 -> 29,208,062,912 > the line
+    assert over.total_bytes == 29_208_062_912
     assert largest_context_words(at, best, m.max_context_tokens) == \
-        "-c 338,944 = 42,368 per session x 8"
+        "-c 337,664 = 42,208 per session x 8"
 
 
 def test_largest_context_words_per_engine():

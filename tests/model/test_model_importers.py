@@ -12,8 +12,12 @@ from kvsim.model.geometry import kv_geometry
 from kvsim.model.importers import import_model, model_from_gguf, model_from_hf_config
 
 
-def write_tiny_gguf(path, *, swa=None, layers=8, head=False):
+def write_tiny_gguf(path, *, swa=None, layers=8, head=False, ff=None, expert_ff=None):
     w = gguf.GGUFWriter(str(path), "llama")
+    if ff is not None:
+        w.add_feed_forward_length(ff)
+    if expert_ff is not None:
+        w.add_expert_feed_forward_length(expert_ff)
     w.add_name("Tiny Llama")
     w.add_block_count(layers)
     w.add_embedding_length(128)
@@ -197,3 +201,26 @@ def test_config_without_global_head_dim_keeps_one_geometry(tmp_path):
     p.write_text(json.dumps(cfg))
     full, _ = model_from_hf_config(p, "g4").layer_groups
     assert (full.n_kv_heads, full.head_dim_k) == (16, 256)
+
+
+def test_ffn_widths_come_from_the_config_and_the_header(tmp_path):
+    # the widths set a GGUF k-quant's fallback types (kvsim.model.gguf_mix)
+    (tmp_path / "config.json").write_text(json.dumps(_tiny_config(
+        intermediate_size=1856, moe_intermediate_size=1408)))
+    m = model_from_hf_config(tmp_path / "config.json")
+    assert (m.ffn_intermediate_size, m.moe_intermediate_size) == (1856, 1408)
+    (tmp_path / "config.json").write_text(json.dumps({**_tiny_config(
+        shared_expert_intermediate_size=512), "intermediate_size": None}))
+    assert model_from_hf_config(tmp_path / "config.json").ffn_intermediate_size == 512
+    g = model_from_gguf(write_tiny_gguf(tmp_path / "w.gguf", ff=1856, expert_ff=704))
+    assert (g.ffn_intermediate_size, g.moe_intermediate_size) == (1856, 704)
+    bare = model_from_gguf(write_tiny_gguf(tmp_path / "bare.gguf"))
+    assert (bare.ffn_intermediate_size, bare.moe_intermediate_size) == (None, None)
+
+
+def test_a_bad_ffn_width_is_refused_naming_the_key(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(_tiny_config(moe_intermediate_size=-1)))
+    with pytest.raises(InputError, match="moe_intermediate_size"):
+        model_from_hf_config(tmp_path / "config.json")
+    with pytest.raises(InputError, match="feed_forward_length"):
+        model_from_gguf(write_tiny_gguf(tmp_path / "bad.gguf", ff=[1024] * 3))  # 8 layers

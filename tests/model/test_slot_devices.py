@@ -17,8 +17,18 @@ MIB, GIB = 2**20, 2**30
 RTX3090, RTX3060 = load_gpu("rtx-3090"), load_gpu("rtx-3060-12gb")
 QWEN3_32B = load_model("qwen3-32b")   # 64 layers, 8 KV heads x 128: 4,096 B/token/layer f16
 DRIVER = 400 * MIB                    # the default CUDA-context reserve per GPU
-Q4_LAYER, Q4_HEAD = 295_355_095, 470_636_954   # qwen3-32b q4_k_m: a layer, the output head
-Q5_LAYER, Q5_HEAD = 346_615_070, 552_317_747   # q5_k_m
+# qwen3-32b (32.8e9 params, hidden 5120, 64 q / 8 kv heads x 128, vocab 151,936, untied) as
+# llama-quantize lays it out (kvsim.model.gguf_mix): a layer (32.8e9 - 2 x 777,912,320) / 64
+# = 488,190,240 params: Q, K, O 5120 x (64 + 8 + 64) x 128 = 89,128,960 at the base type;
+# V 5,242,880 and ffn_down Q6_K 6.5625 bpw in 32 of 64 layers (use_more_bits), the base
+# type in the rest; the FFN 393,818,400 = 2/3 gate/up + 1/3 down; head Q6_K:
+#   q4_k_m (Q4_K 4.5): 89,128,960 x 4.5/8 = 50,135,040 + V x 5.53125/8 = 3,624,960
+#     + FFN x (2/3 x 4.5 + 1/3 x 5.53125 = 4.84375)/8 = 238,444,734.4 -> 292,204,734 B
+#   q5_k_m (Q5_K 5.5): 89,128,960 x 5.5/8 = 61,276,160 + V x 6.03125/8 = 3,952,640
+#     + FFN x (2/3 x 5.5 + 1/3 x 6.03125 = 5.677083)/8 = 279,467,484.4 -> 344,696,284 B
+#   head 777,912,320 x 6.5625/8 = 638,131,200 B in both
+Q4_LAYER, Q4_HEAD = 292_204_734, 638_131_200   # qwen3-32b q4_k_m: a layer, the output head
+Q5_LAYER, Q5_HEAD = 344_696_284, 638_131_200   # q5_k_m
 
 
 def _box(spec, gpus=(RTX3090, RTX3090), weights="q5_k_m", model=QWEN3_32B):
@@ -77,18 +87,18 @@ def test_tensor_split_and_split_modes():
 
 
 def test_fit_fills_back_to_front_on_a_3090_and_a_3060():
-    # -c 65536 q4_k_m: a layer 295,355,095 + KV 65536 x 4,096 = 563,790,551 B.  The default
+    # -c 65536 q4_k_m: a layer 292,204,734 + KV 65536 x 4,096 = 560,640,190 B.  The default
     # split by free memory (0.671) overfills the 3060, so --fit fills from the last device:
-    #   CUDA1 (12 GiB - 1 GiB target): 400 MiB + 18 layers + head 470,636,954 + compute
-    #     420,216,832 = 11,458,514,104 <= 11 GiB (19 slots; 20 would be 12,022,304,655)
-    #   CUDA0 (23 GiB): 400 MiB + 42 layers + compute less logits 109,051,904
-    #     = 24,207,685,446 <= 24,696,061,952 (43: 24,771,475,997)
-    # and the first 4 layers run on the CPU
+    #   CUDA1 (12 GiB - 1 GiB target): 400 MiB + 18 layers + head 638,131,200 + compute
+    #     420,216,832 = 11,569,301,852 <= 11 GiB (19 slots; 20 would be 12,129,942,042)
+    #   CUDA0 (23 GiB): 400 MiB + 43 layers + compute less logits 109,051,904
+    #     = 24,636,010,474 <= 24,696,061,952 (44: 25,196,650,664)
+    # and the first 3 layers run on the CPU
     b = _box({"ctx_size": 65536}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
-    assert [(d.layers, d.holds_output) for d in b.devices] == [(42, False), (18, True)]
-    assert [d.total_bytes for d in b.devices] == [24_207_685_446, 11_458_514_104]
-    assert b.gpu_layers == 60 and b.kv_cpu_bytes == 4 * 65536 * 4096
-    assert any("only 60/64 layers" in n for n in b.notes)
+    assert [(d.layers, d.holds_output) for d in b.devices] == [(43, False), (18, True)]
+    assert [d.total_bytes for d in b.devices] == [24_636_010_474, 11_569_301_852]
+    assert b.gpu_layers == 61 and b.kv_cpu_bytes == 3 * 65536 * 4096
+    assert any("only 61/64 layers" in n for n in b.notes)
     # at -c 32768 the default split (44 + 20 layers) keeps both targets: unchanged
     ok = _box({"ctx_size": 32768}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
     assert [d.layers for d in ok.devices] == [44, 20] and not ok.notes

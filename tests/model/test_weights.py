@@ -35,10 +35,15 @@ def test_bf16_total_is_params_times_two():
     assert w.total_bytes == pytest.approx(16.06e9, rel=1e-6)
 
 
-def test_q4_estimate_matches_reference_column():
-    # docs/reference/models.csv weight_gb_q4_4p5bpw = params * 4.5 / 8 -> q4_0 is exactly 4.5 bpw
-    assert model_weights(load_model("qwen2.5-7b"), "q4_0").total_bytes == pytest.approx(
-        4.29e9, rel=2e-3)
+def test_q4_0_is_the_reference_column_plus_its_q6_k_head():
+    # docs/reference/models.csv weight_gb_q4_4p5bpw = params * 4.5 / 8 = 7.62e9 x 0.5625
+    # = 4,286,250,000 B; a Q4_0 file (llama-quantize) keeps the untied output head in Q6_K:
+    # 152,064 x 3,584 = 544,997,376 params x (6.5625 - 4.5) / 8 = 140,507,136 B more
+    # -> 4,426,757,136 (the layers' bytes are truncated once: 4 B less)
+    w = model_weights(load_model("qwen2.5-7b"), "q4_0")
+    assert w.head_bytes - w.embedding_bytes == 140_507_136
+    assert w.total_bytes == 4_426_757_132
+    assert w.total_bytes == pytest.approx(4.29e9 + 140_507_136, rel=2e-3)
 
 
 def test_split_sums_and_partial_offload():

@@ -37,10 +37,20 @@ def test_int4_and_fp8_keep_embedding_and_head_at_bf16(fmt, per_layer, total):
     assert w.total_bytes == total
 
 
-def test_gguf_formats_keep_their_whole_file_rate():
-    # q4_k_m 4.84 bpw over every tensor: E x 0.605 = 317,828,628.48 -> 317,828,628
+def test_a_gguf_file_keeps_its_head_in_q6_k_and_its_embedding_in_the_base_type():
+    # llama-quantize Q4_K_M (kvsim.model.gguf_mix): token embedding Q4_K,
+    # E x 4.5 / 8 = 295,501,824; output head Q6_K, E x 6.5625 / 8 = 430,940,160.
+    # A layer (218,103,964 params): Q, K, O 16,777,216 + 4,194,304 + 16,777,216 and
+    # gate/up 2/3 of the other 176,160,924 = 117,440,616 at Q4_K (4.5 bpw); V 4,194,304
+    # and down 58,720,308 at Q6_K in 16 of the 32 layers (use_more_bits: 0-3, 6, 9, ...,
+    # 27, 28-31), Q4_K in the rest: 5.53125 bpw on average.
+    # 155,189,352 x 4.5 / 8 + 62,914,612 x 5.53125 / 8 = 130,793,566.45 -> 130,793,566;
+    # x 32 + the two = 4,911,836,096 B = 4.57 GiB (llama-bench prints 4.58 GiB for this
+    # file: docs/reference/measurements-prs)
     w = model_weights(load_model("llama-3.1-8b"), "q4_k_m")
-    assert w.embedding_bytes == w.head_bytes == 317_828_628
+    assert (w.embedding_bytes, w.head_bytes) == (295_501_824, 430_940_160)
+    assert w.per_layer_bytes == 130_793_566
+    assert w.total_bytes == 4_911_836_096
 
 
 def test_a_tied_awq_model_keeps_its_one_embedding_at_bf16():
@@ -67,10 +77,12 @@ def test_notes_are_the_fallback_when_the_field_is_unset():
     assert tied_embeddings(unset) and not tied_embeddings(field_wins)
 
 
-# Gemma-3-12B q4_k_m (4.84 bpw = 0.605 B): a layer 224,231,693.33 x 0.605 =
-# 135,660,174.47 -> 135,660,174 B, x 48 = 6,511,688,352; the tied tensor
-# E x 0.605 = 609,161,625.6 -> 609,161,625
-G12_LAYERS, G12_E = 6_511_688_352, 609_161_625
+# Gemma-3-12B q4_k_m (kvsim.model.gguf_mix): a layer of 224,231,693.33 params holds Q, O
+# 3,840 x 4,096 and K, V 3,840 x 2,048 (47,185,920) and 177,045,773.33 of FFN; Q, K, O and
+# 2/3 of the FFN at Q4_K (4.5 bpw), V and the FFN's down third Q6_K in 24 of 48 layers
+# (5.53125 on average): 134,751,523.07 -> 134,751,523 B, x 48 = 6,468,073,104; the tied
+# tensor Q6_K, E x 6.5625 / 8 = 825,955,200 (published Q4_K_M files: 7.3 GB)
+G12_LAYERS, G12_E = 6_468_073_104, 825_955_200
 
 
 def test_llama_cpp_duplicates_a_tied_head_on_the_gpu():
@@ -78,21 +90,25 @@ def test_llama_cpp_duplicates_a_tied_head_on_the_gpu():
     eng = resolve_engine({"preset": "llama.cpp", "context_tokens": 8192, "parallel": 1})
     b = memory_budget(GPU, load_model("gemma-3-12b"), "q4_k_m", eng)
     assert b.gpu_layers == 48 and b.head_on_gpu
-    # GPU: 48 layers + the output copy = 6,511,688,352 + 609,161,625 = 7,120,849,977;
-    # host: the input embedding, 609,161,625; loaded 7,730,011,602 (file + the copy)
-    assert b.weights_gpu_bytes == G12_LAYERS + G12_E == 7_120_849_977
+    # GPU: 48 layers + the output copy = 6,468,073,104 + 825,955,200 = 7,294,028,304;
+    # host: the input embedding, 825,955,200; loaded 8,119,983,504 (file + the copy)
+    assert b.weights_gpu_bytes == G12_LAYERS + G12_E == 7_294_028_304
     assert b.weights_cpu_bytes == G12_E
-    assert b.weights_total_bytes == 7_730_011_602
+    assert b.weights_total_bytes == 8_119_983_504
 
 
 def test_gemma_3_27b_head_is_counted():
-    # E = 262,208 x 5,376 = 1,409,630,208 x 0.605 = 852,826,275.84 -> 852,826,275
-    # (27.0e9 - E) / 62 = 412,747,899.87 x 0.605 = 249,712,479.42 -> 249,712,479 x 62
-    # = 15,482,173,698; + head = 16,334,999,973 on the GPU
+    # E = 262,208 x 5,376 = 1,409,630,208 params, tied: Q6_K, x 6.5625 / 8 = 1,156,337,280
+    # (27.0e9 - E) / 62 = 412,747,899.87 a layer: Q, O 5,376 x 4,096 each, K, V 5,376 x
+    # 2,048 each (66,060,288), the other 346,687,611.87 FFN; Q4_K_M gives V and down
+    # Q6_K in 30 of 62 layers: (Q + K + O + 2/3 FFN) x 4.5 / 8 + (V + 1/3 FFN) x
+    # (30 x 6.5625 + 32 x 4.5) / 62 / 8 = 247,960,368.51 -> 247,960,368 x 62
+    # = 15,373,542,816; + head = 16,529,880,096 on the GPU (published Q4_K_M files of
+    # Gemma 3 27B: 16.5 GB)
     eng = resolve_engine({"preset": "llama.cpp", "context_tokens": 4096, "parallel": 1})
     b = memory_budget(GPU, load_model("gemma-3-27b"), "q4_k_m", eng)
-    assert b.gpu_layers == 62 and b.weights_cpu_bytes == 852_826_275
-    assert b.weights_gpu_bytes == 16_334_999_973
+    assert b.gpu_layers == 62 and b.weights_cpu_bytes == 1_156_337_280
+    assert b.weights_gpu_bytes == 16_529_880_096
 
 
 def test_paged_engines_hold_a_tied_tensor_once():

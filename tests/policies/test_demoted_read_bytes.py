@@ -27,23 +27,23 @@ def _rtx4090(**kw) -> RooflineLatency:
 
 def test_roofline_reads_demoted_tokens_at_their_quantized_bytes() -> None:
     # Llama-3.1-8B q4_k_m on an RTX 4090 (by hand in tests/latency/test_roofline.py):
-    # 4,540,321,364 B of weights a step, 856.8e9 B/s sustained, 4 ms overhead.  One
+    # 4,616,334,272 B of weights a step, 856.8e9 B/s sustained, 4 ms overhead.  One
     # sequence decoding at 999 tokens of context reads 1000 f16 tokens x 131,072 B =
     # 131,072,000 B.  512 of them are KIVI-2 (G = 32): 2/8 + 4/32 = 3/8 B per value
     # against f16's 2, ratio 3/16: each reads 24,576 B and saves 131,072 x 13/16 =
     # 106,496 B, so 512 x 106,496 = 54,525,952 B saved:
     #   KV read 131,072,000 - 54,525,952 = 76,546,048 B (memory-bound, as the f16 step)
-    #   t = 0.004 + (4,540,321,364 + 76,546,048) / 856.8e9 = 9.388501 ms (f16: 9.452140)
+    #   t = 0.004 + (4,616,334,272 + 76,546,048) / 856.8e9 = 9.477218 ms (f16: 9.540857)
     r = _rtx4090(step_overhead_s=0.004)
     assert r.kv_read_token_bytes == 131_072 and r.dequant == 0.0  # f16 engine cache
     saved = 512 * 131_072 * 13 / 16
     assert saved == 54_525_952
     demoted = BatchShape(decode_context=(999,), kv_read_saved_bytes=saved)
-    expected = 0.004 + 4_616_867_412 / 856.8e9
-    assert expected == pytest.approx(9.388501e-3, rel=1e-7)
+    expected = 0.004 + 4_692_880_320 / 856.8e9
+    assert expected == pytest.approx(9.477218e-3, rel=1e-7)
     assert r.step_time_s(demoted) == pytest.approx(expected, rel=1e-12)
     assert r.step_time_s(BatchShape(decode_context=(999,))) == pytest.approx(
-        0.004 + 4_671_393_364 / 856.8e9, rel=1e-12)
+        0.004 + 4_747_406_272 / 856.8e9, rel=1e-12)
 
 
 @pytest.mark.parametrize("gpu_layers", [None, 16])

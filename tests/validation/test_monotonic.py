@@ -29,7 +29,7 @@ def _vllm(gpu: str, context: int = 16384, **engine):
 
 # KV pools of Llama-3.1-8B q4_k_m under vLLM on the four cards, in 16-token blocks (the
 # memory budget, tests/model/test_budget.py); everything below is reasoned from these.
-BLOCKS = {"rtx-3060-12gb": 2577, "rtx-4060-ti-16gb": 4424, "rtx-4090": 8115, "rtx-5090": 11810}
+BLOCKS = {"rtx-3060-12gb": 2552, "rtx-4060-ti-16gb": 4398, "rtx-4090": 8089, "rtx-5090": 11784}
 
 
 def test_more_memory_never_more_preemptions_or_failures() -> None:
@@ -45,11 +45,11 @@ def test_more_memory_never_more_preemptions_or_failures() -> None:
     per r with r·500 > B, stopping at the first r with r·500 ≤ B, and the victims
     (r ≤ that many, 500 blocks each) then run together without another:
 
-    - 3060, B = 2577: r = 10, 9, 8, 7, 6 overflow (6·500 = 3000 > 2577; 5·500 = 2500
+    - 3060, B = 2552: r = 10, 9, 8, 7, 6 overflow (6·500 = 3000 > 2552; 5·500 = 2500
       fits): 5 preemptions, of s9, s8, s7, s6, s5 (5 victims ≤ 5 that fit);
-    - 4060 Ti, B = 4424: 10·500 = 5000 and 9·500 = 4500 > 4424, 8·500 = 4000 fits:
+    - 4060 Ti, B = 4398: 10·500 = 5000 and 9·500 = 4500 > 4398, 8·500 = 4000 fits:
       2 preemptions (s9, s8);
-    - 4090 / 5090: 10·500 = 5000 ≤ 8115 ≤ 11810: none.
+    - 4090 / 5090: 10·500 = 5000 ≤ 8089 ≤ 11784: none.
 
     No request fails: 8,000 tokens < the 8,192-token context, and vLLM preempts rather
     than failing on memory.
