@@ -1,6 +1,7 @@
 """GGUF files as llama-quantize lays them out (kvsim.model.gguf_mix), checked rule by rule
 and against every file size llama-bench printed in the repository's measurements."""
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,17 @@ def test_every_printed_llama_quantize_file_size_within_one_percent():
                 ("llama-3.2-3b", "q4_0"), ("gpt-oss-20b", "q4_k_m")):
         assert abs(errors[key]) < 0.01, key
     print(f"{len(errors)} files, largest |error| {max(map(abs, errors.values())):.2%}")
+
+
+def test_published_file_sizes_of_other_models_within_one_percent():
+    # quantizers' own tables (docs/reference/gguf-file-sizes.csv): Mixtral-8x22B (8
+    # experts: V and K in Q8_0, O in Q5_K) and Llama-3.1-70B in five and seven file types
+    with (REF / "gguf-file-sizes.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 12
+    off = {}
+    for r in rows:
+        got = model_weights(load_model(r["model"]), r["weight_format"]).total_bytes / 1e9
+        if abs(got / float(r["file_gb"]) - 1) > 0.01:
+            off[(r["model"], r["weight_format"])] = (round(got, 2), r["file_gb"])
+    assert off == {}
