@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -280,12 +280,24 @@ def llama_cpp_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotE
     logs = [(f"llama_context: n_seq_max = {engine.parallel}, n_ctx = {n_ctx}, n_ctx_seq = "
              f"{n_ctx_seq}, n_batch = {engine.n_batch}, n_ubatch = {engine.n_ubatch}, "
              f"flash_attn = {int(engine.flash_attn)}, kv_unified = {str(unified).lower()}"),
-            f"load_tensors: offloaded {n_gpu}/{L} layers to GPU",
             f"llama_kv_cache: CUDA0 KV buffer size = {mib(kv_gpu)}"]
     if geo.recurrent_bytes_per_seq:
         notes.append(f"recurrent state f32: {mib(geo.recurrent_bytes_per_seq)} per sequence")
-    return slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
-                        driver, display, logs, notes, cpu_expert_layers=moe)
+    b = slot_budget(engine, gpu, model, ws, geo, lay, n_gpu, n_ctx, n_ctx_seq,
+                    driver, display, logs, notes, cpu_expert_layers=moe)
+    lines = b.log_lines
+    return replace(b, log_lines=(lines[0], *_load_tensors_lines(b), *lines[1:]))
+
+
+def _load_tensors_lines(b: MemoryBudget) -> list[str]:
+    """llama.cpp's load_tensors lines for one GPU: the output layer counts as a layer
+    (``offloaded 33/33`` for 32 blocks), the host's share (the token embedding, layers
+    and experts left there) is ``CPU_Mapped``."""
+    lines = [f"load_tensors: offloaded {b.gpu_layers + int(b.head_on_gpu)}/"
+             f"{b.num_layers + 1} layers to GPU"]
+    if b.weights_cpu_bytes:
+        lines.append(f"load_tensors: CPU_Mapped model buffer size = {mib(b.weights_cpu_bytes)}")
+    return [*lines, f"load_tensors: CUDA0 model buffer size = {mib(b.weights_gpu_bytes)}"]
 
 
 def llama_cpp_box_budget(gpus: tuple[GpuSpec, ...], model: ModelSpec, weights: str,
