@@ -140,6 +140,12 @@ PUBLISHED_PARAMS: dict[str, Published] = {
                              "5376 x 16 x 256) + 10 global (Q/O 5376 x 32 x 512, K 5376 x 4 x 512, "
                              "no V: K=V) each + MLP 3 x 5376 x 21504, + 262144 x 5376 tied "
                              "(30.7B as Google's card); the vision tower is not counted"),
+    "command-r-v01": Published(35e9, None, "HF model card CohereForAI/c4ai-command-r-v01: 'a "
+                               "research release of a 35 billion parameter highly performant "
+                               "generative model', 'Model Size: 35 billion parameters'"),
+    "command-r-plus": Published(104e9, None, "HF model card CohereForAI/c4ai-command-r-plus: "
+                                "'an open weights research release of a 104B billion parameter "
+                                "model', 'Model Size: 104 billion parameters'"),
 }
 """Publisher-stated parameter counts (config.json states none)."""
 
@@ -254,6 +260,20 @@ MODELS: tuple[Added, ...] = (
           "128 experts, 8 routed per token, beside a dense MLP in every layer"),
     Added("gemma-4-31b", "Gemma-4-31B", "google/gemma-4-31B(-it)",
           f"{_GEMMA4} 50 sliding (GQA 32/16, head_dim 256) + 10 global (4 KV heads x 512)"),
+    Added("command-r-v01", "Command-R-v01", "CohereForAI/c4ai-command-r-v01",
+          "MHA (64 KV heads, no GQA): 1.25 MiB of KV per token at f16; context 131072, the "
+          "config's model_max_length beside its max_position_embeddings 8192 (the card's "
+          "128K; llama.cpp's converter writes it as context_length, vLLM takes it as "
+          "--max-model-len and defaults to 8192); parallel "
+          "attention + MLP block with LayerNorm; tied embeddings (CohereConfig default), logits "
+          "scaled by logit_scale"),
+    Added("command-r-plus", "Command-R-Plus", "CohereForAI/c4ai-command-r-plus",
+          "GQA 96/8; the April 2024 release (c4ai-command-r-plus-08-2024 not checked: no "
+          "public copy of its config found); context 131072, the config's model_max_length "
+          "beside its max_position_embeddings 8192 (the card's 128K; llama.cpp's converter "
+          "writes it as context_length, vLLM takes it as --max-model-len and defaults to "
+          "8192); parallel attention + MLP block with LayerNorm; tied embeddings "
+          "(CohereConfig default), logits scaled by logit_scale"),
 )
 """The added models, in catalogue order (each has ``CONFIGS/<slug>.json``)."""
 

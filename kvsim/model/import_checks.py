@@ -14,7 +14,7 @@ from kvsim.errors import InputError, short_value
 
 HF_SIZES = ("num_hidden_layers", "n_layer", "num_layers", "hidden_size", "d_model", "n_embd",
             "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "vocab_size",
-            "max_position_embeddings", "n_positions", "intermediate_size",
+            "max_position_embeddings", "n_positions", "model_max_length", "intermediate_size",
             "moe_intermediate_size", "sliding_window", "sliding_window_pattern",
             "attn_layer_period", "full_attention_interval", "attention_chunk_size",
             "state_size", "conv_kernel", "expand", "num_heads", "n_groups", "mamba_expand",

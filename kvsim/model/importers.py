@@ -171,18 +171,21 @@ def _hf_kinds(cfg: dict[str, Any], mtype: str, n: int) -> tuple[list[str], int |
         return ["full"] * n, None
     if mtype.startswith(("gemma2", "gpt_oss")):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
-    if mtype.startswith("gemma3"):
-        p = cfg.get("sliding_window_pattern", 6)
+    if mtype.startswith(("gemma3", "cohere2")):   # Command R7B: every 4th layer global
+        p = cfg.get("sliding_window_pattern", 6 if mtype.startswith("gemma3") else 4)
         return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
     return ["sliding"] * n, window
 
 
 def _hf_tied(cfg: dict[str, Any]) -> bool | None:
     """``tie_word_embeddings`` from the config; unset, the model class's default: True
-    for the Gemma families (their configs leave the key out), unknown (None) else."""
+    for the Gemma families and Cohere's ``cohere`` / ``cohere2`` (Command-R, Command R7B:
+    HF CohereConfig / Cohere2Config default to tied, the checkpoints have no lm_head), whose
+    configs may leave the key out; unknown (None) else."""
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
-    return True if str(cfg.get("model_type", "")).startswith("gemma") else None
+    mtype = str(cfg.get("model_type", ""))
+    return True if mtype.startswith("gemma") or mtype in ("cohere", "cohere2") else None
 
 
 _HF_CACHE = re.compile(r"^models--([^/]+?)--(.+)$")
@@ -238,7 +241,8 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         kv, hd = 1, latent
     else:
         groups = _split(kinds, kv, hd, hd, window, state, _global_attn(cfg, kv))
-    max_pos = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    max_pos = max(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 0,
+                  cfg.get("model_max_length") or 0)   # Command-R: 8,192 beside 131,072 trained
     notes = "imported from config.json; params_total ESTIMATED from layer shapes"
     if not max_pos:
         if not recurrent_only:
@@ -302,8 +306,8 @@ def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
     pattern = f.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):      # per-layer booleans: True = sliding
         return ["sliding" if pattern[i] else base[i] for i in range(n)], window
-    if arch.startswith("gemma3"):
-        p = int(pattern or 6)
+    if arch.startswith(("gemma3", "cohere2")):    # llama.cpp: cohere2's pattern is 4
+        p = int(pattern or (6 if arch.startswith("gemma3") else 4))
         return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
     if arch.startswith(("gemma2", "gpt-oss")):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window

@@ -73,9 +73,10 @@ _ARCH_OF = (("deepseek-r1-distill-qwen", "qwen2"), ("deepseek-r1-distill-llama",
             ("mistral", "llama"), ("mixtral", "llama"), ("qwen3-next", "qwen3next"),
             ("qwen3", "qwen3"), ("qwen2", "qwen2"), ("gemma-2", "gemma2"),
             ("gemma-3", "gemma3"), ("phi-", "phi3"), ("gpt-oss", "gpt-oss"),
-            ("jamba", "jamba"), ("mamba-2", "mamba2"))
+            ("jamba", "jamba"), ("mamba-2", "mamba2"), ("command-r", "command-r"))
 _PHI3_SIZE_BY_LAYERS = {24: "1b", 32: "3b", 40: "14b"}   # llama.cpp llm_type for phi3
-_SIZE_OF = {"deepseek-v2-lite": "16b", "deepseek-v3": "671b"}   # llama.cpp deepseek2 types
+_SIZE_OF = {"deepseek-v2-lite": "16b", "deepseek-v3": "671b",   # llama.cpp deepseek2 types
+            "command-r-v01": "35b"}   # llama.cpp command-r: 40 layers 35B, else "?B"
 # the Apple Silicon scoreboard (llama.cpp #4167) writes Llama 2 as "LLaMA 7B v2"
 _LLAMA_V = re.compile(r"\bllama[ -]?(\d+(?:\.\d+)?b)[ -]?v(\d)\b", re.IGNORECASE)
 # Ollama library tags whose name is not the model's: deepseek-r1:<size> is a DeepSeek-R1

@@ -36,7 +36,7 @@ def _config(slug: str) -> dict:
 
 def test_every_config_copy_has_a_profile_and_a_source():
     assert sorted(p.stem for p in CONFIGS.glob("*.json")) == sorted(SLUGS)
-    assert len(SLUGS) == len(set(SLUGS)) == 31
+    assert len(SLUGS) == len(set(SLUGS)) == 33
     assert set(SLUGS) <= set(list_names("models"))
     for slug in SLUGS:
         assert len(_config(slug)["_source"]) > 40, slug
@@ -52,7 +52,9 @@ def test_profile_loads_and_matches_its_config(slug):
     assert m.num_kv_heads == cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     assert m.head_dim == cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     assert m.vocab_size == cfg["vocab_size"]
-    assert m.max_context_tokens == cfg["max_position_embeddings"]
+    # the larger of max_position_embeddings and a model_max_length beside it (Command-R)
+    assert m.max_context_tokens == max(cfg["max_position_embeddings"],
+                                       cfg.get("model_max_length", 0))
     assert cfg["_source"] in m.source
     assert m.params_active <= m.params_total
 
@@ -165,7 +167,8 @@ def test_phi_3_mini_is_mha_with_a_2047_token_window():
 def test_tied_heads_follow_the_configs():
     tied = {s for s in SLUGS if load_model(s).tied_embeddings}
     assert tied == {"gemma-2-2b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "phi-4-mini",
-                    "gemma-4-26b-a4b", "gemma-4-31b", "voxtral-tts-4b"}
+                    "gemma-4-26b-a4b", "gemma-4-31b", "voxtral-tts-4b", "command-r-v01",
+                    "command-r-plus"}
     # the R1 distill keeps an untied head where Qwen2.5-1.5B ties it
     assert load_model("deepseek-r1-distill-qwen-1.5b").tied_embeddings is False
 
@@ -179,7 +182,7 @@ def test_r1_distill_window_is_off():
 
 def test_generator_check_mode_reports_no_stale_profile(capsys):
     assert gen.main(["--check"]) == 0
-    assert "31 profiles up to date" in capsys.readouterr().out
+    assert "33 profiles up to date" in capsys.readouterr().out
 
 
 GIB = 2**30
