@@ -60,12 +60,13 @@ FFN_WIDTHS = {  # slug: (intermediate_size, moe_intermediate_size, source)
     "qwen3-8b": (12288, None, _LLM_PROF), "qwen3-14b": (17408, None, _LLM_PROF),
     "qwen3-32b": (25600, None, _LLM_PROF), "qwen3-30b-a3b": (6144, 768, _LLM_PROF),
     "qwen2.5-72b": (29568, None, "models.csv source (the config copy's intermediate_size)"),
-    "deepseek-v2-lite": (10944, 1408, "a full DeepseekV2Config print of "
-                         "deepseek-ai/DeepSeek-V2-Lite (public code index file id 62526029280)"),
-    "gpt-oss-20b": (2880, 2880, "AI-Hypercomputer/maxtext configs/models/gpt-oss-20b.yml "
-                    "(base_mlp_dim, base_moe_mlp_dim)"),
-    "gpt-oss-120b": (2880, 2880, "AI-Hypercomputer/maxtext configs/models/gpt-oss-20b.yml "
-                     "(the 120b shares the widths)"),
+    "deepseek-v2-lite": (10944, 1408, ("a full DeepseekV2Config print of deepseek-ai/"
+                                       "DeepSeek-V2-Lite (public code index file id "
+                                       "62526029280)")),
+    "gpt-oss-20b": (2880, 2880, ("AI-Hypercomputer/maxtext configs/models/gpt-oss-20b.yml "
+                                 "(base_mlp_dim, base_moe_mlp_dim)")),
+    "gpt-oss-120b": (2880, 2880, ("AI-Hypercomputer/maxtext configs/models/gpt-oss-20b.yml "
+                                  "(the 120b shares the widths)")),
 }
 """FFN widths of models.csv models (it has no such column): the down projections' rows,
 which set a GGUF k-quant's fallback (kvsim.model.gguf_mix). A model not here has none

@@ -293,8 +293,8 @@ def _load_tensors_lines(b: MemoryBudget) -> list[str]:
     """llama.cpp's load_tensors lines for one GPU: the output layer counts as a layer
     (``offloaded 33/33`` for 32 blocks), the host's share (the token embedding, layers
     and experts left there) is ``CPU_Mapped``."""
-    lines = [f"load_tensors: offloaded {b.gpu_layers + int(b.head_on_gpu)}/"
-             f"{b.num_layers + 1} layers to GPU"]
+    on_gpu = b.gpu_layers + int(b.head_on_gpu)
+    lines = [f"load_tensors: offloaded {on_gpu}/{b.num_layers + 1} layers to GPU"]
     if b.weights_cpu_bytes:
         lines.append(f"load_tensors: CPU_Mapped model buffer size = {mib(b.weights_cpu_bytes)}")
     return [*lines, f"load_tensors: CUDA0 model buffer size = {mib(b.weights_gpu_bytes)}"]

@@ -41,7 +41,10 @@ from kvsim.config.files import no_such_file
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, from_validation_error
 from kvsim.model.import_checks import (
-    check_gguf_sizes, check_hf_sizes, ffn_widths, hf_param_estimate,
+    check_gguf_sizes,
+    check_hf_sizes,
+    ffn_widths,
+    hf_param_estimate,
 )
 from kvsim.model.vision import vision_from_hf
 

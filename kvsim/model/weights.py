@@ -4,9 +4,10 @@ Bits per weight come from the format's block layout where uniform and from llama
 published per-model measurements where a mix. AWQ/GPTQ/FP8 keep the token embedding and
 output head at 16 bits (``embed_bits_per_weight``); a GGUF file type is sized tensor class
 by tensor class as llama-quantize writes it (:func:`gguf_weights`, kvsim.model.gguf_mix),
-its nominal bpw only naming it. Experts-only formats (``mxfp4``, ``mxfp4_moe``: ``other_bits_per_weight`` set)
-quantise routed MoE experts only. :class:`WeightSplit` splits ``num_layers`` equal layers
-from the embedding and head for llama.cpp ``-ngl`` / Ollama placement.
+its nominal bpw only naming it. Experts-only formats (``mxfp4``, ``mxfp4_moe``:
+``other_bits_per_weight`` set) quantise routed MoE experts only. :class:`WeightSplit`
+splits ``num_layers`` equal layers from the embedding and head for llama.cpp ``-ngl`` /
+Ollama placement.
 
 NOTE: a model without routed experts under an experts-only format is refused (InputError);
 :func:`expert_params` is capped by what a layer holds after its Q/K/V/O projections.
@@ -23,7 +24,12 @@ from dataclasses import dataclass, replace
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, unknown_name
 from kvsim.model.gguf_mix import (
-    FILE_TYPES, TYPE_BITS, attention_classes, head_type, layer_rest_classes, stored_type,
+    FILE_TYPES,
+    TYPE_BITS,
+    attention_classes,
+    head_type,
+    layer_rest_classes,
+    stored_type,
 )
 
 

@@ -30,5 +30,6 @@ def test_an_explicit_layer_count_leaves_the_head_on_the_cpu():
     b, lines = _lines(gpu_layers=20)
     assert lines[0] == "load_tensors: offloaded 20/33 layers to GPU"
     assert b.weights_gpu_bytes == 20 * 130_793_566
-    assert lines[2] == f"load_tensors: CUDA0 model buffer size = {b.weights_gpu_bytes / MIB:.2f} MiB"
+    gpu_mib = b.weights_gpu_bytes / MIB
+    assert lines[2] == f"load_tensors: CUDA0 model buffer size = {gpu_mib:.2f} MiB"
     assert b.weights_cpu_bytes == 12 * 130_793_566 + 295_501_824 + 430_940_160
