@@ -122,8 +122,8 @@ def ffn_widths(dense: Any, expert: Any) -> dict[str, int | None]:
     return {"ffn_intermediate_size": widest(dense), "moe_intermediate_size": widest(expert)}
 
 
-def hf_param_estimate(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd: int,
-                      tied: bool | None) -> float:
+def hf_params(cfg: dict[str, Any], n: int, hidden: int, heads: int, kv: int, hd: int,
+              tied: bool | None) -> float:
     """Estimated parameter count of a checked config.json (attention + gated MLP or
     experts + embeddings; a tied head counted once)."""
     attn = hidden * heads * hd * 2 + 2 * hidden * kv * hd

@@ -40,12 +40,7 @@ from pydantic import ValidationError
 from kvsim.config.files import no_such_file
 from kvsim.config.specs import ModelSpec
 from kvsim.errors import InputError, from_validation_error
-from kvsim.model.import_checks import (
-    check_gguf_sizes,
-    check_hf_sizes,
-    ffn_widths,
-    hf_param_estimate,
-)
+from kvsim.model.import_checks import check_gguf_sizes, check_hf_sizes, ffn_widths, hf_params
 from kvsim.model.vision import vision_from_hf
 
 NO_POSITION_LIMIT_TOKENS = 1048576   # same planning cap as the shipped Mamba-2 profile
@@ -252,7 +247,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
             _need(cfg, ("max_position_embeddings",), where)
         max_pos = NO_POSITION_LIMIT_TOKENS
         notes += f"; no positional limit, {NO_POSITION_LIMIT_TOKENS} is a planning cap"
-    params = hf_param_estimate(cfg, n, hidden, heads, kv, hd, _hf_tied(cfg))
+    params = hf_params(cfg, n, hidden, heads, kv, hd, _hf_tied(cfg))
     repo, named = _hf_repo(raw, p, cfg, params)
     slug = name or slugify(repo.split("/")[-1] if "/" in repo else repo)
     notes += f"; name from {named}" if name is None else ""
