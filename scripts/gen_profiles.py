@@ -245,6 +245,7 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         notes += (" | state_elements: the SSM state + a convolution window of d_conv - 1 "
                   "columns, as llama.cpp (n_embd_r) and vLLM allocate it")
     experts = _experts(f"{row['attention_kind']} {row['notes']}")
+    ffn, ffn_src = _ffn_fields(MODEL_SLUGS[name])
     total, active = float(row["params_total_b"]), float(row["params_active_b"])
     text = re.search(r"text-only ([0-9.]+)\s*B", row["notes"])
     if text and active == total:  # models.csv: plan with the text weights (the vision
@@ -271,26 +272,22 @@ def model_profile(row: dict[str, str]) -> dict[str, Any]:
         "tied_embeddings": MODEL_SLUGS[name] in TIED_EMBEDDINGS,
         **({"vision_encoder": VISION_ENCODERS[MODEL_SLUGS[name]]}
            if MODEL_SLUGS[name] in VISION_ENCODERS else {}),
-        **_ffn_fields(MODEL_SLUGS[name]),
-        "source": row["source"] + _ffn_source(MODEL_SLUGS[name]),
+        **ffn,
+        "source": row["source"] + ffn_src,
         "notes": f"{notes} | kv_formula: {row['kv_formula']}".strip(" |"),
     }
 
 
-def _ffn_fields(slug: str) -> dict[str, Any]:
-    """FFN widths and a released expert format where recorded (FFN_WIDTHS), else none."""
-    ff, moe, _ = FFN_WIDTHS.get(slug, (None, None, ""))
+def _ffn_fields(slug: str) -> tuple[dict[str, Any], str]:
+    """FFN widths and a released expert format where recorded (FFN_WIDTHS), and the
+    widths' source as it joins the profile's; nothing where none is."""
+    ff, moe, src = FFN_WIDTHS.get(slug, (None, None, ""))
     out: dict[str, Any] = {"ffn_intermediate_size": ff} if ff else {}
     if moe:
         out["moe_intermediate_size"] = moe
     if slug in RELEASED_EXPERT_FORMAT:
         out["released_expert_format"] = RELEASED_EXPERT_FORMAT[slug]
-    return out
-
-
-def _ffn_source(slug: str) -> str:
-    src = FFN_WIDTHS.get(slug, (None, None, ""))[2]
-    return f"; FFN widths: {src}" if src else ""
+    return out, f"; FFN widths: {src}" if src else ""
 
 
 

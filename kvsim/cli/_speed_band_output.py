@@ -14,7 +14,7 @@ import click
 
 from kvsim.cli._output import output_errors
 from kvsim.errors import InputError
-from kvsim.latency.speed_band import ENDS, speed_band
+from kvsim.latency.speed_band import ENDS, SHARE, speed_band
 
 if TYPE_CHECKING:
     from kvsim.latency.speed_band import SpeedBand
@@ -37,7 +37,7 @@ def speed_note(sc: Any) -> str:
         return (f"speed model: this run is at the {end} end of its {band.backend} band "
                 f"(latency.speed_band): decode steps x{decode:.3g}, prompt steps "
                 f"x{prompt:.3g} the predicted time")
-    return (f"speed model: cards left out of its {band.backend} fit ran, 8 in 10 of "
+    return (f"speed model: cards left out of its {band.backend} fit ran, {SHARE} of "
             f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
             f"{band.speed_words()} (hardware_profiles/speed/constants.yaml)"
             f"{engine_caveat([sc])}; --speed-band reruns this scenario at both ends, kvsim "
@@ -85,7 +85,7 @@ def bands_note(scenarios: dict[str, Any]) -> str:
             "predicted time)" for (backend, end), (band, names) in groups.items())
     parts = [f"{band.ratio_words()} on {backend} ({', '.join(names)})"
              for (backend, _), (band, names) in groups.items()]
-    return ("speed model: cards left out of its fit ran, 8 in 10, at " + "; ".join(parts)
+    return (f"speed model: cards left out of its fit ran, {SHARE}, at " + "; ".join(parts)
             + f" of kvsim's speed{engine_caveat(scenarios.values())}: a p95 near its target "
             "may land on either side (kvsim simulate --speed-band reruns a setting at both "
             "ends; --set latency.speed_band=slow plans for the slow one)")
@@ -150,7 +150,7 @@ def band_line(band: SpeedBand, runs: dict[str, dict[str, Any]]) -> str:
     and failures at the fast and the slow end."""
     def ends(key: str, kind: str) -> str:
         return " … ".join(_text(runs[end][key], kind) for end in ENDS)
-    return (f"speed band (8 in 10 cards left out of the {band.backend} fit: "
+    return (f"speed band ({SHARE} cards left out of the {band.backend} fit: "
             f"{band.ratio_words()} kvsim's speed): TTFT p95 {ends('ttft_p95_s', 'latency')}, "
             f"ITL p95 {ends('itl_p95_s', 'latency')}, failed "
             f"{ends('failed_requests', 'count')} from the fast end to the slow one")
@@ -164,7 +164,7 @@ def report_speed_band(band: SpeedBand, res: Any, out_dir: Path,
     from rich.table import Table
 
     table = Table(title=f"speed band: cards left out of the {band.backend} fit ran at "
-                  f"{band.speed_words()} (8 in 10)")
+                  f"{band.speed_words()} ({SHARE})")
     for col in ("metric", "as predicted", "fast end", "slow end"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for key, label, kind in BAND_METRICS:

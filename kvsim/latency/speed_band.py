@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 ENDS = ("fast", "slow")
 """The band's two ends: kvsim's speed at the 10th and at the 90th percentile of its error."""
+SHARE = "8 in 10"
+"""The share of left-out cards between the two ends (the 10th to the 90th percentile)."""
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,12 @@ class TensorClass:
         return self.params * TYPE_BITS[self.ggml_type] / 8
 
 
+def _more_bits_or(base: str, n: int) -> list[tuple[float, str]]:
+    """Q6_K in the :func:`use_more_bits` layers of ``n``, ``base`` in the rest."""
+    more = sum(use_more_bits(i, n) for i in range(n))
+    return _shares([(more, "q6_k"), (n - more, base)])
+
+
 def _shares(types: list[tuple[int, str]]) -> list[tuple[float, str]]:
     """Counts of tensors per type -> fractions."""
     n = sum(c for c, _ in types) or 1
@@ -97,8 +103,7 @@ def _attn_v_types(ftype: str, base: str, n_v: int, model: ModelSpec) -> list[tup
     if model.num_experts == 8:
         return [(1.0, "q8_0")]
     if ftype in ("q4_k_m", "q5_k_m"):
-        more = sum(use_more_bits(i, n_v) for i in range(n_v))
-        return _shares([(more, "q6_k"), (n_v - more, base)])
+        return _more_bits_or(base, n_v)
     if ftype == "q4_k_s":
         return _shares([(min(4, n_v), "q5_k"), (n_v - min(4, n_v), base)])
     gqa = model.num_attention_heads // max(1, model.num_kv_heads)
@@ -109,8 +114,7 @@ def _attn_v_types(ftype: str, base: str, n_v: int, model: ModelSpec) -> list[tup
 
 def _ffn_down_types(ftype: str, base: str, n: int) -> list[tuple[float, str]]:
     if ftype in ("q4_k_m", "q5_k_m"):
-        more = sum(use_more_bits(i, n) for i in range(n))
-        return _shares([(more, "q6_k"), (n - more, base)])
+        return _more_bits_or(base, n)
     if ftype == "q4_k_s":
         return _shares([(n // 8, "q5_k"), (n - n // 8, base)])
     return [(1.0, base)]
