@@ -173,8 +173,9 @@ def _amount(value: Any, unit: Any) -> str:
 
 def _test(r: dict[str, Any]) -> str:
     from kvsim.validate.predict import DEFAULT_UBATCH
+    from kvsim.validate.records import test_name
 
-    name = f"pp{r['n_prompt']}" if r["metric"] == "pp_tps" else f"tg{r['n_gen']}"
+    name = test_name(r["metric"], r["n_prompt"], r["n_gen"])
     if r["depth"]:
         name += f" @ d{r['depth']}"
     if r["batch"] > 1:

@@ -95,6 +95,7 @@ class ModelMatch:
     slug: str | None
     weight_format: str | None
     reason: str
+    candidates: tuple[str, ...] = ()  # an ambiguous name's catalogue models, sorted
 
 
 @dataclass(frozen=True)
@@ -238,13 +239,14 @@ def _segments(text: str) -> list[str]:
 
 
 def _decide(slugs: list[str], how: str, fmt: str | None, n_params: int | None,
-            size_bytes: int | None) -> tuple[str | None, str]:
+            size_bytes: int | None) -> tuple[str | None, str, tuple[str, ...]]:
+    """The one model left after :func:`_narrow`, or None, why, and the models left."""
     left, used = _narrow(slugs, fmt, n_params, size_bytes)
     if len(left) == 1:
         shared = " (models outside the catalogue may share it)" if how.startswith("llama") \
             else ""
-        return left[0], f"{how}{used}{shared}"
-    return None, f"ambiguous: {how}{used} fits {', '.join(left)}"
+        return left[0], f"{how}{used}{shared}", ()
+    return None, f"ambiguous: {how}{used} fits {', '.join(left)}", tuple(sorted(left))
 
 
 def resolve_model(text: str, *, n_params: int | None = None,
@@ -269,13 +271,14 @@ def resolve_model(text: str, *, n_params: int | None = None,
             slugs = _by_model_type(mt["arch"], mt["size"])
             if not slugs:
                 return ModelMatch(None, fmt, f"unknown: no catalogue model is {how}{fmt_note}")
-            slug, why = _decide(slugs, how, fmt, n_params, size_bytes)
-            return ModelMatch(slug, fmt, why + fmt_note + hedge)
+            slug, why, left = _decide(slugs, how, fmt, n_params, size_bytes)
+            return ModelMatch(slug, fmt, why + fmt_note + hedge, left)
         tokens = _tokens(segment)
         slugs, how = _by_name(tokens)
         if slugs:
-            slug, why = _decide(slugs, f"{how} in {shown!r}", fmt, n_params, size_bytes)
-            return ModelMatch(slug, fmt, why + fmt_note + hedge)
+            slug, why, left = _decide(slugs, f"{how} in {shown!r}", fmt, n_params,
+                                      size_bytes)
+            return ModelMatch(slug, fmt, why + fmt_note + hedge, left)
         if families & set(tokens):
             return ModelMatch(None, fmt, f"unknown: {shown!r} names no catalogue model"
                               f"{fmt_note}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvsim.validate.records import test_name
+
 
 def validation_points(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[Any]]]:
     """Backend -> {"measured", "predicted", "label"} lists, backends in sorted order."""
@@ -17,7 +19,7 @@ def validation_points(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, lis
         g = out.setdefault(str(r["backend"]), {"measured": [], "predicted": [], "label": []})
         g["measured"].append(float(r["measured_tps"]))
         g["predicted"].append(float(r["predicted_tps"]))
-        test = f"pp{r['n_prompt']}" if r["metric"] == "pp_tps" else f"tg{r['n_gen']}"
+        test = test_name(str(r["metric"]), int(r["n_prompt"]), int(r["n_gen"]))
         g["label"].append(f"{r['id']}: {r['gpu']} · {r['model']} {r['weights']} · {test}"
                           f" d{r['depth']} ×{r['batch']} · {100 * float(r['rel_err']):+.1f} %")
     return dict(sorted(out.items()))

@@ -3,7 +3,7 @@
 :func:`read_bench` takes the tool's output (``-oe``: stderr) and detects the layout
 (:data:`FORMATS`: llama-bench json/jsonl/csv/md, llama-batched-bench table and jsonl); text in
 none of them raises :class:`InputError`. Ids are ``f"{origin}:{n}"`` (batched-bench:
-``...:n:pp`` and ``...:n:tg``); ``-pg`` tests are Skipped. Markdown and llama-batched-bench
+``...:n:pp`` and ``...:n:tg``); a ``-pg`` test is one ``pg_tps`` Measurement. Markdown and llama-batched-bench
 leave fields unknown or "" (fill them in with :func:`dataclasses.replace`).
 
 NOTE: every result row becomes Measurements or a Skipped naming the row and the field, never
@@ -25,7 +25,7 @@ from typing import Any
 
 from kvsim.errors import InputError
 from kvsim.validate.devices import printed_devices
-from kvsim.validate.records import Measurement, Skipped
+from kvsim.validate.records import Measurement, Metric, Skipped
 
 BENCH_JSON = "llama-bench json"
 BENCH_JSONL = "llama-bench jsonl"
@@ -250,9 +250,6 @@ def _bench_measurement(f: Mapping[str, Any], rid: str, origin: str) -> Measureme
     value = _rate(f, "avg_ts")
     n_prompt, n_gen = _int(f, "n_prompt"), _int(f, "n_gen")
     depth = _int(f, "n_depth", 0)
-    if n_prompt > 0 and n_gen > 0:
-        raise _RowError(f"test pp{n_prompt}+tg{n_gen}: one rate over prompt and generated "
-                        "tokens together, neither pp_tps nor tg_tps")
     if n_prompt <= 0 and n_gen <= 0:
         raise _RowError("fields n_prompt and n_gen: neither is positive")
     model_type = str(f.get("model_type", ""))
@@ -262,12 +259,19 @@ def _bench_measurement(f: Mapping[str, Any], rid: str, origin: str) -> Measureme
     return Measurement(
         id=rid, gpu=str(f.get("gpu_info", "")), backend=_backend(f),
         model=str(f.get("model_filename") or model_type), weight_format=weight_format(model_type),
-        metric="pp_tps" if n_prompt > 0 else "tg_tps", value=value,
+        metric=_bench_metric(n_prompt, n_gen), value=value,
         n_prompt=n_prompt, n_gen=n_gen, depth=depth,
         flash_attn=_flash(f), n_ubatch=_int(f, "n_ubatch", None), n_batch=_int(f, "n_batch", None),
         model_size_bytes=_int(f, "model_size", None), model_params=_int(f, "model_n_params", None),
         kv_type=str(f.get("type_k") or "f16"), source=origin,
         extra={k: _text(v) for k, v in f.items() if k not in used and not isinstance(v, list)})
+
+
+def _bench_metric(n_prompt: int, n_gen: int) -> Metric:
+    """A llama-bench test's metric: ``pp``, ``tg``, or both (``pg``: ``-pg`` / ``ppP+tgG``)."""
+    if n_prompt > 0 and n_gen > 0:
+        return "pg_tps"
+    return "pp_tps" if n_prompt > 0 else "tg_tps"
 
 
 def _batched_measurement(f: Mapping[str, Any], rid: str, step: str,

@@ -22,7 +22,7 @@ tools' default), so a sliding-window layer reads its SWA ring
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -101,10 +101,35 @@ def setup_for(m: Measurement, *, gpu: GpuSpec | None = None,
         gpu = load_gpu(g.slug)
     mm = resolve_model(m.model, n_params=m.model_params, size_bytes=m.model_size_bytes)
     if model is None:
-        if mm.slug is None:
+        model = one_shape(mm.candidates) if mm.slug is None else load_model(mm.slug)
+        if model is None:
             return Skipped(m.id, mm.reason)
-        model = load_model(mm.slug)
     return setup_with(m, gpu, model, mm.weight_format)
+
+
+_DESCRIPTIVE = frozenset({"name", "display_name", "hf_repo", "source", "notes",
+                          "max_context_tokens", "vision_encoder", "params_total",
+                          "params_active"})
+"""ModelSpec fields a llama-bench test's time does not depend on (the parameter counts
+are compared within :data:`SAME_PARAMS`; llama-bench loads no image encoder)."""
+SAME_PARAMS = 1e-3
+
+
+def one_shape(slugs: tuple[str, ...]) -> ModelSpec | None:
+    """The first of ``slugs`` when every one has the same layers, widths, heads, experts
+    and parameters (within :data:`SAME_PARAMS`), so any of them times a test alike
+    (llama-bench's "llama 8B": Llama 3 8B and 3.1 8B differ only in context length);
+    else None."""
+    if len(slugs) < 2:
+        return None
+    models = [load_model(s) for s in slugs]
+    shapes = [m.model_dump(exclude=set(_DESCRIPTIVE)) for m in models]
+    first = models[0]
+    same = all(s == shapes[0] for s in shapes) and all(
+        abs(m.params_total - first.params_total) <= SAME_PARAMS * first.params_total
+        and abs(m.params_active - first.params_active) <= SAME_PARAMS * first.params_active
+        for m in models)
+    return first if same else None
 
 
 def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
@@ -153,19 +178,26 @@ def _test_problem(m: Measurement) -> str | None:
         return f"batch {m.batch!r}: 1 to {MAX_TEST_BATCH:,} sequences"
     if m.n_ubatch is not None and m.n_ubatch < 1:  # NOTE: step_batches would never end
         return f"n_ubatch {m.n_ubatch!r}: at least 1 token"
-    if (m.metric == "pp_tps" and m.n_prompt <= 0) or (m.metric == "tg_tps" and m.n_gen <= 0):
+    if (m.metric != "tg_tps" and m.n_prompt <= 0) or (m.metric != "pp_tps" and m.n_gen <= 0):
         return "a test of 0 tokens"
+    if m.metric == "pg_tps" and m.batch != 1:
+        return f"batch {m.batch}: llama-bench's prompt+generation test runs one sequence"
     ub = m.n_ubatch or DEFAULT_UBATCH
-    steps = m.n_gen if m.metric == "tg_tps" else -(-m.batch * m.n_prompt // ub) + m.batch
+    steps = (m.n_gen if m.metric != "pp_tps" else 0) \
+        + (-(-m.batch * m.n_prompt // ub) + m.batch if m.metric != "tg_tps" else 0)
     if steps > MAX_TEST_STEPS:
         return f"a test of {steps:,} engine steps: at most {MAX_TEST_STEPS:,}"
     return None
 
 
 def step_batches(m: Measurement) -> list[BatchShape]:
-    """The engine steps of the measured test (module docstring)."""
+    """The engine steps of the measured test (module docstring; a ``pg`` test's prompt
+    steps, then its decode steps after the prompt)."""
     if m.metric == "tg_tps":
         return [BatchShape(decode_context=(m.depth + j,) * m.batch) for j in range(m.n_gen)]
+    if m.metric == "pg_tps":
+        return step_batches(replace(m, metric="pp_tps")) + step_batches(
+            replace(m, metric="tg_tps", depth=m.depth + m.n_prompt))
     u = m.n_ubatch or DEFAULT_UBATCH
     done = [0] * m.batch  # prompt tokens each sequence has been given so far
     steps, seq = [], 0
@@ -184,7 +216,9 @@ def step_batches(m: Measurement) -> list[BatchShape]:
 
 
 def tokens_measured(m: Measurement) -> int:
-    """Tokens the measured throughput counts (all sequences)."""
+    """Tokens the measured throughput counts (all sequences; a ``pg`` test both kinds)."""
+    if m.metric == "pg_tps":
+        return m.n_prompt + m.n_gen
     return m.batch * (m.n_gen if m.metric == "tg_tps" else m.n_prompt)
 
 
@@ -213,9 +247,11 @@ def latency_for(s: Setup, constants: SpeedConstants | None = None,
 def predicted_tps(m: Measurement, s: Setup, constants: SpeedConstants | None = None) -> float:
     """kvsim's tokens/s for the measured test."""
     lat = latency_for(s, constants)
-    if m.metric == "tg_tps":
-        t = float(np.sum(lat.decode_steps_s(np.full(m.batch, m.depth, dtype=np.int64),
-                                            m.n_gen)))
-    else:
-        t = sum(lat.step_time_s(b) for b in step_batches(m))
+    t = 0.0
+    if m.metric != "tg_tps":  # NOTE: a pg test's prompt, then its decode after it
+        t += sum(lat.step_time_s(b) for b in step_batches(replace(m, metric="pp_tps")))
+    if m.metric != "pp_tps":  # NOTE: step_batches' decode steps, priced at once
+        depth = m.depth + (m.n_prompt if m.metric == "pg_tps" else 0)
+        t += float(np.sum(lat.decode_steps_s(np.full(m.batch, depth, dtype=np.int64),
+                                             m.n_gen)))
     return tokens_measured(m) / t

@@ -16,9 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Metric = Literal["pp_tps", "tg_tps"]
+Metric = Literal["pp_tps", "tg_tps", "pg_tps"]
 """``pp_tps``: prompt tokens processed per second; ``tg_tps``: tokens generated per
-second, summed over every sequence that decodes in parallel."""
+second, summed over every sequence that decodes in parallel; ``pg_tps``: llama-bench's
+``-pg P,G`` test, one sequence's ``n_prompt`` prompt tokens and then ``n_gen`` generated
+ones, both counted, over the whole time (validated, never fitted on)."""
+
+
+def test_name(metric: str, n_prompt: int, n_gen: int) -> str:
+    """llama-bench's name of a test: ``pp512``, ``tg128``, ``pp4096+tg128``."""
+    if metric == "pg_tps":
+        return f"pp{n_prompt}+tg{n_gen}"
+    return f"pp{n_prompt}" if metric == "pp_tps" else f"tg{n_gen}"
 
 
 @dataclass(frozen=True)

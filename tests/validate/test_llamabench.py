@@ -113,17 +113,19 @@ def test_all_four_formats_give_the_same_tests_and_setup() -> None:
     assert all(s == first for s in setups.values())
 
 
-def test_pp_plus_tg_tests_are_skipped_and_fa_ctk_read() -> None:
+def test_pp_plus_tg_tests_are_one_pg_rate_and_fa_ctk_read() -> None:
     js, js_skipped = _read("bench_fa_ctk.json")
     md, md_skipped = _read("bench_fa_ctk.md")
     for ms, skipped, origin in ((js, js_skipped, "bench_fa_ctk.json"),
                                 (md, md_skipped, "bench_fa_ctk.md")):
-        assert [s.id for s in skipped] == [f"{origin}:{i}" for i in (3, 6, 9, 12)]
-        assert all("pp64+tg16" in s.reason for s in skipped)
-        # -fa off,on -ctk f16,q8_0: type_k outermost
+        assert skipped == []
+        # -fa off,on -ctk f16,q8_0: type_k outermost; -pg 64,16 after -p 64 and -n 16
         assert [(m.kv_type, m.flash_attn, _shape(m)) for m in ms] == [
             (k, fa, shape) for k in ("f16", "q8_0") for fa in (False, True)
-            for shape in (("pp_tps", 64, 0, 0), ("tg_tps", 0, 16, 0))]
+            for shape in (("pp_tps", 64, 0, 0), ("tg_tps", 0, 16, 0), ("pg_tps", 64, 16, 0))]
+        assert [m.id for m in ms if m.metric == "pg_tps"] == [
+            f"{origin}:{i}" for i in (3, 6, 9, 12)]
+        assert {m.kind for m in ms} == {"single"}
     assert [m.value for m in md] == [round(m.value, 2) for m in js]
     assert (js[0].n_batch, md[0].n_batch) == (2048, None)  # md prints only non-defaults
 
@@ -217,8 +219,9 @@ def test_hand_made_compact_markdown() -> None:
     ms, skipped = read_bench(HAND_MADE_COMPACT_MD, origin="post")
     assert [(m.backend, m.weight_format, m.flash_attn, m.n_ubatch, _shape(m), m.value)
             for m in ms] == [("Metal", "Q4_K_M", True, 256, ("pp_tps", 512, 0, 0), 655.2),
-                             ("Metal", "Q4_K_M", True, 256, ("tg_tps", 0, 128, 0), 41.55)]
-    assert [s.id for s in skipped] == ["post:3"] and "pp512+tg128" in skipped[0].reason
+                             ("Metal", "Q4_K_M", True, 256, ("tg_tps", 0, 128, 0), 41.55),
+                             ("Metal", "Q4_K_M", True, 256, ("pg_tps", 512, 128, 0), 300.0)]
+    assert skipped == []
 
 
 HAND_MADE_OLD_JSON = json.dumps([{
