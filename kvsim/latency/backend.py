@@ -42,6 +42,16 @@ MMQ loads IQ4_NL and IQ4_XS tiles as 4-bit values, expands them to int8 through 
 lookup table, and multiplies them with the int8 product the legacy quants use
 (``mmq.cuh``: ``mmq_type_traits`` of both types use ``vec_dot_q8_0_q8_1_mma``): Q4_0's
 loads and product, not Q8_0's twice as many bytes a tile."""
+PP_FALLBACK_ON = {"Metal": {"kquant": "q4_0"}}
+"""Per backend, a family whose prefill factor that backend has not fitted takes the
+backend's own factor of this family, ahead of the shared one. ggml-metal's
+``kernel_mul_mm`` dequantizes every format's weight tile to 16 bits in threadgroup memory
+and multiplies it with simdgroup matrices on the same ALUs, so the format costs little of
+a prompt there (Metal's fitted q4_0, q8_0 and f16 factors are 0.77, 0.80 and 0.94) and a
+4-bit k-quant's prompt runs as Q4_0's; the shared k-quant factor comes from CUDA's MMQ,
+whose k-quant dot products unpack sub-block scales in the inner loop. No fitted row is a
+Metal k-quant prompt: the rule was chosen on held-out rows (docs/validation.md, "Held-out
+community rows")."""
 _NO_INT8_MMA = frozenset({"pascal", "volta"})
 _VENDOR_BACKEND = {"nvidia": "CUDA", "amd": "ROCm", "apple": "Metal", "intel": "Vulkan"}
 
@@ -137,10 +147,14 @@ class SpeedConstants(FrozenModel):
 
     def format_factors(self, backend: str, family: str) -> tuple[float, float]:
         """(weight-streaming, prefill) factors of a format family on a backend: the
-        backend's own where fitted, else the shared ones, else (prefill) those of its
+        backend's own where fitted, else (prefill) the backend's own of its
+        :data:`PP_FALLBACK_ON` family, else the shared ones, else (prefill) those of its
         :data:`PP_FALLBACK` family, else 1."""
         bw = self.format_bw.get(f"{backend}:{family}", self.format_bw.get(family, 1.0))
-        if f"{backend}:{family}" not in self.format_pp and family not in self.format_pp:
+        own = PP_FALLBACK_ON.get(backend, {}).get(family)
+        if f"{backend}:{family}" not in self.format_pp and f"{backend}:{own}" in self.format_pp:
+            family = str(own)
+        elif f"{backend}:{family}" not in self.format_pp and family not in self.format_pp:
             family = PP_FALLBACK.get(family, family)
         pp = self.format_pp.get(f"{backend}:{family}", self.format_pp.get(family, 1.0))
         return bw, pp

@@ -223,6 +223,21 @@ def test_an_iquant_without_a_prefill_factor_takes_q4_0s():
     assert consts().format_factors("CUDA", "iquant") == (1.0, 1.0)
 
 
+def test_a_metal_kquant_prompt_without_its_own_factor_takes_metals_q4_0():
+    # ggml-metal dequantizes every tile to 16 bits before its simdgroup matmul
+    # (kvsim.latency.backend.PP_FALLBACK_ON): Metal's own q4_0 factor before the shared
+    # k-quant one (CUDA's MMQ); a fitted Metal k-quant factor wins; other backends and
+    # the streaming factor keep the shared ones
+    k = consts(format_bw={"kquant": 1.1},
+               format_pp={"q4_0": 0.8, "kquant": 0.6, "Metal:q4_0": 0.75, "CUDA:q4_0": 0.9})
+    assert k.format_factors("Metal", "kquant") == (1.1, 0.75)
+    assert k.format_factors("CUDA", "kquant") == (1.1, 0.6)
+    assert k.format_factors("Vulkan", "kquant") == (1.1, 0.6)
+    fitted = consts(format_pp={"kquant": 0.6, "Metal:q4_0": 0.75, "Metal:kquant": 0.7})
+    assert fitted.format_factors("Metal", "kquant") == (1.0, 0.7)
+    assert consts(format_pp={"kquant": 0.6}).format_factors("Metal", "kquant") == (1.0, 0.6)
+
+
 def test_matrix_vector_and_tile_terms_on_gpu_backends_not_on_cpu():
     """c_small prices a 2-8-token step's linear FLOPs at the vector rate over c_small on
     every GPU backend; tile_tokens reaches the tiled path's rates; ggml-cpu has neither
