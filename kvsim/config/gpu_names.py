@@ -226,7 +226,7 @@ def _resolve_one(text: str) -> tuple[str | None, str, tuple[str, ...]]:
     return None, _unknown(text, q, named, idx), ()
 
 
-def _split(text: str) -> list[str]:
+def printed_parts(text: str) -> list[str]:
     """Comma-separated parts outside parentheses (llama-bench's gpu_info lists)."""
     parts, depth, cur = [], 0, ""
     for ch in text:
@@ -256,7 +256,7 @@ def resolve_gpu(text: str) -> GpuMatch:
     devices: list[tuple[int, str | None, str]] = []
     fits: list[tuple[str, ...]] = []
     first = ""
-    for part in _split(raw):
+    for part in printed_parts(raw):
         n, body = _count(part)
         slug, why, fit = _resolve_one(body)
         first = first or why

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -115,6 +116,16 @@ def make_arrival_noise(scenario: Any) -> ArrivalNoise | None:
     ``arrival_jitter_s``, kvsim.latency.jitter.ArrivalNoise); None when on time."""
     cfg = scenario.latency
     return arrival_noise(cfg.arrival_delay_s, cfg.arrival_jitter_s, jitter_seed(scenario))
+
+
+def box_model(scenario: Any, budget: Any, rates_of: Callable[[Any], GpuRates]
+              ) -> LatencyModel:
+    """A box's latency model (kvsim.latency.box) with ``rates_of`` giving each card's
+    rates: ``kvsim validate`` prices a several-GPU llama-bench test with its constants."""
+    step = scenario.latency.step_overhead_s
+    base = _roofline(scenario, budget, rates_of(scenario.gpu),
+                     PEAK_OVERHEAD_S if step is None else step)
+    return box_latency(scenario, budget, base, rates_of)
 
 
 def _exact_model(scenario: Any, budget: Any | None) -> LatencyModel:

@@ -25,7 +25,7 @@ from typing import Any
 
 from kvsim.errors import InputError
 from kvsim.validate.devices import printed_devices
-from kvsim.validate.records import Measurement, Metric, Skipped
+from kvsim.validate.records import Measurement, Metric, Skipped, parse_tensor_split
 
 BENCH_JSON = "llama-bench json"
 BENCH_JSONL = "llama-bench jsonl"
@@ -155,7 +155,7 @@ _MD_FIELDS = {"model": "model_type", "backend": "backends", "ngl": "n_gpu_layers
               "fa": "flash_attn", "lm": "load_mode", "embd": "embeddings",
               "nopo": "no_op_offload", "noh": "no_host", "rpk": "repack", "dev": "devices",
               "ts": "tensor_split", "ot": "tensor_buft_overrides", "fitt": "fit_target",
-              "fitc": "fit_min_ctx"}
+              "fitc": "fit_min_ctx", "mg": "main_gpu"}
 
 
 def _table(text: str, header_at: int) -> Iterator[tuple[int, list[str], list[str] | str]]:
@@ -263,8 +263,17 @@ def _bench_measurement(f: Mapping[str, Any], rid: str, origin: str) -> Measureme
         n_prompt=n_prompt, n_gen=n_gen, depth=depth,
         flash_attn=_flash(f), n_ubatch=_int(f, "n_ubatch", None), n_batch=_int(f, "n_batch", None),
         model_size_bytes=_int(f, "model_size", None), model_params=_int(f, "model_n_params", None),
-        kv_type=str(f.get("type_k") or "f16"), source=origin,
+        kv_type=str(f.get("type_k") or "f16"), source=origin, **_split(f),
         extra={k: _text(v) for k, v in f.items() if k not in used and not isinstance(v, list)})
+
+
+def _split(f: Mapping[str, Any]) -> dict[str, Any]:
+    """llama-bench's split knobs (``extra`` keeps them too; tensor_split "0.00": unset)."""
+    ts = _text(f.get("tensor_split", "")).strip()
+    if not re.fullmatch(r"(?:\d+(?:\.\d*)?(?:[/,;]\d+(?:\.\d*)?)*)?", ts):
+        raise _RowError(f"field tensor_split {ts!r}: shares such as '3/1'")
+    return {"split_mode": _text(f.get("split_mode") or "layer").lower(),
+            "tensor_split": parse_tensor_split(ts), "main_gpu": _int(f, "main_gpu", 0)}
 
 
 def _bench_metric(n_prompt: int, n_gen: int) -> Metric:

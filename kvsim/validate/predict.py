@@ -123,13 +123,24 @@ def one_shape(slugs: tuple[str, ...]) -> ModelSpec | None:
     if len(slugs) < 2:
         return None
     models = [load_model(s) for s in slugs]
-    shapes = [m.model_dump(exclude=set(_DESCRIPTIVE)) for m in models]
+    shapes = [_shape(m) for m in models]
     first = models[0]
     same = all(s == shapes[0] for s in shapes) and all(
         abs(m.params_total - first.params_total) <= SAME_PARAMS * first.params_total
         and abs(m.params_active - first.params_active) <= SAME_PARAMS * first.params_active
         for m in models)
     return first if same else None
+
+
+def _shape(m: ModelSpec) -> dict[str, object]:
+    """``m``'s fields that time a test. NOTE: an FFN width sizes a GGUF only through its
+    remainder in 256-value blocks (kvsim.model.gguf_mix: rows that are not whole blocks
+    fall back), and an unrecorded one is the hidden size: compared as that remainder."""
+    d = m.model_dump(exclude=set(_DESCRIPTIVE))
+    ff = m.ffn_intermediate_size or m.hidden_size
+    d["ffn_intermediate_size"] = ff % 256
+    d["moe_intermediate_size"] = (m.moe_intermediate_size or ff) % 256
+    return d
 
 
 def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,

@@ -13,6 +13,7 @@ and llama-batched-bench define them (``S_PP`` and ``S_TG`` are aggregates over a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,6 +22,13 @@ Metric = Literal["pp_tps", "tg_tps", "pg_tps"]
 second, summed over every sequence that decodes in parallel; ``pg_tps``: llama-bench's
 ``-pg P,G`` test, one sequence's ``n_prompt`` prompt tokens and then ``n_gen`` generated
 ones, both counted, over the whole time (validated, never fitted on)."""
+
+
+def parse_tensor_split(text: str) -> tuple[float, ...] | None:
+    """llama-bench's ``tensor_split`` / ``-ts`` ("0.60/0.40", "3,1"; "0.00" or "": not
+    set); ValueError on a share that is not a number."""
+    values = [float(x) for x in re.split(r"[/,;]", text or "") if x.strip()]
+    return tuple(values) if values and sum(values) > 0 else None
 
 
 def test_name(metric: str, n_prompt: int, n_gen: int) -> str:
@@ -49,6 +57,9 @@ class Measurement:
     n_ubatch: int | None = None
     n_batch: int | None = None
     n_gpus: int = 1
+    split_mode: str = "layer"   # llama.cpp -sm on several GPUs (layer, row, none)
+    tensor_split: tuple[float, ...] | None = None   # -ts shares (None: by free memory)
+    main_gpu: int = 0           # -mg
     model_size_bytes: int | None = None   # as the tool printed it, when it did
     model_params: int | None = None
     kv_type: str = "f16"

@@ -29,6 +29,7 @@ from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import SpeedConstants
+from kvsim.validate.box_predict import BoxSetup, box_setup, box_tps, several_gpus
 from kvsim.validate.llamabench import read_bench
 from kvsim.validate.memlog_predict import memory_rows
 from kvsim.validate.memlogs import MemoryMeasurement
@@ -108,9 +109,10 @@ def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], lis
     return speed, skipped, problems
 
 
-def prediction_row(m: Measurement, s: Setup, pred: float) -> dict[str, object]:
+def prediction_row(m: Measurement, s: Setup | BoxSetup, pred: float) -> dict[str, object]:
+    gpu = s.gpu_label if isinstance(s, BoxSetup) else s.gpu.name
     return {"id": m.id, "kind": m.kind, "backend": m.backend, "metric": m.metric,
-            "gpu": s.gpu.name, "model": s.model.name, "weights": s.weight_format,
+            "gpu": gpu, "model": s.model.name, "weights": s.weight_format,
             "n_prompt": m.n_prompt, "n_gen": m.n_gen, "depth": m.depth, "batch": m.batch,
             "n_ubatch": m.n_ubatch, "flash_attn": s.flash_attn, "measured_tps": m.value, "predicted_tps": pred,
             "rel_err": (pred - m.value) / m.value}
@@ -128,12 +130,28 @@ def validate(measurements: list[Measurement | MemoryMeasurement], *,
             v.rows += rows
             v.skipped += skipped
             continue
+        if gpu is None and several_gpus(m):
+            _on_a_box(v, m, model, constants)
+            continue
         s = setup_for(m, gpu=gpu, model=model)
         if isinstance(s, Skipped):
             v.skipped.append(_with_candidates(s, m, model, constants) if gpu is None else s)
             continue
         v.rows.append(prediction_row(m, s, predicted_tps(m, s, constants)))
     return v
+
+
+def _on_a_box(v: Validation, m: Measurement, model: ModelSpec | None,
+              constants: SpeedConstants | None) -> None:
+    """A several-GPU measurement's row (kvsim.validate.box_predict), or why not."""
+    s = box_setup(m, model=model)
+    if isinstance(s, Skipped):
+        v.skipped.append(s)
+        return
+    try:
+        v.rows.append(prediction_row(m, s, box_tps(m, s, constants)))
+    except InputError as e:
+        v.skipped.append(Skipped(m.id, f"kvsim cannot lay this box out: {e.one_line()}"))
 
 
 def _with_candidates(s: Skipped, m: Measurement, model: ModelSpec | None,

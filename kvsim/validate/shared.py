@@ -29,7 +29,7 @@ import re
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_row
-from kvsim.validate.records import Measurement, Skipped
+from kvsim.validate.records import Measurement, Skipped, parse_tensor_split
 
 PUBLISHED_GRAPHS_SINCE = "ampere"
 """The builds behind the published rows replayed CUDA graphs from Ampere on only
@@ -88,7 +88,7 @@ def _flash(text: str) -> bool | None:
 def _flags(text: str) -> dict[str, str]:
     """``-fa 1 -ub 2048`` / ``n_ubatch 2048, flash_attn 1`` settings as a mapping."""
     out: dict[str, str] = {}
-    for key, val in re.findall(r"(-\w+|n_ubatch|n_batch|flash_attn)\s+([\w.,]+)", text or ""):
+    for key, val in re.findall(r"(-\w+|n_ubatch|n_batch|flash_attn)\s+([\w.,/]+)", text or ""):
         out[key] = val.rstrip(",")
     return out
 
@@ -143,6 +143,13 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
         return Skipped(rid, f"unit {unit!r} of metric {metric!r} is not a token throughput "
                        f"({what})")
     flags = _flags(row.get("settings", ""))
+    try:
+        split = {"split_mode": flags.get("-sm", "layer").lower(),
+                 "tensor_split": parse_tensor_split(flags.get("-ts", "")),
+                 "main_gpu": int(flags.get("-mg", "0"))}
+    except ValueError:
+        return Skipped(rid, f"settings {row.get('settings')!r}: -ts shares such as 3/1 and "
+                       "a whole -mg")
     fa = _flash(flags.get("-fa", flags.get("flash_attn", "")))
     ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
     depth = int(number(row.get("context_or_depth", "")) or 0)
@@ -154,7 +161,7 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
                 n_ubatch=int(ub) if ub else 512, source=row.get("source", ""),
                 backend=_long_backend(engine, row["gpu"]),
                 kv_type=(row.get("kv_type") or "f16").split(" ")[0],
-                cuda_graphs_since=PUBLISHED_GRAPHS_SINCE)
+                cuda_graphs_since=PUBLISHED_GRAPHS_SINCE, **split)
     m = re.match(r"(pp|tg)(\d+)_tps", metric)
     if "batched-bench" in engine:
         pp = int(number(row.get("context_or_depth", "")) or 0)
