@@ -92,3 +92,19 @@ def test_community_rows_are_all_predicted_and_metal_k_quant_prompts_hold():
     metal = s[("single", "Metal", "pp_tps")]
     assert metal["n"] == 4 and metal["median_abs_rel_err"] <= 0.12
     assert metal["p90_abs_rel_err"] <= 0.16, metal
+
+
+def test_multi_gpu_rows_are_laid_out_on_their_boxes_or_say_why():
+    """docs/reference/measurements-community/multi-gpu.csv: 135 llama-bench rows from
+    boxes of 2-4 GPUs (kvsim.validate.box_predict): 98 predicted on their boxes; the rest
+    name a model type the catalogue cannot pin down or llama.cpp's tensor split, which
+    kvsim does not lay out."""
+    f = COMMUNITY.with_name("multi-gpu.csv")
+    meas, skipped = read_shared_csv(f.read_text(encoding="utf-8"), f.name)
+    v = validate(meas)
+    assert skipped == [] and len(v.rows) == 98 and len(v.skipped) == 37
+    assert {r["gpu"] for r in v.rows} >= {"2x rx-7900-xtx", "2x radeon-ai-pro-r9700",
+                                          "3x tesla-v100-pcie-16gb", "rtx-4070-ti+rtx-a4000"}
+    assert all(s.reason.startswith(("ambiguous: llama.cpp model_type 'llama 70B'",
+                                    "split mode 'tensor'", "unknown: "))
+               for s in v.skipped), {s.reason for s in v.skipped}
