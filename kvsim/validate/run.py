@@ -110,9 +110,12 @@ def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], lis
 
 
 def prediction_row(m: Measurement, s: Setup | BoxSetup, pred: float) -> dict[str, object]:
-    gpu = s.gpu_label if isinstance(s, BoxSetup) else s.gpu.name
-    return {"id": m.id, "kind": m.kind, "backend": m.backend, "metric": m.metric,
-            "gpu": gpu, "model": s.model.name, "weights": s.weight_format,
+    """One predicted row; a box's kind is ``box``, ``box-depth`` or ``box-parallel``, so
+    the summary keeps several-GPU rows apart from one card's."""
+    box = isinstance(s, BoxSetup)
+    kind = ("box" if m.kind == "single" else f"box-{m.kind}") if box else m.kind
+    return {"id": m.id, "kind": kind, "backend": m.backend, "metric": m.metric,
+            "gpu": s.gpu_label if box else s.gpu.name, "model": s.model.name, "weights": s.weight_format,
             "n_prompt": m.n_prompt, "n_gen": m.n_gen, "depth": m.depth, "batch": m.batch,
             "n_ubatch": m.n_ubatch, "flash_attn": s.flash_attn, "measured_tps": m.value, "predicted_tps": pred,
             "rel_err": (pred - m.value) / m.value}

@@ -46,9 +46,13 @@ def test_a_pasted_two_card_table_is_predicted_on_the_box():
     assert skipped == [] and all(several_gpus(m) for m in ms)
     v = validate(ms)
     assert v.skipped == []
-    assert [(r["gpu"], r["model"], r["metric"]) for r in v.rows] == [
-        ("2x rtx-3090", "llama-3-8b", "pp_tps"), ("2x rtx-3090", "llama-3-8b", "tg_tps"),
-        ("2x rtx-3090", "llama-3-70b", "tg_tps")]
+    assert [(r["gpu"], r["model"], r["metric"], r["kind"]) for r in v.rows] == [
+        ("2x rtx-3090", "llama-3-8b", "pp_tps", "box"),
+        ("2x rtx-3090", "llama-3-8b", "tg_tps", "box"),
+        ("2x rtx-3090", "llama-3-70b", "tg_tps", "box")]
+    # the summary keeps a box's rows apart from one card's
+    assert {(x["kind"], x["metric"]) for x in v.summary()} == {("box", "pp_tps"),
+                                                               ("box", "tg_tps")}
     # a 70B Q4_K_M (39.6 GiB) is half on each card: its decode reads 20 GiB a card in
     # turn, at most one card's bandwidth over the whole file
     tg70 = float(v.rows[2]["predicted_tps"])
