@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (llamabench-scoreboard, "
               "speed-vs-load, engine-memory-logs: vLLM, SGLang, llama.cpp and Ollama "
               "start-up memory figures), llama-bench output (-o json, jsonl, csv or "
-              "its markdown table, with the 'Device 0: ...' start-up lines if pasted) or "
-              "llama-batched-bench's table")
+              "its markdown table, with the 'Device 0: ...' start-up lines if pasted; "
+              "-pg tests too; a run on several GPUs is laid out on that box with its "
+              "-sm/-ts/-mg) or llama-batched-bench's table")
 
 
 @click.command(help="Print kvsim's predicted tokens/s beside measured ones and its load-time "
@@ -39,7 +40,8 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--gpu", help="the device every row ran on (a profile name or a printed name): "
               "for output that names none, or an Apple chip without its GPU-core count "
-              "(a memory log keeps its number of GPUs)")
+              "(a memory log keeps its number of GPUs; a speed row is then predicted on "
+              "that one card)")
 @click.option("--model", help="the model every row ran: a profile name (one carrying the "
               "weight format, llama-3.1-8b-Q4_K_M, gives it to rows that name none: "
               "llama-batched-bench's) or a GGUF file (its header gives it)")
