@@ -68,8 +68,14 @@ def default_backend(gpu: GpuSpec) -> str:
 
 
 def arch_class(gpu: GpuSpec, backend: str) -> str:
-    """``BACKEND:architecture`` (``CUDA:ada``); the backend alone without an architecture."""
-    return f"{backend}:{gpu.architecture}" if gpu.architecture else backend
+    """``BACKEND:architecture`` (``CUDA:ada``); ``BACKEND:architecture-soc`` for a GPU that
+    shares its memory and power with a CPU outside Apple's (``unified_memory``: the DGX
+    Spark's GB10, Strix Halo, the Radeon 780M, Iris Xe): not a discrete card of its
+    architecture (LPDDR/DDR, a package power budget), so it neither sets nor takes their
+    class (Apple's classes are all SoCs already); the backend alone without an
+    architecture."""
+    soc = "-soc" if gpu.unified_memory and gpu.vendor.lower() != "apple" else ""
+    return f"{backend}:{gpu.architecture}{soc}" if gpu.architecture else backend
 
 
 def vendor_class(gpu: GpuSpec, backend: str) -> str:

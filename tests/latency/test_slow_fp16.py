@@ -64,6 +64,8 @@ def test_every_card_predicts_a_possible_dense_llama(slug):
     roof = g.memory_bandwidth_bytes_per_s / setup_weights(
         setup_with(m, g, load_model("llama-2-7b"))).total_bytes
     # decode streams every weight once a token: at most the bandwidth bound, and no card
-    # published anywhere reaches below a sixth of it
-    assert roof / 6 < tg <= roof, (tg, roof)
+    # published anywhere reaches below a sixth of it once the backend's fixed per-step
+    # time is paid (a card of 5 TB/s launching kernel by kernel is bound by the launches)
+    fixed = gpu_rates(g, load_model("llama-2-7b"), "q4_0", backend=backend).overhead_s
+    assert 1 / (6 / roof + fixed) < tg <= roof, (tg, roof, fixed)
     assert pp > 2 * tg
