@@ -47,7 +47,7 @@ PP_FALLBACK_ON = {"Metal": {"kquant": "q4_0"}}
 backend's own factor of this family, ahead of the shared one. ggml-metal's
 ``kernel_mul_mm`` dequantizes every format's weight tile to 16 bits in threadgroup memory
 and multiplies it with simdgroup matrices on the same ALUs, so the format costs little of
-a prompt there (Metal's fitted q4_0, q8_0 and f16 factors are 0.77, 0.80 and 0.94) and a
+a prompt there (Metal's fitted q4_0, q8_0 and f16 factors are 0.79, 0.82 and 0.96) and a
 4-bit k-quant's prompt runs as Q4_0's; the shared k-quant factor comes from CUDA's MMQ,
 whose k-quant dot products unpack sub-block scales in the inner loop. No fitted row is a
 Metal k-quant prompt: the rule was chosen on held-out rows (docs/validation.md, "Held-out
