@@ -6,8 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kvsim.config.gpu_set import gpu_set_label
-from kvsim.core.build import PoolSizing, check_loads, check_pool, make_scheduler
+from kvsim.core.build import PoolSizing, check_pool, make_scheduler, scenario_budget
 from kvsim.core.engine import Engine
 from kvsim.core.step import Scheduler, StepHook
 from kvsim.engines import engine_for
@@ -20,17 +19,6 @@ from kvsim.metrics.results import Results, references_frame, tables_from
 from kvsim.metrics.summary import device_peaks, session_outcomes, summarize
 from kvsim.scenario import Scenario, scenario_hash
 from kvsim.workload.schema import Session
-
-
-def scenario_budget(scenario: Scenario) -> Any:
-    """The engine's load-time memory layout for this scenario (InputError if it cannot load)."""
-    from kvsim.engines.budget import box_reserves, check_host_memory, memory_budget
-
-    budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
-                           **box_reserves(scenario))
-    check_host_memory(budget, scenario.host, scenario.engine.context_tokens)
-    check_loads(budget, gpu_set_label([g.name for g in scenario.gpus]), scenario.model.name)
-    return budget
 
 
 def weights_residency(scenario: Scenario, budget: Any) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from kvsim.config.gpu_set import gpu_set_label
 from kvsim.config.specs import HostSpec, LinkSpec
 from kvsim.core.kv.host_pool import HostTier
 from kvsim.core.link import Link
@@ -66,6 +67,19 @@ class DevicePart:
     static_bytes: int
     kv_bytes: int
     device_bytes: int
+
+
+def scenario_budget(scenario: Any) -> MemoryBudget:
+    """The engine's load-time memory layout for a scenario (kvsim.scenario.Scenario): its
+    box and reserves, checked against the host and the cards (InputError if it cannot
+    load) — what ``kvsim simulate`` starts from and ``kvsim validate`` lays a box out by."""
+    from kvsim.engines.budget import box_reserves, check_host_memory, memory_budget
+
+    budget = memory_budget(scenario.gpu, scenario.model, scenario.weights, scenario.engine,
+                           **box_reserves(scenario))
+    check_host_memory(budget, scenario.host, scenario.engine.context_tokens)
+    check_loads(budget, gpu_set_label([g.name for g in scenario.gpus]), scenario.model.name)
+    return budget
 
 
 def check_loads(budget: MemoryBudget, gpu_name: str, model_name: str) -> None:

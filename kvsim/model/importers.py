@@ -169,17 +169,22 @@ def _hf_kinds(cfg: dict[str, Any], mtype: str, n: int) -> tuple[list[str], int |
         return ["full"] * n, None
     if mtype.startswith(("gemma2", "gpt_oss")):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
-    if mtype.startswith(("gemma3", "cohere2")):   # Command R7B: every 4th layer global
-        p = cfg.get("sliding_window_pattern", 6 if mtype.startswith("gemma3") else 4)
-        return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
+    if every := _global_every(mtype, cfg.get("sliding_window_pattern")):
+        return ["full" if (i + 1) % every == 0 else "sliding" for i in range(n)], window
     return ["sliding"] * n, window
 
 
+def _global_every(arch: str, pattern: Any) -> int:
+    """Gemma 3 / Command R7B (``cohere2``): every how many layers one has full attention
+    (the file's pattern, else llama.cpp's 6 / 4); 0 for other architectures."""
+    default = next((p for a, p in (("gemma3", 6), ("cohere2", 4)) if arch.startswith(a)), 0)
+    return int(pattern or default) if default else 0
+
+
 def _hf_tied(cfg: dict[str, Any]) -> bool | None:
-    """``tie_word_embeddings`` from the config; unset, the model class's default: True
-    for the Gemma families and Cohere's ``cohere`` / ``cohere2`` (Command-R, Command R7B:
-    HF CohereConfig / Cohere2Config default to tied, the checkpoints have no lm_head), whose
-    configs may leave the key out; unknown (None) else."""
+    """``tie_word_embeddings`` from the config; unset, the class's default: True for the
+    Gemma families and ``cohere`` / ``cohere2`` (HF CohereConfig / Cohere2Config default to
+    tied; Command-R's checkpoints have no lm_head), unknown (None) else."""
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
     mtype = str(cfg.get("model_type", ""))
@@ -304,9 +309,8 @@ def _gguf_kinds(f: dict[str, Any], arch: str, n: int, kv_arr: list[int] | None
     pattern = f.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):      # per-layer booleans: True = sliding
         return ["sliding" if pattern[i] else base[i] for i in range(n)], window
-    if arch.startswith(("gemma3", "cohere2")):    # llama.cpp: cohere2's pattern is 4
-        p = int(pattern or (6 if arch.startswith("gemma3") else 4))
-        return ["full" if (i + 1) % p == 0 else "sliding" for i in range(n)], window
+    if every := _global_every(arch, pattern):
+        return ["full" if (i + 1) % every == 0 else "sliding" for i in range(n)], window
     if arch.startswith(("gemma2", "gpt-oss")):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)], window
     return ["sliding"] * n, window

@@ -5,9 +5,9 @@ timed as ``kvsim simulate`` lays out and times a llama.cpp box.
 ``gpu_info`` lists them, "2x RTX 3090" counts them); :func:`box_setup` resolves each card
 and the row's split (``-sm layer`` by default, ``-ts``, ``-mg``), checking the model,
 format and test as one card would (:func:`kvsim.validate.predict.setup_for`);
-:func:`box_tps` lays the box out with llama.cpp's load-time arithmetic
-(:func:`kvsim.engines.budget.memory_budget`: each card's layers, KV and compute buffers;
-a box that cannot hold the model is an InputError, as in ``kvsim simulate``) and prices
+:func:`box_tps` lays the box out with llama.cpp's load-time arithmetic as ``kvsim
+simulate`` does (:func:`kvsim.core.build.scenario_budget`: each card's layers, KV and
+compute buffers; a box that cannot hold the model is an InputError) and prices
 the test's steps (:func:`kvsim.validate.predict.step_batches`) with the box's latency model
 (:mod:`kvsim.latency.multi_gpu`: each card's share at its own fitted rates, the
 activation copy between stages over the scenario's default link, a prompt's micro-batches
@@ -120,14 +120,12 @@ def _split(m: Measurement, n: int) -> tuple[str, tuple[float, ...] | None, int] 
 def box_tps(m: Measurement, s: BoxSetup, constants: SpeedConstants | None = None) -> float:
     """kvsim's tokens/s for the measured test on the box (module docstring); InputError
     where llama.cpp would not load it there (kvsim's own words)."""
-    from kvsim.core.build import check_loads
-    from kvsim.engines.budget import box_reserves, memory_budget
+    from kvsim.core.build import scenario_budget
     from kvsim.latency.factory import box_model
     from kvsim.scenario import resolve_scenario
 
     sc = resolve_scenario(_scenario(m, s))
-    budget = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine, **box_reserves(sc))
-    check_loads(budget, s.gpu_label, s.model.name)  # NOTE: as kvsim.api.scenario_budget
+    budget = scenario_budget(sc)
     lat = box_model(sc, budget, _rates_of(s, constants))
     return tokens_measured(m) / sum(lat.step_time_s(b) for b in step_batches(m))
 

@@ -3,8 +3,9 @@
 :func:`read_bench` takes the tool's output (``-oe``: stderr) and detects the layout
 (:data:`FORMATS`: llama-bench json/jsonl/csv/md, llama-batched-bench table and jsonl); text in
 none of them raises :class:`InputError`. Ids are ``f"{origin}:{n}"`` (batched-bench:
-``...:n:pp`` and ``...:n:tg``); a ``-pg`` test is one ``pg_tps`` Measurement. Markdown and llama-batched-bench
-leave fields unknown or "" (fill them in with :func:`dataclasses.replace`).
+``...:n:pp`` and ``...:n:tg``); a ``-pg`` test is one ``pg_tps`` Measurement. Markdown and
+llama-batched-bench leave fields unknown or "" (fill them in with
+:func:`dataclasses.replace`).
 
 NOTE: every result row becomes Measurements or a Skipped naming the row and the field, never
 nothing; the value is the rate the tool printed, never recomputed; a JSON without ``n_depth``
@@ -25,7 +26,7 @@ from typing import Any
 
 from kvsim.errors import InputError
 from kvsim.validate.devices import printed_devices
-from kvsim.validate.records import Measurement, Metric, Skipped, parse_tensor_split
+from kvsim.validate.records import Measurement, Metric, Skipped, split_knobs
 
 BENCH_JSON = "llama-bench json"
 BENCH_JSONL = "llama-bench jsonl"
@@ -268,12 +269,12 @@ def _bench_measurement(f: Mapping[str, Any], rid: str, origin: str) -> Measureme
 
 
 def _split(f: Mapping[str, Any]) -> dict[str, Any]:
-    """llama-bench's split knobs (``extra`` keeps them too; tensor_split "0.00": unset)."""
-    ts = _text(f.get("tensor_split", "")).strip()
-    if not re.fullmatch(r"(?:\d+(?:\.\d*)?(?:[/,;]\d+(?:\.\d*)?)*)?", ts):
-        raise _RowError(f"field tensor_split {ts!r}: shares such as '3/1'")
-    return {"split_mode": _text(f.get("split_mode") or "layer").lower(),
-            "tensor_split": parse_tensor_split(ts), "main_gpu": _int(f, "main_gpu", 0)}
+    """llama-bench's split knobs (``extra`` keeps them too; records.split_knobs)."""
+    try:
+        return split_knobs(*(_text(f.get(k, "")) for k in ("split_mode", "tensor_split",
+                                                              "main_gpu")))
+    except ValueError as e:
+        raise _RowError(f"field {e}") from None
 
 
 def _bench_metric(n_prompt: int, n_gen: int) -> Metric:

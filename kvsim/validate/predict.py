@@ -194,21 +194,30 @@ def _test_problem(m: Measurement) -> str | None:
     if m.metric == "pg_tps" and m.batch != 1:
         return f"batch {m.batch}: llama-bench's prompt+generation test runs one sequence"
     ub = m.n_ubatch or DEFAULT_UBATCH
-    steps = (m.n_gen if m.metric != "pp_tps" else 0) \
-        + (-(-m.batch * m.n_prompt // ub) + m.batch if m.metric != "tg_tps" else 0)
+    prompt, decode = test_parts(m)
+    steps = (decode.n_gen if decode else 0) \
+        + (-(-m.batch * m.n_prompt // ub) + m.batch if prompt else 0)
     if steps > MAX_TEST_STEPS:
         return f"a test of {steps:,} engine steps: at most {MAX_TEST_STEPS:,}"
     return None
 
 
+def test_parts(m: Measurement) -> tuple[Measurement | None, Measurement | None]:
+    """A test's prompt and decode parts: a ``pg`` test has both, its decode after its
+    prompt's tokens; a ``pp`` / ``tg`` test is one of them."""
+    if m.metric != "pg_tps":
+        return (m, None) if m.metric == "pp_tps" else (None, m)
+    return (replace(m, metric="pp_tps"),
+            replace(m, metric="tg_tps", depth=m.depth + m.n_prompt))
+
+
 def step_batches(m: Measurement) -> list[BatchShape]:
     """The engine steps of the measured test (module docstring; a ``pg`` test's prompt
-    steps, then its decode steps after the prompt)."""
+    steps, then its decode steps: :func:`test_parts`)."""
+    if m.metric == "pg_tps":
+        return [b for part in test_parts(m) if part for b in step_batches(part)]
     if m.metric == "tg_tps":
         return [BatchShape(decode_context=(m.depth + j,) * m.batch) for j in range(m.n_gen)]
-    if m.metric == "pg_tps":
-        return step_batches(replace(m, metric="pp_tps")) + step_batches(
-            replace(m, metric="tg_tps", depth=m.depth + m.n_prompt))
     u = m.n_ubatch or DEFAULT_UBATCH
     done = [0] * m.batch  # prompt tokens each sequence has been given so far
     steps, seq = [], 0
@@ -258,11 +267,9 @@ def latency_for(s: Setup, constants: SpeedConstants | None = None,
 def predicted_tps(m: Measurement, s: Setup, constants: SpeedConstants | None = None) -> float:
     """kvsim's tokens/s for the measured test."""
     lat = latency_for(s, constants)
-    t = 0.0
-    if m.metric != "tg_tps":  # NOTE: a pg test's prompt, then its decode after it
-        t += sum(lat.step_time_s(b) for b in step_batches(replace(m, metric="pp_tps")))
-    if m.metric != "pp_tps":  # NOTE: step_batches' decode steps, priced at once
-        depth = m.depth + (m.n_prompt if m.metric == "pg_tps" else 0)
-        t += float(np.sum(lat.decode_steps_s(np.full(m.batch, depth, dtype=np.int64),
-                                             m.n_gen)))
+    prompt, decode = test_parts(m)
+    t = sum(lat.step_time_s(b) for b in step_batches(prompt)) if prompt else 0.0
+    if decode:  # NOTE: step_batches' decode steps, priced at once
+        t += float(np.sum(lat.decode_steps_s(np.full(decode.batch, decode.depth,
+                                                     dtype=np.int64), decode.n_gen)))
     return tokens_measured(m) / t

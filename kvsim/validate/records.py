@@ -21,7 +21,7 @@ Metric = Literal["pp_tps", "tg_tps", "pg_tps"]
 """``pp_tps``: prompt tokens processed per second; ``tg_tps``: tokens generated per
 second, summed over every sequence that decodes in parallel; ``pg_tps``: llama-bench's
 ``-pg P,G`` test, one sequence's ``n_prompt`` prompt tokens and then ``n_gen`` generated
-ones, both counted, over the whole time (validated, never fitted on)."""
+ones, both counted, over the whole time (no shipped fit has such rows)."""
 
 
 def parse_tensor_split(text: str) -> tuple[float, ...] | None:
@@ -29,6 +29,20 @@ def parse_tensor_split(text: str) -> tuple[float, ...] | None:
     set); ValueError on a share that is not a number."""
     values = [float(x) for x in re.split(r"[/,;]", text or "") if x.strip()]
     return tuple(values) if values and sum(values) > 0 else None
+
+
+def split_knobs(mode: str, shares: str, main_gpu: str) -> dict[str, object]:
+    """llama.cpp's split knobs as :class:`Measurement` fields: ``-sm`` (unset: layer),
+    ``-ts`` (:func:`parse_tensor_split`), ``-mg`` (unset: 0); ValueError naming the one
+    that does not read."""
+    try:
+        ts = parse_tensor_split(shares)
+    except ValueError:
+        raise ValueError(f"tensor_split {shares!r}: shares such as '3/1'") from None
+    if not re.fullmatch(r"\d*", (main_gpu or "").strip()):
+        raise ValueError(f"main_gpu {main_gpu!r}: a GPU index such as 0")
+    return {"split_mode": (mode or "layer").lower(), "tensor_split": ts,
+            "main_gpu": int(main_gpu.strip() or 0)}
 
 
 def test_name(metric: str, n_prompt: int, n_gen: int) -> str:

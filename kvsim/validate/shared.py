@@ -29,7 +29,7 @@ import re
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_row
-from kvsim.validate.records import Measurement, Skipped, parse_tensor_split
+from kvsim.validate.records import Measurement, Skipped, split_knobs
 
 PUBLISHED_GRAPHS_SINCE = "ampere"
 """The builds behind the published rows replayed CUDA graphs from Ampere on only
@@ -144,12 +144,9 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
                        f"({what})")
     flags = _flags(row.get("settings", ""))
     try:
-        split = {"split_mode": flags.get("-sm", "layer").lower(),
-                 "tensor_split": parse_tensor_split(flags.get("-ts", "")),
-                 "main_gpu": int(flags.get("-mg", "0"))}
-    except ValueError:
-        return Skipped(rid, f"settings {row.get('settings')!r}: -ts shares such as 3/1 and "
-                       "a whole -mg")
+        split = split_knobs(flags.get("-sm", ""), flags.get("-ts", ""), flags.get("-mg", ""))
+    except ValueError as e:
+        return Skipped(rid, f"settings {row.get('settings')!r}: {e}")
     fa = _flash(flags.get("-fa", flags.get("flash_attn", "")))
     ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
     depth = int(number(row.get("context_or_depth", "")) or 0)
