@@ -5,9 +5,10 @@
         -o hardware_profiles/speed/constants.yaml [--no-lodo]
 
 Reads every file in the measurements folders (default: docs/reference/measurements, the
-shared files, and docs/reference/measurements-sweeps, depth sweeps on GDDR cards;
-docs/reference/measurements-prs is a held-out set, checked with ``kvsim validate``) the
-way ``kvsim validate`` does, fits
+shared files; docs/reference/measurements-sweeps, depth sweeps on GDDR cards; and
+docs/reference/measurements-pascal, the Tesla P40 rows that fit ``c_dp4a``;
+docs/reference/measurements-prs and -community are held-out sets, checked with
+``kvsim validate``) the way ``kvsim validate`` does, fits
 :class:`kvsim.latency.backend.SpeedConstants` (kvsim.validate.fit: scipy least squares
 on log errors), then refits once per device without it and predicts it
 (leave-one-device-out).  Prints both error tables per (kind, backend, metric) and
@@ -34,7 +35,8 @@ from kvsim.validate.run import Validation, read_files
 
 REPO = Path(__file__).resolve().parents[1]
 MEASUREMENTS = [REPO / "docs" / "reference" / "measurements",
-                REPO / "docs" / "reference" / "measurements-sweeps"]
+                REPO / "docs" / "reference" / "measurements-sweeps",
+                REPO / "docs" / "reference" / "measurements-pascal"]
 
 
 def summary_of(rows: list, errs: dict[str, float]) -> list[dict]:
@@ -74,9 +76,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measurements", type=Path, nargs="+", default=MEASUREMENTS,
                     help="folders whose *.csv files are fitted on (default: "
-                    "docs/reference/measurements, the shared files, and "
-                    "docs/reference/measurements-sweeps; "
-                    "docs/reference/measurements-prs is held out: kvsim validate it)")
+                    "docs/reference/measurements, the shared files, "
+                    "docs/reference/measurements-sweeps and "
+                    "docs/reference/measurements-pascal; "
+                    "docs/reference/measurements-prs and -community are held out: "
+                    "kvsim validate them)")
     ap.add_argument("-o", "--out", type=Path, default=REPO / "hardware_profiles" / "speed"
                     / "constants.yaml")
     ap.add_argument("--no-lodo", action="store_true", help="skip leave-one-device-out")

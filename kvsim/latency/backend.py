@@ -125,6 +125,11 @@ class BackendConstants(FrozenModel):
     tile_tokens: float = Field(0.0, ge=0, description="a tiled matmul step's work per "
                                "128-token tile, in tokens of linear compute "
                                "(GpuRates.tile_tokens)")
+    c_dp4a: float = Field(0.0, ge=0, description="linear layers of quantized weights on "
+                          "a part whose kernels multiply with dp4a on the vector ALUs "
+                          "(dp4a_path): the matrix term's weight against the sheet's "
+                          "dp4a rate, in place of c_mat over the matrix rate; 0: not "
+                          "fitted, c_mat + DP4A_UNPACK_SLOTS")
 
 
 class ClassScale(FrozenModel):
@@ -295,9 +300,47 @@ def board_power_w(gpu: GpuSpec) -> float | None:
 
 
 def compute_seconds_per_flop(c: BackendConstants, vec: float, mat: float,
-                             power_w: float | None) -> float:
-    """``c_vec / vector rate + c_mat / matrix rate + c_pow / board power``."""
-    return c.c_vec / vec + c.c_mat / mat + (c.c_pow_pj * 1e-12 / power_w if power_w else 0.0)
+                             power_w: float | None, c_mat: float | None = None) -> float:
+    """``c_vec / vector rate + c_mat / matrix rate + c_pow / board power`` (``c_mat``:
+    another weight of the matrix term, as the dp4a path's ``c_dp4a``)."""
+    return c.c_vec / vec + (c.c_mat if c_mat is None else c_mat) / mat \
+        + (c.c_pow_pj * 1e-12 / power_w if power_w else 0.0)
+
+
+def dp4a_path(gpu: GpuSpec, backend: str, quantized: bool) -> bool:
+    """Whether llama.cpp multiplies this part's quantized weights with ``dp4a`` on its
+    vector ALUs: CUDA on a Pascal part with the instruction (compute capability 6.1:
+    GP102/GP104/GP106…, whose sheet's int8 rate is the dp4a rate) and neither int8 nor
+    FP16 matrix units, so every batch size takes MMQ's dp4a kernels (ggml-cuda
+    ``ggml_cuda_should_use_mmq``; MMVQ's vector dot products use dp4a too). The P100
+    (6.0) has no dp4a (no int8 rate): cuBLAS at its fast FP16 rate. Volta runs dp4a
+    only below 64 tokens a batch and is not priced so."""
+    return backend == "CUDA" and quantized and gpu.architecture == "pascal" \
+        and bool(gpu.int8_tensor_ops)
+
+
+DP4A_UNPACK_SLOTS = 1.5
+"""Integer instructions MMQ's dp4a inner loop issues per dp4a beside it, on the same
+vector ALUs: per 32-bit word of 4-bit weights a shift and two masks unpack the eight
+nibbles for two dp4a (ggml-cuda ``vecdotq.cuh``, ``vec_dot_q4_0_q8_1_impl``). A tensor
+core's product overlaps such work; a dp4a's cannot. The default of an unfitted
+``c_dp4a`` is ``c_mat`` plus this (docs/design/speed-model.md, "Pascal: dp4a")."""
+
+
+def linear_seconds_per_flop(c: BackendConstants, gpu: GpuSpec, backend: str,
+                            quantized: bool, vec: float, power_w: float | None) -> float:
+    """Seconds a linear-layer FLOP costs (:func:`compute_seconds_per_flop`): on the dp4a
+    path its matrix term is ``c_dp4a`` (fitted, else ``c_mat`` +
+    :data:`DP4A_UNPACK_SLOTS`) over the sheet's dp4a rate."""
+    if dp4a_path(gpu, backend, quantized):
+        return compute_seconds_per_flop(c, vec, float(gpu.int8_tensor_ops), power_w,
+                                        dp4a_weight(c))
+    return compute_seconds_per_flop(c, vec, matrix_rate(gpu, backend, quantized), power_w)
+
+
+def dp4a_weight(c: BackendConstants) -> float:
+    """The dp4a path's matrix-term weight: the fitted ``c_dp4a``, else its default."""
+    return c.c_dp4a or c.c_mat + DP4A_UNPACK_SLOTS
 
 
 def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: str,
@@ -315,8 +358,8 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     quantized = fam not in ("f16", "f32")
     moe = c.moe_eff if model.num_experts else 1.0
     power = board_power_w(gpu)
-    lin = scale.pp_scale * f_pp * moe / compute_seconds_per_flop(
-        c, vec, matrix_rate(gpu, backend, quantized), power)
+    lin = scale.pp_scale * f_pp * moe / linear_seconds_per_flop(
+        c, gpu, backend, quantized, vec, power)
     # NOTE: attention multiplies 16-bit Q, K, V: an unquantized matmul's rate
     att16 = 1.0 / compute_seconds_per_flop(c, vec, matrix_rate(gpu, backend, False), power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)

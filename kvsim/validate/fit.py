@@ -39,6 +39,8 @@ from kvsim.latency.backend import (
     SpeedConstants,
     arch_class,
     board_power_w,
+    dp4a_path,
+    dp4a_weight,
     format_family,
     gpu_rates,
     matrix_rate,
@@ -156,6 +158,12 @@ class _Rows:
         self.mat = np.array([matrix_rate(x, b, r.family not in ("f16", "f32"))
                              for x, b, r in zip(g, be, rows)])
         self.mat16 = np.array([matrix_rate(x, b, False) for x, b in zip(g, be)])
+        # NOTE: a dp4a row reaches the first stage only at the prior's own fitted c_dp4a
+        held = [on_dp4a(r) and space.prior is not None for r in rows]
+        self.dp4a = np.array(held)
+        self.dp4a_cost = np.array([space.prior.backend(b).c_dp4a / x.int8_tensor_ops
+                                   if h and space.prior else 0.0
+                                   for x, b, h in zip(g, be, held)])
         self.bw = np.array([x.memory_bandwidth_bytes_per_s for x in g])
         self.mem = self._idx(space, [f"mem.{memory_kind(x)}" for x in g])
         self.inv_power = np.array([1.0 / (board_power_w(x) or math.inf) for x in g])
@@ -200,7 +208,8 @@ class _Rows:
         pw = c["c_pow_pj"] * 1e-12 * self.inv_power
         scale_pp = self.fixed_pp * ext[self.cls["pp_scale"]] * ext[self.vcls["pp_scale"]]
         lin = scale_pp * f_pp * np.where(self.moe, c["moe_eff"], 1.0) / (
-            c["c_vec"] / self.vec + c["c_mat"] / self.mat + pw)
+            c["c_vec"] / self.vec + np.where(self.dp4a, self.dp4a_cost, c["c_mat"] / self.mat)
+            + pw)
         att16 = 1.0 / (c["c_vec"] / self.vec + c["c_mat"] / self.mat16 + pw)
         att = np.where(self.fa, c["attn_eff"], c["attn_eff_no_fa"]) * att16
         att_rows = c["attn_eff_rows"] * att16
@@ -258,9 +267,43 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
                   start: SpeedConstants | None = None, fitted_on: str = "") -> SpeedConstants:
     """Robust least-squares constants for ``rows`` (module docstring), leaning towards
     ``prior`` (None: the physical defaults), starting from ``start`` (default: the
-    prior)."""
+    prior).
+
+    NOTE: two stages. Rows on the dp4a path (:func:`on_dp4a`) are priced by ``c_dp4a``,
+    which no other row informs: the first stage fits everything else without them (or
+    with them at the prior's ``c_dp4a`` where it has one, as a card's own calibration
+    does), the second fits ``c_dp4a`` alone on them with the rest held. So rows of
+    other parts fit exactly as if the dp4a rows were not there."""
     if not rows:
         raise InputError("measurements", "none", "at least one predictable row to fit on")
+    held = {b: c.c_dp4a for b, c in (prior.backends.items() if prior else ()) if c.c_dp4a}
+    dp4a = [r for r in rows if on_dp4a(r)]
+    main = [r for r in rows if not on_dp4a(r) or r.setup.backend in held]
+    if main:
+        k = _fit_main(main, prior, start, fitted_on)
+    elif prior is not None:
+        k = prior.model_copy(update={"fitted_on": fitted_on})
+    else:
+        raise InputError("measurements", "dp4a rows only",
+                         "rows of a part without the dp4a path to fit the rest on")
+    return _fit_dp4a(dp4a, k) if dp4a else k
+
+
+def on_dp4a(r: Row) -> bool:
+    """Whether a row's linear layers run on the dp4a path (backend.dp4a_path)."""
+    return dp4a_path(r.setup.gpu, r.setup.backend, r.family not in ("f16", "f32"))
+
+
+def _soft_l1(e: np.ndarray) -> np.ndarray:
+    """``scipy``'s soft_l1 loss of errors in units of LOSS_SCALE, as residuals: errors
+    beyond it count less than squared."""
+    s = e / LOSS_SCALE
+    return np.sqrt(2.0 * (np.sqrt(1.0 + s * s) - 1.0)) * np.sign(s)
+
+
+def _fit_main(rows: Sequence[Row], prior: SpeedConstants | None,
+              start: SpeedConstants | None, fitted_on: str) -> SpeedConstants:
+    """The first stage: every constant but ``c_dp4a``, all rows at once."""
     space = FitSpace(rows, prior)
     arrays = _Rows(rows, space)
     x0 = space.x_prior if start is None else space.vector(start)
@@ -268,11 +311,31 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
     w = row_weights(rows)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        e = arrays.log_errors(x) / LOSS_SCALE
-        robust = np.sqrt(2.0 * (np.sqrt(1.0 + e * e) - 1.0)) * np.sign(e)  # soft_l1
-        return np.concatenate([w * robust * LOSS_SCALE / math.sqrt(n),
+        return np.concatenate([w * _soft_l1(arrays.log_errors(x)) * LOSS_SCALE
+                               / math.sqrt(n),
                                space.weights * (x - space.x_prior) / math.sqrt(len(x))])
 
     sol = least_squares(resid, x0, method="trf", x_scale=1.0,
                         bounds=(np.full(len(x0), LOW), np.full(len(x0), HIGH)))
     return space.constants(sol.x, fitted_on)
+
+
+def _fit_dp4a(rows: Sequence[Row], k: SpeedConstants) -> SpeedConstants:
+    """The second stage: each backend's ``c_dp4a`` on its dp4a rows, the rest held."""
+    for b in sorted({r.setup.backend for r in rows}):
+        k = _with_dp4a(k, b, _fit_one_dp4a([r for r in rows if r.setup.backend == b], k, b))
+    return k
+
+
+def _fit_one_dp4a(rows: Sequence[Row], k: SpeedConstants, backend: str) -> float:
+    """log ``c_dp4a`` of one backend that fits ``rows`` best under ``k``."""
+    w = row_weights(rows)
+    x0 = math.log(dp4a_weight(k.backend(backend)))   # the fitted value or its default
+    sol = least_squares(lambda x: w * _soft_l1(log_errors(rows, _with_dp4a(k, backend, x[0]))),
+                        [x0], method="trf", bounds=([LOW], [HIGH]))
+    return float(sol.x[0])
+
+
+def _with_dp4a(k: SpeedConstants, backend: str, log_c: float) -> SpeedConstants:
+    c = k.backend(backend).model_copy(update={"c_dp4a": math.exp(log_c)})
+    return k.model_copy(update={"backends": {**k.backends, backend: c}})

@@ -116,9 +116,13 @@ class FitSpace:
         base = self.prior
         backends = dict(base.backends) if base else {}
         # NOTE: the launch overhead exists on CUDA only (cuda_graphs): 0 elsewhere
+        # NOTE: c_dp4a is no parameter here (kvsim.validate.fit: a stage of its own):
+        # the prior's value is kept
         backends.update({b: BackendConstants(**{k: float(v[f"{b}.{k}"]) if b == "CUDA" or
                                                 k != "launch_per_layer_s" else 0.0
-                                                for k in KEYS})
+                                                for k in KEYS},
+                                             c_dp4a=base.backends[b].c_dp4a
+                                             if base and b in base.backends else 0.0)
                          for b in self.backends})
         for alias, src in SHARED_FALLBACK.items():
             if alias not in backends and src in backends:

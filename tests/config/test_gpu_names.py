@@ -162,7 +162,7 @@ def test_a_near_miss_never_resolves_to_the_neighbouring_card(text, slug):
     assert resolve_gpu(text).slug == slug
 
 
-@pytest.mark.parametrize("text", ["RTX 5090 D", "RTX 5070 Ti SUPER", "GTX 1060", "RX 7950 XTX"])
+@pytest.mark.parametrize("text", ["RTX 5090 D", "RTX 5070 Ti SUPER", "GTX 1070 Ti", "RX 7950 XTX"])
 def test_a_card_kvsim_lacks_is_unknown_not_its_neighbour(text):
     m = resolve_gpu(text)
     assert m.slug is None and m.reason.startswith(f"unknown GPU {text!r} (closest: ")
@@ -197,6 +197,12 @@ def test_a_name_sold_with_several_memory_sizes_needs_the_size():
     assert resolve_gpu("RTX 2060").reason == (
         "ambiguous: 'RTX 2060' also names cards kvsim does not have; kvsim has the 12 GB "
         "one (rtx-2060-12gb): name the memory, e.g. 'RTX 2060 12GB'")
+    # the GTX 1060 3GB is a cut-down chip of its own: only the 6 GB card is catalogued
+    assert resolve_gpu("GTX 1060").reason == (
+        "ambiguous: 'GTX 1060' also names cards kvsim does not have; kvsim has the 6 GB "
+        "one (gtx-1060-6gb): name the memory, e.g. 'GTX 1060 6GB'")
+    assert resolve_gpu("NVIDIA GeForce GTX 1060 6GB").slug == "gtx-1060-6gb"
+    assert resolve_gpu("NVIDIA GeForce GTX 1060 3GB").slug is None
     assert resolve_gpu("RTX 4090 48GB").reason == (
         "unknown GPU 'RTX 4090 48GB': kvsim has rtx-4090 (GeForce RTX 4090), not a 48 GB "
         "variant")

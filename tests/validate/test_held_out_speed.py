@@ -16,7 +16,7 @@ PRS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements
 
 BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/validation.md
     ("single", "CUDA", "tg_tps"): (0.18, 0.80),
-    ("single", "CUDA", "pp_tps"): (0.30, 1.25),
+    ("single", "CUDA", "pp_tps"): (0.30, 1.30),
     ("single", "ROCm", "tg_tps"): (0.15, 0.27),
     ("single", "ROCm", "pp_tps"): (0.30, 0.60),
     ("single", "Vulkan", "tg_tps"): (0.20, 1.2),
@@ -30,7 +30,7 @@ BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/vali
 def held_out() -> Validation:
     meas, skipped = read_shared_csv(PRS.read_text(encoding="utf-8"), PRS.name)
     v = validate(meas)
-    assert skipped == [] and v.skipped == [] and len(v.rows) == 359
+    assert skipped == [] and v.skipped == [] and len(v.rows) == 355
     return v
 
 
@@ -60,7 +60,7 @@ def test_steps_of_a_few_tokens_take_the_matrix_vector_price(backend, bound):
 
 def test_the_band_a_user_is_shown_holds_two_in_three_held_out_rows(held_out):
     """kvsim.latency.speed_band's 10th-90th percentile band (leave-one-device-out on the
-    fitted files) against the held-out one-sequence rows: 212 of 300 inside it (71 %,
+    fitted files) against the held-out one-sequence rows: 212 of 296 inside it (72 %,
     where 80 % would be a band as wide as these rows need; CUDA decode 8 of 17: MoE decode
     on 2025 builds). docs/design/speed-model.md says so; a refit that narrows the band
     has to keep it."""
@@ -74,20 +74,20 @@ def test_the_band_a_user_is_shown_holds_two_in_three_held_out_rows(held_out):
         # factor it implies is 1 + rel_err
         n += 1
         inside += ends[0] <= 1 + float(r["rel_err"]) <= ends[1]
-    assert n == 300 and inside / n >= 0.62, (inside, n)
+    assert n == 296 and inside / n >= 0.62, (inside, n)
 
 
 COMMUNITY = PRS.parents[1] / "measurements-community" / "community.csv"
 
 
 def test_community_rows_are_all_predicted_and_metal_k_quant_prompts_hold():
-    """docs/reference/measurements-community: 61 rows users posted for their own card,
+    """docs/reference/measurements-community: 69 rows users posted for their own card,
     every one predicted; the Metal k-quant prompts (M1 Ultra, M3 Ultra, M4) within the
     10.2 / 14.0 % docs/validation.md reports (25.8 / 29.0 % before Metal's k-quant prompts
     took its Q4_0 factor, kvsim.latency.backend.PP_FALLBACK_ON)."""
     meas, skipped = read_shared_csv(COMMUNITY.read_text(encoding="utf-8"), COMMUNITY.name)
     v = validate(meas)
-    assert skipped == [] and v.skipped == [] and len(v.rows) == 61
+    assert skipped == [] and v.skipped == [] and len(v.rows) == 69
     s = {(x["kind"], x["backend"], x["metric"]): x for x in v.summary()}
     metal = s[("single", "Metal", "pp_tps")]
     assert metal["n"] == 4 and metal["median_abs_rel_err"] <= 0.12
@@ -108,3 +108,19 @@ def test_multi_gpu_rows_are_laid_out_on_their_boxes_or_say_why():
     assert all(s.reason.startswith(("ambiguous: llama.cpp model_type 'llama 70B'",
                                     "split mode 'tensor'", "unknown: "))
                for s in v.skipped), {s.reason for s in v.skipped}
+
+
+def test_pascal_prompts_take_the_dp4a_price():
+    """Held-out dense prompts on Pascal cards (Tesla P40, GTX 1060 6GB) at micro-batches of
+    16+ tokens, from the community and pull-request files: 14 rows of builds from 2024
+    to 2026. Priced at the fitted c_dp4a (one P40 table of 2024-01 fitted,
+    docs/reference/measurements-pascal) their median |error| is 21 %; at the FP32 rate
+    kvsim used before, 58 % (every one too slow). docs/validation.md, "Pascal"."""
+    rows = []
+    for f in (PRS, COMMUNITY):
+        meas, _ = read_shared_csv(f.read_text(encoding="utf-8"), f.name)
+        rows += [m for m in meas if m.metric == "pp_tps" and m.n_ubatch >= 16
+                 and m.weight_format.lower() != "f16" and m.model.startswith(("Llama", "Qwen"))
+                 and ("P40" in m.gpu or "GTX 1060" in m.gpu)]
+    errs = sorted(abs(float(r["rel_err"])) for r in validate(rows).rows)
+    assert len(errs) == 14 and (errs[6] + errs[7]) / 2 <= 0.23, errs

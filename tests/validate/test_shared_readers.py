@@ -73,8 +73,8 @@ def test_long_rows_take_the_backend_their_engine_names():
 
 
 def test_pull_request_tables_read_whole_with_their_backends():
-    """docs/reference/measurements-prs and -sweeps: every row read, named backend,
-    resolvable setup."""
+    """docs/reference/measurements-prs, -sweeps and -pascal: every row read, named
+    backend, resolvable setup."""
     from collections import Counter
 
     from kvsim.validate.predict import setup_for
@@ -82,8 +82,8 @@ def test_pull_request_tables_read_whole_with_their_backends():
 
     path = MEAS.parent / "measurements-prs" / "llamacpp-prs.csv"
     meas, skipped = read_shared_csv(path.read_text(encoding="utf-8"), path.name)
-    assert skipped == [] and len(meas) == 359
-    assert Counter(m.backend for m in meas) == {"ROCm": 149, "CUDA": 123, "Vulkan": 81,
+    assert skipped == [] and len(meas) == 355
+    assert Counter(m.backend for m in meas) == {"ROCm": 149, "CUDA": 119, "Vulkan": 81,
                                                  "SYCL": 6}
     by_id = {m.id: m for m in meas}
     assert (by_id["PRR001"].n_prompt, by_id["PRV040"].backend) == (2048, "SYCL")
@@ -92,6 +92,11 @@ def test_pull_request_tables_read_whole_with_their_backends():
     assert skipped == [] and len(moved) == 13 and {m.backend for m in moved} == {"CUDA"}
     assert not {m.id for m in moved} & set(by_id)   # moved, not copied
     assert {m.n_ubatch for m in moved} == {1, 16, 32, 64, 128, 256, 512}
+    p40 = MEAS.parent / "measurements-pascal" / "llamacpp-p40.csv"
+    pascal, skipped = read_shared_csv(p40.read_text(encoding="utf-8"), p40.name)
+    assert skipped == [] and [m.id for m in pascal] == ["PRC127", "PRC128", "PRC129", "PRC130"]
+    assert not {m.id for m in pascal} & set(by_id)  # moved, not copied
+    moved += pascal
     r = by_id["PRC010"]                       # RTX 3090, pp512 @ d32768, -ub 2: held out
     assert (r.metric, r.n_prompt, r.depth, r.n_ubatch, r.flash_attn, r.value) == \
         ("pp_tps", 512, 32768, 2, True, 160.48)

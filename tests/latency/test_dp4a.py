@@ -1,0 +1,63 @@
+"""Pascal's dp4a path (kvsim.latency.backend.dp4a_path): llama.cpp multiplies a GP10x
+part's quantized weights with dp4a on the vector ALUs, priced against the sheet's dp4a
+rate by the fitted ``c_dp4a``; every other part and format is priced as before."""
+
+import pytest
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.latency.backend import DP4A_UNPACK_SLOTS, dp4a_path, gpu_rates, load_constants
+
+LLAMA = load_model("llama-2-7b")
+
+
+@pytest.mark.parametrize("slug", ["tesla-p40", "gtx-1080-ti", "gtx-1080", "gtx-1070",
+                                  "gtx-1060-6gb"])
+def test_gp10x_quantized_weights_take_the_dp4a_path_on_cuda_only(slug):
+    g = load_gpu(slug)
+    assert dp4a_path(g, "CUDA", True)
+    assert not dp4a_path(g, "CUDA", False)      # F16 weights: FP32 GEMMs
+    assert not dp4a_path(g, "Vulkan", True)     # other backends have their own kernels
+
+
+@pytest.mark.parametrize("slug", ["tesla-p100-16gb", "tesla-v100-sxm2-32gb", "rtx-3090",
+                                  "titan-rtx"])
+def test_parts_with_matrix_units_or_without_dp4a_do_not(slug):
+    # P100: compute capability 6.0, no dp4a (no int8 rate), fast FP16 through cuBLAS;
+    # Volta and later: tensor cores for a prompt's batches
+    assert not dp4a_path(load_gpu(slug), "CUDA", True)
+
+
+def _with_c_dp4a(value: float):
+    k = load_constants()
+    cuda = k.backends["CUDA"].model_copy(update={"c_dp4a": value})
+    return k.model_copy(update={"backends": {**k.backends, "CUDA": cuda}})
+
+
+def test_the_shipped_constants_fit_c_dp4a_for_cuda():
+    assert load_constants().backends["CUDA"].c_dp4a > 0
+
+
+def test_an_unfitted_c_dp4a_takes_c_mat_plus_the_unpacking_slots():
+    p40, k = load_gpu("tesla-p40"), load_constants()
+    default = k.backends["CUDA"].c_mat + DP4A_UNPACK_SLOTS
+    a = gpu_rates(p40, LLAMA, "q4_0", backend="CUDA", constants=_with_c_dp4a(0.0))
+    b = gpu_rates(p40, LLAMA, "q4_0", backend="CUDA", constants=_with_c_dp4a(default))
+    assert a.linear_flops_per_s == b.linear_flops_per_s
+    # which prices a Pascal prompt above the FP32 rate the part was priced at before
+    fp32 = gpu_rates(p40.model_copy(update={"int8_tensor_ops": None}), LLAMA, "q4_0",
+                     backend="CUDA", constants=k)
+    assert a.linear_flops_per_s > fp32.linear_flops_per_s
+
+
+def test_the_dp4a_rate_sets_a_quantized_prompt_and_leaves_f16_alone():
+    p40 = load_gpu("tesla-p40")
+    fast = p40.model_copy(update={"int8_tensor_ops": 2 * p40.int8_tensor_ops})
+    k = load_constants()
+    q, q2 = (gpu_rates(g, LLAMA, "q4_0", backend="CUDA", constants=k) for g in (p40, fast))
+    f, f2 = (gpu_rates(g, LLAMA, "f16", backend="CUDA", constants=k) for g in (p40, fast))
+    assert q2.linear_flops_per_s > 1.3 * q.linear_flops_per_s
+    assert f2.linear_flops_per_s == f.linear_flops_per_s
+    # a higher issue cost per dp4a op is a slower prompt
+    slow = gpu_rates(p40, LLAMA, "q4_0", backend="CUDA", constants=_with_c_dp4a(
+        2 * k.backends["CUDA"].c_dp4a))
+    assert slow.linear_flops_per_s < q.linear_flops_per_s
