@@ -27,6 +27,7 @@ from kvsim.config.files import read_yaml
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import FrozenModel
 from kvsim.errors import InputError
+from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, dp4a_path, pp_family
 from kvsim.latency.rates import matmul_flops
 from kvsim.latency.roofline import GpuRates
 
@@ -307,26 +308,6 @@ def compute_seconds_per_flop(c: BackendConstants, vec: float, mat: float,
         + (c.c_pow_pj * 1e-12 / power_w if power_w else 0.0)
 
 
-def dp4a_path(gpu: GpuSpec, backend: str, quantized: bool) -> bool:
-    """Whether llama.cpp multiplies this part's quantized weights with ``dp4a`` on its
-    vector ALUs: CUDA on a Pascal part with the instruction (compute capability 6.1:
-    GP102/GP104/GP106…, whose sheet's int8 rate is the dp4a rate) and neither int8 nor
-    FP16 matrix units, so every batch size takes MMQ's dp4a kernels (ggml-cuda
-    ``ggml_cuda_should_use_mmq``; MMVQ's vector dot products use dp4a too). The P100
-    (6.0) has no dp4a (no int8 rate): cuBLAS at its fast FP16 rate. Volta runs dp4a
-    only below 64 tokens a batch and is not priced so."""
-    return backend == "CUDA" and quantized and gpu.architecture == "pascal" \
-        and bool(gpu.int8_tensor_ops)
-
-
-DP4A_UNPACK_SLOTS = 1.5
-"""Integer instructions MMQ's dp4a inner loop issues per dp4a beside it, on the same
-vector ALUs: per 32-bit word of 4-bit weights a shift and two masks unpack the eight
-nibbles for two dp4a (ggml-cuda ``vecdotq.cuh``, ``vec_dot_q4_0_q8_1_impl``). A tensor
-core's product overlaps such work; a dp4a's cannot. The default of an unfitted
-``c_dp4a`` is ``c_mat`` plus this (docs/design/speed-model.md, "Pascal: dp4a")."""
-
-
 def linear_seconds_per_flop(c: BackendConstants, gpu: GpuSpec, backend: str,
                             quantized: bool, vec: float, power_w: float | None) -> float:
     """Seconds a linear-layer FLOP costs (:func:`compute_seconds_per_flop`): on the dp4a
@@ -353,7 +334,8 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     c = k.backend(backend)
     scale = class_scale(k, gpu, backend)
     fam = format_family(weight_format)
-    f_bw, f_pp = k.format_factors(backend, fam)
+    f_bw = k.format_factors(backend, fam)[0]
+    f_pp = k.format_factors(backend, pp_family(gpu, backend, fam))[1]
     vec = vector_rate(gpu)
     quantized = fam not in ("f16", "f32")
     moe = c.moe_eff if model.num_experts else 1.0

@@ -39,7 +39,6 @@ from kvsim.latency.backend import (
     SpeedConstants,
     arch_class,
     board_power_w,
-    dp4a_path,
     dp4a_weight,
     format_family,
     gpu_rates,
@@ -50,6 +49,7 @@ from kvsim.latency.backend import (
     vector_rate,
     vendor_class,
 )
+from kvsim.latency.dp4a import dp4a_path, pp_family
 from kvsim.latency.rates import TILE_TOKENS_MAX, expert_tile_excess, linear_terms
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.fit_space import HIGH, KEYS, LOW, FitSpace
@@ -130,10 +130,11 @@ def _fixed_factors(rows: Sequence[Row], space: FitSpace
     if k is None:
         return pp, bw, mem
     for i, r in enumerate(rows):
-        g, b, fam = r.setup.gpu, r.setup.backend, r.family
-        own_bw, own_pp = k.format_factors(b, fam)
-        for head, table, own, out in (("bw", k.format_bw, own_bw, bw),
-                                      ("pp", k.format_pp, own_pp, pp)):
+        g, b = r.setup.gpu, r.setup.backend
+        own_bw = k.format_factors(b, r.family)[0]
+        own_pp = k.format_factors(b, row_pp_family(r))[1]
+        for head, table, own, out, fam in (("bw", k.format_bw, own_bw, bw, r.family),
+                                           ("pp", k.format_pp, own_pp, pp, row_pp_family(r))):
             shared = table.get(fam, 1.0)
             if f"fmt_{head}.{fam}" not in space.index:
                 out[i] *= shared
@@ -176,10 +177,11 @@ class _Rows:
         self.moe = np.array([bool(r.setup.model.num_experts) for r in rows])
         self.fa = np.array([r.setup.flash_attn for r in rows])
         self.b = np.array([space.backends.index(x) for x in be])
-        self.fam = {k: self._idx(space, [f"{k}.{r.family}" for r in rows])
-                    for k in ("fmt_bw", "fmt_pp")}
-        self.dev = {k: self._idx(space, [f"{k}.{b}:{r.family}" for b, r in zip(be, rows)])
-                    for k in ("dev_bw", "dev_pp")}
+        fams = {"bw": [r.family for r in rows], "pp": [row_pp_family(r) for r in rows]}
+        self.fam = {f"fmt_{k}": self._idx(space, [f"fmt_{k}.{f}" for f in fams[k]])
+                    for k in fams}
+        self.dev = {f"dev_{k}": self._idx(space, [f"dev_{k}.{b}:{f}" for b, f in zip(be, fams[k])])
+                    for k in fams}
         arch = [arch_class(x, b) for x, b in zip(g, be)]
         vend = [vendor_class(x, b) for x, b in zip(g, be)]
         self.cls = {k: self._idx(space, [f"cls.{c}.{k}" for c in arch])
@@ -290,8 +292,13 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
 
 
 def on_dp4a(r: Row) -> bool:
-    """Whether a row's linear layers run on the dp4a path (backend.dp4a_path)."""
+    """Whether a row's linear layers run on the dp4a path (kvsim.latency.dp4a.dp4a_path)."""
     return dp4a_path(r.setup.gpu, r.setup.backend, r.family not in ("f16", "f32"))
+
+
+def row_pp_family(r: Row) -> str:
+    """The family whose prefill factor a row's steps take (kvsim.latency.dp4a.pp_family)."""
+    return pp_family(r.setup.gpu, r.setup.backend, r.family)
 
 
 def _soft_l1(e: np.ndarray) -> np.ndarray:

@@ -1,11 +1,12 @@
-"""Pascal's dp4a path (kvsim.latency.backend.dp4a_path): llama.cpp multiplies a GP10x
+"""Pascal's dp4a path (kvsim.latency.dp4a): llama.cpp multiplies a GP10x
 part's quantized weights with dp4a on the vector ALUs, priced against the sheet's dp4a
 rate by the fitted ``c_dp4a``; every other part and format is priced as before."""
 
 import pytest
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.latency.backend import DP4A_UNPACK_SLOTS, dp4a_path, gpu_rates, load_constants
+from kvsim.latency.backend import gpu_rates, load_constants
+from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, dp4a_path, pp_family
 
 LLAMA = load_model("llama-2-7b")
 
@@ -61,3 +62,17 @@ def test_the_dp4a_rate_sets_a_quantized_prompt_and_leaves_f16_alone():
     slow = gpu_rates(p40, LLAMA, "q4_0", backend="CUDA", constants=_with_c_dp4a(
         2 * k.backends["CUDA"].c_dp4a))
     assert slow.linear_flops_per_s < q.linear_flops_per_s
+
+
+def test_every_quantized_format_takes_q4_0s_prefill_factor_on_the_path():
+    """The P40 ran Q4_0, Q4_1, Q5_0 and Q4_K_S prompts within 7 % of each other (PR
+    #4766): a dp4a kernel is issue-bound whatever the format (DP4A_PP_FAMILY)."""
+    k = load_constants()
+    p40, rtx = load_gpu("tesla-p40"), load_gpu("rtx-3090")
+    lin = {(g.name, f): gpu_rates(g, LLAMA, f, backend="CUDA", constants=k).linear_flops_per_s
+           for g in (p40, rtx) for f in ("q4_0", "q4_k_m", "q8_0")}
+    assert lin["tesla-p40", "q4_k_m"] == lin["tesla-p40", "q8_0"] == lin["tesla-p40", "q4_0"]
+    assert lin["rtx-3090", "q4_k_m"] < lin["rtx-3090", "q4_0"]    # the tensor-core path's
+    assert pp_family(p40, "CUDA", "kquant") == "q4_0"
+    assert pp_family(p40, "CUDA", "f16") == "f16"            # FP32 GEMMs, not dp4a
+    assert pp_family(rtx, "CUDA", "kquant") == "kquant"

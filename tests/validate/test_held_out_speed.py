@@ -16,7 +16,7 @@ PRS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements
 
 BOUNDS = {  # (kind, backend, metric): (median, p90) |relative error|, docs/validation.md
     ("single", "CUDA", "tg_tps"): (0.18, 0.80),
-    ("single", "CUDA", "pp_tps"): (0.30, 1.30),
+    ("single", "CUDA", "pp_tps"): (0.30, 1.25),
     ("single", "ROCm", "tg_tps"): (0.15, 0.27),
     ("single", "ROCm", "pp_tps"): (0.30, 0.60),
     ("single", "Vulkan", "tg_tps"): (0.20, 1.2),
@@ -114,8 +114,10 @@ def test_pascal_prompts_take_the_dp4a_price():
     """Held-out dense prompts on Pascal cards (Tesla P40, GTX 1060 6GB) at micro-batches of
     16+ tokens, from the community and pull-request files: 14 rows of builds from 2024
     to 2026. Priced at the fitted c_dp4a (one P40 table of 2024-01 fitted,
-    docs/reference/measurements-pascal) their median |error| is 21 %; at the FP32 rate
-    kvsim used before, 58 % (every one too slow). docs/validation.md, "Pascal"."""
+    docs/reference/measurements-pascal), each format at Q4_0's prefill factor, their
+    median |error| is 12 % (21 % with the tensor-core path's k-quant factor); at the FP32
+    rate kvsim used before, 58 % (every one too slow). docs/validation.md, "Held-out
+    community rows"."""
     rows = []
     for f in (PRS, COMMUNITY):
         meas, _ = read_shared_csv(f.read_text(encoding="utf-8"), f.name)
@@ -123,4 +125,4 @@ def test_pascal_prompts_take_the_dp4a_price():
                  and m.weight_format.lower() != "f16" and m.model.startswith(("Llama", "Qwen"))
                  and ("P40" in m.gpu or "GTX 1060" in m.gpu)]
     errs = sorted(abs(float(r["rel_err"])) for r in validate(rows).rows)
-    assert len(errs) == 14 and (errs[6] + errs[7]) / 2 <= 0.23, errs
+    assert len(errs) == 14 and (errs[6] + errs[7]) / 2 <= 0.14, errs
