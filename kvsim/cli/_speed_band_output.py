@@ -40,7 +40,8 @@ def speed_note(sc: Any) -> str:
     return (f"speed model: cards left out of its {band.backend} fit ran, {SHARE} of "
             f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
             f"{band.speed_words()} (hardware_profiles/speed/constants.yaml)"
-            f"{engine_caveat([sc])}; --speed-band reruns this scenario at both ends, kvsim "
+            f"{engine_caveat([sc])}{dp4a_caveat(sc, band.backend)}; --speed-band reruns "
+            "this scenario at both ends, kvsim "
             f"calibrate {_calibrator(sc)} on your card replaces the estimate with "
             "measurements")
 
@@ -64,6 +65,19 @@ def engine_caveat(scenarios: Any) -> str:
         return ""
     return (f"; those measurements are llama.cpp's: {' and '.join(other)}'s own kernels are "
             "in none of them, so the band is a floor there")
+
+
+def dp4a_caveat(sc: Any, backend: str) -> str:
+    """``""``, or what the band leaves out for a card whose quantized layers take Pascal's
+    dp4a path (kvsim.latency.dp4a): its one constant rests on a single card."""
+    from kvsim.latency.backend import format_family
+    from kvsim.latency.dp4a import dp4a_path
+
+    if not dp4a_path(sc.gpu, backend, format_family(sc.weights) not in ("f16", "f32")):
+        return ""
+    return ("; this card's quantized layers take Pascal's dp4a path, priced from one card "
+            "(Tesla P40): held-out Pascal prompts ran 12 % off (median), but the band holds "
+            "no second Pascal card")
 
 
 def bands_note(scenarios: dict[str, Any]) -> str:

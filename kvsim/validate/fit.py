@@ -11,7 +11,8 @@ sensible split:
 - per backend: the :class:`BackendConstants`;
 - per weight-format family: a streaming and a prefill factor shared by every backend
   (F16 = 1), and a backend's own departure from them where 2+ of its devices ran it;
-- per architecture class with rows from 2+ devices: a prefill and a bandwidth scale.
+- per architecture class with rows from 2+ devices: a prefill and a bandwidth scale;
+- then, on the dp4a path's rows alone (Pascal, kvsim.latency.dp4a), ``c_dp4a``.
 
 :func:`kvsim.validate.lodo.leave_one_device_out` refits without each device in turn and
 predicts it: the error a card that is in no file would see.

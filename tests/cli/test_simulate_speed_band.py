@@ -98,3 +98,14 @@ def test_on_vllm_the_note_says_the_band_is_llama_cpp_s(kvsim_cli, tmp_path) -> N
             "so the band is a floor there;") in note
     assert note.endswith("kvsim calibrate kernels on your card replaces the estimate with "
                          "measurements")
+
+
+def test_on_a_pascal_card_the_note_says_its_dp4a_price_rests_on_one_card() -> None:
+    from kvsim.cli._speed_band_output import speed_note
+
+    dp4a = ("; this card's quantized layers take Pascal's dp4a path, priced from one card "
+            "(Tesla P40)")
+    assert dp4a in speed_note(load_scenario("quickstart", ["gpu=gtx-1070"]))
+    assert dp4a not in speed_note(load_scenario("quickstart", []))            # RTX card
+    assert dp4a not in speed_note(load_scenario("quickstart", ["gpu=gtx-1070",
+                                                               "weights=f16"]))
