@@ -163,7 +163,7 @@ class _Rows:
         # NOTE: a dp4a row reaches the first stage only at the prior's own fitted c_dp4a
         held = [on_dp4a(r) and space.prior is not None for r in rows]
         self.dp4a = np.array(held)
-        self.dp4a_cost = np.array([space.prior.backend(b).c_dp4a / x.int8_tensor_ops
+        self.dp4a_cost = np.array([dp4a_weight(space.prior.backend(b)) / x.int8_tensor_ops
                                    if h and space.prior else 0.0
                                    for x, b, h in zip(g, be, held)])
         self.bw = np.array([x.memory_bandwidth_bytes_per_s for x in g])

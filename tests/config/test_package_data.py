@@ -45,5 +45,5 @@ def test_profiles_resolve_after_non_editable_install(tmp_path):
     doc = json.loads(out)
     assert doc["file"].startswith(str(target))
     assert (doc["gpus"], doc["models"], doc["vram"], doc["layers"], doc["block"]) == (
-        165, 65, 24 * 2**30, 32, 16)
+        166, 65, 24 * 2**30, 32, 16)
     assert doc["links"] >= 7

@@ -11,8 +11,8 @@ from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, dp4a_path, pp_family
 LLAMA = load_model("llama-2-7b")
 
 
-@pytest.mark.parametrize("slug", ["tesla-p40", "gtx-1080-ti", "gtx-1080", "gtx-1070-ti", "gtx-1070",
-                                  "gtx-1060-6gb"])
+@pytest.mark.parametrize("slug", ["tesla-p40", "tesla-p4", "gtx-1080-ti", "gtx-1080",
+                                  "gtx-1070-ti", "gtx-1070", "gtx-1060-6gb"])
 def test_gp10x_quantized_weights_take_the_dp4a_path_on_cuda_only(slug):
     g = load_gpu(slug)
     assert dp4a_path(g, "CUDA", True)
