@@ -73,7 +73,7 @@ def dp4a_caveat(sc: Any, backend: str) -> str:
     from kvsim.latency.backend import format_family
     from kvsim.latency.dp4a import dp4a_path
 
-    if not dp4a_path(sc.gpu, backend, format_family(sc.weights) not in ("f16", "f32")):
+    if not dp4a_path(sc.gpu, backend, format_family(sc.weights)):
         return ""
     return ("; this card's quantized layers take Pascal's dp4a path, priced from one card "
             "(Tesla P40): held-out Pascal prompts ran 12 % off (median), but the band holds "

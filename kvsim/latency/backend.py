@@ -27,7 +27,7 @@ from kvsim.config.files import read_yaml
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import FrozenModel
 from kvsim.errors import InputError
-from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, dp4a_path, pp_family
+from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, UNQUANTIZED, dp4a_path, pp_family
 from kvsim.latency.rates import matmul_flops
 from kvsim.latency.roofline import GpuRates
 
@@ -171,6 +171,12 @@ class SpeedConstants(FrozenModel):
         pp = self.format_pp.get(f"{backend}:{family}", self.format_pp.get(family, 1.0))
         return bw, pp
 
+    def with_backend(self, name: str, **fields: float) -> SpeedConstants:
+        """These constants with ``fields`` of backend ``name`` replaced (starting from
+        its fallback's where it has none of its own)."""
+        c = self.backend(name).model_copy(update=fields)
+        return self.model_copy(update={"backends": {**self.backends, name: c}})
+
     def backend(self, name: str) -> BackendConstants:
         if name in self.backends:
             return self.backends[name]
@@ -309,14 +315,15 @@ def compute_seconds_per_flop(c: BackendConstants, vec: float, mat: float,
 
 
 def linear_seconds_per_flop(c: BackendConstants, gpu: GpuSpec, backend: str,
-                            quantized: bool, vec: float, power_w: float | None) -> float:
-    """Seconds a linear-layer FLOP costs (:func:`compute_seconds_per_flop`): on the dp4a
-    path its matrix term is ``c_dp4a`` (fitted, else ``c_mat`` +
-    :data:`DP4A_UNPACK_SLOTS`) over the sheet's dp4a rate."""
-    if dp4a_path(gpu, backend, quantized):
+                            family: str, vec: float, power_w: float | None) -> float:
+    """Seconds a linear-layer FLOP of ``family`` weights costs
+    (:func:`compute_seconds_per_flop`): on the dp4a path its matrix term is ``c_dp4a``
+    (fitted, else ``c_mat`` + :data:`DP4A_UNPACK_SLOTS`) over the sheet's dp4a rate."""
+    if dp4a_path(gpu, backend, family):
         return compute_seconds_per_flop(c, vec, float(gpu.int8_tensor_ops), power_w,
                                         dp4a_weight(c))
-    return compute_seconds_per_flop(c, vec, matrix_rate(gpu, backend, quantized), power_w)
+    return compute_seconds_per_flop(c, vec, matrix_rate(gpu, backend,
+                                                        family not in UNQUANTIZED), power_w)
 
 
 def dp4a_weight(c: BackendConstants) -> float:
@@ -337,11 +344,10 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     f_bw = k.format_factors(backend, fam)[0]
     f_pp = k.format_factors(backend, pp_family(gpu, backend, fam))[1]
     vec = vector_rate(gpu)
-    quantized = fam not in ("f16", "f32")
     moe = c.moe_eff if model.num_experts else 1.0
     power = board_power_w(gpu)
     lin = scale.pp_scale * f_pp * moe / linear_seconds_per_flop(
-        c, gpu, backend, quantized, vec, power)
+        c, gpu, backend, fam, vec, power)
     # NOTE: attention multiplies 16-bit Q, K, V: an unquantized matmul's rate
     att16 = 1.0 / compute_seconds_per_flop(c, vec, matrix_rate(gpu, backend, False), power)
     att = att16 * (c.attn_eff if flash_attn else c.attn_eff_no_fa)

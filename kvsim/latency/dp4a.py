@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from kvsim.config.specs import GpuSpec
 
+UNQUANTIZED = frozenset({"f16", "f32"})
+"""Format families whose weights are floats, not quantized blocks."""
+
 DP4A_UNPACK_SLOTS = 1.5
 """Integer instructions MMQ's dp4a inner loop issues per dp4a beside it, on the same
 vector ALUs: per 32-bit word of 4-bit weights a shift and two masks unpack the eight
@@ -28,17 +31,17 @@ is 0.79 of Q4_0's. Chosen on the fitted P40 rows; the held-out ones test it
 def pp_family(gpu: GpuSpec, backend: str, family: str) -> str:
     """The format family whose prefill factor a step of ``family`` weights takes:
     :data:`DP4A_PP_FAMILY` for a quantized one on the dp4a path, else its own."""
-    quantized = family not in ("f16", "f32")
-    return DP4A_PP_FAMILY if quantized and dp4a_path(gpu, backend, quantized) else family
+    return DP4A_PP_FAMILY if dp4a_path(gpu, backend, family) else family
 
 
-def dp4a_path(gpu: GpuSpec, backend: str, quantized: bool) -> bool:
-    """Whether llama.cpp multiplies this part's quantized weights with ``dp4a`` on its
+def dp4a_path(gpu: GpuSpec, backend: str, family: str) -> bool:
+    """Whether llama.cpp multiplies this part's ``family`` weights (a format family,
+    kvsim.latency.backend.format_family) with ``dp4a`` on its
     vector ALUs: CUDA on a Pascal part with the instruction (compute capability 6.1:
     GP102/GP104/GP106…, whose sheet's int8 rate is the dp4a rate) and neither int8 nor
     FP16 matrix units, so every batch size takes MMQ's dp4a kernels (ggml-cuda
     ``ggml_cuda_should_use_mmq``; MMVQ's vector dot products use dp4a too). The P100
     (6.0) has no dp4a (no int8 rate): cuBLAS at its fast FP16 rate. Volta runs dp4a
     only below 64 tokens a batch and is not priced so."""
-    return backend == "CUDA" and quantized and gpu.architecture == "pascal" \
+    return backend == "CUDA" and family not in UNQUANTIZED and gpu.architecture == "pascal" \
         and bool(gpu.int8_tensor_ops)

@@ -50,7 +50,7 @@ from kvsim.latency.backend import (
     vector_rate,
     vendor_class,
 )
-from kvsim.latency.dp4a import dp4a_path, pp_family
+from kvsim.latency.dp4a import UNQUANTIZED, dp4a_path, pp_family
 from kvsim.latency.rates import TILE_TOKENS_MAX, expert_tile_excess, linear_terms
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.fit_space import HIGH, KEYS, LOW, FitSpace
@@ -131,11 +131,11 @@ def _fixed_factors(rows: Sequence[Row], space: FitSpace
     if k is None:
         return pp, bw, mem
     for i, r in enumerate(rows):
-        g, b = r.setup.gpu, r.setup.backend
+        g, b, pp_fam = r.setup.gpu, r.setup.backend, row_pp_family(r)
         own_bw = k.format_factors(b, r.family)[0]
-        own_pp = k.format_factors(b, row_pp_family(r))[1]
+        own_pp = k.format_factors(b, pp_fam)[1]
         for head, table, own, out, fam in (("bw", k.format_bw, own_bw, bw, r.family),
-                                           ("pp", k.format_pp, own_pp, pp, row_pp_family(r))):
+                                           ("pp", k.format_pp, own_pp, pp, pp_fam)):
             shared = table.get(fam, 1.0)
             if f"fmt_{head}.{fam}" not in space.index:
                 out[i] *= shared
@@ -157,15 +157,14 @@ class _Rows:
         g = [r.setup.gpu for r in rows]
         be = [r.setup.backend for r in rows]
         self.vec = np.array([vector_rate(x) for x in g])
-        self.mat = np.array([matrix_rate(x, b, r.family not in ("f16", "f32"))
+        self.mat = np.array([matrix_rate(x, b, r.family not in UNQUANTIZED)
                              for x, b, r in zip(g, be, rows)])
         self.mat16 = np.array([matrix_rate(x, b, False) for x, b in zip(g, be)])
         # NOTE: a dp4a row reaches the first stage only at the prior's own fitted c_dp4a
-        held = [on_dp4a(r) and space.prior is not None for r in rows]
-        self.dp4a = np.array(held)
-        self.dp4a_cost = np.array([dp4a_weight(space.prior.backend(b)) / x.int8_tensor_ops
-                                   if h and space.prior else 0.0
-                                   for x, b, h in zip(g, be, held)])
+        k = space.prior
+        self.dp4a = np.array([k is not None and on_dp4a(r) for r in rows])
+        self.dp4a_cost = np.array([dp4a_weight(k.backend(b)) / x.int8_tensor_ops if d else 0.0
+                                   for x, b, d in zip(g, be, self.dp4a)])
         self.bw = np.array([x.memory_bandwidth_bytes_per_s for x in g])
         self.mem = self._idx(space, [f"mem.{memory_kind(x)}" for x in g])
         self.inv_power = np.array([1.0 / (board_power_w(x) or math.inf) for x in g])
@@ -279,7 +278,7 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
     other parts fit exactly as if the dp4a rows were not there."""
     if not rows:
         raise InputError("measurements", "none", "at least one predictable row to fit on")
-    held = {b: c.c_dp4a for b, c in (prior.backends.items() if prior else ()) if c.c_dp4a}
+    held = {b for b, c in (prior.backends.items() if prior else ()) if c.c_dp4a}
     dp4a = [r for r in rows if on_dp4a(r)]
     main = [r for r in rows if not on_dp4a(r) or r.setup.backend in held]
     if main:
@@ -294,7 +293,7 @@ def fit_constants(rows: Sequence[Row], *, prior: SpeedConstants | None = None,
 
 def on_dp4a(r: Row) -> bool:
     """Whether a row's linear layers run on the dp4a path (kvsim.latency.dp4a.dp4a_path)."""
-    return dp4a_path(r.setup.gpu, r.setup.backend, r.family not in ("f16", "f32"))
+    return dp4a_path(r.setup.gpu, r.setup.backend, r.family)
 
 
 def row_pp_family(r: Row) -> str:
@@ -331,7 +330,8 @@ def _fit_main(rows: Sequence[Row], prior: SpeedConstants | None,
 def _fit_dp4a(rows: Sequence[Row], k: SpeedConstants) -> SpeedConstants:
     """The second stage: each backend's ``c_dp4a`` on its dp4a rows, the rest held."""
     for b in sorted({r.setup.backend for r in rows}):
-        k = _with_dp4a(k, b, _fit_one_dp4a([r for r in rows if r.setup.backend == b], k, b))
+        log_c = _fit_one_dp4a([r for r in rows if r.setup.backend == b], k, b)
+        k = k.with_backend(b, c_dp4a=math.exp(log_c))
     return k
 
 
@@ -339,11 +339,9 @@ def _fit_one_dp4a(rows: Sequence[Row], k: SpeedConstants, backend: str) -> float
     """log ``c_dp4a`` of one backend that fits ``rows`` best under ``k``."""
     w = row_weights(rows)
     x0 = math.log(dp4a_weight(k.backend(backend)))   # the fitted value or its default
-    sol = least_squares(lambda x: w * _soft_l1(log_errors(rows, _with_dp4a(k, backend, x[0]))),
-                        [x0], method="trf", bounds=([LOW], [HIGH]))
+    sol = least_squares(
+        lambda x: w * _soft_l1(log_errors(rows, k.with_backend(backend,
+                                                                c_dp4a=math.exp(x[0])))),
+        [x0], method="trf", bounds=([LOW], [HIGH]))
     return float(sol.x[0])
 
-
-def _with_dp4a(k: SpeedConstants, backend: str, log_c: float) -> SpeedConstants:
-    c = k.backend(backend).model_copy(update={"c_dp4a": math.exp(log_c)})
-    return k.model_copy(update={"backends": {**k.backends, backend: c}})

@@ -15,9 +15,9 @@ LLAMA = load_model("llama-2-7b")
                                   "gtx-1070-ti", "gtx-1070", "gtx-1060-6gb"])
 def test_gp10x_quantized_weights_take_the_dp4a_path_on_cuda_only(slug):
     g = load_gpu(slug)
-    assert dp4a_path(g, "CUDA", True)
-    assert not dp4a_path(g, "CUDA", False)      # F16 weights: FP32 GEMMs
-    assert not dp4a_path(g, "Vulkan", True)     # other backends have their own kernels
+    assert dp4a_path(g, "CUDA", "q4_0")
+    assert not dp4a_path(g, "CUDA", "f16")      # F16 weights: FP32 GEMMs
+    assert not dp4a_path(g, "Vulkan", "q4_0")   # other backends have their own kernels
 
 
 @pytest.mark.parametrize("slug", ["tesla-p100-16gb", "tesla-v100-sxm2-32gb", "rtx-3090",
@@ -25,13 +25,11 @@ def test_gp10x_quantized_weights_take_the_dp4a_path_on_cuda_only(slug):
 def test_parts_with_matrix_units_or_without_dp4a_do_not(slug):
     # P100: compute capability 6.0, no dp4a (no int8 rate), fast FP16 through cuBLAS;
     # Volta and later: tensor cores for a prompt's batches
-    assert not dp4a_path(load_gpu(slug), "CUDA", True)
+    assert not dp4a_path(load_gpu(slug), "CUDA", "q4_0")
 
 
 def _with_c_dp4a(value: float):
-    k = load_constants()
-    cuda = k.backends["CUDA"].model_copy(update={"c_dp4a": value})
-    return k.model_copy(update={"backends": {**k.backends, "CUDA": cuda}})
+    return load_constants().with_backend("CUDA", c_dp4a=value)
 
 
 def test_the_shipped_constants_fit_c_dp4a_for_cuda():

@@ -36,14 +36,9 @@ def _made_by(rows, k):
                   r.setup, r.parts, r.tokens) for r in rows]
 
 
-def _with_c_dp4a(k, value):
-    cuda = k.backends["CUDA"].model_copy(update={"c_dp4a": value})
-    return k.model_copy(update={"backends": {**k.backends, "CUDA": cuda}})
-
-
 @pytest.fixture(scope="module")
 def truth():
-    return _with_c_dp4a(load_constants(), 1.7)
+    return load_constants().with_backend("CUDA", c_dp4a=1.7)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +66,7 @@ def test_dp4a_rows_change_no_other_constant(main_rows, dp4a_rows):
 def test_the_second_stage_recovers_the_c_dp4a_that_made_the_rows(truth, main_rows,
                                                                  dp4a_rows):
     # leaning on the truth without its c_dp4a: the first stage lands on the rest of it
-    got = F.fit_constants(main_rows + dp4a_rows, prior=_with_c_dp4a(truth, 0.0))
+    got = F.fit_constants(main_rows + dp4a_rows, prior=truth.with_backend("CUDA", c_dp4a=0.0))
     assert got.backends["CUDA"].c_dp4a == pytest.approx(1.7, rel=0.03)
     assert np.abs(F.log_errors(dp4a_rows, got)).max() < 0.02
 
@@ -81,7 +76,7 @@ def test_a_cards_own_calibration_reproduces_its_dp4a_rows(dp4a_rows):
     constants' c_dp4a (here a wrong one), then the second refits it; the card's own
     rows come out as measured."""
     p40 = [r for r in dp4a_rows if r.device == "tesla-p40"]
-    wrong = _with_c_dp4a(load_constants(), 3.0)
+    wrong = load_constants().with_backend("CUDA", c_dp4a=3.0)
     before = np.abs(F.log_errors(p40, wrong)).max()
     got = F.fit_constants(p40, prior=wrong)
     assert before > 0.1 and np.abs(F.log_errors(p40, got)).max() < 0.02
