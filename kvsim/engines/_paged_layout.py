@@ -11,10 +11,11 @@ The share is of the total the driver reports (``GpuSpec.reported_memory_bytes``:
 token, the MLP's gate/up output, its activated product and the residual stream in 16-bit,
 ``2 × (3 × I + k × H)`` bytes (``I`` the MLP width a token runs through, all its experts' for
 a MoE model; ``k`` = 3 hidden-sized tensors, a MoE layer's per-expert outputs instead: its
-active experts), or, when larger, the sampler's f32 logits and probabilities of
-``max_num_seqs`` rows beside the hidden states.  It reproduces vLLM issue #10517 (V0,
-RTX 3090, Llama-3.1-8B: 2.07 GiB at max_model_len 20000 and 2.99 GiB at 29000, §1.1) to
-within 0.6 %; ``activation_bytes`` pins it.
+active experts), or, when larger, the dummy sampler's top-k / top-p temporaries over
+``max_num_seqs`` rows of logits (:data:`SAMPLER_BYTES_PER_LOGIT`) beside the hidden
+states.  It reproduces vLLM issue #10517 (V0, RTX 3090, Llama-3.1-8B: 2.07 GiB at
+max_model_len 20000 and 2.99 GiB at 29000, §1.1) to within 0.6 %; ``activation_bytes``
+pins it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,18 @@ if TYPE_CHECKING:
 ACTIVATION_BYTES = 2
 """The profiling pass runs in the model's 16-bit dtype, whatever the weights' format."""
 SAMPLER_BYTES_PER_LOGIT = 8
-"""ESTIMATE: f32 logits and f32 probabilities of each sampled row."""
+"""ESTIMATE for SGLang, which runs no profiling pass: f32 logits and f32 probabilities of
+each sampled row (its activations sit outside ``mem_fraction_static``)."""
+VLLM_SAMPLER_BYTES_PER_LOGIT = 38
+"""What vLLM's profiling pass's dummy sampler holds per logit at its peak: the 16-bit and
+f32 logits, then the sort-based top-k / top-p filter's sorted values, int64 sort indices,
+masks, softmax and re-ordered logits (the dummy requests ask for both filters).  Measured,
+not derived: vLLM PR #21429's debug line (Qwen3-235B-A22B-FP8, TP 4, H200, V1's defaults
+of 1,024 sequences and 8,192 batched tokens) prints a torch peak of 5.62 GiB, which less
+the 8,192 hidden states is 38.4 B for each of the 1,024 × 151,936 logits (kept as 38:
+5.57 GiB).  Held out, in ../shared/measurements/engine-memory-logs.csv: vllm-020's
+printed V0 peak (1.26 GiB; 1.22 GiB here) and vllm-009's pool (0.19, Gemma 4: +0.2 %;
++8.9 % at 8 B)."""
 
 
 def mlp_width(model: ModelSpec) -> int:
@@ -68,25 +80,34 @@ def mlp_width(model: ModelSpec) -> int:
     return max(h, int(per_layer / (3 * h)))
 
 
-def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig) -> int:
+def sampler_bytes_per_logit(vllm: bool) -> int:
+    """Bytes a sampled row holds per vocabulary entry at the activation peak: vLLM's
+    profiling pass (``vllm``) or SGLang's estimate."""
+    return VLLM_SAMPLER_BYTES_PER_LOGIT if vllm else SAMPLER_BYTES_PER_LOGIT
+
+
+def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig,
+                           vllm: bool = True) -> int:
     """ESTIMATE of the profiled peak activation over ``max_num_batched_tokens`` dummy
-    tokens and ``max_num_seqs`` sampled rows (see module docstring)."""
+    tokens and ``max_num_seqs`` sampled rows (see module docstring; ``vllm``: vLLM's
+    dummy sampler, else SGLang's)."""
     if engine.activation_bytes is not None:
         return engine.activation_bytes
     tokens, h = engine.max_num_batched_tokens, model.hidden_size
     k = model.num_experts_active or 3
     forward = tokens * ACTIVATION_BYTES * (3 * mlp_width(model) + k * h)
     rows = min(engine.max_num_seqs, tokens)
-    sampler = tokens * ACTIVATION_BYTES * h + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    sampler = tokens * ACTIVATION_BYTES * h \
+        + rows * model.vocab_size * sampler_bytes_per_logit(vllm)
     return max(forward, sampler)
 
 
 def _profiled_activation(model: ModelSpec, engine: PagedEngineConfig,
-                         p: EncoderPass | None) -> tuple[int, list[str]]:
+                         p: EncoderPass | None, vllm: bool) -> tuple[int, list[str]]:
     """The activation peak the share holds, and what vLLM prints of its encoder pass
     ``p`` (kvsim.engines.vllm_encoder: vLLM's profiling pass runs a vision-language
     checkpoint's image encoder too); a given ``activation_bytes`` wins."""
-    act = paged_activation_bytes(model, engine)
+    act = paged_activation_bytes(model, engine, vllm)
     if p is None or engine.activation_bytes is not None:
         return act, []
     return with_encoder_pass(act, model, p), [p.log_line()]
@@ -231,7 +252,7 @@ def paged_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: PagedEngi
     weights_b = ws.total_bytes + loaded_vision_bytes(model, engine)  # NOTE: its encoder
     vllm = profiled_share
     encoder = encoder_pass(model, engine) if vllm else None
-    act, encoder_lines = _profiled_activation(model, engine, encoder)
+    act, encoder_lines = _profiled_activation(model, engine, encoder, vllm)
     total = gpu.reported_memory_bytes
     share = int(engine.gpu_memory_utilization * total)
     graphs_in = vllm and engine.cuda_graphs_in_budget

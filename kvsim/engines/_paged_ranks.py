@@ -43,10 +43,10 @@ from kvsim.config.units import format_bytes
 from kvsim.engines._gpu_checks import check_parallel_sizes
 from kvsim.engines._paged_layout import (
     ACTIVATION_BYTES,
-    SAMPLER_BYTES_PER_LOGIT,
     kv_groups_of,
     mlp_width,
     paged_budget,
+    sampler_bytes_per_logit,
 )
 from kvsim.engines.memory import DeviceShare, MemoryBudget, Split
 from kvsim.engines.vllm_encoder import encoder_pass, loaded_vision_bytes, with_encoder_pass
@@ -128,7 +128,7 @@ def _rank_activation(model: ModelSpec, engine: PagedEngineConfig, tp: int, first
     if last:
         rows = min(engine.max_num_seqs, tokens)
         act = max(act, tokens * ACTIVATION_BYTES * h
-                  + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+                  + rows * model.vocab_size * sampler_bytes_per_logit(vllm))
     return with_encoder_pass(act, model, encoder_pass(model, engine), tp) if vllm and first \
         else act
 

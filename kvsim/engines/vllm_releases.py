@@ -46,6 +46,14 @@ VLLM_V1_DEFAULT_DATE = "2025-03-18"
 V1 engine by default (vllm-project/vllm#13726)" in its release notes, as quoted in
 vllm-project/vllm-ascend PR #557; "vllm 0.8.0 is posted", verl-project/verl PR #650,
 2025-03-19): a log dated before it, release not shown, is V0's."""
+VLLM_BEFORE_GRAPH_BUDGET = "0.16.0"
+"""A V1 release from before CUDA-graph memory came into the budget (0.21.0): what a V1
+log dated before :data:`VLLM_BEFORE_GRAPH_BUDGET_DATE`, release not shown, is laid out as
+(every release from 0.8.0 to 0.20.x follows the same rules here)."""
+VLLM_BEFORE_GRAPH_BUDGET_DATE = "2026-03-08"
+"""A day when 0.17.0 was not yet out (a ``0.17.0rc1.dev149`` build of that day in a
+comment on vllm-project/vllm PR #30515), so a log dated before it ran a release before
+0.17.0, and so before 0.21.0."""
 LARGE_GPU_BYTES = 70 * 2**30
 """§1.4: from this much memory (A100s aside) V1's default batch budget is larger."""
 V0_LONG_CONTEXT_TOKENS = 32768

@@ -29,7 +29,12 @@ from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.budget import memory_budget
 from kvsim.engines.memory import MemoryBudget
 from kvsim.engines.resolve import engine_for_gpu
-from kvsim.engines.vllm_releases import VLLM_LAST_V0, VLLM_V1_DEFAULT_DATE
+from kvsim.engines.vllm_releases import (
+    VLLM_BEFORE_GRAPH_BUDGET,
+    VLLM_BEFORE_GRAPH_BUDGET_DATE,
+    VLLM_LAST_V0,
+    VLLM_V1_DEFAULT_DATE,
+)
 from kvsim.errors import InputError
 from kvsim.validate.memlog_text import Figure
 from kvsim.validate.memlogs import MemoryMeasurement
@@ -123,17 +128,22 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
 def _vllm_release(s: dict[str, Any], text: str, notes: list[str], date: str = "") -> None:
     """The vLLM release a row names (``0.19.x`` → 0.19.0), or the last release of the
     engine generation its log format shows (``V0-era`` → :data:`VLLM_LAST_V0`) or its date
-    (before :data:`VLLM_V1_DEFAULT_DATE`: V0); none of these, the newest
+    (before :data:`VLLM_V1_DEFAULT_DATE`: V0; before :data:`VLLM_BEFORE_GRAPH_BUDGET_DATE`:
+    a V1 release with CUDA graphs outside the budget); none of these, the newest
     (kvsim.engines.vllm_releases)."""
+    dated = date if re.match(r"\d{4}-\d{2}", date or "") else ""
     if v := re.search(r"\b(\d+\.\d+(?:\.\d+)?)", text or ""):
         s["version"] = v.group(1)
-    elif re.search(r"\bV0\b", text or "") or (
-            re.match(r"\d{4}-\d{2}", date or "") and date < VLLM_V1_DEFAULT_DATE):
+    elif re.search(r"\bV0\b", text or "") or (dated and dated < VLLM_V1_DEFAULT_DATE):
         s["version"] = VLLM_LAST_V0
         why = "a V0 log" if re.search(r"\bV0\b", text or "") else \
             f"a log dated {date}, before vLLM 0.8.0 made V1 the default"
         notes.append(f"{why}: laid out as vLLM {VLLM_LAST_V0}, the last release whose "
                      "default engine was V0")
+    elif dated and dated < VLLM_BEFORE_GRAPH_BUDGET_DATE:
+        s["version"] = VLLM_BEFORE_GRAPH_BUDGET
+        notes.append(f"a log dated {date}, before vLLM 0.21.0 took CUDA-graph memory into "
+                     f"the budget: laid out as vLLM {VLLM_BEFORE_GRAPH_BUDGET}")
     else:
         notes.append("release not shown: kvsim follows the newest release it knows")
 

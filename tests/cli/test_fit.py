@@ -177,24 +177,25 @@ def test_vllm_hybrid_manager_fits_gemma_3_at_32k_and_the_flag_turns_it_off(capsy
     # Gemma-3-12B fp8 on a 4090 at max_model_len 32768, vLLM's newest release (tied
     # embedding E = 262,208 x 3,840 = 1,006,878,720 params, kept bf16): weights (11.77e9 -
     # E) / 48 = 224,231,693 B a layer x 48 + 2 E = 12,776,878,704, + the SigLIP encoder's
-    # 842,581,728 B in 16-bit (tests/model/test_vision.py); activation: the encoder's
-    # profiling pass, 2048 // 256 = 8 images x 4,096 patches x (2 x (2 x 1,152 + 2 x 4,304)
-    # + 4 x 3 x 14 x 14) B = 792,199,168 (above the sampler's 256 rows x 262,208 x 8 B +
-    # 2048 x 3,840 x 2 B of hidden states = 552,730,624 beside 8 x 256 x 3,840 x 2 B of
-    # encoder outputs; the MLP's 2048 x 2 x (3 x 15,368 + 3 x 3,840) = 236,027,904 is
-    # less); pool int(0.92 x 24080 MiB) 23,229,733,273 - weights - activation - non-torch
-    # 375,809,638 - CUDA graphs 697,932,186 = 7,744,331,849.  Its 7,385 1-MiB blocks (6
-    # groups of 8 layers: 8 x 16 tokens x 8,192 B) hold one request's 2048 full + 5 x 193
-    # sliding blocks; with every layer at full length (blocks of 16 x 48 x 8,192 =
-    # 6,291,456 B) it holds 1,230 x 16 = 19,680 tokens < 32768 and vLLM refuses
+    # 842,581,728 B in 16-bit (tests/model/test_vision.py); activation: the sampler pass,
+    # 256 rows x 262,208 x 38 B + 2048 x 3,840 x 2 B of hidden states = 2,566,488,064,
+    # beside 8 x 256 x 3,840 x 2 B of encoder outputs = 2,582,216,704 (above the encoder's
+    # own pass, 2048 // 256 = 8 images x 4,096 patches x (2 x (2 x 1,152 + 2 x 4,304) +
+    # 4 x 3 x 14 x 14) B = 792,199,168; the MLP's 2048 x 2 x (3 x 15,368 + 3 x 3,840) =
+    # 236,027,904 is less); pool int(0.92 x 24080 MiB) 23,229,733,273 - weights -
+    # activation - non-torch 375,809,638 - CUDA graphs 697,932,186 = 5,954,314,313.  Its
+    # 5,678 1-MiB blocks (6 groups of 8 layers: 8 x 16 tokens x 8,192 B) hold one
+    # request's 2048 full + 5 x 193 sliding blocks; with every layer at full length
+    # (blocks of 16 x 48 x 8,192 = 6,291,456 B) it holds 946 x 16 = 15,136 tokens < 32768
+    # and vLLM refuses
     argv = ["fit", "--gpu", "rtx-4090", "--model", "gemma-3-12b", "--weights", "fp8",
             "--engine", "vllm", "--context", "32768", "--json"]
     code, out, _ = run(capsys, *argv)
     on = json.loads(out)
     assert code == 0 and on["fits"] and on["blocks_per_request"] == 3013
-    assert on["num_gpu_blocks"] == 7385 and on["kv_reserved_bytes"] == 7385 * 2**20
+    assert on["num_gpu_blocks"] == 5678 and on["kv_reserved_bytes"] == 5678 * 2**20
     assert on["kv_groups"] == [["sliding", 1024]] * 5 + [["full", 0]]
     assert on["max_concurrency"] == pytest.approx(on["num_gpu_blocks"] / 3013)
     code, out, _ = run(capsys, *argv, "--no-hybrid-kv")
     off = json.loads(out)
-    assert not off["fits"] and off["kv_groups"] == [] and off["kv_pool_tokens"] == 19680
+    assert not off["fits"] and off["kv_groups"] == [] and off["kv_pool_tokens"] == 15136

@@ -76,14 +76,14 @@ def test_a_model_without_windows_and_a_recurrent_one(capsys):
 def test_vllm_reserves_whole_blocks(capsys):
     # Llama-3.1-8B bf16, vLLM at max_model_len 16384 (the family-4-vllm scenario's card
     # and engine, vLLM's newest release): pool int(0.92 x 24080 MiB) - 16,060,000,000 weights
-    # - 279,445,504 activation (the sampler's 256 rows x 128,256 x 8 B + 2048 x 4096 x 2 B
-    # of hidden states) - 375,809,638 non-torch - 697,932,186 CUDA graphs = 5,816,545,945 B
-    # = 2,773 blocks of 16 x 131,072 = 2,097,152 B -> 2,773 x 2,097,152 = 5,815,402,496 B
-    # reserved, not the pool's 5,816,545,945
+    # - 1,264,451,584 activation (the sampler pass's 256 rows x 128,256 x 38 B + 2048 x
+    # 4096 x 2 B of hidden states) - 375,809,638 non-torch - 697,932,186 CUDA graphs =
+    # 4,831,539,865 B = 2,303 blocks of 16 x 131,072 = 2,097,152 B -> 2,303 x 2,097,152 =
+    # 4,829,741,056 B reserved, not the pool's 4,831,539,865
     d = fit(capsys, "--model", "llama-3.1-8b", "--weights", "bf16", "--engine", "vllm",
             "--context", "16384")
-    assert (d["num_gpu_blocks"], d["kv_pool_tokens"]) == (2_773, 44_368)
-    assert d["kv_reserved_bytes"] == 2_773 * 2_097_152 == 5_815_402_496
+    assert (d["num_gpu_blocks"], d["kv_pool_tokens"]) == (2_303, 36_848)
+    assert d["kv_reserved_bytes"] == 2_303 * 2_097_152 == 4_829_741_056
 
 
 def test_ollama_context_above_the_model_is_clamped_with_a_note(kvsim_cli):

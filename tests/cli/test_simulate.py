@@ -75,10 +75,10 @@ def test_simulate_bundled_scenario_writes_results(tmp_path) -> None:
      "cannot load on rtx-4060-ti-16gb: needs"),
     (["--set", "engine.block_tokens=32"], "engine.block_tokens"),
     # max_model_len unset = the model's 131,072 (docs/reference/engines.md §1.1): vLLM refuses to
-    # start; the pool is 4,398 blocks of 16 = 70,368 tokens (Llama-3.1-8B q4_k_m on the 4060 Ti,
+    # start; the pool is 3,928 blocks of 16 = 62,848 tokens (Llama-3.1-8B q4_k_m on the 4060 Ti,
     # tests/validation/test_monotonic.py BLOCKS)
     (["--set", "engine=vllm"], "set engine.context_tokens (max_model_len; unset, it is the "
-     "model's maximum) to at most 70368"),
+     "model's maximum) to at most 62848"),
 ])
 def test_bad_scenarios_exit_2_without_output(tmp_path, capsys, args, needle) -> None:
     out = tmp_path / "res"

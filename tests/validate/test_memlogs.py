@@ -97,6 +97,25 @@ def test_failed_startups_must_be_predicted_to_fail():
     assert any("before vLLM 0.8.0 made V1 the default" in n for n in by["startup"]["notes"])
 
 
+def test_a_v1_log_dated_before_0_17_is_laid_out_with_graphs_outside_the_budget():
+    # vllm-004 (2025-07-22, release not shown, V1 log lines): a release before 0.21.0, so
+    # a share of 0.9 with CUDA graphs outside it, as `kvsim fit --vllm-version 0.16.0`
+    m = _read(PUBLISHED)["vllm-004"]
+    spec, notes = engine_spec(m)
+    assert spec["version"] == "0.16.0"
+    assert any("before vLLM 0.21.0 took CUDA-graph memory into the budget" in n
+               for n in notes)
+    rows, _ = memory_rows(m)
+    by = {r["metric"]: r for r in rows}
+    g, mod = load_gpu("h100-pcie-80gb"), load_model("qwen3-235b-a22b")
+    cfg = engine_for_gpu(spec, g, mod, weights="fp8", more_gpus=(g,) * 3)
+    assert (cfg.gpu_memory_utilization, cfg.cuda_graphs_in_budget) == (0.9, False)
+    b = memory_budget(g, mod, "fp8", cfg, more_gpus=(g,) * 3)
+    assert by["kv_tokens"]["predicted"] == b.kv_pool_tokens
+    # 178,880 printed; what is left is non-torch memory (docs/validation.md)
+    assert 0.25 < by["kv_tokens"]["rel_err"] < 0.33
+
+
 def test_unshown_model_and_gpu_are_the_reason():
     _, skipped = memory_rows(_read()["vllm-022"])
     assert [s.id for s in skipped] == ["vllm-022"]

@@ -29,33 +29,32 @@ def _vllm(gpu: str, context: int = 16384, **engine):
 
 # KV pools of Llama-3.1-8B q4_k_m under vLLM on the four cards, in 16-token blocks (the
 # memory budget, tests/model/test_budget.py); everything below is reasoned from these.
-BLOCKS = {"rtx-3060-12gb": 2552, "rtx-4060-ti-16gb": 4398, "rtx-4090": 8089, "rtx-5090": 11784}
+BLOCKS = {"rtx-3060-12gb": 2082, "rtx-4060-ti-16gb": 3928, "rtx-4090": 7619, "rtx-5090": 11314}
 
 
 def test_more_memory_never_more_preemptions_or_failures() -> None:
-    """Ten requests at t=0, each a 160-token prompt and 7,840 output tokens.
+    """Ten requests at t=0, each a 160-token prompt and 6,240 output tokens.
 
     The ten prompts (1,600 tokens ≤ the 2,048-token step budget, 10 blocks each) are
     admitted in the first step, so the ten decode in lockstep; a request never holds
-    more than ceil((160 + 7840 − 1)/16) = 500 blocks.  When the r running requests all
+    more than ceil((160 + 6240 − 1)/16) = 400 blocks.  When the r running requests all
     need block m and r·m > B, the last admitted is preempted (recompute) and goes to
     the head of the waiting queue; it needs m blocks back while the survivors leave
     only B − (r−1)·m < m, and the survivors only grow, so it waits for them to finish
     (together, in lockstep) — and so do later victims behind it.  Hence one preemption
-    per r with r·500 > B, stopping at the first r with r·500 ≤ B, and the victims
-    (r ≤ that many, 500 blocks each) then run together without another:
+    per r with r·400 > B, stopping at the first r with r·400 ≤ B, and the victims
+    (r ≤ that many, 400 blocks each) then run together without another:
 
-    - 3060, B = 2552: r = 10, 9, 8, 7, 6 overflow (6·500 = 3000 > 2552; 5·500 = 2500
+    - 3060, B = 2082: r = 10, 9, 8, 7, 6 overflow (6·400 = 2400 > 2082; 5·400 = 2000
       fits): 5 preemptions, of s9, s8, s7, s6, s5 (5 victims ≤ 5 that fit);
-    - 4060 Ti, B = 4398: 10·500 = 5000 and 9·500 = 4500 > 4398, 8·500 = 4000 fits:
-      2 preemptions (s9, s8);
-    - 4090 / 5090: 10·500 = 5000 ≤ 8089 ≤ 11784: none.
+    - 4060 Ti, B = 3928: 10·400 = 4000 > 3928, 9·400 = 3600 fits: 1 preemption (s9);
+    - 4090 / 5090: 10·400 = 4000 ≤ 7619 ≤ 11314: none.
 
-    No request fails: 8,000 tokens < the 8,192-token context, and vLLM preempts rather
+    No request fails: 6,400 tokens < the 8,192-token context, and vLLM preempts rather
     than failing on memory.
     """
     sessions = [Session(session_id=f"s{i}", turns=(
-        Turn(start_s=0.0, input_tokens=160, output_tokens=7840),)) for i in range(10)]
+        Turn(start_s=0.0, input_tokens=160, output_tokens=6240),)) for i in range(10)]
     pre, fail, victims = {}, {}, {}
     for g in CARDS:
         sc = _vllm(g, context=8192)
@@ -65,11 +64,11 @@ def test_more_memory_never_more_preemptions_or_failures() -> None:
         rq = res.requests.set_index("request_id")
         victims[g] = sorted(rq.index[rq["preemptions"] > 0])
         assert (rq["preemptions"] <= 1).all()
-        assert not rq["failed"].any() and (rq["output_tokens"] == 7840).all()
+        assert not rq["failed"].any() and (rq["output_tokens"] == 6240).all()
         assert (rq.loc[victims[g], "recomputed_tokens"] > 0).all()
-    assert pre == {"rtx-3060-12gb": 5, "rtx-4060-ti-16gb": 2, "rtx-4090": 0, "rtx-5090": 0}
+    assert pre == {"rtx-3060-12gb": 5, "rtx-4060-ti-16gb": 1, "rtx-4090": 0, "rtx-5090": 0}
     assert victims == {"rtx-3060-12gb": ["s5#0", "s6#0", "s7#0", "s8#0", "s9#0"],
-                       "rtx-4060-ti-16gb": ["s8#0", "s9#0"], "rtx-4090": [], "rtx-5090": []}
+                       "rtx-4060-ti-16gb": ["s9#0"], "rtx-4090": [], "rtx-5090": []}
     assert fail == dict.fromkeys(CARDS, 0)
     # the monotone relation: more memory, never more preemptions
     counts = [pre[g] for g in CARDS]
