@@ -67,17 +67,30 @@ def engine_caveat(scenarios: Any) -> str:
             "in none of them, so the band is a floor there")
 
 
-def dp4a_caveat(sc: Any, backend: str) -> str:
-    """``""``, or what the band leaves out for a card whose quantized layers take Pascal's
-    dp4a path (kvsim.latency.dp4a): its one constant rests on a single card."""
+def on_dp4a_path(sc: Any, backend: str) -> bool:
+    """Whether ``sc``'s card multiplies its quantized weights on Pascal's dp4a path."""
     from kvsim.latency.backend import format_family
     from kvsim.latency.dp4a import dp4a_path
 
-    if not dp4a_path(sc.gpu, backend, format_family(sc.weights)):
+    return dp4a_path(sc.gpu, backend, format_family(sc.weights))
+
+
+def dp4a_words() -> str:
+    """What the band leaves out on Pascal's dp4a path: its one constant rests on a
+    single card (kvsim.latency.dp4a)."""
+    from kvsim.latency.dp4a import HELD_OUT_MEDIAN_ABS_ERR
+
+    return ("priced from one card (Tesla P40): held-out Pascal prompts ran "
+            f"{HELD_OUT_MEDIAN_ABS_ERR * 100:.0f} % off (median), but the band holds no second "
+            "Pascal card")
+
+
+def dp4a_caveat(sc: Any, backend: str) -> str:
+    """``""``, or :func:`dp4a_words` for a card whose quantized layers take Pascal's dp4a
+    path."""
+    if not on_dp4a_path(sc, backend):
         return ""
-    return ("; this card's quantized layers take Pascal's dp4a path, priced from one card "
-            "(Tesla P40): held-out Pascal prompts ran 12 % off (median), but the band holds "
-            "no second Pascal card")
+    return "; this card's quantized layers take Pascal's dp4a path, " + dp4a_words()
 
 
 def bands_note(scenarios: dict[str, Any]) -> str:
@@ -85,11 +98,14 @@ def bands_note(scenarios: dict[str, Any]) -> str:
     cards a plan or a comparison ran on), in one line; ``""`` when none has one.  Where
     the scenarios run at an end of it (``latency.speed_band``), the line says that."""
     groups: dict[tuple[str, str], tuple[SpeedBand, list[str]]] = {}
+    pascal: list[str] = []  # NOTE: the scenarios whose card is on Pascal's dp4a path
     for name, sc in scenarios.items():
         band = speed_band(sc)
         if band is not None:
             key = (band.backend, sc.latency.speed_band)
             groups.setdefault(key, (band, []))[1].append(name)
+            if on_dp4a_path(sc, band.backend):
+                pascal.append(name)
     if not groups:
         return ""
     if all(end != "none" for _, end in groups):
@@ -99,10 +115,12 @@ def bands_note(scenarios: dict[str, Any]) -> str:
             "predicted time)" for (backend, end), (band, names) in groups.items())
     parts = [f"{band.ratio_words()} on {backend} ({', '.join(names)})"
              for (backend, _), (band, names) in groups.items()]
+    dp4a = (f"; {', '.join(pascal)}: quantized layers on Pascal's dp4a path, "
+            + dp4a_words()) if pascal else ""
     return (f"speed model: cards left out of its fit ran, {SHARE}, at " + "; ".join(parts)
-            + f" of kvsim's speed{engine_caveat(scenarios.values())}: a p95 near its target "
-            "may land on either side (kvsim simulate --speed-band reruns a setting at both "
-            "ends; --set latency.speed_band=slow plans for the slow one)")
+            + f" of kvsim's speed{engine_caveat(scenarios.values())}{dp4a}: a p95 near its "
+            "target may land on either side (kvsim simulate --speed-band reruns a setting "
+            "at both ends; --set latency.speed_band=slow plans for the slow one)")
 
 
 def check_band(sc: Any) -> SpeedBand:

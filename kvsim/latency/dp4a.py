@@ -27,6 +27,13 @@ prompt by little: the P40's Llama 2 7B pp512 ran Q4_0 912, Q4_1 909, Q5_0 859 an
 is 0.79 of Q4_0's. Chosen on the fitted P40 rows; the held-out ones test it
 (docs/design/speed-model.md, "Pascal: dp4a")."""
 
+HELD_OUT_MEDIAN_ABS_ERR = 0.12
+"""The median |error| of the dp4a price on held-out Pascal prompts (14 rows: P40 builds of
+2024–2026 and a GTX 1060 6GB at micro-batches of 16+ tokens, from
+docs/reference/measurements-prs and -community), which the speed note cites.
+tests/validate/test_held_out_speed.py recomputes it, so a refit that moves it fails there
+until this figure is updated."""
+
 
 def pp_family(gpu: GpuSpec, backend: str, family: str) -> str:
     """The format family whose prefill factor a step of ``family`` weights takes:

@@ -109,3 +109,17 @@ def test_on_a_pascal_card_the_note_says_its_dp4a_price_rests_on_one_card() -> No
     assert dp4a not in speed_note(load_scenario("quickstart", []))            # RTX card
     assert dp4a not in speed_note(load_scenario("quickstart", ["gpu=gtx-1070",
                                                                "weights=f16"]))
+    assert "held-out Pascal prompts ran 12 % off (median)" in speed_note(
+        load_scenario("quickstart", ["gpu=gtx-1070"]))
+
+
+def test_a_plan_or_comparison_on_a_pascal_card_carries_the_dp4a_caveat() -> None:
+    from kvsim.cli._speed_band_output import bands_note
+
+    note = bands_note({"gtx-1070": load_scenario("quickstart", ["gpu=gtx-1070"]),
+                       "rtx-3090": load_scenario("quickstart", ["gpu=rtx-3090"])})
+    assert ("; gtx-1070: quantized layers on Pascal's dp4a path, priced from one card "
+            "(Tesla P40)") in note
+    assert "rtx-3090:" not in note
+    assert "dp4a" not in bands_note({"rtx-3090": load_scenario("quickstart",
+                                                               ["gpu=rtx-3090"])})
