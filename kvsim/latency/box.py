@@ -4,7 +4,8 @@ each GPU's shares of the work, read from the memory budget's per-GPU parts.
 - layer split (llama.cpp / Ollama) and ``none``: each GPU holding layers is a stage; its
   layers' share of the linear and attention work and of the weights, its KV buffer's
   share of the KV read, the head where the output layer is; f32 activations (ggml);
-  llama.cpp pipelines a prompt's ubatches when every layer is on the GPUs;
+  llama.cpp pipelines a prompt's ubatches when every layer is on the GPUs and the
+  backend can (:data:`PIPELINE_BACKENDS`);
 - row: one stage of every GPU, each its row share of every matrix (and of the head), its
   home layers' KV and attention (in proportion to its KV buffer);
 - vLLM / SGLang ranks: ``pipeline_parallel`` stages of ``tensor_parallel`` ranks, each
@@ -23,11 +24,21 @@ from typing import Any
 from kvsim.config.gpu_set import gpu_set_label
 from kvsim.config.specs import GpuSpec
 from kvsim.engines._paged_ranks import kv_head_fraction
+from kvsim.latency.backend import default_backend
 from kvsim.latency.multi_gpu import Link, MultiGpuLatency, Share
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import model_weights
 
 RatesOf = Callable[[GpuSpec], GpuRates]
+
+PIPELINE_BACKENDS = frozenset({"CUDA", "ROCm"})
+"""Backends on which llama.cpp pipelines a batch's ubatches through a layer split: it
+does so only when every device's backend reports async compute and events
+(``llama_context``: ``pipeline_parallel``), which ggml-cuda (and its HIP build) has long
+done. ggml-vulkan's events came late 2025 and only began to wait in llama.cpp PR #20518
+(2026-03, "events were set, but the wait command was never submitted to the queue"), so
+the published Vulkan boxes ran without it; kvsim leaves Vulkan and the other backends
+unpipelined, the slower reading."""
 
 
 def _layer_stages(b: Any, gpus: tuple[GpuSpec, ...], rates_of: RatesOf, kv_total: int
@@ -88,7 +99,10 @@ def box_latency(scenario: Any, budget: Any, base: RooflineLatency, rates_of: Rat
                     else 0.0, cpu_layers, 0.0 if b.head_on_gpu else 1.0)
     g = scenario.gpu_link
     link = None if g is None else Link(g.bytes_per_s, g.latency_s)
-    pipelined = b.split == "layer" and not cpu and len(stages) > 1
+    backend = default_backend(scenario.gpu) if scenario.latency.backend == "auto" \
+        else scenario.latency.backend
+    pipelined = b.split == "layer" and not cpu and len(stages) > 1 \
+        and backend in PIPELINE_BACKENDS
     return MultiGpuLatency(
         base, model_weights(model, scenario.weights), stages, b.split, link,
         hidden=model.hidden_size, act_bytes=4 if slot else 2, vocab=model.vocab_size,

@@ -16,6 +16,7 @@ from kvsim.latency.calibrated import make_calibrated
 from kvsim.latency.config import RooflineConfig
 from kvsim.latency.constant import ConstantLatency
 from kvsim.latency.jitter import ArrivalNoise, arrival_noise, with_jitter
+from kvsim.latency.multi_gpu import MultiGpuLatency
 from kvsim.latency.offload import op_offload_for
 from kvsim.latency.rates import peak_rates
 from kvsim.latency.roofline import DEFAULT_DEQUANT_FACTOR, GpuRates, RooflineLatency
@@ -119,7 +120,7 @@ def make_arrival_noise(scenario: Any) -> ArrivalNoise | None:
 
 
 def box_model(scenario: Any, budget: Any, rates_of: Callable[[Any], GpuRates]
-              ) -> LatencyModel:
+              ) -> MultiGpuLatency:
     """A box's latency model (kvsim.latency.box) with ``rates_of`` giving each card's
     rates: ``kvsim validate`` prices a several-GPU llama-bench test with its constants."""
     step = scenario.latency.step_overhead_s

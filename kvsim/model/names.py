@@ -85,6 +85,7 @@ _LLAMA_V = re.compile(r"\bllama[ -]?(\d+(?:\.\d+)?b)[ -]?v(\d)\b", re.IGNORECASE
 _OLLAMA_TAGS = {"1.5b": "DeepSeek-R1-Distill-Qwen-1.5B", "7b": "DeepSeek-R1-Distill-Qwen-7B",
                 "14b": "DeepSeek-R1-Distill-Qwen-14B", "32b": "DeepSeek-R1-Distill-Qwen-32B",
                 "70b": "DeepSeek-R1-Distill-Llama-70B"}
+_ANY_MINOR = re.compile(r"(\d+)\.x")  # "3.x": a version whose minor is left open
 _OLLAMA_R1 = re.compile(r"^(?:library/)?deepseek-r1:(\d+(?:\.\d+)?b)\b(.*)$", re.IGNORECASE)
 
 
@@ -223,6 +224,33 @@ def _narrow(slugs: list[str], fmt: str | None, n_params: int | None,
     return slugs, used
 
 
+def _wild_eq(text_token: str, name_token: str) -> bool:
+    """A text token matches a name token; "3.x" (a version with its minor left open)
+    matches "3" and every "3.M"."""
+    if text_token == name_token:
+        return True
+    m = _ANY_MINOR.fullmatch(text_token)
+    return bool(m) and (name_token == m[1] or name_token.startswith(m[1] + "."))
+
+
+def _names_wild(text: tuple[str, ...], name: tuple[str, ...]) -> bool:
+    """``name`` occurs contiguously in ``text``, "N.x" versions matching any minor."""
+    n = len(name)
+    return any(all(map(_wild_eq, text[i:i + n], name)) for i in range(len(text) - n + 1))
+
+
+def _hinted(left: list[str], segments: list[str]) -> tuple[list[str], str]:
+    """``left`` narrowed by another part of the text that names some of them ("llama 70B
+    Q4_K_M (Llama 3.x 70B inferred)": the Llama 3 models), and what narrowed it."""
+    names = {e.slug: e.names for e in _catalogue()}
+    for segment in segments:
+        tokens = _tokens(segment)
+        hits = [s for s in left if any(_names_wild(tokens, n) for n in names[s])]
+        if hits and len(hits) < len(left):
+            return hits, f", narrowed by {segment.strip()!r}"
+    return left, ""
+
+
 def _by_model_type(arch: str, size: str) -> list[str]:
     return [e.slug for e in _catalogue() if e.arch == arch.lower() and e.size == size.lower()]
 
@@ -263,7 +291,8 @@ def resolve_model(text: str, *, n_params: int | None = None,
     fmt, fmt_note = _weight_format(text)
     hedge = "; the text hedges ('probably')" if "probably" in text.lower() else ""
     families = _family_words()
-    for segment in _segments(_strip_formats(text)):
+    segments = _segments(_strip_formats(text))
+    for i, segment in enumerate(segments):
         mt = _MODEL_TYPE.match(segment)
         if mt:
             size = mt["size"].upper().replace("X", "x")
@@ -271,7 +300,8 @@ def resolve_model(text: str, *, n_params: int | None = None,
             slugs = _by_model_type(mt["arch"], mt["size"])
             if not slugs:
                 return ModelMatch(None, fmt, f"unknown: no catalogue model is {how}{fmt_note}")
-            slug, why, left = _decide(slugs, how, fmt, n_params, size_bytes)
+            slugs, hint = _hinted(slugs, segments[i + 1:])
+            slug, why, left = _decide(slugs, how + hint, fmt, n_params, size_bytes)
             return ModelMatch(slug, fmt, why + fmt_note + hedge, left)
         tokens = _tokens(segment)
         slugs, how = _by_name(tokens)

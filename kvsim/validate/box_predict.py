@@ -13,7 +13,8 @@ the test's steps (:func:`kvsim.validate.predict.step_batches`) with the box's la
 activation copy between stages over the scenario's default link, a prompt's micro-batches
 pipelined through a layer split).
 
-NOTE: every layer on the GPUs (``-ngl 99``); the link is the one ``kvsim simulate`` takes
+NOTE: every layer on the GPUs (``-ngl 99``) unless the row gives ``-ngl`` (``-1``: fitted
+to memory as ``kvsim simulate`` does); the link is the one ``kvsim simulate`` takes
 for the box (kvsim.config.gpu_set: the cards' PCIe slots); no measured multi-GPU row is in
 any fit, so these predictions rest on the single-card constants and the link's model alone.
 """
@@ -21,7 +22,7 @@ any fit, so these predictions rest on the single-card constants and the link's m
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.config.catalog import load_gpu
 from kvsim.config.gpu_names import gpu_profiles, printed_parts, resolve_gpu
@@ -34,6 +35,9 @@ from kvsim.validate.predict import setup_for, step_batches, tokens_measured
 from kvsim.validate.records import Measurement, Skipped
 
 SPLIT_MODES = ("layer", "row", "none")
+ALL_LAYERS = 999
+"""llama-bench's ``-ngl 99`` (its default until ``-ngl -1`` in 2026): every layer on the
+GPUs, whatever memory is left; ``-ngl -1`` fits the layers to memory (kvsim's auto)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,11 @@ def box_tps(m: Measurement, s: BoxSetup, constants: SpeedConstants | None = None
     sc = resolve_scenario(_scenario(m, s))
     budget = scenario_budget(sc)
     lat = box_model(sc, budget, _rates_of(s, constants))
-    return tokens_measured(m) / sum(lat.step_time_s(b) for b in step_batches(m))
+    # NOTE: llama_decode takes up to n_batch prompt tokens a call, which a pipelined
+    # layer split runs ubatch by ubatch through its stages (MultiGpuLatency.ubatch,
+    # step_time_s); otherwise each ubatch is a step, as on one card
+    calls = replace(m, n_ubatch=max(s.n_batch, s.n_ubatch)) if lat.ubatch else m
+    return tokens_measured(m) / sum(lat.step_time_s(b) for b in step_batches(calls))
 
 
 def _rates_of(s: BoxSetup, constants: SpeedConstants | None
@@ -148,6 +156,8 @@ def _scenario(m: Measurement, s: BoxSetup) -> dict[str, object]:
         "n_ubatch": s.n_ubatch, "n_batch": max(s.n_batch, s.n_ubatch),
         "flash_attn": s.flash_attn, "cache_type_k": s.kv_type, "cache_type_v": s.kv_type,
         "split_mode": s.split_mode, "main_gpu": s.main_gpu}
+    if m.gpu_layers is None or m.gpu_layers >= 0:  # NOTE: -1 is llama-bench's fit: auto
+        engine["gpu_layers"] = ALL_LAYERS if m.gpu_layers is None else m.gpu_layers
     if s.tensor_split is not None:
         engine["tensor_split"] = list(s.tensor_split)
     # NOTE: a scenario needs a workload; this one is laid out and timed, never run

@@ -4,8 +4,7 @@
 (:data:`FORMATS`: llama-bench json/jsonl/csv/md, llama-batched-bench table and jsonl); text in
 none of them raises :class:`InputError`. Ids are ``f"{origin}:{n}"`` (batched-bench:
 ``...:n:pp`` and ``...:n:tg``); a ``-pg`` test is one ``pg_tps`` Measurement. Markdown and
-llama-batched-bench leave fields unknown or "" (fill them in with
-:func:`dataclasses.replace`).
+llama-batched-bench leave fields unknown or "" (:func:`dataclasses.replace` fills them).
 
 NOTE: every result row becomes Measurements or a Skipped naming the row and the field, never
 nothing; the value is the rate the tool printed, never recomputed; a JSON without ``n_depth``
@@ -265,6 +264,7 @@ def _bench_measurement(f: Mapping[str, Any], rid: str, origin: str) -> Measureme
         flash_attn=_flash(f), n_ubatch=_int(f, "n_ubatch", None), n_batch=_int(f, "n_batch", None),
         model_size_bytes=_int(f, "model_size", None), model_params=_int(f, "model_n_params", None),
         kv_type=str(f.get("type_k") or "f16"), source=origin, **_split(f),
+        gpu_layers=_int(f, "n_gpu_layers", None),
         extra={k: _text(v) for k, v in f.items() if k not in used and not isinstance(v, list)})
 
 

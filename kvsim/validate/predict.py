@@ -116,10 +116,10 @@ SAME_PARAMS = 1e-3
 
 
 def one_shape(slugs: tuple[str, ...]) -> ModelSpec | None:
-    """The first of ``slugs`` when every one has the same layers, widths, heads, experts
-    and parameters (within :data:`SAME_PARAMS`), so any of them times a test alike
-    (llama-bench's "llama 8B": Llama 3 8B and 3.1 8B differ only in context length);
-    else None."""
+    """The one of ``slugs`` with the longest context when every one has the same layers,
+    widths, heads, experts and parameters (within :data:`SAME_PARAMS`), so any of them
+    times a test alike (llama-bench's "llama 8B": Llama 3 8B and 3.1 8B differ only in
+    context length, and a test at depth 32768 needs the longer one); else None."""
     if len(slugs) < 2:
         return None
     models = [load_model(s) for s in slugs]
@@ -129,7 +129,7 @@ def one_shape(slugs: tuple[str, ...]) -> ModelSpec | None:
         abs(m.params_total - first.params_total) <= SAME_PARAMS * first.params_total
         and abs(m.params_active - first.params_active) <= SAME_PARAMS * first.params_active
         for m in models)
-    return first if same else None
+    return max(models, key=lambda m: m.max_context_tokens) if same else None
 
 
 def _shape(m: ModelSpec) -> dict[str, object]:

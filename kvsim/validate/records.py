@@ -74,6 +74,7 @@ class Measurement:
     split_mode: str = "layer"   # llama.cpp -sm on several GPUs (layer, row, none)
     tensor_split: tuple[float, ...] | None = None   # -ts shares (None: by free memory)
     main_gpu: int = 0           # -mg
+    gpu_layers: int | None = None   # -ngl as given (-1: fit); None: not stated
     model_size_bytes: int | None = None   # as the tool printed it, when it did
     model_params: int | None = None
     kv_type: str = "f16"

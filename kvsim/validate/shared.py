@@ -88,7 +88,9 @@ def _flash(text: str) -> bool | None:
 def _flags(text: str) -> dict[str, str]:
     """``-fa 1 -ub 2048`` / ``n_ubatch 2048, flash_attn 1`` settings as a mapping."""
     out: dict[str, str] = {}
-    for key, val in re.findall(r"(-\w+|n_ubatch|n_batch|flash_attn)\s+([\w.,/]+)", text or ""):
+    # NOTE: a value may be a negative number (``-ngl -1``), never another flag
+    for key, val in re.findall(r"(-\w+|n_ubatch|n_batch|flash_attn)\s+(-\d[\w.]*|[\w.,/]+)",
+                               text or ""):
         out[key] = val.rstrip(",")
     return out
 
@@ -149,6 +151,7 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
         return Skipped(rid, f"settings {row.get('settings')!r}: {e}")
     fa = _flash(flags.get("-fa", flags.get("flash_attn", "")))
     ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
+    ngl = number(flags.get("-ngl", "") or "")
     depth = int(number(row.get("context_or_depth", "")) or 0)
     batch = int(number(row.get("batch_or_concurrency", "")) or 1)
     size = re.search(r"(\d+(?:\.\d+)?)\s*GiB\)?\s*$", row["model"].strip().rstrip(")"))
@@ -156,6 +159,7 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
                 model_size_bytes=int(float(size.group(1)) * 2**30) if size else None,
                 weight_format=row.get("weight_format", ""), flash_attn=fa,
                 n_ubatch=int(ub) if ub else 512, source=row.get("source", ""),
+                gpu_layers=None if ngl is None else int(ngl),
                 backend=_long_backend(engine, row["gpu"]),
                 kv_type=(row.get("kv_type") or "f16").split(" ")[0],
                 cuda_graphs_since=PUBLISHED_GRAPHS_SINCE, **split)

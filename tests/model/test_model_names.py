@@ -122,6 +122,19 @@ def test_ambiguous_names_say_so(text, candidates):
     assert {c for c in candidates if c in m.reason} == candidates
 
 
+def test_another_part_of_the_text_narrows_a_model_type():
+    # a published table's "llama 70B Q4_K_M (Llama 3.x 70B inferred; file not named)":
+    # the parenthesised name keeps the Llama 3 models, "3.x" standing for 3 and 3.M
+    m = resolve_model("llama 70B Q4_K_M (Llama 3.x 70B inferred; file not named)")
+    assert m.slug is None and m.candidates == ("llama-3-70b", "llama-3.1-70b")
+    assert "narrowed by 'llama 3.x 70b inferred; file not named'" in m.reason
+    m = resolve_model("llama 70B Q4_K_M (Llama 2 70B)")
+    assert (m.slug, m.weight_format) == ("llama-2-70b", "q4_k_m")
+    # a hint that names none of them leaves the model type's candidates as they were
+    assert resolve_model("llama 70B (Qwen 72B)").candidates == (
+        "llama-2-70b", "llama-3-70b", "llama-3.1-70b")
+
+
 def test_llama_bench_parameter_count_picks_the_model():
     # llama-bench model_n_params of llama-2-7b.Q4_0.gguf (LLaMA 1 7B prints the same; the
     # catalogue has no LLaMA 1)

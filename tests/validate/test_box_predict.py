@@ -1,8 +1,11 @@
 """llama-bench tests that ran on several GPUs, laid out and timed as `kvsim simulate` lays
 out and times a llama.cpp box (kvsim.validate.box_predict)."""
 
+from dataclasses import replace
+
 import pytest
 
+from kvsim.errors import InputError
 from kvsim.validate.box_predict import BoxSetup, box_setup, box_tps, several_gpus
 from kvsim.validate.llamabench import read_bench
 from kvsim.validate.predict import predicted_tps, setup_for
@@ -24,9 +27,9 @@ ggml_cuda_init: found 2 CUDA devices:
 
 def _m(gpu: str, metric: str = "tg_tps", **kw) -> Measurement:
     shape = {"n_gen": 128} if metric == "tg_tps" else {"n_prompt": 512}
-    return Measurement(id=kw.pop("id", "x"), gpu=gpu, backend="CUDA", model="llama-3.1-8b",
-                       weight_format="q4_k_m", metric=metric, value=100.0, flash_attn=True,
-                       **shape, **kw)
+    given = {"id": "x", "backend": "CUDA", "model": "llama-3.1-8b", "weight_format": "q4_k_m",
+             "flash_attn": True, **shape, **kw}
+    return Measurement(gpu=gpu, metric=metric, value=100.0, **given)
 
 
 def _box(gpu: str, **kw) -> float:
@@ -47,9 +50,9 @@ def test_a_pasted_two_card_table_is_predicted_on_the_box():
     v = validate(ms)
     assert v.skipped == []
     assert [(r["gpu"], r["model"], r["metric"], r["kind"]) for r in v.rows] == [
-        ("2x rtx-3090", "llama-3-8b", "pp_tps", "box"),
-        ("2x rtx-3090", "llama-3-8b", "tg_tps", "box"),
-        ("2x rtx-3090", "llama-3-70b", "tg_tps", "box")]
+        ("2x rtx-3090", "llama-3.1-8b", "pp_tps", "box"),   # one shape: the longer context
+        ("2x rtx-3090", "llama-3.1-8b", "tg_tps", "box"),
+        ("2x rtx-3090", "llama-3.1-70b", "tg_tps", "box")]
     # the summary keeps a box's rows apart from one card's
     assert {(x["kind"], x["metric"]) for x in v.summary()} == {("box", "pp_tps"),
                                                                ("box", "tg_tps")}
@@ -115,3 +118,37 @@ def test_readers_take_the_split_knobs():
     assert ms == [] and [s.id for s in skipped] == ["B1"]
     assert skipped[0].reason.startswith("settings '-ngl 99 -fa 1 -sm layer -ts 3/x")
     assert parse_tensor_split("0.00") is None and parse_tensor_split("0.6/0.4") == (0.6, 0.4)
+
+
+def test_a_layer_split_pipelines_a_batchs_ubatches_on_cuda_not_on_vulkan():
+    # llama.cpp pipelines only where every device has async compute and events
+    # (kvsim.latency.box.PIPELINE_BACKENDS): a 2048-token prompt in 512-token ubatches over
+    # two 3090s takes its first ubatch through both cards, then one card's time each
+    cuda = _box("2x NVIDIA GeForce RTX 3090", metric="pp_tps", n_prompt=2048, n_ubatch=512)
+    serial = sum(_box("2x NVIDIA GeForce RTX 3090", metric="pp_tps", n_prompt=512,
+                      n_ubatch=512) ** -1 * 512 for _ in range(4))
+    assert 2048 / cuda < 0.8 * serial
+    vk = _box("2x NVIDIA GeForce RTX 3090", metric="pp_tps", n_prompt=2048, n_ubatch=512,
+              backend="Vulkan")
+    one = _box("2x NVIDIA GeForce RTX 3090", metric="pp_tps", n_prompt=512, n_ubatch=512,
+               backend="Vulkan")
+    # four ubatches one after another, the later ones attending to more of the prompt
+    assert 0.9 * one < vk < one
+
+
+def test_ngl_99_keeps_every_layer_on_the_cards_and_minus_one_fits_them():
+    # Llama 3.1 70B Q4_K_M over two 3090s at 32K of context without flash attention: the
+    # f32 attention scores (64 heads x 512 x 32K x 4 B = 4 GiB a card) leave no room for
+    # every layer; llama-bench's -ngl 99 would not load, -ngl -1 fits layers to memory
+    m = _m("2x NVIDIA GeForce RTX 3090", model="llama 70B Q4_K_M (Llama 3.1 70B)",
+           depth=32768, flash_attn=False)
+    for ngl in (None, 99):
+        with pytest.raises(InputError, match="cudaMalloc failed: out of memory"):
+            box_tps(replace(m, gpu_layers=ngl), box_setup(m))
+    assert box_tps(replace(m, gpu_layers=-1), box_setup(m)) > 0
+    head = ("id,engine,gpu,model,weight_format,kv_type,settings,context_or_depth,"
+            "batch_or_concurrency,metric,value,unit,source,notes\n")
+    row = ('B1,llama.cpp llama-bench (CUDA),"NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX '
+           '3090",Llama 3.1 8B,Q4_K_M,f16,-ngl -1 -fa 1 -ub 1,0,1,tg128_tps,118.5,tok/s,x,\n')
+    (m,), _ = read_shared_csv(head + row, "ngl.csv")
+    assert (m.gpu_layers, m.flash_attn, m.n_ubatch) == (-1, True, 1)

@@ -97,18 +97,24 @@ def test_community_rows_are_all_predicted_and_metal_k_quant_prompts_hold():
 
 def test_multi_gpu_rows_are_laid_out_on_their_boxes_or_say_why():
     """docs/reference/measurements-community/multi-gpu.csv: 135 llama-bench rows from
-    boxes of 2-4 GPUs (kvsim.validate.box_predict): 98 predicted on their boxes; the rest
-    name a model type the catalogue cannot pin down or llama.cpp's tensor split, which
-    kvsim does not lay out."""
+    boxes of 2-4 GPUs (kvsim.validate.box_predict): 112 predicted on their boxes (the
+    4x RTX 4090 "llama 70B (Llama 3.x 70B inferred)" rows as Llama 3.1 70B: the 3.x
+    narrows the model type to two models of one shape); the rest name a model type the
+    catalogue lacks or llama.cpp's tensor split, which kvsim does not lay out, or are
+    boxes kvsim's layout with every layer on the GPUs (-ngl 99) finds 0.1-0.3 GiB short
+    of loading, where the real runs loaded (docs/validation.md)."""
     f = COMMUNITY.with_name("multi-gpu.csv")
     meas, skipped = read_shared_csv(f.read_text(encoding="utf-8"), f.name)
     v = validate(meas)
-    assert skipped == [] and len(v.rows) == 98 and len(v.skipped) == 37
+    assert skipped == [] and len(v.rows) == 112 and len(v.skipped) == 23
     assert {r["gpu"] for r in v.rows} >= {"2x rx-7900-xtx", "2x radeon-ai-pro-r9700",
-                                          "3x tesla-v100-pcie-16gb", "rtx-4070-ti+rtx-a4000"}
-    assert all(s.reason.startswith(("ambiguous: llama.cpp model_type 'llama 70B'",
-                                    "split mode 'tensor'", "unknown: "))
+                                          "3x tesla-v100-pcie-16gb", "rtx-4070-ti+rtx-a4000",
+                                          "4x rtx-4090"}
+    assert all(s.reason.startswith(("split mode 'tensor'", "unknown: ",
+                                    "kvsim cannot lay this box out: "))
                for s in v.skipped), {s.reason for s in v.skipped}
+    short = sorted(s.id for s in v.skipped if s.reason.startswith("kvsim cannot lay"))
+    assert short == ["CMM033", "CMM034", "CMM116", "CMM117"]
 
 
 def test_pascal_prompts_take_the_dp4a_price():
