@@ -82,13 +82,13 @@ COMMUNITY = PRS.parents[1] / "measurements-community" / "community.csv"
 
 
 def test_community_rows_are_all_predicted_and_metal_k_quant_prompts_hold():
-    """docs/reference/measurements-community: 69 rows users posted for their own card,
+    """docs/reference/measurements-community: 85 rows users posted for their own card,
     every one predicted; the Metal k-quant prompts (M1 Ultra, M3 Ultra, M4) within the
     10.2 / 14.0 % docs/validation.md reports (25.8 / 29.0 % before Metal's k-quant prompts
     took its Q4_0 factor, kvsim.latency.backend.PP_FALLBACK_ON)."""
     meas, skipped = read_shared_csv(COMMUNITY.read_text(encoding="utf-8"), COMMUNITY.name)
     v = validate(meas)
-    assert skipped == [] and v.skipped == [] and len(v.rows) == 69
+    assert skipped == [] and v.skipped == [] and len(v.rows) == 85
     s = {(x["kind"], x["backend"], x["metric"]): x for x in v.summary()}
     metal = s[("single", "Metal", "pp_tps")]
     assert metal["n"] == 4 and metal["median_abs_rel_err"] <= 0.12
