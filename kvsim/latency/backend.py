@@ -54,7 +54,27 @@ whose k-quant dot products unpack sub-block scales in the inner loop. No fitted 
 Metal k-quant prompt: the rule was chosen on held-out rows (docs/validation.md, "Held-out
 community rows")."""
 _NO_INT8_MMA = frozenset({"pascal", "volta"})
+MMQ_PP_FAMILY = {"kquant": "q4_0"}
+"""On CUDA parts with int8 tensor cores, the family whose prefill factor a quantized
+family takes in today's builds: since llama.cpp PR #8075 (2024-06, "CUDA: use MMQ instead
+of cuBLAS by default") a prompt's quantized matmuls run MMQ, which loads every format's
+tile as int8 for one ``mma`` product, so a 4-bit k-quant costs about Q4_0's. The fitted
+k-quant factor comes from rows of May 2024 builds, which dequantized to FP16 for cuBLAS
+(their ``LLAMA_CUBLAS`` builds: ``cublas_prompts``); held-out rows of 2025-2026 builds
+ran 24-30 % faster than it priced (docs/validation.md, "The k-quant prompt on CUDA")."""
 _VENDOR_BACKEND = {"nvidia": "CUDA", "amd": "ROCm", "apple": "Metal", "intel": "Vulkan"}
+
+
+def prompt_family(gpu: GpuSpec, backend: str, family: str, cublas: bool = False) -> str:
+    """The family whose prefill factor a step of ``family`` weights takes: Pascal's dp4a
+    path (kvsim.latency.dp4a.pp_family), else :data:`MMQ_PP_FAMILY` on a CUDA part with
+    int8 tensor cores unless the build predates MMQ by default (``cublas``), else
+    ``family``."""
+    fam = pp_family(gpu, backend, family)
+    if fam == family and backend == "CUDA" and not cublas \
+            and gpu.architecture not in _NO_INT8_MMA:
+        return MMQ_PP_FAMILY.get(family, family)
+    return fam
 
 
 def format_family(weight_format: str) -> str:
@@ -333,16 +353,17 @@ def dp4a_weight(c: BackendConstants) -> float:
 
 def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: str,
               flash_attn: bool = True, constants: SpeedConstants | None = None,
-              graphs: bool | None = None) -> GpuRates:
+              graphs: bool | None = None, cublas_prompts: bool = False) -> GpuRates:
     """The five sustained rates of ``model`` in ``weight_format`` on ``gpu`` (docstring);
     ``graphs``: whether one-token steps replay as CUDA graphs (None: today's llama.cpp,
-    :func:`cuda_graphs`)."""
+    :func:`cuda_graphs`); ``cublas_prompts``: a build from before MMQ by default
+    (:func:`prompt_family`)."""
     k = constants or load_constants()
     c = k.backend(backend)
     scale = class_scale(k, gpu, backend)
     fam = format_family(weight_format)
     f_bw = k.format_factors(backend, fam)[0]
-    f_pp = k.format_factors(backend, pp_family(gpu, backend, fam))[1]
+    f_pp = k.format_factors(backend, prompt_family(gpu, backend, fam, cublas_prompts))[1]
     vec = vector_rate(gpu)
     moe = c.moe_eff if model.num_experts else 1.0
     power = board_power_w(gpu)

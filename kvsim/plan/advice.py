@@ -286,6 +286,17 @@ def changed_flags(before: str, after: str) -> str:
 MAX_CHECKS = 2  # re-simulations at most, when the first change laid out does not cure it
 
 
+def _no_latency_setting(summary: dict[str, Any]) -> str:
+    """Why no engine setting is offered for a latency target: its requests did not wait
+    for a slot (what more slots would cure), so their own prompt and decode steps set it."""
+    q, t = float(summary.get("queue_p95_s") or 0), float(summary.get("ttft_p95_s") or 0)
+    waited = f"queue p95 {format_latency(q)} of TTFT p95 {format_latency(t)}" if t > 0 \
+        else "no queueing for a slot"
+    return (f"requests hardly waited for a slot ({waited}): the card's own prompt and "
+            "decode speed sets it, which no engine setting changes; a faster card (kvsim "
+            "compare --gpus …), shorter prompts or a looser target would")
+
+
 def advise(s: Scenario, summary: dict[str, Any], c: Constraints, binding: str, *,
            simulate: Callable[[Scenario], dict[str, Any]] | None = None
            ) -> tuple[Change | None, str]:
@@ -298,7 +309,10 @@ def advise(s: Scenario, summary: dict[str, Any], c: Constraints, binding: str, *
     kind = CODE_KIND.get(binding)
     best: tuple[int, Change] | None = None
     checks = 0
-    for why, sets, need in _candidates(s, summary, c, binding):
+    candidates = _candidates(s, summary, c, binding)
+    if not candidates and binding.startswith(("ttft", "e2e")):
+        return None, _no_latency_setting(summary)
+    for why, sets, need in candidates:
         if need and need > s.model.max_context_tokens:
             return None, (f"the longest request needs {need - 1:,} tokens, more than "
                           f"{s.model.name}'s maximum context ({s.model.max_context_tokens:,}): "

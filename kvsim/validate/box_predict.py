@@ -57,6 +57,7 @@ class BoxSetup:
     tensor_split: tuple[float, ...] | None = None
     main_gpu: int = 0
     graphs_since: str = "volta"
+    cublas_prompts: bool = False
 
     @property
     def gpu_label(self) -> str:
@@ -104,7 +105,7 @@ def box_setup(m: Measurement, *, model: ModelSpec | None = None) -> BoxSetup | S
         return one
     return BoxSetup(cards, one.model, one.weight_format, one.backend, one.flash_attn,
                     one.kv_type, one.n_ubatch, m.n_batch or 2048, *split,
-                    graphs_since=m.cuda_graphs_since)
+                    graphs_since=m.cuda_graphs_since, cublas_prompts=m.cublas_prompts)
 
 
 def _split(m: Measurement, n: int) -> tuple[str, tuple[float, ...] | None, int] | str:
@@ -143,7 +144,8 @@ def _rates_of(s: BoxSetup, constants: SpeedConstants | None
     def rates(g: GpuSpec) -> GpuRates:
         return gpu_rates(g, s.model, s.weight_format, backend=s.backend,
                          flash_attn=s.flash_attn, constants=constants,
-                         graphs=cuda_graphs(g, s.backend, s.graphs_since))
+                         graphs=cuda_graphs(g, s.backend, s.graphs_since),
+                         cublas_prompts=s.cublas_prompts)
     return rates
 
 

@@ -46,11 +46,12 @@ from kvsim.latency.backend import (
     matrix_rate,
     memory_kind,
     per_expert_tiles,
+    prompt_family,
     small_batch_tokens,
     vector_rate,
     vendor_class,
 )
-from kvsim.latency.dp4a import UNQUANTIZED, dp4a_path, pp_family
+from kvsim.latency.dp4a import UNQUANTIZED, dp4a_path
 from kvsim.latency.rates import TILE_TOKENS_MAX, expert_tile_excess, linear_terms
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.fit_space import HIGH, KEYS, LOW, FitSpace
@@ -297,8 +298,9 @@ def on_dp4a(r: Row) -> bool:
 
 
 def row_pp_family(r: Row) -> str:
-    """The family whose prefill factor a row's steps take (kvsim.latency.dp4a.pp_family)."""
-    return pp_family(r.setup.gpu, r.setup.backend, r.family)
+    """The family whose prefill factor a row's steps take
+    (kvsim.latency.backend.prompt_family)."""
+    return prompt_family(r.setup.gpu, r.setup.backend, r.family, r.setup.cublas_prompts)
 
 
 def _soft_l1(e: np.ndarray) -> np.ndarray:

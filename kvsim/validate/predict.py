@@ -70,6 +70,7 @@ class Setup:
     cuda_graphs: bool = True   # one-token steps replay as CUDA graphs (CUDA backend)
     file_bytes: int | None = None  # the model file's size as the tool printed it
     n_ubatch: int = DEFAULT_UBATCH  # -ub: sizes the SWA ring a windowed layer reads
+    cublas_prompts: bool = False   # CUDA prompts on 2024's cuBLAS path (Measurement)
 
 
 def _weight_format(m: Measurement, from_name: str | None) -> str | None:
@@ -173,7 +174,7 @@ def setup_with(m: Measurement, gpu: GpuSpec, model: ModelSpec,
         return Skipped(m.id, problem)
     return Setup(gpu, model, fmt, m.backend, bool(m.flash_attn), kv,
                  cuda_graphs(gpu, m.backend, m.cuda_graphs_since), m.model_size_bytes,
-                 m.n_ubatch or DEFAULT_UBATCH)
+                 m.n_ubatch or DEFAULT_UBATCH, m.cublas_prompts)
 
 
 def _test_problem(m: Measurement) -> str | None:
@@ -261,7 +262,7 @@ def latency_for(s: Setup, constants: SpeedConstants | None = None,
         kv_quantized=quant,
         rates=rates or gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend,
                                  flash_attn=s.flash_attn, constants=constants,
-                                 graphs=s.cuda_graphs))
+                                 graphs=s.cuda_graphs, cublas_prompts=s.cublas_prompts))
 
 
 def predicted_tps(m: Measurement, s: Setup, constants: SpeedConstants | None = None) -> float:

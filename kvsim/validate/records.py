@@ -80,6 +80,7 @@ class Measurement:
     kv_type: str = "f16"
     source: str = ""
     cuda_graphs_since: str = "volta"   # the build's oldest architecture with CUDA graphs
+    cublas_prompts: bool = False   # a CUDA build from before MMQ by default (2024-06)
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

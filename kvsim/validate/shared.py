@@ -35,6 +35,11 @@ PUBLISHED_GRAPHS_SINCE = "ampere"
 """The builds behind the published rows replayed CUDA graphs from Ampere on only
 (kvsim.latency.backend.cuda_graphs)."""
 
+CUBLAS_BUILD = "LLAMA_CUBLAS"
+"""A row whose settings name this build flag ran a llama.cpp configured before 2024-03
+(renamed LLAMA_CUDA then), so before MMQ became CUDA's default in 2024-06: its quantized
+prompts dequantized for cuBLAS (kvsim.latency.backend.MMQ_PP_FAMILY)."""
+
 SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
 SPEED_VS_LOAD = ("id", "engine", "gpu", "model", "metric", "value", "unit")
 MEMORY_LOGS = ("id", "engine", "engine_version", "gpu", "printed_figures")
@@ -162,7 +167,8 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
                 gpu_layers=None if ngl is None else int(ngl),
                 backend=_long_backend(engine, row["gpu"]),
                 kv_type=(row.get("kv_type") or "f16").split(" ")[0],
-                cuda_graphs_since=PUBLISHED_GRAPHS_SINCE, **split)
+                cuda_graphs_since=PUBLISHED_GRAPHS_SINCE, **split,
+                cublas_prompts=CUBLAS_BUILD in row.get("settings", ""))
     m = re.match(r"(pp|tg)(\d+)_tps", metric)
     if "batched-bench" in engine:
         pp = int(number(row.get("context_or_depth", "")) or 0)

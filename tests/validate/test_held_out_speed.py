@@ -135,3 +135,17 @@ def test_pascal_prompts_take_the_dp4a_price():
     assert len(errs) == 14 and (errs[6] + errs[7]) / 2 <= 0.14, errs
     # the figure the speed note cites (kvsim.cli._speed_band_output.dp4a_words)
     assert (errs[6] + errs[7]) / 2 == pytest.approx(HELD_OUT_MEDIAN_ABS_ERR, abs=0.01)
+
+
+def test_modern_cuda_k_quant_prompts_take_q4_0s_factor():
+    """Held-out CUDA k-quant prompts of 2025-2026 builds on single cards (an RTX 3090's
+    and an RTX 5060 Ti's Qwen2.5-7B, an RTX PRO 6000 Blackwell's Llama 3.3 70B): at the
+    fitted k-quant factor, which May 2024 cuBLAS-era rows set, they came out 24-30 % too
+    slow; at Q4_0's factor, as MMQ runs them (kvsim.latency.backend.MMQ_PP_FAMILY), within
+    13 % (docs/validation.md, "The k-quant prompt on CUDA")."""
+    rows = []
+    for f in (PRS, COMMUNITY):
+        meas, _ = read_shared_csv(f.read_text(encoding="utf-8"), f.name)
+        rows += [m for m in meas if m.id in ("PRC133", "PRC135", "CMN019")]
+    errs = {r["id"]: float(r["rel_err"]) for r in validate(rows).rows}
+    assert len(errs) == 3 and all(-0.14 < e < 0 for e in errs.values()), errs
