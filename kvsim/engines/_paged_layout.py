@@ -12,7 +12,7 @@ token, the MLP's gate/up output, its activated product and the residual stream i
 ``2 × (3 × I + k × H)`` bytes (``I`` the MLP width a token runs through, all its experts' for
 a MoE model; ``k`` = 3 hidden-sized tensors, a MoE layer's per-expert outputs instead: its
 active experts), or, when larger, the dummy sampler's top-k / top-p temporaries over
-``max_num_seqs`` rows of logits (:data:`SAMPLER_BYTES_PER_LOGIT`) beside the hidden
+``max_num_seqs`` rows of logits (:func:`sampler_bytes_per_logit`) beside the hidden
 states.  It reproduces vLLM issue #10517 (V0, RTX 3090, Llama-3.1-8B: 2.07 GiB at
 max_model_len 20000 and 2.99 GiB at 29000, §1.1) to within 0.6 %; ``activation_bytes``
 pins it.

@@ -287,14 +287,18 @@ MAX_CHECKS = 2  # re-simulations at most, when the first change laid out does no
 
 
 def _no_latency_setting(summary: dict[str, Any]) -> str:
-    """Why no engine setting is offered for a latency target: its requests did not wait
-    for a slot (what more slots would cure), so their own prompt and decode steps set it."""
+    """Why no engine setting is offered for a latency target (:func:`_candidates` offers
+    more slots only when requests queued for one): they hardly waited, so their own
+    prompt and decode steps set it; or they waited with no more at once than the slots."""
     q, t = float(summary.get("queue_p95_s") or 0), float(summary.get("ttft_p95_s") or 0)
-    waited = f"queue p95 {format_latency(q)} of TTFT p95 {format_latency(t)}" if t > 0 \
-        else "no queueing for a slot"
-    return (f"requests hardly waited for a slot ({waited}): the card's own prompt and "
-            "decode speed sets it, which no engine setting changes; a faster card (kvsim "
-            "compare --gpus …), shorter prompts or a looser target would")
+    waited = f"queue p95 {format_latency(q)} of TTFT p95 {format_latency(t)}"
+    faster = "a faster card (kvsim compare --gpus …), shorter prompts or a looser target"
+    if q < QUEUE_SHARE * t or t <= 0:
+        return (f"requests hardly waited for a slot ({waited}): the card's own prompt and "
+                f"decode speed sets it, which no engine setting changes; {faster} would")
+    return (f"requests waited ({waited}) but never more came at once than the slots "
+            f"({int(summary.get('peak_concurrent_requests') or 0)} at most): more slots "
+            f"would not shorten it; {faster} would")
 
 
 def advise(s: Scenario, summary: dict[str, Any], c: Constraints, binding: str, *,
