@@ -86,6 +86,15 @@ def sampler_bytes_per_logit(vllm: bool) -> int:
     return VLLM_SAMPLER_BYTES_PER_LOGIT if vllm else SAMPLER_BYTES_PER_LOGIT
 
 
+def sampler_peak_bytes(model: ModelSpec, engine: PagedEngineConfig, vllm: bool) -> int:
+    """The sampling step's peak over ``max_num_seqs`` rows beside the batch's hidden
+    states (:func:`sampler_bytes_per_logit`): one rank's when it holds the sampler."""
+    tokens = engine.max_num_batched_tokens
+    rows = min(engine.max_num_seqs, tokens)
+    return tokens * ACTIVATION_BYTES * model.hidden_size \
+        + rows * model.vocab_size * sampler_bytes_per_logit(vllm)
+
+
 def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig,
                            vllm: bool = True) -> int:
     """ESTIMATE of the profiled peak activation over ``max_num_batched_tokens`` dummy
@@ -96,10 +105,7 @@ def paged_activation_bytes(model: ModelSpec, engine: PagedEngineConfig,
     tokens, h = engine.max_num_batched_tokens, model.hidden_size
     k = model.num_experts_active or 3
     forward = tokens * ACTIVATION_BYTES * (3 * mlp_width(model) + k * h)
-    rows = min(engine.max_num_seqs, tokens)
-    sampler = tokens * ACTIVATION_BYTES * h \
-        + rows * model.vocab_size * sampler_bytes_per_logit(vllm)
-    return max(forward, sampler)
+    return max(forward, sampler_peak_bytes(model, engine, vllm))
 
 
 def _profiled_activation(model: ModelSpec, engine: PagedEngineConfig,

@@ -46,7 +46,7 @@ from kvsim.engines._paged_layout import (
     kv_groups_of,
     mlp_width,
     paged_budget,
-    sampler_bytes_per_logit,
+    sampler_peak_bytes,
 )
 from kvsim.engines.memory import DeviceShare, MemoryBudget, Split
 from kvsim.engines.vllm_encoder import encoder_pass, loaded_vision_bytes, with_encoder_pass
@@ -126,9 +126,7 @@ def _rank_activation(model: ModelSpec, engine: PagedEngineConfig, tp: int, first
     k = model.num_experts_active or 3
     act = tokens * ACTIVATION_BYTES * (3 * mlp_width(model) // tp + k * h)
     if last:
-        rows = min(engine.max_num_seqs, tokens)
-        act = max(act, tokens * ACTIVATION_BYTES * h
-                  + rows * model.vocab_size * sampler_bytes_per_logit(vllm))
+        act = max(act, sampler_peak_bytes(model, engine, vllm))
     return with_encoder_pass(act, model, encoder_pass(model, engine), tp) if vllm and first \
         else act
 

@@ -70,16 +70,22 @@ def prompt_family(gpu: GpuSpec, backend: str, family: str, cublas: bool = False)
     path (kvsim.latency.dp4a.pp_family), else :data:`MMQ_PP_FAMILY` on a CUDA part with
     int8 tensor cores unless the build predates MMQ by default (``cublas``), else
     ``family``."""
-    fam = pp_family(gpu, backend, family)
-    if fam == family and backend == "CUDA" and not cublas \
-            and gpu.architecture not in _NO_INT8_MMA:
+    if dp4a_path(gpu, backend, family):
+        return pp_family(gpu, backend, family)
+    if backend == "CUDA" and not cublas and gpu.architecture not in _NO_INT8_MMA:
         return MMQ_PP_FAMILY.get(family, family)
-    return fam
+    return family
 
 
 def format_family(weight_format: str) -> str:
     """The family whose constants a weight format uses (``other``: AWQ, GPTQ, FP8…)."""
     return _FAMILY.get(weight_format.lower(), "other")
+
+
+def resolve_backend(setting: str, gpu: GpuSpec) -> str:
+    """A scenario's ``latency.backend`` for ``gpu``: as set, or ``auto``:
+    :func:`default_backend`."""
+    return default_backend(gpu) if setting == "auto" else setting
 
 
 def default_backend(gpu: GpuSpec) -> str:

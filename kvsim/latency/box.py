@@ -24,7 +24,7 @@ from typing import Any
 from kvsim.config.gpu_set import gpu_set_label
 from kvsim.config.specs import GpuSpec
 from kvsim.engines._paged_ranks import kv_head_fraction
-from kvsim.latency.backend import default_backend
+from kvsim.latency.backend import resolve_backend
 from kvsim.latency.multi_gpu import Link, MultiGpuLatency, Share
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import model_weights
@@ -99,10 +99,8 @@ def box_latency(scenario: Any, budget: Any, base: RooflineLatency, rates_of: Rat
                     else 0.0, cpu_layers, 0.0 if b.head_on_gpu else 1.0)
     g = scenario.gpu_link
     link = None if g is None else Link(g.bytes_per_s, g.latency_s)
-    backend = default_backend(scenario.gpu) if scenario.latency.backend == "auto" \
-        else scenario.latency.backend
     pipelined = b.split == "layer" and not cpu and len(stages) > 1 \
-        and backend in PIPELINE_BACKENDS
+        and resolve_backend(scenario.latency.backend, scenario.gpu) in PIPELINE_BACKENDS
     return MultiGpuLatency(
         base, model_weights(model, scenario.weights), stages, b.split, link,
         hidden=model.hidden_size, act_bytes=4 if slot else 2, vocab=model.vocab_size,

@@ -8,7 +8,7 @@ from typing import Any
 
 from kvsim.engines import engine_for
 from kvsim.engines.config import EngineConfig, SlotEngineConfig
-from kvsim.latency.backend import default_backend, gpu_rates, load_constants
+from kvsim.latency.backend import gpu_rates, load_constants, resolve_backend
 from kvsim.latency.base import LatencyModel
 from kvsim.latency.bench_artifact import is_bench_artifact, load_bench_artifact
 from kvsim.latency.box import box_latency
@@ -38,8 +38,8 @@ def backend_rates(scenario: Any, gpu: Any = None) -> GpuRates | None:
     cfg, gpu = scenario.latency, gpu or scenario.gpu
     if cfg.rates == "peak":
         return None
-    backend = default_backend(gpu) if cfg.backend == "auto" else cfg.backend
-    r = gpu_rates(gpu, scenario.model, scenario.weights, backend=backend,
+    r = gpu_rates(gpu, scenario.model, scenario.weights,
+                  backend=resolve_backend(cfg.backend, gpu),
                   flash_attn=_flash_attn(scenario.engine),
                   constants=load_constants(cfg.constants) if cfg.constants else None)
     return r if cfg.step_overhead_s is None else replace(r, overhead_s=cfg.step_overhead_s,

@@ -91,10 +91,10 @@ def speed_band(scenario: Any) -> SpeedBand | None:
     cfg = scenario.latency
     if cfg.kind != "roofline" or cfg.rates != "backend":
         return None
-    from kvsim.latency.backend import default_backend, load_constants
+    from kvsim.latency.backend import load_constants, resolve_backend
 
-    backend = default_backend(scenario.gpu) if cfg.backend == "auto" else cfg.backend
-    return band_from_errors(load_constants(cfg.constants).errors, backend)
+    return band_from_errors(load_constants(cfg.constants).errors,
+                            resolve_backend(cfg.backend, scenario.gpu))
 
 
 class ScaledLatency(WrappedLatency):
