@@ -25,7 +25,7 @@ from typing import Any
 
 from kvsim.errors import InputError
 from kvsim.validate.devices import printed_devices
-from kvsim.validate.records import Measurement, Metric, Skipped, split_knobs
+from kvsim.validate.records import FA_AUTO, Measurement, Metric, Skipped, split_knobs
 
 BENCH_JSON = "llama-bench json"
 BENCH_JSONL = "llama-bench jsonl"
@@ -340,10 +340,13 @@ def _rate(f: Mapping[str, Any], key: str, shown: str = "") -> float:
 
 
 def _flash(f: Mapping[str, Any]) -> bool | None:
-    """flash_attn: a bool before llama-bench's ``-fa auto``, then -1 (auto) / 0 / 1."""
+    """flash_attn: a bool before llama-bench's ``-fa auto``, then -1 (auto) / 0 / 1.
+
+    NOTE: auto is on: llama.cpp turns flash attention on wherever the layer's device runs
+    the op, which every backend kvsim prices does (records.FA_AUTO)."""
     raw = _text(f.get("flash_attn", "")).lower()
-    return {"1": True, "true": True, "on": True, "0": False, "false": False,
-            "off": False}.get(raw)
+    return {"1": True, "true": True, "on": True, "-1": FA_AUTO, "auto": FA_AUTO,
+            "0": False, "false": False, "off": False}.get(raw)
 
 
 def _text(v: Any) -> str:

@@ -17,6 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+# llama.cpp's ``-fa auto`` (llama-bench's -1, its default once it took auto, and
+# llama-server's) resolves to on wherever the layer's device runs flash attention: CUDA,
+# ROCm, Metal, Vulkan and the CPU all do for the catalogue's head sizes (llama.cpp issue
+# #27086 shows auto resolving to on even on Arm CPUs, where it is the slower choice).
+FA_AUTO = True
+
 Metric = Literal["pp_tps", "tg_tps", "pg_tps"]
 """``pp_tps``: prompt tokens processed per second; ``tg_tps``: tokens generated per
 second, summed over every sequence that decodes in parallel; ``pg_tps``: llama-bench's

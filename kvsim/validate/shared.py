@@ -29,7 +29,7 @@ import re
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_row
-from kvsim.validate.records import Measurement, Skipped, split_knobs
+from kvsim.validate.records import FA_AUTO, Measurement, Skipped, split_knobs
 
 PUBLISHED_GRAPHS_SINCE = "ampere"
 """The builds behind the published rows replayed CUDA graphs from Ampere on only
@@ -82,7 +82,10 @@ def backend_name(text: str) -> str:
 
 
 def _flash(text: str) -> bool | None:
+    """A row's flash-attention flag: on / off / auto (on, FA_AUTO); None where not shown."""
     t = (text or "").strip().lower()
+    if t.startswith(("-1", "auto")):
+        return FA_AUTO
     if t.startswith("1") or t.startswith("on") or t == "true":
         return True
     if t.startswith("0") or t.startswith("off") or t == "false":

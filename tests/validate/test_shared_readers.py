@@ -194,3 +194,15 @@ def test_an_ambiguous_card_is_skipped_with_each_profiles_prediction():
     v = validate([replace(unknown, gpu="NVIDIA H20")])
     assert v.skipped[0].reason.startswith("unknown GPU 'NVIDIA H20'")
     assert "kvsim predicts" not in v.skipped[0].reason
+
+
+@pytest.mark.parametrize(("settings", "fa"), [
+    ("llama-bench -ngl 99 -fa auto -p 512", True),        # auto resolves to on (FA_AUTO)
+    ("llama-batched-bench n_ubatch 512, flash_attn -1, ngl all", True),  # -1 is auto
+    ("llama-bench -ngl 99 -fa 0", False), ("llama-bench -fa off", False),
+    ("llama-bench -fa on", True), ("llama-bench -ngl 99 -p 512", None)])  # not shown
+def test_flash_attention_flag_in_settings_text(settings: str, fa: bool | None) -> None:
+    from kvsim.validate.shared import _flags, _flash
+
+    flags = _flags(settings)
+    assert _flash(flags.get("-fa", flags.get("flash_attn", ""))) is fa
