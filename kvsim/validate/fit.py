@@ -95,7 +95,7 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     """The measured test's predicted time under constants ``k`` (through gpu_rates)."""
     s = r.setup
     g = gpu_rates(s.gpu, s.model, s.weight_format, backend=s.backend, flash_attn=s.flash_attn,
-                  constants=k, graphs=s.cuda_graphs)
+                  constants=k, graphs=s.cuda_graphs, cublas_prompts=s.cublas_prompts)
     p = r.parts
     rows = g.attention_flops_per_s if g.attention_rows_flops_per_s is None \
         else g.attention_rows_flops_per_s

@@ -22,16 +22,19 @@ def _rows(constants=None):
         gpu = load_gpu(g)
         backend = "Metal" if g.startswith("apple") else "CUDA"
         for mi, m in enumerate(MODELS):
-            fmt = ("q4_0", "f16", "q8_0")[(gi + mi) % 3]
+            fmt = ("q4_0", "f16", "q8_0", "q4_k_m")[(gi + mi) % 4]
             for metric, shape in (("pp_tps", dict(n_prompt=512)), ("tg_tps", dict(n_gen=16)),
                                   ("tg_tps", dict(n_gen=8, depth=4096, batch=4)),
                                   # 4-token graphs: the matrix-vector kernels' regime
                                   ("pp_tps", dict(n_prompt=64, n_ubatch=4))):
+                # q4_k_m on CUDA: MMQ's Q4_0 prefill factor, or the fitted k-quant one where
+                # the build predates MMQ (cublas, every other row): all paths must agree
+                cublas = fmt == "q4_k_m" and len(rows) % 2 == 0
                 meas = Measurement(id=f"{g}/{m}/{metric}/{len(rows)}", gpu=g, backend=backend,
                                    model=m, weight_format=fmt, metric=metric, value=1.0,
-                                   flash_attn=bool(mi % 2), **shape)
+                                   flash_attn=bool(mi % 2), cublas_prompts=cublas, **shape)
                 rows.append(F.make_row(meas, Setup(gpu, load_model(m), fmt, backend,
-                                                   bool(mi % 2))))
+                                                   bool(mi % 2), cublas_prompts=cublas)))
     return rows
 
 
@@ -43,9 +46,13 @@ def test_vectorised_errors_equal_the_validate_path():
     slow = F.log_errors(rows, space.constants(space.vector(k)))
     assert np.allclose(fast, slow, rtol=0, atol=1e-9)
     # and the validate path (predicted_tps through the roofline) says the same
-    r = rows[5]
-    tps = predicted_tps(r.m, r.setup, space.constants(space.vector(k)))
-    assert math.log(tps / r.m.value) == pytest.approx(slow[5], abs=1e-9)
+    kq = [i for i, r in enumerate(rows) if r.setup.weight_format == "q4_k_m"
+          and r.setup.backend == "CUDA" and r.m.metric == "pp_tps"]
+    assert {rows[i].setup.cublas_prompts for i in kq} == {True, False}
+    for i in [5, *kq]:
+        r = rows[i]
+        tps = predicted_tps(r.m, r.setup, space.constants(space.vector(k)))
+        assert math.log(tps / r.m.value) == pytest.approx(slow[i], abs=1e-9)
 
 
 def test_fit_recovers_the_constants_that_made_the_data():
