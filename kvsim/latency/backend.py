@@ -28,6 +28,7 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import FrozenModel
 from kvsim.errors import InputError
 from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, UNQUANTIZED, dp4a_path, pp_family
+from kvsim.latency.expert_loop import loop_fields
 from kvsim.latency.rates import matmul_flops
 from kvsim.latency.roofline import GpuRates
 
@@ -370,8 +371,7 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
     fam = format_family(weight_format)
     f_bw = k.format_factors(backend, fam)[0]
     f_pp = k.format_factors(backend, prompt_family(gpu, backend, fam, cublas_prompts))[1]
-    vec = vector_rate(gpu)
-    moe = c.moe_eff if model.num_experts else 1.0
+    vec, moe = vector_rate(gpu), (c.moe_eff if model.num_experts else 1.0)
     power = board_power_w(gpu)
     lin = scale.pp_scale * f_pp * moe / linear_seconds_per_flop(
         c, gpu, backend, fam, vec, power)
@@ -396,4 +396,5 @@ def gpu_rates(gpu: GpuSpec, model: ModelSpec, weight_format: str, *, backend: st
                     attention_rows_flops_per_s=rows,
                     rows_below=ROW_KERNEL_ROWS.get(backend, 1),
                     reread_s_per_byte_token=c.pp_reread / bw,
-                    expert_tiles=per_expert_tiles(backend))
+                    expert_tiles=per_expert_tiles(backend),
+                    **loop_fields(gpu, backend, fam, model))

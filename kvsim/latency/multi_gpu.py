@@ -42,7 +42,12 @@ import numpy as np
 
 from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import ubatch_split
-from kvsim.latency.rates import expert_tile_s, experts_used_fraction, linear_terms
+from kvsim.latency.rates import (
+    expert_loop_s,
+    expert_tile_s,
+    experts_used_fraction,
+    linear_terms,
+)
 from kvsim.latency.roofline import GpuRates, RooflineLatency
 from kvsim.model.weights import WeightSplit
 
@@ -156,7 +161,8 @@ class MultiGpuLatency:
             + self._expert_tiles_s(s, tokens, decode)
         own = self._weight_bytes(s, b.expert_pick)  # a token's own (RooflineLatency)
         return self._join(flops + _reread_s(r, tokens, own, decode or adds), mem, adds) \
-            + b.dequant * kv_t
+            + b.dequant * kv_t + expert_loop_s(r, tokens, b.expert_pick,
+                                               s.expert * b.all_loop_experts)
 
     def _weight_bytes(self, s: Share, expert_share: Any) -> Any:
         """The weight bytes of GPU share ``s`` with ``expert_share`` of the routed experts
@@ -187,7 +193,8 @@ class MultiGpuLatency:
         home = self._join(s.attn * pairs * b.pair_flops / r.attention_flops_per_s,
                           s.expert * used * self.expert_bytes / r.weight_bytes_per_s + kv_t,
                           adds)
-        return mat, home + b.dequant * kv_t
+        return mat, home + b.dequant * kv_t + expert_loop_s(r, tokens, b.expert_pick,
+                                                             s.expert * b.all_loop_experts)
 
     # -- what crosses the link -------------------------------------------------------
     def _comm_s(self, tokens: float, outputs: float) -> float:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from kvsim.config.specs import GpuSpec
+from kvsim.latency.expert_loop import EXPERT_MATMULS
 
 TILE_TOKENS_MAX = 128
 """The widest tile of tokens llama.cpp's MMQ kernels run (``mmq_x`` up to 128): a step
@@ -85,6 +86,12 @@ class GpuRates:
     """A tiled step's routed experts each pay ``tile_tokens`` per tile of their own
     tokens (:func:`expert_tile_excess`): CUDA's MMQ with expert ids; False: the dense
     factor for every FLOP."""
+    expert_call_s: float = 0.0
+    """Seconds each used expert's call costs where a step of ``expert_loop_tokens`` or
+    more loops over the experts on the host (:func:`expert_loop_s`,
+    kvsim.latency.expert_loop); 0: no loop."""
+    expert_loop_tokens: int = 0
+    """The smallest step (tokens) that takes that loop; 0: none."""
 
 
 def linear_terms(rates: GpuRates, tokens: float) -> tuple[float, float, bool]:
@@ -142,6 +149,21 @@ def expert_tile_s(rates: GpuRates, tokens: float, pick: float, expert_flops: flo
     a decode-only step (measured batched decode pays none)."""
     x = expert_tile_excess(rates, tokens, pick) if expert_flops and not decode else 0.0
     return expert_flops * x / rates.linear_flops_per_s if x else 0.0
+
+
+def expert_loop_s(rates: GpuRates, tokens: float, pick: float, layer_experts: float) -> float:
+    """Seconds a step of ``tokens`` tokens spends in the host's loop over the experts
+    (kvsim.latency.expert_loop): ``expert_call_s`` for each expert product
+    (``EXPERT_MATMULS`` a layer) of the ``layer_experts`` (MoE layers times experts, on
+    this GPU) that its tokens reach (``pick = k/E``); 0 below ``expert_loop_tokens`` or
+    where the rates have no loop. Prompt and decode steps alike: the kernel choice goes
+    by the step's tokens.
+    NOTE: added to the step's time last, on every path (per step and stretch), so a part
+    without the loop keeps its floats."""
+    if not rates.expert_loop_tokens or tokens < rates.expert_loop_tokens or pick <= 0.0:
+        return 0.0
+    return rates.expert_call_s * EXPERT_MATMULS * layer_experts \
+        * experts_used_fraction(int(tokens), pick)
 
 
 def times_add(rates: GpuRates, tokens: float, decode: bool) -> bool:

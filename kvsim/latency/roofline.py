@@ -4,14 +4,13 @@ A step's weight bytes are every dense tensor plus the routed experts its tokens 
 (``1 − (1 − k/E)^t``); its FLOPs are ``2 · params`` per token less embedding and head, the head
 once per sequence, and ``4 · heads · head_dim`` per attention pair. GPU layers take the max of
 compute and memory time (a prefill's compute includes the weights its tiles read again,
-``GpuRates.reread_s_per_byte_token``: a token's own, the dense ones and k/E of the
-experts'), CPU-offloaded layers the same on the host, plus a
-per-step overhead.
+``GpuRates.reread_s_per_byte_token``: a token's own, the dense ones and k/E of the experts'),
+CPU-offloaded layers the same on the host, plus a per-step overhead and, where the experts
+loop on the host, that loop (kvsim.latency.rates.expert_loop_s, added last).
 Quantized KV pays ``kv_dequant_factor`` of its read time; demoted tokens are read at their
 quantized bytes (``BatchShape.kv_read_saved_bytes``); llama.cpp ubatches of ≥ 32 tokens copy
-host weights to the GPU first (kvsim.latency.offload).  A step the engine runs as several
-graphs (``BatchShape.ubatches``, llama.cpp's ubatches) is the sum of each graph's roofline:
-every graph pays the overhead and reads the weights.
+host weights to the GPU first (kvsim.latency.offload). A step the engine runs as several
+graphs (``BatchShape.ubatches``, llama.cpp's ubatches) is the sum of each graph's roofline.
 
 NOTE: ``decode_steps_s`` (numpy, :meth:`_times`) and ``step_time_s`` (scalar, :meth:`_time1`)
 evaluate the same formulas in the same order, so fast-forward and per-step fidelity agree to
@@ -31,6 +30,7 @@ from kvsim.latency.base import BatchShape
 from kvsim.latency.offload import OpOffload, ubatch_split
 from kvsim.latency.rates import (
     GpuRates,
+    expert_loop_s,
     expert_tile_s,
     experts_used_fraction,
     linear_terms,
@@ -123,9 +123,8 @@ class RooflineLatency:
         self.gpu_expert_bytes = (layers - cpu_expert_layers) * expert
         self.cpu_expert_bytes = (host_layers + cpu_expert_layers) * expert
         # a one-token step's reads (one decoding sequence): k/E of the experts — a token's
-        # own weights, which is also what a prefill's tiles read again per token (each
-        # expert re-reads its weights per tile of *its* tokens, t·k/E of them), not every
-        # expert the step reaches
+        # own weights, also what a prefill's tiles read again per token (each expert
+        # re-reads its weights per tile of *its* tokens, t·k/E), not all the step reaches
         self.gpu_weight_bytes, self.cpu_weight_bytes = self.weight_bytes(1)
         # a token's routed-expert FLOPs (2 a parameter): experts in system RAM (llama.cpp
         # --fit) on the CPU, their layers' attention and KV on the GPU; on the GPU; in
@@ -134,6 +133,9 @@ class RooflineLatency:
         self.cpu_linear_flops_per_token = flops * cpu_expert_layers
         self.gpu_expert_flops_per_token = flops * (layers - cpu_expert_layers)
         self.all_expert_flops_per_token = flops * model.num_layers
+        # layers x experts a host loop over the experts walks (rates.expert_loop_s)
+        self.loop_experts = (layers - cpu_expert_layers) * (model.num_experts or 0)
+        self.all_loop_experts = model.num_layers * (model.num_experts or 0)
 
     def weight_bytes(self, tokens: int) -> tuple[float, float]:
         """(GPU, host) weight bytes one graph of ``tokens`` tokens reads: the dense parts
@@ -182,7 +184,8 @@ class RooflineLatency:
             t_cpu = np.maximum(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                                w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t_cpu = t_cpu + self.dequant * kv_time_cpu
-        return self.overhead(n) + t_gpu + self.dequant * kv_time_gpu + t_cpu
+        return self.overhead(n) + t_gpu + self.dequant * kv_time_gpu + t_cpu \
+            + expert_loop_s(self.rates, nf, self.expert_pick, self.loop_experts)
 
     def _attn_rate(self, tokens: float, decode: bool) -> float:
         """Attention FLOP/s: the per-row kernel's for a decode-only step or one of fewer
@@ -303,7 +306,8 @@ class RooflineLatency:
                 + self.reread_s * tokens * self.offload_reread_bytes,
                 resident / self.gpu_bytes_per_s + kv_time)
         t += self.dequant * kv_time
-        return t + (copy_w + copy_kv) / link_bytes_per_s
+        return t + (copy_w + copy_kv) / link_bytes_per_s \
+            + expert_loop_s(self.rates, tokens, self.expert_pick, self.all_loop_experts)
 
     def _split_s(self, tokens: float, lin: float, att: float, kv_read: float,
                  base_s: float, decode: bool = False) -> float:
@@ -329,7 +333,7 @@ class RooflineLatency:
             t += max(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                      w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
             t += self.dequant * kv_time_cpu
-        return t
+        return t + expert_loop_s(self.rates, tokens, self.expert_pick, self.loop_experts)
 
     def decode_steps_list(self, contexts: Sequence[int], steps: int,
                           kv_read_saved_bytes: float = 0.0) -> list[float] | None:
@@ -354,10 +358,10 @@ class RooflineLatency:
         aflops, kvbw = self.attn_rows_flops_per_s, self.kv_bytes_per_s
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
-        over, adds = self.overhead(n), self.rates.decode_adds
-        out = []
+        over, adds, out = self.overhead(n), self.rates.decode_adds, []
         moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
             self.cpu_linear_flops_per_token
+        loop = expert_loop_s(self.rates, nf, self.expert_pick, self.loop_experts)
         for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
             kv = float(lkv * tok) - saved
             att = float(full * tok) * pf
@@ -371,7 +375,7 @@ class RooflineLatency:
                 t_cpu = max(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                             w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
                 t_cpu = t_cpu + dq * kv_time_cpu
-            out.append(over + t_gpu + dq * kv_time_gpu + t_cpu)
+            out.append(over + t_gpu + dq * kv_time_gpu + t_cpu + loop)
         return out
 
     def decode_steps_s(self, contexts: np.ndarray, steps: int,

@@ -340,10 +340,7 @@ def _rate(f: Mapping[str, Any], key: str, shown: str = "") -> float:
 
 
 def _flash(f: Mapping[str, Any]) -> bool | None:
-    """flash_attn: a bool before llama-bench's ``-fa auto``, then -1 (auto) / 0 / 1.
-
-    NOTE: auto is on: llama.cpp turns flash attention on wherever the layer's device runs
-    the op, which every backend kvsim prices does (records.FA_AUTO)."""
+    """flash_attn: a bool before llama-bench's ``-fa auto``, then -1 (auto: on) / 0 / 1."""
     raw = _text(f.get("flash_attn", "")).lower()
     return {"1": True, "true": True, "on": True, "-1": FA_AUTO, "auto": FA_AUTO,
             "0": False, "false": False, "off": False}.get(raw)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from kvsim.config.catalog import list_names, load_gpu, load_host, load_model
+from kvsim.latency.backend import format_family
 from kvsim.latency.base import BatchShape
+from kvsim.latency.expert_loop import loop_tokens
 from kvsim.latency.rates import GpuRates, expert_tile_excess
 from kvsim.latency.roofline import RooflineLatency
 from kvsim.model.geometry import kv_geometry
@@ -78,13 +80,23 @@ def test_decode_steps_pay_none() -> None:
 def test_larger_micro_batches_are_never_slower(model: str, fmt: str) -> None:
     """On every NVIDIA card of the catalogue a 512-token prompt runs no slower at a larger
     micro-batch (16 → 512), and prefill stays above twice decode: tiles of fewer tokens
-    an expert cost more a token, never less."""
+    an expert cost more a token, never less. Where the experts loop on the host from 64
+    tokens (Volta; kvsim.latency.expert_loop) that holds on each side of the switch; at
+    the switch a model of many experts slows (Qwen3-30B-A3B's 128: 419 → 159 t/s on a
+    V100; the V100's DeepSeek-V2-Lite prompt dipped there too, 208 → 196 t/s,
+    docs/reference/measurements-prs PRC006/PRC007), one of few need not (gpt-oss-20b's
+    32)."""
     for slug in list_names("gpus"):
         g = load_gpu(slug)
         if g.vendor.lower() != "nvidia":
             continue
         tps = [_tps(slug, model, fmt, "pp_tps", ub) for ub in (16, 32, 64, 128, 512)]
-        assert all(a <= b * (1 + 1e-9) for a, b in zip(tps, tps[1:])), (slug, tps)
+        start = loop_tokens(g, "CUDA", format_family(fmt), load_model(model))
+        sides = [tps[:2], tps[2:]] if start == 64 else [tps]
+        if start == 64 and model == "qwen3-30b-a3b":
+            assert tps[2] < tps[1], (slug, tps)
+        for side in sides:
+            assert all(a <= b * (1 + 1e-9) for a, b in zip(side, side[1:])), (slug, tps)
         assert tps[-1] > 2 * _tps(slug, model, fmt, "tg_tps", 512), slug
 
 

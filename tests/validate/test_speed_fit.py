@@ -12,7 +12,8 @@ from kvsim.validate.lodo import leave_one_device_out
 from kvsim.validate.predict import Setup, predicted_tps
 from kvsim.validate.records import Measurement
 
-GPUS = ("rtx-4090", "rtx-3090", "rtx-4080", "apple-m2-max-38c", "apple-m1-max-32c")
+GPUS = ("rtx-4090", "rtx-3090", "rtx-4080", "apple-m2-max-38c", "apple-m1-max-32c",
+        "tesla-v100-pcie-16gb")  # the last: an MoE q8_0 prompt takes the host expert loop
 MODELS = ("llama-2-7b", "qwen3-30b-a3b")
 
 
