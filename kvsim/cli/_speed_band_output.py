@@ -40,7 +40,8 @@ def speed_note(sc: Any) -> str:
     return (f"speed model: cards left out of its {band.backend} fit ran, {SHARE} of "
             f"{band.decode_rows} decode and {band.prompt_rows} prompt measurements, at "
             f"{band.speed_words()} (hardware_profiles/speed/constants.yaml)"
-            f"{engine_caveat([sc])}{dp4a_caveat(sc, band.backend)}; --speed-band reruns "
+            f"{engine_caveat([sc])}{dp4a_caveat(sc, band.backend)}"
+            f"{loop_caveat(sc, band.backend)}; --speed-band reruns "
             "this scenario at both ends, kvsim "
             f"calibrate {_calibrator(sc)} on your card replaces the estimate with "
             "measurements")
@@ -64,7 +65,8 @@ def engine_caveat(scenarios: Any) -> str:
     if not other:
         return ""
     return (f"; those measurements are llama.cpp's: {' and '.join(other)}'s own kernels are "
-            "in none of them, so the band is a floor there")
+            "in none of them (published vLLM runs decoded 16-bit weights 15-26 % faster than "
+            "kvsim prices them, 4-bit and FP8 within 16 %: docs/design/vllm-speed.md)")
 
 
 def on_dp4a_path(sc: Any, backend: str) -> bool:
@@ -91,6 +93,19 @@ def dp4a_caveat(sc: Any, backend: str) -> str:
     if not on_dp4a_path(sc, backend):
         return ""
     return "; this card's quantized layers take Pascal's dp4a path, " + dp4a_words()
+
+
+def loop_caveat(sc: Any, backend: str) -> str:
+    """``""``, or, for a card whose MoE layers loop over their experts on the host
+    (kvsim.latency.expert_loop), from how many tokens and what its price rests on."""
+    from kvsim.latency.backend import format_family
+    from kvsim.latency.expert_loop import loop_tokens
+
+    start = loop_tokens(sc.gpu, backend, format_family(sc.weights), sc.model)
+    if not start:
+        return ""
+    return (f"; this card runs a step of {start}+ tokens through the MoE layers' host loop "
+            "over the experts, priced from two Volta prompts of one source, outside the band")
 
 
 def bands_note(scenarios: dict[str, Any]) -> str:
