@@ -27,8 +27,9 @@ from kvsim.config.files import read_yaml
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import FrozenModel
 from kvsim.errors import InputError
-from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, UNQUANTIZED, dp4a_path, pp_family
+from kvsim.latency.dp4a import DP4A_UNPACK_SLOTS, UNQUANTIZED, dp4a_path
 from kvsim.latency.expert_loop import loop_fields
+from kvsim.latency.prompt_family import NO_INT8_MMA, fitted_pp_family, prompt_family
 from kvsim.latency.rates import matmul_flops
 from kvsim.latency.roofline import GpuRates
 
@@ -38,44 +39,7 @@ FORMAT_FAMILIES = ("f16", "f32", "q8_0", "q4_0", "kquant", "iquant", "mxfp4", "o
 _FAMILY = {"f32": "f32", "f16": "f16", "bf16": "f16", "q8_0": "q8_0", "q4_0": "q4_0",
            "q4_k_m": "kquant", "q4_k_s": "kquant", "q5_k_m": "kquant", "q6_k": "kquant",
            "iq4_xs": "iquant", "iq4_nl": "iquant", "mxfp4": "mxfp4", "mxfp4_moe": "mxfp4"}
-PP_FALLBACK = {"iquant": "q4_0"}
-"""A family without a fitted prefill factor of its own takes this family's: ggml-cuda's
-MMQ loads IQ4_NL and IQ4_XS tiles as 4-bit values, expands them to int8 through their
-lookup table, and multiplies them with the int8 product the legacy quants use
-(``mmq.cuh``: ``mmq_type_traits`` of both types use ``vec_dot_q8_0_q8_1_mma``): Q4_0's
-loads and product, not Q8_0's twice as many bytes a tile."""
-PP_FALLBACK_ON = {"Metal": {"kquant": "q4_0"}}
-"""Per backend, a family whose prefill factor that backend has not fitted takes the
-backend's own factor of this family, ahead of the shared one. ggml-metal's
-``kernel_mul_mm`` dequantizes every format's weight tile to 16 bits in threadgroup memory
-and multiplies it with simdgroup matrices on the same ALUs, so the format costs little of
-a prompt there (Metal's fitted q4_0, q8_0 and f16 factors are 0.79, 0.82 and 0.96) and a
-4-bit k-quant's prompt runs as Q4_0's; the shared k-quant factor comes from CUDA's MMQ,
-whose k-quant dot products unpack sub-block scales in the inner loop. No fitted row is a
-Metal k-quant prompt: the rule was chosen on held-out rows (docs/validation.md, "Held-out
-community rows")."""
-_NO_INT8_MMA = frozenset({"pascal", "volta"})
-MMQ_PP_FAMILY = {"kquant": "q4_0"}
-"""On CUDA parts with int8 tensor cores, the family whose prefill factor a quantized
-family takes in today's builds: since llama.cpp PR #8075 (2024-06, "CUDA: use MMQ instead
-of cuBLAS by default") a prompt's quantized matmuls run MMQ, which loads every format's
-tile as int8 for one ``mma`` product, so a 4-bit k-quant costs about Q4_0's. The fitted
-k-quant factor comes from rows of May 2024 builds, which dequantized to FP16 for cuBLAS
-(their ``LLAMA_CUBLAS`` builds: ``cublas_prompts``); held-out rows of 2025-2026 builds
-ran 24-30 % faster than it priced (docs/validation.md, "The k-quant prompt on CUDA")."""
 _VENDOR_BACKEND = {"nvidia": "CUDA", "amd": "ROCm", "apple": "Metal", "intel": "Vulkan"}
-
-
-def prompt_family(gpu: GpuSpec, backend: str, family: str, cublas: bool = False) -> str:
-    """The family whose prefill factor a step of ``family`` weights takes: Pascal's dp4a
-    path (kvsim.latency.dp4a.pp_family), else :data:`MMQ_PP_FAMILY` on a CUDA part with
-    int8 tensor cores unless the build predates MMQ by default (``cublas``), else
-    ``family``."""
-    if dp4a_path(gpu, backend, family):
-        return pp_family(gpu, backend, family)
-    if backend == "CUDA" and not cublas and gpu.architecture not in _NO_INT8_MMA:
-        return MMQ_PP_FAMILY.get(family, family)
-    return family
 
 
 def format_family(weight_format: str) -> str:
@@ -187,14 +151,10 @@ class SpeedConstants(FrozenModel):
     def format_factors(self, backend: str, family: str) -> tuple[float, float]:
         """(weight-streaming, prefill) factors of a format family on a backend: the
         backend's own where fitted, else (prefill) the backend's own of its
-        :data:`PP_FALLBACK_ON` family, else the shared ones, else (prefill) those of its
-        :data:`PP_FALLBACK` family, else 1."""
+        ``PP_FALLBACK_ON`` family, else the shared ones, else (prefill) those of its
+        ``PP_FALLBACK`` family, else 1 (kvsim.latency.prompt_family)."""
         bw = self.format_bw.get(f"{backend}:{family}", self.format_bw.get(family, 1.0))
-        own = PP_FALLBACK_ON.get(backend, {}).get(family)
-        if f"{backend}:{family}" not in self.format_pp and f"{backend}:{own}" in self.format_pp:
-            family = str(own)
-        elif f"{backend}:{family}" not in self.format_pp and family not in self.format_pp:
-            family = PP_FALLBACK.get(family, family)
+        family = fitted_pp_family(self.format_pp, backend, family)
         pp = self.format_pp.get(f"{backend}:{family}", self.format_pp.get(family, 1.0))
         return bw, pp
 
@@ -291,11 +251,11 @@ def cuda_graphs(gpu: GpuSpec, backend: str, since: str = "volta") -> bool:
 def matrix_rate(gpu: GpuSpec, backend: str, quantized: bool) -> float:
     """The matrix-unit FLOP/s the backend's matmul kernels run at (module docstring)."""
     int8 = gpu.int8_tensor_ops
-    if backend == "CUDA" and quantized and gpu.architecture not in _NO_INT8_MMA \
+    if backend == "CUDA" and quantized and gpu.architecture not in NO_INT8_MMA \
             and gpu.compute_units and gpu.boost_clock_hz:
         return gpu.compute_units * gpu.boost_clock_hz * mmq_ops_per_unit_clock(gpu)
     if backend in ("CUDA", "ROCm") and quantized and int8 \
-            and gpu.architecture not in _NO_INT8_MMA:
+            and gpu.architecture not in NO_INT8_MMA:
         return int8
     return matmul_flops(gpu, gpu.fp16_tensor_flops)
 

@@ -46,13 +46,13 @@ from kvsim.latency.backend import (
     matrix_rate,
     memory_kind,
     per_expert_tiles,
-    prompt_family,
     small_batch_tokens,
     vector_rate,
     vendor_class,
 )
 from kvsim.latency.dp4a import UNQUANTIZED, dp4a_path
 from kvsim.latency.expert_loop import EXPERT_MATMULS, loop_fields
+from kvsim.latency.prompt_family import prompt_family
 from kvsim.latency.rates import (
     TILE_TOKENS_MAX,
     expert_loop_s,
@@ -322,7 +322,7 @@ def on_dp4a(r: Row) -> bool:
 
 def row_pp_family(r: Row) -> str:
     """The family whose prefill factor a row's steps take
-    (kvsim.latency.backend.prompt_family)."""
+    (kvsim.latency.prompt_family.prompt_family)."""
     return prompt_family(r.setup.gpu, r.setup.backend, r.family, r.setup.cublas_prompts)
 
 

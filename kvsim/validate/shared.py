@@ -38,7 +38,7 @@ PUBLISHED_GRAPHS_SINCE = "ampere"
 CUBLAS_BUILD = "LLAMA_CUBLAS"
 """A row whose settings name this build flag ran a llama.cpp configured before 2024-03
 (renamed LLAMA_CUDA then), so before MMQ became CUDA's default in 2024-06: its quantized
-prompts dequantized for cuBLAS (kvsim.latency.backend.MMQ_PP_FAMILY)."""
+prompts dequantized for cuBLAS (kvsim.latency.prompt_family.MMQ_PP_FAMILY)."""
 
 SCOREBOARD = ("id", "gpu", "backend", "model", "pp512_tps", "tg128_tps")
 SPEED_VS_LOAD = ("id", "engine", "gpu", "model", "metric", "value", "unit")

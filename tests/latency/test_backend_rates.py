@@ -213,7 +213,7 @@ def test_a_moe_prefill_rereads_a_tokens_own_weights_not_every_expert():
 
 def test_an_iquant_without_a_prefill_factor_takes_q4_0s():
     # ggml-cuda's MMQ loads IQ4_NL / IQ4_XS tiles as 4-bit values and multiplies them with
-    # the legacy quants' int8 product (kvsim.latency.backend.PP_FALLBACK); a fitted iquant
+    # the legacy quants' int8 product (kvsim.latency.prompt_family.PP_FALLBACK); a fitted iquant
     # factor wins; streaming keeps 1
     k = consts(format_bw={"q4_0": 1.1}, format_pp={"q4_0": 0.7, "CUDA:q4_0": 0.6, "q8_0": 0.5})
     assert k.format_factors("CUDA", "iquant") == (1.0, 0.6)
@@ -225,7 +225,7 @@ def test_an_iquant_without_a_prefill_factor_takes_q4_0s():
 
 def test_a_metal_kquant_prompt_without_its_own_factor_takes_metals_q4_0():
     # ggml-metal dequantizes every tile to 16 bits before its simdgroup matmul
-    # (kvsim.latency.backend.PP_FALLBACK_ON): Metal's own q4_0 factor before the shared
+    # (kvsim.latency.prompt_family.PP_FALLBACK_ON): Metal's own q4_0 factor before the shared
     # k-quant one (CUDA's MMQ); a fitted Metal k-quant factor wins; other backends and
     # the streaming factor keep the shared ones
     k = consts(format_bw={"kquant": 1.1},

@@ -73,7 +73,7 @@ def test_every_quantized_format_takes_q4_0s_prefill_factor_on_the_path():
     assert pp_family(p40, "CUDA", "kquant") == "q4_0"
     assert pp_family(p40, "CUDA", "f16") == "f16"            # FP32 GEMMs, not dp4a
     assert pp_family(rtx, "CUDA", "kquant") == "kquant"      # not the dp4a path ...
-    # ... but today's int8 MMQ (kvsim.latency.backend.MMQ_PP_FAMILY): Q4_0's factor too,
+    # ... but today's int8 MMQ (kvsim.latency.prompt_family.MMQ_PP_FAMILY): Q4_0's factor too,
     # where a 2024 cuBLAS build's k-quant prompt took the fitted k-quant factor
     assert lin["rtx-3090", "q4_k_m"] == lin["rtx-3090", "q4_0"]
     old = gpu_rates(rtx, LLAMA, "q4_k_m", backend="CUDA", constants=k, cublas_prompts=True)

@@ -4,7 +4,8 @@
 from pathlib import Path
 
 from kvsim.config.catalog import load_gpu, load_model
-from kvsim.latency.backend import gpu_rates, load_constants, prompt_family
+from kvsim.latency.backend import gpu_rates, load_constants
+from kvsim.latency.prompt_family import prompt_family
 from kvsim.validate.shared import read_shared_csv
 
 ROOT = Path(__file__).resolve().parents[2]

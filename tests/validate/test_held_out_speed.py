@@ -85,7 +85,7 @@ def test_community_rows_are_all_predicted_and_metal_k_quant_prompts_hold():
     """docs/reference/measurements-community: 85 rows users posted for their own card,
     every one predicted; the Metal k-quant prompts (M1 Ultra, M3 Ultra, M4) within the
     10.2 / 14.0 % docs/validation.md reports (25.8 / 29.0 % before Metal's k-quant prompts
-    took its Q4_0 factor, kvsim.latency.backend.PP_FALLBACK_ON)."""
+    took its Q4_0 factor, kvsim.latency.prompt_family.PP_FALLBACK_ON)."""
     meas, skipped = read_shared_csv(COMMUNITY.read_text(encoding="utf-8"), COMMUNITY.name)
     v = validate(meas)
     assert skipped == [] and v.skipped == [] and len(v.rows) == 85
@@ -141,7 +141,7 @@ def test_modern_cuda_k_quant_prompts_take_q4_0s_factor():
     """Held-out CUDA k-quant prompts of 2025-2026 builds on single cards (an RTX 3090's
     and an RTX 5060 Ti's Qwen2.5-7B, an RTX PRO 6000 Blackwell's Llama 3.3 70B): at the
     fitted k-quant factor, which May 2024 cuBLAS-era rows set, they came out 24-30 % too
-    slow; at Q4_0's factor, as MMQ runs them (kvsim.latency.backend.MMQ_PP_FAMILY), within
+    slow; at Q4_0's factor, as MMQ runs them (kvsim.latency.prompt_family.MMQ_PP_FAMILY), within
     13 % (docs/validation.md, "The k-quant prompt on CUDA")."""
     rows = []
     for f in (PRS, COMMUNITY):
