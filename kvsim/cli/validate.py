@@ -2,7 +2,8 @@
 measurements, and its load-time memory layout beside engines' start-up memory logs
 (kvsim.validate.run).
 
-Prints one row per prediction (a table for speeds, one for memory figures), the summary
+Prints one row per prediction (a table for llama-bench speeds, one for serving engines'
+speed figures, one for memory figures), the summary
 per (kind, backend, metric) and every row it could not predict with the reason;
 ``--json`` prints all three as one JSON object; ``--report`` writes an HTML page with
 predicted vs measured speeds (log-log, one colour per backend).  Problems reading a file
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
 
 HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (llamabench-scoreboard, "
               "speed-vs-load, engine-memory-logs: vLLM, SGLang, llama.cpp and Ollama "
-              "start-up memory figures), llama-bench output (-o json, jsonl, csv or "
+              "start-up memory figures), the engine-speed layout of "
+              "docs/reference/vllm-speed (a serving engine's own latency, TPOT or tokens/s "
+              "for a stated prompt, answer and batch, replayed through the simulator), "
+              "llama-bench output (-o json, jsonl, csv or "
               "its markdown table, with the 'Device 0: ...' start-up lines if pasted; "
               "-pg tests too; a run on several GPUs is laid out on that box with its "
               "-sm/-ts/-mg) or llama-batched-bench's table")
@@ -83,7 +87,8 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
     if not meas and not skipped:
         raise InputError("FILE", ", ".join(map(str, files)), "at least one file with "
                          "measurements in a known layout: " + HELP_FILES)
-    v = run_validate(meas, gpu=gpu_spec, model=model_sp, constants=consts)
+    v = run_validate(meas, gpu=gpu_spec, model=model_sp, constants=consts,
+                     replay=_replay)
     v.skipped = skipped + v.skipped
     v.problems = problems
     if report is not None:
@@ -93,6 +98,13 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
         click.echo(json.dumps(v.to_json(), indent=1))
     else:
         _print(v, rows)
+
+
+def _replay(scenario: Any, sessions: list[Any]) -> Any:
+    """A serving engine's figure replayed (kvsim.validate.engine_speed.Replay)."""
+    from kvsim.api import simulate
+
+    return simulate(scenario, sessions=sessions).summary
 
 
 def _constants(path: Path | None) -> SpeedConstants | None:
@@ -110,7 +122,7 @@ def _print(v: Validation, rows: bool) -> None:
     from rich.table import Table
 
     con = Console(width=160)
-    speed = [r for r in v.rows if r["kind"] != "memory"]
+    speed = [r for r in v.rows if r["kind"] not in ("memory", "serving")]
     if rows and speed:
         t = Table(title="predicted vs measured (tokens/s)", title_justify="left")
         for c in ("id", "gpu", "backend", "model", "weights", "test", "measured", "predicted",
@@ -121,7 +133,9 @@ def _print(v: Validation, rows: bool) -> None:
                       str(r["weights"]), _test(r), f"{r['measured_tps']:.2f}",
                       f"{r['predicted_tps']:.2f}", f"{100 * r['rel_err']:+.1f} %")
         con.print(t)
-    if rows and len(speed) < len(v.rows):
+    if rows and any(r["kind"] == "serving" for r in v.rows):
+        con.print(_serving_table(v, Table))
+    if rows and any(r["kind"] == "memory" for r in v.rows):
         con.print(_memory_table(v, Table))
     s = Table(title="summary per kind, backend and metric", title_justify="left")
     for c in ("kind", "backend", "metric", "n", "median |err|", "p90 |err|", "median err"):
@@ -163,6 +177,21 @@ def _memory_table(v: Validation, table: Any) -> Any:
     return t
 
 
+def _serving_table(v: Validation, table: Any) -> Any:
+    """Serving engines' figures (kvsim.validate.engine_speed): in the figure's unit."""
+    t = table(title="predicted vs measured (serving engines, replayed)", title_justify="left")
+    for c in ("id", "engine", "gpu", "model", "weights", "shape", "figure", "measured",
+              "predicted", "error"):
+        t.add_column(c, justify="right" if c in ("measured", "predicted", "error") else "left")
+    for r in v.rows:
+        if r["kind"] == "serving":
+            t.add_row(str(r["id"]), str(r["backend"]), str(r["gpu"]), str(r["model"]),
+                      str(r["weights"]), f"{r['input_len']} in, {r['output_len']} out "
+                      f"x{r['batch']}", str(r["metric"]), f"{r['measured']:,.4g} {r['unit']}",
+                      f"{r['predicted']:,.4g} {r['unit']}", f"{100 * r['rel_err']:+.1f} %")
+    return t
+
+
 def _amount(value: Any, unit: Any) -> str:
     from kvsim.config.units import format_bytes
 
@@ -190,5 +219,6 @@ def _test(r: dict[str, Any]) -> str:
 def _write_report(v: Validation, path: Path) -> None:
     from kvsim.report.page import write_report
 
-    speed = [r for r in v.rows if r["kind"] != "memory"]  # NOTE: the figure plots tokens/s
+    # NOTE: the figure plots llama-bench tokens/s
+    speed = [r for r in v.rows if r["kind"] not in ("memory", "serving")]
     write_report(path, extra={"validation": speed, "title": "kvsim validate"})

@@ -55,6 +55,10 @@ _FORMATS = (
     ("awq", r"awq"), ("gptq", r"gptq"),
 )
 _EDGE_L, _EDGE_R = r"(?<![a-z0-9])", r"(?![a-z0-9]|_[a-z0-9])"
+FOUR_BIT_ONLY = frozenset({"awq", "gptq"})
+"""Formats kvsim models as 4-bit weights only; the same name with an 8-bit qualifier
+after it ("GPTQ-Int8", "AWQ-8bit") is a format kvsim does not model."""
+_EIGHT_BIT = re.compile(r"[ _-]?(?:int8|8[ _-]?bit|w8a16)(?![a-z0-9])")
 _OTHER_FORMAT = re.compile(_EDGE_L + r"(i?q\d_[a-z0-9]+(?:_[a-z0-9]+)?"
                            r"(?: - (?:small|medium|large))?|int[48])" + _EDGE_R)
 _NOISE = frozenset({"instruct", "chat", "it", "hf", "base", "qat"})
@@ -157,10 +161,14 @@ def _weight_format(text: str) -> tuple[str | None, str]:
     for name, pattern in _FORMATS:
         m = re.search(_EDGE_L + "(?:" + pattern + ")" + _EDGE_R, low)
         if m and (best is None or m.start() < best[1]):
-            best = (name, m.start())
+            best = (name, m.start(), m.end())
     other = _OTHER_FORMAT.search(low)
     if other and (best is None or other.start() < best[1]):
         return None, f"; the text names format {other[0].upper()!r}, which kvsim does not model"
+    eight = best and best[0] in FOUR_BIT_ONLY and _EIGHT_BIT.match(low, best[2])
+    if eight:  # kvsim's awq / gptq are 4-bit checkpoints: an 8-bit one is another format
+        return None, (f"; the text names format {low[best[1]:eight.end()].upper()!r}, "
+                      "which kvsim does not model")
     return (best[0], "") if best else (None, "")
 
 

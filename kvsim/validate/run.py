@@ -4,17 +4,19 @@
 ``docs/reference/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
 table); a file that cannot be read is a problem line, not the end of the run.
 :func:`validate` predicts each speed measurement (:mod:`kvsim.validate.predict`) and each
-start-up memory log (:mod:`kvsim.validate.memlog_predict`) and returns a
-:class:`Validation`: one row per prediction, one per skipped measurement with the
-reason, and the summary per (kind, backend, metric) — kind ``memory`` for the memory
-logs, backend the engine, metric ``kv_tokens``, ``kv_bytes``, … or ``startup``.
+start-up memory log (:mod:`kvsim.validate.memlog_predict`) and each engine speed figure
+(:mod:`kvsim.validate.engine_speed`: kind ``serving``, replayed through the simulator)
+and returns a :class:`Validation`: one row per prediction, one per skipped measurement
+with the reason, and the summary per (kind, backend, metric) — kind ``memory`` for the
+memory logs, backend the engine, metric ``kv_tokens``, ``kv_bytes``, … or ``startup``.
 
 NOTE: relative error = (predicted − measured) / measured; the summary's ``median`` and
 ``p90`` are of its absolute value, ``median_rel_err`` keeps the sign (negative: kvsim
 predicts too slow, or too little memory).  A ``startup`` row's error is 0 (kvsim agrees
 whether the engine started) or 1 (it does not).
 NOTE: :func:`read_files` (``kvsim calibrate bench``, ``scripts/fit_speed.py``) keeps the
-speed measurements only and lists memory-log rows as skipped.
+llama-bench speed measurements only and lists memory-log and engine-speed rows as
+skipped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import SpeedConstants
 from kvsim.validate.box_predict import BoxSetup, box_setup, box_tps, several_gpus
+from kvsim.validate.engine_speed import EngineSpeed, Replay, engine_speed_row
 from kvsim.validate.llamabench import read_bench
 from kvsim.validate.memlog_predict import memory_rows
 from kvsim.validate.memlogs import MemoryMeasurement
@@ -68,7 +71,11 @@ class Validation:
                 "problems": self.problems}
 
 
-def read_file(path: Path) -> tuple[list[Measurement | MemoryMeasurement], list[Skipped]]:
+Read = Measurement | MemoryMeasurement | EngineSpeed
+"""What a measurement file holds, row by row."""
+
+
+def read_file(path: Path) -> tuple[list[Read], list[Skipped]]:
     """The measurements in one file (InputError when it is in no known layout)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -81,11 +88,10 @@ def read_file(path: Path) -> tuple[list[Measurement | MemoryMeasurement], list[S
     return list(meas), skipped
 
 
-def read_inputs(paths: list[Path]) -> tuple[list[Measurement | MemoryMeasurement],
-                                            list[Skipped], list[str]]:
+def read_inputs(paths: list[Path]) -> tuple[list[Read], list[Skipped], list[str]]:
     """Every measurement of every file, skipped rows, and one problem line per file that
     could not be read."""
-    meas: list[Measurement | MemoryMeasurement] = []
+    meas: list[Read] = []
     skipped: list[Skipped] = []
     problems: list[str] = []
     for p in paths:
@@ -106,6 +112,9 @@ def read_files(paths: list[Path]) -> tuple[list[Measurement], list[Skipped], lis
     skipped += [Skipped(m.id, "start-up memory figures, not speeds: `kvsim validate` "
                         "compares them with kvsim's load-time memory layout")
                 for m in got if isinstance(m, MemoryMeasurement)]
+    skipped += [Skipped(m.id, "a serving engine's speed figure, not llama-bench's: `kvsim "
+                        "validate` replays it through the simulator")
+                for m in got if isinstance(m, EngineSpeed)]
     return speed, skipped, problems
 
 
@@ -121,17 +130,23 @@ def prediction_row(m: Measurement, s: Setup | BoxSetup, pred: float) -> dict[str
             "rel_err": (pred - m.value) / m.value}
 
 
-def validate(measurements: list[Measurement | MemoryMeasurement], *,
+def validate(measurements: list[Read], *,
              gpu: GpuSpec | None = None, model: ModelSpec | None = None,
-             constants: SpeedConstants | None = None) -> Validation:
+             constants: SpeedConstants | None = None, replay: Replay | None = None
+             ) -> Validation:
     """Predict every measurement (``gpu``/``model`` replace the names the rows carry;
-    ``constants`` the shipped speed constants)."""
+    ``constants`` the shipped speed constants; ``replay`` runs the simulator for a
+    serving engine's figures, which are skipped without it)."""
     v = Validation()
     for m in measurements:
         if isinstance(m, MemoryMeasurement):
             rows, skipped = memory_rows(m, gpu=gpu, model=model)
             v.rows += rows
             v.skipped += skipped
+            continue
+        if isinstance(m, EngineSpeed):
+            got = engine_speed_row(m, replay)
+            (v.skipped if isinstance(got, Skipped) else v.rows).append(got)  # type: ignore
             continue
         if gpu is None and several_gpus(m):
             _on_a_box(v, m, model, constants)

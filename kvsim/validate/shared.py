@@ -6,6 +6,9 @@
   versus KV depth, llama-batched-bench aggregates versus parallel sequences, and
   single-stream prompt-eval / generation speeds; link-bandwidth rows are not speeds
   of a model and are listed as skipped;
+- an engine-speed file (``docs/reference/vllm-speed``): a serving engine's own speed
+  figures, one :class:`~kvsim.validate.engine_speed.EngineSpeed` per row, replayed
+  through ``kvsim simulate`` (:mod:`kvsim.validate.engine_speed`);
 - ``engine-memory-logs.csv``: start-up memory figures, one
   :class:`~kvsim.validate.memlogs.MemoryMeasurement` per row (read by
   :mod:`kvsim.validate.memlogs`, compared with kvsim's load-time memory layout by
@@ -28,6 +31,12 @@ import re
 
 from kvsim.errors import InputError
 from kvsim.latency.backend import BACKENDS
+from kvsim.validate.engine_speed import (
+    ENGINE_SPEED,
+    KNOWN_COLUMNS,
+    EngineSpeed,
+    read_engine_speed_rows,
+)
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_row
 from kvsim.validate.records import FA_AUTO, Measurement, Skipped, split_knobs
 
@@ -51,15 +60,17 @@ KNOWN = {  # every column each layout has (docs/reference/measurements/README.md
                                            "source", "notes"},
     "memory-logs": set(MEMORY_LOGS) | {"vram_total", "model", "weight_format", "settings",
                                        "latency_figures", "source", "date", "notes"},
+    "engine-speed": KNOWN_COLUMNS,
 }
 _NUM = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:\.\d+)?")
 
 
 def layout(header: list[str]) -> str | None:
-    """Which of the three layouts a CSV header is (None: none of them)."""
+    """Which of the layouts a CSV header is (None: none of them); an engine-speed file
+    (kvsim.validate.engine_speed) has every speed-vs-load column too, so it goes first."""
     cols = set(header)
-    for name, need in (("scoreboard", SCOREBOARD), ("speed-vs-load", SPEED_VS_LOAD),
-                       ("memory-logs", MEMORY_LOGS)):
+    for name, need in (("engine-speed", ENGINE_SPEED), ("scoreboard", SCOREBOARD),
+                       ("speed-vs-load", SPEED_VS_LOAD), ("memory-logs", MEMORY_LOGS)):
         if set(need) <= cols:
             return name
     return None
@@ -234,8 +245,9 @@ def read_memory_logs(rows: list[dict[str, str]], origin: str
 
 
 def read_shared_csv(text: str, origin: str
-                    ) -> tuple[list[Measurement | MemoryMeasurement], list[Skipped]] | None:
-    """Measurements of a file in one of the three layouts; None when it is none of them."""
+                    ) -> tuple[list[Measurement | MemoryMeasurement | EngineSpeed],
+                               list[Skipped]] | None:
+    """Measurements of a file in one of the layouts; None when it is none of them."""
     reader = csv.DictReader(io.StringIO(text))
     kind = layout(list(reader.fieldnames or []))
     if kind is None:
@@ -244,7 +256,7 @@ def read_shared_csv(text: str, origin: str
     if not rows:
         raise InputError(origin, "no rows", f"a {kind} CSV with at least one row")
     fn = {"scoreboard": read_scoreboard, "speed-vs-load": read_speed_vs_load,
-          "memory-logs": read_memory_logs}[kind]
+          "memory-logs": read_memory_logs, "engine-speed": read_engine_speed_rows}[kind]
     meas, skipped = fn(rows, origin)  # type: ignore[operator]
     unknown = [c for c in reader.fieldnames or [] if c not in KNOWN[kind]]
     skipped += [Skipped(f"{origin}:column {c}", f"unknown column {c!r} of a {kind} CSV, not "

@@ -102,6 +102,8 @@ def test_weight_format_named_in_the_text(text, fmt):
 @pytest.mark.parametrize("text, named", [
     ("dolphin-qwen2:72b-v2.9.2-q3_k_l", "Q3_K_L"), ("Qwen3-8B-IQ2_XXS.gguf", "IQ2_XXS"),
     ("some-model-int8", "INT8"),
+    # kvsim's awq / gptq are 4-bit: an 8-bit checkpoint of either is not priced as one
+    ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "GPTQ-INT8"), ("Qwen3-8B-AWQ-8bit", "AWQ-8BIT"),
 ])
 def test_formats_kvsim_does_not_model_are_named_not_guessed(text, named):
     m = resolve_model(text)

@@ -1,0 +1,111 @@
+"""Serving engines' own speed figures (kvsim.validate.engine_speed): the layout is
+detected, every row is replayed or skipped with its reason, and a replay through the
+simulator lands where the latency model's own steps say."""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvsim.api import simulate
+from kvsim.cli import cli
+from kvsim.latency.base import BatchShape
+from kvsim.latency.factory import make_latency_model
+from kvsim.scenario import resolve_scenario
+from kvsim.validate.engine_speed import EngineSpeed, engine_speed_row, read_engine_speed
+from kvsim.validate.records import Skipped
+from kvsim.validate.run import read_files, validate
+from kvsim.validate.shared import layout, read_shared_csv
+
+FILE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "vllm-speed" / \
+    "vllm-speed.csv"
+
+
+def _replay(scenario, sessions):
+    return simulate(scenario, sessions=sessions).summary
+
+
+@pytest.fixture(scope="module")
+def checked():
+    meas, skipped = read_shared_csv(FILE.read_text(encoding="utf-8"), FILE.name)
+    v = validate(meas, replay=_replay)
+    return v, skipped + v.skipped
+
+
+def test_the_layout_is_told_from_speed_vs_load():
+    head = ["id", "engine", "gpu", "model", "metric", "value", "unit"]
+    assert layout(head) == "speed-vs-load"
+    assert layout([*head, "input_len", "output_len", "batch_or_concurrency"]) == "engine-speed"
+
+
+def test_every_published_row_is_replayed_or_skipped_with_its_reason(checked):
+    v, skipped = checked
+    reasons = {s.id: s.reason for s in skipped}
+    assert len(v.rows) + len(reasons) == 40 and {r["kind"] for r in v.rows} == {"serving"}
+    assert "GPTQ-INT8, which kvsim does not model" in reasons["VS006"]
+    assert "--enforce-eager" in reasons["VS025"]
+    assert "output_tps_total" in reasons["VS036"]
+    assert "6144-token prompt's prefill" in reasons["VS009"]
+    # an unstated H100 variant: no row in the summary, kvsim's answer on each candidate
+    assert reasons["VS001"].startswith("ambiguous: 'H100 (variant not stated)'")
+    assert " as h100-sxm5-80gb" in reasons["VS001"] and "measured 0.236 s" in reasons["VS001"]
+    a6000 = {r["id"]: r for r in v.rows}["VS027"]
+    assert (a6000["gpu"], a6000["batch"], a6000["unit"]) == ("rtx-a6000", 1, "ms")
+    assert a6000["notes"] == ["input length not printed: 40 tokens taken"]
+
+
+def _step_s(gpu: str, model: str, fmt: str, batch: BatchShape) -> float:
+    """One step of the vLLM preset's latency model on that card (kvsim.latency.factory)."""
+    sc = resolve_scenario({"name": "t", "gpu": gpu, "model": model, "weights": fmt,
+                           "engine": {"preset": "vllm"}, "workload": {}})
+    return make_latency_model(sc).step_time_s(batch)
+
+
+def test_a_replay_lands_on_the_latency_models_own_steps():
+    # one stream: the median gap is a one-sequence decode step mid-answer
+    one = EngineSpeed("t1", "vllm", "rtx-a6000", "qwen2.5-7b", "bf16", 40, True, 53, 1,
+                      "tpot_ms_median", 21.9)
+    row = engine_speed_row(one, _replay)
+    step = _step_s("rtx-a6000", "qwen2.5-7b", "bf16", BatchShape(decode_context=(66,)))
+    assert row["predicted"] == pytest.approx(1000 * step, rel=0.01)
+    # a bench-latency batch: its prompts in one step, then 31 decode steps of the batch
+    lat = EngineSpeed("t2", "vllm", "rtx-4090", "llama-3.1-8b", "bf16", 256, True, 32, 4,
+                      "avg_latency_s", 0.3)
+    prefill = _step_s("rtx-4090", "llama-3.1-8b", "bf16",
+                      BatchShape(prefill_tokens=(256,) * 4, prefill_context=(0,) * 4))
+    decode = _step_s("rtx-4090", "llama-3.1-8b", "bf16", BatchShape(decode_context=(272,) * 4))
+    assert engine_speed_row(lat, _replay)["predicted"] == pytest.approx(prefill + 31 * decode,
+                                                                         rel=0.03)
+    # without a simulator (validate's own callers: calibrate, the fit) it is skipped
+    assert "replays it through the simulator" in engine_speed_row(lat, None).reason
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"batch_or_concurrency": "0"}, "output_len and batch_or_concurrency must be counts"),
+    ({"value": "fast"}, "value 'fast': a positive number expected"),
+    ({"unit": "s"}, "unit 's' of tpot_ms_median: 'ms' expected"),
+    ({"gpu": "2x NVIDIA GeForce RTX 3090"}, "2 GPUs: kvsim replays one card's rows"),
+    ({"engine": "TensorRT-LLM"}, "names none of kvsim's presets"),
+    ({"model": "Some-Unknown-Model-7B"}, "not in the catalogue"),
+])
+def test_a_bad_row_is_skipped_naming_what_is_wrong(change, said):
+    row = {"id": "x", "engine": "vllm bench serve", "gpu": "RTX 4090",
+           "model": "Qwen/Qwen2.5-7B-Instruct", "weight_format": "bf16", "input_len": "128",
+           "output_len": "128", "batch_or_concurrency": "4", "metric": "tpot_ms_median",
+           "value": "20", "unit": "ms", "settings": ""}
+    assert isinstance(read_engine_speed(row), EngineSpeed)
+    got = read_engine_speed({**row, **change})
+    assert isinstance(got, Skipped) and said in got.reason
+
+
+def test_calibrate_bench_leaves_engine_rows_out_with_the_reason():
+    speed, skipped, problems = read_files([FILE])
+    assert speed == [] and problems == []
+    assert any("serving engine's speed figure" in s.reason for s in skipped)
+
+
+def test_the_command_prints_the_serving_table_and_json():
+    out = CliRunner().invoke(cli, ["validate", str(FILE)])
+    assert out.exit_code == 0 and "predicted vs measured (serving engines, replayed)" in out.output
+    js = json.loads(CliRunner().invoke(cli, ["validate", str(FILE), "--json"]).output)
+    assert {(s["kind"], s["backend"]) for s in js["summary"]} == {("serving", "vllm")}
