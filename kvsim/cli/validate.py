@@ -45,7 +45,7 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 @click.option("--gpu", help="the device every row ran on (a profile name or a printed name): "
               "for output that names none, or an Apple chip without its GPU-core count "
               "(a memory log keeps its number of GPUs; a speed row is then predicted on "
-              "that one card)")
+              "that one card, and a serving engine's figure replayed on it)")
 @click.option("--model", help="the model every row ran: a profile name (one carrying the "
               "weight format, llama-3.1-8b-Q4_K_M, gives it to rows that name none: "
               "llama-batched-bench's) or a GGUF file (its header gives it)")

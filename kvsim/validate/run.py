@@ -21,7 +21,7 @@ skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +145,9 @@ def validate(measurements: list[Read], *,
             v.skipped += skipped
             continue
         if isinstance(m, EngineSpeed):
-            got = engine_speed_row(m, replay)
+            if gpu is not None:   # the card named: an ambiguous one no longer is
+                m = replace(m, gpu=gpu.name, ambiguous="", candidates=())
+            got = engine_speed_row(m if model is None else replace(m, model=model.name), replay)
             (v.skipped if isinstance(got, Skipped) else v.rows).append(got)  # type: ignore
             continue
         if gpu is None and several_gpus(m):

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from kvsim.api import simulate
 from kvsim.cli import cli
+from kvsim.config.catalog import load_gpu
 from kvsim.latency.base import BatchShape
 from kvsim.latency.factory import make_latency_model
 from kvsim.scenario import resolve_scenario
@@ -109,3 +110,13 @@ def test_the_command_prints_the_serving_table_and_json():
     assert out.exit_code == 0 and "predicted vs measured (serving engines, replayed)" in out.output
     js = json.loads(CliRunner().invoke(cli, ["validate", str(FILE), "--json"]).output)
     assert {(s["kind"], s["backend"]) for s in js["summary"]} == {("serving", "vllm")}
+
+
+def test_naming_the_card_replays_a_row_whose_variant_is_not_stated():
+    meas, _ = read_shared_csv(FILE.read_text(encoding="utf-8"), FILE.name)
+    h100 = [m for m in meas if m.id == "VS001"]
+    v = validate(h100, gpu=load_gpu("h100-sxm5-80gb"), replay=_replay)
+    assert v.skipped == [] and v.rows[0]["gpu"] == "h100-sxm5-80gb"
+    # the answer the ambiguous row's reason gave for that candidate
+    unnamed = validate(h100, replay=_replay).skipped[0].reason
+    assert f"{v.rows[0]['predicted']:,.3g} s as h100-sxm5-80gb" in unnamed
