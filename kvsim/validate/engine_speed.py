@@ -46,6 +46,9 @@ METRICS = {"avg_latency_s": "s", "tpot_ms_median": "ms", "itl_ms_median": "ms",
            "ttft_ms_median": "ms", "decode_tps_per_stream": "tokens/s"}
 """The figures compared, with the unit each must be printed in."""
 SHORT_PROMPT = 64
+MAX_BATCH = 4096
+"""The most requests one row replays at once (a benchmark's concurrency; more is a typo or
+an open benchmark, and would only slow ``kvsim validate``)."""
 UNPRINTED_PROMPT = 40
 """Tokens taken for a prompt the row does not count ("a one-sentence chat prompt")."""
 
@@ -120,12 +123,14 @@ def read_engine_speed(row: dict[str, str]) -> EngineSpeed | Skipped:
         ("" if cands else gpu_why),
         model_why, weights_why,
         "" if out and batch else "output_len and batch_or_concurrency must be counts above 0",
+        "" if (batch or 0) <= MAX_BATCH else f"batch_or_concurrency {batch}: at most "
+                                              f"{MAX_BATCH} requests at once are replayed",
         "" if value > 0 else f"value {row.get('value')!r}: a positive number expected") if r]
     if reasons or not ((gpus or cands) and model and weights and out and batch):
         return Skipped(rid, "; ".join(reasons) or "not replayable")
     inp = _count(row.get("input_len", ""))
     return EngineSpeed(rid, engine, gpus[0] if gpus else "", model, weights,
-                       inp or UNPRINTED_PROMPT, inp is not None, out, batch, row["metric"],
+                       inp or UNPRINTED_PROMPT, bool(inp), out, batch, row["metric"],
                        value, row.get("engine_version", ""), gpu_why if cands else "", cands)
 
 

@@ -83,6 +83,7 @@ def test_a_replay_lands_on_the_latency_models_own_steps():
 
 @pytest.mark.parametrize(("change", "said"), [
     ({"batch_or_concurrency": "0"}, "output_len and batch_or_concurrency must be counts"),
+    ({"batch_or_concurrency": "100000"}, "batch_or_concurrency 100000: at most 4096"),
     ({"value": "fast"}, "value 'fast': a positive number expected"),
     ({"unit": "s"}, "unit 's' of tpot_ms_median: 'ms' expected"),
     ({"gpu": "2x NVIDIA GeForce RTX 3090"}, "2 GPUs: kvsim replays one card's rows"),
