@@ -6,16 +6,20 @@ row, with the shape that produced it — ``input_len`` and ``output_len`` tokens
 ``batch_or_concurrency`` requests at once. A row is replayed as its benchmark ran: that
 many requests of that shape, all at t = 0, on the engine's preset with the card, model
 and weights the row names, through the whole simulator (scheduler, KV pool, step
-times; the caller passes the simulator in, :class:`Replay`). What is compared:
+times; the caller passes the simulator in, :class:`Replay`). A row whose settings state
+the requests in all ("300 prompts, max concurrency 4", "512 requests at this level") is
+a closed loop: ``batch_or_concurrency`` streams, each sending its next request as its
+last one ends, until that many have run. What is compared:
 
 - ``avg_latency_s``: the time until the last request ends (``bench latency``'s batch);
 - ``tpot_ms_median`` / ``itl_ms_median``: the median gap between output tokens;
 - ``ttft_ms_median``: the median time to the first token;
 - ``decode_tps_per_stream``: one over that median gap, for a prompt of at most
-  :data:`SHORT_PROMPT` tokens (a longer prompt's prefill is in the printed rate).
+  :data:`SHORT_PROMPT` tokens (a longer prompt's prefill is in the printed rate);
+- ``output_tps_total``: output tokens over the run's whole time.
 
-Skipped, each with its reason: another metric (an open benchmark's throughput: its
-arrivals are not at hand), a run with ``--enforce-eager`` (kvsim prices the engine's
+Skipped, each with its reason: another metric, an output throughput whose number of
+requests is not stated, a run with ``--enforce-eager`` (kvsim prices the engine's
 CUDA graphs), several GPUs, and a card, model or weight format kvsim cannot name. An
 input length the row does not print is taken as :data:`UNPRINTED_PROMPT` tokens, said so
 in the row's notes.
@@ -43,9 +47,15 @@ ENGINE_SPEED = ("id", "engine", "gpu", "model", "input_len", "output_len",
 KNOWN_COLUMNS = set(ENGINE_SPEED) | {"engine_version", "weight_format", "kv_type", "settings",
                                      "source", "notes"}
 METRICS = {"avg_latency_s": "s", "tpot_ms_median": "ms", "itl_ms_median": "ms",
-           "ttft_ms_median": "ms", "decode_tps_per_stream": "tokens/s"}
-"""The figures compared, with the unit each must be printed in."""
+           "ttft_ms_median": "ms", "decode_tps_per_stream": "tokens/s",
+           "output_tps_total": "tokens/s"}
+"""The figures compared, with the unit each must be printed in (``output_tps_total``:
+only for a run whose number of requests is stated)."""
+_REQUESTS = re.compile(r"(\d[\d,]*)\s+(?:prompts|requests)\b|num[-_]prompts[ =](\d+)",
+                       re.IGNORECASE)
 SHORT_PROMPT = 64
+MAX_REQUESTS = 65536
+"""The most requests one row replays in all (a closed loop's)."""
 MAX_BATCH = 4096
 """The most requests one row replays at once (a benchmark's concurrency; more is a typo or
 an open benchmark, and would only slow ``kvsim validate``)."""
@@ -69,6 +79,7 @@ class EngineSpeed:
     metric: str
     value: float
     engine_version: str = ""
+    requests: int = 0               # in all, ``batch`` at a time; 0: one wave of ``batch``
     ambiguous: str = ""             # why the card is not known ("": it is)
     candidates: tuple[str, ...] = ()  # the profiles an ambiguous card name fits
 
@@ -88,11 +99,19 @@ def _engine(text: str) -> str:
                  if re.search(rf"(?<![\w.-]){re.escape(e)}(?![\w-])", low)), "")
 
 
+def _requests(settings: str) -> int:
+    """The requests a benchmark ran in all ("300 prompts", "--num-prompts 100"); 0: not
+    stated."""
+    m = _REQUESTS.search(settings or "")
+    return int((m.group(1) or m.group(2)).replace(",", "")) if m else 0
+
+
 def _why_not(row: dict[str, str]) -> str | None:
     metric, settings = row["metric"], row.get("settings", "")
     if metric not in METRICS:
-        return f"metric {metric}: not one kvsim replays (an open benchmark's arrivals are " \
-               "not at hand)"
+        return f"metric {metric}: not one kvsim replays"
+    if metric == "output_tps_total" and not _requests(settings):
+        return "output_tps_total of a run whose number of requests is not stated"
     if (row.get("unit") or "").strip() != METRICS[metric]:
         return f"unit {row.get('unit')!r} of {metric}: {METRICS[metric]!r} expected"
     if re.search(r"enforce[-_]eager(?!\s*=\s*False)", settings, re.IGNORECASE):
@@ -111,6 +130,7 @@ def read_engine_speed(row: dict[str, str]) -> EngineSpeed | Skipped:
     model, from_name, model_why = model_named(row.get("model", ""))
     weights, weights_why = weights_named(row.get("weight_format", ""), from_name)
     out, batch = _count(row.get("output_len", "")), _count(row.get("batch_or_concurrency", ""))
+    requests = _requests(row.get("settings", ""))
     try:
         value = float(row.get("value", ""))
     except ValueError:
@@ -125,13 +145,16 @@ def read_engine_speed(row: dict[str, str]) -> EngineSpeed | Skipped:
         "" if out and batch else "output_len and batch_or_concurrency must be counts above 0",
         "" if (batch or 0) <= MAX_BATCH else f"batch_or_concurrency {batch}: at most "
                                               f"{MAX_BATCH} requests at once are replayed",
+        "" if requests <= MAX_REQUESTS else f"{requests} requests in all: at most "
+                                            f"{MAX_REQUESTS} are replayed",
         "" if value > 0 else f"value {row.get('value')!r}: a positive number expected") if r]
     if reasons or not ((gpus or cands) and model and weights and out and batch):
         return Skipped(rid, "; ".join(reasons) or "not replayable")
     inp = _count(row.get("input_len", ""))
     return EngineSpeed(rid, engine, gpus[0] if gpus else "", model, weights,
                        inp or UNPRINTED_PROMPT, bool(inp), out, batch, row["metric"],
-                       value, row.get("engine_version", ""), gpu_why if cands else "", cands)
+                       value, row.get("engine_version", ""), requests,
+                       gpu_why if cands else "", cands)
 
 
 def read_engine_speed_rows(rows: list[dict[str, str]], origin: str
@@ -163,10 +186,16 @@ def predicted(m: EngineSpeed, replay: Replay, gpu: str | None = None) -> float:
                            "engine": {"preset": m.engine, "context_tokens":
                                       max(2048, m.input_len + m.output_len)},
                            "workload": {}})
-    turn = Turn(start_s=0.0, input_tokens=m.input_len, output_tokens=m.output_len)
-    s = replay(sc, [Session(session_id=f"r{i}", turns=(turn,)) for i in range(m.batch)])
+    first = Turn(start_s=0.0, input_tokens=m.input_len, output_tokens=m.output_len)
+    then = Turn(input_tokens=m.input_len, output_tokens=m.output_len)  # as the last ends
+    total = max(m.requests, m.batch)
+    s = replay(sc, [Session(session_id=f"r{i}", history="none", turns=(
+        first, *[then] * (total // m.batch - 1 + (i < total % m.batch))))
+        for i in range(m.batch)])
     if m.metric == "avg_latency_s":
-        return float(s["sim_time_s"])  # every request at t = 0: the last one's end
+        return float(s["sim_time_s"])  # the last request's end
+    if m.metric == "output_tps_total":
+        return float(s["tokens_per_s"])  # the output tokens over the whole run
     if m.metric == "ttft_ms_median":
         return 1000.0 * float(s["ttft_p50_s"])
     gap = float(s["itl_p50_s"])

@@ -87,7 +87,11 @@ class Session(FrozenModel):
         "its system prompt (ids are content: sessions that list the same ids share them)")
     system_prompt_id: str | None = None
     system_prompt_tokens: int = Field(0, ge=0)
-    history: Literal["full", "none"] = "full"
+    history: Literal["full", "none"] = Field("full", description=(
+        "full: a turn's prompt holds its chat so far; none: each turn is an independent "
+        "request with its own content only, sent at its start_s (open loop) or think_s "
+        "after the previous answer (a closed loop, as a benchmark client at a fixed "
+        "concurrency sends them)"))
     turns: tuple[Turn, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -101,9 +105,6 @@ class Session(FrozenModel):
         for i, turn in enumerate(self.turns):
             for k, ref in enumerate(turn.references):
                 _check_reference(self, i, k, ref)
-            if i > 0 and self.history == "none" and turn.start_s is None:
-                raise InputError(f"turns.{i}.start_s", None,
-                                 "history 'none' sessions need start_s on every turn")
             if turn.start_s is not None:
                 if turn.start_s < last_start:
                     raise InputError(f"turns.{i}.start_s", turn.start_s,

@@ -45,7 +45,10 @@ def test_every_published_row_is_replayed_or_skipped_with_its_reason(checked):
     assert len(v.rows) + len(reasons) == 40 and {r["kind"] for r in v.rows} == {"serving"}
     assert "GPTQ-INT8, which kvsim does not model" in reasons["VS006"]
     assert "--enforce-eager" in reasons["VS025"]
-    assert "output_tps_total" in reasons["VS036"]
+    # "300 prompts, request rate inf, max concurrency 4": a closed loop of 4 streams
+    closed = {r["id"]: r for r in v.rows}["VS036"]
+    assert (closed["metric"], closed["batch"], closed["unit"]) == ("output_tps_total", 4,
+                                                                   "tokens/s")
     assert "6144-token prompt's prefill" in reasons["VS009"]
     # an unstated H100 variant: no row in the summary, kvsim's answer on each candidate
     assert reasons["VS001"].startswith("ambiguous: 'H100 (variant not stated)'")
@@ -89,6 +92,9 @@ def test_a_replay_lands_on_the_latency_models_own_steps():
     ({"gpu": "2x NVIDIA GeForce RTX 3090"}, "2 GPUs: kvsim replays one card's rows"),
     ({"engine": "TensorRT-LLM"}, "names none of kvsim's presets"),
     ({"model": "Some-Unknown-Model-7B"}, "not in the catalogue"),
+    ({"metric": "output_tps_total", "unit": "tokens/s"},
+     "output_tps_total of a run whose number of requests is not stated"),
+    ({"settings": "1,000,000 prompts"}, "1000000 requests in all: at most 65536"),
 ])
 def test_a_bad_row_is_skipped_naming_what_is_wrong(change, said):
     row = {"id": "x", "engine": "vllm bench serve", "gpu": "RTX 4090",
@@ -121,3 +127,21 @@ def test_naming_the_card_replays_a_row_whose_variant_is_not_stated():
     # the answer the ambiguous row's reason gave for that candidate
     unnamed = validate(h100, replay=_replay).skipped[0].reason
     assert f"{v.rows[0]['predicted']:,.3g} s as h100-sxm5-80gb" in unnamed
+
+
+def test_a_closed_loop_sends_each_stream_s_next_request_as_its_last_one_ends():
+    seen = {}
+
+    def spy(scenario, sessions):
+        seen["sessions"], seen["summary"] = sessions, _replay(scenario, sessions)
+        return seen["summary"]
+
+    m = EngineSpeed("t3", "vllm", "rtx-4090", "llama-3.1-8b", "bf16", 64, True, 16, 3,
+                    "output_tps_total", 100.0, requests=10)
+    row = engine_speed_row(m, spy)
+    ss, summary = seen["sessions"], seen["summary"]
+    assert [len(s.turns) for s in ss] == [4, 3, 3] and {s.history for s in ss} == {"none"}
+    assert all(t.start_s is None and t.think_s == 0 for s in ss for t in s.turns[1:])
+    # every one of the ten requests answered, over the run's whole time
+    assert (summary["requests"], summary["output_tokens"]) == (10, 160)
+    assert row["predicted"] == pytest.approx(160 / summary["sim_time_s"], rel=1e-9)
