@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvsim.config.gpu_names import resolve_gpu
-from kvsim.engines import registered_engines
 from kvsim.errors import InputError
-from kvsim.validate.memlogs import gpus_named, model_named, weights_named
+from kvsim.validate.memlogs import engine_name, gpus_named, model_named, weights_named
 from kvsim.validate.records import Skipped
 
 if TYPE_CHECKING:
@@ -91,14 +90,6 @@ def _count(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _engine(text: str) -> str:
-    """The kvsim preset the engine cell names, anywhere in it as a word ("custom loadgen
-    vs vllm serve" -> vllm); "" when it names none."""
-    low = (text or "").lower()
-    return next((e for e in registered_engines()
-                 if re.search(rf"(?<![\w.-]){re.escape(e)}(?![\w-])", low)), "")
-
-
 def _requests(settings: str) -> int:
     """The requests a benchmark ran in all ("300 prompts", "--num-prompts 100"); 0: not
     stated."""
@@ -125,7 +116,7 @@ def read_engine_speed(row: dict[str, str]) -> EngineSpeed | Skipped:
     """One row as an :class:`EngineSpeed`, or why it cannot be replayed."""
     rid = row.get("id") or "?"
     why = _why_not(row)
-    engine = _engine(row.get("engine", ""))
+    engine = engine_name(row.get("engine", ""))
     gpus, gpu_why, count = gpus_named(row.get("gpu", ""))
     model, from_name, model_why = model_named(row.get("model", ""))
     weights, weights_why = weights_named(row.get("weight_format", ""), from_name)

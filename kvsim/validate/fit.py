@@ -51,15 +51,9 @@ from kvsim.latency.backend import (
     vendor_class,
 )
 from kvsim.latency.dp4a import UNQUANTIZED, dp4a_path
-from kvsim.latency.expert_loop import EXPERT_MATMULS, loop_fields
+from kvsim.latency.expert_loop import loop_fields
 from kvsim.latency.prompt_family import prompt_family
-from kvsim.latency.rates import (
-    TILE_TOKENS_MAX,
-    expert_loop_s,
-    expert_tile_excess,
-    experts_used_fraction,
-    linear_terms,
-)
+from kvsim.latency.rates import TILE_TOKENS_MAX, expert_loop_s, expert_tile_excess, linear_terms
 from kvsim.latency.roofline import GpuRates
 from kvsim.validate.fit_space import HIGH, KEYS, LOW, FitSpace
 from kvsim.validate.predict import Setup, latency_for, step_batches, tokens_measured
@@ -78,7 +72,8 @@ class Row:
     #                     tokens in the step, 1 for a decode-only step, the routed experts'
     #                     FLOPs (part of the linear ones), their pick share k/E, the bytes a
     #                     prefill token's tiles read again (RooflineLatency.gpu_weight_bytes),
-    #                     the layers x experts of a host loop (RooflineLatency.loop_experts)
+    #                     the seconds of the host's loop over the experts (not fitted:
+    #                     kvsim.latency.rates.expert_loop_s)
     tokens: int
 
     @property
@@ -91,10 +86,13 @@ class Row:
 
 
 def make_row(m: Measurement, s: Setup) -> Row:
-    unit = latency_for(s, rates=GpuRates(1.0, 1.0, 1.0, 1.0, 0.0))
+    loop = loop_fields(s.gpu, s.backend, format_family(s.weight_format), s.model)
+    unit = latency_for(s, rates=GpuRates(1.0, 1.0, 1.0, 1.0, 0.0, **loop))
     parts = np.array([(*unit.gpu_parts(b), b.num_tokens, not b.prefill_tokens,
                        b.num_tokens * unit.gpu_expert_flops_per_token, unit.expert_pick,
-                       unit.gpu_weight_bytes, unit.loop_experts)
+                       unit.gpu_weight_bytes,
+                       expert_loop_s(unit.rates, b.num_tokens, unit.expert_pick,
+                                     unit.loop_experts))
                       for b in step_batches(m)], dtype=np.float64)
     return Row(m, s, parts, tokens_measured(m))
 
@@ -121,8 +119,7 @@ def row_seconds(r: Row, k: SpeedConstants) -> float:
     batch = g.overhead_s if g.overhead_batch_s is None else g.overhead_batch_s
     over = np.where(p[:, 4] <= 1, g.overhead_s, batch)  # llama.cpp: one-token graphs
     body = np.where(adds, compute + memory, np.maximum(compute, memory))
-    loop = [expert_loop_s(g, t, pick, calls) for t, pick, calls in p[:, [4, 7, 9]]]
-    return float(np.sum(over + body + np.array(loop)))
+    return float(np.sum(over + body + p[:, 9]))
 
 
 def log_errors(rows: Sequence[Row], k: SpeedConstants) -> np.ndarray:
@@ -203,22 +200,8 @@ class _Rows:
         self.owner = np.repeat(np.arange(len(rows)), [len(r.parts) for r in rows])
         own = np.array([per_expert_tiles(b) for b in be])  # GpuRates.expert_tiles
         self.expert_excess = _expert_excess(self.parts) * own[self.owner]
-        self.loop_s = self._expert_loop_s(rows)
         self.log_meas = np.log([r.m.value / r.tokens for r in rows])  # log(1 / seconds)
         self.nb = len(space.backends)
-
-    def _expert_loop_s(self, rows: Sequence[Row]) -> np.ndarray:
-        """Per step, the host's loop over the experts (kvsim.latency.rates.expert_loop_s:
-        not fitted, so computed once)."""
-        loop = [loop_fields(r.setup.gpu, r.setup.backend, r.family, r.setup.model)
-                for r in rows]
-        p, o = self.parts, self.owner
-        start = np.array([x.get("expert_loop_tokens", 0) for x in loop])[o]
-        call = np.array([x.get("expert_call_s", 0.0) for x in loop])[o]
-        used = np.array([experts_used_fraction(int(t), k) if k > 0 else 0.0
-                         for t, k in p[:, [4, 7]]])
-        return np.where((start > 0) & (p[:, 4] >= start),
-                        call * EXPERT_MATMULS * p[:, 9] * used, 0.0)
 
     @staticmethod
     def _idx(space: FitSpace, names: list[str]) -> np.ndarray:
@@ -261,7 +244,7 @@ class _Rows:
         compute = compute + np.where(adds, 0.0,
                                      c["pp_reread"][o] * p[:, 8] * p[:, 4] / bw[o])
         body = np.where(adds, compute + memory, np.maximum(compute, memory))
-        step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body + self.loop_s
+        step = np.where(p[:, 4] <= 1, one[o], launched[o]) + body + p[:, 9]
         seconds = np.bincount(o, weights=step, minlength=len(self.b))
         return -np.log(seconds) - self.log_meas
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from kvsim.errors import InputError
 from kvsim.validate.devices import printed_devices
-from kvsim.validate.records import FA_AUTO, Measurement, Metric, Skipped, split_knobs
+from kvsim.validate.records import Measurement, Metric, Skipped, flash_flag, split_knobs
 
 BENCH_JSON = "llama-bench json"
 BENCH_JSONL = "llama-bench jsonl"
@@ -261,7 +261,8 @@ def _bench_measurement(f: Mapping[str, Any], rid: str, origin: str) -> Measureme
         model=str(f.get("model_filename") or model_type), weight_format=weight_format(model_type),
         metric=_bench_metric(n_prompt, n_gen), value=value,
         n_prompt=n_prompt, n_gen=n_gen, depth=depth,
-        flash_attn=_flash(f), n_ubatch=_int(f, "n_ubatch", None), n_batch=_int(f, "n_batch", None),
+        flash_attn=flash_flag(_text(f.get("flash_attn", ""))),
+        n_ubatch=_int(f, "n_ubatch", None), n_batch=_int(f, "n_batch", None),
         model_size_bytes=_int(f, "model_size", None), model_params=_int(f, "model_n_params", None),
         kv_type=str(f.get("type_k") or "f16"), source=origin, **_split(f),
         gpu_layers=_int(f, "n_gpu_layers", None),
@@ -296,7 +297,7 @@ def _batched_measurement(f: Mapping[str, Any], rid: str, step: str,
     used = {"pp", "tg", "pl", "flash_attn", "n_batch", "n_ubatch"}
     return Measurement(
         id=rid, gpu="", backend="", model="", weight_format="", batch=batch,
-        flash_attn=_flash(f), n_ubatch=_int(f, "n_ubatch", None),
+        flash_attn=flash_flag(_text(f.get("flash_attn", ""))), n_ubatch=_int(f, "n_ubatch", None),
         n_batch=_int(f, "n_batch", None), source=origin,
         extra={k: _text(v) for k, v in f.items() if k not in used}, **shape)
 
@@ -337,13 +338,6 @@ def _rate(f: Mapping[str, Any], key: str, shown: str = "") -> float:
     if value <= 0:
         raise _RowError(f"field {name}: {f[key]!r} is not a positive rate")
     return value
-
-
-def _flash(f: Mapping[str, Any]) -> bool | None:
-    """flash_attn: a bool before llama-bench's ``-fa auto``, then -1 (auto: on) / 0 / 1."""
-    raw = _text(f.get("flash_attn", "")).lower()
-    return {"1": True, "true": True, "on": True, "-1": FA_AUTO, "auto": FA_AUTO,
-            "0": False, "false": False, "off": False}.get(raw)
 
 
 def _text(v: Any) -> str:

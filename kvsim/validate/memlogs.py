@@ -100,10 +100,13 @@ class MemoryMeasurement:
 
 
 def engine_name(text: str) -> str:
-    """kvsim's preset for an engine as the CSV names it ("llama.cpp (llama-server)",
-    "sglang-omni (SGLang-based)"); "" when it is none of kvsim's engines."""
+    """kvsim's preset for an engine as the CSV names it: the one the cell starts with
+    ("llama.cpp (llama-server)", "sglang-omni (SGLang-based)"), else one it names as a
+    word ("custom loadgen vs vllm serve"); "" when it is none of kvsim's engines."""
     low = (text or "").strip().lower()
-    return next((e for e in registered_engines() if low.startswith(e)), "")
+    return next((e for e in registered_engines() if low.startswith(e)), "") or next(
+        (e for e in registered_engines()
+         if re.search(rf"(?<![\w.-]){re.escape(e)}(?![\w-])", low)), "")
 
 
 def _figures(text: str, rid: str, engine: str, settings: dict[str, object]

@@ -23,6 +23,19 @@ from typing import Literal
 # #27086 shows auto resolving to on even on Arm CPUs, where it is the slower choice).
 FA_AUTO = True
 
+
+def flash_flag(text: str) -> bool | None:
+    """A printed flash-attention setting — on / off / true / false, llama-bench's 1 / 0 and
+    its -1 or ``auto`` (:data:`FA_AUTO`) — as a flag; None where it shows none."""
+    t = (text or "").strip().lower()
+    if t.startswith(("-1", "auto")):
+        return FA_AUTO
+    if t.startswith(("1", "on")) or t == "true":
+        return True
+    if t.startswith(("0", "off")) or t == "false":
+        return False
+    return None
+
 Metric = Literal["pp_tps", "tg_tps", "pg_tps"]
 """``pp_tps``: prompt tokens processed per second; ``tg_tps``: tokens generated per
 second, summed over every sequence that decodes in parallel; ``pg_tps``: llama-bench's

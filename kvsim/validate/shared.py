@@ -38,7 +38,7 @@ from kvsim.validate.engine_speed import (
     read_engine_speed_rows,
 )
 from kvsim.validate.memlogs import MemoryMeasurement, read_memory_row
-from kvsim.validate.records import FA_AUTO, Measurement, Skipped, split_knobs
+from kvsim.validate.records import Measurement, Skipped, flash_flag, split_knobs
 
 PUBLISHED_GRAPHS_SINCE = "ampere"
 """The builds behind the published rows replayed CUDA graphs from Ampere on only
@@ -92,18 +92,6 @@ def backend_name(text: str) -> str:
     return text.strip()
 
 
-def _flash(text: str) -> bool | None:
-    """A row's flash-attention flag: on / off / auto (on, FA_AUTO); None where not shown."""
-    t = (text or "").strip().lower()
-    if t.startswith(("-1", "auto")):
-        return FA_AUTO
-    if t.startswith("1") or t.startswith("on") or t == "true":
-        return True
-    if t.startswith("0") or t.startswith("off") or t == "false":
-        return False
-    return None
-
-
 def _flags(text: str) -> dict[str, str]:
     """``-fa 1 -ub 2048`` / ``n_ubatch 2048, flash_attn 1`` settings as a mapping."""
     out: dict[str, str] = {}
@@ -122,7 +110,7 @@ def read_scoreboard(rows: list[dict[str, str]], origin: str) -> tuple[list[Measu
         rid = row.get("id") or origin
         common = dict(gpu=row["gpu"], backend=backend_name(row["backend"]), model=row["model"],
                       weight_format=(row.get("weight_format") or "").split(" ")[0],
-                      flash_attn=_flash(row.get("flash_attn", "")),
+                      flash_attn=flash_flag(row.get("flash_attn", "")),
                       source=row.get("source", ""), n_ubatch=512, n_batch=2048,
                       cuda_graphs_since=PUBLISHED_GRAPHS_SINCE)
         size = number(row.get("model_size_gib", ""))
@@ -168,7 +156,7 @@ def _long_row(row: dict[str, str]) -> Measurement | Skipped:
         split = split_knobs(flags.get("-sm", ""), flags.get("-ts", ""), flags.get("-mg", ""))
     except ValueError as e:
         return Skipped(rid, f"settings {row.get('settings')!r}: {e}")
-    fa = _flash(flags.get("-fa", flags.get("flash_attn", "")))
+    fa = flash_flag(flags.get("-fa", flags.get("flash_attn", "")))
     ub = number(flags.get("-ub", flags.get("n_ubatch", "")) or "")
     ngl = number(flags.get("-ngl", "") or "")
     depth = int(number(row.get("context_or_depth", "")) or 0)

@@ -399,3 +399,12 @@ def test_a_cell_naming_no_device_is_read_by_the_inference_it_states():
     assert set(by) == {"kv_bytes", "weights_bytes", "compute_bytes"}
     assert by["weights_bytes"]["rel_err"] == pytest.approx(0.0, abs=1e-3)
     assert gpu_candidates("1x NVIDIA GPU (model not stated)", "") == ((), "")
+
+
+def test_engine_name_from_the_start_of_the_cell_else_a_word_in_it():
+    from kvsim.validate.memlogs import engine_name
+
+    assert engine_name("sglang-omni (SGLang-based)") == "sglang"          # starts with it
+    assert engine_name("custom streaming loadgen vs vllm serve") == "vllm"  # a word in it
+    assert engine_name("vllm-project fork") == "vllm"
+    assert engine_name("TensorRT-LLM") == "" and engine_name("myvllm") == ""

@@ -202,7 +202,8 @@ def test_an_ambiguous_card_is_skipped_with_each_profiles_prediction():
     ("llama-bench -ngl 99 -fa 0", False), ("llama-bench -fa off", False),
     ("llama-bench -fa on", True), ("llama-bench -ngl 99 -p 512", None)])  # not shown
 def test_flash_attention_flag_in_settings_text(settings: str, fa: bool | None) -> None:
-    from kvsim.validate.shared import _flags, _flash
+    from kvsim.validate.records import flash_flag
+    from kvsim.validate.shared import _flags
 
     flags = _flags(settings)
-    assert _flash(flags.get("-fa", flags.get("flash_attn", ""))) is fa
+    assert flash_flag(flags.get("-fa", flags.get("flash_attn", ""))) is fa
