@@ -17,7 +17,7 @@
   most layers (a binary search); if not all fit, again without the output layer.
 
 NOTE: a layer costs its weights plus ``1/L`` of the KV (the estimator's per-layer KV);
-the graph is the caller's: era A's fallback formula (kvsim.engines.ollama) or the
+the graph is era A's per-architecture estimate (kvsim.engines._ollama_graph) or the
 measured compute buffer.
 """
 
@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvsim.engines._ollama_graph import graph_sizes
 from kvsim.engines.memory import OllamaEstimate
+from kvsim.engines.ollama_releases import ollama_arch
 
 if TYPE_CHECKING:
     from kvsim.config.specs import ModelSpec
@@ -44,6 +46,7 @@ class Assignment:
     output: int                      # GPU of the output layer, -1: CPU
     allocations: tuple[int, ...]     # era A: bytes charged per GPU (0 for B/C)
     overflow_bytes: int = 0          # era A: what did not fit
+    fully_loaded: bool = False       # era A: every layer (and the output) on the GPUs
 
     @property
     def gpu_layers(self) -> int:
@@ -55,12 +58,15 @@ class Assignment:
         return tuple(c + (i == self.output) for i, c in enumerate(self.counts))
 
 
-def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int, graph_bytes: int,
-                    minimum_bytes: int, overhead_bytes: int, num_layers: int,
-                    requested: int | None = None) -> Assignment:
+def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int,
+                    graphs: tuple[int, int], minimum_bytes: int, overhead_bytes: int,
+                    num_layers: int, requested: int | None = None) -> Assignment:
     """Era A's estimate over GPUs with ``free`` bytes each (module docstring);
-    ``requested``: num_gpu, the most layers to place (None = all that fit)."""
-    n = len(free)
+    ``graphs``: the (partial, full) graph — the larger one is kept free while placing,
+    each GPU holding layers is charged the full one when every layer found a GPU, else
+    the partial one; ``requested``: num_gpu, the most layers to place (None = all that
+    fit)."""
+    n, graph_bytes = len(free), max(graphs)
     space = [i for i in range(n) if free[i] >= overhead_bytes + graph_bytes + minimum_bytes
              + 2 * layer_bytes]
     alloc, counts = [0] * n, [0] * n
@@ -81,8 +87,8 @@ def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int, grap
             space.remove(g)
         if not space:
             overflow += layer_bytes
-    output = -1
-    if head_bytes and (requested is None or placed < requested):
+    output, tried = -1, bool(head_bytes) and (requested is None or placed < requested)
+    if tried:  # NOTE: an output layer num_gpu leaves out is no overflow (llm/memory.go)
         while space:
             g = space[placed % len(space)]
             if free[g] > overhead_bytes + alloc[g] + graph_bytes + head_bytes:
@@ -90,12 +96,13 @@ def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int, grap
                 output = g
                 break
             space.remove(g)
-    if head_bytes and output < 0:
-        overflow += head_bytes
+        if output < 0:
+            overflow += head_bytes
+    loaded = placed >= num_layers and not (tried and output < 0)
     for i in range(n):
         if counts[i] or output == i:
-            alloc[i] += graph_bytes
-    return Assignment(tuple(counts), output, tuple(alloc), overflow)
+            alloc[i] += graphs[loaded]
+    return Assignment(tuple(counts), output, tuple(alloc), overflow, loaded)
 
 
 def _fit(layers: Sequence[int], room: Sequence[float], capacity: float) -> list[int]:
@@ -182,25 +189,28 @@ def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str) -> in
 
 def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
                     kv_type: str, free: Sequence[int],
-                    measured: tuple[int, int] | None = None) -> tuple[OllamaEstimate,
-                                                                        Assignment]:
+                    measured: tuple[int, int] | None = None,
+                    metal: bool = False) -> tuple[OllamaEstimate, Assignment]:
     """Where the release puts the layers over GPUs with ``free`` bytes, and its figures:
-    era A (``measured`` None) with its own KV and graph (``(n_heads // n_kv_heads) x KV /
-    6``, the fallback of ``GraphSize``), eras B/C with the ``measured`` (KV, compute)."""
+    era A (``measured`` None) with its own KV and graphs (:func:`era_a_graphs`; ``metal``:
+    the GPUs are Apple's), eras B/C with the ``measured`` (KV, compute)."""
     L = model.num_layers
     if measured is None:
         kv = estimated_kv(model, engine, kv_type)
-        graph = model.num_attention_heads // max(1, model.num_kv_heads) * kv // 6
+        graphs = era_a_graphs(model, engine, ws, kv, len(free), metal)
+        graph = max(graphs)
     else:
         kv, graph = measured
+        graphs = (graph, graph)
     reserve = engine.gpu_overhead_bytes + engine.minimum_reserve_bytes + graph
     layer = ws.per_layer_bytes + kv // L
     requested = None if engine.gpu_layers is None else \
         (engine.gpu_layers if engine.gpu_layers < L else L + 1)
     if measured is None:
-        a = estimate_layers(free, layer, ws.head_bytes, graph, engine.minimum_reserve_bytes,
+        a = estimate_layers(free, layer, ws.head_bytes, graphs, engine.minimum_reserve_bytes,
                             engine.gpu_overhead_bytes, L, requested)
         partial, full = sum(a.allocations), sum(a.allocations) + a.overflow_bytes
+        graph = graphs[a.fully_loaded]
     else:
         a = pack_layers(free, [reserve] * len(free), layer, ws.head_bytes, L,
                         None if requested is None else min(requested, L))
@@ -210,5 +220,16 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
         full = partial + (L - a.gpu_layers) * layer + (0 if a.output >= 0 else ws.head_bytes)
     est = OllamaEstimate(kv_bytes=kv, graph_bytes=graph, reserve_bytes=reserve,
                          total_bytes=partial, gpu_layers=a.gpu_layers, full_bytes=full,
-                         allocations=a.allocations, split=a.split)
+                         allocations=a.allocations, split=a.split,
+                         graph_partial_bytes=graphs[0], graph_full_bytes=graphs[1])
     return est, a
+
+
+def era_a_graphs(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit, kv: int,
+                 gpus: int, metal: bool) -> tuple[int, int]:
+    """Era A's (partial, full) graph (kvsim.engines._ollama_graph): on Metal both are the
+    full one, over several GPUs both the partial one (``llm/memory.go``)."""
+    ctx = engine.context_tokens * engine.parallel
+    partial, full = graph_sizes(model, ollama_arch(model), ws, kv, ctx, engine.n_batch,
+                                engine.parallel, bool(engine.flash_attn))
+    return (full, full) if metal else (partial, partial) if gpus > 1 else (partial, full)

@@ -44,13 +44,15 @@ class OllamaEstimate:
     ``memory.required.*`` figures and where it placed the layers."""
 
     kv_bytes: int            # memory.required.kv: the whole model's KV, ctx*parallel*...
-    graph_bytes: int         # per GPU: (n_heads / n_kv_heads) * kv_total / 6, or measured
+    graph_bytes: int         # per GPU holding layers: era A's full or partial graph, or measured
     reserve_bytes: int       # per GPU: OLLAMA_GPU_OVERHEAD + 457 MiB + graph
     total_bytes: int         # memory.required.partial: what the GPUs were charged
     gpu_layers: int          # repeating layers placed on the GPUs
     full_bytes: int = 0      # memory.required.full: partial + what overflowed
     allocations: tuple[int, ...] = ()   # memory.required.allocations, per GPU
     split: tuple[int, ...] = ()         # layers.split: layers per GPU (output included)
+    graph_partial_bytes: int = 0        # memory.graph.partial (eras B/C: the measured one)
+    graph_full_bytes: int = 0           # memory.graph.full
 
 
 @dataclass(frozen=True)

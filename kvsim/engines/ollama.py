@@ -141,13 +141,14 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
                  head_first=False)
     exact = (box.lay["kv_total"], box.lay["compute"]) if mode == "measured" else None
     free = [g.usable_memory_bytes - (display if i == 0 else 0) for i, g in enumerate(gpus)]
-    est, a = ollama_estimate(model, engine, ws, engine.cache_type_v, free, exact)
+    metal = gpu.vendor == "Apple"
+    est, a = ollama_estimate(model, engine, ws, engine.cache_type_v, free, exact, metal)
     for back in range(1, 10):  # §4.3: a failed allocation backs off 10 %, 20 %, ... of free
         if not exact or all(t <= g.usable_memory_bytes for t, g in
                             zip(_true_totals(box, est), gpus, strict=True)):
             break
         est, a = ollama_estimate(model, engine, ws, engine.cache_type_v,
-                                 [f * (10 - back) // 10 for f in free], exact)
+                                 [f * (10 - back) // 10 for f in free], exact, metal)
     return _placed_budget(box, est, a.output >= 0, notes)
 
 
@@ -187,7 +188,8 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
              f"memory.required.full={format_bytes(est.full_bytes)} "
              f"memory.required.partial={format_bytes(est.total_bytes)} "
              f"memory.required.kv={format_bytes(est.kv_bytes)} "
-             f"memory.graph.full={format_bytes(est.graph_bytes)}")]
+             f"memory.graph.full={format_bytes(est.graph_full_bytes)} "
+             f"memory.graph.partial={format_bytes(est.graph_partial_bytes)}")]
     if n < L:
         notes.append(f"Ollama spills {L - n}/{L} layers to CPU RAM "
                      "(partial offload: works, much slower)")

@@ -53,12 +53,25 @@ LLAMA_SERVER_DEFAULTS = {"slot_prompt_similarity": 0.10, "cache_ram_bytes": 8192
                          "cache_idle_slots": True}
 """Era D: Ollama launches llama-server with only the flags of §4.4, so its slots and prompt
 cache are llama-server's own defaults (§3.4), not the Go runners' (§4.5)."""
+OLLAMA_RELEASE_MONTHS: tuple[tuple[str, Version], ...] = (
+    ("2024-06", OLLAMA_AUTO_PARALLEL[0]), ("2025-04", OLLAMA_NUM_CTX_4096),
+    ("2025-07", OLLAMA_AUTO_PARALLEL[1]), ("2025-08", OLLAMA_ERA_B),
+    ("2025-11", OLLAMA_ERA_C), ("2026-02", OLLAMA_NUM_CTX_BY_VRAM), ("2026-05", OLLAMA_ERA_D))
+"""The month each release that changes what kvsim lays out came out, as §4 dates them
+(v0.1.49 Jun 2024, v0.6.7 Apr 2025, v0.9.7 Jul 2025, era B Aug 2025, era C Nov 2025,
+v0.15.5 Feb 2026, era D late May 2026): kvsim describes every release between two of
+them alike (the v0.12.4 / v0.12.7 flash-attention defaults, undated there, aside)."""
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 _ARCHS = ((r"qwen3[-_.]?next", "qwen3next"), (r"qwen3[-_.]?vl", "qwen3vl"),
           (r"qwen3(?![\d.])", "qwen3"), (r"gemma[-_]?3(?![\dn])", "gemma3"),
           (r"gpt[-_]?oss", "gptoss"), (r"llama[-_]?4", "llama4"),
           # NOTE: DeepSeek-V2/V3 (and R1, V3's geometry); R1's distills are Qwen2 / Llama
-          (r"deepseek[-_]?(?:v\d|r1(?![-_]distill))", "deepseek2"))
+          (r"deepseek[-_]?(?:v\d|r1(?![-_]distill))", "deepseek2"),
+          (r"gemma[-_]?2(?!\d)", "gemma2"), (r"command[-_]?r", "command-r"),
+          (r"qwen2(?:\.5)?[-_]?vl", "qwen2vl"),
+          (r"qwen(?:1\.5|2(?:\.5)?)(?![\d.])|distill[-_]qwen", "qwen2"),
+          # NOTE: Mistral's and Mixtral's GGUFs are "llama"
+          (r"llama[-_]?[23](?!\d)|mistral(?!ai)|mixtral|distill[-_]llama", "llama"))
 
 
 def parse_ollama_version(text: Any, field: str = "engine.ollama_version") -> Version:
@@ -186,3 +199,21 @@ def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | 
     n = 4 if v < OLLAMA_AUTO_PARALLEL_2 else 2
     est = budget_of({**merged, "parallel": n}).estimate
     return n if est is not None and est.gpu_layers == model.num_layers else 1
+
+
+def ollama_release_at(date: str) -> tuple[str | None, str]:
+    """(the release a log dated ``date`` — ISO, perhaps only YYYY-MM — is laid out as, why)
+    for a log that shows no release: the last of :data:`OLLAMA_RELEASE_MONTHS` out in a
+    month before the log's (a log of the month a release came out may predate it: the
+    one before).  (None, why) before the first of them or for no date."""
+    month = (date or "").strip()[:7]
+    if not re.fullmatch(r"\d{4}-\d{2}", month):
+        return None, "release not shown: kvsim follows the newest release it knows"
+    before = [(m, v) for m, v in OLLAMA_RELEASE_MONTHS if m < month]
+    if not before:
+        return None, (f"release not shown, log dated {date} (before v{_shown(OLLAMA_AUTO_PARALLEL[0])}"
+                      ", the first release kvsim dates): kvsim follows the newest release it knows")
+    m, v = before[-1]
+    return _shown(v), (f"release not shown: a log dated {date} is laid out as v{_shown(v)} "
+                       f"(out {m}), the last release before it that changes kvsim's layout "
+                       "(docs/reference/engines.md §4)")

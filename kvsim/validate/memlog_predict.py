@@ -7,7 +7,9 @@ preset with the row's knobs, resolved on its GPU and model by
 ``more_gpus``) and returns one row per printed figure (the metrics of
 :mod:`kvsim.validate.memlogs`) and one for the start-up outcome, or the reasons it cannot.
 
-NOTE: relative error = (predicted − measured) / measured, as for speeds.  A ``startup`` row
+NOTE: relative error = (predicted − measured) / measured, as for speeds, where measured is
+the nearest value that prints as the engine printed it (``Figure.half_unit``: "1.3 GiB"
+stands for 1.25–1.35 GiB, so a prediction of 1.26 GiB is no error).  A ``startup`` row
 has measured and predicted "ok" / "failed" and ``rel_err`` 0 when they agree, 1 when they
 do not (a start-up the engine refused that kvsim lays out is a miss, and so is the
 reverse), so its summary's median and p90 are 0 or 1 and the mean is the miss rate.
@@ -28,6 +30,7 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.budget import memory_budget
 from kvsim.engines.memory import MemoryBudget
+from kvsim.engines.ollama_releases import ollama_release_at
 from kvsim.engines.resolve import engine_for_gpu
 from kvsim.engines.vllm_releases import (
     VLLM_BEFORE_GRAPH_BUDGET,
@@ -119,7 +122,9 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
         if v := re.search(r"\b(\d+\.\d+\.\d+)\b", m.engine_version or ""):
             s["ollama_version"] = v.group(1)
         else:
-            notes.append("release not shown: kvsim follows the newest release it knows")
+            version, why = ollama_release_at(m.date)
+            s.update({"ollama_version": version} if version else {})
+            notes.append(why)
     if "vllm_version" in traits.settings:
         _vllm_release(s, m.engine_version, notes, m.date)
     return s, notes
@@ -172,6 +177,23 @@ def _why_not(m: MemoryMeasurement, gpu: GpuSpec | None, model: ModelSpec | None)
     return "; ".join(why)
 
 
+def _in_use_bytes(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], notes: list[str]) -> int:
+    """The memory of the first GPU others held at start-up, as an Ollama row's
+    ``memory.available`` shows it (kvsim.validate.memlogs NOTE): the card less what its
+    estimate saw free; 0 where the row prints none (or one per GPU of a box, which kvsim
+    cannot reserve beyond the first GPU)."""
+    if not m.free_bytes or "ollama_version" not in engine_for(m.engine).settings:
+        return 0
+    if len(m.free_bytes) > 1 or len(gpus) > 1:
+        notes.append("memory.available of several GPUs: not taken (kvsim reserves memory "
+                     "in use by others on the first GPU only)")
+        return 0
+    free, usable = m.free_bytes[0], gpus[0].usable_memory_bytes
+    notes.append(f"memory.available {free / 2**30:.1f} GiB: the other "
+                 f"{max(0, usable - free) / 2**30:.2f} GiB of the card in use by others")
+    return max(0, usable - free)
+
+
 def layout_of(m: MemoryMeasurement, gpu: GpuSpec | None = None,
               model: ModelSpec | None = None
               ) -> tuple[MemoryBudget, tuple[GpuSpec, ...], ModelSpec, list[str]] | Skipped:
@@ -183,10 +205,12 @@ def layout_of(m: MemoryMeasurement, gpu: GpuSpec | None = None,
     assert gpus is not None and m.weights is not None
     mod = model if model is not None else load_model(str(m.model))
     spec, notes = engine_spec(m)
+    in_use = _in_use_bytes(m, gpus, notes)
     try:
         cfg = engine_for_gpu(spec, gpus[0], mod, weights=m.weights, more_gpus=gpus[1:])
         engine_for(cfg.preset).check_gpus(cfg, len(gpus))
-        b = memory_budget(gpus[0], mod, m.weights, cfg, more_gpus=gpus[1:])
+        b = memory_budget(gpus[0], mod, m.weights, cfg, more_gpus=gpus[1:],
+                          display_reserve_bytes=in_use)
     except InputError as exc:
         return Skipped(m.id, f"kvsim cannot lay this start-up out: {exc.one_line()}")
     return b, gpus, mod, notes
@@ -220,7 +244,9 @@ def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, st
                  "ollama_layers_offload": sum(est.split) if est.split else
                  est.gpu_layers + (est.gpu_layers == L),
                  "ollama_required_full_bytes": est.full_bytes,
-                 "ollama_required_kv_bytes": est.kv_bytes}[f.metric]
+                 "ollama_required_kv_bytes": est.kv_bytes,
+                 "ollama_graph_full_bytes": est.graph_full_bytes,
+                 "ollama_graph_partial_bytes": est.graph_partial_bytes}[f.metric]
         return float(value), ""
     whole = {"kv_tokens": b.kv_pool_tokens, "kv_bytes": b.kv_reserved_bytes,
              "kv_needed_bytes": b.kv_needed_bytes, "weights_bytes": b.weights_gpu_bytes,
@@ -295,6 +321,13 @@ def _gist(run: tuple[list[dict[str, object]], list[Skipped]]) -> str:
     return skipped[0].reason if skipped else "nothing to compare"
 
 
+def _beyond_print(pred: float, f: Figure) -> float:
+    """How far ``pred`` lies from every value that prints as ``f`` did (0 within half
+    the last printed digit: "1.3 GiB" is anything from 1.25 to 1.35 GiB)."""
+    err = pred - f.value
+    return 0.0 if abs(err) <= f.half_unit else err - f.half_unit * (1 if err > 0 else -1)
+
+
 def _memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None,
                  model: ModelSpec | None) -> tuple[list[dict[str, object]], list[Skipped]]:
     """:func:`memory_rows` for the row's own devices, or ``gpu`` in their place."""
@@ -312,7 +345,7 @@ def _memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None,
             skipped.append(Skipped(key, why or f"{f.metric}: printed 0, no relative error"))
             continue
         rows.append(_row(m, gpus, mod, f.metric, f.device, f.value, pred,
-                         (pred - f.value) / f.value, notes, as_printed=f.as_printed))
+                         _beyond_print(pred, f) / f.value, notes, as_printed=f.as_printed))
     if m.startup is not None:
         said = "ok" if b.fits else "failed"
         rows.append(_row(m, gpus, mod, "startup", "", m.startup, said,

@@ -33,7 +33,8 @@ from kvsim.errors import InputError
 
 METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "weights_bytes",
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
-           "ollama_required_partial_bytes", "ollama_required_kv_bytes", "ollama_layers_offload")
+           "ollama_required_partial_bytes", "ollama_required_kv_bytes", "ollama_graph_full_bytes",
+           "ollama_graph_partial_bytes", "ollama_layers_offload")
 """Every figure metric, in the order rows are listed (``startup`` comes last)."""
 
 _ALIASES = {
@@ -82,6 +83,7 @@ class Figure:
     value: float            # tokens, bytes or layers
     device: str = ""
     as_printed: str = ""
+    half_unit: float = 0.0  # bytes: half the last printed digit ("1.3 GiB": 0.05 GiB)
 
 
 def _key(text: str) -> str:
@@ -186,6 +188,8 @@ _FIGURE_KEYS = (
      "ollama_required_full_bytes"),
     (r"memory\.required\.partial", "ollama_required_partial_bytes"),
     (r"memory\.required\.kv", "ollama_required_kv_bytes"),
+    (r"memory\.graph\.full", "ollama_graph_full_bytes"),
+    (r"memory\.graph\.partial", "ollama_graph_partial_bytes"),
     (r"layers\.offload", "ollama_layers_offload"),
 )
 _TOKEN_METRICS = {"kv_tokens", "max_model_len_fit", "ollama_layers_offload"}
@@ -222,7 +226,16 @@ def _figure(field: str, key: str, raw: str, gb_is_gib: bool,
         return Figure(metric, n, as_printed=raw), ""
     if unit in ("", "tokens"):
         return None, f"{key}={raw}: no byte unit printed (cut off?)"
-    return Figure(metric, float(parse_bytes(f"{n} {unit}", field)), as_printed=raw), ""
+    value = float(parse_bytes(f"{n} {unit}", field))
+    return Figure(metric, value, as_printed=raw, half_unit=value / n * _half_digit(raw)
+                  if n else 0.0), ""
+
+
+def _half_digit(raw: str) -> float:
+    """Half a unit of the last digit the number in ``raw`` was printed with ("1.3": 0.05)."""
+    m = _QTY.search(raw)
+    digits = m.group(1).replace(",", "") if m else ""
+    return 0.5 * 10.0 ** -(len(digits) - digits.index(".") - 1 if "." in digits else 0)
 
 
 _DEVICE = re.compile(r"(?<![\w])(?:projected\s+)?((?:CUDA|ROCm|Vulkan|Metal|SYCL)\d+|Host)\b")

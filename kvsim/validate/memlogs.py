@@ -38,6 +38,9 @@ NOTE: a GPU name that fits several profiles ("NVIDIA A100") keeps them as
 ``gpu_candidates``, narrowed to the memory size the ``vram_total`` cell states (printed
 or inferred: :func:`gpu_candidates`); the prediction uses them only when every one lays
 the start-up out alike (kvsim.validate.memlog_predict).
+NOTE: Ollama's ``memory.available`` (the free memory its estimate placed layers in, in the
+vram_total or printed cell) is what kvsim's Ollama sees free on the first GPU: the rest of
+the card is in use by others (``free_bytes``; kvsim.validate.memlog_predict).
 NOTE: what a row states of its run beyond the settings column is read too: a box "(model
 on CUDA0 only)" is that one card (:func:`gpus_named`); notes saying flash attention failed
 ("quantized KV needs FA which failed with --split-mode layer") mean the run had none
@@ -51,6 +54,7 @@ from dataclasses import dataclass, field
 
 from kvsim.config.catalog import list_names, load_gpu
 from kvsim.config.gpu_names import resolve_gpu
+from kvsim.config.units import parse_bytes
 from kvsim.engines import engine_for, registered_engines
 from kvsim.engines.resolve import resolve_engine
 from kvsim.errors import InputError, closest_names
@@ -90,6 +94,7 @@ class MemoryMeasurement:
     stated: tuple[str, ...] = ()    # settings read from the notes (module NOTE)
     gpu_candidates: tuple[str, ...] = ()  # profiles an ambiguous name fits (module NOTE)
     gpu_memory_said: str = ""       # how the vram_total cell narrowed them ("": it did not)
+    free_bytes: tuple[int, ...] = ()  # Ollama's memory.available, one per GPU (module NOTE)
     settings: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -148,6 +153,20 @@ reports a total a few per cent under the nominal size (an 80 GB card's
 ``total_gpu_memory`` 79.2 GiB), and "80GB" read as decimal gigabytes is 74.5 GiB."""
 
 
+_AVAILABLE = re.compile(r'memory\.available\s*=\s*"?\[([^\]]*)\]', re.IGNORECASE)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B)\b", re.IGNORECASE)
+
+
+def available_bytes(*cells: str) -> tuple[int, ...]:
+    """Ollama's ``memory.available=[23.6 GiB 11.8 GiB]`` in the first cell printing it:
+    the free memory of each GPU its estimate placed layers in (() where none prints it)."""
+    for cell in cells:
+        if m := _AVAILABLE.search(cell or ""):
+            return tuple(parse_bytes(f"{n} {u}", "memory.available")
+                         for n, u in _SIZE.findall(m.group(1)))
+    return ()
+
+
 _GUESS = re.compile(r"\b(?:inferred|likely)\b", re.IGNORECASE)
 
 
@@ -167,21 +186,45 @@ def _fitting(name: str) -> tuple[str, ...]:
     return (g.slug,) if g.slug is not None else g.candidates
 
 
+_VENDORS = (("NVIDIA", r"nvidia|geforce|quadro|tesla"), ("AMD", r"amd|radeon|instinct"),
+            ("Intel", r"intel"), ("Apple", r"apple"))
+
+
+def _vendor_sized(text: str) -> tuple[tuple[str, ...], str]:
+    """Every profile of the vendor a cell names with no device model but with a memory
+    size ("1x AMD GPU, 24 GiB (model not seen)"), and how they were found; () else."""
+    vendor = next((v for v, word in _VENDORS
+                   if re.search(rf"\b(?:{word})\b", text or "", re.IGNORECASE)), None)
+    if vendor is None or not _VRAM.search(text):
+        return (), ""
+    return tuple(s for s in list_names("gpus") if load_gpu(s).vendor == vendor), \
+        f"{vendor} cards of the gpu cell's {_VRAM.search(text).group(0)}"  # type: ignore[union-attr]
+
+
+def _of_size(fit: tuple[str, ...], stated: re.Match[str]) -> tuple[str, ...]:
+    """The profiles whose memory a size as stated may be (:data:`_DRIVER_SHARE`)."""
+    gib = float(stated.group(1)) * (1.0 if stated.group(2).lower() == "gib" else 1e9 / 2**30)
+    return tuple(s for s in fit
+                 if _DRIVER_SHARE <= gib / (load_gpu(s).memory_bytes / 2**30) <= 1 + 1e-9)
+
+
 def gpu_candidates(text: str, vram: str) -> tuple[tuple[str, ...], str]:
     """(the profiles an ambiguous device name fits — or, where the cell names no device,
-    those its parenthesised inference names — narrowed to the memory size the ``vram``
-    cell states; how they were found, "" for a plain ambiguous name): () when the name
+    those its parenthesised inference names, else every card of the vendor it names
+    with the memory size it states — narrowed to the memory size the ``vram`` cell
+    states; how they were found, "" for a plain ambiguous name): () when the name
     resolves, is unknown, or names several kinds of device."""
     g = resolve_gpu(text)
     fit, how = g.candidates, []
     if not fit and g.slug is None and (names := _inferred_names(text)):
         fit = tuple(dict.fromkeys(s for n in names for s in _fitting(n)))
         how.append(f"{'/'.join(names)} as the gpu cell infers")
+    elif not fit and g.slug is None and (sized := _vendor_sized(text))[0]:
+        fit = _of_size(sized[0], _VRAM.search(text))  # type: ignore[arg-type]
+        how.append(sized[1])
     m = _VRAM.search(vram or "")
     if fit and m:
-        gib = float(m.group(1)) * (1.0 if m.group(2).lower() == "gib" else 1e9 / 2**30)
-        fit = tuple(s for s in fit
-                    if _DRIVER_SHARE <= gib / (load_gpu(s).memory_bytes / 2**30) <= 1 + 1e-9)
+        fit = _of_size(fit, m)
         guess = " (which says it is inferred)" if re.search(r"infer|assum", vram, re.IGNORECASE) else ""
         how.append(f"{m.group(0)} from the vram_total cell{guess}")
     return fit, ", ".join(how)
@@ -264,6 +307,8 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
     gpus, gpu_reason, gpu_count = gpus_named(row.get("gpu", ""))
     candidates, said = gpu_candidates(row.get("gpu", ""), row.get("vram_total", "")) \
         if not gpus and gpu_reason.startswith(("ambiguous", "GPU not named (")) else ((), "")
+    if said and not candidates:  # "1x AMD GPU, 287 GB": no card of that vendor and size
+        gpu_reason += f"; no card in the catalogue fits ({said})"
     model, fmt, model_reason = model_named(row.get("model", ""))
     weights, weights_reason = weights_named(row.get("weight_format", ""), fmt)
     notes = row.get("notes", "") or ""
@@ -278,7 +323,8 @@ def read_memory_row(row: dict[str, str], origin: str) -> MemoryMeasurement:
         startup=startup_outcome(notes, row.get("printed_figures", "")), remarks=remarks,
         unread=unread, source=row.get("source", ""), notes=notes,
         date=(row.get("date") or "").strip(), stated=stated, settings=settings,
-        gpu_candidates=candidates, gpu_memory_said=said)
+        gpu_candidates=candidates, gpu_memory_said=said,
+        free_bytes=available_bytes(row.get("vram_total", ""), row.get("printed_figures", "")))
 
 
 def read_memory_rows(rows: list[dict[str, str]], origin: str) -> list[MemoryMeasurement]:

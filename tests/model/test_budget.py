@@ -182,25 +182,33 @@ def test_ollama_ignores_a_quantized_kv_type_without_flash_attention():
 def test_ollama_spills_layers_when_weights_do_not_fit():
     # docs/reference/engines.md §4.2 era-A estimator, num_ctx 4096, 1 slot, f16 (2 B/elem), FA off:
     #   kv_total  4096 x (128+128) x 8 x 2 x 64          = 1,073,741,824 (16,777,216/layer)
-    #   graph     (40 // 8) x kv_total // 6              =   894,784,853
-    #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + graph = 1,373,984,085
+    #   graphs    GraphSize's qwen2 case (e 5120, h 40, vocab 152,064, c 4096, b 512):
+    #             full    max(4b(e+v), 4b(1+2e+c+c h))   =   364,906,496
+    #             partial 4b(e+v) + e v 105/128          =   960,581,632 (the larger)
+    #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + partial = 1,439,780,864
     #   per layer 290,705,879 + 16,777,216               =   307,483,095
     # llm/memory.go charges the GPU 457 MiB and one layer "as a buffer" first, then takes
-    # layer k+1 while 12 GiB > 457 MiB + (k+1) layers + graph + one more layer:
-    #   36 layers: reserve + 37 x per_layer = 12,750,858,600 < 12 GiB; the 37th would need
-    #   reserve + 38 x per_layer = 13,058,341,695 > 12 GiB.  memory.required.partial is the
-    #   GPU's charge, reserve + 37 layers (the buffer and 36); .full adds the 28 layers and
-    #   the head that overflowed.  The CPU keeps 28 layers, the embedding and the head.
+    # layer k+1 while 12 GiB > 457 MiB + (k+1) layers + the larger graph + one more layer:
+    #   36 layers: reserve + 37 x per_layer = 12,816,655,379 < 12 GiB; the 37th would need
+    #   reserve + 38 x per_layer = 13,124,138,474 > 12 GiB.  memory.required.partial is the
+    #   GPU's charge, reserve + 37 layers (the buffer and 36; not fully loaded: the partial
+    #   graph); .full adds the 28 layers and the head that overflowed.  The CPU keeps 28
+    #   layers, the embedding and the head.
     kv_layer = 4096 * (128 + 128) * 8 * 2
-    reserve = 457 * MIB + 40 // 8 * kv_layer * Q32_LAYERS // 6
+    e, v, c, b = 5120, 152_064, 4096, 512
+    full = max(4 * b * (e + v), 4 * b * (1 + 2 * e + c + c * 40))
+    partial = 4 * b * (e + v) + e * v * 105 // 128
+    reserve = 457 * MIB + partial
     per_layer = Q32_LAYER_W + kv_layer
-    assert (kv_layer, reserve, per_layer) == (16_777_216, 1_373_984_085, 307_483_095)
+    assert (kv_layer, full, partial) == (16_777_216, 364_906_496, 960_581_632)
+    assert (reserve, per_layer) == (1_439_780_864, 307_483_095)
     assert reserve + 37 * per_layer < Q32_VRAM < reserve + 38 * per_layer
     eng = resolve_engine({"preset": "ollama", "context_tokens": 4096,
                           "ollama_version": "0.11.4"})  # era A: the estimator places layers
     b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
     assert b.gpu_layers == 36 and b.estimate.gpu_layers == 36
-    assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_750_858_600
+    assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_816_655_379
+    assert (b.estimate.graph_partial_bytes, b.estimate.graph_full_bytes) == (partial, full)
     assert b.estimate.full_bytes == b.estimate.total_bytes + 28 * per_layer + Q32_HEAD_W
     assert b.estimate.kv_bytes == 64 * kv_layer      # memory.required.kv: the whole model's
     assert b.weights_cpu_bytes == 28 * Q32_LAYER_W + Q32_EMBED_W + Q32_HEAD_W

@@ -139,7 +139,7 @@ def test_ollama_eras_b_c_pack_onto_the_fewest_gpus():
     a = pack_layers([24 * GIB] * 3, [GIB] * 3, 600 * MIB, 600 * MIB, 64)
     assert (a.split, a.output) == ((33, 32, 0), 1) or (a.split, a.output) == ((32, 33, 0), 1)
     # era A's estimate with too little room places what fits and overflows the rest
-    e = estimate_layers([4 * GIB], GIB, GIB, 0, 0, 0, 8)
+    e = estimate_layers([4 * GIB], GIB, GIB, (0, 0), 0, 0, 8)
     assert (e.counts, e.output) == ((2,), -1) and e.overflow_bytes == 6 * GIB + GIB
 
 

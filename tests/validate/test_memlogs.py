@@ -146,13 +146,14 @@ def test_several_gpus_are_laid_out_as_the_engine_splits_them():
 def test_without_flash_attention_the_box_holds_the_users_reading():
     # llamacpp-008 (Qwen3-32B Q5_K_M, -c 32k over two RTX 3090s): with flash attention off
     # each GPU's compute buffer holds one layer's f32 KQ scores, 64 heads x 512 x 32,768
-    # cells x 4 B = 4 GiB, and the box comes to 41.25e9 B beside the user's ~40.5 GB (+1.8 %;
-    # weights sized as llama-quantize's Q5_K_M mix, 22.70e9 B on the GPUs); with it on
+    # cells x 4 B = 4 GiB, and the box comes to 41.25e9 B beside the user's ~40.5 GB (+1.7 %
+    # beyond the ±0.05 GB its last digit stands for; weights sized as llama-quantize's
+    # Q5_K_M mix, 22.70e9 B on the GPUs); with it on
     # (llama.cpp's default), 32.6e9 (-19 %)
     rows, _ = memory_rows(_read()["llamacpp-008"])
     used = next(r for r in rows if r["metric"] == "used_bytes")
     assert used["measured"] == 40.5e9
-    assert used["rel_err"] == pytest.approx(0.0184, abs=5e-4)
+    assert used["rel_err"] == pytest.approx(0.0172, abs=5e-4)  # beyond "40.5" GB's ±0.05
     assert "flash attention off: the notes say it failed" in used["notes"]
 
 

@@ -1,0 +1,108 @@
+"""Era A's compute-graph estimate: ``memory.graph.partial`` / ``memory.graph.full``
+(docs/reference/engines.md §4.2).
+
+Ollama's estimator sizes the graph per GGUF architecture (ollama/ollama ``GraphSize``:
+``llm/ggml.go`` from PR #3463, 2024-04, then ``fs/ggml/ggml.go``), two figures: the
+graph when every layer is on the GPUs (full) and when some are not (partial, which also
+holds the output projection's dequantised copy).  An architecture without a case gets
+``GQA x KV / 6`` for both (``llm/memory.go``).  The formulas are the GGUF keys'
+integer arithmetic, evaluated left to right as Go does: ``e`` embedding_length,
+``h`` head_count, ``hkv`` head_count_kv, ``hd`` / ``hdk`` the head width (key_length),
+``v`` the vocabulary, ``c`` the context of all slots (num_ctx x parallel), ``b``
+min(c, num_batch).
+
+NOTE: the formulas are those of ``fs/ggml/ggml.go`` (the newest code); before PR #6260
+(merged 2024-08-08) Llama's full graph lacked its ``4 b (e + v)`` floor, which binds
+below ~3.5k tokens of context for Llama 3's vocabulary, and the 2024 code priced
+``gemma`` without its context terms.  ``deepseek2`` keeps the fallback here: its case
+reads the GGUF's MLA head layout, which differs between conversions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from kvsim.config.specs import ModelSpec
+    from kvsim.model.weights import WeightSplit
+
+MIB = 2**20
+
+
+class Dims(NamedTuple):
+    """The GGUF keys ``GraphSize`` reads, for one model and start-up."""
+
+    e: int
+    h: int
+    hkv: int
+    hd: int
+    v: int
+    c: int
+    b: int
+
+
+def _llama(d: Dims) -> tuple[int, int]:
+    e, h, hkv, hd, v, c, b = d
+    full = max(4 * b * (1 + 4 * e + c * (1 + h)), 4 * b * (e + v))
+    partial = 4 * b * e + max(
+        4 * b * (1 + e + max(c, e)) + e * e * 9 // 16 + 4 * c * (b * h + hd * hkv),
+        4 * b * (e + v) + e * v * 105 // 128)
+    return partial, full
+
+
+def _llama_experts(d: Dims, gate_bytes: int, ff: int) -> tuple[int, int]:
+    """A Llama-architecture MoE (Mixtral) whose experts are one tensor per layer."""
+    e, h, hkv, hd, _, c, b = d
+    partial = max(3 * gate_bytes + 4 * b * (2 * ff + hkv + e + c + hd * hkv),
+                  4 * (c * b * h + c * hd * hkv + b * 1024 + hd * hkv * b))
+    return partial, _llama(d)[1]
+
+
+def _gemma(d: Dims) -> tuple[int, int]:
+    e, h, _, hd, v, c, b = d
+    full = max(4 * b * (e + v), 4 * b * (2 + c + c * h + 2 * e + 2 * hd * h))
+    partial = max(4 * e * b + e * v * 105 // 128 + 4 * v * b,
+                  4 * b * (2 * e + 1 + 2 * hd * h + c + c * h) + 4 * hd * c * 8
+                  + e * hd * h * 9 // 16)
+    return partial, full
+
+
+def _command_r(d: Dims) -> tuple[int, int]:
+    e, h, _, _, v, c, b = d
+    full = max(4 * b * (e + v), 4 * b * (2 + 4 * e + c * (1 + h)))
+    partial = max(4 * b * (e + v) + e * v * 105 // 128,
+                  4 * b * (1 + 2 * e + c * (1 + h)) + 4 * e * c + e * e * 9 // 16)
+    return partial, full
+
+
+def _qwen2(d: Dims) -> tuple[int, int]:
+    e, h, _, _, v, c, b = d
+    full = max(4 * b * (e + v), 4 * b * (1 + 2 * e + c + c * h))
+    partial = max(4 * b * (e + v) + e * v * 105 // 128,
+                  4 * (b * (1 + 2 * e + c * (1 + h)) + e * (1 + c)))
+    return partial, full
+
+
+_CASES = {"llama": _llama, "llama4": _llama, "gemma2": _gemma, "gemma3": _gemma,
+          "command-r": _command_r, "qwen2": _qwen2}
+
+
+def graph_sizes(model: ModelSpec, arch: str, ws: WeightSplit, kv_bytes: int, context: int,
+                num_batch: int, parallel: int, flash_attn: bool) -> tuple[int, int]:
+    """(partial, full) graph bytes of the estimate for ``model`` (GGUF architecture
+    ``arch``, :func:`kvsim.engines.ollama_releases.ollama_arch`) with ``context`` cells
+    over all slots; ``kv_bytes``: the estimate's KV, whose ``GQA x KV / 6`` is the
+    fallback."""
+    hd = model.head_dim
+    d = Dims(model.hidden_size, model.num_attention_heads, model.num_kv_heads, hd,
+             model.vocab_size, context, min(context, num_batch))
+    fallback = model.num_attention_heads // max(1, model.num_kv_heads) * kv_bytes // 6
+    if arch in ("llama", "llama4") and model.num_experts and ws.expert_bytes_per_layer:
+        ff = model.moe_intermediate_size or model.ffn_intermediate_size or 0
+        return _llama_experts(d, ws.expert_bytes_per_layer // 3, ff)
+    if arch == "gptoss":  # its own case: the fallback doubled, or a flat size with FA
+        partial = (4 * parallel + (context >> 10) + 110) * MIB if flash_attn else \
+            2 * model.num_attention_heads // max(1, model.num_kv_heads) * kv_bytes // 6
+        return partial, partial
+    case = _CASES.get(arch)
+    return case(d) if case is not None else (fallback, fallback)

@@ -1,0 +1,109 @@
+"""Era A's compute-graph estimate (kvsim.engines._ollama_graph): Ollama's per-architecture
+``GraphSize`` beside the figures its logs print, and how the estimator charges the two
+graphs (``llm/memory.go``)."""
+import pytest
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.engines._ollama_graph import graph_sizes
+from kvsim.engines._ollama_place import era_a_graphs, estimate_layers
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.ollama_releases import ollama_arch
+from kvsim.engines.resolve import resolve_engine
+from kvsim.model.weights import model_weights
+
+MIB, GIB = 2**20, 2**30
+
+
+def _graphs(name: str, ctx: int, weights: str = "q4_k_m", parallel: int = 1,
+            flash_attn: bool = False, kv: int = 0) -> tuple[int, int]:
+    m = load_model(name)
+    return graph_sizes(m, ollama_arch(m), model_weights(m, weights), kv, ctx * parallel, 512,
+                       parallel, flash_attn)
+
+
+def test_qwen2_graphs_are_what_ollama_printed():
+    # ollama/ollama issue #5913 (engine-memory-logs.csv ollama-007): dolphin-qwen2 72B,
+    # ctx 2048, batch 512 printed memory.graph.full=313.0 MiB, memory.graph.partial=1.3 GiB.
+    # qwen2 case, e 8192, h 64, vocab 152,064:
+    #   full    max(4b(e+v), 4b(1+2e+c+c h)) = max(328,204,288, 306,186,240) = 313.0 MiB exactly
+    #   partial 4b(e+v) + e v 105/128 = 328,204,288 + 1,021,870,080 = 1,350,074,368 (1.26 GiB)
+    partial, full = _graphs("qwen2-72b", 2048, "q4_k_s")
+    assert full == 328_204_288 == 313 * MIB
+    assert partial == 1_350_074_368 and f"{partial / GIB:.1f}" == "1.3"
+
+
+def test_llama_graphs_grow_with_the_context_above_the_vocabulary_floor():
+    # llama case, Llama 3 8B (e 4096, h 32, hkv 8, head 128, vocab 128,256), b 512:
+    #   c 8192: full 4b(1 + 4e + c(1+h)) = 587,204,608 (560.0 MiB);
+    #   partial 4b e + max(4b(1+e+c) + e e 9/16 + 4c(b h + 128 x 8) = 605,030,400,
+    #                      4b(e+v) + e v 105/128 = 701,997,056) = 710,385,664 (677.5 MiB)
+    assert _graphs("llama-3-8b", 8192) == (710_385_664, 587_204_608)
+    assert (round(587_204_608 / MIB, 1), round(710_385_664 / MIB, 1)) == (560.0, 677.5)
+    # c 2048: the vocabulary floor 4b(e + v) binds the full graph (PR #6260's, for Llama 3.1)
+    assert _graphs("llama-3-8b", 2048)[1] == 4 * 512 * (4096 + 128_256)
+    # four slots of 8192 are one context of 32,768 cells
+    assert _graphs("llama-3-8b", 8192, parallel=4) == _graphs("llama-3-8b", 32_768)
+
+
+def test_an_architecture_without_a_case_takes_the_fallback_for_both():
+    # qwen3 has no GraphSize case: GQA x KV / 6 (llm/memory.go)
+    kv = 36 * 4096 * 256 * 8 * 2
+    assert _graphs("qwen3-8b", 4096, kv=kv) == (32 // 8 * kv // 6,) * 2
+
+
+def test_gpt_oss_doubles_the_fallback_or_takes_a_flat_size_with_flash_attention():
+    kv = 10 * GIB
+    assert _graphs("gpt-oss-20b", 8192, "mxfp4_moe", kv=kv) == (2 * 64 // 8 * kv // 6,) * 2
+    # flash attention: (4 x parallel + c / 1024 + 110) MiB
+    assert _graphs("gpt-oss-20b", 8192, "mxfp4_moe", parallel=2, flash_attn=True, kv=kv) == \
+        ((8 + 16 + 110) * MIB,) * 2
+
+
+def test_mixtral_prices_its_expert_tensor():
+    # the llama case's ffn_gate_exps branch: 3 x the gate tensor (a third of the layer's
+    # routed experts) + 4b(2 ff + hkv + e + c + 128 hkv), against the attention term
+    m = load_model("mixtral-8x7b")
+    ws = model_weights(m, "q4_k_m")
+    gate, ff, c, b = ws.expert_bytes_per_layer // 3, m.moe_intermediate_size \
+        or m.ffn_intermediate_size, 4096, 512
+    partial, full = _graphs("mixtral-8x7b", c)
+    assert partial == max(3 * gate + 4 * b * (2 * ff + 8 + 4096 + c + 128 * 8),
+                          4 * (c * b * 32 + c * 128 * 8 + b * 1024 + 128 * 8 * b))
+    assert full == max(4 * b * (1 + 4 * 4096 + c * 33), 4 * b * (4096 + 32_000))  # llama's
+
+
+def test_metal_charges_the_full_graph_and_a_box_the_partial_one():
+    m = load_model("qwen2-72b")
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 2048, "ollama_version": "0.5.7"})
+    ws = model_weights(m, "q4_k_s")
+    partial, full = era_a_graphs(m, eng, ws, 0, 1, False)
+    assert era_a_graphs(m, eng, ws, 0, 1, True) == (full, full)
+    assert era_a_graphs(m, eng, ws, 0, 2, False) == (partial, partial)
+
+
+def test_the_full_graph_is_charged_only_when_every_layer_found_a_gpu():
+    # 8 layers of 1 GiB and a 1 GiB head; graphs (partial 2 GiB, full 1 GiB): placing keeps
+    # the larger one free, the charge is the full one only when all 8 and the head fit
+    big = estimate_layers([20 * GIB], GIB, GIB, (2 * GIB, GIB), 0, 0, 8)
+    assert big.fully_loaded and big.allocations == (GIB + 8 * GIB + GIB + GIB,)
+    small = estimate_layers([9 * GIB], GIB, GIB, (2 * GIB, GIB), 0, 0, 8)
+    assert not small.fully_loaded and small.counts == (5,)  # 1 + 5 + 1 + 2 (larger) <= 9
+    assert small.allocations == (GIB + 5 * GIB + 2 * GIB,)
+    # num_gpu = 8 leaves the head out untried: fully loaded, and no overflow for it
+    some = estimate_layers([20 * GIB], GIB, GIB, (2 * GIB, GIB), 0, 0, 8, requested=8)
+    assert some.fully_loaded and some.overflow_bytes == 0 and some.output == -1
+
+
+def test_an_era_a_start_up_prints_both_graphs():
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 2048, "ollama_version": "0.5.7"})
+    b = memory_budget(load_gpu("rx-7900-xtx"), load_model("qwen2-72b"), "q4_k_s", eng)
+    est = b.estimate
+    assert (est.graph_full_bytes, est.graph_partial_bytes) == (328_204_288, 1_350_074_368)
+    assert est.graph_bytes == est.graph_partial_bytes  # 72B does not fit 24 GiB: partial
+    assert "memory.graph.full=313.00 MiB memory.graph.partial=1.26 GiB" in b.log_lines[0]
+
+
+@pytest.mark.parametrize("name", ["qwen2-72b", "llama-3-8b", "gemma-2-9b", "command-r-v01"])
+def test_each_case_prices_a_longer_context_no_cheaper(name):
+    short, long = _graphs(name, 2048), _graphs(name, 32_768)
+    assert long[0] >= short[0] and long[1] >= short[1] and long[1] > short[1]

@@ -1,0 +1,109 @@
+"""Start-up logs that leave things out: a GPU named only by vendor and memory size, the
+free memory Ollama printed, a release known only by the log's date, and figures known
+only to their printed digits (kvsim.validate.memlogs, kvsim.validate.memlog_predict)."""
+import csv
+from pathlib import Path
+
+import pytest
+
+from kvsim.config.catalog import load_gpu, load_model
+from kvsim.engines.budget import memory_budget
+from kvsim.engines.ollama_releases import ollama_release_at
+from kvsim.engines.resolve import engine_for_gpu
+from kvsim.validate.memlog_predict import engine_spec, memory_rows
+from kvsim.validate.memlog_text import read_figures
+from kvsim.validate.memlogs import available_bytes, gpu_candidates, read_memory_rows
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "reference" / "measurements" / \
+    "engine-memory-logs.csv"
+GIB = 2**30
+NVIDIA_24 = ("a10", "a30", "l4", "quadro-rtx-6000", "rtx-3090", "rtx-3090-ti", "rtx-4090",
+             "rtx-4090-d", "rtx-4500-ada", "rtx-5090-laptop", "rtx-a5000", "rtx-a5500",
+             "rtx-pro-4000-blackwell", "tesla-p40", "titan-rtx")
+
+
+def _published(rid: str):
+    with open(PUBLISHED, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    return next(m for m in read_memory_rows(rows, PUBLISHED.name) if m.id == rid)
+
+
+@pytest.mark.parametrize("gpu, vram, candidates, said", [
+    ("1x AMD GPU, 24 GiB (model not seen)", "memory.available=[24.0 GiB]", ("rx-7900-xtx",),
+     "AMD cards of the gpu cell's 24 GiB, 24.0 GiB from the vram_total cell"),
+    ("1x NVIDIA GPU, 24GB class (model not seen)", "memory.available=[22.7 GiB]", NVIDIA_24,
+     "NVIDIA cards of the gpu cell's 24GB, 22.7 GiB from the vram_total cell"),
+    ("1x NVIDIA GPU (model not stated)", "", (), ""),             # no size: no candidates
+    ("AMD Instinct (~287 GB total implied; inferred)", "", (),    # no AMD card that size
+     "AMD cards of the gpu cell's 287 GB"),
+])
+def test_a_vendor_and_a_memory_size_name_the_cards_they_fit(gpu, vram, candidates, said):
+    assert gpu_candidates(gpu, vram) == (candidates, said)
+
+
+def test_ollamas_free_memory_is_read_from_either_cell():
+    assert available_bytes("memory.available=[22.7 GiB]") == (round(22.7 * GIB),)
+    assert available_bytes("", 'x=1; memory.available="[23.6 GiB 11.8 GiB]"') == \
+        (round(23.6 * GIB), round(11.8 * GIB))
+    assert available_bytes("24 GB", "nothing") == ()
+
+
+def test_a_log_showing_no_release_is_laid_out_as_the_one_out_before_its_date():
+    assert ollama_release_at("2024-07-24")[0] == "0.1.49"
+    assert ollama_release_at("2025-04-30")[0] == "0.1.49"  # v0.6.7's month: maybe before it
+    assert ollama_release_at("2025-05")[0] == "0.6.7"
+    assert ollama_release_at("2026-08-01")[0] == "0.30.0"
+    assert ollama_release_at("2024-05-01")[0] is None   # before the first release kvsim dates
+    assert ollama_release_at("")[0] is None
+
+
+def test_an_unnamed_amd_card_with_ollamas_estimate_is_compared():
+    # ollama-007 (ollama issue #5913, 2024-07-24, ROCm): "1x AMD GPU, 24 GiB", dolphin-qwen2
+    # 72B q4_k_s, ctx 2048; laid out as v0.1.49 on the one 24 GiB AMD card, all of its
+    # 24.0 GiB free.  qwen2's graphs are what the log printed (tests/config/test_ollama_graph.py)
+    # and the estimator places the same 43 layers
+    m = _published("ollama-007")
+    spec, notes = engine_spec(m)
+    assert spec["ollama_version"] == "0.1.49" and "2024-07-24" in notes[0]
+    rows, skipped = memory_rows(m)
+    by = {r["metric"]: r for r in rows}
+    assert skipped == [] and rows[0]["gpu"] == "rx-7900-xtx"
+    assert by["ollama_layers_offload"]["predicted"] == 43
+    assert by["ollama_graph_full_bytes"]["predicted"] == by["ollama_graph_full_bytes"]["measured"]
+    assert by["ollama_graph_partial_bytes"]["rel_err"] == 0.0  # 1.26 GiB prints as "1.3 GiB"
+    assert by["ollama_required_kv_bytes"]["rel_err"] == 0.0
+    for metric in ("ollama_required_full_bytes", "ollama_required_partial_bytes"):
+        assert abs(by[metric]["rel_err"]) < 0.003
+
+
+def test_memory_in_use_by_others_is_what_ollama_did_not_see_free():
+    # ollama-013: "memory.available=[22.7 GiB]" on a 24 GB card: the other 1.3 GiB are held
+    # by others, so the layout is the card's with that much reserved
+    m = _published("ollama-013")
+    rows, _ = memory_rows(m)
+    assert rows and all("memory.available 22.7 GiB: the other 1.30 GiB of the card in use "
+                        "by others" in r["notes"] for r in rows)
+    g, mod = load_gpu(rows[0]["gpu"]), load_model("llama-3.1-8b")
+    spec, _ = engine_spec(m)
+    cfg = engine_for_gpu(spec, g, mod, weights="q4_k_m")
+    b = memory_budget(g, mod, "q4_k_m", cfg, display_reserve_bytes=24 * GIB - round(22.7 * GIB))
+    full = next(r for r in rows if r["metric"] == "ollama_required_full_bytes")
+    assert full["predicted"] == b.estimate.full_bytes
+
+
+def test_a_figure_is_known_only_to_the_digits_printed():
+    (f,), _ = read_figures("memory.graph.partial=1.3 GiB", "x")
+    assert f.half_unit == pytest.approx(0.05 * GIB)
+    (g,), _ = read_figures("total_gpu_memory=23.58GiB", "x", gb_is_gib=True)
+    assert g.half_unit == pytest.approx(0.005 * GIB)
+    (h,), _ = read_figures("actual VRAM usage=about 36 GiB", "x")
+    assert h.half_unit == pytest.approx(0.5 * GIB)
+
+
+def test_a_vendor_and_size_no_card_has_is_the_reason():
+    # sglang-007: "AMD Instinct (…; ~287 GB total implied; inferred)": no AMD profile holds
+    # 287 GB, and the skipped row says so
+    m = _published("sglang-007")
+    assert m.gpus == () and m.gpu_candidates == ()
+    assert m.gpu_reason.endswith("; no card in the catalogue fits (AMD cards of the gpu "
+                                 "cell's 287 GB)")
