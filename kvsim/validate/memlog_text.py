@@ -274,6 +274,28 @@ def _sglang_pool(text: str) -> list[Figure]:
     return out
 
 
+_OLLAMA_PART = re.compile(r'(model weights|kv cache|compute graph)"?\s+device=(\w+)\s+'
+                         r'size="?(\d+(?:\.\d+)?\s*[KMGT]i?B)"?', re.IGNORECASE)
+_OLLAMA_METRIC = {"model weights": "weights_bytes", "kv cache": "kv_bytes",
+                  "compute graph": "compute_bytes"}
+
+
+def _ollama_layout(text: str) -> list[Figure]:
+    """Ollama's per-device layout lines (its Go engine's ``msg="model weights"
+    device=CUDA0 size="4.4 GiB"``, ``kv cache``, ``compute graph``): the GPUs' parts (the
+    host's ``CPU`` parts are not a GPU's)."""
+    out: list[Figure] = []
+    for m in _OLLAMA_PART.finditer(text or ""):
+        dev = m.group(2)
+        if dev.upper() == "CPU":
+            continue
+        value = float(parse_bytes(m.group(3), f"{m.group(1)} {dev}"))
+        num = float(re.match(r"[\d.]+", m.group(3)).group(0))  # type: ignore[union-attr]
+        out.append(Figure(_OLLAMA_METRIC[m.group(1).lower()], value, dev, m.group(0),
+                          half_unit=value / num * _half_digit(m.group(3)) if num else 0.0))
+    return out
+
+
 def read_figures(text: str, rid: str, *, gb_is_gib: bool = False, block: int = 16,
                  ollama_layers: bool = False) -> tuple[tuple[Figure, ...], tuple[str, ...]]:
     """(figures, unread: printed figures kvsim could not take as numbers) of one cell.
@@ -281,7 +303,7 @@ def read_figures(text: str, rid: str, *, gb_is_gib: bool = False, block: int = 1
     ``gb_is_gib``: the engine writes GB for GiB (vLLM, SGLang: module NOTE); ``block``: the
     paged engine's block size, for vLLM's older ``GPU blocks``; ``ollama_layers``: an
     "offloaded N/M layers" note is Ollama's placement (``ollama_layers_offload``)."""
-    figures = _breakdown(text) + _sglang_pool(text)
+    figures = _breakdown(text) + _sglang_pool(text) + _ollama_layout(text)
     if ollama_layers and (m := re.search(r"offloaded (\d+)/(\d+) layers", text)):
         figures.append(Figure("ollama_layers_offload", float(m.group(1)),
                               as_printed=m.group(0)))

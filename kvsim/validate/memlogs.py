@@ -15,15 +15,17 @@ says):
   in KV cache" / "GPU blocks" × block size, SGLang ``max_total_num_tokens`` / ``#tokens``
   → ``kv_pool_tokens``;
 - ``kv_bytes``: vLLM ``kv_cache_size`` / "Available KV cache memory", SGLang K + V size,
-  llama.cpp's breakdown ``context`` → ``kv_reserved_bytes``; ``kv_needed_bytes``: vLLM
-  "KV cache needed" (one max_model_len request); ``max_model_len_fit``: vLLM "estimated
-  maximum model length";
+  llama.cpp's breakdown ``context``, Ollama's ``kv cache device=…`` →
+  ``kv_reserved_bytes``; ``kv_needed_bytes``: vLLM "KV cache needed" (one max_model_len
+  request); ``max_model_len_fit``: vLLM "estimated maximum model length";
 - ``weights_bytes``, ``compute_bytes`` (vLLM's peak activation, llama.cpp's compute
-  buffers), ``device_bytes`` (vLLM ``total_gpu_memory``, llama.cpp ``total``), ``used_bytes``
-  (device memory in use after loading, as a user read it) → ``weights_gpu_bytes``,
-  ``activation_bytes``, ``device_bytes``, ``total_bytes``;
-- ``ollama_required_full_bytes`` / ``_partial_bytes`` / ``_kv_bytes``, ``ollama_layers_offload``
-  → Ollama's estimate (``MemoryBudget.estimate``);
+  buffers, Ollama's ``model weights`` / ``compute graph device=…``), ``device_bytes``
+  (vLLM ``total_gpu_memory``, llama.cpp ``total``), ``used_bytes`` (device memory in use
+  after loading, as a user read it) → ``weights_gpu_bytes``, ``activation_bytes``,
+  ``device_bytes``, ``total_bytes``;
+- ``ollama_required_full_bytes`` / ``_partial_bytes`` / ``_kv_bytes``,
+  ``ollama_graph_full_bytes`` / ``_partial_bytes``, ``ollama_layers_offload`` → Ollama's
+  estimate (``MemoryBudget.estimate``);
 - ``startup``: "Startup OK" / "Startup FAILED" in the notes (or ``status=OK``) →
   ``MemoryBudget.fits``.
 

@@ -107,3 +107,31 @@ def test_a_vendor_and_size_no_card_has_is_the_reason():
     assert m.gpus == () and m.gpu_candidates == ()
     assert m.gpu_reason.endswith("; no card in the catalogue fits (AMD cards of the gpu "
                                  "cell's 287 GB)")
+
+
+def test_ollamas_per_device_layout_lines_are_read():
+    # the Go engine's lines as Ollama prints them (ollama issue #12247's log): the GPU's
+    # parts are compared, the host's are not a GPU's
+    text = ('source=backend.go:332 msg="compute graph" device=CUDA0 size="108.0 MiB"; '
+            'source=backend.go:337 msg="compute graph" device=CPU size="6.0 MiB"; '
+            'source=backend.go:342 msg="total memory" size="1.1 GiB"')
+    figures, unread = read_figures(text, "x")
+    assert unread == () and [(f.metric, f.device, f.value) for f in figures] == \
+        [("compute_bytes", "CUDA0", 108 * 2**20)]
+
+
+def test_an_ollama_layout_is_compared_per_device(tmp_path):
+    # llama3.1:8b at num_ctx 8192 on an RTX 3090 (v0.12.11: measured layouts): its f16 KV
+    # is 8192 x 128 KiB = 1.0 GiB, printed on CUDA0
+    f = tmp_path / "mine.csv"
+    f.write_text("id,engine,engine_version,gpu,vram_total,model,weight_format,settings,"
+                 "printed_figures,latency_figures,source,date,notes\n"
+                 'ol-9,ollama,0.12.11,1x NVIDIA GeForce RTX 3090,,llama3.1:8b,Q4_K_M,'
+                 'num_ctx=8192,"msg=""kv cache"" device=CUDA0 size=""1.0 GiB""",,me,2025-12,\n',
+                 encoding="utf-8")
+    with open(f, encoding="utf-8") as fh:
+        (m,) = read_memory_rows(list(csv.DictReader(fh)), f.name)
+    rows, skipped = memory_rows(m)
+    (kv,) = [r for r in rows if r["metric"] == "kv_bytes"]
+    assert skipped == [] and kv["device"] == "CUDA0" and kv["measured"] == GIB
+    assert kv["rel_err"] == 0.0
