@@ -114,6 +114,10 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
         s["cuda_graph_bytes"] = 0  # --enforce-eager captures no CUDA graphs
     notes = [f"settings kvsim does not model: {', '.join(unmodelled)}"] if unmodelled else []
     notes += m.stated
+    if paged and "context_tokens" not in s and (told := _concurrency_tokens(m)):
+        s["context_tokens"] = told
+        notes.append(f"max_model_len {told:,}: the tokens per request of the printed "
+                     "maximum concurrency")
     if traits.context_scope == "pool":
         _pool_spec(s, m.settings)
     if traits.context_scope == "slot":
@@ -128,6 +132,14 @@ def engine_spec(m: MemoryMeasurement) -> tuple[dict[str, Any], list[str]]:
     if "vllm_version" in traits.settings:
         _vllm_release(s, m.engine_version, notes, m.date)
     return s, notes
+
+
+def _concurrency_tokens(m: MemoryMeasurement) -> int | None:
+    """The L of a printed "Maximum concurrency for L tokens per request" (vLLM prints it
+    for its max_model_len)."""
+    f = next((f for f in m.figures if f.metric == "max_concurrency"), None)
+    got = re.search(r"for\s*([\d,]+)\s*tokens", f.as_printed) if f else None
+    return int(got.group(1).replace(",", "")) if got else None
 
 
 def _vllm_release(s: dict[str, Any], text: str, notes: list[str], date: str = "") -> None:
@@ -252,7 +264,7 @@ def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, st
              "kv_needed_bytes": b.kv_needed_bytes, "weights_bytes": b.weights_gpu_bytes,
              "max_model_len_fit": b.extra.get("max_model_len_fit"),
              "compute_bytes": b.activation_bytes, "device_bytes": b.device_bytes,
-             "used_bytes": b.total_bytes}
+             "used_bytes": b.total_bytes, "max_concurrency": b.max_concurrency}
     if part is not None and f.metric in ("kv_bytes", "weights_bytes", "compute_bytes",
                                          "device_bytes", "used_bytes"):
         whole = {"kv_bytes": part.kv_bytes, "weights_bytes": part.weights_bytes,
@@ -270,6 +282,7 @@ def _row(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], mod: ModelSpec, metric
     label = names[0] if len(names) == 1 else f"{len(names)}x {names[0]}" \
         if len(set(names)) == 1 else "+".join(names)
     unit = "outcome" if metric == "startup" else "bytes" if _BYTES.search(metric) else \
+        "x" if metric == "max_concurrency" else \
         "layers" if metric == "ollama_layers_offload" else "tokens"
     return {"id": m.id, "kind": "memory", "backend": m.backend, "metric": metric,
             "device": device, "gpu": label, "model": mod.name, "weights": m.weights,

@@ -34,7 +34,7 @@ from kvsim.errors import InputError
 METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "weights_bytes",
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
            "ollama_required_partial_bytes", "ollama_required_kv_bytes", "ollama_graph_full_bytes",
-           "ollama_graph_partial_bytes", "ollama_layers_offload")
+           "ollama_graph_partial_bytes", "ollama_layers_offload", "max_concurrency")
 """Every figure metric, in the order rows are listed (``startup`` comes last)."""
 
 _ALIASES = {
@@ -296,6 +296,47 @@ def _ollama_layout(text: str) -> list[Figure]:
     return out
 
 
+_LLAMA_BUFFER = re.compile(r"(?<![\w])((?:CUDA|ROCm|Vulkan|SYCL|MTL|Metal)\d*)\s+(KV|compute|model)"
+                           r"\s+buffer size\s*[=:]\s*(\d+(?:\.\d+)?)\s*(MiB|GiB)", re.IGNORECASE)
+_LLAMA_KV_SIZE = re.compile(r"(?:llama_kv_cache\w*:\s+size|KV self size)\s*[=:]\s*"
+                            r"(\d+(?:\.\d+)?)\s*(MiB|GiB)")
+_LLAMA_METRIC = {"kv": "kv_bytes", "compute": "compute_bytes", "model": "weights_bytes"}
+
+
+def _llama_lines(text: str) -> list[Figure]:
+    """llama.cpp's own start-up lines (``llama_kv_cache: CUDA0 KV buffer size = 1024.00
+    MiB``, ``compute buffer size``, ``model buffer size``; the host's buffers are not a
+    GPU's): per GPU, a device's KV caches summed (an SWA model prints two); else the
+    cache's ``size = X MiB`` (older ``KV self size``) for the whole engine."""
+    sums: dict[tuple[str, str], tuple[float, float]] = {}
+    printed: dict[tuple[str, str], list[str]] = {}
+    for m in _LLAMA_BUFFER.finditer(text or ""):
+        key = (_LLAMA_METRIC[m.group(2).lower()], m.group(1))
+        value = float(parse_bytes(f"{m.group(3)} {m.group(4)}", m.group(0)))
+        half = value / float(m.group(3)) * _half_digit(m.group(3)) if float(m.group(3)) else 0.0
+        total, halves = sums.get(key, (0.0, 0.0))
+        sums[key] = (total + value, halves + half)
+        printed.setdefault(key, []).append(m.group(0))
+    out = [Figure(metric, value, dev, " + ".join(printed[(metric, dev)]), half_unit=half)
+           for (metric, dev), (value, half) in sums.items()]
+    if not any(f.metric == "kv_bytes" for f in out) and (m := _LLAMA_KV_SIZE.search(text or "")):
+        value = float(parse_bytes(f"{m.group(1)} {m.group(2)}", m.group(0)))
+        out.append(Figure("kv_bytes", value, "", m.group(0),
+                          half_unit=value / float(m.group(1)) * _half_digit(m.group(1))))
+    return out
+
+
+_CONCURRENCY = re.compile(r"maximum concurrency for\s*([\d,]+)\s*tokens per request\s*[=:]\s*"
+                          r"(\d+(?:\.\d+)?)\s*x", re.IGNORECASE)
+
+
+def _concurrency(text: str) -> list[Figure]:
+    """vLLM's ``Maximum concurrency for L tokens per request: X.XXx`` (its pool over L)."""
+    m = _CONCURRENCY.search(text or "")
+    return [] if m is None else [Figure("max_concurrency", float(m.group(2)), "", m.group(0),
+                                        half_unit=_half_digit(m.group(2)))]
+
+
 def read_figures(text: str, rid: str, *, gb_is_gib: bool = False, block: int = 16,
                  ollama_layers: bool = False) -> tuple[tuple[Figure, ...], tuple[str, ...]]:
     """(figures, unread: printed figures kvsim could not take as numbers) of one cell.
@@ -303,7 +344,9 @@ def read_figures(text: str, rid: str, *, gb_is_gib: bool = False, block: int = 1
     ``gb_is_gib``: the engine writes GB for GiB (vLLM, SGLang: module NOTE); ``block``: the
     paged engine's block size, for vLLM's older ``GPU blocks``; ``ollama_layers``: an
     "offloaded N/M layers" note is Ollama's placement (``ollama_layers_offload``)."""
-    figures = _breakdown(text) + _sglang_pool(text) + _ollama_layout(text)
+    figures = _breakdown(text) + _sglang_pool(text) + _ollama_layout(text) + _concurrency(text)
+    known = {(f.metric, f.device) for f in figures}
+    figures += [f for f in _llama_lines(text) if (f.metric, f.device) not in known]
     if ollama_layers and (m := re.search(r"offloaded (\d+)/(\d+) layers", text)):
         figures.append(Figure("ollama_layers_offload", float(m.group(1)),
                               as_printed=m.group(0)))

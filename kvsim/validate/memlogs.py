@@ -15,17 +15,20 @@ says):
   in KV cache" / "GPU blocks" × block size, SGLang ``max_total_num_tokens`` / ``#tokens``
   → ``kv_pool_tokens``;
 - ``kv_bytes``: vLLM ``kv_cache_size`` / "Available KV cache memory", SGLang K + V size,
-  llama.cpp's breakdown ``context``, Ollama's ``kv cache device=…`` →
-  ``kv_reserved_bytes``; ``kv_needed_bytes``: vLLM "KV cache needed" (one max_model_len
-  request); ``max_model_len_fit``: vLLM "estimated maximum model length";
-- ``weights_bytes``, ``compute_bytes`` (vLLM's peak activation, llama.cpp's compute
-  buffers, Ollama's ``model weights`` / ``compute graph device=…``), ``device_bytes``
+  llama.cpp's breakdown ``context`` or ``<dev> KV buffer size`` lines (else the cache's
+  ``size =``), Ollama's ``kv cache device=…`` → ``kv_reserved_bytes``;
+  ``kv_needed_bytes``: vLLM "KV cache needed" (one max_model_len request);
+  ``max_model_len_fit``: vLLM "estimated maximum model length";
+- ``weights_bytes``, ``compute_bytes`` (vLLM's peak activation, llama.cpp's model and
+  compute buffers, Ollama's ``model weights`` / ``compute graph device=…``), ``device_bytes``
   (vLLM ``total_gpu_memory``, llama.cpp ``total``), ``used_bytes`` (device memory in use
   after loading, as a user read it) → ``weights_gpu_bytes``, ``activation_bytes``,
   ``device_bytes``, ``total_bytes``;
 - ``ollama_required_full_bytes`` / ``_partial_bytes`` / ``_kv_bytes``,
   ``ollama_graph_full_bytes`` / ``_partial_bytes``, ``ollama_layers_offload`` → Ollama's
   estimate (``MemoryBudget.estimate``);
+- ``max_concurrency``: vLLM "Maximum concurrency for L tokens per request: X x" →
+  ``max_concurrency`` (L is the max_model_len where the settings give none);
 - ``startup``: "Startup OK" / "Startup FAILED" in the notes (or ``status=OK``) →
   ``MemoryBudget.fits``.
 

@@ -1,6 +1,8 @@
-"""Start-up logs that leave things out: a GPU named only by vendor and memory size, the
-free memory Ollama printed, a release known only by the log's date, and figures known
-only to their printed digits (kvsim.validate.memlogs, kvsim.validate.memlog_predict)."""
+"""Start-up logs as users paste them: a GPU named only by vendor and memory size, the free
+memory Ollama printed, a release known only by the log's date, figures known only to
+their printed digits, and the engines' own lines (llama.cpp's buffers, Ollama's
+per-device layout, vLLM's maximum concurrency) — kvsim.validate.memlogs, .memlog_text,
+.memlog_predict."""
 import csv
 from pathlib import Path
 
@@ -135,3 +137,55 @@ def test_an_ollama_layout_is_compared_per_device(tmp_path):
     (kv,) = [r for r in rows if r["metric"] == "kv_bytes"]
     assert skipped == [] and kv["device"] == "CUDA0" and kv["measured"] == GIB
     assert kv["rel_err"] == 0.0
+
+
+def test_llama_cpp_start_up_lines_are_read_as_printed(tmp_path):
+    # a llama-server start-up pasted as it prints (Llama 3.1 8B Q4_K_M, -c 16384, one GPU):
+    # 16,384 cells x 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 2048.00 MiB on CUDA0;
+    # the host's CPU_Mapped / CUDA_Host buffers are not the GPU's
+    lines = ("llama_kv_cache: CUDA0 KV buffer size = 2048.00 MiB; "
+             "load_tensors: CUDA0 model buffer size = 4403.49 MiB; "
+             "load_tensors: CPU_Mapped model buffer size = 281.81 MiB; "
+             "llama_context: CUDA0 compute buffer size = 560.00 MiB; "
+             "llama_context: CUDA_Host compute buffer size = 40.01 MiB")
+    figures, _ = read_figures(lines, "x")
+    assert {(f.metric, f.device, f.value) for f in figures} == {
+        ("kv_bytes", "CUDA0", 2048 * 2**20), ("weights_bytes", "CUDA0", round(4403.49 * 2**20)),
+        ("compute_bytes", "CUDA0", 560 * 2**20)}
+    f = tmp_path / "mine.csv"
+    f.write_text("id,engine,engine_version,gpu,vram_total,model,weight_format,settings,"
+                 "printed_figures,latency_figures,source,date,notes\n"
+                 f'lc-1,llama.cpp,b6500,NVIDIA GeForce RTX 3090,,llama-3.1-8b,Q4_K_M,'
+                 f'ctx_size=16384; parallel=1,"{lines}",,me,2025-10,\n', encoding="utf-8")
+    with open(f, encoding="utf-8") as fh:
+        (m,) = read_memory_rows(list(csv.DictReader(fh)), f.name)
+    rows, _ = memory_rows(m)
+    by = {r["metric"]: r for r in rows}
+    assert by["kv_bytes"]["rel_err"] == 0.0 and by["kv_bytes"]["device"] == "CUDA0"
+    assert {"weights_bytes", "compute_bytes"} <= set(by)
+    # an older build's one-line total, with no device
+    (old,), _ = read_figures("llama_kv_cache_unified: size = 2048.00 MiB (16384 cells, 32 "
+                             "layers, 1/1 seqs), K (f16): 1024.00 MiB, V (f16): 1024.00 MiB", "x")
+    assert (old.metric, old.device, old.value) == ("kv_bytes", "", 2048 * 2**20)
+
+
+def test_vllms_maximum_concurrency_is_its_pool_over_the_request_length(tmp_path):
+    # vllm-011 printed 567,978 tokens and 4.33x for 131,072 tokens per request: kvsim's
+    # concurrency is off by what its pool is
+    rows, _ = memory_rows(_published("vllm-011"))
+    by = {r["metric"]: r for r in rows}
+    assert by["max_concurrency"]["unit"] == "x" and by["max_concurrency"]["measured"] == 4.33
+    assert by["max_concurrency"]["rel_err"] == pytest.approx(by["kv_tokens"]["rel_err"],
+                                                             abs=0.002)
+    # a log whose settings do not give max_model_len: the printed L is it
+    f = tmp_path / "mine.csv"
+    f.write_text("id,engine,engine_version,gpu,vram_total,model,weight_format,settings,"
+                 "printed_figures,latency_figures,source,date,notes\n"
+                 "v-1,vllm,0.11.0,NVIDIA GeForce RTX 4090,,meta-llama/Llama-3.1-8B-Instruct,"
+                 'BF16,,"Maximum concurrency for 32,768 tokens per request: 1.23x",,me,'
+                 "2025-10,\n", encoding="utf-8")
+    with open(f, encoding="utf-8") as fh:
+        (m,) = read_memory_rows(list(csv.DictReader(fh)), f.name)
+    spec, notes = engine_spec(m)
+    assert spec["context_tokens"] == 32_768 and any("printed maximum concurrency" in n
+                                                    for n in notes)
