@@ -265,12 +265,14 @@ def _breakdown(text: str) -> list[Figure]:
 def _sglang_pool(text: str) -> list[Figure]:
     """SGLang's ``KV Cache is allocated … #tokens=N K size=X GB V size=Y GB`` line."""
     out: list[Figure] = []
-    if m := re.search(r"#tokens=(\d+)", text):
+    if m := re.search(r"#tokens\s*[=:]\s*(\d+)", text):
         out.append(Figure("kv_tokens", float(m.group(1)), as_printed=m.group(0)))
-    if m := re.search(r"K size=([\d.]+) ?(\w+) V size=([\d.]+) ?(\w+)", text):
+    if m := re.search(r"K size\s*[=:]\s*([\d.]+) ?(\w+),? V size\s*[=:]\s*([\d.]+) ?(\w+)",
+                      text):
         k, v = (parse_bytes(f"{n} {'GiB' if u.upper() == 'GB' else u}", "K/V size")
                 for n, u in ((m.group(1), m.group(2)), (m.group(3), m.group(4))))
-        out.append(Figure("kv_bytes", float(k + v), as_printed=m.group(0)))
+        half = k / float(m.group(1)) * _half_digit(m.group(1)) if float(m.group(1)) else 0.0
+        out.append(Figure("kv_bytes", float(k + v), as_printed=m.group(0), half_unit=2 * half))
     return out
 
 

@@ -189,3 +189,12 @@ def test_vllms_maximum_concurrency_is_its_pool_over_the_request_length(tmp_path)
     spec, notes = engine_spec(m)
     assert spec["context_tokens"] == 32_768 and any("printed maximum concurrency" in n
                                                     for n in notes)
+
+
+def test_sglangs_pool_line_as_printed_or_rewritten():
+    # SGLang prints "KV Cache is allocated. #tokens: N, K size: X GB, V size: Y GB" (GiB)
+    for text in ("KV Cache is allocated. #tokens: 1669816, K size: 76.44 GB, V size: 76.44 GB",
+                 "#tokens=1669816 K size=76.44 GB V size=76.44 GB"):
+        figures, _ = read_figures(text, "x", gb_is_gib=True)
+        assert [(f.metric, f.value) for f in figures] == [
+            ("kv_tokens", 1_669_816), ("kv_bytes", 2 * round(76.44 * GIB))]
