@@ -30,6 +30,8 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
               "start-up memory figures), the engine-speed layout of "
               "docs/reference/vllm-speed (a serving engine's own latency, TPOT or tokens/s "
               "for a stated prompt, answer and batch, replayed through the simulator), "
+              "a serving benchmark's printout as pasted (vllm bench serve / latency, "
+              "SGLang bench_serving: replayed on --gpu's card), "
               "llama-bench output (-o json, jsonl, csv or "
               "its markdown table, with the 'Device 0: ...' start-up lines if pasted; "
               "-pg tests too; a run on several GPUs is laid out on that box with its "

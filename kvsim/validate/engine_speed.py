@@ -18,6 +18,10 @@ last one ends, until that many have run. What is compared:
   :data:`SHORT_PROMPT` tokens (a longer prompt's prefill is in the printed rate);
 - ``output_tps_total``: output tokens over the run's whole time.
 
+A row whose ``gpu`` (or ``model``) cell is empty — vLLM's own printout names neither,
+kvsim.validate.bench_printout — is replayed on what ``--gpu`` (``--model``) names, and
+skipped with that advice without them.
+
 Skipped, each with its reason: another metric, an output throughput whose number of
 requests is not stated, a run with ``--enforce-eager`` (kvsim prices the engine's
 CUDA graphs), several GPUs, and a card, model or weight format kvsim cannot name. An
@@ -128,21 +132,23 @@ def read_engine_speed(row: dict[str, str]) -> EngineSpeed | Skipped:
         value = float("nan")
     cands = resolve_gpu(row.get("gpu", "")).candidates if gpu_why.startswith("ambiguous") \
         else ()
+    later = {"gpu": not (row.get("gpu") or "").strip(), "model": not (row.get("model") or "").strip()}
     reasons = [r for r in (
         why, "" if engine else f"engine {row.get('engine')!r} names none of kvsim's presets",
         f"{count} GPUs: kvsim replays one card's rows" if count > 1 else
-        ("" if cands else gpu_why),
-        model_why, weights_why,
+        ("" if cands or later["gpu"] else gpu_why),
+        "" if later["model"] else model_why, "" if later["model"] else weights_why,
         "" if out and batch else "output_len and batch_or_concurrency must be counts above 0",
         "" if (batch or 0) <= MAX_BATCH else f"batch_or_concurrency {batch}: at most "
                                               f"{MAX_BATCH} requests at once are replayed",
         "" if requests <= MAX_REQUESTS else f"{requests} requests in all: at most "
                                             f"{MAX_REQUESTS} are replayed",
         "" if value > 0 else f"value {row.get('value')!r}: a positive number expected") if r]
-    if reasons or not ((gpus or cands) and model and weights and out and batch):
+    if reasons or not ((gpus or cands or later["gpu"]) and (model and weights or later["model"])
+                       and out and batch):
         return Skipped(rid, "; ".join(reasons) or "not replayable")
     inp = _count(row.get("input_len", ""))
-    return EngineSpeed(rid, engine, gpus[0] if gpus else "", model, weights,
+    return EngineSpeed(rid, engine, gpus[0] if gpus else "", model or "", weights or "",
                        inp or UNPRINTED_PROMPT, bool(inp), out, batch, row["metric"],
                        value, row.get("engine_version", ""), requests,
                        gpu_why if cands else "", cands)
@@ -199,6 +205,13 @@ def engine_speed_row(m: EngineSpeed, replay: Replay | None) -> dict[str, object]
     if replay is None:
         return Skipped(m.id, "a serving engine's figure: `kvsim validate` replays it "
                              "through the simulator")
+    unnamed = [why for why, given in (("no card printed: name it with --gpu",
+                                       m.gpu or m.ambiguous),
+                                      ("no model printed: name it with --model", m.model),
+                                      (("no weight format printed: --model names it "
+                                        "(llama-3.1-8b-bf16)"), m.weights)) if not given]
+    if unnamed:
+        return Skipped(m.id, "; ".join(unnamed))
     try:
         if m.ambiguous:  # the summary leaves it out: which card ran is not known
             preds = ", ".join(f"{_amount(predicted(m, replay, g), m.metric)} as {g}"

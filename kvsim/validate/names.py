@@ -21,6 +21,7 @@ from kvsim.config.specs import GpuSpec, HostSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.model.names import resolve_model
 from kvsim.model.weights import weight_format_names
+from kvsim.validate.engine_speed import EngineSpeed
 from kvsim.validate.records import Measurement
 
 R = TypeVar("R")
@@ -63,15 +64,17 @@ def gguf_weight_format(text: str) -> str | None:
 def with_file_format(rows: list[R], model_text: str | None) -> list[R]:
     """``rows`` with the weight format ``--model`` states — a GGUF file's header, or the
     name ("llama-3.1-8b-Q4_K_M") — on every speed row that names none
-    (llama-batched-bench prints no model): the rest unchanged."""
+    (llama-batched-bench prints no model; vLLM's benchmark printouts, no card or model):
+    the rest unchanged."""
     if not model_text:
         return rows
     fmt = gguf_weight_format(model_text) if model_text.lower().endswith(".gguf") \
         else resolve_model(model_text).weight_format
     if fmt is None:
         return rows
-    return [replace(r, weight_format=fmt) if isinstance(r, Measurement)
-            and not r.weight_format else r for r in rows]
+    return [replace(r, weight_format=fmt) if isinstance(r, Measurement) and not r.weight_format
+            else replace(r, weights=fmt) if isinstance(r, EngineSpeed) and not r.weights
+            else r for r in rows]
 
 
 def cpu_device(host: HostSpec) -> GpuSpec:

@@ -32,13 +32,19 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import SpeedConstants
 from kvsim.validate.box_predict import BoxSetup, box_setup, box_tps, several_gpus
-from kvsim.validate.engine_speed import EngineSpeed, Replay, engine_speed_row
+from kvsim.validate.engine_speed import (
+    EngineSpeed,
+    Replay,
+    engine_speed_row,
+    read_engine_speed_rows,
+)
 from kvsim.validate.llamabench import read_bench
 from kvsim.validate.memlog_predict import memory_rows
 from kvsim.validate.memlogs import MemoryMeasurement
 from kvsim.validate.predict import Setup, predicted_tps, setup_for
 from kvsim.validate.records import Measurement, Skipped
 from kvsim.validate.shared import read_shared_csv
+from kvsim.validate.bench_printout import read_bench_printout
 
 
 @dataclass
@@ -84,6 +90,9 @@ def read_file(path: Path) -> tuple[list[Read], list[Skipped]]:
     got = read_shared_csv(text, path.name)
     if got is not None:
         return got
+    if (printout := read_bench_printout(text, path.name)) is not None:
+        speed, skipped = read_engine_speed_rows(printout[0], path.name)
+        return list(speed), printout[1] + skipped
     meas, skipped = read_bench(text, origin=path.name)
     return list(meas), skipped
 
