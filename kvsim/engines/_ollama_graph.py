@@ -22,11 +22,49 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from kvsim.engines.ollama_releases import ollama_arch
+
 if TYPE_CHECKING:
     from kvsim.config.specs import ModelSpec
+    from kvsim.engines.config import SlotEngineConfig
     from kvsim.model.weights import WeightSplit
 
 MIB = 2**20
+OLLAMA_EST_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}   # §4.2 (real: 2 / 1.0625 / 0.5625)
+GPT_OSS_SWA_CELLS = 4096
+"""The cells ``GraphSize`` gives each gpt-oss sliding layer per sequence (its own
+constant, not the model's 128-token window)."""
+
+
+def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
+                 windows: bool = True) -> int:
+    """Era A's KV (``GraphSize``): per layer ``num_ctx x parallel x (hd_k + hd_v) x n_kv x
+    {2, 1, 0.5}`` bytes as a whole number, recurrent layers their f32 state per sequence,
+    summed over the layers; with ``windows``, the cases that size sliding layers apart:
+    gemma3's hold ``parallel x window + batch`` cells, gpt-oss's ``parallel x 4096 +
+    batch`` (``batch``: min(context, num_batch))."""
+    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
+    ctx, total = engine.context_tokens * engine.parallel, 0
+    arch = ollama_arch(model) if windows else ""
+    batch = min(ctx, engine.n_batch)
+    for g in model.layer_groups:
+        if g.kind == "ffn":
+            continue
+        if g.kind == "recurrent":
+            total += g.state_elements * 4 * engine.parallel * g.layers
+        elif g.kind == "mla":
+            total += int(ctx * g.latent_dim * per_elem) * g.layers
+        elif g.kind == "sliding" and arch == "gemma3":
+            cells = engine.parallel * (g.window_tokens or 0) + batch
+            total += int(cells * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
+                * g.layers
+        elif g.kind == "sliding" and arch == "gptoss":
+            total += int((g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
+                * (engine.parallel * GPT_OSS_SWA_CELLS + batch) * g.layers
+        else:
+            total += int(ctx * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
+                * g.layers
+    return total
 
 
 class Dims(NamedTuple):

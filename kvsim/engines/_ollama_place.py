@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvsim.engines._ollama_graph import graph_sizes
+from kvsim.engines._ollama_graph import estimated_kv, graph_sizes
 from kvsim.engines.memory import OllamaEstimate
 from kvsim.engines.ollama_releases import ollama_arch
 
@@ -165,28 +165,6 @@ def pack_layers(free: Sequence[int], reserve: Sequence[int], layer_bytes: int,
     return Assignment(tuple(counts), output, (0,) * len(free))
 
 
-OLLAMA_EST_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}   # §4.2 (real: 2 / 1.0625 / 0.5625)
-
-
-def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str) -> int:
-    """Era A's KV (``fs/ggml/ggml.go`` ``GraphSize``): per layer ``num_ctx x parallel x
-    (hd_k + hd_v) x n_kv x {2, 1, 0.5}`` bytes as a whole number, recurrent layers their
-    f32 state per sequence, summed over the layers."""
-    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
-    ctx, total = engine.context_tokens * engine.parallel, 0
-    for g in model.layer_groups:
-        if g.kind == "ffn":
-            continue
-        if g.kind == "recurrent":
-            total += g.state_elements * 4 * engine.parallel * g.layers
-        elif g.kind == "mla":
-            total += int(ctx * g.latent_dim * per_elem) * g.layers
-        else:
-            total += int(ctx * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
-                * g.layers
-    return total
-
-
 def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
                     kv_type: str, free: Sequence[int],
                     measured: tuple[int, int] | None = None,
@@ -197,7 +175,8 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
     L = model.num_layers
     if measured is None:
         kv = estimated_kv(model, engine, kv_type)
-        graphs = era_a_graphs(model, engine, ws, kv, len(free), metal)
+        graphs = era_a_graphs(model, engine, ws, estimated_kv(model, engine, kv_type, False),
+                              len(free), metal)
         graph = max(graphs)
     else:
         kv, graph = measured
@@ -227,8 +206,10 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
 
 def era_a_graphs(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit, kv: int,
                  gpus: int, metal: bool) -> tuple[int, int]:
-    """Era A's (partial, full) graph (kvsim.engines._ollama_graph): on Metal both are the
-    full one, over several GPUs both the partial one (``llm/memory.go``)."""
+    """Era A's (partial, full) graph (kvsim.engines._ollama_graph; ``kv``: the KV of every
+    attention layer at the whole context, as ``GraphSize`` sums it before its own cases):
+    on Metal both are the full one, over several GPUs both the partial one
+    (``llm/memory.go``)."""
     ctx = engine.context_tokens * engine.parallel
     partial, full = graph_sizes(model, ollama_arch(model), ws, kv, ctx, engine.n_batch,
                                 engine.parallel, bool(engine.flash_attn))

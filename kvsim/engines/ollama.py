@@ -193,7 +193,7 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
     if n < L:
         notes.append(f"Ollama spills {L - n}/{L} layers to CPU RAM "
                      "(partial offload: works, much slower)")
-    if est.kv_bytes < lay["kv_total"]:
+    if est.kv_bytes < lay["kv_total"] and engine.cache_type_v in ("q8_0", "q4_0"):
         notes.append("Ollama's estimate under-counts this KV cache type (q8_0 as 1, q4_0 as "
                      "0.5 bytes/element; real 1.0625 / 0.5625)")
     totals = _true_totals(box, est)

@@ -107,3 +107,23 @@ def test_an_era_a_start_up_prints_both_graphs():
 def test_each_case_prices_a_longer_context_no_cheaper(name):
     short, long = _graphs(name, 2048), _graphs(name, 32_768)
     assert long[0] >= short[0] and long[1] >= short[1] and long[1] > short[1]
+
+
+def test_gemma3_and_gpt_oss_size_their_sliding_layers_apart():
+    # GraphSize's own cases: gemma3's sliding layers hold parallel x window + batch cells
+    # (Gemma 3 27B, 8192 tokens: 10 global layers x 64 MiB + 52 x (1024 + 512) x 256 x 16
+    # x 2 B = 640 + 624 MiB), gpt-oss's parallel x 4096 + batch (20B: 12 x 16 MiB + 12 x
+    # 4608 x 128 x 8 x 2 B = 192 + 108 MiB); its graph is twice the fallback of the KV
+    # summed before those cases (24 x 16 MiB: 16 x 384 MiB / 6 = 1024 MiB)
+    from kvsim.engines._ollama_graph import estimated_kv
+
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "ollama_version": "0.9.0",
+                          "parallel": 1})
+    assert estimated_kv(load_model("gemma-3-27b"), eng, "f16") == (640 + 624) * MIB
+    oss = load_model("gpt-oss-20b")
+    assert estimated_kv(oss, eng, "f16") == (192 + 108) * MIB
+    assert estimated_kv(oss, eng, "f16", windows=False) == 24 * 16 * MIB
+    b = memory_budget(load_gpu("rtx-3090"), oss, "mxfp4_moe", eng)
+    assert b.estimate.kv_bytes == 300 * MIB
+    assert (b.estimate.graph_partial_bytes, b.estimate.graph_full_bytes) == (1024 * MIB,) * 2
+    assert not any("under-counts" in n for n in b.notes)  # f16: no cache type to blame
