@@ -9,8 +9,11 @@ names them (vLLM / SGLang long names, llama.cpp's long flag names, Ollama's ``nu
 "not in non-default args") is ``None``; an item that is no knob is kept as a remark.
 
 :func:`read_figures` turns what the engine printed into :class:`Figure` values (metrics
-in :data:`METRICS`); llama.cpp's ``llama_memory_breakdown_print`` table (``CUDA0
-total=… self=… (model … + context … + compute …)``) gives one figure per device.
+in :data:`METRICS`): ``key=value`` items, lines as the engine prints them (the words
+before the first number: "GPU KV cache size: 48,944 tokens", "model weights take
+14.99GiB"), and the engines' own lines (kvsim.validate.memlog_lines: llama.cpp's
+``llama_memory_breakdown_print`` table and buffer lines, one figure per device; SGLang's
+pool line; Ollama's per-device layout; vLLM's maximum concurrency).
 
 NOTE: units as printed, with one exception: vLLM and SGLang print GiB but write "GB"
 (vLLM's worker: ``model_memory_usage / float(2**30)`` logged as "GB", the 14.9888 "GB" of
@@ -26,10 +29,10 @@ figure printed without a unit (an excerpt cut off) is listed in ``unread``, not 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from kvsim.config.units import parse_bytes, parse_count
 from kvsim.errors import InputError
+from kvsim.validate.memlog_lines import DEVICE, QTY, Figure, engine_lines, half_digit
 
 METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "weights_bytes",
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
@@ -71,19 +74,6 @@ _ON = {"on", "true", "1", "yes", "enabled"}
 _OFF = {"off", "false", "0", "no", "disabled"}
 _UNSET = re.compile(r"\bdefault\b|not (?:shown|seen|set|in non-default)", re.IGNORECASE)
 _COUNT = re.compile(r"(?<![\w.])(-?\d[\d,]*(?:\.\d+)?)\s*([kKmM]i?)?(?![\w])")
-_QTY = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*([KMGT]i?B|B|tokens?)?\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One printed figure: a metric of :data:`METRICS`, on one device (``""``: the whole
-    engine, or its only GPU), with the text it was read from."""
-
-    metric: str
-    value: float            # tokens, bytes or layers
-    device: str = ""
-    as_printed: str = ""
-    half_unit: float = 0.0  # bytes: half the last printed digit ("1.3 GiB": 0.05 GiB)
 
 
 def _key(text: str) -> str:
@@ -150,7 +140,7 @@ def knob_value(field: str, key: str, raw: str | None) -> object:
     if key in FRACTIONS:
         return _fraction(field, text)
     if key == "kv_cache_memory":
-        m = _QTY.search(text)
+        m = QTY.search(text)
         return parse_bytes(f"{m.group(1).replace(',', '')} {m.group(2) or ''}".strip(),
                            field) if m else None
     word = re.sub(r"\(.*?\)", " ", text).split()
@@ -175,13 +165,14 @@ _FIGURE_KEYS = (
     ((r"gpu kv cache size|kv cache|maximum number of tokens that can be stored in kv cache"
       r"|max_total_num_tokens|kv pool sized for"), "kv_tokens"),
     ((r"kv_cache_size|available kv cache memory|available_kv_cache_memory"
-      r"|rest reserved for kv cache|kv cache memory in use"), "kv_bytes"),
+      r"|rest reserved for kv cache|(?:the )?rest of the memory reserved for kv cache"
+      r"|kv cache memory in use"), "kv_bytes"),
     (r"kv cache needed", "kv_needed_bytes"),
     (r"estimated maximum model length", "max_model_len_fit"),
     (r"loading model weights took|model weights take|weights|model loading took",
      "weights_bytes"),
     (r"pytorch activation peak memory|peak activation", "compute_bytes"),
-    (r"total_gpu_memory", "device_bytes"),
+    (r"(?:the current vllm instance can use )?total_gpu_memory", "device_bytes"),
     (r"vram usage|total vram usage|actual vram usage|nvidia-smi|nvidia-smi after load",
      "used_bytes"),
     (r"memory\.required\.full|total required memory(?: \(log\))?",
@@ -197,7 +188,7 @@ _TOKEN_METRICS = {"kv_tokens", "max_model_len_fit", "ollama_layers_offload"}
 
 def _quantity(field: str, raw: str, gb_is_gib: bool) -> tuple[float, str]:
     """(number, unit as printed: '' none, 'tokens', or a byte unit) of a figure's value."""
-    m = _QTY.search(raw)
+    m = QTY.search(raw)
     if m is None:
         raise InputError(field, raw, "a number as the engine printed it, e.g. '3.81GiB' "
                          "or '31,232 tokens'")
@@ -227,116 +218,32 @@ def _figure(field: str, key: str, raw: str, gb_is_gib: bool,
     if unit in ("", "tokens"):
         return None, f"{key}={raw}: no byte unit printed (cut off?)"
     value = float(parse_bytes(f"{n} {unit}", field))
-    return Figure(metric, value, as_printed=raw, half_unit=value / n * _half_digit(raw)
+    return Figure(metric, value, as_printed=raw, half_unit=value / n * half_digit(raw)
                   if n else 0.0), ""
 
 
-def _half_digit(raw: str) -> float:
-    """Half a unit of the last digit the number in ``raw`` was printed with ("1.3": 0.05)."""
-    m = _QTY.search(raw)
-    digits = m.group(1).replace(",", "") if m else ""
-    return 0.5 * 10.0 ** -(len(digits) - digits.index(".") - 1 if "." in digits else 0)
+_LOG_KEY = re.compile(r"^(?:.*\]\s*|\S+\.py:\d+\]?\s*)?(?P<key>[A-Za-z_#][^=\d]*?)\s*[:=]?\s*"
+                      r"(?P<raw>\d.*)$")
+_VERB = re.compile(r"\s+(?:takes?|took|is|was)$", re.IGNORECASE)
 
 
-_DEVICE = re.compile(r"(?<![\w])(?:projected\s+)?((?:CUDA|ROCm|Vulkan|Metal|SYCL)\d+|Host)\b")
-_BREAKDOWN = re.compile(r"self=\s*\d+\s*\(model[= ]\s*(\d+)\s*\+\s*context[= ]\s*(\d+)\s*\+"
-                        r"\s*compute[= ]\s*(\d+)\)")
+def _printed_key(item: str) -> tuple[str, str]:
+    """(key, value) of a figure printed without ``=`` ("Model loading took 14.99 GiB and
+    5.2 seconds", "model weights take 14.99GiB", "the rest of the memory reserved for KV
+    Cache is 4.87GiB"): the words before the first number, with a trailing verb where
+    the key is no figure's with it; ("", "") when the item starts no such way."""
+    m = _LOG_KEY.match(item)
+    if m is None:
+        return "", ""
+    key = m.group("key").strip().rstrip(":(").strip()
+    if not _is_figure_key(key):
+        key = _VERB.sub("", key)
+    return key, m.group("raw")
 
 
-def _breakdown(text: str) -> list[Figure]:
-    """llama.cpp's memory breakdown: weights, KV (context) and compute per GPU, MiB."""
-    out: list[Figure] = []
-    marks = list(_DEVICE.finditer(text))
-    for i, m in enumerate(marks):
-        dev, chunk = m.group(1), text[m.start():marks[i + 1].start() if i + 1 < len(marks)
-                                      else len(text)]
-        if dev == "Host" or chunk.lower().startswith("projected"):
-            continue
-        if t := re.match(r"\S+\s+total=\s*(\d+)", chunk):
-            out.append(Figure("device_bytes", float(int(t.group(1)) * 2**20), dev,
-                              chunk.strip("; ")))
-        if b := _BREAKDOWN.search(chunk):
-            for metric, val in zip(("weights_bytes", "kv_bytes", "compute_bytes"), b.groups(),
-                                   strict=True):
-                out.append(Figure(metric, float(int(val) * 2**20), dev, chunk.strip("; ")))
-    return out
-
-
-def _sglang_pool(text: str) -> list[Figure]:
-    """SGLang's ``KV Cache is allocated … #tokens=N K size=X GB V size=Y GB`` line."""
-    out: list[Figure] = []
-    if m := re.search(r"#tokens\s*[=:]\s*(\d+)", text):
-        out.append(Figure("kv_tokens", float(m.group(1)), as_printed=m.group(0)))
-    if m := re.search(r"K size\s*[=:]\s*([\d.]+) ?(\w+),? V size\s*[=:]\s*([\d.]+) ?(\w+)",
-                      text):
-        k, v = (parse_bytes(f"{n} {'GiB' if u.upper() == 'GB' else u}", "K/V size")
-                for n, u in ((m.group(1), m.group(2)), (m.group(3), m.group(4))))
-        half = k / float(m.group(1)) * _half_digit(m.group(1)) if float(m.group(1)) else 0.0
-        out.append(Figure("kv_bytes", float(k + v), as_printed=m.group(0), half_unit=2 * half))
-    return out
-
-
-_OLLAMA_PART = re.compile(r'(model weights|kv cache|compute graph)"?\s+device=(\w+)\s+'
-                         r'size="?(\d+(?:\.\d+)?\s*[KMGT]i?B)"?', re.IGNORECASE)
-_OLLAMA_METRIC = {"model weights": "weights_bytes", "kv cache": "kv_bytes",
-                  "compute graph": "compute_bytes"}
-
-
-def _ollama_layout(text: str) -> list[Figure]:
-    """Ollama's per-device layout lines (its Go engine's ``msg="model weights"
-    device=CUDA0 size="4.4 GiB"``, ``kv cache``, ``compute graph``): the GPUs' parts (the
-    host's ``CPU`` parts are not a GPU's)."""
-    out: list[Figure] = []
-    for m in _OLLAMA_PART.finditer(text or ""):
-        dev = m.group(2)
-        if dev.upper() == "CPU":
-            continue
-        value = float(parse_bytes(m.group(3), f"{m.group(1)} {dev}"))
-        num = float(re.match(r"[\d.]+", m.group(3)).group(0))  # type: ignore[union-attr]
-        out.append(Figure(_OLLAMA_METRIC[m.group(1).lower()], value, dev, m.group(0),
-                          half_unit=value / num * _half_digit(m.group(3)) if num else 0.0))
-    return out
-
-
-_LLAMA_BUFFER = re.compile(r"(?<![\w])((?:CUDA|ROCm|Vulkan|SYCL|MTL|Metal)\d*)\s+(KV|compute|model)"
-                           r"\s+buffer size\s*[=:]\s*(\d+(?:\.\d+)?)\s*(MiB|GiB)", re.IGNORECASE)
-_LLAMA_KV_SIZE = re.compile(r"(?:llama_kv_cache\w*:\s+size|KV self size)\s*[=:]\s*"
-                            r"(\d+(?:\.\d+)?)\s*(MiB|GiB)")
-_LLAMA_METRIC = {"kv": "kv_bytes", "compute": "compute_bytes", "model": "weights_bytes"}
-
-
-def _llama_lines(text: str) -> list[Figure]:
-    """llama.cpp's own start-up lines (``llama_kv_cache: CUDA0 KV buffer size = 1024.00
-    MiB``, ``compute buffer size``, ``model buffer size``; the host's buffers are not a
-    GPU's): per GPU, a device's KV caches summed (an SWA model prints two); else the
-    cache's ``size = X MiB`` (older ``KV self size``) for the whole engine."""
-    sums: dict[tuple[str, str], tuple[float, float]] = {}
-    printed: dict[tuple[str, str], list[str]] = {}
-    for m in _LLAMA_BUFFER.finditer(text or ""):
-        key = (_LLAMA_METRIC[m.group(2).lower()], m.group(1))
-        value = float(parse_bytes(f"{m.group(3)} {m.group(4)}", m.group(0)))
-        half = value / float(m.group(3)) * _half_digit(m.group(3)) if float(m.group(3)) else 0.0
-        total, halves = sums.get(key, (0.0, 0.0))
-        sums[key] = (total + value, halves + half)
-        printed.setdefault(key, []).append(m.group(0))
-    out = [Figure(metric, value, dev, " + ".join(printed[(metric, dev)]), half_unit=half)
-           for (metric, dev), (value, half) in sums.items()]
-    if not any(f.metric == "kv_bytes" for f in out) and (m := _LLAMA_KV_SIZE.search(text or "")):
-        value = float(parse_bytes(f"{m.group(1)} {m.group(2)}", m.group(0)))
-        out.append(Figure("kv_bytes", value, "", m.group(0),
-                          half_unit=value / float(m.group(1)) * _half_digit(m.group(1))))
-    return out
-
-
-_CONCURRENCY = re.compile(r"maximum concurrency for\s*([\d,]+)\s*tokens per request\s*[=:]\s*"
-                          r"(\d+(?:\.\d+)?)\s*x", re.IGNORECASE)
-
-
-def _concurrency(text: str) -> list[Figure]:
-    """vLLM's ``Maximum concurrency for L tokens per request: X.XXx`` (its pool over L)."""
-    m = _CONCURRENCY.search(text or "")
-    return [] if m is None else [Figure("max_concurrency", float(m.group(2)), "", m.group(0),
-                                        half_unit=_half_digit(m.group(2)))]
+def _is_figure_key(key: str) -> bool:
+    k = key.strip().lower()
+    return k == "gpu blocks" or any(re.fullmatch(pat, k) for pat, _ in _FIGURE_KEYS)
 
 
 def read_figures(text: str, rid: str, *, gb_is_gib: bool = False, block: int = 16,
@@ -346,17 +253,17 @@ def read_figures(text: str, rid: str, *, gb_is_gib: bool = False, block: int = 1
     ``gb_is_gib``: the engine writes GB for GiB (vLLM, SGLang: module NOTE); ``block``: the
     paged engine's block size, for vLLM's older ``GPU blocks``; ``ollama_layers``: an
     "offloaded N/M layers" note is Ollama's placement (``ollama_layers_offload``)."""
-    figures = _breakdown(text) + _sglang_pool(text) + _ollama_layout(text) + _concurrency(text)
-    known = {(f.metric, f.device) for f in figures}
-    figures += [f for f in _llama_lines(text) if (f.metric, f.device) not in known]
+    figures = engine_lines(text)
     if ollama_layers and (m := re.search(r"offloaded (\d+)/(\d+) layers", text)):
         figures.append(Figure("ollama_layers_offload", float(m.group(1)),
                               as_printed=m.group(0)))
     unread: list[str] = []
     seen = {(f.metric, f.device) for f in figures}
-    for item in (p.strip() for p in (text or "").split(";")):
+    for item in (p.strip() for p in re.split(r"[;\n]", text or "")):
         key, eq, raw = item.partition("=")
-        if not eq or _DEVICE.match(key.strip()):
+        if not eq or not _is_figure_key(key):  # a line as the engine prints it
+            key, raw = _printed_key(item)     # ("GPU KV cache size: 48,944 tokens")
+        if not key or DEVICE.match(key.strip()):
             continue
         got, why = _figure(f"{rid}.printed_figures.{key.strip()}", key.strip().lower(),
                            raw.strip(), gb_is_gib, block)

@@ -198,3 +198,25 @@ def test_sglangs_pool_line_as_printed_or_rewritten():
         figures, _ = read_figures(text, "x", gb_is_gib=True)
         assert [(f.metric, f.value) for f in figures] == [
             ("kv_tokens", 1_669_816), ("kv_bytes", 2 * round(76.44 * GIB))]
+
+
+def test_vllms_lines_as_printed_without_equals_signs(tmp_path):
+    # a V1 start-up pasted as its log prints it, with the logger's prefix: each figure is
+    # the words before its number ("GPU KV cache size: 48,944 tokens", "model weights
+    # take 14.99GiB", "the rest of the memory reserved for KV Cache is 4.87GiB")
+    text = ("INFO 01-01 12:00:00 [gpu_model_runner.py:1234] Model loading took 14.9888 GiB "
+            "and 5.2 seconds\n"
+            "INFO 01-01 12:00:01 [kv_cache_utils.py:716] GPU KV cache size: 48,944 tokens\n"
+            "INFO 01-01 12:00:01 [kv_cache_utils.py:720] Maximum concurrency for 20,000 "
+            "tokens per request: 2.45x\n"
+            "Memory profiling takes 5.2 seconds\n"
+            "the current vLLM instance can use total_gpu_memory (23.58GiB) x "
+            "gpu_memory_utilization (0.90) = 21.22GiB\n"
+            "model weights take 14.99GiB; non_torch_memory takes 0.13GiB; PyTorch activation "
+            "peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 4.87GiB.")
+    figures, unread = read_figures(text, "x", gb_is_gib=True)
+    by = {f.metric: f.value for f in figures}
+    assert unread == () and by == {
+        "kv_tokens": 48_944, "kv_bytes": round(4.87 * GIB), "weights_bytes": round(14.9888 * GIB),
+        "compute_bytes": round(1.23 * GIB), "device_bytes": round(23.58 * GIB),
+        "max_concurrency": 2.45}
