@@ -31,6 +31,7 @@ from kvsim.config.gpu_names import resolve_gpu
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.errors import InputError
 from kvsim.latency.backend import SpeedConstants
+from kvsim.validate.bench_printout import read_bench_printout
 from kvsim.validate.box_predict import BoxSetup, box_setup, box_tps, several_gpus
 from kvsim.validate.engine_speed import (
     EngineSpeed,
@@ -44,7 +45,6 @@ from kvsim.validate.memlogs import MemoryMeasurement
 from kvsim.validate.predict import Setup, predicted_tps, setup_for
 from kvsim.validate.records import Measurement, Skipped
 from kvsim.validate.shared import read_shared_csv
-from kvsim.validate.bench_printout import read_bench_printout
 
 
 @dataclass
