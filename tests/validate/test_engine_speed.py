@@ -1,6 +1,8 @@
 """Serving engines' own speed figures (kvsim.validate.engine_speed): the layout is
 detected, every row is replayed or skipped with its reason, and a replay through the
 simulator lands where the latency model's own steps say."""
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -9,11 +11,12 @@ from click.testing import CliRunner
 
 from kvsim.api import simulate
 from kvsim.cli import cli
-from kvsim.config.catalog import load_gpu
+from kvsim.config.catalog import load_gpu, load_model
 from kvsim.latency.base import BatchShape
 from kvsim.latency.factory import make_latency_model
 from kvsim.scenario import resolve_scenario
 from kvsim.validate.engine_speed import EngineSpeed, engine_speed_row, read_engine_speed
+from kvsim.validate.names import with_file_format
 from kvsim.validate.records import Skipped
 from kvsim.validate.run import read_files, validate
 from kvsim.validate.shared import layout, read_shared_csv
@@ -145,3 +148,23 @@ def test_a_closed_loop_sends_each_stream_s_next_request_as_its_last_one_ends():
     # every one of the ten requests answered, over the run's whole time
     assert (summary["requests"], summary["output_tokens"]) == (10, 160)
     assert row["predicted"] == pytest.approx(160 / summary["sim_time_s"], rel=1e-9)
+
+
+def test_a_row_naming_no_card_or_model_takes_them_from_the_flags():
+    # VS001 with its gpu and model cells left empty: kept, and replayed on what --gpu and
+    # --model name (the model's format from --model where the row has none either)
+    text = FILE.read_text(encoding="utf-8").splitlines()
+    head, row = text[0], next(r for r in text if r.startswith("VS001,"))
+    cells = next(csv.reader([row]))
+    cells[3] = cells[4] = cells[5] = ""  # gpu, model, weight_format
+    buf = io.StringIO()
+    csv.writer(buf).writerow(cells)
+    meas, skipped = read_shared_csv(head + "\n" + buf.getvalue(), "mine.csv")
+    assert skipped == [] and (meas[0].gpu, meas[0].model, meas[0].weights) == ("", "", "")
+    v = validate(meas, replay=_replay)
+    assert v.rows == [] and v.skipped[0].reason.startswith("no card printed: name it with --gpu")
+    named = with_file_format(meas, "llama-3.1-8b-bf16")
+    v = validate(named, gpu=load_gpu("h100-sxm5-80gb"), model=load_model("llama-3.1-8b"),
+                 replay=_replay)
+    assert v.skipped == [] and (v.rows[0]["gpu"], v.rows[0]["model"], v.rows[0]["weights"]) == \
+        ("h100-sxm5-80gb", "llama-3.1-8b", "bf16")
