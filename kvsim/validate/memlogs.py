@@ -195,15 +195,17 @@ _VENDORS = (("NVIDIA", r"nvidia|geforce|quadro|tesla"), ("AMD", r"amd|radeon|ins
             ("Intel", r"intel"), ("Apple", r"apple"))
 
 
-def _vendor_sized(text: str) -> tuple[tuple[str, ...], str]:
-    """Every profile of the vendor a cell names with no device model but with a memory
-    size ("1x AMD GPU, 24 GiB (model not seen)"), and how they were found; () else."""
+def _vendor_sized(text: str, vram: str) -> tuple[tuple[str, ...], str]:
+    """Every profile of the vendor a cell names with no device model, where it or the
+    ``vram`` cell states a memory size ("1x AMD GPU, 24 GiB (model not seen)"; "1x NVIDIA
+    GPU" beside Ollama's memory.available=[11.1 GiB]), and how they were found; () else."""
     vendor = next((v for v, word in _VENDORS
                    if re.search(rf"\b(?:{word})\b", text or "", re.IGNORECASE)), None)
-    if vendor is None or not _VRAM.search(text):
+    if vendor is None or not (_VRAM.search(text) or _VRAM.search(vram or "")):
         return (), ""
+    said = m.group(0) if (m := _VRAM.search(text)) else ""
     return tuple(s for s in list_names("gpus") if load_gpu(s).vendor == vendor), \
-        f"{vendor} cards of the gpu cell's {_VRAM.search(text).group(0)}"  # type: ignore[union-attr]
+        f"{vendor} cards" + (f" of the gpu cell's {said}" if said else "")
 
 
 def _of_size(fit: tuple[str, ...], stated: re.Match[str]) -> tuple[str, ...]:
@@ -224,8 +226,9 @@ def gpu_candidates(text: str, vram: str) -> tuple[tuple[str, ...], str]:
     if not fit and g.slug is None and (names := _inferred_names(text)):
         fit = tuple(dict.fromkeys(s for n in names for s in _fitting(n)))
         how.append(f"{'/'.join(names)} as the gpu cell infers")
-    elif not fit and g.slug is None and (sized := _vendor_sized(text))[0]:
-        fit = _of_size(sized[0], _VRAM.search(text))  # type: ignore[arg-type]
+    elif not fit and g.slug is None and (sized := _vendor_sized(text, vram))[0]:
+        stated = _VRAM.search(text)
+        fit = _of_size(sized[0], stated) if stated else sized[0]
         how.append(sized[1])
     m = _VRAM.search(vram or "")
     if fit and m:

@@ -36,6 +36,10 @@ def _published(rid: str):
     ("1x NVIDIA GPU, 24GB class (model not seen)", "memory.available=[22.7 GiB]", NVIDIA_24,
      "NVIDIA cards of the gpu cell's 24GB, 22.7 GiB from the vram_total cell"),
     ("1x NVIDIA GPU (model not stated)", "", (), ""),             # no size: no candidates
+    ("1x NVIDIA GPU (model not seen)", "memory.available=[11.1 GiB]", (  # the free memory's
+        "rtx-2060-12gb", "rtx-3060-12gb", "rtx-3080-12gb", "rtx-3080-ti", "rtx-4070",
+        "rtx-4070-super", "rtx-4070-ti", "rtx-4080-laptop", "rtx-5070", "rtx-a2000-12gb"),
+     "NVIDIA cards, 11.1 GiB from the vram_total cell"),
     ("AMD Instinct (~287 GB total implied; inferred)", "", (),    # no AMD card that size
      "AMD cards of the gpu cell's 287 GB"),
 ])
@@ -220,3 +224,22 @@ def test_vllms_lines_as_printed_without_equals_signs(tmp_path):
         "kv_tokens": 48_944, "kv_bytes": round(4.87 * GIB), "weights_bytes": round(14.9888 * GIB),
         "compute_bytes": round(1.23 * GIB), "device_bytes": round(23.58 * GIB),
         "max_concurrency": 2.45}
+
+
+def test_gemma3s_estimate_beside_a_log_of_the_model_it_fits():
+    # ollama-001 (ollama PR #12000, Aug 2025) shows no model, but 49 layers (48 + output),
+    # a projector and an 8192-token context: laid out as Gemma 3 12B (Q4_K_M, Ollama's
+    # default tag), its KV is the printed 992.0 MiB to the byte by GraphSize's gemma3
+    # case (8 global layers x 64 MiB + 40 sliding x (1024 + 512) cells x 12 KiB), and
+    # both graphs print as the log's (519.5 MiB, 1.3 GiB). The free 11.1 GiB fits ten
+    # NVIDIA profiles, which lay it out alike. (Its required.* figures also hold the
+    # vision projector, 1.8 GiB, which kvsim does not place: not compared here.)
+    from dataclasses import replace
+
+    m = _published("ollama-001")
+    assert len(m.gpu_candidates) == 10 and m.free_bytes == (round(11.1 * GIB),)
+    rows, skipped = memory_rows(replace(m, weights="q4_k_m"), model=load_model("gemma-3-12b"))
+    by = {r["metric"]: r for r in rows}
+    assert skipped == [] and by["ollama_required_kv_bytes"]["predicted"] == 992 * 2**20
+    assert by["ollama_graph_partial_bytes"]["rel_err"] == 0.0
+    assert abs(by["ollama_graph_full_bytes"]["rel_err"]) < 2e-4  # the vocabulary's padding
