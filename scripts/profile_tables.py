@@ -108,7 +108,8 @@ GEMMA3_SIGLIP = {  # google/gemma-3-4b-it config.json vision_config (quoted whol
     # 4B, 12B and 27B one 417M SigLIP encoder; 896 px / 14 px patches = 4,096 positions,
     # pooled to the config's mm_tokens_per_image 256 tokens an image
     "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "patch_size": 14,
-    "position_embeddings": (896 // 14) ** 2, "post_norm": True, "max_image_tokens": 256}
+    "position_embeddings": (896 // 14) ** 2, "post_norm": True, "max_image_tokens": 256,
+    "attention_heads": 16}
 VISION_ENCODERS = {slug: {**GEMMA3_SIGLIP, "out_hidden_size": hidden} for slug, hidden in
                    (("gemma-3-4b", 2560), ("gemma-3-12b", 3840), ("gemma-3-27b", 5376))}
 """Vision-language checkpoints' image encoders (models.csv has no such columns)."""

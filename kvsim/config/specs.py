@@ -243,6 +243,9 @@ class VisionEncoder(FrozenModel):
     video_largest: bool = Field(False, description="vLLM's largest item for this family is "
                                 "a video that grows with max_model_len (Qwen2-VL processing): "
                                 "its profiling pass is then not sized")
+    attention_heads: int | None = Field(None, gt=0, description="the encoder's attention "
+                                        "heads (Ollama sizes its graph by them); None: not "
+                                        "recorded")
 
 
 class ModelSpec(FrozenModel):

@@ -20,12 +20,14 @@ reads the GGUF's MLA head layout, which differs between conversions.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from kvsim.engines.ollama_releases import ollama_arch
+from kvsim.model.vision import vision_bytes
 
 if TYPE_CHECKING:
-    from kvsim.config.specs import ModelSpec
+    from kvsim.config.specs import ModelSpec, VisionEncoder
     from kvsim.engines.config import SlotEngineConfig
     from kvsim.model.weights import WeightSplit
 
@@ -123,6 +125,44 @@ def _qwen2(d: Dims) -> tuple[int, int]:
 
 _CASES = {"llama": _llama, "llama4": _llama, "gemma2": _gemma, "gemma3": _gemma,
           "command-r": _command_r, "qwen2": _qwen2}
+
+
+OLLAMA_VISION_ARCHS = frozenset({"gemma3", "mistral3", "llama4", "qwen25vl"})
+"""Architectures whose Ollama library models carry their vision tower in the model's own
+GGUF, run by Ollama's engine (``VisionGraphSize``): its weights and graph are placed with
+the output layer."""
+
+
+def _tower_bytes(v: VisionEncoder) -> int:
+    """The tower's tensors as Ollama's GGUF holds them (the ``v.`` ones): matrices in 16
+    bits, biases and norm vectors in f32; the projector's ``mm.`` tensors are not among
+    them (kvsim.model.vision counts the tower and projector at 16 bits)."""
+    h, i = v.hidden_size, v.intermediate_size
+    mats = v.depth * (4 * h * h + (3 if v.gated_mlp else 2) * h * i) \
+        + v.in_channels * v.temporal_patch_size * v.patch_size ** 2 * h \
+        + v.position_embeddings * h
+    norm = 2 * h if v.norm_bias else h
+    vecs = v.depth * (2 * norm + 4 * h + (2 * i if v.gated_mlp else i) + h) \
+        + (h if v.patch_bias else 0) + (norm if v.post_norm else 0)
+    return 2 * mats + 4 * vecs
+
+
+def projector_sizes(model: ModelSpec, arch: str) -> tuple[int, int]:
+    """(weights, graph) of the vision tower Ollama's estimate places with the output layer
+    (``VisionGraphSize``): the tower's 16-bit tensors, and for gemma3 / mistral3 the graph
+    ``4 x (image² x channels + hidden x patch + patches² x heads)`` of one image; (0, 0)
+    for a text model (and the graph 0 where the heads are not recorded)."""
+    v = model.vision_encoder
+    if v is None or arch not in OLLAMA_VISION_ARCHS:
+        return 0, 0
+    weights = _tower_bytes(v) if v.spatial_merge_size == 1 else vision_bytes(model)
+    side = math.isqrt(v.position_embeddings)  # SigLIP: 896 px / 14 px = 64 patches a side
+    if arch not in ("gemma3", "mistral3") or not v.attention_heads or side * side != \
+            v.position_embeddings:
+        return weights, 0
+    image, patches = side * v.patch_size, side * side
+    return weights, 4 * (image * image * v.in_channels + v.hidden_size * v.patch_size
+                         + patches * patches * v.attention_heads)
 
 
 def graph_sizes(model: ModelSpec, arch: str, ws: WeightSplit, kv_bytes: int, context: int,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvsim.engines._ollama_graph import estimated_kv, graph_sizes
+from kvsim.engines._ollama_graph import estimated_kv, graph_sizes, projector_sizes
 from kvsim.engines.memory import OllamaEstimate
 from kvsim.engines.ollama_releases import ollama_arch
 
@@ -62,10 +62,11 @@ def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int,
                     graphs: tuple[int, int], minimum_bytes: int, overhead_bytes: int,
                     num_layers: int, requested: int | None = None) -> Assignment:
     """Era A's estimate over GPUs with ``free`` bytes each (module docstring);
-    ``graphs``: the (partial, full) graph — the larger one is kept free while placing,
-    each GPU holding layers is charged the full one when every layer found a GPU, else
-    the partial one; ``requested``: num_gpu, the most layers to place (None = all that
-    fit)."""
+    ``head_bytes``: the last layer placed (the output layer, with a vision tower Ollama's
+    engine loads beside it); ``graphs``: the (partial, full) graph — the larger one is
+    kept free while placing, each GPU holding layers is charged the full one when every
+    layer and the last one found a GPU, else the partial one; ``requested``: num_gpu,
+    the most layers to place (None = all that fit)."""
     n, graph_bytes = len(free), max(graphs)
     space = [i for i in range(n) if free[i] >= overhead_bytes + graph_bytes + minimum_bytes
              + 2 * layer_bytes]
@@ -87,18 +88,17 @@ def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int,
             space.remove(g)
         if not space:
             overflow += layer_bytes
-    output, tried = -1, bool(head_bytes) and (requested is None or placed < requested)
-    if tried:  # NOTE: an output layer num_gpu leaves out is no overflow (llm/memory.go)
-        while space:
-            g = space[placed % len(space)]
+    output = -1
+    if head_bytes and (requested is None or placed < requested):
+        for j in range(len(space), 0, -1):  # NOTE: no GPU drops out here (llm/memory.go)
+            g = space[placed % j]
             if free[g] > overhead_bytes + alloc[g] + graph_bytes + head_bytes:
                 alloc[g] += head_bytes
                 output = g
                 break
-            space.remove(g)
-        if output < 0:
-            overflow += head_bytes
-    loaded = placed >= num_layers and not (tried and output < 0)
+    if head_bytes and output < 0:  # not placed, num_gpu's limit included: overflow
+        overflow += head_bytes
+    loaded = placed >= num_layers and (output >= 0 or not head_bytes)
     for i in range(n):
         if counts[i] or output == i:
             alloc[i] += graphs[loaded]
@@ -185,9 +185,11 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
     layer = ws.per_layer_bytes + kv // L
     requested = None if engine.gpu_layers is None else \
         (engine.gpu_layers if engine.gpu_layers < L else L + 1)
+    tower = projector_sizes(model, ollama_arch(model)) if measured is None else (0, 0)
     if measured is None:
-        a = estimate_layers(free, layer, ws.head_bytes, graphs, engine.minimum_reserve_bytes,
-                            engine.gpu_overhead_bytes, L, requested)
+        a = estimate_layers(free, layer, ws.head_bytes + sum(tower), graphs,
+                            engine.minimum_reserve_bytes, engine.gpu_overhead_bytes, L,
+                            requested)
         partial, full = sum(a.allocations), sum(a.allocations) + a.overflow_bytes
         graph = graphs[a.fully_loaded]
     else:
@@ -200,7 +202,8 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
     est = OllamaEstimate(kv_bytes=kv, graph_bytes=graph, reserve_bytes=reserve,
                          total_bytes=partial, gpu_layers=a.gpu_layers, full_bytes=full,
                          allocations=a.allocations, split=a.split,
-                         graph_partial_bytes=graphs[0], graph_full_bytes=graphs[1])
+                         graph_partial_bytes=graphs[0], graph_full_bytes=graphs[1],
+                         projector_weights_bytes=tower[0], projector_graph_bytes=tower[1])
     return est, a
 
 

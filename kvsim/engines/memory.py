@@ -53,6 +53,8 @@ class OllamaEstimate:
     split: tuple[int, ...] = ()         # layers.split: layers per GPU (output included)
     graph_partial_bytes: int = 0        # memory.graph.partial (eras B/C: the measured one)
     graph_full_bytes: int = 0           # memory.graph.full
+    projector_weights_bytes: int = 0    # projector.weights: a vision tower in the model's GGUF
+    projector_graph_bytes: int = 0      # projector.graph
 
 
 @dataclass(frozen=True)

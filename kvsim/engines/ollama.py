@@ -189,7 +189,15 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
              f"memory.required.partial={format_bytes(est.total_bytes)} "
              f"memory.required.kv={format_bytes(est.kv_bytes)} "
              f"memory.graph.full={format_bytes(est.graph_full_bytes)} "
-             f"memory.graph.partial={format_bytes(est.graph_partial_bytes)}")]
+             f"memory.graph.partial={format_bytes(est.graph_partial_bytes)}"
+             + (f" projector.weights={format_bytes(est.projector_weights_bytes)} "
+                f"projector.graph={format_bytes(est.projector_graph_bytes)}"
+                if est.projector_weights_bytes else ""))]
+    if est.projector_weights_bytes:
+        notes.append(f"Ollama's estimate places the vision tower "
+                     f"({format_bytes(est.projector_weights_bytes)}, graph "
+                     f"{format_bytes(est.projector_graph_bytes)}) with the output layer; "
+                     "kvsim's layout does not count it")
     if n < L:
         notes.append(f"Ollama spills {L - n}/{L} layers to CPU RAM "
                      "(partial offload: works, much slower)")

@@ -68,7 +68,7 @@ _ARCHS = ((r"qwen3[-_.]?next", "qwen3next"), (r"qwen3[-_.]?vl", "qwen3vl"),
           # NOTE: DeepSeek-V2/V3 (and R1, V3's geometry); R1's distills are Qwen2 / Llama
           (r"deepseek[-_]?(?:v\d|r1(?![-_]distill))", "deepseek2"),
           (r"gemma[-_]?2(?!\d)", "gemma2"), (r"command[-_]?r", "command-r"),
-          (r"qwen2(?:\.5)?[-_]?vl", "qwen2vl"),
+          (r"qwen2\.5[-_]?vl", "qwen25vl"), (r"qwen2[-_]?vl", "qwen2vl"),
           (r"qwen(?:1\.5|2(?:\.5)?)(?![\d.])|distill[-_]qwen", "qwen2"),
           # NOTE: Mistral's and Mixtral's GGUFs are "llama"
           (r"llama[-_]?[23](?!\d)|mistral(?!ai)|mixtral|distill[-_]llama", "llama"))

@@ -258,7 +258,9 @@ def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, st
                  "ollama_required_full_bytes": est.full_bytes,
                  "ollama_required_kv_bytes": est.kv_bytes,
                  "ollama_graph_full_bytes": est.graph_full_bytes,
-                 "ollama_graph_partial_bytes": est.graph_partial_bytes}[f.metric]
+                 "ollama_graph_partial_bytes": est.graph_partial_bytes,
+                 "ollama_projector_weights_bytes": est.projector_weights_bytes,
+                 "ollama_projector_graph_bytes": est.projector_graph_bytes}[f.metric]
         return float(value), ""
     whole = {"kv_tokens": b.kv_pool_tokens, "kv_bytes": b.kv_reserved_bytes,
              "kv_needed_bytes": b.kv_needed_bytes, "weights_bytes": b.weights_gpu_bytes,

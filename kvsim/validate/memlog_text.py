@@ -37,7 +37,8 @@ from kvsim.validate.memlog_lines import DEVICE, QTY, Figure, engine_lines, half_
 METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "weights_bytes",
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
            "ollama_required_partial_bytes", "ollama_required_kv_bytes", "ollama_graph_full_bytes",
-           "ollama_graph_partial_bytes", "ollama_layers_offload", "max_concurrency")
+           "ollama_graph_partial_bytes", "ollama_projector_weights_bytes",
+           "ollama_projector_graph_bytes", "ollama_layers_offload", "max_concurrency")
 """Every figure metric, in the order rows are listed (``startup`` comes last)."""
 
 _ALIASES = {
@@ -181,6 +182,8 @@ _FIGURE_KEYS = (
     (r"memory\.required\.kv", "ollama_required_kv_bytes"),
     (r"memory\.graph\.full", "ollama_graph_full_bytes"),
     (r"memory\.graph\.partial", "ollama_graph_partial_bytes"),
+    (r"projector\.weights", "ollama_projector_weights_bytes"),
+    (r"projector\.graph", "ollama_projector_graph_bytes"),
     (r"layers\.offload", "ollama_layers_offload"),
 )
 _TOKEN_METRICS = {"kv_tokens", "max_model_len_fit", "ollama_layers_offload"}

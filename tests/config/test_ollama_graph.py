@@ -89,9 +89,11 @@ def test_the_full_graph_is_charged_only_when_every_layer_found_a_gpu():
     small = estimate_layers([9 * GIB], GIB, GIB, (2 * GIB, GIB), 0, 0, 8)
     assert not small.fully_loaded and small.counts == (5,)  # 1 + 5 + 1 + 2 (larger) <= 9
     assert small.allocations == (GIB + 5 * GIB + 2 * GIB,)
-    # num_gpu = 8 leaves the head out untried: fully loaded, and no overflow for it
+    # num_gpu = 8 leaves the head out: not fully loaded (the partial graph charged), and
+    # the head counted as overflow (llm/memory.go since its vision-tower rework)
     some = estimate_layers([20 * GIB], GIB, GIB, (2 * GIB, GIB), 0, 0, 8, requested=8)
-    assert some.fully_loaded and some.overflow_bytes == 0 and some.output == -1
+    assert not some.fully_loaded and some.overflow_bytes == GIB and some.output == -1
+    assert some.allocations == (GIB + 8 * GIB + 2 * GIB,)
 
 
 def test_an_era_a_start_up_prints_both_graphs():
@@ -127,3 +129,30 @@ def test_gemma3_and_gpt_oss_size_their_sliding_layers_apart():
     assert b.estimate.kv_bytes == 300 * MIB
     assert (b.estimate.graph_partial_bytes, b.estimate.graph_full_bytes) == (1024 * MIB,) * 2
     assert not any("under-counts" in n for n in b.notes)  # f16: no cache type to blame
+
+
+def test_gemma3s_vision_tower_goes_with_the_output_layer():
+    # VisionGraphSize: the tower's "v." tensors (matrices 16-bit, biases and norms f32:
+    # 795.9 MiB for Gemma 3's SigLIP, its projector's "mm." tensors not among them) and
+    # one image's graph, 4 x (896² x 3 + 1152 x 14 + 4096² x 16) = 1.0 GiB; Ollama places
+    # them with the output layer, so a card that holds every layer but not the three
+    # offloads 48 of 49 (ollama-001's figures: tests/validate/test_memlogs_unnamed.py)
+    from kvsim.engines._ollama_graph import projector_sizes
+
+    m = load_model("gemma-3-12b")
+    weights, graph = projector_sizes(m, "gemma3")
+    assert (weights, graph) == (834_531_264, 1_083_440_128)
+    assert f"{weights / MIB:.1f}" == "795.9" and f"{graph / GIB:.1f}" == "1.0"
+    assert projector_sizes(load_model("llama-3.1-8b"), "llama") == (0, 0)
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "ollama_version": "0.9.0",
+                          "parallel": 1})
+    others = 12 * GIB - round(11.1 * GIB)  # ollama-001's 11.1 GiB free of 12
+    b = memory_budget(load_gpu("rtx-3060-12gb"), m, "q4_k_m", eng, display_reserve_bytes=others)
+    est = b.estimate
+    assert (est.projector_weights_bytes, est.projector_graph_bytes) == (weights, graph)
+    head = model_weights(m, "q4_k_m").head_bytes
+    assert est.gpu_layers == 48 and est.split == (48,)  # the last layer stays off: it
+    assert est.full_bytes - est.total_bytes == head + weights + graph  # overflowed whole
+    assert any("vision tower" in n for n in b.notes)
+    whole = memory_budget(load_gpu("rtx-4060-ti-16gb"), m, "q4_k_m", eng).estimate
+    assert whole.gpu_layers == 48 and whole.full_bytes == whole.total_bytes  # all 49 fit

@@ -142,7 +142,7 @@ def test_architectures_from_the_catalogue():
              "qwen3next", "gemma-3-27b": "gemma3", "gemma-2-9b": "gemma2",
              "gpt-oss-120b": "gptoss", "llama-4-scout-17b-16e": "llama4",
              "deepseek-v2-lite": "deepseek2", "llama-3.1-8b": "llama", "qwen2.5-32b": "qwen2",
-             "deepseek-v3": "deepseek2", "qwen1.5-7b": "qwen2", "qwen2.5-vl-7b": "qwen2vl",
+             "deepseek-v3": "deepseek2", "qwen1.5-7b": "qwen2", "qwen2.5-vl-7b": "qwen25vl",
              "deepseek-r1-distill-qwen-7b": "qwen2",  # the distills are qwen2 / llama GGUFs
              "mistral-7b-v0.3": "llama", "mixtral-8x7b": "llama", "command-r-v01": "command-r",
              "voxtral-tts-4b": "", "phi-4-14b": "", "qwen3.6-27b": ""}

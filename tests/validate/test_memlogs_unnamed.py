@@ -229,11 +229,12 @@ def test_vllms_lines_as_printed_without_equals_signs(tmp_path):
 def test_gemma3s_estimate_beside_a_log_of_the_model_it_fits():
     # ollama-001 (ollama PR #12000, Aug 2025) shows no model, but 49 layers (48 + output),
     # a projector and an 8192-token context: laid out as Gemma 3 12B (Q4_K_M, Ollama's
-    # default tag), its KV is the printed 992.0 MiB to the byte by GraphSize's gemma3
-    # case (8 global layers x 64 MiB + 40 sliding x (1024 + 512) cells x 12 KiB), and
-    # both graphs print as the log's (519.5 MiB, 1.3 GiB). The free 11.1 GiB fits ten
-    # NVIDIA profiles, which lay it out alike. (Its required.* figures also hold the
-    # vision projector, 1.8 GiB, which kvsim does not place: not compared here.)
+    # default tag), every figure it printed comes out as printed: the KV, 992.0 MiB by
+    # GraphSize's gemma3 case (8 global layers x 64 MiB + 40 sliding x (1024 + 512) cells
+    # x 12 KiB); both graphs (519.5 MiB, 1.3 GiB); the vision tower (795.9 MiB, graph
+    # 1.0 GiB) with the output layer, which the 11.1 GiB free cannot hold, so 48 of 49
+    # layers and required 8.9 / 11.4 GiB. The free 11.1 GiB fits ten NVIDIA profiles,
+    # which lay it out alike.
     from dataclasses import replace
 
     m = _published("ollama-001")
@@ -241,5 +242,10 @@ def test_gemma3s_estimate_beside_a_log_of_the_model_it_fits():
     rows, skipped = memory_rows(replace(m, weights="q4_k_m"), model=load_model("gemma-3-12b"))
     by = {r["metric"]: r for r in rows}
     assert skipped == [] and by["ollama_required_kv_bytes"]["predicted"] == 992 * 2**20
-    assert by["ollama_graph_partial_bytes"]["rel_err"] == 0.0
+    assert by["ollama_layers_offload"]["predicted"] == 48
     assert abs(by["ollama_graph_full_bytes"]["rel_err"]) < 2e-4  # the vocabulary's padding
+    assert {k for k, r in by.items() if r["rel_err"] != 0.0} == {"ollama_graph_full_bytes"}
+    assert set(by) == {"ollama_required_full_bytes", "ollama_required_partial_bytes",
+                       "ollama_required_kv_bytes", "ollama_graph_full_bytes",
+                       "ollama_graph_partial_bytes", "ollama_projector_weights_bytes",
+                       "ollama_projector_graph_bytes", "ollama_layers_offload"}
