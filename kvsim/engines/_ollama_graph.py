@@ -27,7 +27,7 @@ from kvsim.engines.ollama_releases import ollama_arch
 from kvsim.model.vision import vision_bytes
 
 if TYPE_CHECKING:
-    from kvsim.config.specs import ModelSpec, VisionEncoder
+    from kvsim.config.specs import LayerGroup, ModelSpec, VisionEncoder
     from kvsim.engines.config import SlotEngineConfig
     from kvsim.model.weights import WeightSplit
 
@@ -38,35 +38,51 @@ GPT_OSS_SWA_CELLS = 4096
 constant, not the model's 128-token window)."""
 
 
+def _layer_kv(g: LayerGroup, engine: SlotEngineConfig, per_elem: float, arch: str) -> int:
+    """One layer's era-A KV in group ``g`` (:func:`estimated_kv`)."""
+    ctx = engine.context_tokens * engine.parallel
+    batch = min(ctx, engine.n_batch)
+    if g.kind == "ffn":
+        return 0
+    if g.kind == "recurrent":
+        return g.state_elements * 4 * engine.parallel
+    if g.kind == "mla":
+        return int(ctx * g.latent_dim * per_elem)
+    width = (g.head_dim_k + g.head_dim_v) * g.n_kv_heads
+    if g.kind == "sliding" and arch == "gemma3":
+        return int((engine.parallel * (g.window_tokens or 0) + batch) * width * per_elem)
+    if g.kind == "sliding" and arch == "gptoss":
+        return int(width * per_elem) * (engine.parallel * GPT_OSS_SWA_CELLS + batch)
+    return int(ctx * width * per_elem)
+
+
+def kv_by_layer(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
+                windows: bool = True) -> list[int]:
+    """Era A's KV (``GraphSize``) of each layer in layer order: ``num_ctx x parallel x
+    (hd_k + hd_v) x n_kv x {2, 1, 0.5}`` bytes as a whole number, recurrent layers their
+    f32 state per sequence; with ``windows``, the cases that size sliding layers apart:
+    gemma3's hold ``parallel x window + batch`` cells, gpt-oss's ``parallel x 4096 +
+    batch`` (``batch``: min(context, num_batch)).
+    NOTE: where a group does not say which layers it holds, every layer gets the mean."""
+    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
+    arch = ollama_arch(model) if windows else ""
+    groups = [(g, _layer_kv(g, engine, per_elem, arch)) for g in model.layer_groups]
+    if all(g.layer_indices is not None for g, _ in groups):
+        out = [0] * model.num_layers
+        for g, kv in groups:
+            for i in g.layer_indices or ():
+                out[i] = kv
+        return out
+    total = sum(kv * g.layers for g, kv in groups)
+    return [total // model.num_layers] * model.num_layers
+
+
 def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
                  windows: bool = True) -> int:
-    """Era A's KV (``GraphSize``): per layer ``num_ctx x parallel x (hd_k + hd_v) x n_kv x
-    {2, 1, 0.5}`` bytes as a whole number, recurrent layers their f32 state per sequence,
-    summed over the layers; with ``windows``, the cases that size sliding layers apart:
-    gemma3's hold ``parallel x window + batch`` cells, gpt-oss's ``parallel x 4096 +
-    batch`` (``batch``: min(context, num_batch))."""
+    """Era A's whole KV, ``memory.required.kv`` (:func:`kv_by_layer`'s layers summed)."""
     per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
-    ctx, total = engine.context_tokens * engine.parallel, 0
     arch = ollama_arch(model) if windows else ""
-    batch = min(ctx, engine.n_batch)
-    for g in model.layer_groups:
-        if g.kind == "ffn":
-            continue
-        if g.kind == "recurrent":
-            total += g.state_elements * 4 * engine.parallel * g.layers
-        elif g.kind == "mla":
-            total += int(ctx * g.latent_dim * per_elem) * g.layers
-        elif g.kind == "sliding" and arch == "gemma3":
-            cells = engine.parallel * (g.window_tokens or 0) + batch
-            total += int(cells * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
-                * g.layers
-        elif g.kind == "sliding" and arch == "gptoss":
-            total += int((g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
-                * (engine.parallel * GPT_OSS_SWA_CELLS + batch) * g.layers
-        else:
-            total += int(ctx * (g.head_dim_k + g.head_dim_v) * g.n_kv_heads * per_elem) \
-                * g.layers
-    return total
+    return sum(_layer_kv(g, engine, per_elem, arch) * g.layers for g in model.layer_groups)
 
 
 class Dims(NamedTuple):

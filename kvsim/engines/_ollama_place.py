@@ -27,7 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvsim.engines._ollama_graph import estimated_kv, graph_sizes, projector_sizes
+from kvsim.engines._ollama_graph import (
+    estimated_kv,
+    graph_sizes,
+    kv_by_layer,
+    projector_sizes,
+)
 from kvsim.engines.memory import OllamaEstimate
 from kvsim.engines.ollama_releases import ollama_arch
 
@@ -58,23 +63,27 @@ class Assignment:
         return tuple(c + (i == self.output) for i, c in enumerate(self.counts))
 
 
-def estimate_layers(free: Sequence[int], layer_bytes: int, head_bytes: int,
+def estimate_layers(free: Sequence[int], layers: int | Sequence[int], head_bytes: int,
                     graphs: tuple[int, int], minimum_bytes: int, overhead_bytes: int,
                     num_layers: int, requested: int | None = None) -> Assignment:
     """Era A's estimate over GPUs with ``free`` bytes each (module docstring);
-    ``head_bytes``: the last layer placed (the output layer, with a vision tower Ollama's
-    engine loads beside it); ``graphs``: the (partial, full) graph — the larger one is
-    kept free while placing, each GPU holding layers is charged the full one when every
-    layer and the last one found a GPU, else the partial one; ``requested``: num_gpu,
-    the most layers to place (None = all that fit)."""
+    ``layers``: each repeating layer's weights and KV (one size for all, or one a layer:
+    the first is also the buffer); ``head_bytes``: the last layer placed (the output
+    layer, with a vision tower Ollama's engine loads beside it); ``graphs``: the
+    (partial, full) graph — the larger one is kept free while placing, each GPU holding
+    layers is charged the full one when every layer and the last one found a GPU, else
+    the partial one; ``requested``: num_gpu, the most layers to place (None = all that
+    fit)."""
+    sizes = [layers] * num_layers if isinstance(layers, int) else list(layers)
     n, graph_bytes = len(free), max(graphs)
     space = [i for i in range(n) if free[i] >= overhead_bytes + graph_bytes + minimum_bytes
-             + 2 * layer_bytes]
+             + 2 * sizes[0]]
     alloc, counts = [0] * n, [0] * n
     for i in space:
-        alloc[i] += minimum_bytes + layer_bytes
+        alloc[i] += minimum_bytes + sizes[0]
     placed, overflow = 0, 0
     for i in reversed(range(num_layers)):
+        layer_bytes = sizes[i]
         if requested is not None and placed >= requested:
             overflow += layer_bytes
             continue
@@ -174,7 +183,8 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
     the GPUs are Apple's), eras B/C with the ``measured`` (KV, compute)."""
     L = model.num_layers
     if measured is None:
-        kv = estimated_kv(model, engine, kv_type)
+        by_layer = kv_by_layer(model, engine, kv_type)
+        kv = sum(by_layer)
         graphs = era_a_graphs(model, engine, ws, estimated_kv(model, engine, kv_type, False),
                               len(free), metal)
         graph = max(graphs)
@@ -187,7 +197,8 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
         (engine.gpu_layers if engine.gpu_layers < L else L + 1)
     tower = projector_sizes(model, ollama_arch(model)) if measured is None else (0, 0)
     if measured is None:
-        a = estimate_layers(free, layer, ws.head_bytes + sum(tower), graphs,
+        a = estimate_layers(free, [ws.per_layer_bytes + k for k in by_layer],
+                            ws.head_bytes + sum(tower), graphs,
                             engine.minimum_reserve_bytes, engine.gpu_overhead_bytes, L,
                             requested)
         partial, full = sum(a.allocations), sum(a.allocations) + a.overflow_bytes

@@ -156,3 +156,24 @@ def test_gemma3s_vision_tower_goes_with_the_output_layer():
     assert any("vision tower" in n for n in b.notes)
     whole = memory_budget(load_gpu("rtx-4060-ti-16gb"), m, "q4_k_m", eng).estimate
     assert whole.gpu_layers == 48 and whole.full_bytes == whole.total_bytes  # all 49 fit
+
+
+def test_each_layer_costs_its_own_kv():
+    # llm/memory.go of 2025 sizes layer i as its weights plus kv[i]: Gemma 3's global
+    # layers (every sixth) hold the whole context, its sliding ones a window; the buffer
+    # charged up front is layer 0's
+    from kvsim.engines._ollama_graph import kv_by_layer
+
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "ollama_version": "0.9.0",
+                          "parallel": 1})
+    kv = kv_by_layer(load_model("gemma-3-12b"), eng, "f16")
+    assert len(kv) == 48 and sum(kv) == 992 * MIB
+    assert {i for i, k in enumerate(kv) if k == 64 * MIB} == set(range(5, 48, 6))
+    assert kv[0] == 12 * MIB
+    assert kv_by_layer(load_model("llama-3.1-8b"), eng, "f16") == [32 * MIB] * 32
+    # one size a layer: 9 GiB free holds the 1 GiB buffer (layer 0), then, the 2 GiB
+    # graph kept free, layers 7, 6, 5 (1 GiB each) and 4 (2 GiB: 6 + 2 + 2 = 10 > 9 only
+    # for the next): layer 3 (2 GiB) does not fit, so it and layers 2..0 overflow
+    sized = estimate_layers([9 * GIB], [GIB, GIB, GIB, 2 * GIB, 2 * GIB, GIB, GIB, GIB], 0,
+                            (2 * GIB, GIB), 0, 0, 8)
+    assert sized.counts == (4,) and sized.overflow_bytes == 2 * GIB + 3 * GIB
