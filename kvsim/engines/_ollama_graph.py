@@ -7,9 +7,10 @@ graph when every layer is on the GPUs (full) and when some are not (partial, whi
 holds the output projection's dequantised copy).  An architecture without a case gets
 ``GQA x KV / 6`` for both (``llm/memory.go``).  The formulas are the GGUF keys'
 integer arithmetic, evaluated left to right as Go does: ``e`` embedding_length,
-``h`` head_count, ``hkv`` head_count_kv, ``hd`` / ``hdk`` the head width (key_length),
-``v`` the vocabulary, ``c`` the context of all slots (num_ctx x parallel), ``b``
-min(c, num_batch).
+``h`` head_count, ``hkv`` head_count_kv, ``hd`` the head width (key_length), ``v`` the
+vocabulary, ``c`` the context of all slots (num_ctx x parallel), ``b`` min(c, num_batch).
+Its KV (``kv_by_layer``) and the vision tower its engine loads with the output layer
+(``projector_sizes``, ``VisionGraphSize``) are here too.
 
 NOTE: the formulas are those of ``fs/ggml/ggml.go`` (the newest code); before PR #6260
 (merged 2024-08-08) Llama's full graph lacked its ``4 b (e + v)`` floor, which binds
