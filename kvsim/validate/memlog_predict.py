@@ -201,8 +201,9 @@ def _in_use_bytes(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], notes: list[s
                      "in use by others on the first GPU only)")
         return 0
     free, usable = m.free_bytes[0], gpus[0].usable_memory_bytes
-    notes.append(f"memory.available {free / 2**30:.1f} GiB: the other "
-                 f"{max(0, usable - free) / 2**30:.2f} GiB of the card in use by others")
+    notes.append(f"memory.available {free / 2**30:.1f} GiB: " + (
+        f"the other {(usable - free) / 2**30:.2f} GiB of the card in use by others"
+        if usable > free else "the whole card free"))
     return max(0, usable - free)
 
 
