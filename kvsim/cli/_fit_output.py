@@ -163,10 +163,13 @@ def print_table(b: Any, title: str, z: Sizes, verdict: str, notes: list[str]) ->
     console.print(z.allocator, highlight=False)
     if b.estimate is not None:
         e = b.estimate
+        left = ("; the output layer" + (" and vision tower" if e.projector_weights_bytes
+                                         else "") + " in CPU RAM")  \
+            if e.gpu_layers == b.num_layers and e.full_bytes > e.total_bytes else ""
         console.print(f"Ollama's own estimate: {format_bytes(e.total_bytes)} (KV "
                       f"{format_bytes(e.kv_bytes)}, graph {format_bytes(e.graph_bytes)}, "
-                      f"{e.gpu_layers}/{b.num_layers} layers) vs true {format_bytes(b.total_bytes)}",
-                      highlight=False)
+                      f"{e.gpu_layers}/{b.num_layers} layers{left}) vs true "
+                      f"{format_bytes(b.total_bytes)}", highlight=False)
     for line in b.log_lines:
         console.print(f"  [dim]{line}[/dim]", highlight=False)
     for n in notes + list(b.notes):

@@ -199,3 +199,14 @@ def test_vllm_hybrid_manager_fits_gemma_3_at_32k_and_the_flag_turns_it_off(capsy
     code, out, _ = run(capsys, *argv, "--no-hybrid-kv")
     off = json.loads(out)
     assert not off["fits"] and off["kv_groups"] == [] and off["kv_pool_tokens"] == 15136
+
+
+def test_ollamas_estimate_says_when_the_output_layer_and_tower_stay_off(capsys):
+    # Gemma 3 12B with 11.1 GiB of a 12 GB card free (ollama-001's): Ollama's estimate
+    # keeps the output layer and the vision tower off the GPU (48 of 49 layers)
+    code, out, _ = run(capsys, "fit", "--gpu", "rtx-3060-12gb", "--model", "gemma-3-12b",
+                       "--engine", "ollama", "--context", "8192", "--parallel", "1",
+                       "--ollama-version", "0.9.0", "--display-reserve", "0.9GiB")
+    flat = " ".join(out.split())
+    assert code == 0 and "48/48 layers; the output layer and vision tower in CPU RAM" in flat
+    assert "projector.weights=795.87 MiB projector.graph=1.01 GiB" in flat
