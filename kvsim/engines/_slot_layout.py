@@ -81,8 +81,8 @@ def slot_layout(gpu: GpuSpec, model: ModelSpec, ws: WeightSplit, geo: KvGeometry
                                           swa_cells=max(swa, default=0) // streams)
     L = model.num_layers
 
-    def gpu_total(n: int) -> int:
-        return (driver + display + ws.gpu_bytes(n, head_first=head_first) + compute
+    def gpu_total(n: int, head: bool | None = None) -> int:
+        return (driver + display + ws.gpu_bytes(n, head_first=head_first, head=head) + compute
                 + kv_total * n // L)
 
     return {"kv_total": kv_total, "swa": swa, "compute": compute, "gpu_total": gpu_total,
@@ -93,7 +93,10 @@ def slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: We
                  geo: KvGeometry, lay: dict, n_layers_gpu: int, n_ctx: int, n_ctx_seq: int,
                  driver: int, display: int, logs: list[str], notes: list[str],
                  estimate: OllamaEstimate | None = None,
-                 failure: str | None = None, cpu_expert_layers: int = 0) -> MemoryBudget:
+                 failure: str | None = None, cpu_expert_layers: int = 0,
+                 head: bool | None = None) -> MemoryBudget:
+    """The one-GPU budget of ``n_layers_gpu`` layers on the GPU (``head``: where the
+    output layer is, where the runner decided it apart from the layer count)."""
     L, first = model.num_layers, lay["head_first"]
     kv_gpu = lay["kv_total"] * n_layers_gpu // L
     experts_ram = cpu_expert_layers * ws.expert_bytes_per_layer
@@ -101,10 +104,11 @@ def slot_budget(engine: SlotEngineConfig, gpu: GpuSpec, model: ModelSpec, ws: We
     b = MemoryBudget(
         engine=engine.preset, allocator=engine.allocator, device_bytes=gpu.usable_memory_bytes,
         driver_reserve_bytes=driver, display_reserve_bytes=display, weights_format=ws.format,
-        weights_total_bytes=ws.loaded_bytes(n_layers_gpu, head_first=first),
-        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=first) - experts_ram,
-        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=first) + experts_ram,
-        cpu_expert_layers=cpu_expert_layers, head_on_gpu=ws.head_on_gpu(n_layers_gpu, first),
+        weights_total_bytes=ws.loaded_bytes(n_layers_gpu, head_first=first, head=head),
+        weights_gpu_bytes=ws.gpu_bytes(n_layers_gpu, head_first=first, head=head) - experts_ram,
+        weights_cpu_bytes=ws.cpu_bytes(n_layers_gpu, head_first=first, head=head) + experts_ram,
+        cpu_expert_layers=cpu_expert_layers,
+        head_on_gpu=ws.head_on_gpu(n_layers_gpu, first, head),
         gpu_layers=n_layers_gpu, num_layers=L, activation_bytes=lay["compute"],
         engine_overhead_bytes=0, cache_type_k=geo.cache_type_k, cache_type_v=geo.cache_type_v,
         kv_bytes_per_token=rates.pop("kv_bytes_per_token"), kv_reserved_bytes=kv_gpu,

@@ -145,7 +145,7 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
     est, a = ollama_estimate(model, engine, ws, engine.cache_type_v, free, exact, metal)
     for back in range(1, 10):  # §4.3: a failed allocation backs off 10 %, 20 %, ... of free
         if not exact or all(t <= g.usable_memory_bytes for t, g in
-                            zip(_true_totals(box, est), gpus, strict=True)):
+                            zip(_true_totals(box, est, a.output >= 0), gpus, strict=True)):
             break
         est, a = ollama_estimate(model, engine, ws, engine.cache_type_v,
                                  [f * (10 - back) // 10 for f in free], exact, metal)
@@ -159,21 +159,29 @@ def _gpu_layers(box: Any, est: OllamaEstimate) -> int:
     return est.gpu_layers if n is None else min(n, box.model.num_layers)
 
 
-def _placement(box: Any, est: OllamaEstimate) -> Placement:
+def _head(box: Any, est: OllamaEstimate, output: bool) -> bool | None:
+    """Where the runner puts the output layer when it holds every repeating layer:
+    beside them only where the estimate placed it too (``-ngl`` is then the layer count
+    plus one; with ``-ngl`` equal to it, Ollama's engine keeps the output layer on the
+    CPU); None: the layer count decides (kvsim.model.weights)."""
+    return None if output or _gpu_layers(box, est) < box.model.num_layers else False
+
+
+def _placement(box: Any, est: OllamaEstimate, output: bool = True) -> Placement:
     """The runner's layers over several GPUs: ``-ngl`` and ``--tensor-split`` of the
     release's counts (by free memory where it placed none); the output layer with every
-    repeating layer (kvsim.model.weights)."""
+    repeating layer where the estimate placed it (:func:`_head`)."""
     L, n = box.model.num_layers, _gpu_layers(box, est)
     if not n:
         return Placement((-1,) * L, -1)
     shares = est.split if sum(est.split) else free_shares(box.gpus, box.driver, box.display)
-    return place(split_points(shares), L, n, n == L)
+    return place(split_points(shares), L, n, n == L and _head(box, est, output) is None)
 
 
-def _true_totals(box: Any, est: OllamaEstimate) -> list[int]:
+def _true_totals(box: Any, est: OllamaEstimate, output: bool = True) -> list[int]:
     if len(box.gpus) == 1:
-        return [box.lay["gpu_total"](_gpu_layers(box, est))]
-    return [pt.total for pt in device_parts(box, _placement(box, est))]
+        return [box.lay["gpu_total"](_gpu_layers(box, est), _head(box, est, output))]
+    return [pt.total for pt in device_parts(box, _placement(box, est, output))]
 
 
 def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
@@ -204,7 +212,7 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
     if est.kv_bytes < lay["kv_total"] and engine.cache_type_v in ("q8_0", "q4_0"):
         notes.append("Ollama's estimate under-counts this KV cache type (q8_0 as 1, q4_0 as "
                      "0.5 bytes/element; real 1.0625 / 0.5625)")
-    totals = _true_totals(box, est)
+    totals = _true_totals(box, est, output)
     over = [i for i, (t, g) in enumerate(zip(totals, box.gpus, strict=True))
             if t > g.usable_memory_bytes]
     failure = None if not over else (
@@ -212,12 +220,12 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
         f"but the runner needs {format_bytes(sum(totals))}"
         + (f" (CUDA{over[0]}: {format_bytes(totals[over[0]])})" if len(box.gpus) > 1 else ""))
     if len(box.gpus) > 1:
-        return box_budget(box, _placement(box, est), logs, notes, estimate=est,
+        return box_budget(box, _placement(box, est, output), logs, notes, estimate=est,
                           failure=failure)
     logs.append(f"llama_kv_cache: CUDA0 KV buffer size = {mib(kv_gpu)}")
     return slot_budget(engine, box.gpus[0], box.model, box.ws, box.geo, lay, n, box.n_ctx,
                        box.n_ctx_seq, box.driver, box.display, logs, notes, estimate=est,
-                       failure=failure)
+                       failure=failure, head=_head(box, est, output))
 
 
 def read_ollama_log(text: str, name: str = "log") -> dict[str, object]:

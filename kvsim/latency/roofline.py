@@ -68,6 +68,7 @@ class RooflineLatency:
         on_gpu = weights.head_on_gpu(layers) if head_on_gpu is None else head_on_gpu
         self.gpu_fraction = layers / model.num_layers
         self._step_weights(model, weights, layers, on_gpu, cpu_expert_layers)
+        self._cpu_side = layers < model.num_layers or cpu_expert_layers > 0 or not on_gpu  # host
         # prefill/decode FLOPs: every token through the layers; the token embedding is a
         # row lookup (no FLOPs); the output head only for the sequences' sampled positions
         vh = float(model.vocab_size * model.hidden_size)
@@ -179,7 +180,7 @@ class RooflineLatency:
         memory = w_gpu / self.gpu_bytes_per_s + kv_time_gpu
         t_gpu = compute + memory if self.rates.decode_adds else np.maximum(compute, memory)
         t_cpu: np.ndarray | float = 0.0
-        if f < 1.0 or self.cpu_linear_flops_per_token:
+        if self._cpu_side:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
             t_cpu = np.maximum(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                                w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
@@ -328,7 +329,7 @@ class RooflineLatency:
             compute += self.reread_s * tokens * self.gpu_weight_bytes
         t = base_s + (compute + memory if adds else max(compute, memory))
         t += self.dequant * kv_time_gpu
-        if f < 1.0 or self.cpu_linear_flops_per_token:
+        if self._cpu_side:
             kv_time_cpu = (1 - f) * kv_read / self.cpu_bytes_per_s
             t += max(((1 - f) * (lin + att) + moe) / self.cpu_flops_per_s,
                      w_cpu / self.cpu_bytes_per_s + kv_time_cpu)
@@ -359,8 +360,7 @@ class RooflineLatency:
         w_gpu, w_cpu = self.weight_bytes(n)
         w_gpu /= gbw
         over, adds, out = self.overhead(n), self.rates.decode_adds, []
-        moe, cpu_side = nf * self.cpu_linear_flops_per_token, f < 1.0 or \
-            self.cpu_linear_flops_per_token
+        moe, cpu_side = nf * self.cpu_linear_flops_per_token, self._cpu_side
         loop = expert_loop_s(self.rates, nf, self.expert_pick, self.loop_experts)
         for tok in range(total + n, total + n * steps + 1, n) if n else [total] * steps:
             kv = float(lkv * tok) - saved

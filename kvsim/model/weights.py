@@ -138,7 +138,7 @@ class WeightSplit:
                        expert_bytes_per_layer=round(self.expert_bytes_per_layer * f))
 
     def gpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
-                  head_first: bool = False) -> int:
+                  head_first: bool = False, head: bool | None = None) -> int:
         """Bytes on the GPU with ``gpu_layers`` repeating layers offloaded.
 
         The output head goes to the GPU with a full offload, and with any partial one
@@ -147,12 +147,14 @@ class WeightSplit:
         layer count and Ollama's layer estimate (§4.2) place it last.  The token embedding stays in
         host memory in llama.cpp and Ollama (its input layer runs on the CPU), and a tied
         head is then llama.cpp's duplicate of it; paged engines keep everything on the
-        GPU (``embedding_on_gpu=True``), a tied tensor once for both uses.
+        GPU (``embedding_on_gpu=True``), a tied tensor once for both uses.  ``head``
+        overrides the rule: a runner that placed every layer but not the output one
+        (Ollama's ``-ngl`` equal to the layer count).
         """
         n = max(0, min(gpu_layers, self.num_layers))
         embed = embedding_on_gpu and n == self.num_layers
-        head = self.head_on_gpu(n, head_first) and not (self.tied and embed)
-        return (n * self.per_layer_bytes + (self.head_bytes if head else 0)
+        on = self.head_on_gpu(n, head_first, head) and not (self.tied and embed)
+        return (n * self.per_layer_bytes + (self.head_bytes if on else 0)
                 + (self.embedding_bytes if embed else 0))
 
     @property
@@ -162,25 +164,29 @@ class WeightSplit:
         return self.embedding_bytes if self.tied else \
             self.non_repeating_bytes - self.embedding_bytes
 
-    def head_on_gpu(self, gpu_layers: int, head_first: bool = False) -> bool:
-        """Is the output head on the GPU with ``gpu_layers`` layers there (see gpu_bytes)?"""
+    def head_on_gpu(self, gpu_layers: int, head_first: bool = False,
+                    head: bool | None = None) -> bool:
+        """Is the output head on the GPU with ``gpu_layers`` layers there (see gpu_bytes;
+        ``head``: the caller's own answer)?"""
+        if head is not None:
+            return head
         n = max(0, min(gpu_layers, self.num_layers))
         return n == self.num_layers or (head_first and n > 0)
 
     def cpu_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
-                  head_first: bool = False) -> int:
+                  head_first: bool = False, head: bool | None = None) -> int:
         """Bytes in host memory: the layers left there, the token embedding unless it is
         on the GPU, and an untied head left there (a tied one is the embedding itself)."""
         n = max(0, min(gpu_layers, self.num_layers))
         embed = embedding_on_gpu and n == self.num_layers
-        head = not self.tied and not self.head_on_gpu(n, head_first)
+        off = not self.tied and not self.head_on_gpu(n, head_first, head)
         return ((self.num_layers - n) * self.per_layer_bytes
-                + (0 if embed else self.embedding_bytes) + (self.head_bytes if head else 0))
+                + (0 if embed else self.embedding_bytes) + (self.head_bytes if off else 0))
 
     def loaded_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
-                     head_first: bool = False) -> int:
+                     head_first: bool = False, head: bool | None = None) -> int:
         """GPU plus host bytes: ``total_bytes``, plus llama.cpp's GPU copy of a tied head."""
-        kw = {"embedding_on_gpu": embedding_on_gpu, "head_first": head_first}
+        kw = {"embedding_on_gpu": embedding_on_gpu, "head_first": head_first, "head": head}
         return self.gpu_bytes(gpu_layers, **kw) + self.cpu_bytes(gpu_layers, **kw)
 
 

@@ -177,3 +177,30 @@ def test_each_layer_costs_its_own_kv():
     sized = estimate_layers([9 * GIB], [GIB, GIB, GIB, 2 * GIB, 2 * GIB, GIB, GIB, GIB], 0,
                             (2 * GIB, GIB), 0, 0, 8)
     assert sized.counts == (4,) and sized.overflow_bytes == 2 * GIB + 3 * GIB
+
+
+def test_an_output_layer_the_estimate_left_off_stays_on_the_cpu_and_slows_decode():
+    # Ollama's engine gives the GPU the output layer only with -ngl above the layer count
+    # (ml/backend/ggml: gpuRangeStop = min(start + NumGPULayers, blocks + 1)): with the
+    # estimate at 48 of Gemma 3 12B's 49, its tied output tensor (the 262k-token table)
+    # stays in host memory, and every decode step reads it there
+    from dataclasses import replace
+
+    from kvsim.core.build import scenario_budget
+    from kvsim.latency.base import BatchShape
+    from kvsim.latency.factory import make_latency_model
+    from kvsim.scenario import resolve_scenario
+
+    sc = resolve_scenario({"name": "g", "gpu": "rtx-3060-12gb", "model": "gemma-3-12b",
+                           "weights": "q4_k_m", "display_reserve_bytes": "0.9 GiB",
+                           "engine": {"preset": "ollama", "ollama_version": "0.9.0",
+                                      "context_tokens": 8192, "parallel": 1},
+                           "workload": {}})
+    b = scenario_budget(sc)
+    ws = model_weights(load_model("gemma-3-12b"), "q4_k_m")
+    assert (b.gpu_layers, b.head_on_gpu) == (48, False)
+    assert b.weights_gpu_bytes == 48 * ws.per_layer_bytes
+    step = BatchShape(decode_context=(1000,))
+    off = make_latency_model(sc, b).step_time_s(step)
+    on = make_latency_model(sc, replace(b, head_on_gpu=True)).step_time_s(step)
+    assert off - on > ws.head_bytes / sc.host.memory_bandwidth_bytes_per_s / 2
