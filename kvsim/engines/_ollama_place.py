@@ -204,12 +204,13 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
         partial, full = sum(a.allocations), sum(a.allocations) + a.overflow_bytes
         graph = graphs[a.fully_loaded]
     else:
-        a = pack_layers(free, [reserve] * len(free), layer, ws.head_bytes, L,
+        head = ws.head_bytes + ws.output_extra_bytes  # the tower is on the output's device
+        a = pack_layers(free, [reserve] * len(free), layer, head, L,
                         None if requested is None else min(requested, L))
         used = [i for i, c in enumerate(a.counts) if c or a.output == i]
         partial = len(used) * reserve + a.gpu_layers * layer + \
-            (ws.head_bytes if a.output >= 0 else 0)
-        full = partial + (L - a.gpu_layers) * layer + (0 if a.output >= 0 else ws.head_bytes)
+            (head if a.output >= 0 else 0)
+        full = partial + (L - a.gpu_layers) * layer + (0 if a.output >= 0 else head)
     est = OllamaEstimate(kv_bytes=kv, graph_bytes=graph, reserve_bytes=reserve,
                          total_bytes=partial, gpu_layers=a.gpu_layers, full_bytes=full,
                          allocations=a.allocations, split=a.split,

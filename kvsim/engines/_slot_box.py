@@ -100,7 +100,8 @@ def device_parts(box: Box, p: Placement) -> list[Part]:
     for d in range(len(box.gpus)):
         held = p.held(d)
         if rows is None:
-            weights = len(held) * ws.per_layer_bytes + (ws.head_bytes if p.output == d else 0)
+            weights = len(held) * ws.per_layer_bytes + (
+                ws.head_bytes + ws.output_extra_bytes if p.output == d else 0)
         else:
             weights = int(rows[d] * (len(on_gpu) * dense + (ws.head_bytes if p.output >= 0
                                                             else 0))) \

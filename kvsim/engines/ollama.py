@@ -12,6 +12,7 @@ from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes, parse_bytes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._gpu_checks import refuse_split_knobs
+from kvsim.engines._ollama_graph import projector_sizes
 from kvsim.engines._ollama_place import ollama_estimate
 from kvsim.engines._slot_box import box_budget, box_of, device_parts
 from kvsim.engines._slot_devices import Placement, free_shares, place, split_points
@@ -29,6 +30,7 @@ from kvsim.engines.ollama_releases import (
     OLLAMA_LATEST,
     OLLAMA_NUM_CTX_TIERS,
     known_ollama_release,
+    ollama_arch,
     ollama_defaults,
     ollama_llama_server,
     ollama_memory_mode,
@@ -135,7 +137,8 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
         return replace(b, notes=tuple(notes) + b.notes)
     geo = kv_geometry(model, engine.cache_type_k, engine.cache_type_v, state_dtype="f32")
     check_quant_k(model, geo)
-    ws = model_weights(model, weights)
+    ws = model_weights(model, weights)  # NOTE: its vision tower loads with the output layer
+    ws = replace(ws, output_extra_bytes=projector_sizes(model, ollama_arch(model))[0])
     num_ctx = pad_to(engine.context_tokens, engine.context_pad_tokens)
     box = box_of(gpus, model, ws, geo, engine, driver, display, num_ctx * engine.parallel,
                  head_first=False)
@@ -202,10 +205,10 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
                 f"projector.graph={format_bytes(est.projector_graph_bytes)}"
                 if est.projector_weights_bytes else ""))]
     if est.projector_weights_bytes:
-        notes.append(f"Ollama's estimate places the vision tower "
-                     f"({format_bytes(est.projector_weights_bytes)}, graph "
-                     f"{format_bytes(est.projector_graph_bytes)}) with the output layer; "
-                     "kvsim's layout does not count it")
+        notes.append(f"Ollama's engine loads the vision tower "
+                     f"({format_bytes(est.projector_weights_bytes)}; its estimate adds a "
+                     f"{format_bytes(est.projector_graph_bytes)} graph for one image) "
+                     "where the output layer is")
     if n < L:
         notes.append(f"Ollama spills {L - n}/{L} layers to CPU RAM "
                      "(partial offload: works, much slower)")

@@ -115,6 +115,8 @@ class WeightSplit:
     num_layers: int
     expert_bytes_per_layer: int = 0  # MoE: one layer's routed experts (part of per_layer)
     tied: bool = False            # the output head is the token embedding's tensor
+    output_extra_bytes: int = 0   # loaded wherever the output layer is (Ollama's engine:
+    #                               a vision tower in the model's GGUF), read by no step
     # the routed experts' own width where it differs from ``bits_per_weight`` (a GGUF mix)
     expert_bits_per_weight: float | None = None
 
@@ -153,9 +155,11 @@ class WeightSplit:
         """
         n = max(0, min(gpu_layers, self.num_layers))
         embed = embedding_on_gpu and n == self.num_layers
-        on = self.head_on_gpu(n, head_first, head) and not (self.tied and embed)
+        with_head = self.head_on_gpu(n, head_first, head)
+        on = with_head and not (self.tied and embed)
         return (n * self.per_layer_bytes + (self.head_bytes if on else 0)
-                + (self.embedding_bytes if embed else 0))
+                + (self.embedding_bytes if embed else 0)
+                + (self.output_extra_bytes if with_head else 0))
 
     @property
     def head_bytes(self) -> int:
@@ -179,9 +183,11 @@ class WeightSplit:
         on the GPU, and an untied head left there (a tied one is the embedding itself)."""
         n = max(0, min(gpu_layers, self.num_layers))
         embed = embedding_on_gpu and n == self.num_layers
-        off = not self.tied and not self.head_on_gpu(n, head_first, head)
+        host_head = not self.head_on_gpu(n, head_first, head)
+        off = not self.tied and host_head
         return ((self.num_layers - n) * self.per_layer_bytes
-                + (0 if embed else self.embedding_bytes) + (self.head_bytes if off else 0))
+                + (0 if embed else self.embedding_bytes) + (self.head_bytes if off else 0)
+                + (self.output_extra_bytes if host_head else 0))
 
     def loaded_bytes(self, gpu_layers: int, *, embedding_on_gpu: bool = False,
                      head_first: bool = False, head: bool | None = None) -> int:

@@ -204,3 +204,27 @@ def test_an_output_layer_the_estimate_left_off_stays_on_the_cpu_and_slows_decode
     off = make_latency_model(sc, b).step_time_s(step)
     on = make_latency_model(sc, replace(b, head_on_gpu=True)).step_time_s(step)
     assert off - on > ws.head_bytes / sc.host.memory_bandwidth_bytes_per_s / 2
+
+
+def test_the_vision_tower_loads_where_the_output_layer_is():
+    # ml/backend/ggml creates the "v." / "mm." tensors on the output layer's buffer type:
+    # with the output layer on a 24 GB card, the GPU holds the 48 layers, the tied output
+    # table's copy and the tower's 795.9 MiB; with it left off (11.1 GiB free of a 12 GB
+    # card), the host holds the tower beside the token table
+    from kvsim.engines._ollama_graph import projector_sizes
+
+    m = load_model("gemma-3-12b")
+    ws, tower = model_weights(m, "q4_k_m"), projector_sizes(m, "gemma3")[0]
+    eng = resolve_engine({"preset": "ollama", "context_tokens": 8192, "ollama_version": "0.9.0",
+                          "parallel": 1})
+    whole = memory_budget(load_gpu("rtx-4090"), m, "q4_k_m", eng)
+    assert whole.head_on_gpu and whole.weights_gpu_bytes == \
+        48 * ws.per_layer_bytes + ws.head_bytes + tower
+    assert whole.weights_cpu_bytes == ws.embedding_bytes
+    off = memory_budget(load_gpu("rtx-3060-12gb"), m, "q4_k_m", eng,
+                        display_reserve_bytes=12 * GIB - round(11.1 * GIB))
+    assert not off.head_on_gpu and off.weights_cpu_bytes == ws.embedding_bytes + tower
+    # llama.cpp serving the same GGUF loads no tower (its mmproj is a separate file)
+    cpp = memory_budget(load_gpu("rtx-4090"), m, "q4_k_m",
+                        resolve_engine({"preset": "llama.cpp", "ctx_size": 8192}))
+    assert cpp.weights_gpu_bytes == 48 * ws.per_layer_bytes + ws.head_bytes
