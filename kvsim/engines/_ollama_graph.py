@@ -57,6 +57,14 @@ def _layer_kv(g: LayerGroup, engine: SlotEngineConfig, per_elem: float, arch: st
     return int(ctx * width * per_elem)
 
 
+def _group_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
+              windows: bool) -> list[tuple[LayerGroup, int]]:
+    """Each layer group with one of its layers' era-A KV (:func:`kv_by_layer`)."""
+    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
+    arch = ollama_arch(model) if windows else ""
+    return [(g, _layer_kv(g, engine, per_elem, arch)) for g in model.layer_groups]
+
+
 def kv_by_layer(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
                 windows: bool = True) -> list[int]:
     """Era A's KV (``GraphSize``) of each layer in layer order: ``num_ctx x parallel x
@@ -65,25 +73,21 @@ def kv_by_layer(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
     gemma3's hold ``parallel x window + batch`` cells, gpt-oss's ``parallel x 4096 +
     batch`` (``batch``: min(context, num_batch)).
     NOTE: where a group does not say which layers it holds, every layer gets the mean."""
-    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
-    arch = ollama_arch(model) if windows else ""
-    groups = [(g, _layer_kv(g, engine, per_elem, arch)) for g in model.layer_groups]
+    groups = _group_kv(model, engine, kv_type, windows)
     if all(g.layer_indices is not None for g, _ in groups):
         out = [0] * model.num_layers
         for g, kv in groups:
             for i in g.layer_indices or ():
                 out[i] = kv
         return out
-    total = sum(kv * g.layers for g, kv in groups)
-    return [total // model.num_layers] * model.num_layers
+    return [estimated_kv(model, engine, kv_type, windows) // model.num_layers] \
+        * model.num_layers
 
 
 def estimated_kv(model: ModelSpec, engine: SlotEngineConfig, kv_type: str,
                  windows: bool = True) -> int:
     """Era A's whole KV, ``memory.required.kv`` (:func:`kv_by_layer`'s layers summed)."""
-    per_elem = OLLAMA_EST_BYTES.get(kv_type, 2.0)
-    arch = ollama_arch(model) if windows else ""
-    return sum(_layer_kv(g, engine, per_elem, arch) * g.layers for g in model.layer_groups)
+    return sum(kv * g.layers for g, kv in _group_kv(model, engine, kv_type, windows))
 
 
 class Dims(NamedTuple):

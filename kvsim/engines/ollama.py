@@ -170,7 +170,7 @@ def _head(box: Any, est: OllamaEstimate, output: bool) -> bool | None:
     return None if output or _gpu_layers(box, est) < box.model.num_layers else False
 
 
-def _placement(box: Any, est: OllamaEstimate, output: bool = True) -> Placement:
+def _placement(box: Any, est: OllamaEstimate, output: bool) -> Placement:
     """The runner's layers over several GPUs: ``-ngl`` and ``--tensor-split`` of the
     release's counts (by free memory where it placed none); the output layer with every
     repeating layer where the estimate placed it (:func:`_head`)."""
@@ -181,7 +181,7 @@ def _placement(box: Any, est: OllamaEstimate, output: bool = True) -> Placement:
     return place(split_points(shares), L, n, n == L and _head(box, est, output) is None)
 
 
-def _true_totals(box: Any, est: OllamaEstimate, output: bool = True) -> list[int]:
+def _true_totals(box: Any, est: OllamaEstimate, output: bool) -> list[int]:
     if len(box.gpus) == 1:
         return [box.lay["gpu_total"](_gpu_layers(box, est), _head(box, est, output))]
     return [pt.total for pt in device_parts(box, _placement(box, est, output))]

@@ -63,12 +63,12 @@ class RooflineLatency:
                  rates: GpuRates | None = None, graph_max_tokens: int = 1) -> None:
         self.provenance = f"roofline({gpu.name}, {model.name}, {weights.format})"
         layers = model.num_layers if gpu_layers is None else min(gpu_layers, model.num_layers)
-        # the output head: where the budget put it (llama.cpp --fit places it first),
-        # else by WeightSplit's rule for this many layers
+        # the head: where the budget put it (llama.cpp --fit places it first), else by
+        # WeightSplit's rule; the host works each step where layers, experts or it stay
         on_gpu = weights.head_on_gpu(layers) if head_on_gpu is None else head_on_gpu
         self.gpu_fraction = layers / model.num_layers
         self._step_weights(model, weights, layers, on_gpu, cpu_expert_layers)
-        self._cpu_side = layers < model.num_layers or cpu_expert_layers > 0 or not on_gpu  # host
+        self._cpu_side = layers < model.num_layers or cpu_expert_layers > 0 or not on_gpu
         # prefill/decode FLOPs: every token through the layers; the token embedding is a
         # row lookup (no FLOPs); the output head only for the sequences' sampled positions
         vh = float(model.vocab_size * model.hidden_size)

@@ -32,6 +32,13 @@ def half_digit(raw: str) -> float:
     return 0.5 * 10.0 ** -(len(digits) - digits.index(".") - 1 if "." in digits else 0)
 
 
+def printed_bytes(number: str, unit: str, field: str) -> tuple[float, float]:
+    """(bytes, bytes half its last printed digit stands for) of a size as printed
+    ("1.3", "GiB": 1.3 GiB and 0.05 GiB)."""
+    return (float(parse_bytes(f"{number} {unit}", field)),
+            parse_bytes(f"1 {unit}", field) * half_digit(number))
+
+
 DEVICE = re.compile(r"(?<![\w])(?:projected\s+)?((?:CUDA|ROCm|Vulkan|Metal|SYCL)\d+|Host)\b")
 _BREAKDOWN = re.compile(r"self=\s*\d+\s*\(model[= ]\s*(\d+)\s*\+\s*context[= ]\s*(\d+)\s*\+"
                         r"\s*compute[= ]\s*(\d+)\)")
@@ -63,15 +70,14 @@ def _sglang_pool(text: str) -> list[Figure]:
         out.append(Figure("kv_tokens", float(m.group(1)), as_printed=m.group(0)))
     if m := re.search(r"K size\s*[=:]\s*([\d.]+) ?(\w+),? V size\s*[=:]\s*([\d.]+) ?(\w+)",
                       text):
-        k, v = (parse_bytes(f"{n} {'GiB' if u.upper() == 'GB' else u}", "K/V size")
-                for n, u in ((m.group(1), m.group(2)), (m.group(3), m.group(4))))
-        half = k / float(m.group(1)) * half_digit(m.group(1)) if float(m.group(1)) else 0.0
-        out.append(Figure("kv_bytes", float(k + v), as_printed=m.group(0), half_unit=2 * half))
+        (k, hk), (v, hv) = (printed_bytes(n, "GiB" if u.upper() == "GB" else u, "K/V size")
+                            for n, u in ((m.group(1), m.group(2)), (m.group(3), m.group(4))))
+        out.append(Figure("kv_bytes", k + v, as_printed=m.group(0), half_unit=hk + hv))
     return out
 
 
 _OLLAMA_PART = re.compile(r'(model weights|kv cache|compute graph)"?\s+device=(\w+)\s+'
-                         r'size="?(\d+(?:\.\d+)?\s*[KMGT]i?B)"?', re.IGNORECASE)
+                         r'size="?(\d+(?:\.\d+)?)\s*([KMGT]i?B)"?', re.IGNORECASE)
 _OLLAMA_METRIC = {"model weights": "weights_bytes", "kv cache": "kv_bytes",
                   "compute graph": "compute_bytes"}
 
@@ -85,10 +91,9 @@ def _ollama_layout(text: str) -> list[Figure]:
         dev = m.group(2)
         if dev.upper() == "CPU":
             continue
-        value = float(parse_bytes(m.group(3), f"{m.group(1)} {dev}"))
-        num = float(re.match(r"[\d.]+", m.group(3)).group(0))  # type: ignore[union-attr]
+        value, half = printed_bytes(m.group(3), m.group(4), f"{m.group(1)} {dev}")
         out.append(Figure(_OLLAMA_METRIC[m.group(1).lower()], value, dev, m.group(0),
-                          half_unit=value / num * half_digit(m.group(3)) if num else 0.0))
+                          half_unit=half))
     return out
 
 
@@ -108,17 +113,15 @@ def _llama_lines(text: str) -> list[Figure]:
     printed: dict[tuple[str, str], list[str]] = {}
     for m in _LLAMA_BUFFER.finditer(text or ""):
         key = (_LLAMA_METRIC[m.group(2).lower()], m.group(1))
-        value = float(parse_bytes(f"{m.group(3)} {m.group(4)}", m.group(0)))
-        half = value / float(m.group(3)) * half_digit(m.group(3)) if float(m.group(3)) else 0.0
+        value, half = printed_bytes(m.group(3), m.group(4), m.group(0))
         total, halves = sums.get(key, (0.0, 0.0))
         sums[key] = (total + value, halves + half)
         printed.setdefault(key, []).append(m.group(0))
     out = [Figure(metric, value, dev, " + ".join(printed[(metric, dev)]), half_unit=half)
            for (metric, dev), (value, half) in sums.items()]
     if not any(f.metric == "kv_bytes" for f in out) and (m := _LLAMA_KV_SIZE.search(text or "")):
-        value = float(parse_bytes(f"{m.group(1)} {m.group(2)}", m.group(0)))
-        out.append(Figure("kv_bytes", value, "", m.group(0),
-                          half_unit=value / float(m.group(1)) * half_digit(m.group(1))))
+        value, half = printed_bytes(m.group(1), m.group(2), m.group(0))
+        out.append(Figure("kv_bytes", value, "", m.group(0), half_unit=half))
     return out
 
 

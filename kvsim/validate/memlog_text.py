@@ -32,7 +32,7 @@ import re
 
 from kvsim.config.units import parse_bytes, parse_count
 from kvsim.errors import InputError
-from kvsim.validate.memlog_lines import DEVICE, QTY, Figure, engine_lines, half_digit
+from kvsim.validate.memlog_lines import DEVICE, QTY, Figure, engine_lines, printed_bytes
 
 METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "weights_bytes",
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
@@ -220,9 +220,9 @@ def _figure(field: str, key: str, raw: str, gb_is_gib: bool,
         return Figure(metric, n, as_printed=raw), ""
     if unit in ("", "tokens"):
         return None, f"{key}={raw}: no byte unit printed (cut off?)"
-    value = float(parse_bytes(f"{n} {unit}", field))
-    return Figure(metric, value, as_printed=raw, half_unit=value / n * half_digit(raw)
-                  if n else 0.0), ""
+    number = QTY.search(raw).group(1).replace(",", "")  # type: ignore[union-attr]
+    value, half = printed_bytes(number, unit, field)
+    return Figure(metric, value, as_printed=raw, half_unit=half), ""
 
 
 _LOG_KEY = re.compile(r"^(?:.*\]\s*|\S+\.py:\d+\]?\s*)?(?P<key>[A-Za-z_#][^=\d]*?)\s*[:=]?\s*"

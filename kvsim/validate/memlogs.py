@@ -201,9 +201,10 @@ def _vendor_sized(text: str, vram: str) -> tuple[tuple[str, ...], str]:
     GPU" beside Ollama's memory.available=[11.1 GiB]), and how they were found; () else."""
     vendor = next((v for v, word in _VENDORS
                    if re.search(rf"\b(?:{word})\b", text or "", re.IGNORECASE)), None)
-    if vendor is None or not (_VRAM.search(text) or _VRAM.search(vram or "")):
+    stated = _VRAM.search(text or "")
+    if vendor is None or not (stated or _VRAM.search(vram or "")):
         return (), ""
-    said = m.group(0) if (m := _VRAM.search(text)) else ""
+    said = stated.group(0) if stated else ""
     return tuple(s for s in list_names("gpus") if load_gpu(s).vendor == vendor), \
         f"{vendor} cards" + (f" of the gpu cell's {said}" if said else "")
 
