@@ -97,6 +97,13 @@ def _kv_rate_words(b: Any) -> str:
     return words
 
 
+def _ollama_ps(b: Any) -> dict[str, Any] | None:
+    """What ``ollama ps`` shows for the layout (kvsim.engines._ollama_ps), where known."""
+    if "ollama_ps_size_bytes" not in b.extra:
+        return None
+    return {k: b.extra[f"ollama_ps_{k}"] for k in ("size_bytes", "vram_bytes", "gpu_percent")}
+
+
 def as_json(b: Any, z: Sizes, verdict: str, notes: list[str]) -> str:
     from kvsim.plan.parallel import full_length_held, parallel_words
 
@@ -129,6 +136,7 @@ def as_json(b: Any, z: Sizes, verdict: str, notes: list[str]) -> str:
         "blocks_per_request": b.blocks_per_request,
         "log_lines": list(b.log_lines), "notes": notes + list(b.notes),
         "estimate": None if b.estimate is None else dict(b.estimate.__dict__),
+        "ollama_ps": _ollama_ps(b),
         "split": b.split, "tensor_parallel": b.tensor_parallel,
         "pipeline_parallel": b.pipeline_parallel, "devices": device_rows(b),
     }

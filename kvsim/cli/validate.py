@@ -35,7 +35,9 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
               "llama-bench output (-o json, jsonl, csv or "
               "its markdown table, with the 'Device 0: ...' start-up lines if pasted; "
               "-pg tests too; a run on several GPUs is laid out on that box with its "
-              "-sm/-ts/-mg) or llama-batched-bench's table")
+              "-sm/-ts/-mg), llama-batched-bench's table, or `ollama ps` (its table, "
+              "with an `ollama -v` line if pasted, or the /api/ps JSON: SIZE and where it "
+              "sits, beside kvsim's layout on --gpu's card)")
 
 
 @click.command(help="Print kvsim's predicted tokens/s beside measured ones and its load-time "
@@ -51,6 +53,10 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 @click.option("--model", help="the model every row ran: a profile name (one carrying the "
               "weight format, llama-3.1-8b-Q4_K_M, gives it to rows that name none: "
               "llama-batched-bench's) or a GGUF file (its header gives it)")
+@click.option("--engine-version", help="the engine release the start-up figures came from, "
+              "for output that shows none (`ollama ps`, a log pasted without its banner): "
+              "Ollama's 0.10.1, vLLM's 0.9.2; unset, a dated row is laid out as the release "
+              "of its month and an undated one as the newest kvsim knows")
 @click.option("--constants", type=click.Path(path_type=Path), help="speed constants YAML "
               "(default: the fitted ones shipped with kvsim; `kvsim calibrate bench` writes "
               "a card's own)")
@@ -64,9 +70,14 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 @click.option("--report", type=click.Path(path_type=Path),
               help="write an HTML page with predicted vs measured")
 def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
-             constants: Path | None, calibration: Path | None, host: str, as_json: bool,
+             engine_version: str | None, constants: Path | None, calibration: Path | None, host: str, as_json: bool,
              rows: bool, report: Path | None) -> None:
-    from kvsim.validate.names import device_spec, model_spec, with_file_format
+    from kvsim.validate.names import (
+        device_spec,
+        model_spec,
+        with_engine_version,
+        with_file_format,
+    )
     from kvsim.validate.run import read_inputs
     from kvsim.validate.run import validate as run_validate
 
@@ -83,7 +94,7 @@ def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
         art = load_bench_artifact(calibration)
         gpu_spec, consts = art.device, art.constants
     meas, skipped, problems = read_inputs(list(files))
-    meas = with_file_format(meas, model)
+    meas = with_engine_version(with_file_format(meas, model), engine_version)
     for p in problems:
         click.echo(f"warning: {p}", err=True)
     if not meas and not skipped:

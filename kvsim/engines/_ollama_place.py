@@ -174,14 +174,23 @@ def pack_layers(free: Sequence[int], reserve: Sequence[int], layer_bytes: int,
     return Assignment(tuple(counts), output, (0,) * len(free))
 
 
+CUDA_MINIMUM_BYTES, METAL_MINIMUM_BYTES = 457 * 2**20, 512 * 2**20
+"""§4.2: the "minimum memory" Ollama keeps free per GPU, CUDA/ROCm (the preset's
+``minimum_reserve_bytes``) and Metal (ollama/ollama ``discover``: ``metalMinimumMemory``);
+:func:`ollama_estimate` takes Metal's on Apple GPUs where the preset's is left as it is."""
+
+
 def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
                     kv_type: str, free: Sequence[int],
                     measured: tuple[int, int] | None = None,
                     metal: bool = False) -> tuple[OllamaEstimate, Assignment]:
     """Where the release puts the layers over GPUs with ``free`` bytes, and its figures:
     era A (``measured`` None) with its own KV and graphs (:func:`era_a_graphs`; ``metal``:
-    the GPUs are Apple's), eras B/C with the ``measured`` (KV, compute)."""
+    the GPUs are Apple's, with Metal's minimum), eras B/C with the ``measured`` (KV,
+    compute)."""
     L = model.num_layers
+    if metal and engine.minimum_reserve_bytes == CUDA_MINIMUM_BYTES:
+        engine = engine.model_copy(update={"minimum_reserve_bytes": METAL_MINIMUM_BYTES})
     if measured is None:
         by_layer = kv_by_layer(model, engine, kv_type)
         kv = sum(by_layer)

@@ -14,6 +14,7 @@ from kvsim.engines._common import EngineTraits
 from kvsim.engines._gpu_checks import refuse_split_knobs
 from kvsim.engines._ollama_graph import projector_sizes
 from kvsim.engines._ollama_place import ollama_estimate
+from kvsim.engines._ollama_ps import with_ollama_ps
 from kvsim.engines._slot_box import box_budget, box_of, device_parts
 from kvsim.engines._slot_devices import Placement, free_shares, place, split_points
 from kvsim.engines._slot_layout import check_quant_k, mib, pad_to, slot_budget
@@ -152,7 +153,8 @@ def ollama_budget(gpu: GpuSpec, model: ModelSpec, weights: str, engine: SlotEngi
             break
         est, a = ollama_estimate(model, engine, ws, engine.cache_type_v,
                                  [f * (10 - back) // 10 for f in free], exact, metal)
-    return _placed_budget(box, est, a.output >= 0, notes)
+    return with_ollama_ps(_placed_budget(box, est, a.output >= 0, notes), mode,
+                          engine.context_tokens)
 
 
 def _gpu_layers(box: Any, est: OllamaEstimate) -> int:
@@ -187,6 +189,10 @@ def _true_totals(box: Any, est: OllamaEstimate, output: bool) -> list[int]:
     return [pt.total for pt in device_parts(box, _placement(box, est, output))]
 
 
+_LIBRARY = {"Apple": "metal", "AMD": "rocm", "Intel": "oneapi"}
+"""The library Ollama's offload line names (its GPU discovery), by the card's vendor."""
+
+
 def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
                    ) -> MemoryBudget:
     """The true layout of the release's placement, with its log line and notes."""
@@ -194,7 +200,8 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
     n = _gpu_layers(box, est)
     offload = est.gpu_layers + output
     kv_gpu = lay["kv_total"] * n // L
-    logs = [(f"offload to cuda layers.model={L + 1} layers.offload={offload} "
+    library = _LIBRARY.get(box.gpus[0].vendor, "cuda")
+    logs = [(f"offload to {library} layers.model={L + 1} layers.offload={offload} "
              f"layers.split={','.join(map(str, est.split)) if len(box.gpus) > 1 else ''} "
              f"memory.required.full={format_bytes(est.full_bytes)} "
              f"memory.required.partial={format_bytes(est.total_bytes)} "

@@ -91,6 +91,10 @@ _OLLAMA_TAGS = {"1.5b": "DeepSeek-R1-Distill-Qwen-1.5B", "7b": "DeepSeek-R1-Dist
                 "70b": "DeepSeek-R1-Distill-Llama-70B"}
 _ANY_MINOR = re.compile(r"(\d+)\.x")  # "3.x": a version whose minor is left open
 _OLLAMA_R1 = re.compile(r"^(?:library/)?deepseek-r1:(\d+(?:\.\d+)?b)\b(.*)$", re.IGNORECASE)
+# Ollama's library tag "mistral" is Mistral 7B v0.3 ("updated to version 0.3", its page)
+# (a tag naming its own version, "mistral:7b-instruct-v0.2-q4_0", is that version)
+_OLLAMA_MISTRAL = re.compile(r"^(?:library/)?mistral(?::(?:latest|7b)\b(?!.*v0\.\d)(.*))?$",
+                             re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,8 @@ def resolve_model(text: str, *, n_params: int | None = None,
     text = _LLAMA_V.sub(lambda m: f"llama-{m[2]}-{m[1]}", shown)
     if (r1 := _OLLAMA_R1.match(text.strip())) and r1[1].lower() in _OLLAMA_TAGS:
         text = _OLLAMA_TAGS[r1[1].lower()] + r1[2]
+    elif mi := _OLLAMA_MISTRAL.match(text.strip()):
+        text = "Mistral-7B-v0.3" + (mi[1] or "")
     fmt, fmt_note = _weight_format(text)
     hedge = "; the text hedges ('probably')" if "probably" in text.lower() else ""
     families = _family_words()

@@ -249,6 +249,11 @@ def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, st
     if why:
         return None, why
     est, L = b.estimate, b.num_layers
+    if f.metric.startswith("ollama_ps_"):
+        if f.metric not in b.extra:
+            return None, (f"{f.metric}: kvsim's Ollama release runs llama-server, whose "
+                          "`ollama ps` figures kvsim does not describe")
+        return float(b.extra[f.metric]), ""
     if f.metric.startswith("ollama_"):
         if est is None:
             return None, (f"{f.metric}: kvsim's Ollama release places layers with llama-server "
@@ -285,6 +290,7 @@ def _row(m: MemoryMeasurement, gpus: tuple[GpuSpec, ...], mod: ModelSpec, metric
     label = names[0] if len(names) == 1 else f"{len(names)}x {names[0]}" \
         if len(set(names)) == 1 else "+".join(names)
     unit = "outcome" if metric == "startup" else "bytes" if _BYTES.search(metric) else \
+        "%" if metric.endswith("_percent") else \
         "x" if metric == "max_concurrency" else \
         "layers" if metric == "ollama_layers_offload" else "tokens"
     return {"id": m.id, "kind": "memory", "backend": m.backend, "metric": metric,

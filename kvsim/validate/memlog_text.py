@@ -38,7 +38,8 @@ METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "wei
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
            "ollama_required_partial_bytes", "ollama_required_kv_bytes", "ollama_graph_full_bytes",
            "ollama_graph_partial_bytes", "ollama_projector_weights_bytes",
-           "ollama_projector_graph_bytes", "ollama_layers_offload", "max_concurrency")
+           "ollama_projector_graph_bytes", "ollama_layers_offload", "ollama_ps_size_bytes",
+           "ollama_ps_vram_bytes", "ollama_ps_gpu_percent", "max_concurrency")
 """Every figure metric, in the order rows are listed (``startup`` comes last)."""
 
 _ALIASES = {

@@ -27,6 +27,9 @@ says):
 - ``ollama_required_full_bytes`` / ``_partial_bytes`` / ``_kv_bytes``,
   ``ollama_graph_full_bytes`` / ``_partial_bytes``, ``ollama_layers_offload`` → Ollama's
   estimate (``MemoryBudget.estimate``);
+- ``ollama_ps_size_bytes`` / ``_vram_bytes`` / ``_gpu_percent``: ``ollama ps`` (its table
+  or ``/api/ps`` JSON, read by :mod:`kvsim.validate.ollama_ps`) → the layout's ``ollama
+  ps`` row (kvsim.engines._ollama_ps);
 - ``max_concurrency``: vLLM "Maximum concurrency for L tokens per request: X x" →
   ``max_concurrency`` (L is the max_model_len where the settings give none);
 - ``startup``: "Startup OK" / "Startup FAILED" in the notes (or ``status=OK``) →

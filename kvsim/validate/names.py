@@ -22,6 +22,7 @@ from kvsim.errors import InputError
 from kvsim.model.names import resolve_model
 from kvsim.model.weights import weight_format_names
 from kvsim.validate.engine_speed import EngineSpeed
+from kvsim.validate.memlogs import MemoryMeasurement
 from kvsim.validate.records import Measurement
 
 R = TypeVar("R")
@@ -75,6 +76,22 @@ def with_file_format(rows: list[R], model_text: str | None) -> list[R]:
     return [replace(r, weight_format=fmt) if isinstance(r, Measurement) and not r.weight_format
             else replace(r, weights=fmt) if isinstance(r, EngineSpeed) and not r.weights
             else r for r in rows]
+
+
+_RELEASE = re.compile(r"v?\d+\.\d+(?:\.\d+)?")
+
+
+def with_engine_version(rows: list[R], version: str | None) -> list[R]:
+    """``rows`` with ``--engine-version`` on every start-up memory row that shows no
+    release (``ollama ps``, a log pasted without its banner); InputError for a value that
+    is no release number."""
+    if not version:
+        return rows
+    if not _RELEASE.fullmatch(version.strip()):
+        raise InputError("--engine-version", version, "a release number such as 0.10.1")
+    shown = version.strip().lstrip("v")
+    return [replace(r, engine_version=shown) if isinstance(r, MemoryMeasurement)
+            and not re.search(r"\d+\.\d+", r.engine_version or "") else r for r in rows]
 
 
 def cpu_device(host: HostSpec) -> GpuSpec:

@@ -2,7 +2,8 @@
 
 :func:`read_inputs` reads each file in whatever layout it is (the three of
 ``docs/reference/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
-table); a file that cannot be read is a problem line, not the end of the run.
+table, ``ollama ps`` as its table or JSON); a file that cannot be read is a problem line,
+not the end of the run.
 :func:`validate` predicts each speed measurement (:mod:`kvsim.validate.predict`) and each
 start-up memory log (:mod:`kvsim.validate.memlog_predict`) and each engine speed figure
 (:mod:`kvsim.validate.engine_speed`: kind ``serving``, replayed through the simulator)
@@ -42,6 +43,7 @@ from kvsim.validate.engine_speed import (
 from kvsim.validate.llamabench import read_bench
 from kvsim.validate.memlog_predict import memory_rows
 from kvsim.validate.memlogs import MemoryMeasurement
+from kvsim.validate.ollama_ps import read_ollama_ps
 from kvsim.validate.predict import Setup, predicted_tps, setup_for
 from kvsim.validate.records import Measurement, Skipped
 from kvsim.validate.shared import read_shared_csv
@@ -90,6 +92,8 @@ def read_file(path: Path) -> tuple[list[Read], list[Skipped]]:
     got = read_shared_csv(text, path.name)
     if got is not None:
         return got
+    if (ps := read_ollama_ps(text, path.name)) is not None:
+        return list(ps), []
     if (printout := read_bench_printout(text, path.name)) is not None:
         speed, skipped = read_engine_speed_rows(printout[0], path.name)
         return list(speed), printout[1] + skipped
