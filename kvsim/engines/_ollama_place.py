@@ -224,7 +224,8 @@ def ollama_estimate(model: ModelSpec, engine: SlotEngineConfig, ws: WeightSplit,
                          total_bytes=partial, gpu_layers=a.gpu_layers, full_bytes=full,
                          allocations=a.allocations, split=a.split,
                          graph_partial_bytes=graphs[0], graph_full_bytes=graphs[1],
-                         projector_weights_bytes=tower[0], projector_graph_bytes=tower[1])
+                         projector_weights_bytes=tower[0], projector_graph_bytes=tower[1],
+                         output_on_gpu=a.output >= 0)
     return est, a
 
 

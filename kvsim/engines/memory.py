@@ -55,6 +55,13 @@ class OllamaEstimate:
     graph_full_bytes: int = 0           # memory.graph.full
     projector_weights_bytes: int = 0    # projector.weights: a vision tower in the model's GGUF
     projector_graph_bytes: int = 0      # projector.graph
+    output_on_gpu: bool = False         # the output layer found a GPU
+
+    @property
+    def layers_offload(self) -> int:
+        """``layers.offload``: the repeating layers placed plus the output layer (Ollama's
+        ``estimate.Layers``; a complete fit is the layer count + 1)."""
+        return self.gpu_layers + self.output_on_gpu
 
 
 @dataclass(frozen=True)

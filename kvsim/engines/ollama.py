@@ -198,7 +198,7 @@ def _placed_budget(box: Any, est: OllamaEstimate, output: bool, notes: list[str]
     """The true layout of the release's placement, with its log line and notes."""
     L, engine, lay = box.model.num_layers, box.engine, box.lay
     n = _gpu_layers(box, est)
-    offload = est.gpu_layers + output
+    offload = est.layers_offload
     kv_gpu = lay["kv_total"] * n // L
     library = _LIBRARY.get(box.gpus[0].vendor, "cuda")
     logs = [(f"offload to {library} layers.model={L + 1} layers.offload={offload} "

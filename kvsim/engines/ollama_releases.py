@@ -188,7 +188,8 @@ def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | 
                              model: Any, weights: str | None, budget_of: BudgetOf) -> int:
     """OLLAMA_NUM_PARALLEL unset (§4.1): 1, except from v0.1.49 to v0.9.6 (auto): 4 (2 from
     v0.6.7) if the model with that many num_ctx slots fits the GPU whole by Ollama's own
-    estimate (§4.2), else 1 (no GPU known: none found, 1)."""
+    estimate (§4.2: every layer and the output layer, ``llm/memory.go`` PredictServerFit),
+    else 1 (no GPU known: none found, 1)."""
     first, last = OLLAMA_AUTO_PARALLEL
     if not first <= v < last or gpu is None:
         return 1
@@ -198,7 +199,7 @@ def _ollama_default_parallel(v: Version, merged: dict[str, Any], gpu: GpuSpec | 
                          "(docs/reference/engines.md §4.1), which kvsim is not given here; set it")
     n = 4 if v < OLLAMA_AUTO_PARALLEL_2 else 2
     est = budget_of({**merged, "parallel": n}).estimate
-    return n if est is not None and est.gpu_layers == model.num_layers else 1
+    return n if est is not None and est.layers_offload > model.num_layers else 1
 
 
 def ollama_release_at(date: str) -> tuple[str | None, str]:

@@ -248,7 +248,7 @@ def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, st
     part, why = _device_part(f, b, paged)
     if why:
         return None, why
-    est, L = b.estimate, b.num_layers
+    est = b.estimate
     if f.metric.startswith("ollama_ps_"):
         if f.metric not in b.extra:
             return None, (f"{f.metric}: kvsim's Ollama release runs llama-server, whose "
@@ -260,7 +260,7 @@ def predicted(f: Figure, b: MemoryBudget, paged: bool) -> tuple[float | None, st
                           "--fit (no memory.required estimate)")
         value = {"ollama_required_partial_bytes": est.total_bytes,
                  "ollama_layers_offload": sum(est.split) if est.split else
-                 est.gpu_layers + (est.gpu_layers == L),
+                 est.layers_offload,
                  "ollama_required_full_bytes": est.full_bytes,
                  "ollama_required_kv_bytes": est.kv_bytes,
                  "ollama_graph_full_bytes": est.graph_full_bytes,

@@ -279,6 +279,9 @@ def test_era_d_slots_are_llama_servers():
     # 638,668,800 = 19,681,789,376) exceed 12 GiB
     ("0.6.7", "qwen2.5-32b", "q4_k_m", "rtx-3060-12gb", 1),
     ("0.9.7", "llama-3.1-8b", "q4_k_m", "rtx-4090", 1),    # default 1, no auto
+    # gemma-3-12b at 4 x 2048 on 12 GB places its 48 layers but not the output layer (and
+    # vision tower): PredictServerFit wants BlockCount + 1 layers, so 1 slot
+    ("0.6.1", "gemma-3-12b", "q4_k_m", "rtx-3060-12gb", 1),
 ])
 def test_parallel_default_by_release(version, model, weights, gpu, parallel):
     e = engine_for_gpu(ollama(version), load_gpu(gpu), load_model(model), weights=weights)
