@@ -85,9 +85,12 @@ class GpuSpec(FrozenModel):
 
     @property
     def usable_memory_bytes(self) -> int:
-        """The memory an engine may allocate on this device: all of it on a discrete card,
-        the default GPU limit on a unified-memory machine."""
-        return self.gpu_memory_limit_bytes or self.memory_bytes
+        """The memory an engine may allocate on this device: the total the driver reports
+        on a discrete card (below the marketed size: :attr:`reported_memory_bytes`), the
+        default GPU limit on a unified-memory machine."""
+        if self.unified_memory or self.gpu_memory_limit_bytes:
+            return self.gpu_memory_limit_bytes or self.memory_bytes
+        return self.reported_memory_bytes
 
     @property
     def reported_memory_bytes(self) -> int:

@@ -7,7 +7,8 @@ configuration, its p95s, memory headroom, OOM risk with its Wilson interval, the
 launch price from the profile and the price per feasible concurrent session.
 ``memory_gib`` is the card's whole memory (a unified-memory machine's RAM),
 ``usable_gib`` what an engine may allocate of it (``GpuSpec.usable_memory_bytes``:
-the default GPU limit on Apple / Strix Halo) — ``fit``'s "device memory", what the
+what the driver reports on a discrete card, the default GPU limit on Apple / Strix
+Halo) — ``fit``'s "device memory", what the
 peak device fraction and the headroom are fractions of.
 
 NOTE: "feasible concurrent sessions" is the largest ``parallel`` of any feasible

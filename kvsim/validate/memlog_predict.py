@@ -67,6 +67,10 @@ _READ_ONLY = {"fit", "enable_chunked_prefill", "kv_unified", "layers_requested",
 """Knobs read into other keys (or that change nothing kvsim lays out); ``quantization`` /
 ``dtype`` are the weights, read from the row's weight_format column."""
 _BYTES = re.compile(r"_bytes$")
+_SET_BY_CONTEXT = frozenset({"kv_tokens", "kv_bytes", "kv_needed_bytes", "compute_bytes",
+                             "used_bytes", "max_concurrency"})
+"""Figures the context sets (the KV cache, the compute buffers that scale with it, the
+memory in use): a row that says its context was not seen cannot be compared on them."""
 
 
 def _slot_runner_spec(s: dict[str, Any], knobs: dict[str, object]) -> None:
@@ -314,33 +318,42 @@ def memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None = None,
 
 def _alike(m: MemoryMeasurement, model: ModelSpec | None
            ) -> tuple[list[dict[str, object]], list[Skipped]]:
-    """The rows of the first candidate GPU when every candidate predicts the same figures
-    and outcome (what tells them apart, a form factor or a link, is not in the memory
-    arithmetic of this start-up); else the row skipped, saying where they part."""
+    """The figures every candidate GPU predicts alike, from the first candidate (what tells
+    the cards apart, a form factor or a link, is not in this start-up's memory arithmetic);
+    a figure they predict differently is skipped, with each card's value.  Candidates that
+    cannot all be laid out, or not alike, skip the row."""
     runs = {s: _memory_rows(m, load_gpu(s), model) for s in m.gpu_candidates}
-    seen = {s: tuple((r["metric"], r["device"], r["predicted"]) for r in rows)
-            + tuple(k.reason for k in skipped) for s, (rows, skipped) in runs.items()}
     first = m.gpu_candidates[0]
     said = f" ({m.gpu_memory_said})" if m.gpu_memory_said else ""
-    if len(set(seen.values())) > 1:
-        parts = "; ".join(f"{s}: {_gist(runs[s])}" for s in m.gpu_candidates)
-        return [], [Skipped(m.id, f"{m.gpu_reason}{said}; they lay this start-up out "
-                                  f"differently ({parts})")]
+    shapes = {tuple(_key(r) for r in rows) + tuple(k.reason for k in skipped)
+              for rows, skipped in runs.values()}
+    if len(shapes) > 1:
+        return [], [Skipped(m.id, f"{m.gpu_reason}{said}; the cards it fits lay it out "
+                                  "differently: " + "; ".join(
+                                      f"{s}: {runs[s][1][0].reason if runs[s][1] else 'laid out'}"
+                                      for s in m.gpu_candidates))]
     rows, skipped = runs[first]
     how = (f"GPU {m.gpu_as_printed!r}{said}: sized as {first}" if len(runs) == 1 else
            f"GPU {m.gpu_as_printed!r}{said} fits {', '.join(m.gpu_candidates)}, which lay "
-           f"this start-up out alike: sized as {first}")
-    return [{**r, "notes": [*r["notes"], how]} for r in rows], skipped  # type: ignore[list-item]
+           f"this figure out alike: sized as {first}")
+    kept, parted = [], list(skipped)
+    for i, r in enumerate(rows):
+        values: dict[object, list[str]] = {}
+        for s in m.gpu_candidates:
+            values.setdefault(runs[s][0][i]["predicted"], []).append(s)
+        if len(values) == 1:
+            kept.append({**r, "notes": [*r["notes"], how]})  # type: ignore[list-item]
+            continue
+        each = "; ".join((f"{v:,.6g}" if isinstance(v, float) else f"{v}") +
+                         f" ({', '.join(c)})" for v, c in values.items())
+        parted.append(Skipped(f"{m.id}:{r['metric']}" + (f"@{r['device']}" if r["device"] else ""),
+                              f"{m.gpu_reason}{said}; the cards it fits lay {r['metric']} out "
+                              f"differently: {each}"))
+    return kept, parted
 
 
-def _gist(run: tuple[list[dict[str, object]], list[Skipped]]) -> str:
-    """A candidate's first predicted figure, or why it has none."""
-    rows, skipped = run
-    if rows:
-        r = rows[0]
-        return f"{r['metric']} {r['predicted']:,.6g}" if isinstance(r["predicted"], float) \
-            else f"{r['metric']} {r['predicted']}"
-    return skipped[0].reason if skipped else "nothing to compare"
+def _key(r: dict[str, object]) -> tuple[object, object]:
+    return r["metric"], r["device"]
 
 
 def _beyond_print(pred: float, f: Figure) -> float:
@@ -360,8 +373,13 @@ def _memory_rows(m: MemoryMeasurement, gpu: GpuSpec | None,
     paged = not engine_for(m.engine).slot_family
     rows: list[dict[str, object]] = []
     skipped = [Skipped(f"{m.id}:printed_figures", why) for why in m.unread]
+    unshown = m.context_unshown
     for f in m.figures:
         key = f"{m.id}:{f.metric}" + (f"@{f.device}" if f.device else "")
+        if unshown and f.metric in _SET_BY_CONTEXT:
+            skipped.append(Skipped(key, f"{f.metric}: the row does not show its context, "
+                                        "which sets the KV cache and compute buffers"))
+            continue
         pred, why = predicted(f, b, paged)
         if pred is None or not f.value:
             skipped.append(Skipped(key, why or f"{f.metric}: printed 0, no relative error"))

@@ -72,6 +72,7 @@ from kvsim.validate.memlog_text import Figure, read_figures, read_settings
 _NOT_SHOWN = re.compile(r"^\s*(?:not (?:shown|seen|stated|printed)|n/?a\b|unknown\b)",
                         re.IGNORECASE)
 _NOT_STOCK = re.compile(r"fork|branch|omni|patch|lm studio", re.IGNORECASE)
+_CONTEXT_UNSHOWN = re.compile(r"\bcontext (?:was )?not (?:seen|shown|stated)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,14 @@ class MemoryMeasurement:
     gpu_memory_said: str = ""       # how the vram_total cell narrowed them ("": it did not)
     free_bytes: tuple[int, ...] = ()  # Ollama's memory.available, one per GPU (module NOTE)
     settings: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def context_unshown(self) -> bool:
+        """The row says its context was not seen and sets no context knob."""
+        knobs = ("ctx_size", "context", "num_ctx", "max_model_len", "context_length",
+                 "n_ctx_seq")
+        return any(_CONTEXT_UNSHOWN.search(r) for r in self.remarks) and \
+            not any(self.settings.get(k) for k in knobs)
 
     @property
     def backend(self) -> str:

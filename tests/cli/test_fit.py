@@ -55,16 +55,17 @@ def test_json_fields(capsys):
     #   compute buffer 512 x 128,256 x 4 + 512 x 4,096 x 16        =   296,222,720
     #          + F16 mask of one slot's stream 8,192 x 512 x 2      =     8,388,608
     #   total  400 MiB 419,430,400 + 4,616,334,272 + 304,611,328 + 32,768 x 69,632
-    #          = 7,622,077,376  -> 7,622,077,376 / 25,769,803,776 = 0.2958
-    #   85 %   int(0.85 x 25,769,803,776) = 21,904,333,209 -> headroom 14,282,255,833
+    #          = 7,622,077,376  -> / the 4090's 24,080 MiB (as CUDA reports it,
+    #          kvsim.config.device_memory) 25,249,710,080 = 0.3019
+    #   85 %   int(0.85 x 25,249,710,080) = 21,462,253,568 -> headroom 13,840,176,192
     #   max context: each cell of -c costs 69,632 KV + 1,024 mask / 4 slots = 69,888 B;
     #          fixed 419,430,400 + 4,616,334,272 + 296,222,720 = 5,331,987,392:
-    #          (21,904,333,209.6 - 5,331,987,392) / 69,888 = 237,127.2 cells, in steps
-    #          of 4 slots x 256 = 1024 -> 231 x 1024 = 236,544
+    #          (21,462,253,568 - 5,331,987,392) / 69,888 = 230,801.6 cells, in steps
+    #          of 4 slots x 256 = 1024 -> 225 x 1024 = 230,400
     #   max parallel, each session keeping its 8,192 tokens (-c = 8,192 x p, as plan):
     #          5,331,987,392 + one stream's mask 8,388,608 = 5,340,376,000 fixed, and
     #          8,192 x 69,632 = 570,425,344 a session:
-    #          (21,904,333,209.6 - 5,340,376,000) / 570,425,344 = 29.04 -> 29
+    #          (21,462,253,568 - 5,340,376,000) / 570,425,344 = 28.26 -> 28
     # (per-slot streams: --no-kv-unified, as a scenario's engine.allocator: slots)
     code, out, _ = run(capsys, "fit", "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
                        "--weights", "q4_k_m", "--engine", "llama.cpp", "--context", "8192",
@@ -74,18 +75,18 @@ def test_json_fields(capsys):
     assert d["kv_bytes_per_token"] == 69632
     assert d["kv_reserved_bytes"] == 32768 * 69632 == 2_281_701_376  # 4 slots of 8192
     assert d["slot_tokens"] == 8192 and d["allocator"] == "slots"
-    assert d["device_bytes"] == 24 * 2**30 and d["fits"] is True
+    assert d["device_bytes"] == 24_080 * 2**20 and d["fits"] is True  # as CUDA reports it
     assert (d["driver_reserve_bytes"], d["display_reserve_bytes"]) == (419_430_400, 0)
     assert d["weights_gpu_bytes"] == 4_616_334_272
     assert (d["weights_total_bytes"], d["weights_cpu_bytes"]) == (4_911_836_096, 295_501_824)
     # compute buffer 296,222,720 + one slot stream's F16 mask 8192 x 512 x 2 = 8,388,608
     assert d["activation_bytes"] == 304_611_328 and d["engine_overhead_bytes"] == 0
     assert d["total_bytes"] == 7_622_077_376
-    assert d["device_fraction"] == pytest.approx(0.2958, abs=1e-4)
-    assert d["headroom_to_85_bytes"] == 14_282_255_833
+    assert d["device_fraction"] == pytest.approx(0.3019, abs=1e-4)
+    assert d["headroom_to_85_bytes"] == 13_840_176_192
     assert (d["gpu_layers"], d["num_layers"]) == (32, 32)
-    assert d["max_context_at_85"] == 236_544
-    assert d["max_parallel_at_85"] == 29
+    assert d["max_context_at_85"] == 230_400
+    assert d["max_parallel_at_85"] == 28
 
 
 def test_max_context_is_the_85_percent_boundary(capsys):

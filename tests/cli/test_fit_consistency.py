@@ -12,9 +12,10 @@ from kvsim.errors import InputError
 from kvsim.scenario import load_scenario, resolve_scenario
 
 # RTX 4090: 24 GiB = 25,769,803,776 B; driver reserve default 400 MiB = 419,430,400 B;
-# the largest display reserve a scenario accepts: 25,769,803,776 - 419,430,400 - 1
-USABLE, DRIVER = 25_769_803_776, 419_430_400
-LAST_OK = USABLE - DRIVER - 1  # 25,350,373,375
+# the largest display reserve a scenario accepts: the 4090 as CUDA reports it (24,080 MiB,
+# kvsim.config.device_memory) less the driver reserve, less 1: 25,249,710,080 - 419,430,400 - 1
+USABLE, DRIVER = 25_249_710_080, 419_430_400
+LAST_OK = USABLE - DRIVER - 1  # 24,830,279,679
 
 
 def run(capsys, *argv):
@@ -29,7 +30,7 @@ def test_display_reserve_over_the_card_is_refused_like_a_scenario(capsys):
                          "--display-reserve", "30GiB")
     assert (code, out) == (2, "")
     assert err == ("error: --display-reserve: '30GiB' — plus --driver-reserve (419430400) "
-                   "must be less than the GPU's 25769803776 bytes (rtx-4090)\n")
+                   "must be less than the GPU's 25249710080 bytes (rtx-4090)\n")
 
 
 @pytest.mark.parametrize("display,refused", [(LAST_OK, False), (LAST_OK + 1, True)])

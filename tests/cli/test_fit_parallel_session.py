@@ -4,7 +4,8 @@ does (kvsim.plan.parallel), and a vLLM/SGLang run without --parallel says what i
 By hand (85 % line; 400 MiB driver reserve = 419,430,400 B; weights, compute buffers
 and KV bytes per token are the ones fit prints for the given layout):
 
-RTX 4090, 24 GiB = 25,769,803,776 B: line 0.85 x that = 21,904,333,209.6 B.
+RTX 4090, 24,080 MiB as CUDA reports it (kvsim.config.device_memory) = 25,249,710,080 B:
+line 0.85 x that = 21,462,253,568 B.
 Llama-3.1-8B Q4_K_M: weights on the GPU 4,616,334,272 B (32 layers x 130,793,566 + Q6_K head
 430,940,160; tests/cli/test_fit.py::test_json_fields derives them); compute buffer 296,222,720 B;
 q8_0 KV 69,632 B/token; -c 32768 --parallel 4 -> 8,192 tokens per session, so at p
@@ -12,12 +13,12 @@ sessions -c = 8,192 p and KV = 8,192 p x 69,632 = 570,425,344 p.
   per-slot streams: + one stream's F16 mask 8,192 x 512 x 2 = 8,388,608 (any p)
     total = 419,430,400 + 4,616,334,272 + 296,222,720 + 8,388,608 + 570,425,344 p
           = 5,340,376,000 + 570,425,344 p
-    (21,904,333,209.6 - 5,340,376,000) / 570,425,344 = 29.04 -> 29
-    (p = 29: 21,882,710,976 <= line; p = 30: 22,453,136,320 > line)
+    (21,462,253,568 - 5,340,376,000) / 570,425,344 = 28.26 -> 28
+    (p = 28: 21,312,285,632 <= line; p = 29: 21,882,710,976 > line)
   unified (-kvu): + the mask over all of -c, 8,192 p x 512 x 2 = 8,388,608 p
     total = 5,331,987,392 + 578,813,952 p
-    (21,904,333,209.6 - 5,331,987,392) / 578,813,952 = 28.63 -> 28
-    (p = 28: 21,538,778,048 <= line; p = 29: 22,117,592,000 > line)
+    (21,462,253,568 - 5,331,987,392) / 578,813,952 = 27.87 -> 27
+    (p = 27: 20,959,964,096 <= line; p = 28: 21,538,778,048 > line)
   Before: 128 = 32768 / 256, sessions of one 256-token pad unit sharing a fixed -c.
 
 Apple M4 Max (the finding): GPU share 96,207,267,430 B, line 81,776,177,315.5 B.
@@ -35,8 +36,8 @@ Compute buffer 329,777,152 B, f16 KV 327,680 B/token + unified mask 1,024 B/toke
 Ollama (num_ctx is per slot: the runner gets num_ctx x p cells, as before): RTX 4090,
 Llama-3.1-8B Q4_K_M, num_ctx 16384, f16 KV 131,072 B/token, graph 312,999,936 B:
   total = 419,430,400 + 4,616,334,272 + 312,999,936 + 16,384 p x 131,072
-        = 5,348,764,608 + 2,147,483,648 p;  (21,904,333,209.6 - 5,348,764,608)
-        / 2,147,483,648 = 7.71 -> 7
+        = 5,348,764,608 + 2,147,483,648 p;  (21,462,253,568 - 5,348,764,608)
+        / 2,147,483,648 = 7.50 -> 7
 """
 
 import json
@@ -46,7 +47,7 @@ from click.testing import CliRunner
 
 from kvsim.cli import cli
 
-LINE_4090 = 0.85 * 25_769_803_776
+LINE_4090 = 0.85 * 25_249_710_080
 
 
 def fit_json(*argv: str) -> dict:
@@ -66,8 +67,8 @@ LLAMA_8B = ("--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--engine", "llama.c
 
 
 @pytest.mark.parametrize("alloc,best,at_best,over", [
-    (("--no-kv-unified",), 29, 21_882_710_976, 22_453_136_320),
-    ((), 28, 21_538_778_048, 22_117_592_000),
+    (("--no-kv-unified",), 28, 21_312_285_632, 21_882_710_976),
+    ((), 27, 20_959_964_096, 21_538_778_048),
 ])
 def test_llama_cpp_largest_parallel_keeps_each_sessions_context(alloc, best, at_best, over):
     d = fit_json(*LLAMA_8B, "--context", "8192", "--parallel", "4", *alloc)

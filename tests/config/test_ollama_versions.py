@@ -100,10 +100,11 @@ def test_unset_num_ctx_by_release_and_vram(version, gpu, ctx):
 
 
 def test_tiered_num_ctx_counts_ollama_gpu_overhead_and_the_models_maximum():
-    # total VRAM minus OLLAMA_GPU_OVERHEAD: 24 GiB - 1 GiB = 23 GiB, exactly the tier's floor
-    assert engine_for_gpu(ollama(gpu_overhead_bytes="1 GiB"), RTX4090,
+    # total VRAM (what CUDA reports: 24,080 MiB for a 4090) minus OLLAMA_GPU_OVERHEAD:
+    # 24,080 - 528 MiB = 23 GiB, exactly the tier's floor
+    assert engine_for_gpu(ollama(gpu_overhead_bytes="528 MiB"), RTX4090,
                           LLAMA_8B).context_tokens == 32_768
-    assert engine_for_gpu(ollama(gpu_overhead_bytes="1025 MiB"), RTX4090,
+    assert engine_for_gpu(ollama(gpu_overhead_bytes="529 MiB"), RTX4090,
                           LLAMA_8B).context_tokens == 4096
     # 48 GiB: 262144 for a model that long (qwen3-next: 262,144), not clamped
     assert engine_for_gpu(ollama(), load_gpu("rtx-6000-ada"),
@@ -181,17 +182,17 @@ def test_the_audit_fit_on_an_old_release_ignores_q8_0():
     # (use_more_bits), Q4_K in the rest = 5.53125 bpw: V 2,899,968 B; FFN 150,983,079.1
     # = 2/3 gate/up at 4.5 + 1/3 down at 5.53125 = 4.84375 bpw: 91,415,536.2 B
     # -> 115,549,168 B; with the layer llm/memory.go charges "as a buffer", layer k+1 goes
-    # on while 24 GiB > reserve + (k + 2) x (115,549,168 + 536,870,912 = 652,420,080):
-    # 18 layers (reserve + 19 layers = 25,760,082,640; 19 would be 26,412,502,720
-    # > 25,769,803,776)
+    # on while the 4090's reported 24,080 MiB (25,249,710,080) > reserve + (k + 2) x
+    # (115,549,168 + 536,870,912 = 652,420,080): 17 layers (reserve + 18 layers =
+    # 25,107,662,560; 18 would be 25,760,082,640)
     spec = ollama("0.11.4", context_tokens=32768, parallel=4, cache_type_k="q8_0",
                   cache_type_v="q8_0")
     e = engine_for_gpu(spec, RTX4090, QWEN3_8B)
     assert (e.flash_attn, e.cache_type_v, e.ignored_cache_type) == (False, "f16", "q8_0")
     b = memory_budget(RTX4090, QWEN3_8B, "q4_k_m", e)
     assert (b.estimate.graph_bytes, b.estimate.reserve_bytes) == (12 * GIB, 13_364_101_120)
-    assert b.gpu_layers == 18 and b.weights_gpu_bytes == 18 * 115_549_168
-    assert b.estimate.total_bytes == 13_364_101_120 + 19 * 652_420_080 == 25_760_082_640
+    assert b.gpu_layers == 17 and b.weights_gpu_bytes == 17 * 115_549_168
+    assert b.estimate.total_bytes == 13_364_101_120 + 18 * 652_420_080 == 25_107_662_560
     assert any("q8_0 ignored" in n for n in b.notes)
 
 
@@ -215,41 +216,41 @@ def _q32(version: str, **reserves):
 
 def test_measured_layouts_place_by_true_sizes():
     # qwen2.5-32b q4_k_m (a layer 290,705,879 B; tests/model/test_budget.py), num_ctx 8192,
-    # q8_0 with flash attention, 12 GiB.  Era A (§4.2) counts q8_0 as 1 B: KV/layer 8192 x
-    # 256 x 8 = 16,777,216; qwen2's partial graph is its vocabulary term, 960,581,632 at
-    # any context up to ~11k (tests/model/test_budget.py) -> 36 layers (and the one charged
-    # as a buffer), not fully loaded: the partial graph charged.
+    # q8_0 with flash attention, a 12 GB card (CUDA reports 12 GiB less 2 %: 12,627,203,850).
+    # Era A (§4.2) counts q8_0 as 1 B: KV/layer 8192 x 256 x 8 = 16,777,216; qwen2's partial
+    # graph is its vocabulary term, 960,581,632 at any context up to ~11k
+    # (tests/model/test_budget.py) -> 35 layers (and the one charged as a buffer), not
+    # fully loaded: the partial graph charged.
     # Era C (§4.3): true q8_0 KV/layer 8192 x 2,176 = 17,825,792 and the real compute
     # buffer: reserve 457 MiB + compute 361,758,720 = 840,957,952, then as many layers as
     # fit (the output layer first; all do not, so again without it):
-    # (12 GiB - 840,957,952) / (290,705,879 + 17,825,792 = 308,531,671) = 39.04 -> 39
+    # (12,627,203,850 - 840,957,952) / (290,705,879 + 17,825,792 = 308,531,671) = 38.2 -> 38
     a, c = _q32("0.11.4"), _q32("0.12.11")
-    assert (a.gpu_layers, a.estimate.graph_bytes) == (36, 960_581_632)
+    assert (a.gpu_layers, a.estimate.graph_bytes) == (35, 960_581_632)
     reserve = 457 * MIB + c.activation_bytes
     per_layer = 290_705_879 + 17_825_792
     assert c.estimate.reserve_bytes == reserve and c.estimate.graph_bytes == c.activation_bytes
-    assert c.gpu_layers == (12 * GIB - reserve) // per_layer == 39
-    assert c.kv_reserved_bytes == 39 * 17_825_792
+    assert c.gpu_layers == (RTX3060.usable_memory_bytes - reserve) // per_layer == 38
+    assert c.kv_reserved_bytes == 38 * 17_825_792
     assert c.estimate.kv_bytes == 64 * 17_825_792  # memory.required.kv: the whole model
     assert not any("under-counts" in n for n in c.notes)
     assert any("under-counts" in n for n in a.notes)
 
 
 def test_measured_layouts_back_off_where_the_estimator_runs_out_of_memory():
-    # a 1400 MiB driver reserve: era A's 36 layers need 1,468,006,400 + 36 x (290,705,879 +
-    # 17,825,792) + the compute buffer 361,758,720 = 12,936,905,276 > 12 GiB -> cudaMalloc
-    # fails; era C backs off (§4.3): 39 layers fail, 10 % of free VRAM set aside:
-    # floor((12 GiB x 0.9 - reserve) / 308,531,671) = 34 layers, which fit
-    # (1,468,006,400 + 34 x 308,531,671 + 361,758,720 = 12,319,841,934).  The reserve was
-    # 1300 MiB with the old flat 4.84 bpw layers; with these the 36 layers need 12,832,047,676
-    # there and fit, so era A runs out of memory only above 1350.4 MiB
+    # a 1400 MiB driver reserve: era A's 35 layers need 1,468,006,400 + 35 x (290,705,879 +
+    # 17,825,792) + the compute buffer 361,758,720 = 12,628,373,605 > the card's
+    # 12,627,203,850 -> cudaMalloc fails; era C backs off (§4.3): 38 layers fail, 10 % of
+    # free VRAM set aside: floor((12,627,203,850 x 0.9 - reserve) / 308,531,671) = 34
+    # layers, which fit (1,468,006,400 + 34 x 308,531,671 + 361,758,720 = 12,319,841,934)
     driver = 1400 * MIB
     a, c = _q32("0.11.4", driver_reserve_bytes=driver), \
         _q32("0.12.11", driver_reserve_bytes=driver)
     assert c.activation_bytes == 361_758_720
-    assert a.gpu_layers == 36 and not a.fits and "cudaMalloc failed" in a.failure
+    assert a.gpu_layers == 35 and not a.fits and "cudaMalloc failed" in a.failure
     reserve, per_layer = 457 * MIB + c.activation_bytes, 290_705_879 + 17_825_792
-    assert c.gpu_layers == (12 * GIB * 9 // 10 - reserve) // per_layer == 34 and c.fits
+    cap = RTX3060.usable_memory_bytes
+    assert c.gpu_layers == (cap * 9 // 10 - reserve) // per_layer == 34 and c.fits
     assert c.total_bytes == driver + 34 * per_layer + c.activation_bytes
 
 

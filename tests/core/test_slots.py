@@ -316,10 +316,11 @@ TestSlotPool.settings = settings(max_examples=30, stateful_step_count=25, deadli
 
 
 def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
-    # qwen2.5-32b q4_k_m on a 12 GB card: --fit puts the output head + 32 of 64 layers
+    # qwen2.5-32b q4_k_m on a 12 GB card: --fit puts the output head + 31 of 64 layers
     # on the GPU (tests/model/test_budget.py); f16 KV is 262,144 B/token over 64 layers
-    # (docs/reference/models.csv), so the GPU pool holds 131,072 B/token and a RAM-cache entry, the
-    # slot's whole serialized state (docs/reference/engines.md §3.4), 262,144 B/token
+    # (docs/reference/models.csv), so the GPU pool holds 31 x 4,096 = 126,976 B/token and a
+    # RAM-cache entry, the slot's whole serialized state (docs/reference/engines.md §3.4),
+    # 262,144 B/token
     from kvsim.core.build import PoolSizing, make_scheduler
     from kvsim.engines.budget import memory_budget
     from kvsim.scenario import resolve_scenario
@@ -328,9 +329,9 @@ def test_ram_cache_entries_hold_every_layers_kv_under_partial_offload() -> None:
                            "weights": "q4_k_m", "workload": {},
                            "engine": {"preset": "llama.cpp", "ctx_size": 8192}})
     b = memory_budget(sc.gpu, sc.model, sc.weights, sc.engine)
-    assert (b.gpu_layers, b.num_layers) == (32, 64)
+    assert (b.gpu_layers, b.num_layers) == (31, 64)
     sched = make_scheduler(sc.engine, PoolSizing.from_budget(b))
-    assert sched.bytes_per_token == 131_072 and sched.ram.bytes_per_token == 262_144
+    assert sched.bytes_per_token == 126_976 and sched.ram.bytes_per_token == 262_144
 
 
 def test_ollama_rejects_requests_past_its_queue_limit() -> None:

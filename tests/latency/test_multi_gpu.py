@@ -40,9 +40,11 @@ def test_two_equal_cards_in_a_layer_split_add_one_activation_copy(tmp_path):
     # llama.cpp runs the two halves one after the other: a memory-bound decode step reads
     # the same weights and KV as one card would (33 layers here, 31 and the head there),
     # so it takes one card's time plus one f32 hidden state (5120 x 4 B) over the link:
-    # 15 us + 20,480 B / 12.92 GB/s
-    _, b, box = _model(tmp_path, "2x rtx-3090", "llama.cpp", "q4_k_m")
-    _, _, one = _model(tmp_path, "rtx-3090", "llama.cpp", "q4_k_m")
+    # 15 us + 20,480 B / 12.92 GB/s.  -c 12288: one 3090 (23.58 GiB as CUDA reports it)
+    # then holds every layer too (at 16384 its --fit leaves one on the CPU)
+    _, b, box = _model(tmp_path, "2x rtx-3090", "llama.cpp", "q4_k_m", ctx_size=12288)
+    _, o, one = _model(tmp_path, "rtx-3090", "llama.cpp", "q4_k_m", ctx_size=12288)
+    assert o.gpu_layers == o.num_layers == 64
     assert b.split == "layer" and [d.layers for d in b.devices] == [33, 31]
     copy = PCIE4_HOST[1] + HIDDEN * 4 / PCIE4_HOST[0]
     assert box.step_time_s(DECODE) == pytest.approx(one.step_time_s(DECODE) + copy, rel=1e-12)

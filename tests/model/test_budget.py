@@ -152,7 +152,7 @@ def test_ollama_estimate_undercounts_q8_0():
 #     -> 290,705,879.6 -> 290,705,879 B
 #   f16 KV     2 x 64 x 8 x 128 x 2 = 262,144 B/token (docs/reference/models.csv) = 4,096
 # B/token/layer
-Q32_VRAM = 12 * GIB
+Q32_VRAM = 12_627_203_850  # a 12 GB card as CUDA reports it: 12 GiB less 2 %
 Q32_LAYERS = 64
 Q32_LAYER_W = 290_705_879
 Q32_EMBED_W = 437_944_320
@@ -188,11 +188,12 @@ def test_ollama_spills_layers_when_weights_do_not_fit():
     #   reserve   0 (OLLAMA_GPU_OVERHEAD) + 457 MiB + partial = 1,439,780,864
     #   per layer 290,705,879 + 16,777,216               =   307,483,095
     # llm/memory.go charges the GPU 457 MiB and one layer "as a buffer" first, then takes
-    # layer k+1 while 12 GiB > 457 MiB + (k+1) layers + the larger graph + one more layer:
-    #   36 layers: reserve + 37 x per_layer = 12,816,655,379 < 12 GiB; the 37th would need
-    #   reserve + 38 x per_layer = 13,124,138,474 > 12 GiB.  memory.required.partial is the
-    #   GPU's charge, reserve + 37 layers (the buffer and 36; not fully loaded: the partial
-    #   graph); .full adds the 28 layers and the head that overflowed.  The CPU keeps 28
+    # layer k+1 while the card (12,627,203,850 B as CUDA reports it) > 457 MiB + (k+1)
+    # layers + the larger graph + one more layer:
+    #   35 layers: reserve + 36 x per_layer = 12,509,172,284 < the card; the 36th would need
+    #   reserve + 37 x per_layer = 12,816,655,379 > the card.  memory.required.partial is the
+    #   GPU's charge, reserve + 36 layers (the buffer and 35; not fully loaded: the partial
+    #   graph); .full adds the 29 layers and the head that overflowed.  The CPU keeps 29
     #   layers, the embedding and the head.
     kv_layer = 4096 * (128 + 128) * 8 * 2
     e, v, c, b = 5120, 152_064, 4096, 512
@@ -202,20 +203,20 @@ def test_ollama_spills_layers_when_weights_do_not_fit():
     per_layer = Q32_LAYER_W + kv_layer
     assert (kv_layer, full, partial) == (16_777_216, 364_906_496, 960_581_632)
     assert (reserve, per_layer) == (1_439_780_864, 307_483_095)
-    assert reserve + 37 * per_layer < Q32_VRAM < reserve + 38 * per_layer
+    assert reserve + 36 * per_layer < Q32_VRAM < reserve + 37 * per_layer
     eng = resolve_engine({"preset": "ollama", "context_tokens": 4096,
                           "ollama_version": "0.11.4"})  # era A: the estimator places layers
     b = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m", eng)
-    assert b.gpu_layers == 36 and b.estimate.gpu_layers == 36
-    assert b.estimate.total_bytes == reserve + 37 * per_layer == 12_816_655_379
+    assert b.gpu_layers == 35 and b.estimate.gpu_layers == 35
+    assert b.estimate.total_bytes == reserve + 36 * per_layer == 12_509_172_284
     assert (b.estimate.graph_partial_bytes, b.estimate.graph_full_bytes) == (partial, full)
-    assert b.estimate.full_bytes == b.estimate.total_bytes + 28 * per_layer + Q32_HEAD_W
+    assert b.estimate.full_bytes == b.estimate.total_bytes + 29 * per_layer + Q32_HEAD_W
     assert b.estimate.kv_bytes == 64 * kv_layer      # memory.required.kv: the whole model's
-    assert b.weights_cpu_bytes == 28 * Q32_LAYER_W + Q32_EMBED_W + Q32_HEAD_W
+    assert b.weights_cpu_bytes == 29 * Q32_LAYER_W + Q32_EMBED_W + Q32_HEAD_W
     # num_gpu 38 starts the runner with -ngl 38 whatever the estimate counted
     more = memory_budget(load_gpu("rtx-3060-12gb"), load_model("qwen2.5-32b"), "q4_k_m",
                          eng.model_copy(update={"gpu_layers": 38}))
-    assert (more.gpu_layers, more.estimate.gpu_layers) == (38, 36)
+    assert (more.gpu_layers, more.estimate.gpu_layers) == (38, 35)
 
 
 def _llama_fit_case(gpu_layers=None):
@@ -235,22 +236,22 @@ def _llama_fit_case(gpu_layers=None):
 #   output layer first (§3.6 "filling layers from the back (output layer first)";
 #   llama.cpp i_gpu_start = n_layer + 1 - ngl puts layer n_layer = output on the GPU first):
 #              (11,811,160,064 - 781,189,120 - 638,668,800) / 324,260,311 = 32.05 -> 32
-LLAMA_FIT_TARGET = 12 * GIB - 1024 * MIB
+LLAMA_FIT_TARGET = Q32_VRAM - 1024 * MIB
 LLAMA_FIXED = 400 * MIB + 512 * 152064 * 4 + 512 * 5120 * 16 + 8192 * 512 * 2
 LLAMA_PER_LAYER = Q32_LAYER_W + 8192 * Q32_KV_TOKEN_LAYER
 
 
 def test_llama_cpp_auto_layers_leave_fit_target():
     assert (LLAMA_FIT_TARGET, LLAMA_FIXED, LLAMA_PER_LAYER) == (
-        11_811_160_064, 781_189_120, 324_260_311)
+        11_553_462_026, 781_189_120, 324_260_311)
     b = _llama_fit_case()
     assert b.fits and b.total_bytes <= LLAMA_FIT_TARGET
-    # hand bounds: 32 layers fit even with the output head on the GPU (33 with it do
-    # not); without the head 34 fit and 35 never fit: 32 (head first) or 34 (head last)
-    assert LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
-    assert LLAMA_FIXED + 34 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
-    assert LLAMA_FIXED + 35 * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
-    assert b.gpu_layers in (32, 34)
+    # hand bounds: 31 layers fit even with the output head on the GPU (32 with it do
+    # not); without the head 33 fit and 34 never fit: 31 (head first) or 33 (head last)
+    assert LLAMA_FIXED + Q32_HEAD_W + 31 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
+    assert LLAMA_FIXED + 33 * LLAMA_PER_LAYER <= LLAMA_FIT_TARGET
+    assert LLAMA_FIXED + 34 * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
+    assert b.gpu_layers in (31, 33)
     assert b.kv_reserved_bytes == b.gpu_layers * 8192 * Q32_KV_TOKEN_LAYER
     # the most that fit: one more layer after the output head breaks the 1 GiB target
     assert LLAMA_FIXED + Q32_HEAD_W + (b.gpu_layers + 1) * LLAMA_PER_LAYER > LLAMA_FIT_TARGET
@@ -262,9 +263,9 @@ def test_llama_cpp_auto_layers_leave_fit_target():
 
 def test_llama_cpp_fit_offloads_output_layer_first():
     b = _llama_fit_case()
-    assert b.gpu_layers == 32
-    assert b.weights_gpu_bytes == Q32_HEAD_W + 32 * Q32_LAYER_W
-    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 32 * LLAMA_PER_LAYER == 11_796_187_872
+    assert b.gpu_layers == 31
+    assert b.weights_gpu_bytes == Q32_HEAD_W + 31 * Q32_LAYER_W
+    assert b.total_bytes == LLAMA_FIXED + Q32_HEAD_W + 31 * LLAMA_PER_LAYER == 11_471_927_561
 
 
 def test_quantized_k_needs_head_dim_multiple_of_block():
@@ -297,24 +298,25 @@ LLAMA8_Q4_FIXED = 5_331_987_392
 
 
 def test_searches_find_the_boundary():
-    # RTX 4090, 4 non-unified slots, f16 KV 131,072 B/token (docs/reference/models.csv); 85 % line:
-    #   0.85 x 25,769,803,776 = 21,904,333,209.6 B
+    # RTX 4090 (24,080 MiB as CUDA reports it), 4 non-unified slots, f16 KV 131,072
+    # B/token (docs/reference/models.csv); 85 % line:
+    #   0.85 x 25,249,710,080 = 21,462,253,568 B
     #   each cell of n_ctx: 131,072 KV + the mask's 1,024 B per cell of one slot's
     #   stream / 4 slots = 131,328 B
-    #   room (21,904,333,209.6 - 5,331,987,392) / 131,328 = 126,190.4 cells
+    #   room (21,462,253,568 - 5,331,987,392) / 131,328 = 122,824.3 cells
     #   -c is split into 4 slots padded to 256, so n_ctx moves in steps of 4 x 256 = 1024:
-    #   floor(126,190.4 / 1024) x 1024 = 123 x 1024 = 125,952 (4 x 31,488)
+    #   floor(122,824.3 / 1024) x 1024 = 119 x 1024 = 121,856 (4 x 30,464)
     m, eng = load_model("llama-3.1-8b"), llama(ctx_size=32768, parallel=4,
                                                allocator="slots")
-    assert max_context_at(GPU, m, "q4_k_m", eng) == 125_952
-    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 125_952}))
-    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 126_976}))
-    assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (125_952, 31_488, 32)
-    # 5,331,987,392 + 125,952 x 131,328 = 21,873,011,648 <= 21,904,333,209.6
-    assert ok.total_bytes == LLAMA8_Q4_FIXED + 125_952 * 131_328 == 21_873_011_648
-    # 5,331,987,392 + 126,976 x 131,328 = 22,007,491,520 >  21,904,333,209.6
-    assert over.kv_pool_tokens == 126_976
-    assert over.total_bytes == LLAMA8_Q4_FIXED + 126_976 * 131_328 == 22_007_491_520
+    assert max_context_at(GPU, m, "q4_k_m", eng) == 121_856
+    ok = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 121_856}))
+    over = memory_budget(GPU, m, "q4_k_m", eng.model_copy(update={"ctx_size": 122_880}))
+    assert (ok.kv_pool_tokens, ok.slot_tokens, ok.gpu_layers) == (121_856, 30_464, 32)
+    # 5,331,987,392 + 121,856 x 131,328 = 21,335,092,160 <= 21,462,253,568
+    assert ok.total_bytes == LLAMA8_Q4_FIXED + 121_856 * 131_328 == 21_335_092_160
+    # 5,331,987,392 + 122,880 x 131,328 = 21,469,572,032 >  21,462,253,568
+    assert over.kv_pool_tokens == 122_880
+    assert over.total_bytes == LLAMA8_Q4_FIXED + 122_880 * 131_328 == 21_469_572_032
     big = eng.model_copy(update={"ctx_size": 65536})
     p = max_parallel_at(GPU, m, "q4_k_m", big)
     # slots split -c, so more slots only add padding; at -c 65536 every split fits, and the
@@ -330,11 +332,12 @@ def test_searches_find_the_boundary():
 def test_unified_memory_budgets_against_the_default_gpu_limit():
     # docs/reference/hardware-and-models.md §4: Apple GPU-wired memory is about 65-75 % of RAM by
     # default (70 % planned); Strix Halo's carve-out is up to 96 GB; discrete cards keep
-    # their whole memory.  M2 Ultra 192 GiB x 0.70 = 144,310,901,145 B (134.4 GiB).
+    # what the driver reports (kvsim.config.device_memory: a 4090 24,080 MiB).  M2 Ultra
+    # 192 GiB x 0.70 = 144,310,901,145 B (134.4 GiB).
     m2, halo = load_gpu("apple-m2-ultra"), load_gpu("strix-halo")
     assert m2.memory_bytes == 192 * GIB and m2.usable_memory_bytes == 144_310_901_145
     assert halo.usable_memory_bytes == 96 * GIB
-    assert GPU.usable_memory_bytes == GPU.memory_bytes == 24 * GIB
+    assert (GPU.memory_bytes, GPU.usable_memory_bytes) == (24 * GIB, 24_080 * MIB)
     # llama-3.1-70b bf16 (131.5 GiB of weights) with 32k of f16 KV (320 KiB/token x 32768
     # = 10 GiB): within 192 GiB, above the default GPU limit, so --fit leaves layers to
     # the CPU cores
@@ -373,13 +376,15 @@ def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
     # (the compute buffer grows only by the F16 mask, 512 x 2 = 1,024 B per cell of the
     # unified pool): the whole 131,072-token context fits a 24 GiB card with 1 GiB
     # left; on 16 GiB --fit keeps all 32 layers and shrinks -c to the largest multiple
-    # of 256 that leaves the 1 GiB target free (§3.6); each cell costs 132,096 B
+    # of 256 that leaves the 1 GiB target free (§3.6) of what CUDA reports (the card
+    # less 2 %, kvsim.config.device_memory); each cell costs 132,096 B
     # fixed part (weights, compute buffer, CUDA context) = LLAMA8_Q4_FIXED 5,331,987,392:
-    #   24 GiB: 5,331,987,392 + 131,072 x 132,096 = 22,646,074,304 <= 23 GiB 24,696,061,952
-    #   16 GiB: room 17,179,869,184 - 1,073,741,824 = 16,106,127,360;
-    #           (16,106,127,360 - 5,331,987,392) / 132,096 = 81,563.0 tokens
-    #           -> largest multiple of 256: 318 x 256 = 81,408
-    #           (319 x 256 = 81,664 -> 16,119,475,136 > 16,106,127,360)
+    #   4090: 5,331,987,392 + 131,072 x 132,096 = 22,646,074,304 <= 24,175,968,256
+    #         (24,080 MiB less 1 GiB)
+    #   4060 Ti 16 GB: room 16,836,271,800 - 1,073,741,824 = 15,762,529,976;
+    #           (15,762,529,976 - 5,331,987,392) / 132,096 = 78,961.8 tokens
+    #           -> largest multiple of 256: 308 x 256 = 78,848
+    #           (309 x 256 = 79,104 -> 15,781,309,376 > 15,762,529,976)
     g, m = load_gpu(gpu), load_model("llama-3.1-8b")
     b = memory_budget(g, m, "q4_k_m", engine_for_gpu("llama.cpp", g, m))
     assert b.gpu_layers == 32
@@ -387,10 +392,10 @@ def test_llama_cpp_fit_shrinks_an_unset_context_to_what_fits(gpu, shrunk):
         assert b.kv_pool_tokens == 131_072
         assert b.total_bytes == LLAMA8_Q4_FIXED + 131_072 * 132_096 == 22_646_074_304
         return
-    assert b.kv_pool_tokens == 81_408
-    # KV 81,408 x 131,072 = 10,670,309,376; 5,331,987,392 + 81,408 x 132,096 = 16,085,658,560
-    assert b.kv_reserved_bytes == 81_408 * 131_072 == 10_670_309_376
-    assert b.total_bytes == 16_085_658_560
+    assert b.kv_pool_tokens == 78_848
+    # KV 78,848 x 131,072 = 10,334,765,056; 5,331,987,392 + 78,848 x 132,096 = 15,747,492,800
+    assert b.kv_reserved_bytes == 78_848 * 131_072 == 10_334_765_056
+    assert b.total_bytes == 15_747_492_800
     assert any("--fit shrank the context" in n for n in b.notes)
 
 
@@ -415,7 +420,7 @@ def test_llama_cpp_fit_puts_moe_experts_in_ram_before_layers():
     g, m = GPU, load_model("qwen3-30b-a3b")
     expert = 641_300_661
     b = memory_budget(g, m, "q8_0", llama(ctx_size=32768))
-    room = g.memory_bytes - 1024 * MIB
+    room = g.usable_memory_bytes - 1024 * MIB
     assert b.gpu_layers == 48 and b.cpu_expert_layers > 0 and b.kv_cpu_bytes == 0
     assert b.total_bytes <= room < b.total_bytes + expert  # one layer fewer would not fit
     embed = 151936 * 2048 * 8.5 / 8

@@ -38,24 +38,25 @@ def test_unified_pool_of_8_slots_on_a_5090_goes_past_the_model_maximum():
     #          of 130,793,566 B and the Q6_K head 430,940,160 B, the token embedding on the
     #          CPU: tests/model/test_budget.py LLAMA8_Q4_FIXED) + compute buffer
     #          296,222,720 = 5,331,987,392
-    #   85 % of 32 GiB = 0.85 x 34,359,738,368 = 29,205,777,612.8
-    #   (29,205,777,612.8 - 5,331,987,392) / 70,656 = 337,887.7 cells
-    #   -c padded to 256: 1,319 x 256 = 337,664 (42,208 per session), under the cap
+    #   85 % of the 32 GiB that CUDA reports less 2 % (kvsim.config.device_memory):
+    #   0.85 x 33,672,543,600 = 28,621,662,060
+    #   (28,621,662,060 - 5,331,987,392) / 70,656 = 329,620.6 cells
+    #   -c padded to 256: 1,287 x 256 = 329,472 (41,184 per session), under the cap
     #   8 x 131,072 = 1,048,576
     gpu, m = load_gpu("rtx-5090"), load_model("llama-3.1-8b")
     eng = resolve_engine({"preset": "llama.cpp", "ctx_size": 262144, "parallel": 8,
                           "cache_type_k": "q8_0", "cache_type_v": "q8_0",
                           "flash_attn": True})
     best = max_context_at(gpu, m, "q4_k_m", eng)
-    assert best == 337_664
+    assert best == 329_472
     at = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": best}))
-    # 5,331,987,392 + 337,664 x 70,656 = 29,189,974,976 <= 29,205,777,612.8
-    assert at.total_bytes == 29_189_974_976
-    over = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": 337_920}))
-    # + 256 x 70,656 = 18,087,936 -> 29,208,062,912 > the line
-    assert over.total_bytes == 29_208_062_912
+    # 5,331,987,392 + 329,472 x 70,656 = 28,611,161,024 <= 28,621,662,060
+    assert at.total_bytes == 28_611_161_024
+    over = memory_budget(gpu, m, "q4_k_m", eng.model_copy(update={"ctx_size": 329_728}))
+    # + 256 x 70,656 = 18,087,936 -> 28,629,248,960 > the line
+    assert over.total_bytes == 28_629_248_960
     assert largest_context_words(at, best, m.max_context_tokens) == \
-        "-c 337,664 = 42,208 per session x 8"
+        "-c 329,472 = 41,184 per session x 8"
 
 
 def test_largest_context_words_per_engine():

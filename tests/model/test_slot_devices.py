@@ -79,26 +79,27 @@ def test_tensor_split_and_split_modes():
     assert r.split == "row" and [d.kv_bytes for d in r.devices] == [33 * 128 * MIB,
                                                                    31 * 128 * MIB]
     assert [d.weights_bytes for d in r.devices] == [int(0.5 * (64 * Q5_LAYER + Q5_HEAD))] * 2
-    # none: --main-gpu 1 holds everything (its --fit leaves 16 layers on the CPU), GPU 0
+    # none: --main-gpu 1 holds everything (its --fit leaves 17 layers on the CPU), GPU 0
     # nothing
     n = _box({"ctx_size": 32768, "split_mode": "none", "main_gpu": 1})
     assert n.split == "none" and n.devices[0].total_bytes == 0
-    assert n.devices[1].layers == n.gpu_layers == 48
+    assert n.devices[1].layers == n.gpu_layers == 47
 
 
 def test_fit_fills_back_to_front_on_a_3090_and_a_3060():
     # -c 65536 q4_k_m: a layer 292,204,734 + KV 65536 x 4,096 = 560,640,190 B.  The default
-    # split by free memory (0.671) overfills the 3060, so --fit fills from the last device:
-    #   CUDA1 (12 GiB - 1 GiB target): 400 MiB + 18 layers + head 638,131,200 + compute
-    #     420,216,832 = 11,569,301,852 <= 11 GiB (19 slots; 20 would be 12,129,942,042)
-    #   CUDA0 (23 GiB): 400 MiB + 43 layers + compute less logits 109,051,904
-    #     = 24,636,010,474 <= 24,696,061,952 (44: 25,196,650,664)
-    # and the first 3 layers run on the CPU
+    # split by free memory (0.671) overfills the 3060, so --fit fills from the last device,
+    # each leaving the 1 GiB target free of what CUDA reports (kvsim.config.device_memory):
+    #   CUDA1 (12,627,203,850 - 1 GiB = 11,553,462,026): 400 MiB + 17 layers + head
+    #     638,131,200 + compute 420,216,832 = 11,008,661,662 (18: 11,569,301,852)
+    #   CUDA0 (25,318,832,209 - 1 GiB = 24,245,090,385): 400 MiB + 42 layers + compute
+    #     less logits 109,051,904 = 24,075,370,284 (43: 24,636,010,474)
+    # and the first 5 layers run on the CPU
     b = _box({"ctx_size": 65536}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
-    assert [(d.layers, d.holds_output) for d in b.devices] == [(43, False), (18, True)]
-    assert [d.total_bytes for d in b.devices] == [24_636_010_474, 11_569_301_852]
-    assert b.gpu_layers == 61 and b.kv_cpu_bytes == 3 * 65536 * 4096
-    assert any("only 61/64 layers" in n for n in b.notes)
+    assert [(d.layers, d.holds_output) for d in b.devices] == [(42, False), (17, True)]
+    assert [d.total_bytes for d in b.devices] == [24_075_370_284, 11_008_661_662]
+    assert b.gpu_layers == 59 and b.kv_cpu_bytes == 5 * 65536 * 4096
+    assert any("only 59/64 layers" in n for n in b.notes)
     # at -c 32768 the default split (44 + 20 layers) keeps both targets: unchanged
     ok = _box({"ctx_size": 32768}, gpus=(RTX3090, RTX3060), weights="q4_k_m")
     assert [d.layers for d in ok.devices] == [44, 20] and not ok.notes

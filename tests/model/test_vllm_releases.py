@@ -17,7 +17,7 @@ from kvsim.engines.resolve import engine_for_gpu, resolve_engine
 from kvsim.engines.vllm_releases import batch_budget, parse_vllm_version, vllm_release
 from kvsim.errors import InputError
 
-GIB = 2**30
+GIB, MIB = 2**30, 2**20
 
 
 def _budget(gpu: str, model: str, weights: str, **knobs):
@@ -57,6 +57,23 @@ def test_rule_for_cards_without_a_measured_total():
     # unified memory: the GPU's default limit, unchanged
     mac = load_gpu("apple-m3-max")
     assert reported_total_bytes(mac) == mac.usable_memory_bytes
+    # AMD's ROCm reports the whole card: ollama-007 saw 24.0 GiB free on an idle 24 GiB
+    # RX 7900 XTX-class card, where 2 % kept would leave 23.5 GiB
+    amd = load_gpu("rx-7900-xtx")
+    assert reported_total_bytes(amd) == amd.memory_bytes == 24 * GIB
+
+
+def test_every_engine_lays_a_discrete_card_out_in_what_the_driver_reports():
+    # llama.cpp prints its breakdown's total as CUDA reports it: 24,080 MiB on a 4090
+    # (llamacpp-004), 8,107 MiB on a GTX 1080 (llamacpp-002); kvsim's slot engines now lay
+    # the card out in that, not the marketed 24 / 8 GiB
+    for gpu, total in (("rtx-4090", 24_080 * MIB), ("gtx-1080", 8_107 * MIB)):
+        g = load_gpu(gpu)
+        assert g.usable_memory_bytes == g.reported_memory_bytes == total
+        llama = memory_budget(g, load_model("llama-3.1-8b"), "q4_k_m",
+                              engine_for_gpu({"preset": "llama.cpp", "ctx_size": 4096}, g,
+                                             load_model("llama-3.1-8b")))
+        assert llama.device_bytes == total
 
 
 def test_v1_budget_is_the_chunked_prefill_budget_whatever_the_context():

@@ -360,21 +360,26 @@ def test_candidates_that_lay_the_start_up_out_alike_are_compared():
     assert {r["metric"] for r in rows} == {"kv_bytes", "weights_bytes"}
     assert rows[0]["gpu"] == "a100-80gb-pcie" and rows[0]["notes"][-1] == (
         "GPU '1x NVIDIA A100' (80GB from the vram_total cell (which says it is inferred)) "
-        "fits a100-80gb-pcie, a100-80gb-sxm4, which lay this start-up out alike: sized as "
+        "fits a100-80gb-pcie, a100-80gb-sxm4, which lay this figure out alike: sized as "
         "a100-80gb-pcie")
 
 
-def test_candidates_that_part_skip_the_row_with_each_ones_figure():
-    # vllm-010: "1x NVIDIA H100", memory not printed: the NVL's 94 GB hold more KV
+def test_candidates_that_part_skip_the_figures_they_part_on_with_each_ones_value():
+    # vllm-010: "1x NVIDIA H100", memory not printed: the NVL's 94 GB hold more KV, so the
+    # KV figure is skipped with each card's value; the weights, the same on every H100, are
+    # compared
     m = _read(PUBLISHED)["vllm-010"]
     rows, skipped = memory_rows(m)
     nvl, _ = memory_rows(m, load_gpu("h100-nvl"))
     pcie, _ = memory_rows(m, load_gpu("h100-pcie-80gb"))
     kv = {r["metric"]: r["predicted"] for r in nvl}["kv_tokens"]
-    assert kv > {r["metric"]: r["predicted"] for r in pcie}["kv_tokens"]
-    assert rows == [] and [s.id for s in skipped] == ["vllm-010"]
-    assert skipped[0].reason.startswith(f"{m.gpu_reason}; they lay this start-up out "
-                                        f"differently (h100-nvl: kv_tokens {kv:,.6g}; ")
+    kv_pcie = {r["metric"]: r["predicted"] for r in pcie}["kv_tokens"]
+    assert kv > kv_pcie
+    assert [r["metric"] for r in rows] == ["weights_bytes"]
+    assert [s.id for s in skipped] == ["vllm-010:kv_tokens"]
+    assert skipped[0].reason == (f"{m.gpu_reason}; the cards it fits lay kv_tokens out "
+                                 f"differently: {kv:,.6g} (h100-nvl); {kv_pcie:,.6g} "
+                                 "(h100-pcie-80gb, h100-sxm5-80gb)")
 
 
 def test_a_stated_memory_that_leaves_one_profile_names_it(tmp_path):
@@ -409,3 +414,19 @@ def test_engine_name_from_the_start_of_the_cell_else_a_word_in_it():
     assert engine_name("custom streaming loadgen vs vllm serve") == "vllm"  # a word in it
     assert engine_name("vllm-project fork") == "vllm"
     assert engine_name("TensorRT-LLM") == "" and engine_name("myvllm") == ""
+
+
+def test_a_row_whose_context_was_not_seen_is_not_compared_on_what_the_context_sets():
+    # llamacpp-004 ("fit on (target free 1024 MiB); context not seen"): the KV cache and the
+    # compute buffers depend on the context, so they are skipped with the reason; the
+    # weights and the device's total are compared
+    m = _read(PUBLISHED)["llamacpp-004"]
+    assert m.context_unshown
+    rows, skipped = memory_rows(m)
+    assert {r["metric"] for r in rows} == {"weights_bytes", "device_bytes"}
+    device = next(r for r in rows if r["metric"] == "device_bytes")
+    assert device["rel_err"] == 0.0  # 24,080 MiB, as CUDA reports a 4090 and kvsim takes it
+    assert sorted(s.id for s in skipped) == ["llamacpp-004:compute_bytes@CUDA1",
+                                             "llamacpp-004:kv_bytes@CUDA1"]
+    assert all(s.reason.endswith("the row does not show its context, which sets the KV "
+                                 "cache and compute buffers") for s in skipped)

@@ -58,8 +58,9 @@ def test_era_a_ps_is_the_estimates_full_and_partial_figures():
     assert b.extra["ollama_ps_size_bytes"] == b.estimate.full_bytes
     assert b.extra["ollama_ps_vram_bytes"] == b.estimate.total_bytes
     # issue #5756 printed "32 GB  36%/64% CPU/GPU" (15/33 layers) on a 20 GB MIG slice;
-    # a 20 GB card in kvsim: the same SIZE and 16 layers, 34 %/66 %
-    assert any(line.endswith("SIZE 32 GB  PROCESSOR 34%/66% CPU/GPU  CONTEXT 2048")
+    # a 20 GB card in kvsim (19.6 GiB as CUDA reports it): the same row, 15 layers
+    assert b.estimate.layers_offload == 15
+    assert any(line.endswith("SIZE 32 GB  PROCESSOR 36%/64% CPU/GPU  CONTEXT 2048")
                for line in b.log_lines)
 
 
