@@ -70,8 +70,8 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
 @click.option("--report", type=click.Path(path_type=Path),
               help="write an HTML page with predicted vs measured")
 def validate(files: tuple[Path, ...], gpu: str | None, model: str | None,
-             engine_version: str | None, constants: Path | None, calibration: Path | None, host: str, as_json: bool,
-             rows: bool, report: Path | None) -> None:
+             engine_version: str | None, constants: Path | None, calibration: Path | None,
+             host: str, as_json: bool, rows: bool, report: Path | None) -> None:
     from kvsim.validate.names import (
         device_spec,
         model_spec,

@@ -43,16 +43,26 @@ def human_bytes(b: int) -> str:
     return f"{b} B"
 
 
+def _gpu_share(size_bytes: int, vram_bytes: int) -> int | None:
+    """PROCESSOR's GPU percent: 100 less the CPU share rounded half away from zero (None:
+    "Unknown", a GPU part above the size)."""
+    if vram_bytes == 0:
+        return 0
+    if vram_bytes == size_bytes:
+        return 100
+    if vram_bytes > size_bytes or size_bytes == 0:
+        return None
+    return 100 - math.floor((size_bytes - vram_bytes) / size_bytes * 100 + 0.5)
+
+
 def processor(size_bytes: int, vram_bytes: int) -> str:
     """The PROCESSOR column for a runner of ``size_bytes`` with ``vram_bytes`` on GPUs."""
     if vram_bytes == 0:
         return "100% CPU"
     if vram_bytes == size_bytes:
         return "100% GPU"
-    if vram_bytes > size_bytes or size_bytes == 0:
-        return "Unknown"
-    cpu = math.floor((size_bytes - vram_bytes) / size_bytes * 100 + 0.5)
-    return f"{cpu}%/{100 - cpu}% CPU/GPU"
+    gpu = _gpu_share(size_bytes, vram_bytes)
+    return "Unknown" if gpu is None else f"{100 - gpu}%/{gpu}% CPU/GPU"
 
 
 @dataclass(frozen=True)
@@ -71,9 +81,7 @@ class OllamaPs:
     @property
     def gpu_percent(self) -> int:
         """PROCESSOR's GPU share, in percent (0 for "Unknown")."""
-        words = self.processor
-        return 100 if words == "100% GPU" else int(words.split("/")[1].split("%")[0]) \
-            if "/" in words else 0
+        return _gpu_share(self.size_bytes, self.vram_bytes) or 0
 
     def line(self) -> str:
         return (f"ollama ps: SIZE {human_bytes(self.size_bytes)}  PROCESSOR {self.processor}"
