@@ -35,9 +35,11 @@ HELP_FILES = ("measurement files: the layouts of docs/reference/measurements (ll
               "llama-bench output (-o json, jsonl, csv or "
               "its markdown table, with the 'Device 0: ...' start-up lines if pasted; "
               "-pg tests too; a run on several GPUs is laid out on that box with its "
-              "-sm/-ts/-mg), llama-batched-bench's table, or `ollama ps` (its table, "
+              "-sm/-ts/-mg), llama-batched-bench's table, `ollama ps` (its table, "
               "with an `ollama -v` line if pasted, or the /api/ps JSON: SIZE and where it "
-              "sits, beside kvsim's layout on --gpu's card)")
+              "sits, beside kvsim's layout on --gpu's card), or an engine's own start-up "
+              "log as pasted (llama-server, Ollama's server.log, vLLM: the card, model, "
+              "weights and settings from its lines, its buffer and KV figures compared)")
 
 
 @click.command(help="Print kvsim's predicted tokens/s beside measured ones and its load-time "

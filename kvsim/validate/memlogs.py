@@ -149,7 +149,8 @@ _ONE_DEVICE = re.compile(r"\bmodel on (?:CUDA|ROCm|Vulkan|SYCL)\d+ only\b", re.I
 
 def gpus_named(text: str) -> tuple[tuple[str, ...], str, int]:
     """(one slug per device, "", count) or ((), why, count): "2x NVIDIA GeForce RTX 3090"
-    → two rtx-3090; ``count``: the devices the text names, even when unresolved.  A box
+    → two rtx-3090, "NVIDIA GeForce RTX 4070 Ti, NVIDIA GeForce RTX 3090 Ti" → those two
+    in that order; ``count``: the devices the text names, even when unresolved.  A box
     whose text says the engine used one of its cards ("4x GTX 1080 (model on CUDA0
     only)") is that one card: the others held nothing of the model."""
     if _NOT_SHOWN.match(text or ""):
@@ -160,6 +161,11 @@ def gpus_named(text: str) -> tuple[tuple[str, ...], str, int]:
         return (g.slug,) * n, "", n
     if g.count == 0 or "no device model named" in g.reason:
         return (), f"GPU not named ({text!r} names no device model)", g.count
+    if g.reason.startswith("several kinds of device"):  # a mixed box: each card by itself
+        parts = [resolve_gpu(p) for p in re.split(r"\s*[,+]\s*", text) if p.strip()]
+        if all(p.slug for p in parts):
+            slugs = tuple(s for p in parts for s in (p.slug,) * max(1, p.count))
+            return slugs, "", len(slugs)  # type: ignore[return-value]
     return (), g.reason, g.count
 
 

@@ -2,8 +2,8 @@
 
 :func:`read_inputs` reads each file in whatever layout it is (the three of
 ``docs/reference/measurements``, llama-bench's json/jsonl/csv/markdown, llama-batched-bench's
-table, ``ollama ps`` as its table or JSON); a file that cannot be read is a problem line,
-not the end of the run.
+table, ``ollama ps`` as its table or JSON, an engine's own start-up log); a file that
+cannot be read is a problem line, not the end of the run.
 :func:`validate` predicts each speed measurement (:mod:`kvsim.validate.predict`) and each
 start-up memory log (:mod:`kvsim.validate.memlog_predict`) and each engine speed figure
 (:mod:`kvsim.validate.engine_speed`: kind ``serving``, replayed through the simulator)
@@ -47,6 +47,7 @@ from kvsim.validate.ollama_ps import read_ollama_ps
 from kvsim.validate.predict import Setup, predicted_tps, setup_for
 from kvsim.validate.records import Measurement, Skipped
 from kvsim.validate.shared import read_shared_csv
+from kvsim.validate.startup_paste import read_startup_paste
 
 
 @dataclass
@@ -97,7 +98,12 @@ def read_file(path: Path) -> tuple[list[Read], list[Skipped]]:
     if (printout := read_bench_printout(text, path.name)) is not None:
         speed, skipped = read_engine_speed_rows(printout[0], path.name)
         return list(speed), printout[1] + skipped
-    meas, skipped = read_bench(text, origin=path.name)
+    try:
+        meas, skipped = read_bench(text, origin=path.name)
+    except InputError:
+        if (log := read_startup_paste(text, path.name)) is not None:
+            return list(log), []
+        raise
     return list(meas), skipped
 
 
