@@ -73,6 +73,9 @@ class EngineTraits:
     def log_scenario_keys(self, facts: dict[str, Any]) -> dict[str, Any]:
         return {}
 
+    def startup_run(self, text: str, start: str, facts: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
     def split_defaults(self, given: dict[str, Any], n_gpus: int) -> dict[str, Any]:
         if self.slot_family or n_gpus == 1 or "tensor_parallel_size" in given:
             return {}

@@ -227,6 +227,14 @@ class Engine(Protocol):
         the facts :meth:`read_startup_log` read of it ({} where none pins anything)."""
         ...
 
+    def startup_run(self, text: str, start: str, facts: dict[str, Any]) -> dict[str, Any]:
+        """What a start-up log says the engine ran (kvsim.engines.startup_run): ``version``,
+        ``gpu``, ``model``, ``weights``, ``settings`` (by the engine's own knob names),
+        ``figure_text`` (the lines its figures are read from), and where printed
+        ``vram_total`` and ``date``; ``text`` the whole log, ``start`` its last start-up,
+        ``facts`` :meth:`read_startup_log`'s of it."""
+        ...
+
     def launch_command(self, s: Any) -> str:
         """The command that starts the real engine with scenario ``s``'s settings (what
         ``kvsim plan`` prints)."""

@@ -10,6 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kvsim.config.specs import GpuSpec, ModelSpec
+from kvsim.engines import _run_log as run_log
 from kvsim.engines._checkpoint import GGUF_LAYOUT, gguf_file
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._gpu_checks import check_split
@@ -84,6 +85,14 @@ class LlamaCpp(EngineTraits):
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return read_llama_cpp_log(text, name)
+
+    def startup_run(self, text: str, start: str, facts: dict[str, Any]) -> dict[str, Any]:
+        """The device list, the GGUF and its file type, ``build: N``, the context's knobs."""
+        knobs = {"ctx_size": facts.get("n_ctx"), "parallel": run_log.slots_of(facts),
+                 "kv_unified": facts.get("kv_unified"), "batch_size": facts.get("n_batch"),
+                 "ubatch_size": facts.get("n_ubatch"), **run_log.slot_knobs(facts)}
+        return {**run_log.ggml_names(text), "version": run_log.match(r"^build: (\d+) ", text),
+                "settings": run_log.as_words(knobs), "figure_text": start}
 
     def log_scenario_keys(self, facts: dict[str, Any]) -> dict[str, Any]:
         """-c, --parallel, -kvu, -b, -ub, -fa, -ctk/-ctv, -ngl and the compute buffers."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvsim.config.specs import GpuSpec, ModelSpec
 from kvsim.config.units import format_bytes, parse_bytes
+from kvsim.engines import _run_log as run_log
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._gpu_checks import refuse_split_knobs
 from kvsim.engines._ollama_graph import projector_sizes
@@ -60,6 +61,28 @@ class Ollama(EngineTraits):
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return read_ollama_log(text, name)
+
+    def startup_run(self, text: str, start: str, facts: dict[str, Any]) -> dict[str, Any]:
+        """Its runner's lines as llama.cpp's, its release (``(version X)``), its date,
+        num_ctx per slot and parallel (the runner's ``--ctx-size`` / ``--parallel`` where
+        the context does not print them), its free memory and the ``offload`` line's
+        ``key="value"`` pairs as figure items."""
+        runner = dict(re.findall(r"--(ctx-size|parallel) (\d+)", start))
+        slots = run_log.slots_of(facts) or (int(runner["parallel"]) if "parallel" in runner
+                                            else None)
+        per_slot = facts.get("n_ctx_seq") or (
+            int(runner["ctx-size"]) // (slots or 1) if "ctx-size" in runner else None)
+        line = next((ln for ln in start.splitlines() if "memory.required" in ln), "")
+        pairs = re.findall(r'((?:memory|layers)\.[\w.]+)="?([^"\s]+(?: [KMGT]?i?B)?)"?', line)
+        free = run_log.match(r'memory\.available="?(\[[^\]]*\])', start)
+        knobs = {"num_ctx": per_slot, "parallel": slots, **run_log.slot_knobs(facts)}
+        return {**run_log.ggml_names(text),
+                "version": run_log.match(r"\(version (\d+\.\d+\.\d+)\)", text),
+                "vram_total": f"memory.available={free}" if free else "",
+                "date": run_log.match(r"time=(\d{4}-\d{2}-\d{2})", start),
+                "settings": run_log.as_words(knobs),
+                "figure_text": "; ".join(f"{k}={v}" for k, v in pairs) + "\n"
+                + start.replace(line, "")}
 
     def launch_notes(self, s: Any) -> list[str]:
         return []

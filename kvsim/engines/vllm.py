@@ -11,6 +11,7 @@ from kvsim.engines._checkpoint import checkpoint, kv_dtype_flag, paged_notes
 from kvsim.engines._common import EngineTraits
 from kvsim.engines._log_patterns import FLOAT, NUM, to_int
 from kvsim.engines._paged_ranks import box_budget
+from kvsim.engines._run_log import match
 from kvsim.engines.base import BudgetOf, DeviceRule, ForeignKnob
 from kvsim.engines.vllm_releases import (
     VLLM_LATEST,
@@ -28,6 +29,14 @@ FOREIGN_KNOBS = (ForeignKnob("max_total_tokens", None, (
     "num_gpu_blocks_override "
     "(--num-gpu-blocks-override) and kv_cache_memory_bytes (--kv-cache-memory, "
     "§1.1)")),)
+
+
+_LOG_KNOBS = {"max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
+              "pipeline_parallel_size": "pipeline_parallel_size",
+              "kv_cache_dtype": "kv_cache_dtype", "enforce_eager": "enforce_eager",
+              "gpu_memory_utilization": "gpu_memory_utilization",
+              "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens"}
+"""Start-up log knobs (its config line / non-default args) → the settings' names."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,20 @@ class Vllm(EngineTraits):
 
     def read_startup_log(self, text: str, name: str = "log") -> dict[str, object]:
         return read_vllm_log(text, name)
+
+    def startup_run(self, text: str, start: str, facts: dict[str, Any]) -> dict[str, Any]:
+        """``LLM engine (vX) with config: model='…', … quantization=…`` (none: its
+        ``dtype``) and the knobs of that line and of ``non-default args`` (no card)."""
+        quant = match(r"\bquantization=(\w+)", text)
+        knobs = {knob: match(rf"['\"]?\b{key}['\"]?\s*[=:]\s*([\w.]+)", text)
+                 for key, knob in _LOG_KNOBS.items()}
+        return {"version": match(r"LLM engine \(v([^)\s]+)\)", text),
+                "model": match(r"\bmodel='([^']+)'", text),
+                "weights": quant if quant not in ("", "None") else
+                match(r"\bdtype=(?:torch\.)?(\w+)", text),
+                "settings": {k: {"True": "on", "False": "off"}.get(v, v)
+                             for k, v in knobs.items() if v not in ("", "None")},
+                "figure_text": start}
 
     def log_scenario_keys(self, facts: dict[str, Any]) -> dict[str, Any]:
         """The printed block count pins the pool (--num-gpu-blocks-override)."""

@@ -97,3 +97,20 @@ def test_other_pastes_keep_their_readers():
     meas, _ = read_file(DATA / "batched.md")
     assert meas and all(type(x).__name__ == "Measurement" for x in meas)
     assert read_startup_paste("| model | size |\n|---|---|\n", "x") is None
+
+
+# vLLM's own first lines (formats of its engine banner and arg_utils' non-default args)
+VLLM_HEAD = """\
+INFO 05-12 10:13:58 [utils.py:326] non-default args: {'model': 'Qwen/Qwen2.5-7B-Instruct', 'max_model_len': 8192, 'gpu_memory_utilization': 0.85}
+INFO 05-12 10:14:09 [core.py:61] Initializing a V1 LLM engine (v0.10.1) with config: model='Qwen/Qwen2.5-7B-Instruct', speculative_config=None, tokenizer='Qwen/Qwen2.5-7B-Instruct', dtype=torch.bfloat16, max_seq_len=8192, download_dir=None, load_format=auto, tensor_parallel_size=1, pipeline_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda
+"""
+
+
+def test_a_vllm_log_gives_its_release_model_and_knobs():
+    m = _one(VLLM_HEAD + (FIXTURES / "vllm_v1.log").read_text())
+    assert (m.engine, m.engine_version, m.model, m.weights) == (
+        "vllm", "0.10.1", "qwen2.5-7b", "bf16")
+    assert m.settings == {"max_model_len": 8192, "tensor_parallel_size": 1,
+                          "pipeline_parallel_size": 1, "kv_cache_dtype": "auto",
+                          "enforce_eager": False, "gpu_memory_utilization": 0.85}
+    assert m.gpus == () and m.gpu_reason == "GPU not named in the log"  # --gpu names it
