@@ -50,7 +50,8 @@ def gguf_model(text: str) -> str:
     if (m := _GGUF.search(text)) and "sha256-" not in m.group(1):
         path = m.group(1)
         return (PureWindowsPath(path) if "\\" in path else PurePosixPath(path)).name
-    return match(_GENERAL_NAME.pattern, text)
+    m = _GENERAL_NAME.search(text)
+    return m.group(1).strip() if m else ""
 
 
 def gguf_weights(text: str) -> str:

@@ -2,7 +2,8 @@
 values: engine knobs by their engine's own names, printed figures as metrics.
 
 :func:`read_settings` reads ``key=value`` items (``;``-separated), command-line flags
-(``-c 32k``, ``--split-mode layer``) and ``word on|off``; knobs are named as the engine
+(``-c 32k``, ``--split-mode layer``) and ``word on|off`` (flash attention's ``auto``
+as llama.cpp resolves it, :data:`kvsim.validate.records.FA_AUTO`); knobs are named as the engine
 names them (vLLM / SGLang long names, llama.cpp's long flag names, Ollama's ``num_ctx`` /
 ``parallel``), short flags and aliases folded in (``-c`` = ``ctx_size``, ``tp`` =
 ``tensor_parallel_size``).  A value the row leaves at its default ("default",
@@ -33,6 +34,7 @@ import re
 from kvsim.config.units import parse_bytes, parse_count
 from kvsim.errors import InputError
 from kvsim.validate.memlog_lines import DEVICE, QTY, Figure, engine_lines, printed_bytes
+from kvsim.validate.records import FA_AUTO
 
 METRICS = ("kv_tokens", "kv_bytes", "kv_needed_bytes", "max_model_len_fit", "weights_bytes",
            "compute_bytes", "device_bytes", "used_bytes", "ollama_required_full_bytes",
@@ -134,6 +136,8 @@ def _switch(field: str, raw: str | None) -> bool | None:
 
 def knob_value(field: str, key: str, raw: str | None) -> object:
     """The value of knob ``key`` written ``raw`` (None: left at the engine's default)."""
+    if key == "flash_attn" and (raw or "").strip().lower().startswith(("auto", "-1")):
+        return FA_AUTO  # llama.cpp's -fa auto (kvsim.validate.records)
     if key in SWITCHES:
         return _switch(field, raw)
     text = raw or ""

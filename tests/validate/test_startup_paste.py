@@ -114,3 +114,11 @@ def test_a_vllm_log_gives_its_release_model_and_knobs():
                           "pipeline_parallel_size": 1, "kv_cache_dtype": "auto",
                           "enforce_eager": False, "gpu_memory_utilization": 0.85}
     assert m.gpus == () and m.gpu_reason == "GPU not named in the log"  # --gpu names it
+
+
+def test_flash_attention_auto_reads_as_llama_cpp_resolves_it():
+    # a settings cell or a log's "flash_attn = auto": on where the device runs it
+    from kvsim.validate.memlog_text import read_settings
+    from kvsim.validate.records import FA_AUTO
+    settings, _ = read_settings("flash_attn=auto; ctx_size=4096", "x")
+    assert settings["flash_attn"] is FA_AUTO and settings["ctx_size"] == 4096
